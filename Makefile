@@ -1,0 +1,39 @@
+# parlab — make lab (JupyterLab on notebooks/), make test (everything CI runs).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: lab test unit notebooks lint tour clean
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+lab: $(STAMP)
+	$(BIN)/jupyter lab notebooks/
+
+lint: $(STAMP)
+	$(BIN)/ruff check parlab tests data notebooks
+	$(BIN)/nbstripout --verify --keep-count --extra-keys "metadata.papermill cell.metadata.papermill metadata.widgets" notebooks/*.ipynb
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest tests -q
+
+# Golden cells (NBVAL_CHECK_OUTPUT) of every chapter, executed at its stored parameters.
+notebooks: $(STAMP)
+	cd notebooks && ../$(BIN)/python -m pytest --nbval-lax -q -p no:cacheprovider .
+
+test: lint unit notebooks
+
+# Execute every chapter with papermill into build/ (never over notebooks/).
+tour: $(STAMP)
+	mkdir -p build
+	for nb in notebooks/*.ipynb; do $(BIN)/papermill -k python3 "$$nb" "build/$$(basename $$nb)" || exit 1; done
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,169 @@
+"""The α-β cost model: closed forms for bytes and time of every collective, and a fit to this machine.
+
+Sources. Message cost α + n/β: Hockney, "The communication challenge for MPP", Parallel Computing
+1994. Ring reduce-scatter / all-gather / all-reduce and the tree and naive algorithms:
+Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in MPICH",
+IJHPCA 2005 (§4), and Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
+workstations", JPDC 2009 (the ring is bandwidth-optimal: 2(N-1)/N·S per rank). Bus bandwidth
+busbw = algbw · 2(N-1)/N for all-reduce, (N-1)/N for reduce-scatter / all-gather: NVIDIA
+nccl-tests, doc/PERFORMANCE.md.
+
+A tensor of S elements is cut into N chunks whose sizes differ by at most one
+(`shard_sizes`), so every formula here is exact for any S, not only multiples of N; when N
+divides S they reduce to the textbook forms (ring all-reduce: 2(N-1)/N·S per rank).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def shard_sizes(numel: int, parts: int) -> list[int]:
+    """Sizes of `parts` chunks of `numel` elements, the first `numel % parts` one larger."""
+    base, extra = divmod(numel, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def chunk_bounds(sizes: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of consecutive chunks of the given sizes."""
+    bounds, start = [], 0
+    for size in sizes:
+        bounds.append((start, start + size))
+        start += size
+    return bounds
+
+
+def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
+    """(start, end) of each chunk of `shard_sizes`."""
+    return chunk_bounds(shard_sizes(numel, parts))
+
+
+# ----------------------------------------------------------------------------- bytes per rank
+# Each returns (elements sent, elements received, sequential rounds) for `rank` of `n` ranks.
+def ring_reduce_scatter(numel: int, n: int, rank: int) -> tuple[int, int, int]:
+    """Ring reduce-scatter: rank r sends every chunk but its own, receives every chunk but r-1's."""
+    sizes = shard_sizes(numel, n)
+    return numel - sizes[rank], numel - sizes[(rank - 1) % n], n - 1
+
+
+def ring_all_gather(numel: int, n: int, rank: int) -> tuple[int, int, int]:
+    """Ring all-gather: rank r forwards every chunk but r+1's, receives every chunk but its own."""
+    sizes = shard_sizes(numel, n)
+    return numel - sizes[(rank + 1) % n], numel - sizes[rank], n - 1
+
+
+def ring_all_reduce(numel: int, n: int, rank: int) -> tuple[int, int, int]:
+    """Ring all-reduce = ring reduce-scatter + ring all-gather: 2(N-1)/N·S each way when N | S."""
+    s1, r1, k1 = ring_reduce_scatter(numel, n, rank)
+    s2, r2, k2 = ring_all_gather(numel, n, rank)
+    return s1 + s2, r1 + r2, k1 + k2
+
+
+def tree_depth(n: int) -> int:
+    """Depth of the binary heap tree (children of i: 2i+1, 2i+2) over n ranks."""
+    return int(math.floor(math.log2(n))) if n > 1 else 0
+
+
+def tree_all_reduce(numel: int, n: int, rank: int) -> tuple[int, int, int]:
+    """Reduce up a binary tree, broadcast back down: S to the parent and S per child, each way."""
+    children = sum(1 for c in (2 * rank + 1, 2 * rank + 2) if c < n)
+    has_parent = 1 if rank > 0 else 0
+    moved = numel * (children + has_parent)
+    return moved, moved, 2 * tree_depth(n)
+
+
+def naive_all_reduce(numel: int, n: int, rank: int) -> tuple[int, int, int]:
+    """Everyone sends S to rank 0, rank 0 reduces and sends S back to each: (N-1)·S at the root."""
+    if n == 1:
+        return 0, 0, 0
+    moved = numel * (n - 1) if rank == 0 else numel
+    return moved, moved, 2 * (n - 1)
+
+
+def pairwise_all_to_all(send_numels: list[int], recv_numels: list[int], rank: int):
+    """Pairwise exchange: everything but the own block leaves, everything but the own arrives."""
+    n = len(send_numels)
+    return (sum(send_numels) - send_numels[rank], sum(recv_numels) - recv_numels[rank], n - 1)
+
+
+def flat_broadcast(numel: int, n: int, rank: int, src: int) -> tuple[int, int, int]:
+    """Root sends S to each other rank (the nominal count used for gloo's broadcast)."""
+    if n == 1:
+        return 0, 0, 0
+    return (numel * (n - 1), 0, n - 1) if rank == src else (0, numel, n - 1)
+
+
+# ----------------------------------------------------------------------------- time (α-β)
+def all_reduce_time(nbytes: float, n: int, alpha: float, beta: float, algo: str = "ring") -> float:
+    """Predicted seconds of an all-reduce of `nbytes` on `n` ranks (Thakur et al. 2005, §4)."""
+    if n == 1:
+        return 0.0
+    if algo in ("ring", "gloo"):
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / beta
+    if algo == "tree":
+        return 2 * tree_depth(n) * (alpha + nbytes / beta)
+    if algo == "naive":
+        return 2 * (n - 1) * (alpha + nbytes / beta)
+    raise ValueError(f"algo={algo!r} must be ring, gloo, tree or naive")
+
+
+def reduce_scatter_time(nbytes: float, n: int, alpha: float, beta: float) -> float:
+    """Ring reduce-scatter (or all-gather) of a full tensor of `nbytes`: (N-1)(α + S/(N·β))."""
+    return (n - 1) * (alpha + nbytes / n / beta) if n > 1 else 0.0
+
+
+all_gather_time = reduce_scatter_time
+
+
+def bus_bandwidth(nbytes: float, seconds: float, n: int, op: str = "all_reduce") -> float:
+    """nccl-tests' busbw in bytes/s: algbw · 2(N-1)/N (all-reduce) or (N-1)/N (RS, AG)."""
+    algbw = nbytes / seconds
+    factor = 2 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+    return algbw * factor
+
+
+# ----------------------------------------------------------------------------- fitting
+@dataclass
+class AlphaBeta:
+    """α (s per round) and β (bytes/s) fitted for one algorithm at one world size."""
+
+    alpha: float
+    beta: float
+    algo: str
+    world_size: int
+
+    def predict(self, nbytes: float) -> float:
+        return all_reduce_time(nbytes, self.world_size, self.alpha, self.beta, self.algo)
+
+
+def _design_row(nbytes: float, n: int, algo: str) -> tuple[float, float]:
+    """Coefficients (of α, of 1/β) in the all-reduce time of `algo`."""
+    if algo in ("ring", "gloo"):
+        return 2 * (n - 1), 2 * (n - 1) / n * nbytes
+    if algo == "tree":
+        return 2 * tree_depth(n), 2 * tree_depth(n) * nbytes
+    if algo == "naive":
+        return 2 * (n - 1), 2 * (n - 1) * nbytes
+    raise ValueError(f"algo={algo!r} must be ring, gloo, tree or naive")
+
+
+def fit_alpha_beta(nbytes: list[float], seconds: list[float], world_size: int,
+                   algo: str = "ring") -> AlphaBeta:
+    """Least squares of measured all-reduce times on the algorithm's α-β form (relative error).
+
+    Each equation is divided by its measured time, so a 64 MB point does not drown the 1 KB
+    points that pin down α.
+    """
+    if len(nbytes) < 2 or len(nbytes) != len(seconds):
+        raise ValueError(f"need >= 2 (size, time) pairs of equal length, got {len(nbytes)}, "
+                         f"{len(seconds)}")
+    rows = np.array([_design_row(b, world_size, algo) for b in nbytes], dtype=float)
+    times = np.asarray(seconds, dtype=float)
+    weights = 1.0 / times
+    solution, *_ = np.linalg.lstsq(rows * weights[:, None], times * weights, rcond=None)
+    alpha = max(float(solution[0]), 0.0)
+    inv_beta = max(float(solution[1]), 1e-15)
+    return AlphaBeta(alpha, 1.0 / inv_beta, algo, world_size)

@@ -1,0 +1,63 @@
+"""The datasets in data/ and how every rank gets its slice of a step's global batch.
+
+A step's global batch is a pure function of (dataset, seed, step, batch size): every scheme —
+and the single-process reference — sees exactly the same examples at the same step. A data-
+parallel rank takes rows [r·B/N, (r+1)·B/N) of it (`shard`), so the mean of the ranks' local
+mean losses is the reference's global mean loss, and averaged gradients equal its gradients.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+
+import torch
+
+DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
+VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))  # 96 characters
+
+
+@functools.cache
+def text_tokens() -> torch.Tensor:
+    """data/tinytext.txt as a 1-D tensor of character ids (int64)."""
+    text = (DATA_DIR / "tinytext.txt").read_text()
+    index = {c: i for i, c in enumerate(VOCAB)}
+    return torch.tensor([index[c] for c in text if c in index], dtype=torch.long)
+
+
+@functools.cache
+def spirals() -> tuple[torch.Tensor, torch.Tensor]:
+    """data/spirals.csv as (points (P, 2) float32, labels (P,) int64)."""
+    lines = (DATA_DIR / "spirals.csv").read_text().splitlines()[1:]
+    rows = [line.split(",") for line in lines]
+    points = torch.tensor([[float(x), float(y)] for x, y, _ in rows])
+    labels = torch.tensor([int(label) for *_, label in rows])
+    return points, labels
+
+
+def decode(ids) -> str:
+    return "".join(VOCAB[int(i)] for i in ids)
+
+
+def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int = 32):
+    """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    if model == "gpt":
+        tokens = text_tokens()
+        starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)
+        offsets = torch.arange(seq_len)
+        x = tokens[starts[:, None] + offsets]  # (B, T)
+        y = tokens[starts[:, None] + offsets + 1]  # (B, T)
+        return x, y
+    points, labels = spirals()
+    rows = torch.randint(0, labels.numel(), (batch_size,), generator=g)
+    return points[rows], labels[rows]  # (B, 2), (B,)
+
+
+def shard(batch, rank: int, parts: int):
+    """Rows [rank·B/parts, (rank+1)·B/parts) of every tensor in `batch` (B divisible by parts)."""
+    size = batch[0].size(0)
+    if size % parts:
+        raise ValueError(f"batch of {size} rows is not divisible into {parts} shards")
+    rows = size // parts
+    return tuple(t[rank * rows:(rank + 1) * rows] for t in batch)  # (B/parts, ...)

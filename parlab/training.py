@@ -1,0 +1,73 @@
+"""The pieces every training scheme shares: model and optimizer from the config, the step's batch,
+and the data-parallel training loop with a hook where each scheme synchronises gradients.
+
+The single-process reference (`parlab/schemes/reference.py`) is this loop with one shard and no
+hook, so a data-parallel scheme differs from the reference only in what its hooks do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from parlab import data, models
+from parlab.memory import ActivationMeter, model_memory
+
+
+def build_model(cfg) -> torch.nn.Module:
+    return models.build_model(cfg.model, cfg.model_config, cfg.seed)
+
+
+def make_optimizer(params, cfg) -> torch.optim.Optimizer:
+    """AdamW (β=(0.9, 0.95), weight decay 0.1) or plain SGD, at the config's learning rate."""
+    params = list(params)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    return torch.optim.SGD(params, lr=cfg.lr)
+
+
+def step_batch(cfg, step: int, shard: int = 0, shards: int = 1):
+    """This shard's rows of the global batch of `step`."""
+    seq_len = getattr(cfg.model_config, "block_size", 0)
+    batch = data.global_batch(cfg.model, step, cfg.batch_size, cfg.seed, seq_len)
+    return data.shard(batch, shard, shards)
+
+
+def state_of(model: torch.nn.Module) -> dict:
+    """Parameters by name, detached clones on CPU (what RunResult.state holds)."""
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def data_parallel_loop(ctx, model, optimizer, dp_rank: int, dp_size: int,
+                       sync_grads: Callable[[int], None] | None = None,
+                       before_step: Callable[[int], None] | None = None,
+                       after_step: Callable[[int], None] | None = None) -> dict:
+    """Train on rows of the global batch; `sync_grads(step)` runs between backward and the update.
+
+    Returns the worker output: loss contributions (local mean loss / dp_size, so the parent's sum
+    is the global mean loss), this rank's state, and measured memory.
+    """
+    meter = ActivationMeter(exclude=model.parameters())
+    losses, memory = [], {}
+    for step in range(ctx.cfg.steps):
+        with ctx.step(step):
+            x, y = step_batch(ctx.cfg, step, dp_rank, dp_size)
+            if before_step is not None:
+                before_step(step)
+            with ctx.span("forward"), meter:
+                loss = model.loss(x, y)
+            with ctx.span("backward"), meter:
+                loss.backward()
+            if sync_grads is not None:
+                sync_grads(step)
+            with ctx.span("optimizer"):
+                optimizer.step()
+            memory = model_memory(model.parameters(), optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            if after_step is not None:
+                after_step(step)
+            losses.append(loss.item() / dp_size)
+    memory["activations"] = meter.peak
+    return {"losses": losses, "state": state_of(model) if dp_rank == 0 else None,
+            "memory": memory}

@@ -1,0 +1,93 @@
+"""Worker functions for the tests: ranks import them by module name, so they live in a file."""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+from parlab.comm import Comm
+
+
+def hello(rank, world_size, scale=1.0):
+    t = torch.tensor([float(rank) * scale])
+    dist.all_reduce(t)
+    return {"rank": rank, "sum": t.item(), "threads": torch.get_num_threads(), "pid": os.getpid()}
+
+
+def raise_on(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        raise ValueError(f"deliberate failure on rank {rank}")
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    dist.all_reduce(t)
+    return rank
+
+
+def kill_on(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        os.kill(os.getpid(), 9)
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return rank
+
+
+def hang_on(rank, world_size, bad_rank):
+    if rank == bad_rank:
+        time.sleep(600)
+    return os.getpid()
+
+
+def report_pid_then_hang(rank, world_size, path):
+    with open(f"{path}.{rank}", "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+
+def collectives_vs_torch(rank, world_size, lengths, algos, seed):
+    """Run every collective with every algorithm on random data; return ours, torch's, ledger."""
+    comm = Comm()
+    out = []
+    for numel in lengths:
+        g = torch.Generator().manual_seed(seed + 1000 * rank + numel)
+        data = torch.randn(numel, generator=g, dtype=torch.float64)
+        expect = data.clone()
+        dist.all_reduce(expect)
+        for algo in algos["all_reduce"]:
+            mine = data.clone()
+            comm.all_reduce(mine, algo=algo)
+            out.append(("all_reduce", algo, numel, (mine - expect).abs().max().item()))
+        for algo in algos["reduce_scatter"]:
+            shard = comm.reduce_scatter(data.clone(), algo=algo)
+            lo = sum(torch.tensor_split(torch.arange(numel), world_size)[r].numel()
+                     for r in range(rank))
+            ref = expect[lo:lo + shard.numel()]
+            out.append(("reduce_scatter", algo, numel, (shard - ref).abs().max().item()
+                        if shard.numel() else 0.0))
+        for algo in algos["all_gather"]:
+            piece = torch.tensor_split(data, world_size)[rank]
+            sizes = [p.numel() for p in torch.tensor_split(data, world_size)]
+            full = comm.all_gather(piece, sizes=sizes, algo=algo)
+            pieces = [torch.empty(s, dtype=data.dtype) for s in sizes]
+            dist.all_gather(pieces, piece) if len(set(sizes)) == 1 else None
+            ref = torch.cat(pieces) if len(set(sizes)) == 1 else None
+            got = full.numel() == numel
+            if ref is not None:
+                got = got and torch.equal(full, ref)
+            out.append(("all_gather", algo, numel, 0.0 if got else 1.0))
+    return {"errors": out, "ledger": comm.ledger.records}
+
+
+def profile_rank_main(rank, world_size, cfg):
+    import cProfile
+    import io
+    import pstats
+
+    from parlab import runner
+    prof = cProfile.Profile()
+    prof.enable()
+    runner._rank_main(rank, world_size, cfg)
+    prof.disable()
+    s = io.StringIO()
+    pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
+    return s.getvalue()
