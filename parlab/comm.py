@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from parlab import collectives, cost
-from parlab import launch as _launch
+from parlab.launch import current as current_launch
 from parlab.link import Link, resolve
 from parlab.trace import Timeline
 
@@ -108,7 +108,7 @@ class Comm:
         self.ledger = ledger if ledger is not None else Ledger(dist.get_rank())
         self.timeline = timeline if timeline is not None else Timeline(dist.get_rank())
         if link == "launch":
-            info = _launch.current()
+            info = current_launch()
             link = info.link if info is not None else None
         self.link = resolve(link)
         self._link_free_at = 0.0
@@ -205,7 +205,8 @@ class Comm:
         if algo == "ring":
             return self._handwritten("all_gather", "ring", shard, phase, async_op,
                                      lambda t: finish(collectives.ring_all_gather(
-                                         self, moved.reshape(-1), flat_sizes, t)))
+                                         self, moved.reshape(-1), flat_sizes, t)),
+                                     numel=sum(flat_sizes))
         width = max(flat_sizes)
         padded_in = moved.new_zeros(width)
         padded_in[:flat_sizes[self.rank]] = moved.reshape(-1)
@@ -219,7 +220,8 @@ class Comm:
 
         return self._gloo("all_gather", shard, traffic, phase, async_op,
                           lambda: [dist.all_gather_single(padded_out, padded_in, self.group,
-                                                          True)], finish=unpad)
+                                                          True)], finish=unpad,
+                          numel=sum(flat_sizes))
 
     def all_to_all(self, inputs, output_shapes=None, algo="gloo", async_op=False, phase=None):
         """Send inputs[j] to rank j; return the list of what each rank sent here."""
@@ -237,9 +239,18 @@ class Comm:
         if algo != "gloo":
             raise ValueError(f"algo={algo!r} for all_to_all must be gloo or pairwise")
         traffic = Traffic(*counts, peers=set(range(self.size)) - {self.rank})
+        send = torch.cat([t.reshape(-1) for t in inputs])  # (Σ input numels,) in rank order
+        recv = send.new_empty(sum(t.numel() for t in outputs))  # (Σ output numels,)
+        in_splits, out_splits = [t.numel() for t in inputs], [t.numel() for t in outputs]
+
+        def unpack(_):
+            pieces = torch.split(recv, out_splits)
+            return [p.view(t.shape) for p, t in zip(pieces, outputs)]
+
         return self._gloo("all_to_all", inputs[0], traffic, phase, async_op,
-                          lambda: [dist.all_to_all(outputs, inputs, self.group, True)],
-                          finish=lambda _: outputs)
+                          lambda: [dist.all_to_all_single(recv, send, out_splits, in_splits,
+                                                          self.group, True)],
+                          finish=unpack)
 
     def broadcast(self, tensor, src=0, async_op=False, phase=None):
         """Copy `tensor` from group rank `src` to every rank, in place."""
@@ -277,11 +288,11 @@ class Comm:
     def _ring_peers(self) -> set:
         return {(self.rank + 1) % self.size, (self.rank - 1) % self.size} - {self.rank}
 
-    def _record(self, op, algo, tensor, phase) -> dict:
+    def _record(self, op, algo, tensor, phase, numel=None) -> dict:
         record = {
             "rank": self.ledger.rank, "op": op, "algo": algo, "group": self.name,
             "group_ranks": tuple(self.ranks), "peers": (), "dtype": str(tensor.dtype).replace(
-                "torch.", ""), "numel": tensor.numel(), "elements_sent": 0, "elements_recv": 0,
+                "torch.", ""), "numel": tensor.numel() if numel is None else numel, "elements_sent": 0, "elements_recv": 0,
             "bytes_sent": 0, "bytes_recv": 0, "rounds": 0,
             "phase": phase if phase is not None else self.ledger.labels.get("phase"),
             "step": self.ledger.labels.get("step"), "t_start": time.perf_counter(), "t_end": None,
@@ -302,14 +313,14 @@ class Comm:
         self._link_free_at = start + self.link.cost(nbytes, traffic.rounds)
         return self._link_free_at
 
-    def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None):
-        record = self._record(op, "gloo", tensor, phase)
+    def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None):
+        record = self._record(op, "gloo", tensor, phase, numel)
         ready_at = self._account(record, traffic, tensor.element_size())
         handle = Handle(self, record, ready_at, works=start(), finish=finish)
         return handle if async_op else handle.wait()
 
-    def _handwritten(self, op, algo, tensor, phase, async_op, body):
-        record = self._record(op, algo, tensor, phase)
+    def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
+        record = self._record(op, algo, tensor, phase, numel)
         traffic = Traffic()
 
         def run():

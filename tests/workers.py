@@ -91,3 +91,52 @@ def profile_rank_main(rank, world_size, cfg):
     s = io.StringIO()
     pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
     return s.getvalue()
+
+
+def p2p_and_link(rank, world_size):
+    from parlab.link import Link
+
+    fast = Comm(link=None)
+    slow = Comm(link=Link(0.0, 10e6, "10MB/s"))
+    out = {}
+    if rank == 0:
+        fast.send(torch.arange(10, dtype=torch.float32), dst=1)
+        out["send_bytes"] = fast.ledger.records[-1]["bytes_sent"]
+    else:
+        buf = torch.empty(10)
+        handle = fast.irecv(buf, src=0)
+        handle.wait()
+        out["received"] = [int(v) for v in buf.tolist()]
+        out["recv_bytes"] = fast.ledger.records[-1]["bytes_recv"]
+    big = torch.ones(1 << 18)  # 1 MiB
+    t0 = time.perf_counter()
+    fast.all_reduce(big)
+    out["fast_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    handle = slow.all_reduce(big, async_op=True)
+    handle.wait()
+    out["slow_s"] = time.perf_counter() - t0
+    return out
+
+
+def all_to_all_check(rank, world_size):
+    comm = Comm()
+    inputs = [torch.full((rank + 1, 2), float(10 * rank + j)) for j in range(world_size)]
+    shapes = [(j + 1, 2) for j in range(world_size)]
+    ok = True
+    for algo in ("gloo", "pairwise"):
+        outputs = comm.all_to_all(inputs, output_shapes=shapes, algo=algo)
+        ok &= all(torch.equal(outputs[j], torch.full((j + 1, 2), float(10 * j + rank)))
+                  for j in range(world_size))
+    return {"ok": ok}
+
+
+def mesh_check(rank, world_size):
+    from parlab.mesh import Mesh
+
+    mesh = Mesh(Comm(), [("dp", 2), ("tp", 2)])
+    tp = torch.tensor([float(rank)])
+    mesh["tp"].all_reduce(tp)
+    dp = torch.tensor([float(rank)])
+    mesh["dp"].all_reduce(dp)
+    return {"coords": mesh.coords, "tp_sum": int(tp.item()), "dp_sum": int(dp.item())}

@@ -1,0 +1,114 @@
+"""Command line: `python -m parlab list | run SCHEME ... | bench NAME ...`.
+
+    python -m parlab list
+    python -m parlab run ddp-naive --world-size 4 --steps 5 --link 1GbE --trace trace.json
+    python -m parlab run ddp-naive -w 2 --option algo=ring --compare
+    python -m parlab bench allreduce --world-sizes 2 4 --max-mb 64
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+
+
+def _option(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--option {text!r} must look like key=value")
+    key, raw = text.split("=", 1)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word: a string
+    return key.replace("-", "_"), value
+
+
+def _list(_args) -> int:
+    import parlab
+
+    rows = parlab.schemes()
+    width = max(len(n) for n in rows)
+    for name, info in rows.items():
+        exact = "exact" if info.exact else "approx"
+        opts = ", ".join(f"{k}={v!r}" for k, v in info.options.items())
+        print(f"{name:<{width}}  {exact:<6}  {info.summary}" + (f"  [{opts}]" if opts else ""))
+    return 0
+
+
+def _run(args) -> int:
+    import parlab
+    from parlab.trace import to_chrome_trace
+
+    options = dict(args.option or [])
+    bar = None
+    try:
+        from tqdm import tqdm
+        bar = tqdm(total=args.steps, desc=f"{args.scheme} ×{args.world_size}", unit="step",
+                   disable=args.steps < 20)
+    except ImportError:
+        pass
+
+    def progress(done, total):
+        if bar is not None:
+            bar.n = done
+            bar.refresh()
+
+    result = parlab.run(args.scheme, world_size=args.world_size, model=args.model,
+                        steps=args.steps, seed=args.seed, link=args.link, progress=progress,
+                        **options)
+    if bar is not None:
+        bar.close()
+    print(result.summary())
+    for rank, mem in enumerate(result.memory):
+        print(f"  rank {rank} memory: " + ", ".join(f"{k} {v:,} B" for k, v in mem.items()))
+    if args.trace:
+        to_chrome_trace(result.timeline, args.trace)
+        print(f"trace written to {args.trace} (open in ui.perfetto.dev or chrome://tracing)")
+    if args.compare:
+        reference = parlab.run("single", model=args.model, steps=args.steps, seed=args.seed,
+                               **{k: v for k, v in options.items()
+                                  if k in ("batch_size", "lr", "optimizer", "model_config")})
+        comparison = result.compare(reference)
+        print(comparison)
+        return 0 if comparison.match else 1
+    return 0
+
+
+def _bench(args) -> int:
+    from parlab import bench
+
+    return bench.run(args.name, args.rest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="the registered schemes").set_defaults(func=_list)
+    run = sub.add_parser("run", help="train with one scheme and print a summary")
+    run.add_argument("scheme")
+    run.add_argument("-w", "--world-size", type=int, default=2)
+    run.add_argument("--steps", type=int, default=5)
+    run.add_argument("--model", default="gpt")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--link", default=None, help="loopback, 1GbE, 10GbE, 100Gb-IB, NVLink")
+    run.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
+    run.add_argument("--option", "-o", action="append", type=_option,
+                     help="a scheme option key=value (repeatable), e.g. -o algo=ring")
+    run.add_argument("--compare", action="store_true", help="also run 'single' and compare")
+    run.set_defaults(func=_run)
+    bench = sub.add_parser("bench", help="run a benchmark: python -m parlab bench NAME --help")
+    bench.add_argument("name")
+    bench.add_argument("rest", nargs=argparse.REMAINDER)
+    bench.set_defaults(func=_bench)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

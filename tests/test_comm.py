@@ -1,0 +1,75 @@
+"""Hand-written collectives equal torch.distributed's, and the ledger's bytes equal the closed forms."""
+
+import pytest
+import torch
+
+from parlab import cost
+from parlab.launch import launch
+from tests import workers
+
+ALGOS = {"all_reduce": ["gloo", "ring", "tree", "naive"], "reduce_scatter": ["gloo", "ring"],
+         "all_gather": ["gloo", "ring"]}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_collectives_match_torch_for_random_lengths(world_size):
+    lengths = sorted({1, 2, 3, 5, 8, 37, int(torch.randint(9, 2000, (1,)))})
+    results = launch(workers.collectives_vs_torch, world_size, lengths, ALGOS, 7)
+    for rank, res in enumerate(results):
+        bad = [e for e in res["errors"] if not e[3] <= 1e-9]
+        assert not bad, f"rank {rank}: {bad}"
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4, 5, 8])
+def test_ledger_bytes_equal_closed_forms(world_size):
+    lengths = [1, 7, 64, 1001]
+    results = launch(workers.collectives_vs_torch, world_size, lengths, ALGOS, 0)
+    closed = {"ring": cost.ring_all_reduce, "gloo": cost.ring_all_reduce,
+              "tree": cost.tree_all_reduce, "naive": cost.naive_all_reduce}
+    for rank, res in enumerate(results):
+        records = [r for r in res["ledger"] if r["op"] == "all_reduce"]
+        assert len(records) == len(lengths) * 4
+        for rec in records:
+            sent, recv, rounds = closed[rec["algo"]](rec["numel"], world_size, rank)
+            assert (rec["elements_sent"], rec["elements_recv"]) == (sent, recv), rec
+            assert rec["bytes_sent"] == sent * 8  # float64
+            assert rec["rounds"] == rounds
+        for rec in (r for r in res["ledger"] if r["op"] == "reduce_scatter" and r["algo"] == "ring"):
+            assert (rec["elements_sent"], rec["elements_recv"]) == cost.ring_reduce_scatter(
+                rec["numel"], world_size, rank)[:2]
+        for rec in (r for r in res["ledger"] if r["op"] == "all_gather" and r["algo"] == "ring"):
+            assert (rec["elements_sent"], rec["elements_recv"]) == cost.ring_all_gather(
+                rec["numel"], world_size, rank)[:2]
+
+
+def test_ring_all_reduce_is_two_n_minus_one_over_n_when_divisible():
+    for n in (2, 4, 8):
+        numel = 1024
+        for rank in range(n):
+            sent, recv, _ = cost.ring_all_reduce(numel, n, rank)
+            assert sent == recv == 2 * (n - 1) * numel // n
+
+
+def test_p2p_async_and_link_emulation():
+    res = launch(workers.p2p_and_link, 2, timeout=120)
+    assert res[1]["received"] == list(range(10))
+    # 1 MB on a 10 MB/s emulated link takes >= 0.1 s; on the bare loopback it is ~1 ms
+    assert res[0]["slow_s"] >= 0.1 and res[0]["fast_s"] < res[0]["slow_s"]
+    assert res[0]["send_bytes"] == 40 and res[1]["recv_bytes"] == 40
+
+
+def test_all_to_all_matches_torch():
+    for n in (2, 3, 4):
+        res = launch(workers.all_to_all_check, n)
+        assert all(r["ok"] for r in res), res
+
+
+def test_alpha_beta_fit_recovers_known_parameters():
+    alpha, beta, n = 2e-4, 1e9, 4
+    sizes = [2 ** k for k in range(10, 27, 2)]
+    times = [cost.all_reduce_time(s, n, alpha, beta) for s in sizes]
+    fit = cost.fit_alpha_beta(sizes, times, n)
+    assert fit.alpha == pytest.approx(alpha, rel=1e-6)
+    assert fit.beta == pytest.approx(beta, rel=1e-6)
+    with pytest.raises(ValueError):
+        cost.fit_alpha_beta([1], [1.0], n)

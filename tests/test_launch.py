@@ -1,0 +1,105 @@
+"""The launcher: results in rank order, errors named by rank, no hangs, no orphans."""
+
+import os
+import threading
+import time
+
+import pytest
+
+from parlab.launch import RankError, launch
+from tests import workers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is not alive
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_results_in_rank_order(world_size):
+    results = launch(workers.hello, world_size, 2.0)
+    assert [r["rank"] for r in results] == list(range(world_size))
+    assert all(r["sum"] == 2.0 * sum(range(world_size)) for r in results)
+    assert all(r["threads"] == 1 for r in results)
+
+
+def test_raising_rank_is_named_with_its_traceback():
+    with pytest.raises(RankError) as info:
+        launch(workers.raise_on, 3, 1, timeout=60)
+    assert info.value.rank == 1
+    assert "deliberate failure on rank 1" in str(info.value)
+    assert "raise_on" in info.value.remote_traceback
+
+
+def test_killed_rank_is_reported():
+    t0 = time.monotonic()
+    with pytest.raises(RankError, match="rank 2 was killed by signal SIGKILL"):
+        launch(workers.kill_on, 3, 2, timeout=60)
+    assert time.monotonic() - t0 < 30
+
+
+def test_hang_ends_at_timeout_naming_the_rank():
+    t0 = time.monotonic()
+    with pytest.raises(RankError, match=r"ranks \[1\] had not finished"):
+        launch(workers.hang_on, 2, 1, timeout=3)
+    assert time.monotonic() - t0 < 10
+
+
+def test_no_orphans_after_timeout(tmp_path):
+    base = str(tmp_path / "pid")
+    with pytest.raises(RankError):
+        launch(workers.report_pid_then_hang, 2, base, timeout=3)
+    pids = [int(open(f"{base}.{r}").read()) for r in range(2)]
+    time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_two_launches_at_once_both_correct():
+    results, errors = {}, []
+
+    def go(key, scale):
+        try:
+            results[key] = launch(workers.hello, 4, scale, timeout=120)
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=go, args=(k, s)) for k, s in (("a", 1.0), ("b", 10.0))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(r["sum"] == 6.0 for r in results["a"])
+    assert all(r["sum"] == 60.0 for r in results["b"])
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, "2", True])
+def test_bad_world_size(bad):
+    with pytest.raises(ValueError, match="world_size"):
+        launch(workers.hello, bad)
+
+
+def test_bad_timeout_and_function():
+    with pytest.raises(ValueError, match="timeout"):
+        launch(workers.hello, 2, timeout=0)
+    with pytest.raises(ValueError, match="not importable"):
+        launch(lambda rank, world_size: None, 2)
+
+    def local(rank, world_size):
+        return rank
+
+    with pytest.raises(ValueError, match="not importable"):
+        launch(local, 2)
+    with pytest.raises(ValueError, match="start_method"):
+        launch(workers.hello, 2, start_method="thread")
+
+
+def test_spawn_start_method_works():
+    assert [r["rank"] for r in launch(workers.hello, 2, start_method="spawn")] == [0, 1]

@@ -1,0 +1,139 @@
+"""The parlab.run contract: the registry, the reference, ddp-naive equal to it, and bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import parlab
+from parlab.mesh import validate_degrees
+
+
+@pytest.fixture(scope="module")
+def references():
+    cache = {}
+
+    def get(model="gpt", optimizer="adamw", steps=3):
+        key = (model, optimizer, steps)
+        if key not in cache:
+            cache[key] = parlab.run("single", model=model, steps=steps, optimizer=optimizer)
+        return cache[key]
+    return get
+
+
+def test_registry_lists_single_and_ddp_naive():
+    schemes = parlab.schemes()
+    assert schemes["single"].exact and schemes["ddp-naive"].exact
+    assert "algo" in schemes["ddp-naive"].options
+
+
+def test_reference_learns():
+    result = parlab.run("single", model="mlp", steps=60, lr=0.01)
+    assert result.losses[-1] < 0.75 * result.losses[0]
+    gpt = parlab.run("single", model="gpt", steps=30)
+    assert gpt.losses[-1] < gpt.losses[0] - 0.5
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("model,optimizer", [("gpt", "adamw"), ("mlp", "sgd")])
+def test_ddp_naive_matches_single(references, world_size, model, optimizer):
+    ref = references(model, optimizer)
+    result = parlab.run("ddp-naive", world_size=world_size, model=model, steps=3,
+                        optimizer=optimizer)
+    comparison = result.compare(ref)
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree", "naive"])
+def test_ddp_naive_with_handwritten_algorithms_matches(references, algo):
+    result = parlab.run("ddp-naive", world_size=3, steps=3, algo=algo)
+    assert result.compare(references()).match
+
+
+def test_ddp_naive_ledger_bytes_are_ring_closed_form():
+    from parlab import cost
+
+    steps, n = 2, 4
+    result = parlab.run("ddp-naive", world_size=n, steps=steps)
+    params = {k: v.numel() for k, v in result.state.items()}
+    for rank in range(n):
+        expect = steps * sum(cost.ring_all_reduce(p, n, rank)[0] for p in params.values()) * 4
+        assert result.bytes_per_rank(op="all_reduce")[rank] == expect
+    psi = sum(params.values())
+    per_step = result.bytes_per_rank()[0] / steps
+    assert abs(per_step - 2 * (n - 1) / n * psi * 4) <= 2 * len(params) * 4  # remainders only
+
+
+def test_memory_is_measured():
+    result = parlab.run("ddp-naive", world_size=2, steps=1, optimizer="adamw")
+    psi = sum(v.numel() for v in result.state.values())
+    for mem in result.memory:
+        assert mem["params"] == mem["grads"] == 4 * psi
+        assert mem["optimizer"] == 8 * psi
+        assert mem["activations"] > 0
+
+
+def test_timeline_and_trace(tmp_path):
+    from parlab.trace import to_chrome_trace
+
+    result = parlab.run("ddp-naive", world_size=2, steps=2)
+    kinds = {e["kind"] for e in result.timeline}
+    assert {"compute", "comm", "wait"} <= kinds
+    assert min(e["t0"] for e in result.timeline) == 0.0
+    to_chrome_trace(result.timeline, str(tmp_path / "t.json"))
+    assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scheme="nope"), "scheme='nope' is unknown"),
+    (dict(scheme="ddp-naive", world_size=0), "world_size=0"),
+    (dict(scheme="ddp-naive", world_size=5), "batch_size=12 is not divisible by world_size=5"),
+    (dict(scheme="single", world_size=2), "world_size=2"),
+    (dict(scheme="ddp-naive", bucket=3), r"options \['bucket'\] are unknown"),
+    (dict(scheme="ddp-naive", algo="magic"), "algo='magic'"),
+    (dict(scheme="ddp-naive", model="resnet"), "model='resnet'"),
+    (dict(scheme="ddp-naive", link="5G"), "link='5G'"),
+    (dict(scheme="ddp-naive", steps=0), "steps=0"),
+    (dict(scheme="ddp-naive", optimizer="lamb"), "optimizer='lamb'"),
+    (dict(scheme="ddp-naive", model_config={"n_head": 5}), "n_embd=32 is not divisible by n_head=5"),
+    (dict(scheme="ddp-naive", model_config={"depth": 5}), r"keys \['depth'\] are unknown"),
+])
+def test_bad_input_is_a_value_error_naming_the_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parlab.run(**kwargs)
+
+
+def test_validate_degrees_names_every_factor():
+    assert validate_degrees(8, dp=None, tp=2, pp=2) == {"dp": 2, "tp": 2, "pp": 2}
+    with pytest.raises(ValueError, match=r"world_size=6 != dp=2 × tp=2 = 4"):
+        validate_degrees(6, dp=2, tp=2)
+    with pytest.raises(ValueError, match="tp=0"):
+        validate_degrees(4, tp=0)
+
+
+def test_mesh_groups_and_comms():
+    from parlab.launch import launch
+    from tests import workers
+
+    results = launch(workers.mesh_check, 4)
+    assert [r["coords"] for r in results] == [{"dp": 0, "tp": 0}, {"dp": 0, "tp": 1},
+                                              {"dp": 1, "tp": 0}, {"dp": 1, "tp": 1}]
+    assert [r["tp_sum"] for r in results] == [1, 1, 5, 5]  # ranks 0+1, 2+3
+    assert [r["dp_sum"] for r in results] == [2, 4, 2, 4]  # ranks 0+2, 1+3
+
+
+def test_cli_list_and_run(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "parlab", "list"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "ddp-naive" in out and "single" in out
+    trace = tmp_path / "trace.json"
+    done = subprocess.run([sys.executable, "-m", "parlab", "run", "ddp-naive", "-w", "2",
+                           "--steps", "2", "--trace", str(trace), "--compare", "-o", "algo=ring"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "match: True" in done.stdout and "bytes sent" in done.stdout
+    assert trace.exists()
+    bad = subprocess.run([sys.executable, "-m", "parlab", "run", "ddp-naive", "-w", "5"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "world_size=5" in bad.stderr
