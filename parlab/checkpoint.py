@@ -58,7 +58,9 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
     comm.barrier(phase="checkpoint")  # every shard is on disk before the checkpoint counts
     if comm.rank == 0:
         _atomic_save({"world_size": comm.size, "steps_done": steps_done, "scheme": scheme,
-                      "layouts": [layout.to_meta() for layout in layouts]}, path / "meta.pt")
+                      "layouts": [layout.to_meta() for layout in layouts],
+                      "keys": {name: list(unit) for name, unit in units.items()}},
+                     path / "meta.pt")
     return path
 
 
@@ -79,6 +81,7 @@ class Checkpoint:
         self.world_size, self.steps_done = meta["world_size"], meta["steps_done"]
         self.scheme = meta["scheme"]
         self.layouts = {m["name"]: FlatLayout.from_meta(m) for m in meta["layouts"]}
+        self.keys = meta["keys"]  # {unit: ["param", "step", "exp_avg", ...]}
         self._files: dict[int, dict] = {}
         self.files_read: list[int] = []
 
@@ -88,22 +91,20 @@ class Checkpoint:
             self.files_read.append(rank)
         return self._files[rank]
 
-    def keys(self, unit: str) -> list[str]:
-        return list(self.rank_file(0)["units"][unit])
-
     def read_range(self, unit: str, key: str, lo: int, hi: int) -> torch.Tensor:
-        """Elements [lo, hi) of unit's flat `key` vector (zeros past Ψ_u: the new padding)."""
+        """Elements [lo, hi) of unit's flat `key` vector (zeros past Ψ_u: the new padding),
+        read from the old ranks whose chunks overlap; a scalar key (a step count) as is."""
         layout = self.layouts[unit]
         k = layout.shard_numel(self.world_size)
-        first = self.rank_file(0)["units"][unit][key]
-        if first.dim() == 0:  # a scalar (the optimizer's step): the same on every rank
-            return first.clone()
-        out = torch.zeros(hi - lo, dtype=first.dtype)  # (hi-lo,)
-        for old in range(self.world_size):
-            a, b = old * k, (old + 1) * k
-            s, e = max(a, lo), min(b, hi, layout.numel)
-            if s < e:
-                out[s - lo:e - lo] = self.rank_file(old)["units"][unit][key][s - a:e - a]
+        pieces = [(old, max(old * k, lo), min((old + 1) * k, hi, layout.numel))
+                  for old in range(self.world_size)]
+        pieces = [(old, s, e) for old, s, e in pieces if s < e]
+        probe = self.rank_file(pieces[0][0] if pieces else 0)["units"][unit][key]
+        if probe.dim() == 0:  # the same on every rank
+            return probe.clone()
+        out = torch.zeros(hi - lo, dtype=probe.dtype)  # (hi-lo,)
+        for old, s, e in pieces:
+            out[s - lo:e - lo] = self.rank_file(old)["units"][unit][key][s - old * k:e - old * k]
         return out
 
     def losses(self) -> list[float]:
@@ -132,7 +133,7 @@ def load_into(ckpt: Checkpoint, units, optimizer, world: int, rank: int) -> None
                 unit.flat.copy_(ckpt.read_range(unit.name, "param", 0, unit.padded))  # (padded',)
             else:  # stage 3: only the own shard
                 unit.shard.copy_(ckpt.read_range(unit.name, "param", lo, hi))  # (padded'/M,)
-        state = {key: ckpt.read_range(unit.name, key, lo, hi) for key in ckpt.keys(unit.name)
+        state = {key: ckpt.read_range(unit.name, key, lo, hi) for key in ckpt.keys[unit.name]
                  if key != "param"}
         if state:
             optimizer.state[unit.shard] = state
