@@ -73,13 +73,16 @@ def formula_lines(psi: int, world_size: int) -> list[str]:
     return lines
 
 
-def plot_memory(df, ax=None, title="measured model states + activations per rank"):
-    """Stacked bars (params, grads, optimizer, activations) per scheme and world size."""
+def plot_memory(df, ax=None, kinds=("params", "grads", "optimizer"),
+                title="measured model states per rank (black: the ZeRO formula)"):
+    """Stacked bars of measured bytes per scheme and world size, the formula as a black mark."""
     from parlab.viz import stacked_bars
 
-    rows = {f"{r.scheme}\nN={r.world_size}": {k: getattr(r, k) / 1e3 for k in KINDS}
+    rows = {f"{r.scheme}\nN={r.world_size}": {k: getattr(r, k) / 1e3 for k in kinds}
             for r in df.itertuples()}
-    return stacked_bars(rows, ax=ax, ylabel="kB per rank (largest rank)", title=title)
+    ax = stacked_bars(rows, ax=ax, ylabel="kB per rank (largest rank)", title=title)
+    ax.plot(list(rows), [f / 1e3 for f in df["formula"]], "k_", markersize=30, mew=2)
+    return ax
 
 
 def bytes_per_stage(world_size: int = 4, steps: int = 2, **options) -> list[dict]:
@@ -156,3 +159,32 @@ def panel(world_size: int = 2, stage: str = "zero3", checkpoint: str = "off") ->
           f"optimizer {formula['optimizer']:>8,.0f}")
     print(f"  bytes sent per step per rank: {max(result.bytes_per_rank()) / 2:,.0f}; "
           f"{result.compare(parlab.run('single', steps=2))}")
+
+
+def predicted_comm_s(result, link) -> float:
+    """α-β prediction of one step's communication for a ZeRO run: each reduce-scatter and
+    all-gather of a padded unit of P bytes costs (N-1)(α + P/(N·β)) (parlab.cost)."""
+    from parlab import cost
+    from parlab.link import resolve
+
+    link = resolve(link)
+    n, stage = result.config.world_size, STAGE_OF[result.config.scheme]
+    numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+    collectives = 3 if stage == 3 else 2
+    return sum(collectives * cost.reduce_scatter_time(4 * (-(-u // n) * n), n, link.latency_s,
+                                                      link.bandwidth_Bps) for u in numels)
+
+
+def link_comparison(world_size: int = 2, link: str = "10GbE", steps: int = 3,
+                    schemes=("zero1", "zero3")) -> list[dict]:
+    """Step time on the bare loopback and on an emulated link, beside loopback compute + the α-β
+    prediction of the link's communication: ZeRO-3's 1.5× bytes become 1.5× comm time."""
+    rows = []
+    for scheme in schemes:
+        bare = parlab.run(scheme, world_size=world_size, steps=steps)
+        slow = parlab.run(scheme, world_size=world_size, steps=steps, link=link)
+        base = memory_row(bare)["step_ms"]
+        predicted = base + 1e3 * predicted_comm_s(slow, link)
+        rows.append({"scheme": scheme, "loopback_ms": base, "link": link,
+                     "measured_ms": memory_row(slow)["step_ms"], "predicted_ms": predicted})
+    return rows
