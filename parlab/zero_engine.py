@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from parlab.memory import tensor_bytes
+from parlab.memory import optimizer_state_tensors, tensor_bytes
 from parlab.zero_shard import FlatUnit, unit_modules
 
 STAGES = (1, 2, 3)
@@ -188,8 +188,6 @@ class ZeroEngine:
     # ------------------------------------------------------------------ measurement
     def memory(self, optimizer) -> dict:
         """Bytes this rank holds now (live tensors, padding included; views counted once)."""
-        from parlab.memory import optimizer_state_tensors
-
         params = list(self.model.parameters()) + self.shards
         grads = [p.grad for p in params if p.grad is not None]
         return {"params": tensor_bytes(params), "grads": tensor_bytes(grads),

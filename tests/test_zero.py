@@ -49,7 +49,7 @@ def test_torch_sharded_match_single(runs, scheme, world_size):
     assert comparison.match, comparison.problems
 
 
-@pytest.mark.parametrize("scheme", ["zero1", "zero3"])
+@pytest.mark.parametrize("scheme", ["zero1", "zero3", "ddp-naive"])
 def test_activation_checkpointing_is_exact_and_saves_activations(runs, scheme):
     plain, recomputed = runs(scheme, 2), runs(scheme, 2, checkpoint=True)
     assert recomputed.compare(runs("single")).match

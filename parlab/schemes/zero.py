@@ -3,7 +3,10 @@
 Each rank trains on its rows of the global batch exactly as DDP does, so the losses and the final
 parameters equal the single process's; what changes is what a rank *keeps* (`parlab.zero_engine`):
 1/N of the Adam moments (zero1), also 1/N of the gradients (zero2), also 1/N of the parameters
-between uses (zero3). Memory per rank is measured from the tensors each rank holds.
+between uses (zero3). Memory per rank is measured from the tensors each rank holds: `params`,
+`grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
+`gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
+block) and `padding` (bytes of the zero padding of the flat units).
 
 Options shared by the three stages:
   save_dir, save_every — write a sharded checkpoint (`parlab.checkpoint`) every k steps;
