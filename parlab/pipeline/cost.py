@@ -1,0 +1,123 @@
+"""What a pipeline should cost: bubble fractions in closed form, ideal timelines of any schedule,
+the bubble measured in a real run, and the bytes a pipeline sends.
+
+Bubble fraction = idle share of p ranks × the step's pipeline span. With equal stages, forward f
+and backward b per micro-batch, GPipe and 1F1B idle (p−1)(f+b) of (m+p−1)(f+b) per rank:
+(p−1)/(m+p−1) (Huang et al., GPipe, NeurIPS 2019, §2.3; Narayanan et al., SC 2021, §2.2.1).
+Interleaving v chunks per rank shrinks each bubble slot v-fold: (p−1)/(v·m+p−1) (Narayanan et al.,
+SC 2021, §2.2.2). ZB-H1 leaves (p−1)(F+B−W) instead of (p−1)(F+B+W), with B the input and W the
+weight gradient: (p−1)/(3m+p−1) when F = B = W (Qi et al., ICLR 2024, §3.1).
+
+`ideal_timeline` simulates the very action lists that run (`validate.simulate`) with given
+per-stage costs, so uneven stages, message latency and any schedule get their ideal Gantt chart
+and bubble without a formula.
+
+Bytes: each of the m micro-batches crosses every stage boundary twice — its activation forward,
+its gradient back — each of mb·T·C fp32 numbers for the GPT. With v chunks per rank a rank owns v
+stages, so it sends (2v − [first rank] − [last rank])·m messages per step: interleaving multiplies
+point-to-point traffic by v (Narayanan et al., SC 2021, §2.2.2).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from parlab.pipeline.schedules import Schedule
+from parlab.pipeline.validate import simulate
+
+
+def theory_bubble(name: str, p: int, m: int, v: int = 1) -> float:
+    """Closed-form bubble fraction of a schedule with equal stages and F = B = W."""
+    if name == "naive":
+        return (p - 1) / p
+    if name in ("gpipe", "1f1b"):
+        return (p - 1) / (m + p - 1)
+    if name == "interleaved":
+        return (p - 1) / (v * m + p - 1)
+    if name == "zb":
+        return (p - 1) / (3 * m + p - 1)
+    raise ValueError(f"schedule={name!r} has no closed-form bubble")
+
+
+def stage_durations(schedule: Schedule, forward: list[float] | float = 1.0,
+                    backward: list[float] | float | None = None, weight_share: float = 0.5):
+    """duration(action) from per-stage forward / backward seconds (scalars: every stage the same).
+
+    `backward` is the whole backward (default 2 × forward); a split schedule spends
+    `weight_share` of it in W and the rest in B.
+    """
+    n = schedule.stages
+    fwd = forward if isinstance(forward, list) else [forward] * n
+    if backward is None:
+        backward = [2 * f for f in fwd]
+    bwd = backward if isinstance(backward, list) else [backward] * n
+
+    def duration(a):
+        if a.op == "F":
+            return fwd[a.stage]
+        if not schedule.split_backward:
+            return bwd[a.stage]
+        return bwd[a.stage] * (weight_share if a.op == "W" else 1 - weight_share)
+    return duration
+
+
+def ideal_timeline(schedule: Schedule, forward=1.0, backward=None, latency: float = 0.0,
+                   weight_share: float = 0.5) -> list[dict]:
+    """The schedule's events in simulated time (`parlab.trace` format, seconds)."""
+    return simulate(schedule, stage_durations(schedule, forward, backward, weight_share), latency)
+
+
+def bubble_of(events: list[dict]) -> float:
+    """1 − busy / (ranks × span) over compute events."""
+    ranks = {e["rank"] for e in events}
+    span = max(e["t1"] for e in events) - min(e["t0"] for e in events)
+    busy = sum(e["t1"] - e["t0"] for e in events)
+    return 1.0 - busy / (len(ranks) * span) if span > 0 else 0.0
+
+
+def ideal_bubble(schedule: Schedule, forward=1.0, backward=None, latency: float = 0.0,
+                 weight_share: float = 0.5) -> float:
+    return bubble_of(ideal_timeline(schedule, forward, backward, latency, weight_share))
+
+
+def pipeline_events(timeline: list[dict], step: int | None = None) -> list[dict]:
+    """The F / B / W compute events of a run's timeline (of one step if given)."""
+    return [e for e in timeline if e["kind"] == "compute" and e["name"] in ("F", "B", "W")
+            and (step is None or e["args"].get("step") == step)]
+
+
+def measured_bubbles(timeline: list[dict]) -> list[float]:
+    """Bubble fraction of each step of a run: idle share of the pipeline span of that step."""
+    steps = sorted({e["args"]["step"] for e in pipeline_events(timeline)})
+    return [bubble_of(pipeline_events(timeline, s)) for s in steps]
+
+
+def measured_bubble(timeline: list[dict], skip_first: bool = True) -> float:
+    """Median step bubble, leaving out the first step (warm-up: allocations, first messages)."""
+    values = measured_bubbles(timeline)
+    if skip_first and len(values) > 1:
+        values = values[1:]
+    return statistics.median(values)
+
+
+def stage_compute(timeline: list[dict], skip_first: bool = True) -> dict:
+    """Median seconds of one F, B and W per stage, measured: {stage: {"F": s, "B": s, "W": s}}."""
+    out: dict = {}
+    for e in pipeline_events(timeline):
+        if skip_first and e["args"].get("step") == 0:
+            continue
+        out.setdefault(e["args"]["stage"], {}).setdefault(e["name"], []).append(e["t1"] - e["t0"])
+    return {s: {op: statistics.median(v) for op, v in ops.items()} for s, ops in sorted(out.items())}
+
+
+def p2p_messages_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int) -> int:
+    """Sends per step of pipeline rank `pp_rank`: (2v − [rank 0] − [rank p−1])·m, 0 if p = 1."""
+    if pp == 1:
+        return 0
+    return (2 * chunks - (pp_rank == 0) - (pp_rank == pp - 1)) * microbatches
+
+
+def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
+                       boundary_numel: int, itemsize: int = 4) -> int:
+    """Bytes one pipeline rank sends per step: messages × one boundary activation."""
+    return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
