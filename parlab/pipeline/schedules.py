@@ -142,12 +142,12 @@ def interleaved(p: int, m: int, chunks: int = 2) -> Schedule:
 def zero_bubble_h1(p: int, m: int, chunks: int = 1) -> Schedule:
     """ZB-H1 by list scheduling on unit times (F = B = W = 1, free messages).
 
-    At each tick every stage runs, by priority: a B whose output gradient has arrived (the
-    critical path), else the next F if its input has arrived, fewer than p−s micro-batches await
-    their B (1F1B's discipline) and fewer than p await their W (ZB-H1's memory budget: the peak of
-    1F1B, p micro-batches), else the oldest pending W (filling what would be a bubble).
-    The ideal makespan is 3m+p−1 ticks, the paper's (p−1)(F+B−W) bubble, when p = 2 or m <= p; at
-    larger p and m the greedy choice leaves a tick or two more (`cost.ideal_bubble` measures it).
+    At each tick every stage runs, by priority: the next F if its input has arrived, fewer than
+    p−s micro-batches await their B (1F1B's discipline) and fewer than p await their W (ZB-H1's
+    memory budget: 1F1B's peak, p micro-batches); else a B whose output gradient has arrived; else
+    the oldest pending W, which fills what would be a bubble. Feeding the next stage first keeps it
+    busy; the caps keep memory at 1F1B's. For every m >= p (checked up to p = 6, m = 16) the ideal
+    makespan is 3m+p−1 ticks: the paper's (p−1)(F+B−W) bubble.
     """
     done: dict[Action, int] = {}  # action -> tick it finished
     next_f, next_b = [0] * p, [0] * p
@@ -159,12 +159,12 @@ def zero_bubble_h1(p: int, m: int, chunks: int = 1) -> Schedule:
         chosen = []
         for s in range(p):
             b, f = next_b[s], next_f[s]
-            if b < m and (s == p - 1 and done.get(Action("F", s, b), tick + 1) <= tick
-                          or done.get(Action("B", s + 1, b), tick + 1) <= tick):
-                chosen.append(Action("B", s, b))
-            elif f < m and awaiting_b[s] < p - s and awaiting_w[s] < p and (
+            if f < m and awaiting_b[s] < p - s and awaiting_w[s] < p and (
                     s == 0 or done.get(Action("F", s - 1, f), tick + 1) <= tick):
                 chosen.append(Action("F", s, f))
+            elif b < m and (s == p - 1 and done.get(Action("F", s, b), tick + 1) <= tick
+                            or done.get(Action("B", s + 1, b), tick + 1) <= tick):
+                chosen.append(Action("B", s, b))
             elif pending_w[s]:
                 chosen.append(Action("W", s, pending_w[s][0]))
             else:

@@ -11,7 +11,6 @@ Megatron-LM's "embedding group" (Shoeybi et al. 2019; Narayanan et al., SC 2021)
 
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 import torch.nn.functional as F
 

@@ -163,7 +163,8 @@ def pipeline_worker(ctx, schedule_name: str) -> dict:
                 losses.append(sum(mb_losses) / plan.microbatches / plan.dp)
     memory.update(activations=meter.peak, in_flight_peak=executor.in_flight_peak,
                   microbatch_activations=sum(executor.microbatch_bytes.values()),
-                  stages=stage_ids, layers_per_stage=counts)
+                  stages=stage_ids, layers_per_stage=counts,
+                  param_numels=[p.numel() for p in params])
     return {"losses": losses if holds_loss else None,
             "state": state_of(model) if dp_rank == 0 else None, "memory": memory}
 
