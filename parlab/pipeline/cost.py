@@ -121,3 +121,23 @@ def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
                        boundary_numel: int, itemsize: int = 4) -> int:
     """Bytes one pipeline rank sends per step: messages × one boundary activation."""
     return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
+
+
+def measured_step_times(timeline: list[dict]) -> list[float]:
+    """Seconds between the first pipeline action of consecutive steps (whole training steps)."""
+    starts: dict[int, float] = {}
+    for e in timeline:  # F / B / W spans of ours, the "pipeline" span of torch-pp
+        if e["kind"] != "compute" or "step" not in e.get("args", {}):
+            continue
+        s = e["args"]["step"]
+        starts[s] = min(starts.get(s, e["t0"]), e["t0"])
+    ordered = [starts[s] for s in sorted(starts)]
+    return [b - a for a, b in zip(ordered, ordered[1:])]
+
+
+def measured_step_time(timeline: list[dict], skip_first: bool = True) -> float:
+    """Median whole-step seconds (leaving out the first step when there are more)."""
+    values = measured_step_times(timeline)
+    if skip_first and len(values) > 1:
+        values = values[1:]
+    return statistics.median(values) if values else float("nan")

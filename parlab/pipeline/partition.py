@@ -68,9 +68,11 @@ def profile_layers(model, model_config, rows: int, reps: int = 5, seed: int = 0)
             layer(x).sum().backward()
         return run
 
-    times = [_timed(layer_fn(layer, getattr(layer, "in_features", None)), reps) for layer in layers]
-    model.zero_grad(set_to_none=True)
-    return {"layers": times, "first": _timed(first, reps), "last": _timed(last, reps)}
+    profile = {"layers": [_timed(layer_fn(layer, getattr(layer, "in_features", None)), reps)
+                          for layer in layers],
+               "first": _timed(first, reps), "last": _timed(last, reps)}
+    model.zero_grad(set_to_none=True)  # profiling must leave no gradient behind
+    return profile
 
 
 def stage_times(counts: list[int], profile: dict) -> list[float]:
