@@ -12,7 +12,7 @@ from parlab import cost as comm_cost
 from parlab.pipeline import cost
 from parlab.pipeline.partition import balanced_partition, stage_times
 from parlab.pipeline.schedules import Action, Schedule, make_schedule
-from parlab.pipeline.validate import ScheduleError, check, simulate
+from parlab.pipeline.validate import ScheduleError, check
 
 GRID = [(p, m, v) for p in (1, 2, 3, 4) for m in (1, 2, 3, 4, 6, 8) for v in (1, 2, 3)]
 

@@ -29,9 +29,16 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
     r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
                    model_config=model_config, **options)
     step = cost.measured_step_time(r.timeline)
-    bubble = cost.measured_bubble(r.timeline) if scheme != "torch-pp" else float("nan")
+    bubble = ideal = float("nan")
+    if scheme != "torch-pp":
+        from parlab.pipeline.schedules import make_schedule
+        name = scheme.removeprefix("pp-")
+        schedule = make_schedule(name, pp, m, options.get("chunks", 1))
+        bubble = cost.measured_bubble(r.timeline)
+        ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
     return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
-            "bubble": bubble, **{k: v for k, v in options.items() if k != "partition"}}
+            "bubble": bubble, "ideal_measured_costs": ideal,
+            **{k: v for k, v in options.items() if k != "partition"}}
 
 
 def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
@@ -68,7 +75,8 @@ def _print(group) -> None:
         name = r["scheme"] + (f"[{r['schedule']}]" if "schedule" in r else "")
         bubble = "" if r["bubble"] != r["bubble"] else (
             f"bubble {r['bubble']:5.1%} (theory {r['theory']:5.1%}, "
-            f"{(r['bubble'] - r['theory']) * 100:+5.1f} pts)")
+            f"{(r['bubble'] - r['theory']) * 100:+5.1f} pts; ideal at measured stage times "
+            f"{r['ideal_measured_costs']:5.1%})")
         print(f"pp={r['pp']} m={r['m']:<2} {name:18} {r['samples_per_s']:7.1f} samples/s  "
               f"×{r['vs_gpipe']:.2f} gpipe  ×{r['vs_torch']:.2f} torch-pp  {bubble}", flush=True)
 

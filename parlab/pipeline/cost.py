@@ -141,3 +141,21 @@ def measured_step_time(timeline: list[dict], skip_first: bool = True) -> float:
     if skip_first and len(values) > 1:
         values = values[1:]
     return statistics.median(values) if values else float("nan")
+
+
+def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0):
+    """The schedule's ideal timeline with each stage's measured median F, B and W times.
+
+    What the schedule would do on this machine if nothing but compute took time: the gap between
+    its bubble and the measured one is messages, overhead and — with more ranks than cores —
+    ranks waiting for a core.
+    """
+    times = stage_compute(timeline)
+    fwd = [times[s]["F"] for s in range(schedule.stages)]
+    bwd = [times[s]["B"] + times[s].get("W", 0.0) for s in range(schedule.stages)]
+
+    def duration(a):
+        if a.op == "F":
+            return fwd[a.stage]
+        return times[a.stage][a.op] if schedule.split_backward else bwd[a.stage]
+    return simulate(schedule, duration, latency)
