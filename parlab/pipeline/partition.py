@@ -19,15 +19,19 @@ import torch
 import torch.nn.functional as F
 
 
-def _timed(fn, reps: int) -> float:
-    """The fastest of `reps` runs: on a shared machine interference only ever adds time."""
-    fn()  # warm-up
-    times = []
+def _fastest(fns: list, reps: int) -> list[float]:
+    """Fastest of `reps` runs of each fn, the runs taken round-robin: on a shared machine a burst
+    of interference then slows one run of every layer instead of every run of one layer, and
+    interference only ever adds time, so the minimum is the estimate."""
+    for fn in fns:
+        fn()  # warm-up
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
 
 
 def profile_layers(model, model_config, rows: int, reps: int = 7, seed: int = 0) -> dict:
@@ -68,9 +72,9 @@ def profile_layers(model, model_config, rows: int, reps: int = 7, seed: int = 0)
             layer(x).sum().backward()
         return run
 
-    profile = {"layers": [_timed(layer_fn(layer, getattr(layer, "in_features", None)), reps)
-                          for layer in layers],
-               "first": _timed(first, reps), "last": _timed(last, reps)}
+    fns = [layer_fn(layer, getattr(layer, "in_features", None)) for layer in layers]
+    *times, t_first, t_last = _fastest(fns + [first, last], reps)
+    profile = {"layers": times, "first": t_first, "last": t_last}
     model.zero_grad(set_to_none=True)  # profiling must leave no gradient behind
     return profile
 
