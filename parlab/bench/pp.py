@@ -29,7 +29,7 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
     r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
                    model_config=model_config, **options)
     step = cost.measured_step_time(r.timeline)
-    bubble = least = ideal = float("nan")
+    bubble = least = ideal = ideal_lat = latency = float("nan")
     if scheme != "torch-pp":
         from parlab.pipeline.schedules import make_schedule
         name = scheme.removeprefix("pp-")
@@ -37,8 +37,11 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
         bubble = cost.measured_bubble(r.timeline)
         least = cost.measured_bubble(r.timeline, stat="min")
         ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
+        latency = cost.measured_message_latency(r.ledger)
+        ideal_lat = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
     return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
             "bubble": bubble, "bubble_least": least, "ideal_measured_costs": ideal,
+            "latency_s": latency, "ideal_measured_costs_and_latency": ideal_lat,
             **{k: v for k, v in options.items() if k != "partition"}}
 
 
@@ -77,7 +80,8 @@ def _print(group) -> None:
         bubble = "" if r["bubble"] != r["bubble"] else (
             f"bubble {r['bubble']:5.1%} (least {r['bubble_least']:5.1%}; theory {r['theory']:5.1%}: "
             f"{(r['bubble'] - r['theory']) * 100:+5.1f} / {(r['bubble_least'] - r['theory']) * 100:+5.1f}"
-            f" pts; ideal at measured stage times {r['ideal_measured_costs']:5.1%})")
+            f" pts; ideal at measured stage times {r['ideal_measured_costs']:5.1%}, + measured "
+            f"latency {r['latency_s'] * 1e3:.1f} ms: {r['ideal_measured_costs_and_latency']:5.1%})")
         print(f"pp={r['pp']} m={r['m']:<2} {name:18} {r['samples_per_s']:7.1f} samples/s  "
               f"×{r['vs_gpipe']:.2f} gpipe  ×{r['vs_torch']:.2f} torch-pp  {bubble}", flush=True)
 

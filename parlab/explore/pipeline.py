@@ -115,19 +115,22 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
     name = r.config.options.get("schedule") if scheme == "pp" else scheme.removeprefix("pp-")
     plan = resolve(r.config, name)
     schedule = make_schedule(name, plan.pp, plan.microbatches, plan.chunks)
+    latency = cost.measured_message_latency(r.ledger)
     ideal = cost.ideal_from_measured(schedule, r.timeline)
+    with_latency = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
     last = cost.pipeline_events(r.timeline, step=steps - 1)
     measured, predicted = cost.measured_bubble(r.timeline), cost.bubble_of(ideal)
     least = cost.measured_bubble(r.timeline, stat="min")
     theory = cost.theory_bubble(name, plan.pp, plan.microbatches, plan.chunks)
     print(f"{scheme} p={plan.pp} m={plan.microbatches} v={plan.chunks}: bubble measured "
-          f"{measured:.1%} (least-disturbed step {least:.1%}), ideal at the measured stage times "
-          f"{predicted:.1%}, closed form {theory:.1%}; step "
+          f"{measured:.1%} (least-disturbed step {least:.1%}); closed form {theory:.1%}; ideal at "
+          f"the measured stage times {predicted:.1%}, and with the measured message latency "
+          f"{latency * 1e3:.2f} ms {with_latency:.1%}; step "
           f"{cost.measured_step_time(r.timeline) * 1e3:.0f} ms")
     if draw:
         ideal_and_measured(ideal, last, f"{scheme}, p={plan.pp}, m={plan.microbatches}")
     return {"measured": measured, "least": least, "ideal": predicted, "theory": theory,
-            "result": r}
+            "latency": latency, "ideal_with_latency": with_latency, "result": r}
 
 
 def bubble_curve(world_size: int, microbatches: list[int], schedules=("1f1b",), steps: int = 3,
