@@ -9,4 +9,5 @@ executed with `parlab.comm.Comm` send/recv, drawn, and costed by the same code.
 - `stages`: a stage of the reference model (its embed / blocks / head), so exactness follows.
 - `partition`: per-layer profiling and dynamic-programming balancing of stages.
 - `executor`: runs one rank's action list for one training step.
+- `draw`: Gantt charts of ideal and measured timelines.
 """
