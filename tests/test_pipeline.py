@@ -163,7 +163,7 @@ EXACT = [
     ("pp-1f1b", 4, {"pp": 2, "microbatches": 2}),  # dp = 2 × pp = 2
     ("pp", 2, {"schedule": "zb", "partition": [1, 3]}),
     ("pp-gpipe", 2, {"partition": "balanced", "microbatches": 2}),
-    ("torch-pp", 2, {"schedule": "1f1b", "microbatches": 2}),
+    ("torch-pp", 2, {"schedule": "1f1b", "microbatches": 2, "partition": "balanced"}),
     ("torch-pp", 4, {"schedule": "gpipe", "microbatches": 4}),
 ]
 

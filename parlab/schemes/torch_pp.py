@@ -22,7 +22,7 @@ from parlab.memory import model_memory
 from parlab.mesh import Mesh
 from parlab.pipeline import stages as stages_mod
 from parlab.runner import register
-from parlab.schemes.pipeline import assemble, resolve
+from parlab.schemes.pipeline import _counts, assemble, resolve
 from parlab.training import build_model, make_optimizer, state_of, step_batch
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -54,8 +54,7 @@ def torch_pp(ctx):
     tie_comm = ctx.comm.split([sorted(set(g)) for g in ends] +
                               [[r] for r in range(ctx.world_size) if r not in flat], "embed-tie")
     model = build_model(cfg)
-    counts = (list(plan.partition) if isinstance(plan.partition, tuple)
-              else stages_mod.even_partition(plan.n_layers, plan.pp))
+    counts = _counts(ctx, plan, model)  # even, balanced (profiled on rank 0) or given
     stage = stages_mod.build_stages(model, [pp_rank], counts)[pp_rank]
     params = list(model.parameters())
     tied = stages_mod.tied_parameter(model)
