@@ -79,7 +79,7 @@ class Comm:
             info = current_launch()
             link = info.link if info is not None else None
         self.link = resolve(link)
-        self._link_free_at = 0.0
+        self._free_at = {"tx": 0.0, "rx": 0.0}  # full duplex: each direction queues alone
         self._executor: ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ groups
@@ -277,10 +277,16 @@ class Comm:
                                                          sorted(traffic.peers)))
         if self.link is None:
             return 0.0
-        start = max(record["t_start"], self._link_free_at)
-        nbytes = max(record["bytes_sent"], record["bytes_recv"])
-        self._link_free_at = start + self.link.cost(nbytes, traffic.rounds)
-        return self._link_free_at
+        # A full-duplex link: what this rank sends queues behind earlier sends, what it receives
+        # behind earlier receives, so a send and a receive in flight together (a ring step, an
+        # isend/irecv exchange) overlap instead of paying twice.
+        ready = record["t_start"]
+        for direction, nbytes in (("tx", record["bytes_sent"]), ("rx", record["bytes_recv"])):
+            if nbytes or direction == "tx":
+                start = max(record["t_start"], self._free_at[direction])
+                self._free_at[direction] = start + self.link.cost(nbytes, traffic.rounds)
+                ready = max(ready, self._free_at[direction])
+        return ready
 
     def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None):
         record = self._record(op, "gloo", tensor, phase, numel)
@@ -295,13 +301,15 @@ class Comm:
         def run():
             return body(traffic)
 
+        ready = {"at": 0.0}
+
         def finish(value):
-            self._account(record, traffic, tensor.element_size())
+            ready["at"] = self._account(record, traffic, tensor.element_size())
             return value
 
         if not async_op:
             value = finish(run())
-            self._sleep_until(self._link_free_at if self.link else 0.0)
+            self._sleep_until(ready["at"])
             t1 = time.perf_counter()
             record["t_end"] = t1
             self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
@@ -311,8 +319,7 @@ class Comm:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
         handle = Handle(self, record, 0.0, future=self._executor.submit(run))
-        handle.finish = lambda value: (finish(value), setattr(
-            handle, "ready_at", self._link_free_at if self.link else 0.0))[0]
+        handle.finish = lambda value: (finish(value), setattr(handle, "ready_at", ready["at"]))[0]
         return handle
 
     def _sleep_until(self, ready_at: float) -> None:

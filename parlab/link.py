@@ -5,8 +5,9 @@ algorithm that runs in k sequential rounds and puts b bytes on a rank's busiest 
 k·α + b/β (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
 MPICH", IJHPCA 2005). With a `Link` set, `parlab.comm` runs the real operation and then waits
 until that much wall time has passed since the link became free, so a slow link shows in step
-times and timelines while the results stay exact. Ops queue on the link in issue order, and async
-ops stay async: only `wait()` sleeps.
+times and timelines while the results stay exact. The link is full duplex: sends queue behind
+sends and receives behind receives, in issue order, so a send and a receive in flight together
+overlap. Async ops stay async: only `wait()` sleeps.
 
 CPU-sized models compute ~100× slower than a GPU, so the presets divide each real bandwidth by
 `PRESET_SCALE` = 100 and keep the real latency: the ratio of compute time to communication time

@@ -73,3 +73,9 @@ def test_alpha_beta_fit_recovers_known_parameters():
     assert fit.beta == pytest.approx(beta, rel=1e-6)
     with pytest.raises(ValueError):
         cost.fit_alpha_beta([1], [1.0], n)
+
+
+def test_emulated_link_is_full_duplex():
+    """A send and a receive in flight together each take bytes/β, not the sum of both."""
+    for planned in launch(workers.duplex_exchange, 2):
+        assert planned == pytest.approx([(1 << 20) / 10e6] * 2, rel=0.05)

@@ -140,3 +140,18 @@ def mesh_check(rank, world_size):
     dp = torch.tensor([float(rank)])
     mesh["dp"].all_reduce(dp)
     return {"coords": mesh.coords, "tp_sum": int(tp.item()), "dp_sum": int(dp.item())}
+
+
+def duplex_exchange(rank, world_size):
+    """isend + irecv at once on an emulated 10 MB/s link: each direction pays its own 0.1 s."""
+    from parlab.link import Link
+
+    comm = Comm(link=Link(0.0, 10e6, "10MB/s"))
+    peer = 1 - rank
+    out_buf, in_buf = torch.ones(1 << 18), torch.empty(1 << 18)  # 1 MiB each way
+    send = comm.isend(out_buf, peer)
+    recv = comm.irecv(in_buf, peer)
+    planned = [h.ready_at - h.record["t_start"] for h in (send, recv)]
+    send.wait()
+    recv.wait()
+    return planned
