@@ -29,8 +29,7 @@ from parlab.comm import Comm
 from parlab.cost import pairwise_all_to_all, shard_bounds
 from parlab.launch import launch
 from parlab.ulysses import ulysses_attention
-from parlab.video_denoiser import (TinyVideoDenoiser, VideoConfig, box_ids, initial_noise,
-                                   noise_levels)
+from parlab.video_denoiser import TinyVideoDenoiser, VideoConfig, box_ids, initial_noise, noise_levels
 
 MODES = ("sp", "lp")
 METHODS = ("ring", "ulysses")
@@ -155,7 +154,7 @@ def _lp_rank(rank, world_size, cfg: VideoConfig, halo: int, seed: int):
 
 def _exchange(cfg, comm, slab, step, halo):
     """One all-to-all: my slab's part of every rank's next region; returns my next region."""
-    cp, a, b = comm.size, split_axis(step), split_axis(step + 1)
+    cp, a = comm.size, split_axis(step)
     offset = core(cfg, a, comm.rank, cp)[0]
     pieces = []
     for p in lp_pieces(cfg, step, comm.rank, cp, halo):

@@ -55,6 +55,43 @@ def all_positions(layout: str, cp: int, seq_len: int) -> list[torch.Tensor]:
 
 
 # ----------------------------------------------------------------------------- one block
+class BlockAttention(torch.autograd.Function):
+    """Attention of q over one block of keys -> (output normalised within the block, log-sum-exp).
+
+    No communication: the compute step of every ring step. Forward saves q, k, v and the block's
+    probabilities P (one score block, not the raw scores as well); backward is FlashAttention's
+    (Dao et al. 2022, Alg. 4) plus the log-sum-exp's own gradient, which the merge rule needs:
+    dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(dP ∘ P) + dlse), dQ = dS·K/√d, dK = dSᵀ·Q/√d.
+    The mask and the bias are constants (no gradient).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, bias):
+        scale = 1.0 / math.sqrt(q.size(-1))
+        scores = (q @ k.transpose(-2, -1)) * scale  # (B, nh, Tq, Tk)
+        if bias is not None:
+            scores = scores + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)  # (B, nh, Tq); -inf for a row that sees no key
+        finite = lse.masked_fill(torch.isinf(lse), 0.0)  # such a row gets output 0, weight e^-inf
+        probs = torch.exp(scores - finite.unsqueeze(-1))  # (B, nh, Tq, Tk)
+        ctx.save_for_backward(q, k, v, probs)
+        ctx.scale = scale
+        return probs @ v, lse  # (B, nh, Tq, hs), (B, nh, Tq)
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, probs = ctx.saved_tensors
+        d_v = probs.transpose(-2, -1) @ d_out  # (B, nh, Tk, hs)
+        d_probs = d_out @ v.transpose(-2, -1)  # (B, nh, Tq, Tk)
+        row = (d_probs * probs).sum(-1, keepdim=True)  # (B, nh, Tq, 1)
+        d_scores = probs * (d_probs - row + d_lse.unsqueeze(-1))  # (B, nh, Tq, Tk)
+        d_q = (d_scores @ k) * ctx.scale  # (B, nh, Tq, hs)
+        d_k = (d_scores.transpose(-2, -1) @ q) * ctx.scale  # (B, nh, Tk, hs)
+        return d_q, d_k, d_v, None, None
+
+
 def block_attention(q, k, v, mask=None, bias=None):
     """Attention of q over one block of keys: (output normalised within the block, log-sum-exp).
 
@@ -62,15 +99,7 @@ def block_attention(q, k, v, mask=None, bias=None):
     broadcastable to (B, nh, Tq, Tk). A row that sees no key gets output 0 and lse −inf, which
     `merge` weighs by zero (the first block merged must give every row a key).
     """
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.size(-1))  # (B, nh, Tq, Tk)
-    if bias is not None:
-        scores = scores + bias
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)  # (B, nh, Tq); -inf for a row that sees no key
-    finite = lse.masked_fill(torch.isinf(lse), 0.0)  # such a row gets output 0, weight e^-inf
-    out = torch.exp(scores - finite.unsqueeze(-1)) @ v  # (B, nh, Tq, hs)
-    return out, lse
+    return BlockAttention.apply(q, k, v, mask, bias)
 
 
 def merge(out_a, lse_a, out_b, lse_b):
