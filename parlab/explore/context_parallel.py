@@ -216,3 +216,49 @@ def panel(world_size: int = 2, method: str = "ring", seq_len: int = 32):
     for rank, mem in enumerate(result.memory):
         print(f"rank {rank}: attention bytes sent {result.bytes_per_rank(phase='cp-forward')[rank] + result.bytes_per_rank(phase='cp-backward')[rank]:,}"  # noqa: E501
               f", activations {mem['activations']:,} B")
+
+
+# ----------------------------------------------------------------------------- side by side
+def _torch_context_parallel_rank(rank, world_size):
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    q, k, v = (torch.randn(1, 4, 32, 8) for _ in range(3))  # (B, nh, T, hs)
+    try:
+        with context_parallel(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return f"ran: output {tuple(out.shape)}"
+    except Exception as err:  # noqa: BLE001 - the point is to show what PyTorch says on CPU
+        return f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"
+
+
+def torch_context_parallel(world_size: int = 2) -> str:
+    """Try PyTorch's own context_parallel() on CPU ranks; return what rank 0 got."""
+    return launch(_torch_context_parallel_rank, world_size, timeout=120)[0]
+
+
+def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list[dict]:
+    """cp-ring vs cp-ulysses on an emulated link: the α-β prediction of rank 0's communication
+    time (Σ over its ops of α·rounds + bytes/β, the way parlab.link charges them: a send and a
+    recv each occupy the link) next to its measured step time (communication + compute)."""
+    from parlab.link import resolve
+
+    spec = resolve(link)
+    rows = []
+    for method in ("ring", "ulysses"):
+        r = run(method, world_size, cp=world_size, steps=steps, link=link)
+        mine = [x for x in r.ledger if x["rank"] == 0]
+
+        def cost(ops):
+            return sum(spec.cost(max(x["bytes_sent"], x["bytes_recv"]), x["rounds"])
+                       for x in ops) / steps
+        attention_ops = [x for x in mine if str(x["phase"]).startswith("cp-")]
+        rows.append({"scheme": r.config.scheme,
+                     "attention ops/step": len(attention_ops) // steps,
+                     "attention bytes sent/step": sum(x["bytes_sent"] for x in attention_ops) // steps,
+                     "predicted attention s": round(cost(attention_ops), 3),
+                     "predicted all comm s": round(cost(mine), 3),
+                     "measured step s": round(sum(r.outputs[0]["step_s"]) / steps, 3)})
+    return rows
