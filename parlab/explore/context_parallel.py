@@ -262,3 +262,14 @@ def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list
                      "predicted all comm s": round(cost(mine), 3),
                      "measured step s": round(sum(r.outputs[0]["step_s"]) / steps, 3)})
     return rows
+
+
+def last_step(events: list[dict]) -> list[dict]:
+    """The timeline events of the last training step (from the last forward's start on any rank):
+    one step is what a Gantt chart can show legibly."""
+    starts = {}
+    for e in events:
+        if e["kind"] == "compute" and e["name"] == "forward":
+            starts[e["rank"]] = max(starts.get(e["rank"], 0.0), e["t0"])
+    t0 = min(starts.values())
+    return [dict(e, t0=e["t0"] - t0, t1=e["t1"] - t0) for e in events if e["t0"] >= t0]
