@@ -125,31 +125,39 @@ def blockwise_attention(q, k, v, block: int, causal: bool = True):
 
 
 # ----------------------------------------------------------------------------- the ring
-def _exchange(tensor, comm, to, frm, phase):
-    """Send `tensor` to group rank `to` while receiving one like it from `frm`."""
+def _start_exchange(tensor, comm, to, frm, phase):
+    """Post the send of `tensor` to group rank `to` and the receive of one like it from `frm`;
+    returns the pair of handles (the transfer proceeds while this rank computes)."""
     incoming = torch.empty_like(tensor)
     send = comm.isend(tensor, to, phase=phase)  # (2, B, nh, T/cp, hs) out
     recv = comm.irecv(incoming, frm, phase=phase)  # (2, B, nh, T/cp, hs) in
+    return send, recv
+
+
+def _finish_exchange(handles):
+    send, recv = handles
     send.wait()
     return recv.wait()
 
 
 class RingPass(torch.autograd.Function):
-    """One ring step. Forward: send this K/V block to rank r+1, receive rank r−1's.
-    Backward: send the gradient of the received block back to rank r−1 and receive, from r+1,
-    the gradient of the block sent there (dK, dV accumulate as they travel)."""
+    """One ring step. Forward: this K/V block goes to rank r+1 and rank r−1's arrives — the
+    transfer is posted *before* this step's block attention and waited for after it (overlap,
+    Liu et al. §3), so forward only attaches the received block to the graph. Backward: the
+    gradient of the received block goes back to rank r−1 and, from r+1, the gradient of the
+    block sent there arrives (dK, dV accumulate as they travel round)."""
 
     @staticmethod
-    def forward(ctx, kv, comm):
+    def forward(ctx, kv, received, comm):
         ctx.comm = comm
-        n, r = comm.size, comm.rank
-        return _exchange(kv, comm, (r + 1) % n, (r - 1) % n, "cp-forward")  # (2, B, nh, Tl, hs)
+        return received.view_as(received)  # (2, B, nh, Tl, hs) from rank r−1
 
     @staticmethod
     def backward(ctx, grad):
         comm = ctx.comm
         n, r = comm.size, comm.rank
-        return _exchange(grad.contiguous(), comm, (r - 1) % n, (r + 1) % n, "cp-backward"), None
+        handles = _start_exchange(grad.contiguous(), comm, (r - 1) % n, (r + 1) % n, "cp-backward")
+        return _finish_exchange(handles), None, None  # (2, B, nh, Tl, hs) from rank r+1
 
 
 def _causal_relation(q_chunk: int, k_chunk: int) -> str:
@@ -177,6 +185,8 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], layout: str = "
     unused = []  # received blocks no query of this rank attends to (causal, contiguous split)
     kv = torch.stack([k, v])  # (2, B, nh, Tl, hs): one message per ring step
     for step in range(n):
+        if step < n - 1:  # post the next block's transfer, then compute on this one
+            pending = _start_exchange(kv.detach(), comm, (me + 1) % n, (me - 1) % n, "cp-forward")
         src = (me - step) % n  # whose block this rank holds now
         k_blk, v_blk, k_pos = kv[0], kv[1], positions[src]  # (B, nh, Tl, hs) ×2
         computed = 0
@@ -204,7 +214,7 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], layout: str = "
         if computed == 0:
             unused.append(kv)
         if step < n - 1:
-            kv = RingPass.apply(kv, comm)  # (2, B, nh, Tl, hs) from rank me−1
+            kv = RingPass.apply(kv, _finish_exchange(pending), comm)  # (2, B, nh, Tl, hs)
     out = torch.cat([p[0] for p in partial], dim=2)  # (B, nh, Tl, hs)
     for block in unused:
         # Every rank must run every RingPass backward, in step with its neighbours, or the one
