@@ -1,11 +1,12 @@
 """`python -m parlab bench cp`: context parallelism vs sequence length, and video serving vs halo.
 
-Ring attention (Liu et al. 2023), Ulysses (Jacobs et al. 2023) and no CP, on the tiny GPT at each
-sequence length and cp degree, in one run: step time (median over steps after the first, the
-slowest rank), attention and gradient bytes per rank per step (ledger), and peak activation
-memory per rank (ActivationMeter); ratios are against the single process measured in the same
-run. Then the video denoiser served with sequence parallelism and with latent parallelism (Wu et
-al. 2025) at several halos: bytes per denoising step, time per step, error vs one process.
+Ring attention (Liu et al. 2023; zig-zag and contiguous splits), Ulysses (Jacobs et al. 2023)
+and no CP, on the tiny GPT at each sequence length and cp degree, in one run: step time (median
+over steps after the first, the slowest rank), attention and gradient bytes per rank per step
+(ledger), and peak activation memory per rank (ActivationMeter); ratios are against the single
+process measured in the same run. Then the video denoiser served with sequence parallelism and
+with latent parallelism (Wu et al. 2025) at several halos: bytes per denoising step, time per
+step, error vs one process.
 
     python -m parlab bench cp --seq-lens 32 64 128 --cps 2 4 --steps 4 --out cp.json
 """
@@ -48,15 +49,17 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
         rows.append({"T": T, "scheme": "no CP (single)", "cp": 1, "step_ms": base_time * 1e3,
                      "time_ratio": 1.0, "attn_bytes": 0, "grad_bytes": 0,
                      "activations": base_mem, "mem_ratio": 1.0})
-        for scheme in ("cp-ring", "cp-ulysses"):
+        for scheme, layout in (("cp-ring", "zigzag"), ("cp-ring", "contiguous"),
+                               ("cp-ulysses", "contiguous")):
             for cp in cps:
                 r = parlab.run(scheme, world_size=cp, cp=cp, steps=steps, model_config=config,
-                               batch_size=batch_size)
+                               batch_size=batch_size, layout=layout)
                 t = _median_after_first(step_times(r))
                 attn = max(a + b for a, b in zip(r.bytes_per_rank(phase="cp-forward"),
                                                  r.bytes_per_rank(phase="cp-backward"))) / steps
                 mem = max(m["activations"] for m in r.memory)
-                rows.append({"T": T, "scheme": scheme, "cp": cp, "step_ms": t * 1e3,
+                name = f"{scheme} ({layout})" if scheme == "cp-ring" else scheme
+                rows.append({"T": T, "scheme": name, "cp": cp, "step_ms": t * 1e3,
                              "time_ratio": t / base_time, "attn_bytes": attn,
                              "grad_bytes": max(r.bytes_per_rank(phase="grad-sync")) / steps,
                              "activations": mem, "mem_ratio": mem / base_mem})

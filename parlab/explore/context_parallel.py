@@ -172,7 +172,7 @@ def video_tradeoff(world_size: int = 2, halos=(0, 1, 2, 4), cfg: VideoConfig | N
     rows = []
     for method in ("ring", "ulysses"):
         result = serve("sp", cfg, world_size, method=method)
-        rows.append({"mode": f"sp-{method}", "halo": None,
+        rows.append({"mode": f"sp-{method}", "halo": "-",
                      "bytes/step": max(result.bytes_per_step()),
                      "formula": sp_bytes(cfg, world_size, method),
                      "error": relative_error(result.output, ref)})
