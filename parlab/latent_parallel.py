@@ -94,6 +94,18 @@ def lp_bytes(cfg: VideoConfig, cp: int, halo: int, rank: int, step: int, itemsiz
     return pairwise_all_to_all(send, recv, rank)[0] * itemsize
 
 
+def lp_compute_fraction(cfg: VideoConfig, cp: int, halo: int) -> float:
+    """Tokens the busiest rank runs the model on, per step, as a fraction of the whole latent
+    (averaged over steps): 1/cp with no halo, 1 once the halo covers the latent (every rank then
+    computes everything — exact, but no faster than one process). SP's fraction is 1/cp."""
+    fractions = []
+    for s in range(cfg.denoise_steps):
+        a = split_axis(s)
+        widest = max(hi - lo for lo, hi in (region(cfg, a, r, cp, halo) for r in range(cp)))
+        fractions.append(widest / axis_sizes(cfg)[a])
+    return sum(fractions) / len(fractions)
+
+
 def sp_bytes(cfg: VideoConfig, cp: int, method: str, itemsize: int = 4) -> int:
     """Bytes a rank sends per denoising step (forward only): per layer, the ring passes K and V
     of its N/cp tokens cp−1 times; Ulysses sends (cp−1)/cp of q, k, v and the output."""

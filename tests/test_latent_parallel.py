@@ -4,7 +4,7 @@ bytes; both ledgers match their closed forms; bad configurations fail before lau
 
 import pytest
 
-from parlab.latent_parallel import lp_bytes, relative_error, serve, sp_bytes
+from parlab.latent_parallel import lp_bytes, lp_compute_fraction, relative_error, serve, sp_bytes
 from parlab.video_denoiser import VideoConfig, sample
 
 CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)
@@ -31,6 +31,12 @@ def test_sequence_parallel_serving_is_exact(reference, method, world_size):
 def test_latent_parallel_is_exact_when_the_halo_covers_the_latent(reference):
     result = serve("lp", CFG, 2, halo=8)
     assert (result.output - reference).abs().max().item() < 1e-5
+
+
+def test_latent_parallel_compute_grows_with_the_halo():
+    assert lp_compute_fraction(CFG, 2, 0) == 0.5
+    assert lp_compute_fraction(CFG, 4, 8) == 1.0  # the halo covers every axis: all of it
+    assert 0.5 < lp_compute_fraction(CFG, 2, 1) < lp_compute_fraction(CFG, 2, 2) < 1.0
 
 
 def test_latent_parallel_error_falls_with_the_halo(reference):
