@@ -10,6 +10,7 @@ from parlab import cost
 from parlab import ring_attention as ring
 from parlab.launch import launch
 from parlab.models import attention
+from parlab.ring_recompute import ring_recompute_bytes
 from parlab.runner import make_config
 from parlab.schemes.context_parallel import degrees
 from parlab.ulysses import ulysses_bytes
@@ -67,6 +68,10 @@ def test_zigzag_balances_causal_work_and_contiguous_does_not(cp):
     ("ring", 4, "zigzag", True, True),
     ("ring", 4, "contiguous", True, False),
     ("ring", 2, "contiguous", False, True),
+    ("ring-recompute", 2, "zigzag", True, True),
+    ("ring-recompute", 4, "zigzag", True, False),
+    ("ring-recompute", 4, "contiguous", True, True),
+    ("ring-recompute", 2, "contiguous", False, True),
     ("ulysses", 2, "contiguous", True, True),
     ("ulysses", 4, "zigzag", True, False),
     ("ulysses", 4, "contiguous", False, True),
@@ -85,6 +90,8 @@ def test_sharded_attention_is_exact_forward_and_backward(method, world_size, lay
     ("cp-ring", 4, {"cp": 4}),
     ("cp-ring", 2, {"cp": 2, "layout": "contiguous"}),
     ("cp-ring", 4, {"cp": 2}),  # dp=2 × cp=2
+    ("cp-ring", 4, {"cp": 4, "recompute": True}),
+    ("cp-ring", 4, {"cp": 2, "recompute": True, "layout": "contiguous"}),
     ("cp-ulysses", 2, {"cp": 2}),
     ("cp-ulysses", 4, {"cp": 4}),
     ("cp-ulysses", 4, {"cp": 2}),  # dp=2 × cp=2
@@ -118,6 +125,21 @@ def test_ring_ledger_is_the_closed_form(runs, world_size, cp):
 
 
 @pytest.mark.parametrize("world_size,cp", [(4, 4), (4, 2)])
+def test_recomputing_ring_ledger_is_the_closed_form(runs, world_size, cp):
+    layout = "zigzag" if cp == 4 else "contiguous"
+    result = runs("cp-ring", world_size, cp=cp, recompute=True, **({"layout": layout}
+                                                                   if cp == 2 else {}))
+    g = result.config.model_config
+    expect = ring_recompute_bytes(result.config.batch_size // (world_size // cp), g.n_head,
+                                  g.block_size, g.head_dim, cp, g.n_layer)
+    for phase in ("cp-forward", "cp-backward"):
+        assert result.bytes_per_rank(phase=phase, op="send") == [STEPS * expect[phase]] * world_size
+    sends = [r for r in result.ledger if r["phase"] == "cp-backward" and r["op"] == "send"]
+    assert len(sends) == world_size * STEPS * g.n_layer * (2 * cp - 1)  # K/V cp−1, dK/dV cp
+    _check_grad_sync(result, [p.numel() for p in result.state.values()])
+
+
+@pytest.mark.parametrize("world_size,cp", [(4, 4), (4, 2)])
 def test_ulysses_ledger_is_the_closed_form(runs, world_size, cp):
     result = runs("cp-ulysses", world_size, cp=cp)
     g = result.config.model_config
@@ -144,6 +166,10 @@ def test_activation_memory_per_rank_shrinks_with_cp(runs):
         two = max(m["activations"] for m in runs(scheme, 2, cp=2, model_config=config).memory)
         four = max(m["activations"] for m in runs(scheme, 4, cp=4, model_config=config).memory)
         assert four < two < single, (scheme, single, two, four)
+    plain = max(m["activations"] for m in runs("cp-ring", 4, cp=4, model_config=config).memory)
+    kept = max(m["activations"] for m in runs("cp-ring", 4, cp=4, recompute=True,
+                                               model_config=config).memory)
+    assert kept < plain  # no score block and no received K/V saved for backward
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -156,6 +182,7 @@ def test_activation_memory_per_rank_shrinks_with_cp(runs):
     (dict(scheme="cp-ring", world_size=4, cp=2, batch_size=9), "batch_size=9 is not divisible by dp=2"),
     (dict(scheme="cp-ring", world_size=2, cp=0), "cp=0"),
     (dict(scheme="cp-ring", world_size=2, layout="spiral"), "layout='spiral'"),
+    (dict(scheme="cp-ring", world_size=2, recompute="yes"), "recompute='yes'"),
     (dict(scheme="cp-ulysses", world_size=2, model="mlp"), "model='mlp'"),
 ])
 def test_bad_input_is_a_value_error_before_launch(kwargs, match):

@@ -4,6 +4,7 @@ import torch
 
 from parlab import ring_attention as ring
 from parlab.comm import Comm
+from parlab.ring_recompute import ring_attention_recompute
 from parlab.ulysses import ulysses_attention
 
 
@@ -31,6 +32,8 @@ def attention_check(rank, world_size, method, layout, causal, with_bias, seq_len
     ql, kl, vl = (t.detach()[:, :, mine].clone().requires_grad_() for t in (q, k, v))
     if method == "ring":
         out = ring.ring_attention(ql, kl, vl, comm, positions, layout, causal, bias_fn)
+    elif method == "ring-recompute":
+        out = ring_attention_recompute(ql, kl, vl, comm, positions, causal, bias_fn)
     else:
         out = ulysses_attention(ql, kl, vl, comm, positions, causal, bias_fn)
     out.backward(grad[:, :, mine])

@@ -8,7 +8,9 @@ Ranks form a dp × cp mesh. A cp group shares a slice of the batch and holds T/c
 each (zig-zag or contiguous chunks, `parlab.ring_attention.layout_chunks`). Everything but
 attention is per token, so each rank runs embeddings (at its tokens' *true* positions), layer
 norms, MLPs and the head on its own tokens; attention reaches the other ranks' tokens through
-`ring_attention` (K/V round the ring) or `ulysses_attention` (all-to-all to a head split).
+`ring_attention` (K/V round the ring; `recompute=True`: `ring_attention_recompute`, which saves
+O(T/cp) for backward and sends K/V round again) or `ulysses_attention` (all-to-all to a head
+split).
 Each rank's loss is its tokens' summed cross-entropy / the global token count, so the ranks'
 losses add up to the global mean, and their parameter gradients add up to its gradient: one
 sum all-reduce of the gradients over all dp × cp ranks, and every replica takes the same step as
@@ -25,6 +27,7 @@ import torch.nn.functional as F
 from parlab import ring_attention as ring
 from parlab.memory import ActivationMeter, model_memory
 from parlab.mesh import Mesh, validate_degrees
+from parlab.ring_recompute import ring_attention_recompute
 from parlab.runner import register
 from parlab.training import build_model, make_optimizer, state_of, step_batch
 from parlab.ulysses import ulysses_attention
@@ -65,6 +68,8 @@ def _validate(cfg, method: str):
         raise ValueError(problem)
     if cfg.options.get("layout", "contiguous") not in ring.LAYOUTS:
         raise ValueError(f"layout={cfg.options['layout']!r} must be one of {ring.LAYOUTS}")
+    if not isinstance(cfg.options.get("recompute", False), bool):
+        raise ValueError(f"recompute={cfg.options['recompute']!r} must be True or False")
 
 
 # ----------------------------------------------------------------------------- the sharded GPT
@@ -91,10 +96,13 @@ def cp_loss_sum(model, idx, targets, positions, attention):
                            reduction="sum")
 
 
-def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None):
+def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None,
+                   recompute: bool = False):
     """attention(q, k, v) for this rank's tokens, and every rank's token positions."""
     positions = ring.all_positions(layout, comm.size, seq_len)
-    if method == "ring":
+    if method == "ring" and recompute:
+        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
+    elif method == "ring":
         fn = partial(ring.ring_attention, comm=comm, positions=positions, layout=layout,
                      causal=True, work=work)
     else:
@@ -110,7 +118,8 @@ def _train(ctx, method: str) -> dict:
     layout = cfg.options.get("layout", "contiguous")
     seq_len = cfg.model_config.block_size
     work: list = []
-    attention, positions = make_attention(method, mesh["cp"], layout, seq_len, work)
+    attention, positions = make_attention(method, mesh["cp"], layout, seq_len, work,
+                                          cfg.options.get("recompute", False))
     mine = positions[cp_rank]  # (T/cp,)
     model = build_model(cfg)
     optimizer = make_optimizer(model.parameters(), cfg)
@@ -142,7 +151,7 @@ def _train(ctx, method: str) -> dict:
 
 
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
-          exact=True, options={"cp": None, "layout": "zigzag"},
+          exact=True, options={"cp": None, "layout": "zigzag", "recompute": False},
           validate=partial(_validate, method="ring"), models=("gpt",))
 def cp_ring(ctx):
     return _train(ctx, "ring")
