@@ -18,6 +18,7 @@ from parlab.latent_parallel import lp_bytes, lp_compute_fraction, relative_error
 from parlab.launch import launch
 from parlab.memory import ActivationMeter
 from parlab.models import attention
+from parlab.ring_recompute import ring_attention_recompute
 from parlab.ulysses import ulysses_attention, ulysses_bytes
 from parlab.video_denoiser import VideoConfig, sample
 
@@ -131,7 +132,7 @@ def ledger_vs_formula(result) -> list[dict]:
 
 def _attention_memory_rank(rank, world_size, method, seq_len, batch, n_head, head_dim):
     comm = Comm(None)
-    layout = "zigzag" if method == "ring" else "contiguous"
+    layout = "contiguous" if method == "ulysses" else "zigzag"
     positions = ring.all_positions(layout, world_size, seq_len)
     q, k, v = (torch.randn(batch, n_head, seq_len // world_size, head_dim, requires_grad=True)
                for _ in range(3))  # (B, nh, T/cp, hs)
@@ -139,6 +140,8 @@ def _attention_memory_rank(rank, world_size, method, seq_len, batch, n_head, hea
     with meter:
         if method == "ring":
             out = ring.ring_attention(q, k, v, comm, positions, layout)
+        elif method == "ring-recompute":
+            out = ring_attention_recompute(q, k, v, comm, positions)
         else:
             out = ulysses_attention(q, k, v, comm, positions)
     out.sum().backward()
@@ -156,7 +159,7 @@ def attention_memory(method: str, cp: int, seq_len: int, batch: int = 1, n_head:
 
 def memory_table(seq_lens=(32, 64, 128), cps=(1, 2, 4)) -> list[dict]:
     rows = []
-    for method in ("ring", "ulysses"):
+    for method in ("ring", "ring-recompute", "ulysses"):
         for T in seq_lens:
             row = {"method": method, "T": T}
             for cp in cps:
