@@ -44,7 +44,12 @@ def layout_chunks(layout: str, rank: int, cp: int) -> list[int]:
 
 
 def token_positions(layout: str, rank: int, cp: int, seq_len: int) -> torch.Tensor:
-    """Positions (in the full sequence) of `rank`'s tokens, in the order the rank holds them."""
+    """Positions (in the full sequence) of `rank`'s tokens, in the order the rank holds them.
+
+    zigzag needs seq_len divisible by 2·cp; contiguous only by cp (the same split as chunks
+    2r, 2r+1 when 2·cp divides it)."""
+    if layout == "contiguous":
+        return torch.arange(rank * seq_len // cp, (rank + 1) * seq_len // cp)
     c = seq_len // (2 * cp)
     return torch.cat([torch.arange(k * c, (k + 1) * c) for k in layout_chunks(layout, rank, cp)])
 

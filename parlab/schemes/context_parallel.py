@@ -42,7 +42,10 @@ def _valid_cp(cfg, method: str, cp: int) -> str | None:
     dp = cfg.world_size // cp
     if cfg.batch_size % dp:
         return f"batch_size={cfg.batch_size} is not divisible by dp={dp} (world_size / cp)"
-    if T % (2 * cp):
+    if method == "ulysses" and cfg.options.get("layout") == "contiguous":
+        if T % cp:
+            return f"block_size={T} (sequence length) is not divisible by cp={cp}"
+    elif T % (2 * cp):
         return (f"block_size={T} (sequence length) is not divisible by 2·cp={2 * cp} "
                 "(two chunks per cp rank)")
     if method == "ulysses" and nh % cp:
