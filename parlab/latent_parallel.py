@@ -122,7 +122,7 @@ def _sp_rank(rank, world_size, cfg: VideoConfig, method: str, seed: int):
     mine = positions[rank]  # (N/cp,)
     if method == "ring":
         def attention(q, k, v):
-            return ring.ring_attention(q, k, v, comm, positions, "contiguous", causal=False,
+            return ring.ring_attention(q, k, v, comm, positions, causal=False,
                                        bias_fn=model.bias)
     else:
         def attention(q, k, v):

@@ -15,9 +15,11 @@ log-sum-exp l_b = log Σ exp(scores). Two partials merge exactly:
 
 so a rank that holds T/cp queries can see the whole sequence one K/V block at a time: at each of
 cp steps it attends to the block it holds, merges, and passes the block to the next rank
-(`RingPass`). Peak memory holds one score block, (T/cp)², instead of T². In backward the
-gradients of K and V travel the ring the other way, so per layer each rank sends K and V cp−1
-times forward and dK, dV cp−1 times backward (`ring_bytes`).
+(`RingPass`), the transfer overlapping the block's compute. The working set is one score block
+of (T/2cp)² instead of T². Here autograd does the backward: it keeps the score blocks this rank
+computed (≈ T²/2cp with zig-zag) and the received K/V blocks, and the gradients of K and V travel
+the ring the other way, so per layer each rank sends K and V cp−1 times forward and dK, dV cp−1
+times backward (`ring_bytes`). `parlab.ring_recompute` is the paper's memory-lean variant.
 
 Causal masking leaves the upper triangle empty. Sharding contiguously gives rank 0 one block of
 work and rank cp−1 all of them; every ring step waits for the busiest rank. With 2·cp chunks and
@@ -169,16 +171,16 @@ def _causal_relation(q_chunk: int, k_chunk: int) -> str:
     return "full" if k_chunk < q_chunk else ("diagonal" if k_chunk == q_chunk else "skip")
 
 
-def ring_attention(q, k, v, comm, positions: list[torch.Tensor], layout: str = "zigzag",
-                   causal: bool = True, bias_fn=None, work: list | None = None):
+def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = True,
+                   bias_fn=None, work: list | None = None):
     """Exact attention for this rank's queries over the whole sharded sequence.
 
     q, k, v (B, nh, Tl, hs): this rank's tokens (Tl = T/cp), at `positions[comm.rank]`;
-    positions: every rank's token positions (they tell which keys a block holds). Causal masking
-    goes chunk by chunk (2 chunks per rank, `layout_chunks`): chunk pairs above the diagonal are
-    skipped. bias_fn(q_pos, k_pos, None) -> (nh, Tq, Tk) adds a score bias (the video denoiser's;
-    None: all heads).
-    `work`, when a list, receives the number of (chunk × chunk) score blocks computed per step.
+    positions: every rank's token positions (they tell which keys a block holds, whatever the
+    split). Causal masking goes chunk by chunk (2 chunks per rank, `layout_chunks`): chunk pairs
+    above the diagonal are skipped. bias_fn(q_pos, k_pos, None) -> (nh, Tq, Tk) adds a score
+    bias (the video denoiser's; None: all heads). `work`, when a list, receives the number of
+    (chunk × chunk) score blocks computed at each ring step.
     """
     n, me = comm.size, comm.rank
     half = q.size(2) // 2

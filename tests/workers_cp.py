@@ -31,7 +31,7 @@ def attention_check(rank, world_size, method, layout, causal, with_bias, seq_len
     mine = positions[rank]
     ql, kl, vl = (t.detach()[:, :, mine].clone().requires_grad_() for t in (q, k, v))
     if method == "ring":
-        out = ring.ring_attention(ql, kl, vl, comm, positions, layout, causal, bias_fn)
+        out = ring.ring_attention(ql, kl, vl, comm, positions, causal, bias_fn)
     elif method == "ring-recompute":
         out = ring_attention_recompute(ql, kl, vl, comm, positions, causal, bias_fn)
     else:

@@ -139,7 +139,7 @@ def _attention_memory_rank(rank, world_size, method, seq_len, batch, n_head, hea
     meter = ActivationMeter(exclude=[q, k, v])
     with meter:
         if method == "ring":
-            out = ring.ring_attention(q, k, v, comm, positions, layout)
+            out = ring.ring_attention(q, k, v, comm, positions)
         elif method == "ring-recompute":
             out = ring_attention_recompute(q, k, v, comm, positions)
         else:

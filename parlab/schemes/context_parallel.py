@@ -106,8 +106,7 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
     if method == "ring" and recompute:
         fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
     elif method == "ring":
-        fn = partial(ring.ring_attention, comm=comm, positions=positions, layout=layout,
-                     causal=True, work=work)
+        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work)
     else:
         fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
     return fn, positions
