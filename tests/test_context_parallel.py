@@ -1,0 +1,207 @@
+"""Chapter 06: ring attention and Ulysses are exact (forward and backward), cp-ring / cp-ulysses match
+the single process, their ledgers match the closed forms, zig-zag balances causal work, memory
+per rank shrinks with cp, and bad configurations fail before any process starts."""
+
+import pytest
+import torch
+
+import parlab
+from parlab import cost
+from parlab import ring_attention as ring
+from parlab.launch import launch
+from parlab.models import attention
+from parlab.ring_recompute import ring_recompute_bytes
+from parlab.runner import make_config
+from parlab.schemes.context_parallel import degrees
+from parlab.ulysses import ulysses_bytes
+from tests import workers_cp
+
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, **options):
+        key = (scheme, world_size, repr(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, steps=STEPS, timeout=120,
+                                    **options)
+        return cache[key]
+    return get
+
+
+# ----------------------------------------------------------------------------- one process
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", [1, 5, 8, 32])
+def test_online_softmax_merge_equals_full_attention(causal, block):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 32, 8, generator=g) for _ in range(3))
+    torch.testing.assert_close(ring.blockwise_attention(q, k, v, block, causal),
+                               attention(q, k, v, causal), atol=1e-5, rtol=1e-5)
+
+
+def test_merge_weighs_an_empty_block_by_zero():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 1, 4, 2, generator=g) for _ in range(3))
+    out, lse = ring.block_attention(q, k, v)
+    empty = ring.block_attention(q, k, v, torch.zeros(4, 4, dtype=torch.bool))
+    assert torch.isinf(empty[1]).all() and (empty[0] == 0).all()
+    merged = ring.merge(out, lse, *empty)
+    torch.testing.assert_close(merged[0], out)
+
+
+@pytest.mark.parametrize("cp", [2, 3, 4])
+def test_zigzag_balances_causal_work_and_contiguous_does_not(cp):
+    zigzag, contiguous = ring.causal_work("zigzag", cp), ring.causal_work("contiguous", cp)
+    assert len({sum(row) for row in zigzag}) == 1  # every rank the same work
+    assert [sum(row) for row in contiguous] == [3 + 4 * r for r in range(cp)]  # rank r: 3 + 4r
+    assert sum(map(sum, zigzag)) == sum(map(sum, contiguous)) == cp * (2 * cp + 1)
+    assert sorted(ring.token_positions("zigzag", 0, cp, 8 * cp).tolist()) == \
+        list(range(4)) + list(range(8 * cp - 4, 8 * cp))
+
+
+# ----------------------------------------------------------------------------- sharded attention
+@pytest.mark.parametrize("method,world_size,layout,causal,with_bias", [
+    ("ring", 2, "zigzag", True, False),
+    ("ring", 4, "zigzag", True, True),
+    ("ring", 4, "contiguous", True, False),
+    ("ring", 2, "contiguous", False, True),
+    ("ring-recompute", 2, "zigzag", True, True),
+    ("ring-recompute", 4, "zigzag", True, False),
+    ("ring-recompute", 4, "contiguous", True, True),
+    ("ring-recompute", 2, "contiguous", False, True),
+    ("ulysses", 2, "contiguous", True, True),
+    ("ulysses", 4, "zigzag", True, False),
+    ("ulysses", 4, "contiguous", False, True),
+])
+def test_sharded_attention_is_exact_forward_and_backward(method, world_size, layout, causal,
+                                                         with_bias):
+    results = launch(workers_cp.attention_check, world_size, method, layout, causal, with_bias,
+                     timeout=60)
+    for result in results:
+        assert max(result["diffs"]) < 1e-5, result["diffs"]  # out, dq, dk, dv
+
+
+# ----------------------------------------------------------------------------- the schemes
+@pytest.mark.parametrize("scheme,world_size,options", [
+    ("cp-ring", 2, {"cp": 2}),
+    ("cp-ring", 4, {"cp": 4}),
+    ("cp-ring", 2, {"cp": 2, "layout": "contiguous"}),
+    ("cp-ring", 4, {"cp": 2}),  # dp=2 × cp=2
+    ("cp-ring", 4, {"cp": 4, "recompute": True}),
+    ("cp-ring", 4, {"cp": 2, "recompute": True, "layout": "contiguous"}),
+    ("cp-ulysses", 2, {"cp": 2}),
+    ("cp-ulysses", 4, {"cp": 4}),
+    ("cp-ulysses", 4, {"cp": 2}),  # dp=2 × cp=2
+    ("cp-ulysses", 2, {"cp": 2, "layout": "zigzag"}),
+    # T % cp suffices for contiguous Ulysses. SGD: AdamW's first step (g / (|g| + ε)) turns float
+    # noise in gradients near 1e-8 into > 1e-4 parameter differences at some T (ddp-naive at
+    # block_size=64 differs by 1.6e-4 the same way).
+    ("cp-ulysses", 2, {"cp": 2, "model_config": {"block_size": 30}, "optimizer": "sgd"}),
+])
+def test_context_parallel_matches_single(runs, scheme, world_size, options):
+    reference = runs("single", **{k: v for k, v in options.items()
+                                  if k in ("model_config", "optimizer")})
+    comparison = runs(scheme, world_size, **options).compare(reference)
+    assert comparison.match, comparison.problems
+
+
+def _check_grad_sync(result, params):
+    n = result.config.world_size
+    for rank in range(n):
+        expect = STEPS * 4 * sum(cost.ring_all_reduce(p, n, rank)[0] for p in params)
+        assert result.bytes_per_rank(phase="grad-sync")[rank] == expect
+
+
+@pytest.mark.parametrize("world_size,cp", [(4, 4), (4, 2), (2, 2)])
+def test_ring_ledger_is_the_closed_form(runs, world_size, cp):
+    result = runs("cp-ring", world_size, cp=cp)
+    g = result.config.model_config
+    dp = world_size // cp
+    expect = ring.ring_bytes(result.config.batch_size // dp, g.n_head, g.block_size, g.head_dim, cp,
+                             g.n_layer)
+    for phase in ("cp-forward", "cp-backward"):
+        assert result.bytes_per_rank(phase=phase, op="send") == [STEPS * expect[phase]] * world_size
+        assert result.bytes_per_rank("bytes_recv", phase=phase, op="recv") == \
+            [STEPS * expect[phase]] * world_size
+        sends = [r for r in result.ledger if r["phase"] == phase and r["op"] == "send"]
+        assert len(sends) == world_size * STEPS * g.n_layer * (cp - 1)  # K/V cp−1 times per layer
+    _check_grad_sync(result, [p.numel() for p in result.state.values()])
+
+
+@pytest.mark.parametrize("world_size,cp", [(4, 4), (4, 2)])
+def test_recomputing_ring_ledger_is_the_closed_form(runs, world_size, cp):
+    layout = "zigzag" if cp == 4 else "contiguous"
+    result = runs("cp-ring", world_size, cp=cp, recompute=True, **({"layout": layout}
+                                                                   if cp == 2 else {}))
+    g = result.config.model_config
+    expect = ring_recompute_bytes(result.config.batch_size // (world_size // cp), g.n_head,
+                                  g.block_size, g.head_dim, cp, g.n_layer)
+    for phase in ("cp-forward", "cp-backward"):
+        assert result.bytes_per_rank(phase=phase, op="send") == [STEPS * expect[phase]] * world_size
+    sends = [r for r in result.ledger if r["phase"] == "cp-backward" and r["op"] == "send"]
+    assert len(sends) == world_size * STEPS * g.n_layer * (2 * cp - 1)  # K/V cp−1, dK/dV cp
+    _check_grad_sync(result, [p.numel() for p in result.state.values()])
+
+
+@pytest.mark.parametrize("world_size,cp", [(4, 4), (4, 2)])
+def test_ulysses_ledger_is_the_closed_form(runs, world_size, cp):
+    result = runs("cp-ulysses", world_size, cp=cp)
+    g = result.config.model_config
+    dp = world_size // cp
+    expect = ulysses_bytes(result.config.batch_size // dp, g.n_head, g.block_size, g.head_dim, cp,
+                           g.n_layer)
+    for phase in ("cp-forward", "cp-backward"):
+        assert result.bytes_per_rank(phase=phase) == [STEPS * expect[phase]] * world_size
+        calls = [r for r in result.ledger if r["phase"] == phase and r["op"] == "all_to_all"]
+        assert len(calls) == world_size * STEPS * g.n_layer * 4  # q, k, v, out per layer
+    _check_grad_sync(result, [p.numel() for p in result.state.values()])
+
+
+def test_measured_ring_work_is_the_closed_form(runs):
+    for layout in ("zigzag", "contiguous"):
+        result = runs("cp-ring", 4, cp=4, layout=layout)
+        assert [out["work"] for out in result.outputs] == ring.causal_work(layout, 4)
+
+
+def test_activation_memory_per_rank_shrinks_with_cp(runs):
+    config = {"block_size": 64}
+    single = runs("single", model_config=config).memory[0]["activations"]
+    for scheme in ("cp-ring", "cp-ulysses"):
+        two = max(m["activations"] for m in runs(scheme, 2, cp=2, model_config=config).memory)
+        four = max(m["activations"] for m in runs(scheme, 4, cp=4, model_config=config).memory)
+        assert four < two < single, (scheme, single, two, four)
+    plain = max(m["activations"] for m in runs("cp-ring", 4, cp=4, model_config=config).memory)
+    kept = max(m["activations"] for m in runs("cp-ring", 4, cp=4, recompute=True,
+                                               model_config=config).memory)
+    assert kept < plain  # no score block and no received K/V saved for backward
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scheme="cp-ring", world_size=2, cp=2, model_config={"block_size": 30}),
+     r"block_size=30 .* not divisible by 2·cp=4"),
+    (dict(scheme="cp-ulysses", world_size=3, cp=3, model_config={"block_size": 36}),
+     "n_head=4 is not divisible by cp=3"),
+    (dict(scheme="cp-ring", world_size=4, cp=3), "world_size=4 is not divisible by cp=3"),
+    (dict(scheme="cp-ring", world_size=4, cp=2, batch_size=9), "batch_size=9 is not divisible by dp=2"),
+    (dict(scheme="cp-ring", world_size=2, cp=0), "cp=0"),
+    (dict(scheme="cp-ring", world_size=2, layout="spiral"), "layout='spiral'"),
+    (dict(scheme="cp-ring", world_size=2, recompute="yes"), "recompute='yes'"),
+    (dict(scheme="cp-ulysses", world_size=2, model="mlp"), "model='mlp'"),
+    (dict(scheme="cp-ulysses", world_size=4, cp=4, model_config={"block_size": 30}),
+     r"block_size=30 \(sequence length\) is not divisible by cp=4"),
+    (dict(scheme="cp-ulysses", world_size=2, cp=2, layout="zigzag", model_config={"block_size": 30}),
+     "not divisible by 2·cp=4"),
+])
+def test_bad_input_is_a_value_error_before_launch(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parlab.run(**kwargs)
+
+
+def test_default_cp_is_the_largest_that_fits():
+    assert degrees(make_config("cp-ring", 4), "ring") == {"dp": 1, "cp": 4}
+    assert degrees(make_config("cp-ring", 3), "ring") == {"dp": 3, "cp": 1}  # 32 % 6 != 0
+    assert degrees(make_config("cp-ulysses", 8, batch_size=16), "ulysses") == {"dp": 2, "cp": 4}

@@ -1,0 +1,77 @@
+"""Chapter 06, video: sequence-parallel serving equals the single process; latent parallelism is
+approximate, exact once the halo covers the latent, better with a wider halo, and sends far fewer
+bytes; both ledgers match their closed forms; bad configurations fail before launch."""
+
+import pytest
+
+from parlab.latent_parallel import lp_bytes, lp_compute_fraction, relative_error, serve, sp_bytes
+from parlab.video_denoiser import VideoConfig, sample
+
+CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return sample(CFG)
+
+
+@pytest.mark.parametrize("method,world_size", [("ring", 2), ("ulysses", 2), ("ring", 4),
+                                               ("ulysses", 4)])
+def test_sequence_parallel_serving_is_exact(reference, method, world_size):
+    result = serve("sp", CFG, world_size, method=method)
+    assert (result.output - reference).abs().max().item() < 1e-5
+    expect = sp_bytes(CFG, world_size, method)
+    assert result.bytes_per_step() == [expect] * world_size
+    per_step = {}
+    for r in result.ledger:
+        per_step[(r["rank"], r["step"])] = per_step.get((r["rank"], r["step"]), 0) + r["bytes_sent"]
+    assert set(per_step.values()) == {expect}  # every step of every rank
+
+
+def test_latent_parallel_is_exact_when_the_halo_covers_the_latent(reference):
+    result = serve("lp", CFG, 2, halo=8)
+    assert (result.output - reference).abs().max().item() < 1e-5
+
+
+def test_latent_parallel_compute_grows_with_the_halo():
+    assert lp_compute_fraction(CFG, 2, 0) == 0.5
+    assert lp_compute_fraction(CFG, 4, 8) == 1.0  # the halo covers every axis: all of it
+    assert 0.5 < lp_compute_fraction(CFG, 2, 1) < lp_compute_fraction(CFG, 2, 2) < 1.0
+
+
+def test_latent_parallel_error_falls_with_the_halo(reference):
+    errors = [relative_error(serve("lp", CFG, 2, halo=h).output, reference) for h in (0, 1, 2)]
+    assert errors[0] > errors[1] > errors[2] > 0
+    assert errors[0] > 1e-3  # approximate by design: attention sees only slab + halo
+
+
+@pytest.mark.parametrize("world_size,halo", [(2, 1), (4, 0), (4, 2)])
+def test_latent_parallel_ledger_is_the_closed_form(world_size, halo):
+    result = serve("lp", CFG, world_size, halo=halo)
+    for rank in range(world_size):
+        for step in range(CFG.denoise_steps):
+            sent = sum(r["bytes_sent"] for r in result.ledger
+                       if r["rank"] == rank and r["step"] == step)
+            assert sent == lp_bytes(CFG, world_size, halo, rank, step)
+
+
+def test_latent_parallel_sends_a_few_percent_of_sequence_parallel():
+    for world_size in (2, 4):
+        lp = max(lp_bytes(CFG, world_size, 1, r, 0) for r in range(world_size))
+        sp = min(sp_bytes(CFG, world_size, m) for m in ("ring", "ulysses"))
+        assert lp < 0.05 * sp, (world_size, lp, sp)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(mode="tp"), "mode='tp'"),
+    (dict(mode="lp", halo=-1), "halo=-1"),
+    (dict(mode="lp", world_size=8), r"latent axes \{'T': 4\} are shorter than world_size=8"),
+    (dict(mode="sp", world_size=3), "not divisible by 2·world_size=6"),
+    (dict(mode="sp", world_size=8, method="ulysses"), "n_head=4 is not divisible by world_size=8"),
+    (dict(mode="sp", method="magic"), "method='magic'"),
+    (dict(mode="sp", cfg=VideoConfig(n_head=3)), "n_embd=32 is not divisible by n_head=3"),
+])
+def test_bad_input_is_a_value_error_before_launch(kwargs, match):
+    kwargs = {"cfg": CFG, "world_size": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        serve(**kwargs)
