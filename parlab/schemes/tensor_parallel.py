@@ -1,0 +1,106 @@
+"""Schemes `tp` and `tp-sp`: Megatron tensor parallelism (Shoeybi et al. 2019), with sequence
+parallelism (Korthikanti et al., MLSys 2023), and data parallelism over what is left (2D dp × tp).
+
+The world is a mesh dp × tp (`parlab.mesh.Mesh`, tp innermost). A tp group holds one replica of
+the model, each rank a 1/tp slice of every block (`parlab.tensor_parallel`); the dp groups train
+replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
+replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
+are first summed over tp. `tp=None` picks the largest degree that fits.
+
+Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
+tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
+reduce-scatters forward, the same backward, plus (regather=True) 2 all-gathers that rebuild the
+saved inputs. `parlab.tp_cost.closed_form_bytes` gives the exact per-rank numbers the tests check.
+"""
+
+from __future__ import annotations
+
+from parlab.mesh import Mesh
+from parlab.runner import register
+from parlab.tensor_parallel import TensorParallelGPT, assemble_state, shard_spec
+from parlab.training import build_model, data_parallel_loop, make_optimizer
+
+
+def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
+    """Every factor that a tp degree `tp` does not divide, as readable phrases."""
+    m = cfg.model_config
+    checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
+    if sequence_parallel:
+        checks.append(("sequence length block_size", m.block_size))
+    problems = [f"{name}={value} is not divisible by tp={tp}" for name, value in checks if value % tp]
+    if cfg.world_size % tp:
+        problems.append(f"world_size={cfg.world_size} is not divisible by tp={tp}")
+    elif cfg.batch_size % (cfg.world_size // tp):
+        problems.append(f"batch_size={cfg.batch_size} is not divisible by "
+                        f"dp=world_size/tp={cfg.world_size // tp}")
+    return problems
+
+
+def resolve_tp(cfg, sequence_parallel: bool) -> int:
+    """The `tp` option, or (None) the largest divisor of world_size that fits the model."""
+    tp = cfg.options["tp"]
+    if tp is not None:
+        return tp
+    for candidate in range(cfg.world_size, 0, -1):
+        if not divisibility_problems(cfg, candidate, sequence_parallel):
+            return candidate
+    return cfg.world_size  # nothing fits: validate reports the factors of tp = world_size
+
+
+def _validator(sequence_parallel: bool):
+    def validate(cfg):
+        tp = cfg.options["tp"]
+        if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+            raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
+        if "regather" in cfg.options and not isinstance(cfg.options["regather"], bool):
+            raise ValueError(f"regather={cfg.options['regather']!r} must be True or False")
+        problems = divisibility_problems(cfg, resolve_tp(cfg, sequence_parallel), sequence_parallel)
+        if problems:
+            raise ValueError("; ".join(problems))
+    return validate
+
+
+def _assemble(outputs, cfg):
+    shards = sorted((o for o in outputs if o.get("state") is not None), key=lambda o: o["tp_rank"])
+    return assemble_state([o["state"] for o in shards])
+
+
+def tensor_parallel_worker(ctx, sequence_parallel: bool):
+    cfg = ctx.cfg
+    tp = resolve_tp(cfg, sequence_parallel)
+    dp = cfg.world_size // tp
+    mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
+    model = TensorParallelGPT.from_reference(build_model(cfg), mesh["tp"], sequence_parallel,
+                                             cfg.options.get("regather", True))
+    optimizer = make_optimizer(model.parameters(), cfg)
+    replicated = model.replicated_parameters()
+
+    def sync_grads(step):
+        if sequence_parallel and tp > 1:
+            with ctx.ledger.label(phase="sp-grad-sync"):
+                for p in replicated:  # each rank saw T/tp of the tokens: sum over tp
+                    mesh["tp"].all_reduce(p.grad)  # (param shape,) over tp
+        if dp > 1:
+            with ctx.ledger.label(phase="dp-grad-sync"):
+                for p in model.parameters():
+                    mesh["dp"].all_reduce(p.grad, op="avg")  # (local param shape,) over dp
+
+    out = data_parallel_loop(ctx, model, optimizer, mesh.coords["dp"], dp, sync_grads)
+    if not sequence_parallel and mesh.coords["tp"] != 0:
+        out["losses"] = None  # every tp rank computed the same loss; rank 0 reports it
+    out["tp_rank"], out["tp"], out["dp"] = mesh.coords["tp"], tp, dp
+    return out
+
+
+@register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
+          exact=True, options={"tp": None}, validate=_validator(False), assemble=_assemble,
+          models=("gpt",))
+def tp_scheme(ctx):
+    return tensor_parallel_worker(ctx, sequence_parallel=False)
+
+
+@register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
+          exact=True, options={"tp": None, "regather": True}, validate=_validator(True),
+          assemble=_assemble, models=("gpt",))
+def tp_sp_scheme(ctx):
+    return tensor_parallel_worker(ctx, sequence_parallel=True)

@@ -1,0 +1,62 @@
+"""Cost model of tensor and sequence parallelism: exact bytes per rank, activation memory, time.
+
+Bytes. Megatron-LM (Shoeybi et al. 2019, §3): per transformer block and step, 2 all-reduces of
+the (B, T, C) activations in forward (operator g) and 2 in backward (operator f). Sequence
+parallelism (Korthikanti et al., MLSys 2023, §4.2.2) replaces each all-reduce by an all-gather
+and a reduce-scatter of the same tensor: a ring all-reduce is exactly those two (Patarasuk & Yuan
+2009), so the bytes are equal. Ring counts per rank: `parlab.cost`.
+
+Time. Per block and step the matmuls cost ≈ 3 · 2·B·T·(12C²)/tp flops (forward + 2× backward,
+Kaplan et al. 2020's 6·N·D rule at 12C² weights per block) while communication costs
+4 all-reduces of B·T·C·4 bytes: compute shrinks with tp, communication does not, so TP pays off
+only on a link fast enough (`block_times`).
+"""
+
+from __future__ import annotations
+
+from parlab import cost
+
+FP32 = 4
+
+
+def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,
+                      sequence_parallel: bool, regather: bool = True) -> dict[str, int]:
+    """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only).
+
+    S = batch_rows·T·C elements per activation message (batch_rows = batch / dp).
+    tp: per block 2 ring all-reduces forward and 2 backward.
+    tp-sp: per block 2 all-gathers + 2 reduce-scatters forward; in backward 2 reduce-scatters
+    (of the gathers) + 2 all-gathers (of the reduce-scatters), + 2 all-gathers that rebuild the
+    column inputs when `regather`; and one all-reduce of every replicated parameter's gradient.
+    """
+    zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
+    if tp == 1:
+        return zero
+    S = batch_rows * cfg_model.block_size * cfg_model.n_embd
+    per_block = steps * cfg_model.n_layer * FP32
+    ar = cost.ring_all_reduce(S, tp, tp_rank)[0]
+    ag = cost.ring_all_gather(S, tp, tp_rank)[0]
+    rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
+    if not sequence_parallel:
+        return {**zero, "tp-forward": per_block * 2 * ar, "tp-backward": per_block * 2 * ar}
+    sync = sum(cost.ring_all_reduce(n, tp, tp_rank)[0] for n in replicated_numels(cfg_model))
+    return {"tp-forward": per_block * 2 * (ag + rs),
+            "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
+            "sp-grad-sync": steps * FP32 * sync}
+
+
+def replicated_numels(cfg_model) -> list[int]:
+    """Element counts of the parameters every tp rank holds whole: wte, wpe, the LayerNorms."""
+    C = cfg_model.n_embd
+    return ([cfg_model.vocab_size * C, cfg_model.block_size * C]
+            + [C] * (4 * cfg_model.n_layer)  # ln_1, ln_2: weight and bias per block
+            + [C, C])  # ln_f
+
+
+def block_times(batch_rows: int, seq_len: int, n_embd: int, tp: int, flops_per_s: float,
+                alpha: float, beta: float) -> dict[str, float]:
+    """Predicted seconds per block and step: matmul compute (÷ tp) and the 4 all-reduces."""
+    flops = 6 * batch_rows * seq_len * 12 * n_embd ** 2 / tp
+    nbytes = batch_rows * seq_len * n_embd * FP32
+    comm = 4 * cost.all_reduce_time(nbytes, tp, alpha, beta) if tp > 1 else 0.0
+    return {"compute_s": flops / flops_per_s, "comm_s": comm}
