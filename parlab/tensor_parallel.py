@@ -189,8 +189,9 @@ class TensorParallelGPT(nn.Module):
     def loss(self, idx, targets):
         B, T = idx.shape
         mine = self.local_positions(T)
-        positions = torch.arange(T)[mine]  # (T/tp,) with SP, else (T,)
-        x = self.wte(idx[:, mine]) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
+        positions = torch.arange(mine.start, mine.stop)  # (T/tp,) with SP, else (T,)
+        tokens = idx[:, mine].contiguous()  # (B, T/tp): a copy, so backward keeps only these ids
+        x = self.wte(tokens) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/tp, vocab) tied head

@@ -60,3 +60,28 @@ def block_times(batch_rows: int, seq_len: int, n_embd: int, tp: int, flops_per_s
     nbytes = batch_rows * seq_len * n_embd * FP32
     comm = 4 * cost.all_reduce_time(nbytes, tp, alpha, beta) if tp > 1 else 0.0
     return {"compute_s": flops / flops_per_s, "comm_s": comm}
+
+
+def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: bool) -> int:
+    """Bytes of tensors saved for backward at the peak (end of forward) on one tp rank.
+
+    Counted tensor by tensor for this tiny GPT (fp32, no dropout; Korthikanti et al. 2023 §4.1
+    do the same count for GPT-3 in fp16 with dropout and get sbh(34 + 5as/h) per layer). Per
+    block, with b = batch_rows, s = T, h = C, a = heads:
+    LayerNorm region (÷ tp only with SP): 2 LayerNorm inputs, 2 LayerNorm outputs (saved by the
+    column linears) = 4·bsh floats, + mean and 1/std of each LayerNorm = 4·bs floats;
+    tensor-parallel region (÷ tp): q, k, v copies for the two batched matmuls 3·bsh, the head
+    outputs saved by the attention projection bsh, the MLP's 4h-wide GeLU input and output
+    8·bsh, the softmax output a·bs² floats; and the causal mask, s² bools (one byte each).
+    Outside the blocks (÷ tp only with SP): token ids, positions and targets (int64), the final
+    LayerNorm's input, output and stats, the log-softmax over the vocabulary.
+    """
+    b, s, h, a, V = batch_rows, cfg_model.block_size, cfg_model.n_embd, cfg_model.n_head, \
+        cfg_model.vocab_size
+    ln_div = tp if sequence_parallel else 1  # what SP shards on top of TP
+    per_block = FP32 * ((4 * b * s * h + 4 * b * s) / ln_div
+                        + (12 * b * s * h + a * b * s * s) / tp) + s * s
+    tokens = b * s / ln_div  # tokens this rank embeds and scores
+    ids = 8 * (tokens + s / ln_div + tokens)  # token ids, positions, targets (int64)
+    outside = ids + FP32 * (2 * tokens * h + 2 * tokens + tokens * V + 1)  # + the loss weight
+    return int(cfg_model.n_layer * per_block + outside)
