@@ -24,8 +24,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.models import attention
-from parlab.tp_ops import (CopyToTensorParallel, GatheredColumnMatmul, GatherFromSequenceParallel,
-                           ReduceFromTensorParallel, ReduceScatterToSequenceParallel)
+from parlab.tp_ops import (
+    CopyToTensorParallel,
+    GatheredColumnMatmul,
+    GatherFromSequenceParallel,
+    ReduceFromTensorParallel,
+    ReduceScatterToSequenceParallel,
+)
 
 # parameter-name suffix -> (dimension cut, number of stacked groups cut separately)
 SHARDING = {
@@ -190,11 +195,11 @@ class TensorParallelGPT(nn.Module):
         B, T = idx.shape
         mine = self.local_positions(T)
         positions = torch.arange(mine.start, mine.stop)  # (T/tp,) with SP, else (T,)
-        tokens = idx[:, mine].contiguous()  # (B, T/tp): a copy, so backward keeps only these ids
+        tokens = idx[:, mine].clone()  # (B, T/tp): a copy, so backward keeps only these ids
         x = self.wte(tokens) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/tp, vocab) tied head
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                 targets[:, mine].reshape(-1), reduction="sum")
+                                 targets[:, mine].reshape(-1).clone(), reduction="sum")
         return losses / (B * T)  # this rank's share of the mean over all B·T tokens

@@ -62,7 +62,8 @@ def block_times(batch_rows: int, seq_len: int, n_embd: int, tp: int, flops_per_s
     return {"compute_s": flops / flops_per_s, "comm_s": comm}
 
 
-def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: bool) -> int:
+def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: bool,
+                     regather: bool = True) -> int:
     """Bytes of tensors saved for backward at the peak (end of forward) on one tp rank.
 
     Counted tensor by tensor for this tiny GPT (fp32, no dropout; Korthikanti et al. 2023 §4.1
@@ -70,6 +71,7 @@ def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: boo
     block, with b = batch_rows, s = T, h = C, a = heads:
     LayerNorm region (÷ tp only with SP): 2 LayerNorm inputs, 2 LayerNorm outputs (saved by the
     column linears) = 4·bsh floats, + mean and 1/std of each LayerNorm = 4·bs floats;
+    (with SP and regather=False the column linears keep their all-gathered (B, T, C) inputs);
     tensor-parallel region (÷ tp): q, k, v copies for the two batched matmuls 3·bsh, the head
     outputs saved by the attention projection bsh, the MLP's 4h-wide GeLU input and output
     8·bsh, the softmax output a·bs² floats; and the causal mask, s² bools (one byte each).
@@ -79,7 +81,8 @@ def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: boo
     b, s, h, a, V = batch_rows, cfg_model.block_size, cfg_model.n_embd, cfg_model.n_head, \
         cfg_model.vocab_size
     ln_div = tp if sequence_parallel else 1  # what SP shards on top of TP
-    per_block = FP32 * ((4 * b * s * h + 4 * b * s) / ln_div
+    gathered = 2 * b * s * h if sequence_parallel and not regather else 0  # full column inputs
+    per_block = FP32 * ((4 * b * s * h + 4 * b * s) / ln_div + gathered * (1 - 1 / tp)
                         + (12 * b * s * h + a * b * s * s) / tp) + s * s
     tokens = b * s / ln_div  # tokens this rank embeds and scores
     ids = 8 * (tokens + s / ln_div + tokens)  # token ids, positions, targets (int64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from parlab.mesh import Mesh
 from parlab.runner import register
-from parlab.tensor_parallel import TensorParallelGPT, assemble_state, shard_spec
+from parlab.tensor_parallel import TensorParallelGPT, assemble_state
 from parlab.training import build_model, data_parallel_loop, make_optimizer
 
 
