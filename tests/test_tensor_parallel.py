@@ -91,3 +91,30 @@ def test_default_tp_uses_every_rank_when_heads_divide():
 def test_bad_input_is_a_value_error_before_launch(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_config(**kwargs)
+
+
+@pytest.mark.parametrize("world_size,options", [(2, {}), (4, {"sp": True}), (4, {"tp": 2})])
+def test_torch_tp_matches_single_with_the_same_bytes(reference, world_size, options):
+    """PyTorch's parallelize_module trains the same model; its DTensor collectives (nominal ring
+    bytes, recorded by a dispatch mode) are the closed form of our tp-sp without re-gather."""
+    from parlab import cost
+
+    result = parlab.run("torch-tp", world_size=world_size, steps=2, **options)
+    comparison = result.compare(reference)
+    assert comparison.match, comparison.problems
+    sp, m = options.get("sp", False), result.config.model_config
+    for rank, out in enumerate(result.outputs):
+        tp_rank = rank % out["tp"]
+        expect = closed_form_bytes(m, 12 // out["dp"], out["tp"], tp_rank, 2, sp, regather=False)
+        for phase in ("tp-forward", "tp-backward"):
+            assert result.bytes_per_rank(phase=phase)[rank] == expect[phase]
+        embeddings = [m.vocab_size * m.n_embd, m.block_size * m.n_embd]  # summed over tp with SP
+        sync = 2 * 4 * sum(cost.ring_all_reduce(n, out["tp"], tp_rank)[0] for n in embeddings)
+        assert result.bytes_per_rank(phase="sp-grad-sync")[rank] == (sync if sp else 0)
+
+
+def test_torch_tp_bad_input():
+    with pytest.raises(ValueError, match=r"n_head=4 is not divisible by tp=3"):
+        make_config("torch-tp", world_size=3, tp=3)
+    with pytest.raises(ValueError, match=r"sp='on'"):
+        make_config("torch-tp", world_size=2, sp="on")
