@@ -74,3 +74,27 @@ def parallel_layers_match(rank, world_size, sequence_parallel, regather=True):
         comm.all_reduce(ln_grad)
     errors["block_layernorm_grad"] = _max_diff(ln_grad, block.ln_1.weight.grad)
     return errors
+
+
+def reshard_check(rank, world_size, shape, src_layout, dst_layout, method, link=None):
+    """Sources are ranks [0, m), destinations [m, world) with m = world/2; check the result."""
+    from parlab import reshard
+
+    tx = Comm(link=link)
+    rx = Comm(ledger=tx.ledger, timeline=tx.timeline, link=link, name="world-rx")
+    m = world_size // 2
+    src, dst = list(range(m)), list(range(m, world_size))
+    full = reshard.full_tensor(shape)
+    local = None
+    if rank in src:
+        r0, r1, c0, c1 = reshard.region(shape, src_layout, rank, m)
+        local = full[r0:r1, c0:c1].clone()
+    out, seconds = reshard.timed_reshard(tx, rx, local if local is not None else full[:0], shape,
+                                         src_layout, src, dst_layout, dst, method)
+    ok = True
+    if rank in dst:
+        r0, r1, c0, c1 = reshard.region(shape, dst_layout, rank - m, world_size - m)
+        ok = torch.equal(out, full[r0:r1, c0:c1])
+    records = [r for r in tx.ledger.records if r["phase"] == "reshard"]
+    return {"ok": ok, "seconds": seconds, "sent": sum(r["elements_sent"] for r in records),
+            "recv": sum(r["elements_recv"] for r in records)}
