@@ -114,7 +114,7 @@ def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> list[Tr
     return transfers
 
 
-def traffic(transfers: list[Transfer], chunks: int = 4) -> dict[int, dict]:
+def traffic(transfers: list[Transfer], chunks: int = 8) -> dict[int, dict]:
     """Per comm rank: elements sent and received, and messages each way, of a plan."""
     out: dict[int, dict] = {}
 
@@ -132,7 +132,7 @@ def traffic(transfers: list[Transfer], chunks: int = 4) -> dict[int, dict]:
     return out
 
 
-def predicted_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, chunks=4) -> float:
+def predicted_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, chunks=8) -> float:
     """α-β time of a plan: the busiest rank's direction, plus one chunk per extra chain hop."""
     busiest = 0.0
     for t in traffic(transfers, chunks).values():
@@ -144,7 +144,7 @@ def predicted_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, c
 
 
 def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
-            method="broadcast", chunks: int = 4, phase: str = "reshard"):
+            method="broadcast", chunks: int = 8, phase: str = "reshard"):
     """Run the plan on this rank; return its destination region (or None if not a destination).
 
     tx, rx: two Comms on the same group (send side, receive side); `local` is this rank's
@@ -156,23 +156,28 @@ def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
     target = region(shape, dst_layout, dst_ranks.index(me), len(dst_ranks)) if me in dst_ranks \
         else None
     out = local.new_empty(target[1] - target[0], target[3] - target[2]) if target else None
-    pending, arrivals = [], []
+    # post every receive first (plan order), so a rank's receiving link never idles; then
+    # send and forward in plan order, so every pair of ranks sees its messages in one order
+    arrivals = []
     for t in transfers:
-        cuts = cost.shard_bounds(t.r1 - t.r0, min(chunks, t.r1 - t.r0))
-        if t.src == me:
-            piece = local[t.r0 - mine[0]:t.r1 - mine[0], t.c0 - mine[2]:t.c1 - mine[2]]
-            for a, b in cuts:
-                pending.append(tx.isend(piece[a:b].contiguous(), t.dsts[0], phase=phase))  # (rows, cols)
-        elif me in t.dsts:
+        if me in t.dsts:
             hop = t.dsts.index(me)
             prev = t.src if hop == 0 else t.dsts[hop - 1]
+            cuts = cost.shard_bounds(t.r1 - t.r0, min(chunks, t.r1 - t.r0))
             bufs = [local.new_empty(b - a, t.c1 - t.c0) for a, b in cuts]  # (chunk rows, cols)
-            handles = [rx.irecv(buf, prev, phase=phase) for buf in bufs]
-            if hop + 1 < len(t.dsts):  # forward each chunk as soon as it is in
-                for buf, handle in zip(bufs, handles):
-                    handle.wait()
-                    pending.append(tx.isend(buf, t.dsts[hop + 1], phase=phase))  # (chunk, cols)
-            arrivals.append((t, cuts, bufs, handles))
+            arrivals.append((t, cuts, bufs, [rx.irecv(buf, prev, phase=phase) for buf in bufs]))
+    incoming = {id(a[0]): a for a in arrivals}
+    pending = []
+    for t in transfers:
+        if t.src == me:
+            piece = local[t.r0 - mine[0]:t.r1 - mine[0], t.c0 - mine[2]:t.c1 - mine[2]]
+            for a, b in cost.shard_bounds(t.r1 - t.r0, min(chunks, t.r1 - t.r0)):
+                pending.append(tx.isend(piece[a:b].contiguous(), t.dsts[0], phase=phase))  # (rows, cols)
+        elif me in t.dsts[:-1]:  # forward each chunk down the chain as soon as it is in
+            _, _, bufs, handles = incoming[id(t)]
+            for buf, handle in zip(bufs, handles):
+                handle.wait()
+                pending.append(tx.isend(buf, t.dsts[t.dsts.index(me) + 1], phase=phase))  # (chunk, cols)
     for handle in pending:
         handle.wait()
     for t, cuts, bufs, handles in arrivals:
@@ -183,7 +188,7 @@ def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
 
 
 def timed_reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks, method,
-                  chunks=4):
+                  chunks=8):
     """(result, seconds on this rank from a common start to its last byte)."""
     tx.barrier(phase="reshard-sync")
     t0 = time.perf_counter()

@@ -1,0 +1,161 @@
+"""What chapter 03 (tensor and sequence parallelism; resharding) runs: experiments, rank workers,
+figures and the widget callback. Megatron-LM (Shoeybi et al. 2019), sequence parallelism
+(Korthikanti et al., MLSys 2023), cross-mesh resharding (AlpaComm, Zhuang et al., MLSys 2023).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
+         ("replicated", "replicated")]
+
+
+# ----------------------------------------------------------------------------- step times
+def step_times(result, warmup: int = 1) -> list[float]:
+    """Seconds per step after warm-up: gaps between forward starts, slowest rank."""
+    per_rank = []
+    for rank in range(result.config.world_size):
+        starts = sorted(e["t0"] for e in result.timeline if e["rank"] == rank
+                        and e["name"] == "forward")
+        per_rank.append([b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])])
+    return [max(column) for column in zip(*per_rank)]
+
+
+def tp_rows(schemes=("tp", "tp-sp", "torch-tp"), degrees=(2, 4), steps: int = 4, link=None,
+            model_config=None, batch_size: int = 8, repeats: int = 1) -> list[dict]:
+    """Step time, tp bytes per step and activation memory of each scheme at each degree, all
+    round-robin in one run (ratios to `tp` at the same degree)."""
+    import parlab
+
+    common = dict(steps=steps + 1, link=link, model_config=model_config, batch_size=batch_size)
+    reference = parlab.run("single", **common)
+    samples, results = {}, {}
+    for _ in range(repeats):
+        for tp in degrees:
+            for scheme in schemes:
+                result = parlab.run(scheme, world_size=tp, **common)
+                samples.setdefault((scheme, tp), []).append(statistics.median(step_times(result)))
+                results[(scheme, tp)] = result
+    rows = []
+    for (scheme, tp), result in results.items():
+        step = statistics.median(samples[(scheme, tp)])
+        base = statistics.median(samples[("tp", tp)]) if ("tp", tp) in samples else step
+        tp_bytes = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
+        rows.append({"scheme": scheme, "tp": tp, "step_ms": step * 1e3, "vs_tp": step / base,
+                     "tp_MB_per_step": tp_bytes / (steps + 1) / 1e6,
+                     "activations_kB": result.memory[0].get("activations", float("nan")) / 1e3,
+                     "match": result.compare(reference).match})
+    rows.append({"scheme": "single", "tp": 1, "step_ms": statistics.median(step_times(reference))
+                 * 1e3, "vs_tp": float("nan"), "tp_MB_per_step": 0.0,
+                 "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True})
+    return rows
+
+
+def ops_per_block(result, rank: int = 0) -> dict:
+    """{(op, phase): count per block and step} of a tp / tp-sp run, from the ledger."""
+    m, steps = result.config.model_config, result.config.steps
+    counts = {}
+    for r in result.ledger:
+        if r["rank"] == rank and r["phase"] in ("tp-forward", "tp-backward"):
+            counts[(r["op"], r["phase"])] = counts.get((r["op"], r["phase"]), 0) + 1
+    return {k: v / (m.n_layer * steps) for k, v in sorted(counts.items())}
+
+
+# ----------------------------------------------------------------------------- resharding
+def _p2p_alpha_beta(tx, rx, peer: int, numel: int, rounds: int = 9) -> tuple[float, float]:
+    """Ping-pong with `peer`: α from 1 float, β from `numel` floats (median half round trip)."""
+    out = []
+    for size in (1, numel):
+        buf, trips = torch.zeros(size), []
+        for _ in range(rounds + 1):  # the first round warms up
+            t0 = time.perf_counter()
+            if tx.rank < peer:
+                tx.send(buf, peer, phase="probe")
+                rx.recv(buf, peer, phase="probe")
+            else:
+                rx.recv(buf, peer, phase="probe")
+                tx.send(buf, peer, phase="probe")
+            trips.append((time.perf_counter() - t0) / 2)
+        out.append(statistics.median(trips[1:]))
+    alpha = out[0]
+    return alpha, numel * 4 / max(out[1] - alpha, 1e-9)
+
+
+def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link):
+    """Sources ranks [0, m), destinations [m, N), m = N/2; every pair and method, `repeats`
+    times. Returns this rank's seconds and sent / received elements per (pair, method)."""
+    from parlab import reshard
+    from parlab.comm import Comm
+
+    tx = Comm(link=link)
+    rx = Comm(ledger=tx.ledger, timeline=tx.timeline, link=link, name="world-rx")
+    m = world_size // 2
+    src, dst = list(range(m)), list(range(m, world_size))
+    full = reshard.full_tensor(shape)
+    out = {"rows": []}
+    if link is None and rank in (0, m):  # the loopback's own α, β for the prediction
+        out["alpha_beta"] = _p2p_alpha_beta(tx, rx, m - rank if rank == 0 else 0,
+                                            shape[0] * shape[1])
+    for src_layout, dst_layout in pairs:
+        local = full
+        if rank in src:
+            r0, r1, c0, c1 = reshard.region(shape, src_layout, rank, m)
+            local = full[r0:r1, c0:c1].clone()
+        for method in methods:
+            seconds = []
+            for _ in range(repeats + 1):  # the first is a warm-up, dropped below
+                before = len(tx.ledger.records)
+                result, s = reshard.timed_reshard(tx, rx, local, shape, src_layout, src,
+                                                  dst_layout, dst, method)
+                seconds.append(s)
+                mine = [r for r in tx.ledger.records[before:] if r["phase"] == "reshard"]
+            if rank in dst:
+                r0, r1, c0, c1 = reshard.region(shape, dst_layout, rank - m, world_size - m)
+                assert torch.equal(result, full[r0:r1, c0:c1]), (src_layout, dst_layout, method)
+            out["rows"].append({"pair": f"{src_layout}→{dst_layout}", "method": method,
+                                "seconds": seconds[1:],
+                                "sent": sum(r["bytes_sent"] for r in mine),
+                                "recv": sum(r["bytes_recv"] for r in mine)})
+    return out
+
+
+def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=PAIRS,
+                       methods=None, repeats: int = 3) -> list[dict]:
+    """Measured time (slowest rank, median of repeats) and bytes of every method per layout
+    pair, beside the α-β prediction of its plan (the link's α, β; on loopback a ping-pong's)."""
+    from parlab import reshard
+    from parlab.launch import launch
+    from parlab.link import resolve
+
+    methods = methods or reshard.METHODS
+    link = resolve(link)
+    outs = launch(reshard_worker, world_size, tuple(shape), list(pairs), list(methods), repeats,
+                  link, link=link)
+    alpha, beta = (link.latency_s, link.bandwidth_Bps) if link else outs[0]["alpha_beta"]
+    m = world_size // 2
+    rows = []
+    for i, row in enumerate(outs[0]["rows"]):
+        src_layout, dst_layout = row["pair"].split("→")
+        per_rank = [o["rows"][i] for o in outs]
+        seconds = [max(r["seconds"][k] for r in per_rank) for k in range(repeats)]
+        plan = reshard.plan(shape, src_layout, list(range(m)), dst_layout,
+                            list(range(m, world_size)), row["method"])
+        rows.append({"pair": row["pair"], "method": row["method"],
+                     "measured_ms": statistics.median(seconds) * 1e3,
+                     "predicted_ms": reshard.predicted_seconds(plan, alpha, beta) * 1e3,
+                     "max_sent_kB": max(r["sent"] for r in per_rank) / 1e3,
+                     "total_kB": sum(r["sent"] for r in per_rank) / 1e3})
+    for row in rows:  # speed-up of each method over send-recv on the same pair
+        naive = next(r for r in rows if r["pair"] == row["pair"] and r["method"] == "send-recv")
+        row["speedup"] = naive["measured_ms"] / row["measured_ms"]
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    import pandas as pd
+    with pd.option_context("display.width", 140, "display.precision", 3):
+        print(pd.DataFrame(rows).to_string(index=False))
