@@ -26,12 +26,14 @@ def step_times(result, warmup: int = 1) -> list[float]:
 
 
 def tp_rows(schemes=("tp", "tp-sp", "torch-tp"), degrees=(2, 4), steps: int = 4, link=None,
-            model_config=None, batch_size: int = 8, repeats: int = 1) -> list[dict]:
+            model_config=None, batch_size: int = 8, repeats: int = 1,
+            optimizer: str = "adamw") -> list[dict]:
     """Step time, tp bytes per step and activation memory of each scheme at each degree, all
-    round-robin in one run (ratios to `tp` at the same degree)."""
+    round-robin in one run (ratios to `tp` at the same degree), and the check against single."""
     import parlab
 
-    common = dict(steps=steps + 1, link=link, model_config=model_config, batch_size=batch_size)
+    common = dict(steps=steps + 1, link=link, model_config=model_config, batch_size=batch_size,
+                  optimizer=optimizer)
     reference = parlab.run("single", **common)
     samples, results = {}, {}
     for _ in range(repeats):
@@ -48,10 +50,12 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp"), degrees=(2, 4), steps: int = 4,
         rows.append({"scheme": scheme, "tp": tp, "step_ms": step * 1e3, "vs_tp": step / base,
                      "tp_MB_per_step": tp_bytes / (steps + 1) / 1e6,
                      "activations_kB": result.memory[0].get("activations", float("nan")) / 1e3,
-                     "match": result.compare(reference).match})
+                     "match": result.compare(reference).match,
+                     "max_param_diff": result.compare(reference).max_param_diff})
     rows.append({"scheme": "single", "tp": 1, "step_ms": statistics.median(step_times(reference))
                  * 1e3, "vs_tp": float("nan"), "tp_MB_per_step": 0.0,
-                 "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True})
+                 "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True,
+                 "max_param_diff": 0.0})
     return rows
 
 
