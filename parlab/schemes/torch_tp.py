@@ -220,8 +220,11 @@ def torch_tp(ctx):
             sync_grads(step)
             with ctx.span("optimizer"), DTensorCollectivesInLedger(mesh["tp"], "optimizer"):
                 optimizer.step()
-            memory = model_memory([local(p) for p in model.parameters()], None,
+            memory = model_memory([local(p).detach() for p in model.parameters()], None,
                                   [local(p.grad) for p in model.parameters()])
+            memory["optimizer"] = sum(local(v).numel() * v.element_size() for state in
+                                      optimizer.state.values() for v in state.values()
+                                      if isinstance(v, torch.Tensor) and v.numel() > 1)
             optimizer.zero_grad(set_to_none=True)
             losses.append(loss.item() / dp)
     out = {"losses": losses, "memory": memory}
