@@ -163,3 +163,100 @@ def print_rows(rows: list[dict]) -> None:
     import pandas as pd
     with pd.option_context("display.width", 140, "display.precision", 3):
         print(pd.DataFrame(rows).to_string(index=False))
+
+
+# ----------------------------------------------------------------------------- notebook helpers
+def correctness(world_size: int, steps: int) -> list[str]:
+    """`match` of tp, tp-sp (and dp × tp when it exists) against single: deterministic lines."""
+    import parlab
+
+    reference = parlab.run("single", steps=steps)
+    runs = [("tp", {}), ("tp-sp", {}), ("tp", {"tp": 1})]
+    if world_size >= 4:
+        runs.append(("tp", {"tp": 2}))
+    lines = []
+    for scheme, options in runs:
+        result = parlab.run(scheme, world_size=world_size, steps=steps, **options)
+        out = result.outputs[0]
+        lines.append(f"{scheme:<6} dp={out['dp']} × tp={out['tp']}: match: "
+                     f"{result.compare(reference).match}")
+    return lines
+
+
+def ledger_vs_formula(result) -> list[dict]:
+    """Bytes each rank sent per ledger phase beside `parlab.tp_cost.closed_form_bytes`."""
+    from parlab.tp_cost import closed_form_bytes
+
+    cfg = result.config
+    rows = []
+    for rank, out in enumerate(result.outputs):
+        expect = closed_form_bytes(cfg.model_config, cfg.batch_size // out["dp"], out["tp"],
+                                   rank % out["tp"], cfg.steps, cfg.scheme != "tp",
+                                   cfg.options.get("regather", False))
+        for phase, formula in expect.items():
+            measured = result.bytes_per_rank(phase=phase)[rank]
+            rows.append({"rank": rank, "phase": phase, "ledger_bytes": measured,
+                         "formula_bytes": formula, "equal": measured == formula})
+    return rows
+
+
+def memory_rows(world_size: int) -> list[dict]:
+    """Measured activation bytes per rank (one step) beside `parlab.tp_cost.activation_bytes`."""
+    import parlab
+    from parlab.tp_cost import activation_bytes
+
+    rows = []
+    for scheme, options in [("single", {}), ("tp", {}), ("tp-sp", {"regather": False}),
+                            ("tp-sp", {})]:
+        n = 1 if scheme == "single" else world_size
+        result = parlab.run(scheme, world_size=n, steps=1, **options)
+        tp = result.outputs[0].get("tp", 1)
+        formula = activation_bytes(result.config.model_config, result.config.batch_size
+                                   // result.outputs[0].get("dp", 1), tp, scheme == "tp-sp",
+                                   options.get("regather", True))
+        label = scheme + ("" if options.get("regather", True) else " (keep gathered)")
+        rows.append({"scheme": label, "tp": tp, "measured_bytes": result.memory[0]["activations"],
+                     "formula_bytes": formula})
+    return rows
+
+
+def panel(world_size: int, link: str, sp: bool, steps: int = 2) -> None:
+    """Widget callback: tp or tp-sp on `world_size` ranks over `link`, against single."""
+    import parlab
+
+    scheme = "tp-sp" if sp else "tp"
+    result = parlab.run(scheme, world_size=world_size, steps=steps,
+                        link=None if link == "loopback" else link)
+    reference = parlab.run("single", steps=steps)
+    out = result.outputs[0]
+    per_step = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
+    print(f"{scheme}: dp={out['dp']} × tp={out['tp']}, "
+          f"match vs single: {result.compare(reference).match}")
+    print(f"rank 0 sends {per_step / steps:,.0f} activation bytes per step; "
+          f"activations held: {result.memory[0]['activations']:,} bytes")
+    print(f"step time {statistics.median(step_times(result, 0)) * 1e3:.0f} ms on {link}")
+
+
+def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[dict]:
+    """Step time of tp on `link` beside the α-β model: single's measured step ÷ tp (all compute
+    splits, the optimistic part) + 4 ring all-reduces of (B, T, C) per block on the link."""
+    import parlab
+    from parlab import cost
+    from parlab.link import resolve
+
+    reference = parlab.run("single", steps=steps + 1)
+    single = statistics.median(step_times(reference))
+    link_obj = resolve(None if link == "loopback" else link)
+    rows = []
+    for tp in sorted({1, world_size}):
+        result = parlab.run("tp", world_size=tp, steps=steps + 1, link=link_obj)
+        m, B = result.config.model_config, result.config.batch_size
+        comm = 0.0
+        if link_obj is not None and tp > 1:
+            nbytes = B * m.block_size * m.n_embd * 4
+            comm = 4 * m.n_layer * cost.all_reduce_time(nbytes, tp, link_obj.latency_s,
+                                                        link_obj.bandwidth_Bps)
+        rows.append({"tp": tp, "link": link, "measured_ms": statistics.median(step_times(result))
+                     * 1e3, "predicted_ms": (single / tp + comm) * 1e3,
+                     "of_which_comm_ms": comm * 1e3})
+    return rows
