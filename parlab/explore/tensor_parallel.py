@@ -260,3 +260,14 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[di
                      * 1e3, "predicted_ms": (single / tp + comm) * 1e3,
                      "of_which_comm_ms": comm * 1e3})
     return rows
+
+
+def check_forward_bytes(answer, tp: int, batch_size: int = 8, steps: int = 1) -> str:
+    """Exercise check: bytes rank 0 sends in tp-forward per step at degree `tp`, from the ledger."""
+    import parlab
+
+    result = parlab.run("tp", world_size=tp, tp=tp, steps=steps, batch_size=batch_size)
+    truth = result.bytes_per_rank(phase="tp-forward")[0] // steps
+    if answer is None:
+        return "fill in your answer first (hint: 2 all-reduces per block, ring: 2(N-1)/N·S each)"
+    return "correct" if int(answer) == truth else f"not quite: the ledger says {truth:,} bytes"
