@@ -98,3 +98,4 @@ def reshard_check(rank, world_size, shape, src_layout, dst_layout, method, link=
     records = [r for r in tx.ledger.records if r["phase"] == "reshard"]
     return {"ok": ok, "seconds": seconds, "sent": sum(r["elements_sent"] for r in records),
             "recv": sum(r["elements_recv"] for r in records)}
+

@@ -3,7 +3,7 @@ et al. 2023) against PyTorch's parallelize_module, and cross-mesh resharding met
 Zhuang et al., MLSys 2023), each measured side by side in one run.
 
 Part 1 — tp, tp-sp and torch-tp at each degree (world_size = tp): the step time is the median over
-steps after warm-up of the gap between forward starts (slowest rank), median over `--repeats`
+steps after warm-up of forward start to optimizer end (slowest rank), median over `--repeats`
 round-robin rounds; `vs_tp` is the ratio to `tp` at the same degree, from the same rounds. Bytes
 are the tp activation traffic per step of rank 0 (torch-tp: DTensor's collectives at nominal ring
 bytes). Loopback only: DTensor talks to gloo directly, so an emulated link could not delay it.
