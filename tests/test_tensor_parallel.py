@@ -87,6 +87,8 @@ def test_default_tp_uses_every_rank_when_heads_divide():
     (dict(scheme="tp", world_size=2, tp=0), r"tp=0 must be an int"),
     (dict(scheme="tp-sp", world_size=2, regather="yes"), r"regather='yes'"),
     (dict(scheme="tp", world_size=2, model="mlp"), r"model='mlp'"),
+    (dict(scheme="tp", world_size=5), r"no tp degree fits world_size=5 — tp=5: n_head=4 is not "
+     r"divisible by tp=5, .*; tp=1: batch_size=12 is not divisible by dp=world_size/tp=5"),
 ])
 def test_bad_input_is_a_value_error_before_launch(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -54,10 +54,21 @@ def _validator(sequence_parallel: bool):
             raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
         if "regather" in cfg.options and not isinstance(cfg.options["regather"], bool):
             raise ValueError(f"regather={cfg.options['regather']!r} must be True or False")
-        problems = divisibility_problems(cfg, resolve_tp(cfg, sequence_parallel), sequence_parallel)
-        if problems:
-            raise ValueError("; ".join(problems))
+        check_fits(cfg, sequence_parallel)
     return validate
+
+
+def check_fits(cfg, sequence_parallel: bool) -> None:
+    """ValueError naming every factor that fails: for the given tp, or for every divisor of
+    world_size when tp=None and none fits."""
+    tp = resolve_tp(cfg, sequence_parallel)
+    problems = divisibility_problems(cfg, tp, sequence_parallel)
+    if problems and cfg.options["tp"] is None:
+        tries = [f"tp={t}: " + ", ".join(divisibility_problems(cfg, t, sequence_parallel))
+                 for t in range(cfg.world_size, 0, -1) if cfg.world_size % t == 0]
+        raise ValueError(f"no tp degree fits world_size={cfg.world_size} — " + "; ".join(tries))
+    if problems:
+        raise ValueError("; ".join(problems))
 
 
 def _assemble(outputs, cfg):

@@ -35,7 +35,7 @@ from parlab.memory import model_memory
 from parlab.mesh import Mesh
 from parlab.models import attention
 from parlab.runner import register
-from parlab.schemes.tensor_parallel import divisibility_problems, resolve_tp
+from parlab.schemes.tensor_parallel import check_fits, resolve_tp
 from parlab.training import build_model, make_optimizer, step_batch
 
 
@@ -174,9 +174,7 @@ def _validate(cfg):
         raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
     if not isinstance(cfg.options["sp"], bool):
         raise ValueError(f"sp={cfg.options['sp']!r} must be True or False")
-    problems = divisibility_problems(cfg, resolve_tp(cfg, cfg.options["sp"]), cfg.options["sp"])
-    if problems:
-        raise ValueError("; ".join(problems))
+    check_fits(cfg, cfg.options["sp"])
 
 
 @register("torch-tp", summary="PyTorch parallelize_module (Colwise/Rowwise/SequenceParallel)",
