@@ -27,7 +27,8 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     tp: per block 2 ring all-reduces forward and 2 backward.
     tp-sp: per block 2 all-gathers + 2 reduce-scatters forward; in backward 2 reduce-scatters
     (of the gathers) + 2 all-gathers (of the reduce-scatters), + 2 all-gathers that rebuild the
-    column inputs when `regather`; and one all-reduce of every replicated parameter's gradient.
+    column inputs when `regather`; and one all-reduce of the replicated parameters' gradients,
+    flattened into one bucket.
     """
     zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
     if tp == 1:
@@ -39,7 +40,7 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
     if not sequence_parallel:
         return {**zero, "tp-forward": per_block * 2 * ar, "tp-backward": per_block * 2 * ar}
-    sync = sum(cost.ring_all_reduce(n, tp, tp_rank)[0] for n in replicated_numels(cfg_model))
+    sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket
     return {"tp-forward": per_block * 2 * (ag + rs),
             "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
             "sp-grad-sync": steps * FP32 * sync}

@@ -5,7 +5,8 @@ The world is a mesh dp × tp (`parlab.mesh.Mesh`, tp innermost). A tp group hold
 the model, each rank a 1/tp slice of every block (`parlab.tensor_parallel`); the dp groups train
 replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
 replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
-are first summed over tp. `tp=None` picks the largest degree that fits.
+are first summed over tp, in one flat bucket (one all-reduce, not one per tensor). `tp=None`
+picks the largest degree that fits.
 
 Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
 tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
@@ -15,7 +16,9 @@ saved inputs. `parlab.tp_cost.closed_form_bytes` gives the exact per-rank number
 
 from __future__ import annotations
 
-from parlab.mesh import Mesh
+import torch
+
+from parlab.mesh import Mesh, validate_degrees
 from parlab.runner import register
 from parlab.tensor_parallel import TensorParallelGPT, assemble_state
 from parlab.training import build_model, data_parallel_loop, make_optimizer
@@ -78,8 +81,8 @@ def _assemble(outputs, cfg):
 
 def tensor_parallel_worker(ctx, sequence_parallel: bool):
     cfg = ctx.cfg
-    tp = resolve_tp(cfg, sequence_parallel)
-    dp = cfg.world_size // tp
+    degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
+    dp, tp = degrees["dp"], degrees["tp"]
     mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
     model = TensorParallelGPT.from_reference(build_model(cfg), mesh["tp"], sequence_parallel,
                                              cfg.options.get("regather", True))
@@ -88,9 +91,11 @@ def tensor_parallel_worker(ctx, sequence_parallel: bool):
 
     def sync_grads(step):
         if sequence_parallel and tp > 1:
-            with ctx.ledger.label(phase="sp-grad-sync"):
-                for p in replicated:  # each rank saw T/tp of the tokens: sum over tp
-                    mesh["tp"].all_reduce(p.grad)  # (param shape,) over tp
+            with ctx.ledger.label(phase="sp-grad-sync"):  # each rank saw T/tp of the tokens
+                flat = torch.cat([p.grad.reshape(-1) for p in replicated])  # (Σ numel,) one bucket
+                mesh["tp"].all_reduce(flat)  # (Σ numel,) summed over tp
+                for p, part in zip(replicated, flat.split([p.numel() for p in replicated])):
+                    p.grad.copy_(part.view_as(p))
         if dp > 1:
             with ctx.ledger.label(phase="dp-grad-sync"):
                 for p in model.parameters():
