@@ -31,6 +31,7 @@ from parlab.tp_ops import (
     ReduceFromTensorParallel,
     ReduceScatterToSequenceParallel,
 )
+from parlab.tp_vocab import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 # parameter-name suffix -> (dimension cut, number of stacked groups cut separately)
 SHARDING = {
@@ -41,8 +42,10 @@ SHARDING = {
 }
 
 
-def shard_spec(name: str):
+def shard_spec(name: str, vocab_parallel: bool = False):
     """(dim, groups) for a sharded parameter name, None for a replicated one."""
+    if vocab_parallel and name == "wte.weight":
+        return 0, 1  # (V, C): vocabulary rows cut
     for suffix, spec in SHARDING.items():
         if name.endswith(suffix):
             return spec
@@ -61,11 +64,11 @@ def unshard_weight(shards: list[torch.Tensor], dim: int, groups: int = 1):
     return torch.cat([torch.cat([p[g] for p in per_rank], dim=dim) for g in range(groups)], dim=dim)
 
 
-def assemble_state(states: list[dict]) -> dict:
+def assemble_state(states: list[dict], vocab_parallel: bool = False) -> dict:
     """Full reference-named state from every tp rank's local state (in tp order)."""
     full = {}
     for name, value in states[0].items():
-        spec = shard_spec(name)
+        spec = shard_spec(name, vocab_parallel)
         full[name] = value if spec is None else unshard_weight([s[name] for s in states], *spec)
     return full
 
@@ -170,20 +173,28 @@ class TensorParallelGPT(nn.Module):
     The replicated parameters then see only their tokens, so their gradients are summed over tp
     (`replicated_parameters`)."""
 
-    def __init__(self, model, comm, rank: int, tp: int, sequence_parallel=False, regather=True):
+    def __init__(self, model, comm, rank: int, tp: int, sequence_parallel=False, regather=True,
+                 vocab_parallel=False):
         super().__init__()
-        self.config, self.rank, self.tp = model.config, rank, tp
-        self.sequence_parallel = sequence_parallel
-        self.wte, self.wpe, self.ln_f = _copy(model.wte), _copy(model.wpe), _copy(model.ln_f)
+        self.config, self.rank, self.tp, self.comm = model.config, rank, tp, comm
+        self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
+        self.wpe, self.ln_f = _copy(model.wpe), _copy(model.ln_f)
+        if vocab_parallel:  # tied embedding / head cut by vocabulary rows (parlab.tp_vocab)
+            self.vocab_start = rank * model.config.vocab_size // tp
+            self.wte = VocabParallelEmbedding(shard_weight(model.wte.weight.detach(), 0, rank, tp),
+                                              comm, self.vocab_start)
+        else:
+            self.wte = _copy(model.wte)
         self.blocks = nn.ModuleList(ParallelBlock(b, comm, rank, tp, sequence_parallel, regather)
                                     for b in model.blocks)
 
     @classmethod
-    def from_reference(cls, model, comm, sequence_parallel=False, regather=True):
-        return cls(model, comm, comm.rank, comm.size, sequence_parallel, regather)
+    def from_reference(cls, model, comm, sequence_parallel=False, regather=True,
+                       vocab_parallel=False):
+        return cls(model, comm, comm.rank, comm.size, sequence_parallel, regather, vocab_parallel)
 
     def replicated_parameters(self):
-        return [p for n, p in self.named_parameters() if shard_spec(n) is None]
+        return [p for n, p in self.named_parameters() if shard_spec(n, self.vocab_parallel) is None]
 
     def local_positions(self, T: int) -> slice:
         if not self.sequence_parallel:
@@ -199,6 +210,12 @@ class TensorParallelGPT(nn.Module):
         x = self.wte(tokens) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
         for block in self.blocks:
             x = block(x)
+        if self.vocab_parallel:
+            h = CopyToTensorParallel.apply(self.ln_f(x), self.comm)  # (B, T, C) f before the head
+            logits = h @ self.wte.weight.t()  # (B, T, V/tp) this rank's words
+            losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), self.comm,
+                                                     self.vocab_start)  # (B, T)
+            return losses.sum() / (B * T)
         logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/tp, vocab) tied head
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                  targets[:, mine].reshape(-1).clone(), reduction="sum")

@@ -20,7 +20,8 @@ FP32 = 4
 
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,
-                      sequence_parallel: bool, regather: bool = True) -> dict[str, int]:
+                      sequence_parallel: bool, regather: bool = True,
+                      vocab_parallel: bool = False) -> dict[str, int]:
     """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only).
 
     S = batch_rows·T·C elements per activation message (batch_rows = batch / dp).
@@ -29,6 +30,8 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     (of the gathers) + 2 all-gathers (of the reduce-scatters), + 2 all-gathers that rebuild the
     column inputs when `regather`; and one all-reduce of the replicated parameters' gradients,
     flattened into one bucket.
+    vocab_parallel (tp only): + 1 all-reduce of S for the embedding and 3 of B·T for the
+    cross-entropy in forward, + 1 all-reduce of S (f before the head) in backward.
     """
     zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
     if tp == 1:
@@ -39,7 +42,12 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     ag = cost.ring_all_gather(S, tp, tp_rank)[0]
     rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
     if not sequence_parallel:
-        return {**zero, "tp-forward": per_block * 2 * ar, "tp-backward": per_block * 2 * ar}
+        out = {**zero, "tp-forward": per_block * 2 * ar, "tp-backward": per_block * 2 * ar}
+        if vocab_parallel:
+            tokens = cost.ring_all_reduce(batch_rows * cfg_model.block_size, tp, tp_rank)[0]
+            out["tp-forward"] += steps * FP32 * (ar + 3 * tokens)
+            out["tp-backward"] += steps * FP32 * ar
+        return out
     sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket
     return {"tp-forward": per_block * 2 * (ag + rs),
             "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
@@ -65,7 +73,8 @@ def block_times(batch_rows: int, seq_len: int, n_embd: int, tp: int, flops_per_s
 
 def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: bool,
                      regather: bool = True) -> int:
-    """Bytes of tensors saved for backward at the peak (end of forward) on one tp rank.
+    """Bytes of tensors saved for backward at the peak (end of forward) on one tp rank (tp and
+    tp-sp with the replicated head; vocab_parallel's head is not counted here).
 
     Counted tensor by tensor for this tiny GPT (fp32, no dropout; Korthikanti et al. 2023 §4.1
     do the same count for GPT-3 in fp16 with dropout and get sbh(34 + 5as/h) per layer). Per

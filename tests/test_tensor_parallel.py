@@ -23,6 +23,8 @@ def reference():
     ("tp", 4, {"tp": 2}),  # 2D: dp=2 × tp=2
     ("tp-sp", 4, {"tp": 2}),
     ("tp", 3, {}),  # 3 does not divide 4 heads: tp=1, dp=3
+    ("tp", 2, {"vocab_parallel": True}), ("tp", 4, {"vocab_parallel": True}),
+    ("tp", 4, {"tp": 2, "vocab_parallel": True}),
 ])
 def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size, options):
     result = parlab.run(scheme, world_size=world_size, steps=2, **options)
@@ -30,11 +32,12 @@ def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size,
     assert comparison.match, comparison.problems
     sp = scheme == "tp-sp"
     for rank, out in enumerate(result.outputs):
+        vocab = options.get("vocab_parallel", False)
         expect = closed_form_bytes(result.config.model_config, 12 // out["dp"], out["tp"],
-                                   out["tp_rank"], 2, sp, options.get("regather", True))
+                                   out["tp_rank"], 2, sp, options.get("regather", True), vocab)
         got = {phase: result.bytes_per_rank(phase=phase)[rank] for phase in PHASES}
         assert got == expect, (rank, got, expect)
-        assert result.memory[rank]["activations"] == activation_bytes(
+        assert vocab or result.memory[rank]["activations"] == activation_bytes(
             result.config.model_config, 12 // out["dp"], out["tp"], sp, options.get("regather", True))
 
 
@@ -88,6 +91,9 @@ def test_default_tp_uses_every_rank_when_heads_divide():
     (dict(scheme="tp", world_size=2, tp=0), r"tp=0 must be an int"),
     (dict(scheme="tp-sp", world_size=2, regather="yes"), r"regather='yes'"),
     (dict(scheme="tp", world_size=2, model="mlp"), r"model='mlp'"),
+    (dict(scheme="tp", world_size=2, tp=2, vocab_parallel=True, model_config={"vocab_size": 97}),
+     r"vocab_size=97 is not divisible by tp=2"),
+    (dict(scheme="tp-sp", world_size=2, vocab_parallel=True), r"\['vocab_parallel'\] are unknown"),
     (dict(scheme="tp", world_size=5), r"no tp degree fits world_size=5 — tp=5: n_head=4 is not "
      r"divisible by tp=5, .*; tp=1: batch_size=12 is not divisible by dp=world_size/tp=5"),
 ])
@@ -121,3 +127,9 @@ def test_torch_tp_bad_input():
         make_config("torch-tp", world_size=3, tp=3)
     with pytest.raises(ValueError, match=r"sp='on'"):
         make_config("torch-tp", world_size=2, sp="on")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_vocab_parallel_embedding_and_cross_entropy(world_size):
+    for errors in launch(workers_tp.vocab_parallel_loss_matches, world_size):
+        assert max(errors.values()) < 1e-5, errors

@@ -99,3 +99,33 @@ def reshard_check(rank, world_size, shape, src_layout, dst_layout, method, link=
     return {"ok": ok, "seconds": seconds, "sent": sum(r["elements_sent"] for r in records),
             "recv": sum(r["elements_recv"] for r in records)}
 
+
+
+def vocab_parallel_loss_matches(rank, world_size):
+    """Vocabulary-parallel embedding + cross-entropy equal F.embedding + F.cross_entropy,
+    values and gradients."""
+    import torch.nn.functional as F
+
+    from parlab.tp_ops import CopyToTensorParallel
+    from parlab.tp_vocab import VocabParallelCrossEntropy, VocabParallelEmbedding
+
+    comm = Comm()
+    g = torch.Generator().manual_seed(0)
+    V, C, B, T = 16, 8, 2, 5
+    weight = torch.randn(V, C, generator=g)  # (V, C) tied embedding / head
+    idx = torch.randint(0, V, (B, T), generator=g)
+    targets = torch.randint(0, V, (B, T), generator=g)
+    ref_w = weight.clone().requires_grad_()
+    ref_x = F.embedding(idx, ref_w)  # (B, T, C)
+    ref_loss = F.cross_entropy((ref_x @ ref_w.t()).reshape(-1, V), targets.reshape(-1))
+    ref_loss.backward()
+    start = rank * V // world_size
+    embed = VocabParallelEmbedding(shard_weight(weight, 0, rank, world_size), comm, start)
+    x = embed(idx)  # (B, T, C)
+    logits = CopyToTensorParallel.apply(x, comm) @ embed.weight.t()  # (B, T, V/tp)
+    loss = VocabParallelCrossEntropy.apply(logits, targets, comm, start).mean()
+    loss.backward()
+    rows = slice(start, start + V // world_size)
+    return {"loss": abs(loss.item() - ref_loss.item()),
+            "embedding": _max_diff(x, ref_x),
+            "grad": _max_diff(embed.weight.grad, ref_w.grad[rows])}

@@ -6,7 +6,8 @@ the model, each rank a 1/tp slice of every block (`parlab.tensor_parallel`); the
 replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
 replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
 are first summed over tp, in one flat bucket (one all-reduce, not one per tensor). `tp=None`
-picks the largest degree that fits.
+picks the largest degree that fits. `tp` with `vocab_parallel=True` also cuts the tied
+embedding / head by vocabulary rows (`parlab.tp_vocab`).
 
 Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
 tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
@@ -30,6 +31,8 @@ def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
     checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
     if sequence_parallel:
         checks.append(("sequence length block_size", m.block_size))
+    if cfg.options.get("vocab_parallel"):
+        checks.append(("vocab_size", m.vocab_size))
     problems = [f"{name}={value} is not divisible by tp={tp}" for name, value in checks if value % tp]
     if cfg.world_size % tp:
         problems.append(f"world_size={cfg.world_size} is not divisible by tp={tp}")
@@ -55,8 +58,9 @@ def _validator(sequence_parallel: bool):
         tp = cfg.options["tp"]
         if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
             raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
-        if "regather" in cfg.options and not isinstance(cfg.options["regather"], bool):
-            raise ValueError(f"regather={cfg.options['regather']!r} must be True or False")
+        for flag in ("regather", "vocab_parallel"):
+            if flag in cfg.options and not isinstance(cfg.options[flag], bool):
+                raise ValueError(f"{flag}={cfg.options[flag]!r} must be True or False")
         check_fits(cfg, sequence_parallel)
     return validate
 
@@ -76,7 +80,7 @@ def check_fits(cfg, sequence_parallel: bool) -> None:
 
 def _assemble(outputs, cfg):
     shards = sorted((o for o in outputs if o.get("state") is not None), key=lambda o: o["tp_rank"])
-    return assemble_state([o["state"] for o in shards])
+    return assemble_state([o["state"] for o in shards], cfg.options.get("vocab_parallel", False))
 
 
 def tensor_parallel_worker(ctx, sequence_parallel: bool):
@@ -85,7 +89,8 @@ def tensor_parallel_worker(ctx, sequence_parallel: bool):
     dp, tp = degrees["dp"], degrees["tp"]
     mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
     model = TensorParallelGPT.from_reference(build_model(cfg), mesh["tp"], sequence_parallel,
-                                             cfg.options.get("regather", True))
+                                             cfg.options.get("regather", True),
+                                             cfg.options.get("vocab_parallel", False))
     optimizer = make_optimizer(model.parameters(), cfg)
     replicated = model.replicated_parameters()
 
@@ -109,7 +114,8 @@ def tensor_parallel_worker(ctx, sequence_parallel: bool):
 
 
 @register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
-          exact=True, options={"tp": None}, validate=_validator(False), assemble=_assemble,
+          exact=True, options={"tp": None, "vocab_parallel": False}, validate=_validator(False),
+          assemble=_assemble,
           models=("gpt",))
 def tp_scheme(ctx):
     return tensor_parallel_worker(ctx, sequence_parallel=False)
