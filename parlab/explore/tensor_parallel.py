@@ -153,14 +153,15 @@ def correctness(world_size: int, steps: int) -> list[str]:
     import parlab
 
     reference = parlab.run("single", steps=steps)
-    runs = [("tp", {}), ("tp-sp", {})]
+    runs = [("tp", {}), ("tp-sp", {}), ("tp", {"vocab_parallel": True})]
     if world_size >= 4:
         runs.append(("tp", {"tp": 2}))  # 2-D: dp × tp
     lines = []
     for scheme, options in runs:
         result = parlab.run(scheme, world_size=world_size, steps=steps, **options)
         out = result.outputs[0]
-        lines.append(f"{scheme:<6} dp={out['dp']} × tp={out['tp']}: match: "
+        extra = " (vocab-parallel head)" if options.get("vocab_parallel") else ""
+        lines.append(f"{scheme:<6} dp={out['dp']} × tp={out['tp']}{extra}: match: "
                      f"{result.compare(reference).match}")
     return lines
 
