@@ -2,15 +2,15 @@
 et al. 2023) against PyTorch's parallelize_module, and cross-mesh resharding methods (AlpaComm,
 Zhuang et al., MLSys 2023), each measured side by side in one run.
 
-Part 1 — tp, tp-sp and torch-tp at each degree (world_size = tp): the step time is the median over
-steps after warm-up of forward start to optimizer end (slowest rank), median over `--repeats`
-round-robin rounds; `vs_tp` is the ratio to `tp` at the same degree, from the same rounds. Bytes
-are the tp activation traffic per step of rank 0 (torch-tp: DTensor's collectives at nominal ring
-bytes). Loopback only: DTensor talks to gloo directly, so an emulated link could not delay it.
-The optimizer is SGD by default: AdamW divides each gradient by its own running RMS, so the few
-weights whose gradient is ~1e-9 (a sum that cancels) turn float-rounding differences of the
-split matmuls into visible update differences (~1e-5) at this larger width; SGD keeps the
-`match` column a check of the gradients themselves.
+Part 1 — tp, tp-sp, torch-tp and torch-tp with sp=True at each degree (world_size = tp): the
+step time is the median over steps after warm-up of forward start to optimizer end (slowest
+rank), median over `--repeats` round-robin rounds; `vs_tp` is the ratio to `tp` at the same
+degree, from the same rounds. Bytes are the tp activation traffic per step of rank 0 (torch-tp:
+DTensor's collectives at nominal ring bytes). Loopback only: DTensor talks to gloo directly, so
+an emulated link could not delay it. The optimizer is SGD by default: AdamW divides each gradient
+by its own running RMS, so the few weights whose gradient is ~1e-9 (a sum that cancels) turn
+float-rounding differences of the split matmuls into visible update differences (~1e-5) at this
+larger width; SGD keeps the `match` column a check of the gradients themselves.
 
 Part 2 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
 pairs with send-recv, chained broadcast and load-balanced broadcast, on loopback and on emulated
@@ -29,7 +29,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench tp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--degrees", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--schemes", nargs="+", default=["tp", "tp-sp", "torch-tp"])
+    parser.add_argument("--schemes", nargs="+", default=["tp", "tp-sp", "torch-tp", "torch-tp:sp"],
+                        help="scheme[:flag...], e.g. torch-tp:sp or tp:vocab_parallel")
     parser.add_argument("--steps", type=int, default=4, help="measured steps (after 1 warm-up)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--n-embd", type=int, default=64)

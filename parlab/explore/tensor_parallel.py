@@ -25,7 +25,14 @@ def step_times(result, warmup: int = 1) -> list[float]:
     return [max(column) for column in zip(*per_rank)]
 
 
-def tp_rows(schemes=("tp", "tp-sp", "torch-tp"), degrees=(2, 4), steps: int = 4, link=None,
+def _spec(name: str) -> tuple[str, dict]:
+    """'torch-tp:sp' -> ('torch-tp', {'sp': True}): a scheme with boolean options switched on."""
+    scheme, *flags = name.split(":")
+    return scheme, {flag: True for flag in flags}
+
+
+def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), steps: int = 4,
+            link=None,
             model_config=None, batch_size: int = 8, repeats: int = 1,
             optimizer: str = "adamw") -> list[dict]:
     """Step time, tp bytes per step and activation memory of each scheme at each degree, all
@@ -39,7 +46,8 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp"), degrees=(2, 4), steps: int = 4,
     for _ in range(repeats):
         for tp in degrees:
             for scheme in schemes:
-                result = parlab.run(scheme, world_size=tp, **common)
+                name, options = _spec(scheme)
+                result = parlab.run(name, world_size=tp, **common, **options)
                 samples.setdefault((scheme, tp), []).append(statistics.median(step_times(result)))
                 results[(scheme, tp)] = result
     rows = []
