@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.models import attention
+from parlab.models import attention, maybe_checkpoint
 from parlab.tp_ops import (
     CopyToTensorParallel,
     GatheredColumnMatmul,
@@ -178,6 +178,7 @@ class TensorParallelGPT(nn.Module):
         super().__init__()
         self.config, self.rank, self.tp, self.comm = model.config, rank, tp, comm
         self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
+        self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
         self.wpe, self.ln_f = _copy(model.wpe), _copy(model.ln_f)
         if vocab_parallel:  # tied embedding / head cut by vocabulary rows (parlab.tp_vocab)
             self.vocab_start = rank * model.config.vocab_size // tp
@@ -208,8 +209,8 @@ class TensorParallelGPT(nn.Module):
         positions = torch.arange(mine.start, mine.stop)  # (T/tp,) with SP, else (T,)
         tokens = idx[:, mine].clone()  # (B, T/tp): a copy, so backward keeps only these ids
         x = self.wte(tokens) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
-        for block in self.blocks:
-            x = block(x)
+        for block in self.blocks:  # checkpointed blocks redo their forward comm in backward
+            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T[/tp], C)
         if self.vocab_parallel:
             h = CopyToTensorParallel.apply(self.ln_f(x), self.comm)  # (B, T, C) f before the head
             logits = h @ self.wte.weight.t()  # (B, T, V/tp) this rank's words

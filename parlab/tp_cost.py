@@ -21,7 +21,7 @@ FP32 = 4
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,
                       sequence_parallel: bool, regather: bool = True,
-                      vocab_parallel: bool = False) -> dict[str, int]:
+                      vocab_parallel: bool = False, checkpoint: bool = False) -> dict[str, int]:
     """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only).
 
     S = batch_rows·T·C elements per activation message (batch_rows = batch / dp).
@@ -32,6 +32,10 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     flattened into one bucket.
     vocab_parallel (tp only): + 1 all-reduce of S for the embedding and 3 of B·T for the
     cross-entropy in forward, + 1 all-reduce of S (f before the head) in backward.
+    checkpoint (activation checkpointing of each block): backward recomputes the block's forward
+    and with it its collectives (labelled tp-forward) — all but the last one, because PyTorch's
+    non-reentrant checkpoint stops recomputing once every saved tensor is back ("early stop"),
+    and nothing saved depends on the MLP's closing all-reduce / reduce-scatter.
     """
     zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
     if tp == 1:
@@ -42,14 +46,17 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     ag = cost.ring_all_gather(S, tp, tp_rank)[0]
     rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
     if not sequence_parallel:
-        out = {**zero, "tp-forward": per_block * 2 * ar, "tp-backward": per_block * 2 * ar}
+        recompute = per_block * ar if checkpoint else 0  # the attention's g again
+        out = {**zero, "tp-forward": per_block * 2 * ar + recompute,
+               "tp-backward": per_block * 2 * ar}
         if vocab_parallel:
             tokens = cost.ring_all_reduce(batch_rows * cfg_model.block_size, tp, tp_rank)[0]
             out["tp-forward"] += steps * FP32 * (ar + 3 * tokens)
             out["tp-backward"] += steps * FP32 * ar
         return out
     sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket
-    return {"tp-forward": per_block * 2 * (ag + rs),
+    recompute = per_block * (2 * ag + rs) if checkpoint else 0  # all but the MLP's reduce-scatter
+    return {"tp-forward": per_block * 2 * (ag + rs) + recompute,
             "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
             "sp-grad-sync": steps * FP32 * sync}
 

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from parlab import cost
 from parlab.memory import model_memory
 from parlab.mesh import Mesh
-from parlab.models import attention
+from parlab.models import attention, maybe_checkpoint
 from parlab.runner import register
 from parlab.schemes.tensor_parallel import check_fits, resolve_tp
 from parlab.training import build_model, make_optimizer, step_batch
@@ -75,6 +75,7 @@ class TorchTPGPT(nn.Module):
         for block in self.blocks:
             block.attn = TorchTPAttention(block.attn)
         self.sequence_rank, self.sequence_parts = sequence_rank, sequence_parts
+        self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
 
     def loss(self, idx, targets):
         B, T = idx.shape
@@ -82,7 +83,7 @@ class TorchTPGPT(nn.Module):
         mine = slice(self.sequence_rank * width, (self.sequence_rank + 1) * width)
         x = self.wte(idx[:, mine].clone()) + self.wpe(torch.arange(mine.start, mine.stop))  # (B, T/sp, C)
         for block in self.blocks:
-            x = block(x)
+            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T/sp, C)
         logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/sp, vocab)
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                  targets[:, mine].reshape(-1).clone(), reduction="sum")
