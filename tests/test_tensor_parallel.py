@@ -1,0 +1,137 @@
+"""Chapter 03: tp, tp-sp (and dp × tp) equal the single process; ledger bytes and activation
+memory equal their closed forms; the parallel layers reproduce the reference layer by layer."""
+
+import pytest
+
+import parlab
+from parlab.launch import launch
+from parlab.runner import make_config
+from parlab.tp_cost import activation_bytes, closed_form_bytes
+from tests import workers_tp
+
+PHASES = ("tp-forward", "tp-backward", "sp-grad-sync")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return parlab.run("single", steps=2)
+
+
+@pytest.mark.parametrize("scheme,world_size,options", [
+    ("tp", 1, {}), ("tp", 2, {}), ("tp", 4, {}),
+    ("tp-sp", 2, {}), ("tp-sp", 4, {}), ("tp-sp", 4, {"regather": False}),
+    ("tp", 4, {"tp": 2}),  # 2D: dp=2 × tp=2
+    ("tp-sp", 4, {"tp": 2}),
+    ("tp", 3, {}),  # 3 does not divide 4 heads: tp=1, dp=3
+    ("tp", 2, {"vocab_parallel": True}), ("tp", 4, {"vocab_parallel": True}),
+    ("tp", 4, {"tp": 2, "vocab_parallel": True}),
+    ("tp", 2, {"checkpoint": True}), ("tp-sp", 4, {"checkpoint": True}),  # recompute redoes comm
+])
+def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size, options):
+    result = parlab.run(scheme, world_size=world_size, steps=2, **options)
+    comparison = result.compare(reference)
+    assert comparison.match, comparison.problems
+    sp = scheme == "tp-sp"
+    for rank, out in enumerate(result.outputs):
+        vocab = options.get("vocab_parallel", False)
+        expect = closed_form_bytes(result.config.model_config, 12 // out["dp"], out["tp"],
+                                   out["tp_rank"], 2, sp, options.get("regather", True), vocab,
+                                   options.get("checkpoint", False))
+        got = {phase: result.bytes_per_rank(phase=phase)[rank] for phase in PHASES}
+        assert got == expect, (rank, got, expect)
+        assert vocab or options.get("checkpoint") or result.memory[rank]["activations"] == activation_bytes(
+            result.config.model_config, 12 // out["dp"], out["tp"], sp, options.get("regather", True))
+
+
+def test_ops_per_block_and_step():
+    """tp: 2 all-reduces forward, 2 backward per block; tp-sp: the same tensors as AG + RS."""
+    steps, layers = 2, 4
+    tp = parlab.run("tp", world_size=2, steps=steps)
+    ops = [(r["op"], r["phase"]) for r in tp.ledger if r["rank"] == 0 and r["phase"] != "dp-grad-sync"]
+    assert ops.count(("all_reduce", "tp-forward")) == 2 * layers * steps
+    assert ops.count(("all_reduce", "tp-backward")) == 2 * layers * steps
+    assert {r["numel"] for r in tp.ledger if r["phase"] == "tp-forward"} == {12 * 32 * 32}
+    sp = parlab.run("tp-sp", world_size=2, steps=steps, regather=False)
+    sp_ops = [(r["op"], r["phase"]) for r in sp.ledger if r["rank"] == 0]
+    for phase in ("tp-forward", "tp-backward"):
+        assert sp_ops.count(("all_gather", phase)) == 2 * layers * steps
+        assert sp_ops.count(("reduce_scatter", phase)) == 2 * layers * steps
+    for phase in ("tp-forward", "tp-backward"):  # a ring all-reduce = reduce-scatter + all-gather
+        assert tp.bytes_per_rank(phase=phase) == sp.bytes_per_rank(phase=phase)
+
+
+def test_sequence_parallel_saves_activation_memory():
+    tp = parlab.run("tp", world_size=4, steps=1)
+    sp = parlab.run("tp-sp", world_size=4, steps=1)
+    keep = parlab.run("tp-sp", world_size=4, steps=1, regather=False)
+    a_tp, a_sp, a_keep = (r.memory[0]["activations"] for r in (tp, sp, keep))
+    assert a_sp < a_keep < a_tp
+    assert a_tp < parlab.run("single", steps=1).memory[0]["activations"]
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+@pytest.mark.parametrize("sequence_parallel,regather", [(False, True), (True, True), (True, False)])
+def test_parallel_layers_give_reference_outputs_and_gradients(world_size, sequence_parallel,
+                                                              regather):
+    for errors in launch(workers_tp.parallel_layers_match, world_size, sequence_parallel, regather):
+        assert max(errors.values()) < 1e-4, errors
+
+
+def test_default_tp_uses_every_rank_when_heads_divide():
+    assert parlab.run("tp", world_size=2, steps=1).outputs[0]["tp"] == 2
+    assert parlab.run("tp", world_size=4, steps=1).outputs[0]["tp"] == 4
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scheme="tp", world_size=3, tp=3),
+     r"n_head=4 is not divisible by tp=3; n_embd=32 is not divisible by tp=3; "
+     r"MLP width 4·n_embd=128 is not divisible by tp=3"),
+    (dict(scheme="tp-sp", world_size=2, tp=2, model_config={"block_size": 33}),
+     r"sequence length block_size=33 is not divisible by tp=2"),
+    (dict(scheme="tp", world_size=4, tp=3), r"world_size=4 is not divisible by tp=3"),
+    (dict(scheme="tp", world_size=4, tp=2, batch_size=9), r"batch_size=9 is not divisible by dp"),
+    (dict(scheme="tp", world_size=2, tp=0), r"tp=0 must be an int"),
+    (dict(scheme="tp-sp", world_size=2, regather="yes"), r"regather='yes'"),
+    (dict(scheme="tp", world_size=2, model="mlp"), r"model='mlp'"),
+    (dict(scheme="tp", world_size=2, tp=2, vocab_parallel=True, model_config={"vocab_size": 97}),
+     r"vocab_size=97 is not divisible by tp=2"),
+    (dict(scheme="tp-sp", world_size=2, vocab_parallel=True), r"\['vocab_parallel'\] are unknown"),
+    (dict(scheme="tp", world_size=5), r"no tp degree fits world_size=5 — tp=5: n_head=4 is not "
+     r"divisible by tp=5, .*; tp=1: batch_size=12 is not divisible by dp=world_size/tp=5"),
+])
+def test_bad_input_is_a_value_error_before_launch(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make_config(**kwargs)
+
+
+@pytest.mark.parametrize("world_size,options", [(2, {}), (4, {"sp": True}), (4, {"tp": 2})])
+def test_torch_tp_matches_single_with_the_same_bytes(reference, world_size, options):
+    """PyTorch's parallelize_module trains the same model; its DTensor collectives (nominal ring
+    bytes, recorded by a dispatch mode) are the closed form of our tp-sp without re-gather."""
+    from parlab import cost
+
+    result = parlab.run("torch-tp", world_size=world_size, steps=2, **options)
+    comparison = result.compare(reference)
+    assert comparison.match, comparison.problems
+    sp, m = options.get("sp", False), result.config.model_config
+    for rank, out in enumerate(result.outputs):
+        tp_rank = rank % out["tp"]
+        expect = closed_form_bytes(m, 12 // out["dp"], out["tp"], tp_rank, 2, sp, regather=False)
+        for phase in ("tp-forward", "tp-backward"):
+            assert result.bytes_per_rank(phase=phase)[rank] == expect[phase]
+        embeddings = [m.vocab_size * m.n_embd, m.block_size * m.n_embd]  # summed over tp with SP
+        sync = 2 * 4 * sum(cost.ring_all_reduce(n, out["tp"], tp_rank)[0] for n in embeddings)
+        assert result.bytes_per_rank(phase="sp-grad-sync")[rank] == (sync if sp else 0)
+
+
+def test_torch_tp_bad_input():
+    with pytest.raises(ValueError, match=r"n_head=4 is not divisible by tp=3"):
+        make_config("torch-tp", world_size=3, tp=3)
+    with pytest.raises(ValueError, match=r"sp='on'"):
+        make_config("torch-tp", world_size=2, sp="on")
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_vocab_parallel_embedding_and_cross_entropy(world_size):
+    for errors in launch(workers_tp.vocab_parallel_loss_matches, world_size):
+        assert max(errors.values()) < 1e-5, errors
