@@ -17,7 +17,7 @@ import torch
 
 from parlab.memory import ActivationMeter, optimizer_state_tensors, tensor_bytes
 from parlab.runner import register
-from parlab.training import build_model, make_optimizer, state_of, step_batch
+from parlab.training import build_model, make_optimizer, optimizer_spec, state_of, step_batch
 from parlab.zero_shard import unit_modules
 
 
@@ -78,13 +78,9 @@ def torch_zero(ctx):
 
     model = build_model(ctx.cfg)
     ddp = DistributedDataParallel(LossModule(model), gradient_as_bucket_view=True)
-    cfg = ctx.cfg
-    if cfg.optimizer == "adamw":
-        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,
-                                            lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    else:
-        optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD,
-                                            lr=cfg.lr)
+    optimizer_class, settings = optimizer_spec(ctx.cfg)  # the same optimizer as every scheme
+    optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class,
+                                        **settings)
     meter = ActivationMeter(exclude=model.parameters())
     losses, memory = _loop(ctx, ddp, model, optimizer, meter, local_optimizer=optimizer.optim)
     return {"losses": losses, "state": state_of(model) if ctx.rank == 0 else None,
