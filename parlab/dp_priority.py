@@ -20,7 +20,6 @@ from __future__ import annotations
 import heapq
 
 from parlab.cost import chunk_bounds
-from parlab.dp_buckets import Buckets
 from parlab.dp_layerwise import LayerwiseUpdate
 from parlab.dp_overlap import OverlapSync
 
