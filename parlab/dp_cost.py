@@ -79,10 +79,18 @@ def bytes_per_step(variant: str, numels: list[int], n: int, rank: int = 0, eleme
     return totals
 
 
-def message_time(op: str, elements: int, n: int, alpha: float, beta: float) -> float:
-    """k·α + b/β of one collective on rank 0 (the link emulation's own formula)."""
+def message_time(op: str, elements: int, n: int, alpha: float, beta: float,
+                 floor: tuple[float, float] | None = None) -> float:
+    """k·α + b/β of one collective on rank 0 (the link emulation's own formula).
+
+    `floor`: (α, β) of the real transport underneath (gloo on this machine, `measure_alpha_beta`);
+    an emulated link can only slow a message down, so the message takes the larger of the two.
+    """
     if n == 1:
         return 0.0
+    if floor is not None:
+        return max(message_time(op, elements, n, alpha, beta),
+                   message_time(op, elements, n, *floor))
     if op == "all_reduce":
         sent, recv, rounds = cost.ring_all_reduce(elements, n, 0)
     elif op == "reduce_scatter":
@@ -94,7 +102,8 @@ def message_time(op: str, elements: int, n: int, alpha: float, beta: float) -> f
 
 def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
                       t_backward: float, t_optimizer: float, alpha: float = LOOPBACK_ALPHA,
-                      beta: float = LOOPBACK_BETA, iterations: int = 4, **options) -> dict:
+                      beta: float = LOOPBACK_BETA, floor: tuple[float, float] | None = None,
+                      iterations: int = 4, **options) -> dict:
     """Steady-state seconds per step and exposed communication of `variant` (list scheduling).
 
     Compute is spread over parameters in proportion to their size; parameter 0 is the first
@@ -117,7 +126,7 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
 
     def send(op, elements, ready):
         nonlocal link_free, busy
-        duration = message_time(op, elements, n, alpha, beta)
+        duration = message_time(op, elements, n, alpha, beta, floor)
         link_free = max(link_free, ready) + duration
         busy += duration
         return link_free
@@ -165,3 +174,36 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
     step = starts[-1] - starts[-2]
     compute = t_forward + t_backward + t_optimizer
     return {"step_s": step, "comm_s": busy, "exposed_s": max(step - compute, 0.0)}
+
+
+def _time_all_reduce(rank, world_size, sizes, repeats):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    medians = []
+    for numel in sizes:
+        tensor = torch.ones(numel)
+        times = []
+        for _ in range(repeats + 1):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(tensor)
+            times.append(time.perf_counter() - t0)
+        medians.append(sorted(times[1:])[len(times[1:]) // 2])  # the first is a warm-up
+    return medians
+
+
+def measure_alpha_beta(world_size: int, sizes=(256, 16384, 131072), repeats: int = 7):
+    """Fit α-β of gloo's own all-reduce on this machine now (`parlab.cost.fit_alpha_beta`).
+
+    The result is what loopback costs per message: the floor under every emulated link.
+    """
+    from parlab.launch import launch
+
+    if world_size == 1:
+        return cost.AlphaBeta(0.0, float("inf"), "ring", 1)
+    per_rank = launch(_time_all_reduce, world_size, list(sizes), repeats)
+    seconds = [max(column) for column in zip(*per_rank)]
+    return cost.fit_alpha_beta([4 * s for s in sizes], seconds, world_size, "ring")

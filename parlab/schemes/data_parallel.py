@@ -87,7 +87,7 @@ def ddp_overlap(ctx):
 
 
 @register("ddp-priority", summary="P3/ByteScheduler: partitions sent front layers first",
-          exact=True, options={"bucket_mb": 0.01, "partition_kb": 8, "credit": 1,
+          exact=True, options={"bucket_mb": BUCKET_MB, "partition_kb": 32, "credit": 1,
                                "accum_steps": 1}, validate=_validate)
 def ddp_priority(ctx):
     o = ctx.cfg.options
