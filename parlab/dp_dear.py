@@ -27,7 +27,7 @@ class DeARSync(OverlapSync):
         super().__init__(ctx, model, bucket_mb)
         self.buckets = Buckets(self.params, bucket_mb, multiple_of=self.comm.size)
         self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
-                                         self._prepare)
+                                         self._prepare, lambda: self.forward_span)
         self.optimizers = self.layerwise.optimizers
         self.gathers: dict[int, object] = {}
         # the next forward meets the last bucket first (buckets are packed from the back)

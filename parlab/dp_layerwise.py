@@ -26,12 +26,14 @@ class LayerwiseUpdate:
     """One optimizer per parameter group, stepped on the group's first use in the next forward.
 
     `prepare(g)` must leave group g's averaged gradients in `.grad` (it waits for the group's
-    communication). `arm()` after backward marks every group as owed an update.
+    communication). `arm()` after backward marks every group as owed an update. `forward_span()`
+    returns the running forward's `ComputeSpan` (paused while an update blocks), or None.
     """
 
     def __init__(self, ctx, model: torch.nn.Module, groups: list[list[torch.nn.Parameter]],
-                 prepare: Callable[[int], None]):
+                 prepare: Callable[[int], None], forward_span: Callable = lambda: None):
         self.ctx, self.groups, self.prepare = ctx, groups, prepare
+        self.forward_span = forward_span
         self.optimizers = [make_optimizer(group, ctx.cfg) for group in groups]
         self.owed: set[int] = set()
         self.applied_order: list[int] = []  # the order updates ran in the last step (for the notebook)
@@ -53,10 +55,15 @@ class LayerwiseUpdate:
     def apply(self, g: int) -> None:
         self.owed.discard(g)
         self.applied_order.append(g)
+        span = self.forward_span()
+        if span is not None:
+            span.pause()  # the forward is not computing while it waits and updates
         self.prepare(g)  # blocks on this group's communication only
-        with self.ctx.span("optimizer", group=g):
+        with self.ctx.span("optimizer", group=g, step=self.ctx.ledger.labels.get("step")):
             self.optimizers[g].step()
             self.optimizers[g].zero_grad(set_to_none=True)
+        if span is not None:
+            span.resume()
 
     def flush(self, order: list[int]) -> None:
         """Apply every owed update now, in `order` (after the last step: nothing else will)."""

@@ -16,10 +16,41 @@ the final step (for strategies that defer the update into the next forward, as D
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from parlab.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.training import make_optimizer, state_of, step_batch
+
+
+class ComputeSpan:
+    """A compute span on the timeline that can be paused while the rank blocks inside it.
+
+    A deferred update (DeAR, priority) waits for communication *inside* the next forward; pausing
+    the forward's span there keeps the timeline honest: compute segments, then the wait, then
+    the optimizer, then compute again.
+    """
+
+    def __init__(self, timeline, name: str, **args):
+        self.timeline, self.name, self.args = timeline, name, args
+        self.t0 = None
+
+    def resume(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def pause(self) -> None:
+        if self.t0 is not None:
+            self.timeline.add("compute", self.name, self.t0, time.perf_counter(), **self.args)
+            self.t0 = None
+
+    def __enter__(self):
+        self.resume()
+        return self
+
+    def __exit__(self, *exc):
+        self.pause()
+        return False
 
 
 class GradSync:
@@ -29,6 +60,7 @@ class GradSync:
 
     def __init__(self, ctx, model: torch.nn.Module):
         self.ctx, self.model = ctx, model
+        self.forward_span: ComputeSpan | None = None  # the forward running now (see ComputeSpan)
         self.comm = ctx.comm
         self.params = list(model.parameters())
         self.optimizers = [make_optimizer(self.params, ctx.cfg)]
@@ -42,7 +74,7 @@ class GradSync:
         """The last micro-step's backward is done: every rank's grads must end up averaged."""
 
     def update(self) -> None:
-        with self.ctx.span("optimizer"):
+        with self.ctx.span("optimizer", step=self.ctx.ledger.labels.get("step")):
             for optimizer in self.optimizers:
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
@@ -78,9 +110,12 @@ def train(ctx, model: torch.nn.Module, sync: GradSync, dp_rank: int, dp_size: in
             total = 0.0
             for micro, (x, y) in enumerate(micro_batches(batch, accum_steps)):
                 sync.before_micro(last=micro == accum_steps - 1)
-                with ctx.span("forward"), meter:
+                sync.forward_span = ComputeSpan(ctx.timeline, "forward", step=step, micro=micro)
+                with sync.forward_span, meter:
                     loss = model.loss(x, y)
-                with ctx.span("backward"), meter, ctx.ledger.label(phase=sync.phase):
+                sync.forward_span = None
+                with ctx.span("backward", step=step, micro=micro), meter, \
+                        ctx.ledger.label(phase=sync.phase):
                     (loss / accum_steps).backward()
                 total += loss.item()
             with ctx.ledger.label(phase=sync.phase):

@@ -43,7 +43,7 @@ class PrioritySync(OverlapSync):
         # priority of a unit: its first parameter in forward order (smaller = sooner needed)
         self.priority = [min(index_of[id(p)] for p in b.params) for b in self.buckets]
         self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
-                                         self._prepare)
+                                         self._prepare, lambda: self.forward_span)
         self.optimizers = self.layerwise.optimizers
         self.queue: list[tuple[int, int, int, int]] = []  # (priority, start, bucket, end)
         self.in_flight: dict[int, list] = {}

@@ -25,12 +25,19 @@ def step_times(result, warmup: int) -> list[float]:
     """Seconds per step after warm-up: gaps between first forward starts, slowest rank."""
     per_rank = []
     for rank in range(result.config.world_size):
-        starts = sorted(e["t0"] for e in result.timeline
-                        if e["rank"] == rank and e["name"] == "forward")
-        accum = result.config.options.get("accum_steps", 1)
-        starts = starts[::accum]  # the first micro-step of each step
+        starts = forward_starts(result.timeline, rank)
         per_rank.append([b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])])
     return [max(column) for column in zip(*per_rank)]
+
+
+def forward_starts(events: list[dict], rank: int) -> list[float]:
+    """When each step's first forward began on `rank` (a forward may be cut into segments)."""
+    first: dict[int, float] = {}
+    for e in events:
+        if e["rank"] == rank and e["name"] == "forward":
+            step = e.get("args", {}).get("step")
+            first[step] = min(first.get(step, e["t0"]), e["t0"])
+    return [first[s] for s in sorted(first)]
 
 
 def exposed_fraction(result, warmup: int) -> float:
@@ -38,7 +45,7 @@ def exposed_fraction(result, warmup: int) -> float:
     fractions = []
     for rank in range(result.config.world_size):
         events = [e for e in result.timeline if e["rank"] == rank]
-        starts = sorted(e["t0"] for e in events if e["name"] == "forward")
+        starts = forward_starts(events, rank)
         t0, t1 = starts[warmup], starts[-1]
         waited = sum(min(e["t1"], t1) - max(e["t0"], t0) for e in events
                      if e["kind"] == "wait" and e["t1"] > t0 and e["t0"] < t1)
@@ -50,7 +57,12 @@ def compute_profile(result, warmup: int) -> tuple[float, float, float]:
     """Median forward, backward and optimizer seconds per step on rank 0 (spans of the timeline)."""
     out = []
     for name in ("forward", "backward", "optimizer"):
-        spans = [e["t1"] - e["t0"] for e in result.timeline if e["rank"] == 0 and e["name"] == name]
+        per_step: dict = {}
+        for e in result.timeline:
+            if e["rank"] == 0 and e["name"] == name:
+                step = e.get("args", {}).get("step", len(per_step))
+                per_step[step] = per_step.get(step, 0.0) + e["t1"] - e["t0"]
+        spans = [per_step[s] for s in sorted(per_step, key=lambda s: (s is None, s))]
         out.append(statistics.median(spans[warmup:] or spans))
     return tuple(out)
 

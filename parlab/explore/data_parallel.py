@@ -14,7 +14,7 @@ import torch
 
 import parlab
 from parlab import dp_cost, models
-from parlab.bench.dp import compute_profile, exposed_fraction, step_times
+from parlab.bench.dp import compute_profile, exposed_fraction, forward_starts, step_times
 from parlab.dp_buckets import plan_buckets
 from parlab.link import resolve
 
@@ -120,8 +120,8 @@ def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, **opt
 
 
 def last_step(events: list[dict], steps: int) -> list[dict]:
-    """Events of the last full step (from the last-but-one forward start), shifted to start at 0."""
-    starts = sorted({e["t0"] for e in events if e["name"] == "forward" and e["rank"] == 0})
+    """Events of the last two steps (from the last-but-one forward start), shifted to start at 0."""
+    starts = forward_starts(events, 0)
     t0 = starts[max(len(starts) - 2, 0)]
     chosen = [e for e in events if e["t1"] > t0]
     return [{**e, "t0": max(e["t0"], t0) - t0, "t1": e["t1"] - t0} for e in chosen]
@@ -148,8 +148,9 @@ def exposed_table(results: dict, warmup: int = 1) -> dict:
     for variant, result in results.items():
         rows[variant] = (statistics.median(step_times(result, warmup)) * 1e3,
                          exposed_fraction(result, warmup))
-        print(f"  {variant:<13} step {rows[variant][0]:7.1f} ms   exposed communication "
-              f"{rows[variant][1]:4.0%}")
+        step_ms, share = rows[variant]
+        print(f"  {variant:<13} step {step_ms:7.1f} ms   blocked on communication "
+              f"{share * step_ms:7.1f} ms = {share:4.0%} of the step")
     return rows
 
 
