@@ -50,6 +50,7 @@ class DeARSync(OverlapSync):
 
     def update(self) -> None:
         """Deferred: each bucket is updated in the next forward, after its all-gather."""
+        self.observe_memory()
 
     def finish(self) -> None:
         self.layerwise.flush(self.forward_order)

@@ -65,6 +65,7 @@ class GradSync:
         self.params = list(model.parameters())
         self.optimizers = [make_optimizer(self.params, ctx.cfg)]
         self.last_micro = True
+        self.peak_memory: dict[str, int] = {}
 
     def before_micro(self, last: bool) -> None:
         """Called before each micro-step's forward; `last`: this backward must communicate."""
@@ -77,6 +78,8 @@ class GradSync:
         with self.ctx.span("optimizer", step=self.ctx.ledger.labels.get("step")):
             for optimizer in self.optimizers:
                 optimizer.step()
+            self.observe_memory()  # gradients and optimizer state both alive: the peak
+            for optimizer in self.optimizers:
                 optimizer.zero_grad(set_to_none=True)
 
     def finish(self) -> None:
@@ -84,6 +87,11 @@ class GradSync:
 
     def comm_buffers(self) -> list[torch.Tensor]:
         return []
+
+    def observe_memory(self) -> None:
+        """Keep, per kind, the most bytes seen so far (`peak_memory`)."""
+        for kind, nbytes in self.memory().items():
+            self.peak_memory[kind] = max(self.peak_memory.get(kind, 0), nbytes)
 
     def memory(self) -> dict:
         """Measured bytes held now: params, grads, optimizer state, communication buffers."""
@@ -103,7 +111,7 @@ def train(ctx, model: torch.nn.Module, sync: GradSync, dp_rank: int, dp_size: in
           accum_steps: int = 1) -> dict:
     """Train `ctx.cfg.steps` steps; return the worker output (loss shares, state, memory)."""
     meter = ActivationMeter(exclude=model.parameters())
-    losses, memory = [], {}
+    losses = []
     for step in range(ctx.cfg.steps):
         with ctx.step(step):
             batch = step_batch(ctx.cfg, step, dp_rank, dp_size)  # (B/N, ...) rows of this rank
@@ -120,11 +128,12 @@ def train(ctx, model: torch.nn.Module, sync: GradSync, dp_rank: int, dp_size: in
                 total += loss.item()
             with ctx.ledger.label(phase=sync.phase):
                 sync.after_backward()
-            memory = sync.memory()
             sync.update()
             losses.append(total / accum_steps / dp_size)
     with ctx.ledger.label(phase=sync.phase):
         sync.finish()
+    sync.observe_memory()
+    memory = dict(sync.peak_memory)
     memory["activations"] = meter.peak
     return {"losses": losses, "state": state_of(model) if dp_rank == 0 else None,
             "memory": memory}

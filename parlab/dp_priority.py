@@ -79,6 +79,7 @@ class PrioritySync(OverlapSync):
 
     def update(self) -> None:
         """Deferred to the next forward (per unit)."""
+        self.observe_memory()
 
     def finish(self) -> None:
         self.layerwise.flush(self.forward_order)

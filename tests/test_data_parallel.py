@@ -174,3 +174,18 @@ def test_cost_model_orders_the_variants():
 def test_bad_input_is_a_value_error(kwargs, match):
     with pytest.raises(ValueError, match=match):
         parlab.run(**kwargs)
+
+
+@pytest.mark.parametrize("scheme", VARIANTS[:5])
+def test_memory_is_measured(runs, scheme):
+    n = 2
+    result = runs(scheme, n, "gpt", "adamw", accum_steps=1)
+    numels = numels_of(result)
+    psi = sum(numels)
+    buckets = {"ddp-naive": 0, "dear": sum(dp_cost.bucket_numels(numels, 0.05, n))}.get(
+        scheme, sum(dp_cost.bucket_numels(numels, 0.05)))
+    for mem in result.memory:
+        assert mem["params"] == mem["grads"] == 4 * psi
+        assert mem["optimizer"] == 8 * psi  # AdamW: two moments, in one or many optimizers
+        assert mem["comm_buffers"] == 4 * buckets
+        assert mem["activations"] > 0
