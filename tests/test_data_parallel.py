@@ -189,3 +189,19 @@ def test_memory_is_measured(runs, scheme):
         assert mem["optimizer"] == 8 * psi  # AdamW: two moments, in one or many optimizers
         assert mem["comm_buffers"] == 4 * buckets
         assert mem["activations"] > 0
+
+
+def test_deferred_updates_compose_with_activation_checkpointing(runs):
+    ref = runs("single", model="gpt", optimizer="adamw")
+    for scheme in ("dear", "ddp-priority"):  # forward pre-hooks also fire in the recompute
+        assert runs(scheme, 2, "gpt", "adamw", checkpoint=True).compare(ref).match, scheme
+
+
+def test_bench_measures_steps_and_exposure(runs):
+    from parlab.bench.dp import compute_profile, exposed_fraction, step_times
+
+    result = runs("dear", 2, "gpt", "adamw", accum_steps=1)
+    times = step_times(result, warmup=0)
+    assert len(times) == STEPS - 1 and all(t > 0 for t in times)
+    assert 0.0 < exposed_fraction(result, warmup=0) < 1.0
+    assert all(t > 0 for t in compute_profile(result, warmup=0))
