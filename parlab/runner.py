@@ -82,9 +82,12 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
 def _discover() -> None:
     global _DISCOVERED
     if not _DISCOVERED:
-        import parlab.schemes as package
+        import parlab
+
+        package = importlib.import_module("parlab.schemes")
         for info in pkgutil.iter_modules(package.__path__):
             importlib.import_module(f"parlab.schemes.{info.name}")
+        parlab.schemes = schemes  # importing the subpackage rebound `parlab.schemes` to it
         _DISCOVERED = True
 
 

@@ -1,0 +1,207 @@
+"""Chapter 01: every DP variant equals "single", its ledger equals the closed form, bad input fails."""
+
+import pytest
+
+import parlab
+from parlab import cost, dp_cost
+from parlab.dp_buckets import plan_buckets
+
+VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
+# (world_size, model, optimizer, accum_steps): every world size, both optimizers, both models,
+# with and without accumulation, in few runs
+CASES = [(1, "mlp", "sgd", 2), (2, "gpt", "adamw", 1), (3, "gpt", "sgd", 2), (4, "mlp", "adamw", 1),
+         (4, "gpt", "adamw", 3)]
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, model="gpt", optimizer="adamw", **options):
+        key = (scheme, world_size, model, optimizer, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=STEPS,
+                                    optimizer=optimizer, **options)
+        return cache[key]
+    return get
+
+
+def numels_of(result):
+    return [v.numel() for v in result.state.values()]  # state keeps parameter order
+
+
+@pytest.mark.parametrize("world_size,model,optimizer,accum", CASES)
+@pytest.mark.parametrize("scheme", VARIANTS)
+def test_matches_single(runs, scheme, world_size, model, optimizer, accum):
+    ref = runs("single", model=model, optimizer=optimizer)
+    result = runs(scheme, world_size, model, optimizer, accum_steps=accum)
+    comparison = result.compare(ref)
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("world_size,model,optimizer,accum", CASES)
+@pytest.mark.parametrize("scheme", VARIANTS[:5])
+def test_ledger_bytes_equal_closed_form(runs, scheme, world_size, model, optimizer, accum):
+    result = runs(scheme, world_size, model, optimizer, accum_steps=accum)
+    numels = numels_of(result)
+    for rank in range(world_size):
+        expect = dp_cost.bytes_per_step(scheme, numels, world_size, rank, **result.config.options)
+        for step in range(STEPS):
+            for op in ("all_reduce", "reduce_scatter", "all_gather"):
+                got = result.bytes_per_rank(op=op, step=step)[rank]
+                assert got == expect.get(op, 0), (rank, step, op)
+    # every variant moves the ring all-reduce's 2(N-1)/N·Ψ·4 bytes, up to chunk remainders
+    psi, n = sum(numels), world_size
+    per_step = sum(result.bytes_per_rank()) / n / STEPS
+    messages = len(dp_cost.messages(scheme, numels, n, **result.config.options))
+    assert abs(per_step - 2 * (n - 1) / n * psi * 4) <= 2 * 4 * messages * n
+
+
+def test_dear_is_the_all_reduce_split_in_two(runs):
+    n = 4
+    result = runs("dear", n, "gpt", "adamw", accum_steps=1)
+    scattered = result.bytes_per_rank(op="reduce_scatter")
+    gathered = result.bytes_per_rank(op="all_gather")
+    buckets = dp_cost.bucket_numels(numels_of(result), result.config.options["bucket_mb"], n)
+    for rank in range(n):
+        ring = STEPS * 4 * sum(cost.ring_all_reduce(s, n, rank)[0] for s in buckets)
+        assert scattered[rank] == gathered[rank] == ring // 2
+        assert scattered[rank] + gathered[rank] == ring
+
+
+def test_torch_ddp_reduces_every_gradient_once(runs):
+    result = runs("torch-ddp", 4, "mlp", "adamw", accum_steps=1)
+    psi = sum(numels_of(result))
+    for step in range(STEPS):
+        reduced = sum(r["numel"] for r in result.ledger
+                      if r["rank"] == 0 and r["step"] == step and r["op"] == "all_reduce")
+        assert reduced == psi
+
+
+def test_torch_ddp_with_torch_comm_has_no_ledger_bytes(runs):
+    ref = runs("single", model="gpt", optimizer="adamw")
+    result = runs("torch-ddp", 2, "gpt", "adamw", comm="torch")
+    assert result.compare(ref).match and result.ledger == []
+
+
+def test_plan_buckets_by_hand():
+    # MLP: w0 128, b0 64, w1 4096, b1 64, w2 4096, b2 64, w3 4096, b3 64, w4 192, b4 3 elements;
+    # a cap of 4160 floats holds one hidden layer (4096 + 64); packed from the back
+    numels = [128, 64, 4096, 64, 4096, 64, 4096, 64, 192, 3]
+    assert plan_buckets(numels, 4160 * 4 / 2 ** 20) == [[9, 8, 7], [6, 5], [4, 3], [2, 1], [0]]
+    assert plan_buckets(numels, 0) == [[i] for i in reversed(range(10))]
+    assert plan_buckets(numels, 25) == [list(reversed(range(10)))]
+
+
+@pytest.mark.parametrize("bucket_mb", [0, 4160 * 4 / 2 ** 20, 0.02, 25])
+def test_bucket_count_in_ledger_is_predicted(runs, bucket_mb):
+    result = runs("ddp-bucketed", 2, "mlp", "adamw", bucket_mb=bucket_mb)
+    expect = len(plan_buckets(numels_of(result), bucket_mb))
+    assert expect == {0: 10, 25: 1}.get(bucket_mb, expect)
+    for rank in range(2):
+        for step in range(STEPS):
+            ops = [r for r in result.ledger if r["rank"] == rank and r["step"] == step]
+            assert len(ops) == expect
+    assert result.compare(runs("single", model="mlp", optimizer="adamw")).match
+
+
+def test_overlap_starts_communicating_during_backward(runs):
+    for scheme, during in (("ddp-overlap", True), ("ddp-bucketed", False)):
+        result = runs(scheme, 2, "gpt", "adamw", accum_steps=1)
+        rank0 = [e for e in result.timeline if e["rank"] == 0]
+        backward_ends = sorted(e["t1"] for e in rank0 if e["name"] == "backward")
+        first_comm = min(e["t0"] for e in rank0 if e["kind"] == "comm")
+        assert (first_comm < backward_ends[0]) is during, scheme
+
+
+@pytest.mark.parametrize("algo", ["ring", "tree"])
+def test_handwritten_algorithms(runs, algo):
+    ref = runs("single", model="gpt", optimizer="adamw")
+    for scheme in ("ddp-bucketed", "ddp-overlap"):
+        assert runs(scheme, 3, "gpt", "adamw", algo=algo).compare(ref).match
+
+
+def test_dear_and_priority_schedules():
+    from parlab.launch import launch
+    from tests import workers_dp
+
+    out = launch(workers_dp.schedule_orders, 2, {})[0]
+    dear, priority = out["dear"], out["ddp-priority"]
+    # updates run as the next forward reaches each bucket: front layers first
+    assert dear["applied_order"] == dear["forward_order"]
+    assert priority["applied_order"] == priority["forward_order"]
+    assert dear["forward_order"] == sorted(dear["forward_order"], reverse=True)
+    # DeAR: all reduce-scatters (backward order), then the all-gathers in forward order
+    ops = dear["ops"]
+    scatters = [numel for op, numel in ops if op == "reduce_scatter"]
+    gathers = [numel for op, numel in ops if op == "all_gather"]
+    assert [op for op, _ in ops] == ["reduce_scatter"] * len(scatters) + ["all_gather"] * len(gathers)
+    assert gathers == list(reversed(scatters))  # all_gather numel is the full bucket
+    # priority: the first layers' unit overtakes partitions of later units released after backward
+    order = [b for b, _, _ in priority["launch_order"]]
+    first = priority["forward_order"][0]
+    fifo = sorted(order, key=lambda b: -priority["forward_order"].index(b))  # backward order
+    assert order != fifo
+    assert order.index(first) < max(i for i, b in enumerate(order) if b != first)
+
+
+def test_cost_model_orders_the_variants():
+    numels = [3072, 1024] + [32, 32, 3072, 1024, 32, 32, 4096, 4096] * 4 + [32, 32]
+    free = {v: dp_cost.predict_step_time(v, numels, 4, 0.01, 0.02, 0.005, 0.0, float("inf"))
+            for v in dp_cost.VARIANTS}
+    for v, p in free.items():  # no communication cost: step = compute
+        assert p["step_s"] == pytest.approx(0.035) and p["exposed_s"] == pytest.approx(0.0), v
+    slow = {v: dp_cost.predict_step_time(v, numels, 4, 0.01, 0.02, 0.005, 50e-6, 3e6)["step_s"]
+            for v in dp_cost.VARIANTS}
+    assert slow["ddp-naive"] > slow["ddp-bucketed"] > slow["ddp-overlap"] > slow["dear"]
+    assert slow["ddp-priority"] < slow["ddp-overlap"]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scheme="ddp-overlap", world_size=2, accum_steps=4),
+     r"batch_size=12 is not divisible by world_size=2 .* accum_steps=4 = 8"),
+    (dict(scheme="dear", accum_steps=0), "accum_steps=0"),
+    (dict(scheme="ddp-bucketed", bucket_mb=-1), "bucket_mb=-1"),
+    (dict(scheme="ddp-bucketed", bucket_mb="big"), "bucket_mb='big'"),
+    (dict(scheme="ddp-priority", partition_kb=0), "partition_kb=0"),
+    (dict(scheme="ddp-priority", credit=0), "credit=0"),
+    (dict(scheme="ddp-overlap", algo="magic"), "algo='magic'"),
+    (dict(scheme="torch-ddp", comm="nccl"), "comm='nccl'"),
+    (dict(scheme="dear", algo="ring"), r"options \['algo'\] are unknown"),
+    (dict(scheme="ddp-naive", world_size=5), "batch_size=12 is not divisible by world_size=5"),
+])
+def test_bad_input_is_a_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parlab.run(**kwargs)
+
+
+@pytest.mark.parametrize("scheme", VARIANTS[:5])
+def test_memory_is_measured(runs, scheme):
+    n = 2
+    result = runs(scheme, n, "gpt", "adamw", accum_steps=1)
+    numels = numels_of(result)
+    psi = sum(numels)
+    buckets = {"ddp-naive": 0, "dear": sum(dp_cost.bucket_numels(numels, 0.05, n))}.get(
+        scheme, sum(dp_cost.bucket_numels(numels, 0.05)))
+    for mem in result.memory:
+        assert mem["params"] == mem["grads"] == 4 * psi
+        assert mem["optimizer"] == 8 * psi  # AdamW: two moments, in one or many optimizers
+        assert mem["comm_buffers"] == 4 * buckets
+        assert mem["activations"] > 0
+
+
+def test_deferred_updates_compose_with_activation_checkpointing(runs):
+    ref = runs("single", model="gpt", optimizer="adamw")
+    for scheme in ("dear", "ddp-priority"):  # forward pre-hooks also fire in the recompute
+        assert runs(scheme, 2, "gpt", "adamw", checkpoint=True).compare(ref).match, scheme
+
+
+def test_bench_measures_steps_and_exposure(runs):
+    from parlab.bench.dp import compute_profile, exposed_fraction, step_times
+
+    result = runs("dear", 2, "gpt", "adamw", accum_steps=1)
+    times = step_times(result, warmup=0)
+    assert len(times) == STEPS - 1 and all(t > 0 for t in times)
+    assert 0.0 < exposed_fraction(result, warmup=0) < 1.0
+    assert all(t > 0 for t in compute_profile(result, warmup=0))
