@@ -3,7 +3,7 @@
     r = parlab.run("ddp-naive", world_size=4, model="gpt", steps=5, seed=0, link=None, **options)
 
 A scheme is a worker function registered with `@register(...)` in a module of
-`parlab/schemes/` (found automatically). The worker runs on every rank and receives a
+`parlab/trainers/` (found automatically). The worker runs on every rank and receives a
 `RankContext`: its rank, the world `Comm`, the ledger and timeline, and the validated `RunConfig`.
 It returns a dict with `losses` (this rank's *contribution* to each step's global loss — e.g.
 local mean loss / dp for a data-parallel rank, or None if it reports nothing), `state` (the
@@ -82,12 +82,9 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
 def _discover() -> None:
     global _DISCOVERED
     if not _DISCOVERED:
-        import parlab
-
-        package = importlib.import_module("parlab.schemes")
+        package = importlib.import_module("parlab.trainers")
         for info in pkgutil.iter_modules(package.__path__):
-            importlib.import_module(f"parlab.schemes.{info.name}")
-        parlab.schemes = schemes  # importing the subpackage rebound `parlab.schemes` to it
+            importlib.import_module(f"parlab.trainers.{info.name}")
         _DISCOVERED = True
 
 

@@ -1,7 +1,7 @@
 """The pieces every training scheme shares: model and optimizer from the config, the step's batch,
 and the data-parallel training loop with a hook where each scheme synchronises gradients.
 
-The single-process reference (`parlab/schemes/reference.py`) is this loop with one shard and no
+The single-process reference (`parlab/trainers/reference.py`) is this loop with one shard and no
 hook, so a data-parallel scheme differs from the reference only in what its hooks do.
 """
 

@@ -12,7 +12,7 @@ from parlab.launch import launch
 from parlab.models import attention
 from parlab.ring_recompute import ring_recompute_bytes
 from parlab.runner import make_config
-from parlab.schemes.context_parallel import degrees
+from parlab.trainers.context_parallel import degrees
 from parlab.ulysses import ulysses_bytes
 from tests import workers_cp
 

@@ -23,6 +23,7 @@ def references():
 
 
 def test_registry_lists_single_and_ddp_naive():
+    parlab.run("single", steps=1)  # importing every scheme module must not rebind parlab.schemes
     schemes = parlab.schemes()
     assert schemes["single"].exact and schemes["ddp-naive"].exact
     assert "algo" in schemes["ddp-naive"].options

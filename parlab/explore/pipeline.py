@@ -95,7 +95,7 @@ def ledger_report(result) -> None:
 
 
 def _resolved_microbatches(result) -> int:
-    from parlab.schemes.pipeline import resolve
+    from parlab.trainers.pipeline import resolve
     name = result.config.scheme
     schedule = result.config.options.get("schedule") if name in ("pp", "torch-pp") else \
         name.removeprefix("pp-")
@@ -111,7 +111,7 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
         options["microbatches"] = microbatches
     r = parlab.run(scheme, world_size=world_size, steps=steps, model_config=model_config,
                    **options)
-    from parlab.schemes.pipeline import resolve
+    from parlab.trainers.pipeline import resolve
     name = r.config.options.get("schedule") if scheme == "pp" else scheme.removeprefix("pp-")
     plan = resolve(r.config, name)
     schedule = make_schedule(name, plan.pp, plan.microbatches, plan.chunks)

@@ -35,7 +35,7 @@ from parlab.memory import model_memory
 from parlab.mesh import Mesh
 from parlab.models import attention, maybe_checkpoint
 from parlab.runner import register
-from parlab.schemes.tensor_parallel import check_fits, resolve_tp
+from parlab.trainers.tensor_parallel import check_fits, resolve_tp
 from parlab.training import build_model, make_optimizer, step_batch
 
 

@@ -26,8 +26,8 @@ from parlab.comm import Comm
 from parlab.dp_loop import micro_batches
 from parlab.memory import ActivationMeter, model_memory
 from parlab.runner import register
-from parlab.schemes.data_parallel import BUCKET_MB, _validate
 from parlab.trace import Timeline
+from parlab.trainers.data_parallel import BUCKET_MB, _validate
 from parlab.training import build_model, make_optimizer, state_of, step_batch
 
 COMMS = ("parlab", "torch")

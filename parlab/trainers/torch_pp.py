@@ -22,7 +22,7 @@ from parlab.memory import model_memory
 from parlab.mesh import Mesh
 from parlab.pipeline import stages as stages_mod
 from parlab.runner import register
-from parlab.schemes.pipeline import _counts, assemble, resolve
+from parlab.trainers.pipeline import _counts, assemble, resolve
 from parlab.training import build_model, make_optimizer, state_of, step_batch
 
 SCHEDULES = ("gpipe", "1f1b")
