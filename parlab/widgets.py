@@ -21,9 +21,41 @@ def header(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in values.items())
 
 
+def _capture(fn: Callable, values: dict) -> tuple[str, list[bytes]]:
+    """Run fn(**values); return what it printed and PNGs of the figures it drew.
+
+    The panel fills its Output by setting the output list, not with `with output:`. Capturing
+    through `with output:` routes the kernel's messages by parent id, and under ipykernel 7 (widget
+    messages arrive on a subshell thread while pyplot's post-execute hook draws open figures) it
+    has produced blank plots in JupyterLab and a notebook execution that never returned
+    (nbclient waiting on a cell whose kernel was idle). Printing to a buffer and saving figures
+    ourselves does not depend on either.
+    """
+    import contextlib
+    import io
+
+    import matplotlib.pyplot as plt
+
+    buffer = io.StringIO()
+    with plt.ioff(), contextlib.redirect_stdout(buffer):
+        print(header(values))
+        try:
+            fn(**values)
+        except Exception as err:  # noqa: BLE001 - show it in the panel, keep the panel alive
+            print(f"error: {type(err).__name__}: {err}")
+        images = []
+        for number in plt.get_fignums():
+            figure = plt.figure(number)
+            png = io.BytesIO()
+            figure.savefig(png, format="png", dpi=90, bbox_inches="tight")
+            images.append(png.getvalue())
+        plt.close("all")
+    return buffer.getvalue(), images
+
+
 def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = True, **defaults):
     import ipywidgets as w
-    from IPython.display import display
+    from IPython.display import Image, display
 
     buttons = {}
     for name, options in controls.items():
@@ -38,16 +70,11 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
 
     def rerun(_change=None):
         values = {name: b.value for name, b in buttons.items()}
-        output.clear_output(wait=True)
-        with output:
-            print(header(values))
-            try:
-                fn(**values)
-            except Exception as err:  # noqa: BLE001 - show it in the panel, keep the panel alive
-                print(f"error: {type(err).__name__}: {err}")
-            import matplotlib.pyplot as plt
-            if plt.get_fignums():
-                plt.show()
+        text, images = _capture(fn, values)
+        output.outputs = ()
+        output.append_stdout(text)
+        for png in images:
+            output.append_display_data(Image(data=png, format="png"))
 
     for b in buttons.values():
         b.observe(rerun, names="value")
