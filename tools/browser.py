@@ -47,7 +47,8 @@ def ensure_chromium() -> str:
     if os.access(CHROMIUM, os.X_OK):
         return CHROMIUM
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium package (apt-get install chromium)")
+        raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium package "
+                           "(apt-get install chromium)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
@@ -147,9 +148,11 @@ def jupyterlab(root_dir: pathlib.Path, startup_timeout: float = 120.0, log: path
 _NOTEBOOK_STATE_JS = """() => {
   const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
   if (!panel) return null;
-  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')].map(e => e.textContent.trim());
+  const prompts = [...panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt')]
+      .map(e => e.textContent.trim());
   // JupyterLab shows an exception as red stderr text holding the traceback: that is what we look for.
-  const errors = [...panel.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+  const stderr = '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]';
+  const errors = [...panel.querySelectorAll(stderr)]
       .map(e => e.innerText.trim()).filter(t => t.includes('Traceback (most recent call last)'))
       .map(t => t.split('\\n').filter(l => l.trim()).slice(-1)[0]);
   const indicator = panel.querySelector('.jp-Notebook-ExecutionIndicator');
@@ -189,13 +192,15 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
     "screenshot"}. Raises TimeoutError when the notebook or the panel never settles.
     """
     started = time.monotonic()
-    code_cells = sum(c["cell_type"] == "code" for c in json.loads((lab.root_dir / relpath).read_text())["cells"])
+    cells = json.loads((lab.root_dir / relpath).read_text())["cells"]
+    code_cells = sum(c["cell_type"] == "code" for c in cells)
     page.goto(lab.url(relpath))
 
     def ready():
         state = page.evaluate(_NOTEBOOK_STATE_JS)
         kernels = [s["kernel"]["execution_state"] for s in lab.api("sessions") if s["path"] == relpath]
-        return state and len(state["prompts"]) == code_cells and state["status"] == "idle" and kernels == ["idle"]
+        return (state and len(state["prompts"]) == code_cells and state["status"] == "idle"
+                and kernels == ["idle"])
 
     # Every code cell on the page and the kernel started (the indicator reads idle before it connects).
     _wait(ready, 120, "the notebook to open with an idle kernel")
@@ -208,7 +213,8 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
               "before": None, "after": None, "clicked": None, "screenshot": str(screenshot)}
-    panels = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .parlab-panel:has(.parlab-control-world_size)")
+    notebook = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+    panels = page.locator(f"{notebook} .parlab-panel:has(.parlab-control-world_size)")
     report["panels"] = panels.count()
     if report["panels"]:
         panel = panels.first

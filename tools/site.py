@@ -82,7 +82,8 @@ def copy_static(site: pathlib.Path, cache: pathlib.Path) -> None:
     mathjax = npm_package("mathjax", VENDORED["mathjax"], cache) / "es5"
     (static / "mathjax").mkdir()
     shutil.copy(mathjax / "tex-chtml-full.js", static / "mathjax")
-    shutil.copytree(mathjax / "output" / "chtml" / "fonts" / "woff-v2", static / "mathjax" / "fonts" / "woff-v2")
+    fonts = pathlib.Path("fonts") / "woff-v2"
+    shutil.copytree(mathjax / "output" / "chtml" / fonts, static / "mathjax" / fonts)
 
 
 def describe(nb: dict, path: pathlib.Path) -> tuple[str, str]:
@@ -148,7 +149,7 @@ def footer_text() -> str:
                                 text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown commit"
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     return f"Built by make site from {commit} on {stamp}, executed on CPU processes over gloo."
 
 
@@ -177,15 +178,18 @@ def build(out: pathlib.Path, selected: list[str] | None = None, cache: pathlib.P
         seconds = time.perf_counter() - started
         if error:
             failed[path.stem] = error
-        print(f"{path.stem}: executed in {seconds:.1f} s" + (f" — FAILED {error}" if error else ""), flush=True)
+        print(f"{path.stem}: executed in {seconds:.1f} s" + (f" — FAILED {error}" if error else ""),
+              flush=True)
         entries.append({"path": path, "title": title, "summary": summary, "href": f"{path.stem}.html",
                         "source": f"{path.parent.name}/{path.name}", "seconds": seconds,
-                        "parameters_text": ", ".join(f"{k}={v}" for k, v in params.items()) or "its defaults"})
+                        "parameters_text": ", ".join(f"{k}={v}" for k, v in params.items())
+                        or "its defaults"})
     footer = footer_text()
     for i, entry in enumerate(entries):
+        link = lambda j: {"href": entries[j]["href"], "title": entries[j]["title"]} \
+            if 0 <= j < len(entries) else None
         nav = {"title": entry["title"], "static": "_static", "footer": footer,
-               "prev": entries[i - 1] if i > 0 else None, "next": entries[i + 1] if i + 1 < len(entries) else None}
-        nav = {k: ({"href": v["href"], "title": v["title"]} if isinstance(v, dict) else v) for k, v in nav.items()}
+               "prev": link(i - 1), "next": link(i + 1)}
         render(sources / entry["path"].name, out / entry["href"], nav)
     write_index(out, entries, footer)
     return {"pages": [out / e["href"] for e in entries], "failed": failed}
