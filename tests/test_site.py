@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tools import site
+from tools import hygiene, site
 from tools.browser import chromium
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -57,7 +57,8 @@ def test_page_holds_plots_tables_and_golden_results(built):
     for cell in executed["cells"]:
         if cell["cell_type"] == "code" and cell.get("metadata", {}).get("keep_output"):
             for output in cell.get("outputs", []):
-                for line in _text(output.get("text") or output.get("data", {}).get("text/plain", "")).splitlines():
+                shown = output.get("text") or output.get("data", {}).get("text/plain", "")
+                for line in _text(shown).splitlines():
                     assert line.strip() in text, f"golden line {line!r} is not on the page"
 
 
@@ -120,3 +121,64 @@ def test_page_renders_offline_in_chromium(built):
     for name in (shot.name, f"site-{chapter.stem}-plot.png", f"site-{chapter.stem}-panel.png"):
         colors = Image.open(SCREENSHOTS / name).convert("L").getextrema()
         assert colors[1] - colors[0] > 100, f"{name} is blank"
+
+
+def _clean_notebook():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    params = nbformat.v4.new_code_cell("world_size: int = 2\nsteps: int = 3")
+    params.metadata["tags"] = ["parameters"]
+    golden = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint('match: True')", execution_count=None)
+    golden.metadata["keep_output"] = True
+    golden.outputs = [nbformat.v4.new_output("stream", name="stdout", text="match: True\n")]
+    nb.cells = [nbformat.v4.new_markdown_cell("# 99 A chapter"), params, golden,
+                nbformat.v4.new_code_cell("parlab.widgets.experiment_panel(f, {'world_size': [1, 2]})")]
+    nb.metadata["parlab"] = {"ci_parameters": [{"world_size": 2}, {"world_size": 4, "steps": 2}]}
+    return json.loads(nbformat.writes(nb))
+
+
+def _dirty(change):
+    nb = _clean_notebook()
+    change(nb)
+    return nb
+
+
+VIEW = "application/vnd.jupyter.widget-view+json"
+DIRT = {  # what makes a stored chapter dirty, and the words its problem report must use
+    "papermill metadata": (lambda nb: nb["metadata"].update(papermill={"parameters": {}}), "'papermill'"),
+    "saved widget state": (lambda nb: nb["metadata"].update(widgets={WIDGET_STATE: {}}), "'widgets'"),
+    "cell papermill metadata": (lambda nb: nb["cells"][3]["metadata"].update(papermill={}), "cell 3"),
+    "execution timings": (lambda nb: nb["cells"][2]["metadata"].update(execution={}), "'execution'"),
+    "output in a plain cell": (lambda nb: nb["cells"][3]["outputs"].append(
+        {"output_type": "stream", "name": "stdout", "text": "world_size=2\n"}), "not a golden cell"),
+    "execution count": (lambda nb: nb["cells"][3].update(execution_count=7), "execution count 7"),
+    "golden without its mark": (lambda nb: nb["cells"][2].update(source="print(1)"), "marked=False"),
+    "mark without keep_output": (lambda nb: nb["cells"][2]["metadata"].pop("keep_output"),
+                                 "keep_output=False"),
+    "widget view kept": (lambda nb: nb["cells"][2]["outputs"].append(
+        {"output_type": "display_data", "metadata": {}, "data": {VIEW: {}}}), "widget view"),
+    "no parameters cell": (lambda nb: nb["cells"][1]["metadata"].pop("tags"), "'parameters'"),
+    "unknown CI parameter": (lambda nb: nb["metadata"]["parlab"]["ci_parameters"].append({"wrold_size": 2}),
+                             "['wrold_size']"),
+}
+
+
+def test_hygiene_accepts_a_clean_chapter():
+    assert hygiene.problems(_clean_notebook()) == []
+
+
+@pytest.mark.parametrize("dirt", DIRT, ids=list(DIRT))
+def test_hygiene_names_each_kind_of_dirt(dirt):
+    change, words = DIRT[dirt]
+    found = hygiene.problems(_dirty(change), "99_x.ipynb")
+    assert found and found[0].startswith("99_x.ipynb") and words in found[0], found
+
+
+def test_hygiene_command_fails_on_a_dirty_notebook(tmp_path):
+    dirty = tmp_path / "99_x.ipynb"
+    dirty.write_text(json.dumps(_dirty(DIRT["output in a plain cell"][0])))
+    clean = tmp_path / "98_y.ipynb"
+    clean.write_text(json.dumps(_clean_notebook()))
+    assert hygiene.main([str(clean)]) == 0
+    assert hygiene.main([str(clean), str(dirty)]) == 1
