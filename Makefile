@@ -18,7 +18,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab notebooks/
 
 lint: $(STAMP)
-	$(BIN)/ruff check parlab tests data notebooks
+	$(BIN)/ruff check parlab tests data tools notebooks
 	$(BIN)/nbstripout --verify --keep-count --extra-keys "metadata.papermill cell.metadata.papermill metadata.widgets" notebooks/*.ipynb
 
 unit: $(STAMP)

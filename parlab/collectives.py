@@ -53,10 +53,11 @@ def _combine(op: str, acc: torch.Tensor, incoming: torch.Tensor) -> None:
 def _ring_reduce_scatter_inplace(comm, flat, bounds, op, traffic) -> None:
     n, r = comm.size, comm.rank
     nxt, prv = (r + 1) % n, (r - 1) % n
+    buffer = flat.new_empty(max(hi - lo for lo, hi in bounds))  # one receive buffer for all rounds
     for k in range(n - 1):
         s_lo, s_hi = bounds[(r - k - 1) % n]
         r_lo, r_hi = bounds[(r - k - 2) % n]
-        incoming = flat.new_empty(r_hi - r_lo)  # (chunk,) partial sum from rank r-1
+        incoming = buffer[:r_hi - r_lo]  # (chunk,) partial sum from rank r-1
         _exchange(comm, traffic, flat[s_lo:s_hi], nxt, incoming, prv)
         _combine(op, flat[r_lo:r_hi], incoming)
         traffic.rounds += 1

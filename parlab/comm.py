@@ -291,8 +291,9 @@ class Comm:
     def _record(self, op, algo, tensor, phase, numel=None) -> dict:
         record = {
             "rank": self.ledger.rank, "op": op, "algo": algo, "group": self.name,
-            "group_ranks": tuple(self.ranks), "peers": (), "dtype": str(tensor.dtype).replace(
-                "torch.", ""), "numel": tensor.numel() if numel is None else numel, "elements_sent": 0, "elements_recv": 0,
+            "group_ranks": tuple(self.ranks), "peers": (),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "numel": tensor.numel() if numel is None else numel, "elements_sent": 0, "elements_recv": 0,
             "bytes_sent": 0, "bytes_recv": 0, "rounds": 0,
             "phase": phase if phase is not None else self.ledger.labels.get("phase"),
             "step": self.ledger.labels.get("step"), "t_start": time.perf_counter(), "t_end": None,

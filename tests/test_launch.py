@@ -1,6 +1,7 @@
 """The launcher: results in rank order, errors named by rank, no hangs, no orphans."""
 
 import os
+import pathlib
 import threading
 import time
 
@@ -103,3 +104,28 @@ def test_bad_timeout_and_function():
 
 def test_spawn_start_method_works():
     assert [r["rank"] for r in launch(workers.hello, 2, start_method="spawn")] == [0, 1]
+
+
+def test_interrupt_stops_every_rank(tmp_path):
+    """Ctrl-C (a kernel interrupt) in the caller kills all ranks."""
+    import signal
+    import subprocess
+    import sys
+
+    base = str(tmp_path / "pid")
+    code = ("from parlab.launch import launch\nfrom tests import workers\n"
+            f"launch(workers.report_pid_then_hang, 2, {base!r}, timeout=120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(tmp_path.parent),
+                            env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)},
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not all(os.path.exists(f"{base}.{r}") for r in range(2)):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    time.sleep(0.2)
+    pids = [int(open(f"{base}.{r}").read()) for r in range(2)]
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert "KeyboardInterrupt" in proc.stderr.read()
+    time.sleep(0.3)
+    assert not any(_alive(pid) for pid in pids)

@@ -21,14 +21,21 @@ def is_golden(cell) -> bool:
 
 
 def strip(nb) -> None:
+    """What `nbstripout --keep-count` leaves, plus an execution count on golden cells (nbval
+    skips a cell without one as "unrun")."""
     nb.metadata.pop("papermill", None)
     nb.metadata.pop("widgets", None)
-    for cell in nb.cells:
+    count = 0
+    for index, cell in enumerate(nb.cells):
+        cell["id"] = str(index)  # nbstripout's normalised ids
         cell.metadata.pop("papermill", None)
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.execution_count = None
-            if not is_golden(cell):
+            if is_golden(cell):
+                count += 1
+                cell.execution_count = count
+            else:
                 cell.outputs = []
 
 
@@ -47,10 +54,6 @@ def main(paths: list[str]) -> int:
                 ran = by_id.get(cell.get("id"))
                 cell.outputs = [o for o in ran.outputs if o.get("output_type") != "display_data"] \
                     if ran is not None else []
-                for o in cell.outputs:
-                    o.pop("execution_count", None)
-                    if o.get("output_type") == "execute_result":
-                        o["execution_count"] = None
         strip(original)
         nbformat.write(original, path)
         print(f"{path.name}: {sum(map(is_golden, original.cells))} golden cells refreshed")
