@@ -42,16 +42,24 @@ LAB_SETTINGS = {
 }
 
 
-def ensure_chromium() -> str:
-    """Path of Debian's Chromium, installed with apt-get when missing (root only); raises otherwise."""
-    if os.access(CHROMIUM, os.X_OK):
-        return CHROMIUM
+def ensure_debian(command: str, package: str) -> str:
+    """Path of `command`, installing Debian's `package` with apt-get when it is missing (root only)."""
+    found = shutil.which(command)
+    if found:
+        return found
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise RuntimeError(f"{CHROMIUM} is missing: install Debian's chromium package "
-                           "(apt-get install chromium)")
+        raise RuntimeError(f"{command} is missing: install Debian's {package} package "
+                           f"(apt-get install {package})")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True, env=env)
+    return shutil.which(command)
+
+
+def ensure_chromium() -> str:
+    """Debian's Chromium (never a browser downloaded by Playwright)."""
+    if not os.access(CHROMIUM, os.X_OK):
+        ensure_debian(CHROMIUM, "chromium")
     return CHROMIUM
 
 
@@ -240,8 +248,12 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
 
             report["after"] = _wait(settled, rerun_timeout, f"the panel to show {header}")
             report["errors"] += page.evaluate(_NOTEBOOK_STATE_JS)["errors"][len(state["errors"]):]
-        panel.scroll_into_view_if_needed()
+        panel.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")  # its code, then it
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(screenshot))
     report["seconds"] = time.monotonic() - started
     return report
+
+
+if __name__ == "__main__":  # `make browser-deps`: what the browser and site tests need from Debian
+    print(ensure_chromium(), ensure_debian("npm", "npm"))

@@ -30,6 +30,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python tools/site.py` from anywhere
+    sys.path.insert(0, str(ROOT))
 NOTEBOOKS = ROOT / "notebooks"
 TEMPLATES = ROOT / "site" / "templates"
 STATIC = ROOT / "site" / "static"
@@ -55,9 +57,9 @@ def npm_package(name: str, version: str, cache: pathlib.Path) -> pathlib.Path:
     target = cache / f"{name.replace('@', '').replace('/', '-')}-{version}"
     if (target / "package.json").exists():
         return target
-    if shutil.which("npm") is None:
-        raise RuntimeError("npm is needed once to fetch the offline widget renderer and MathJax: "
-                           "apt-get install -y npm (or nodejs)")
+    from tools.browser import ensure_debian
+
+    ensure_debian("npm", "npm")  # once, to fetch the offline widget renderer and MathJax
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(["npm", "pack", f"{name}@{version}", "--silent", "--pack-destination", tmp],
                              check=True, capture_output=True, text=True, cwd=tmp)
