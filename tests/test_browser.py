@@ -31,7 +31,7 @@ def _digest(paths):
 
 
 @pytest.fixture(scope="module")
-def lab_and_page():
+def lab_and_browser():
     shutil.rmtree(WORK, ignore_errors=True)
     (WORK / "notebooks").mkdir(parents=True)
     for path in CHAPTERS:
@@ -40,8 +40,7 @@ def lab_and_page():
         os.symlink(ROOT / "data", WORK / "data")
     before = _digest(CHAPTERS)
     with jupyterlab(WORK, log=WORK / "jupyterlab.log") as lab, chromium() as context:
-        page = context.new_page()
-        yield lab, page
+        yield lab, context
     assert _digest(CHAPTERS) == before, "the browser session changed a notebook in notebooks/"
 
 
@@ -50,11 +49,13 @@ def _panel_errors(text):
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
-def test_chapter_runs_in_jupyterlab(lab_and_page, path):
-    lab, page = lab_and_page
+def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
+    lab, context = lab_and_browser
+    page = context.new_page()  # a tab of its own per chapter, closed with its kernel afterwards
     try:
         report = exercise_chapter(page, lab, f"notebooks/{path.name}", SCREENSHOTS / f"{path.stem}.png")
     finally:
+        page.close()
         lab.shutdown_kernels()
     print(f"{path.stem}: {report['seconds']:.0f} s in the browser, clicked world_size={report['clicked']}")
 
@@ -75,11 +76,12 @@ def test_chapter_runs_in_jupyterlab(lab_and_page, path):
     assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000
 
 
-def test_harness_sees_a_failing_cell(lab_and_page):
+def test_harness_sees_a_failing_cell(lab_and_browser):
     """The checks above can fail: a cell that raises is reported, the cells after it did not run."""
     import nbformat
 
-    lab, page = lab_and_page
+    lab, context = lab_and_browser
+    page = context.new_page()
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
@@ -90,6 +92,7 @@ def test_harness_sees_a_failing_cell(lab_and_page):
     try:
         report = exercise_chapter(page, lab, "notebooks/failing.ipynb", WORK / "failing.png")
     finally:
+        page.close()
         lab.shutdown_kernels()
     assert len(report["errors"]) == 1 and "ValueError" in report["errors"][0], report["errors"]
     assert report["prompts"][2] == "[ ]:", report["prompts"]

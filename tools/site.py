@@ -104,7 +104,10 @@ def describe(nb: dict, path: pathlib.Path) -> tuple[str, str]:
                 if line.strip() and not line.lstrip().startswith(("#", "!", "|", "```")):
                     paragraph.append(line.strip())
             summary = re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", " ".join(paragraph))
-            return title, summary[:400] + ("…" if len(summary) > 400 else "")
+            if len(summary) > 320:  # whole sentences, about two lines on the index
+                cut = summary.rfind(". ", 0, 320)
+                summary = summary[:cut + 1] if cut > 80 else summary[:320] + "…"
+            return title, summary
     return path.stem, ""
 
 
@@ -183,7 +186,7 @@ def build(out: pathlib.Path, selected: list[str] | None = None, cache: pathlib.P
         print(f"{path.stem}: executed in {seconds:.1f} s" + (f" — FAILED {error}" if error else ""),
               flush=True)
         entries.append({"path": path, "title": title, "summary": summary, "href": f"{path.stem}.html",
-                        "source": f"{path.parent.name}/{path.name}", "seconds": seconds,
+                        "source": f"{path.parent.name}/{path.name}", "seconds": seconds, "error": error,
                         "parameters_text": ", ".join(f"{k}={v}" for k, v in params.items())
                         or "its defaults"})
     footer = footer_text()
