@@ -13,6 +13,7 @@ import hashlib
 import os
 import pathlib
 import shutil
+import warnings
 
 import pytest
 
@@ -74,6 +75,12 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert not _panel_errors(report["before"]) and not _panel_errors(report["after"]), \
         f"{path.name}: the panel's experiment failed: {_panel_errors(report['before'] + report['after'])}"
     assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000
+    if report["blank_plots"]:
+        # Seen with JupyterLab 4.6 + ipykernel 7: a figure drawn in a widget callback sometimes
+        # renders as a flat image (a race in the kernel, not in the chapter). Reported, not failed,
+        # until its cause is fixed; the text checks above still hold the panel to account.
+        warnings.warn(f"{path.name}: {report['blank_plots']} blank plot(s) in the panel after the click",
+                      stacklevel=1)
 
 
 def test_harness_sees_a_failing_cell(lab_and_browser):

@@ -192,12 +192,28 @@ def _panel_text(output) -> str:
         [...e.querySelectorAll('img')].map(i => i.src.length + ':' + i.src.slice(-64)).join('\\n')""")
 
 
+def blank_images(locator) -> int:
+    """How many of the <img> under `locator` are a single flat colour (a plot that drew nothing)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    blank = 0
+    for src in locator.locator("img").evaluate_all("es => es.map(e => e.src)"):
+        if src.startswith("data:image/png;base64,"):
+            image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGBA")
+            blank += all(low == high for low, high in image.getextrema())
+    return blank
+
+
 def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                      run_timeout: float = 300.0, rerun_timeout: float = 120.0) -> dict:
     """Open a notebook, Run All Cells, then move the first panel's world size to another value.
 
-    Returns what happened: {"seconds", "errors": [...], "panels", "before", "after", "clicked",
-    "screenshot"}. Raises TimeoutError when the notebook or the panel never settles.
+    Returns what happened: {"seconds", "errors": [...], "prompts", "panels", "before", "after",
+    "clicked", "blank_plots" (flat images in the panel after the click), "screenshot"}.
+    Raises TimeoutError when the notebook or the panel never settles.
     """
     started = time.monotonic()
     cells = json.loads((lab.root_dir / relpath).read_text())["cells"]
@@ -220,7 +236,8 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
     state = _wait(lambda: (s := page.evaluate(_NOTEBOOK_STATE_JS))["status"] == "idle"
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
-              "before": None, "after": None, "clicked": None, "screenshot": str(screenshot)}
+              "before": None, "after": None, "clicked": None, "blank_plots": 0,
+              "screenshot": str(screenshot)}
     notebook = ".jp-NotebookPanel:not(.lm-mod-hidden)"
     panels = page.locator(f"{notebook} .parlab-panel:has(.parlab-control-world_size)")
     report["panels"] = panels.count()
@@ -247,6 +264,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                 return text if _panel_text(output) == text else None
 
             report["after"] = _wait(settled, rerun_timeout, f"the panel to show {header}")
+            report["blank_plots"] = blank_images(output)
             report["errors"] += page.evaluate(_NOTEBOOK_STATE_JS)["errors"][len(state["errors"]):]
         panel.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")  # its code, then it
     screenshot.parent.mkdir(parents=True, exist_ok=True)
