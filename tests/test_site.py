@@ -182,3 +182,28 @@ def test_hygiene_command_fails_on_a_dirty_notebook(tmp_path):
     clean.write_text(json.dumps(_clean_notebook()))
     assert hygiene.main([str(clean)]) == 0
     assert hygiene.main([str(clean), str(dirty)]) == 1
+
+
+def test_site_names_unknown_chapters():
+    with pytest.raises(ValueError, match="zz_nope"):
+        site.chapters(["zz_nope"])
+    assert site.main(["zz_nope", "--out", str(OUT.parent / "site-unused")]) == 2
+
+
+def test_a_failing_chapter_is_marked_and_fails_the_build(tmp_path):
+    """The page still shows where it failed; the index says so; `make site` exits 1."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# 98 Broken\n\nA chapter whose second cell raises."),
+                nbformat.v4.new_code_cell("print('first cell ran')"),
+                nbformat.v4.new_code_cell("raise RuntimeError('deliberately broken')")]
+    (tmp_path / "notebooks").mkdir()
+    nbformat.write(nb, tmp_path / "notebooks" / "98_broken.ipynb")
+    out = tmp_path / "site"
+    assert site.main(["--notebooks", str(tmp_path / "notebooks"), "--out", str(out)]) == 1
+    page = (out / "98_broken.html").read_text()
+    assert "first cell ran" in page and "deliberately broken" in page
+    index = (out / "index.html").read_text()
+    assert 'class="failed"' in index and "98 Broken" in index
