@@ -37,15 +37,20 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
     output.add_class("parlab-output")
 
     def rerun(_change=None):
+        import matplotlib.pyplot as plt
+
         values = {name: b.value for name, b in buttons.items()}
         output.clear_output(wait=True)
-        with output:
+        # JupyterLab 4.6 sends widget messages through a kernel subshell, whose thread draws every
+        # stale pyplot figure after each message (pyplot's post_execute hook) while this callback
+        # draws the same figure: the two renders collide and the plot comes out blank. With pyplot
+        # non-interactive here, only the explicit show below draws.
+        with plt.ioff(), output:
             print(header(values))
             try:
                 fn(**values)
             except Exception as err:  # noqa: BLE001 - show it in the panel, keep the panel alive
                 print(f"error: {type(err).__name__}: {err}")
-            import matplotlib.pyplot as plt
             if plt.get_fignums():
                 plt.show()
 
