@@ -13,7 +13,6 @@ import hashlib
 import os
 import pathlib
 import shutil
-import warnings
 
 import pytest
 
@@ -75,32 +74,6 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert not _panel_errors(report["before"]) and not _panel_errors(report["after"]), \
         f"{path.name}: the panel's experiment failed: {_panel_errors(report['before'] + report['after'])}"
     assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000
-    if report["blank_plots"]:
-        # Seen with JupyterLab 4.6 + ipykernel 7: a figure drawn in a widget callback sometimes
-        # renders as a flat image (a race in the kernel, not in the chapter). Reported, not failed,
-        # until its cause is fixed; the text checks above still hold the panel to account.
-        warnings.warn(f"{path.name}: {report['blank_plots']} blank plot(s) in the panel after the click",
-                      stacklevel=1)
-
-
-def test_harness_sees_a_failing_cell(lab_and_browser):
-    """The checks above can fail: a cell that raises is reported, the cells after it did not run."""
-    import nbformat
-
-    lab, context = lab_and_browser
-    page = context.new_page()
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell("import parlab"),
-                nbformat.v4.new_code_cell("parlab.run('no-such-scheme')"),
-                nbformat.v4.new_code_cell("print('not reached')")]
-    nbformat.write(nb, WORK / "notebooks" / "failing.ipynb")
-    try:
-        report = exercise_chapter(page, lab, "notebooks/failing.ipynb", WORK / "failing.png")
-    finally:
-        page.close()
-        lab.shutdown_kernels()
-    assert len(report["errors"]) == 1 and "ValueError" in report["errors"][0], report["errors"]
-    assert report["prompts"][2] == "[ ]:", report["prompts"]
-    assert report["panels"] == 0
+    # A plot the panel redraws must show something: with JupyterLab 4.6's widget messages on a
+    # kernel subshell, pyplot used to render it blank (fixed in parlab.widgets, held here).
+    assert report["blank_plots"] == 0, f"{path.name}: {report['blank_plots']} blank plot(s) after the click"
