@@ -77,3 +77,28 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     # A plot the panel redraws must show something: with JupyterLab 4.6's widget messages on a
     # kernel subshell, pyplot used to render it blank (fixed in parlab.widgets, held here).
     assert report["blank_plots"] == 0, f"{path.name}: {report['blank_plots']} blank plot(s) after the click"
+
+
+def test_harness_sees_a_panel_plot_redrawn(lab_and_browser):
+    """A panel that only plots: after the click its figure is redrawn for the new world size, not blank."""
+    import nbformat
+
+    lab, context = lab_and_browser
+    page = context.new_page()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from parlab.explore.collectives import draw_ring_schedule\n"
+        "from parlab.widgets import experiment_panel\n"
+        "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);")]
+    nbformat.write(nb, WORK / "notebooks" / "plot_panel.ipynb")
+    try:
+        report = exercise_chapter(page, lab, "notebooks/plot_panel.ipynb",
+                                  SCREENSHOTS / "harness-plot-panel.png")
+    finally:
+        page.close()
+        lab.shutdown_kernels()
+    assert report["errors"] == [] and report["clicked"] == "3", report
+    assert report["after"].startswith("world_size=3") and report["after"] != report["before"]
+    assert report["images"] == 1 and report["blank_plots"] == 0, report

@@ -212,7 +212,8 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
     """Open a notebook, Run All Cells, then move the first panel's world size to another value.
 
     Returns what happened: {"seconds", "errors": [...], "prompts", "panels", "before", "after",
-    "clicked", "blank_plots" (flat images in the panel after the click), "screenshot"}.
+    "clicked", "images" and "blank_plots" (all and flat images in the panel after the click),
+    "screenshot"}.
     Raises TimeoutError when the notebook or the panel never settles.
     """
     started = time.monotonic()
@@ -236,7 +237,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
     state = _wait(lambda: (s := page.evaluate(_NOTEBOOK_STATE_JS))["status"] == "idle"
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
-              "before": None, "after": None, "clicked": None, "blank_plots": 0,
+              "before": None, "after": None, "clicked": None, "images": 0, "blank_plots": 0,
               "screenshot": str(screenshot)}
     notebook = ".jp-NotebookPanel:not(.lm-mod-hidden)"
     panels = page.locator(f"{notebook} .parlab-panel:has(.parlab-control-world_size)")
@@ -264,6 +265,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                 return text if _panel_text(output) == text else None
 
             report["after"] = _wait(settled, rerun_timeout, f"the panel to show {header}")
+            report["images"] = output.locator("img").count()
             report["blank_plots"] = blank_images(output)
             report["errors"] += page.evaluate(_NOTEBOOK_STATE_JS)["errors"][len(state["errors"]):]
         panel.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")  # its code, then it
