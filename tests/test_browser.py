@@ -79,8 +79,13 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert report["blank_plots"] == 0, f"{path.name}: {report['blank_plots']} blank plot(s) after the click"
 
 
-def test_harness_sees_a_panel_plot_redrawn(lab_and_browser):
-    """A panel that only plots: after the click its figure is redrawn for the new world size, not blank."""
+def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
+    """The checks above can fail, and a plot-only panel works: one notebook (one kernel) for both.
+
+    A panel whose experiment only draws a figure is redrawn for the clicked world size (not blank:
+    that is what parlab.widgets guards against); a cell that raises is reported as the error it
+    is, and the cell after it stays unexecuted.
+    """
     import nbformat
 
     lab, context = lab_and_browser
@@ -89,16 +94,20 @@ def test_harness_sees_a_panel_plot_redrawn(lab_and_browser):
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(
-        "from parlab.explore.collectives import draw_ring_schedule\n"
-        "from parlab.widgets import experiment_panel\n"
-        "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);")]
-    nbformat.write(nb, WORK / "notebooks" / "plot_panel.ipynb")
+                    "import parlab\n"
+                    "from parlab.explore.collectives import draw_ring_schedule\n"
+                    "from parlab.widgets import experiment_panel\n"
+                    "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);"),
+                nbformat.v4.new_code_cell("parlab.run('no-such-scheme')"),
+                nbformat.v4.new_code_cell("print('not reached')")]
+    nbformat.write(nb, WORK / "notebooks" / "harness.ipynb")
     try:
-        report = exercise_chapter(page, lab, "notebooks/plot_panel.ipynb",
-                                  SCREENSHOTS / "harness-plot-panel.png")
+        report = exercise_chapter(page, lab, "notebooks/harness.ipynb", SCREENSHOTS / "harness.png")
     finally:
         page.close()
         lab.shutdown_kernels()
-    assert report["errors"] == [] and report["clicked"] == "3", report
+    assert len(report["errors"]) == 1 and "ValueError" in report["errors"][0], report["errors"]
+    assert report["prompts"][1:] == ["[2]:", "[ ]:"], report["prompts"]
+    assert report["panels"] == 1 and report["clicked"] == "3", report
     assert report["after"].startswith("world_size=3") and report["after"] != report["before"]
     assert report["images"] == 1 and report["blank_plots"] == 0, report
