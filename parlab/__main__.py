@@ -103,11 +103,16 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=_bench)
     args = parser.parse_args(argv)
+    from parlab.launch import RankError
+
     try:
         return args.func(args)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except RankError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,50 +19,18 @@ from __future__ import annotations
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
 from parlab import collectives, cost
 from parlab.launch import current as current_launch
+from parlab.ledger import Ledger, Traffic
 from parlab.link import Link, resolve
 from parlab.trace import Timeline
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
               "min": dist.ReduceOp.MIN}
-
-
-class Ledger:
-    """Every communication of one rank, one dict per op; `label()` tags records (step, phase)."""
-
-    def __init__(self, rank: int = 0):
-        self.rank = rank
-        self.records: list[dict] = []
-        self.labels: dict = {"phase": None, "step": None}
-
-    @contextmanager
-    def label(self, **labels):
-        saved = dict(self.labels)
-        self.labels.update(labels)
-        try:
-            yield
-        finally:
-            self.labels = saved
-
-    def total(self, key: str = "bytes_sent", **match) -> int:
-        return sum(r[key] for r in self.records if all(r.get(k) == v for k, v in match.items()))
-
-
-@dataclass
-class Traffic:
-    """What one op put on the wire at this rank (filled in by the algorithm as it runs)."""
-
-    sent: int = 0  # elements
-    recv: int = 0
-    rounds: int = 0
-    peers: set = field(default_factory=set)
 
 
 class Handle:

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, fields
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as _checkpoint
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,15 @@ class MLPConfig:
             value = getattr(self, f.name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"MLPConfig.{f.name}={value!r} must be an int >= 1")
+
+
+def maybe_checkpoint(fn, enabled: bool, *args):
+    """fn(*args); with `enabled` (and grad on), activation checkpointing: keep only the inputs,
+    recompute fn's activations in backward (Chen et al. 2016, "Training Deep Nets with Sublinear
+    Memory Cost"), non-reentrant so it composes with hooks and saved-tensor hooks."""
+    if enabled and torch.is_grad_enabled():
+        return _checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
 
 
 def _init_linear(linear: nn.Linear, generator: torch.Generator, std: float = 0.02) -> None:
@@ -117,6 +127,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
+
     def __init__(self, cfg: GPTConfig, seed: int = 0):
         super().__init__()
         cfg.validate()
@@ -146,7 +158,7 @@ class GPT(nn.Module):
     def forward(self, idx):
         x = self.embed(idx)  # (B, T, C)
         for block in self.blocks:
-            x = block(x)
+            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T, C)
         return self.head(x)  # (B, T, vocab)
 
     def loss(self, idx, targets):
@@ -156,6 +168,8 @@ class GPT(nn.Module):
 
 class MLP(nn.Module):
     """d_in → [Linear, GELU] × n_layer → d_out; `layers` is a flat ModuleList (easy to split)."""
+
+    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
 
     def __init__(self, cfg: MLPConfig, seed: int = 0):
         super().__init__()
@@ -169,13 +183,18 @@ class MLP(nn.Module):
 
     def forward(self, x):
         for i, layer in enumerate(self.layers):
-            x = layer(x)  # (B, d)
             if i < len(self.layers) - 1:
-                x = F.gelu(x)
-        return x  # (B, d_out)
+                x = maybe_checkpoint(_linear_gelu, self.activation_checkpointing, layer, x)  # (B, d)
+            else:
+                x = layer(x)  # (B, d_out)
+        return x
 
     def loss(self, x, targets):
         return F.cross_entropy(self(x), targets)
+
+
+def _linear_gelu(layer, x):
+    return F.gelu(layer(x))
 
 
 MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig)}
@@ -197,8 +216,10 @@ def model_config(name: str, overrides: dict | None = None):
     return cfg
 
 
-def build_model(name: str, cfg, seed: int) -> nn.Module:
-    return MODELS[name][0](cfg, seed=seed)
+def build_model(name: str, cfg, seed: int, checkpoint: bool = False) -> nn.Module:
+    model = MODELS[name][0](cfg, seed=seed)
+    model.activation_checkpointing = checkpoint
+    return model
 
 
 def config_dict(cfg) -> dict:

@@ -35,6 +35,7 @@ COMMON_OPTIONS = {
     "model_config": None,  # dict of GPTConfig / MLPConfig overrides
     "timeout": 300.0,
     "start_method": "forkserver",
+    "checkpoint": False,  # activation checkpointing: recompute each block in backward
 }
 OPTIMIZERS = ("adamw", "sgd")
 
@@ -116,6 +117,7 @@ class RunConfig:
     timeout: float
     start_method: str
     options: dict  # the scheme's own options, defaults filled in
+    checkpoint: bool = False  # activation checkpointing (honoured by training.build_model)
 
     def option(self, name: str):
         return self.options[name]
@@ -151,6 +153,8 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     timeout = common["timeout"]
     if not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
+    if not isinstance(common["checkpoint"], bool):
+        raise ValueError(f"checkpoint={common['checkpoint']!r} must be True or False")
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -158,6 +162,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         optimizer=common["optimizer"], timeout=float(timeout),
         start_method=common["start_method"],
         options={k: options.get(k, v) for k, v in spec.options.items()},
+        checkpoint=common["checkpoint"],
     )
     if spec.validate is not None:
         spec.validate(cfg)

@@ -16,7 +16,13 @@ from parlab.memory import ActivationMeter, model_memory
 
 
 def build_model(cfg) -> torch.nn.Module:
-    return models.build_model(cfg.model, cfg.model_config, cfg.seed)
+    """The config's model; with `cfg.checkpoint` its blocks recompute their activations in backward.
+
+    A scheme that builds its own modules honours `checkpoint=True` by wrapping each block's call
+    in `parlab.models.maybe_checkpoint(fn, enabled, *args)`.
+    """
+    return models.build_model(cfg.model, cfg.model_config, cfg.seed,
+                              checkpoint=getattr(cfg, "checkpoint", False))
 
 
 def make_optimizer(params, cfg) -> torch.optim.Optimizer:

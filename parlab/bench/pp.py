@@ -1,0 +1,126 @@
+"""`python -m parlab bench pp`: throughput and bubble of every pipeline schedule vs micro-batches,
+at 2 and 4 stages, with ratios to pp-gpipe and torch-pp measured in the same run; and even vs
+balanced stages on a model with a heavy head.
+
+Stage compute is made to dominate a message honestly: a wider model (C=128, T=64, so a stage
+computes for milliseconds while its 64 KB activation crosses loopback in ~0.1 ms) and no emulated
+link. At 4 stages, 4 ranks share this machine's 2 cores, so each rank computes at about half speed
+and waits for a core as well as for its neighbour: the 4-stage bubble is measured, not clean.
+
+    python -m parlab bench pp                      # the full table (~5–10 min on 2 cores)
+    python -m parlab bench pp --quick              # pp=2, m in {2, 4}
+    python -m parlab bench pp --json out.json      # raw numbers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import parlab
+from parlab.pipeline import cost
+
+MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
+HEAVY_HEAD = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 32, "vocab_size": 8192}
+OURS = ("gpipe", "1f1b", "interleaved", "zb")
+
+
+def _measure(scheme, pp, m, steps, batch, model_config, **options):
+    r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
+                   model_config=model_config, **options)
+    step = cost.measured_step_time(r.timeline)
+    bubble = least = ideal = ideal_lat = latency = float("nan")
+    if scheme != "torch-pp":
+        from parlab.pipeline.schedules import make_schedule
+        name = scheme.removeprefix("pp-")
+        schedule = make_schedule(name, pp, m, options.get("chunks", 1))
+        bubble = cost.measured_bubble(r.timeline)
+        least = cost.measured_bubble(r.timeline, stat="min")
+        ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
+        latency = cost.measured_message_latency(r.ledger)
+        ideal_lat = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
+    return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
+            "bubble": bubble, "bubble_least": least, "ideal_measured_costs": ideal,
+            "latency_s": latency, "ideal_measured_costs_and_latency": ideal_lat,
+            **{k: v for k, v in options.items() if k != "partition"}}
+
+
+def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
+    rows = []
+    for pp in pps:
+        for m in ms:
+            group = []
+            for name in OURS:
+                if name == "interleaved" and (m % pp or 2 * pp > model_config["n_layer"]):
+                    continue
+                row = _measure(f"pp-{name}", pp, m, steps, batch, model_config,
+                               **({"chunks": 2} if name == "interleaved" else {}))
+                v = 2 if name == "interleaved" else 1
+                row["theory"] = cost.theory_bubble(name, pp, m, v)
+                group.append(row)
+            for sched in ("gpipe", "1f1b"):
+                if sched == "1f1b" and m < pp:
+                    continue
+                group.append(_measure("torch-pp", pp, m, steps, batch, model_config,
+                                      schedule=sched))
+            base = next(r for r in group if r["scheme"] == "pp-gpipe")["samples_per_s"]
+            torch_best = max((r["samples_per_s"] for r in group if r["scheme"] == "torch-pp"),
+                             default=float("nan"))
+            for r in group:
+                r["vs_gpipe"] = r["samples_per_s"] / base
+                r["vs_torch"] = r["samples_per_s"] / torch_best
+            rows += group
+            _print(group)
+    return rows
+
+
+def _print(group) -> None:
+    for r in group:
+        name = r["scheme"] + (f"[{r['schedule']}]" if "schedule" in r else "")
+        bubble = "" if r["bubble"] != r["bubble"] else (
+            f"bubble {r['bubble']:5.1%} (least {r['bubble_least']:5.1%}; theory {r['theory']:5.1%}: "
+            f"{(r['bubble'] - r['theory']) * 100:+5.1f} / {(r['bubble_least'] - r['theory']) * 100:+5.1f}"
+            f" pts; ideal at measured stage times {r['ideal_measured_costs']:5.1%}, + measured "
+            f"latency {r['latency_s'] * 1e3:.1f} ms: {r['ideal_measured_costs_and_latency']:5.1%})")
+        print(f"pp={r['pp']} m={r['m']:<2} {name:18} {r['samples_per_s']:7.1f} samples/s  "
+              f"×{r['vs_gpipe']:.2f} gpipe  ×{r['vs_torch']:.2f} torch-pp  {bubble}", flush=True)
+
+
+def partitions(steps, batch, m=4) -> list[dict]:
+    rows = []
+    for label in ("even", "balanced"):
+        r = parlab.run("pp-1f1b", world_size=2, steps=steps, microbatches=m, batch_size=batch,
+                       model_config=HEAVY_HEAD, partition=label)
+        step = cost.measured_step_time(r.timeline)
+        rows.append({"partition": label, "layers": r.memory[0]["layers_per_stage"],
+                     "samples_per_s": batch / step, "bubble": cost.measured_bubble(r.timeline),
+                     "stage_ms": {s: round(1e3 * (t["F"] + t["B"]), 2) for s, t in
+                                  cost.stage_compute(r.timeline).items()}})
+    for r in rows:
+        print(f"partition {r['partition']:8} layers {r['layers']}: {r['samples_per_s']:6.1f} "
+              f"samples/s, bubble {r['bubble']:5.1%}, stage F+B ms {r['stage_ms']}")
+    print(f"balanced / even throughput: {rows[1]['samples_per_s'] / rows[0]['samples_per_s']:.2f}×")
+    return rows
+
+
+def main(argv) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab bench pp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pp", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--quick", action="store_true", help="pp=2, m in {2, 4}, 3 steps")
+    parser.add_argument("--no-partition", action="store_true")
+    parser.add_argument("--json", help="write the raw rows here")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pp, args.microbatches, args.steps = [2], [2, 4], 3
+    print(f"model {MODEL}, global batch {args.batch}, {args.steps} steps (first left out); "
+          "2 shared cores: ratios are from one run, noisy")
+    rows = sweep(args.pp, args.microbatches, args.steps, args.batch, MODEL)
+    part = [] if args.no_partition else partitions(args.steps, args.batch)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"sweep": rows, "partition": part}, f, indent=1, default=str)
+    return 0

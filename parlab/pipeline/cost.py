@@ -1,0 +1,184 @@
+"""What a pipeline should cost: bubble fractions in closed form, ideal timelines of any schedule,
+the bubble measured in a real run, and the bytes a pipeline sends.
+
+Bubble fraction = idle share of p ranks × the step's pipeline span. With equal stages, forward f
+and backward b per micro-batch, GPipe and 1F1B idle (p−1)(f+b) of (m+p−1)(f+b) per rank:
+(p−1)/(m+p−1) (Huang et al., GPipe, NeurIPS 2019, §2.3; Narayanan et al., SC 2021, §2.2.1).
+Interleaving v chunks per rank shrinks each bubble slot v-fold: (p−1)/(v·m+p−1) (Narayanan et al.,
+SC 2021, §2.2.2). ZB-H1 leaves (p−1)(F+B−W) instead of (p−1)(F+B+W), with B the input and W the
+weight gradient: (p−1)/(3m+p−1) when F = B = W (Qi et al., ICLR 2024, §3.1).
+
+`ideal_timeline` simulates the very action lists that run (`validate.simulate`) with given
+per-stage costs, so uneven stages, message latency and any schedule get their ideal Gantt chart
+and bubble without a formula.
+
+Bytes: each of the m micro-batches crosses every stage boundary twice — its activation forward,
+its gradient back — each of mb·T·C fp32 numbers for the GPT. With v chunks per rank a rank owns v
+stages, so it sends (2v − [first rank] − [last rank])·m messages per step: interleaving multiplies
+point-to-point traffic by v (Narayanan et al., SC 2021, §2.2.2).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from parlab.pipeline.schedules import Schedule
+from parlab.pipeline.validate import simulate
+
+
+def theory_bubble(name: str, p: int, m: int, v: int = 1) -> float:
+    """Closed-form bubble fraction of a schedule with equal stages and F = B = W."""
+    if name == "naive":
+        return (p - 1) / p
+    if name in ("gpipe", "1f1b"):
+        return (p - 1) / (m + p - 1)
+    if name == "interleaved":
+        return (p - 1) / (v * m + p - 1)
+    if name == "zb":
+        return (p - 1) / (3 * m + p - 1)
+    raise ValueError(f"schedule={name!r} has no closed-form bubble")
+
+
+def stage_durations(schedule: Schedule, forward: list[float] | float = 1.0,
+                    backward: list[float] | float | None = None, weight_share: float = 0.5):
+    """duration(action) from per-stage forward / backward seconds (scalars: every stage the same).
+
+    `backward` is the whole backward (default 2 × forward); a split schedule spends
+    `weight_share` of it in W and the rest in B.
+    """
+    n = schedule.stages
+    fwd = forward if isinstance(forward, list) else [forward] * n
+    if backward is None:
+        backward = [2 * f for f in fwd]
+    bwd = backward if isinstance(backward, list) else [backward] * n
+
+    def duration(a):
+        if a.op == "F":
+            return fwd[a.stage]
+        if not schedule.split_backward:
+            return bwd[a.stage]
+        return bwd[a.stage] * (weight_share if a.op == "W" else 1 - weight_share)
+    return duration
+
+
+def ideal_timeline(schedule: Schedule, forward=1.0, backward=None, latency: float = 0.0,
+                   weight_share: float = 0.5) -> list[dict]:
+    """The schedule's events in simulated time (`parlab.trace` format, seconds)."""
+    return simulate(schedule, stage_durations(schedule, forward, backward, weight_share), latency)
+
+
+def bubble_of(events: list[dict]) -> float:
+    """1 − busy / (ranks × span) over compute events."""
+    ranks = {e["rank"] for e in events}
+    span = max(e["t1"] for e in events) - min(e["t0"] for e in events)
+    busy = sum(e["t1"] - e["t0"] for e in events)
+    return 1.0 - busy / (len(ranks) * span) if span > 0 else 0.0
+
+
+def ideal_bubble(schedule: Schedule, forward=1.0, backward=None, latency: float = 0.0,
+                 weight_share: float = 0.5) -> float:
+    return bubble_of(ideal_timeline(schedule, forward, backward, latency, weight_share))
+
+
+def pipeline_events(timeline: list[dict], step: int | None = None) -> list[dict]:
+    """The F / B / W compute events of a run's timeline (of one step if given)."""
+    return [e for e in timeline if e["kind"] == "compute" and e["name"] in ("F", "B", "W")
+            and (step is None or e["args"].get("step") == step)]
+
+
+def measured_bubbles(timeline: list[dict]) -> list[float]:
+    """Bubble fraction of each step of a run: idle share of the pipeline span of that step."""
+    steps = sorted({e["args"]["step"] for e in pipeline_events(timeline)})
+    return [bubble_of(pipeline_events(timeline, s)) for s in steps]
+
+
+def measured_bubble(timeline: list[dict], skip_first: bool = True, stat: str = "median") -> float:
+    """The median (or least, `stat="min"`) step bubble, leaving out the first step (warm-up).
+
+    On a machine shared with other jobs a burst of interference stalls one rank and its neighbour
+    idles: noise mostly adds bubble, so the least-disturbed step ("min") is the cleaner estimate
+    of the schedule's own bubble; the median is what a user of this machine sees.
+    """
+    values = measured_bubbles(timeline)
+    if skip_first and len(values) > 1:
+        values = values[1:]
+    return min(values) if stat == "min" else statistics.median(values)
+
+
+def stage_compute(timeline: list[dict], skip_first: bool = True) -> dict:
+    """Median seconds of one F, B and W per stage, measured: {stage: {"F": s, "B": s, "W": s}}."""
+    out: dict = {}
+    for e in pipeline_events(timeline):
+        if skip_first and e["args"].get("step") == 0:
+            continue
+        out.setdefault(e["args"]["stage"], {}).setdefault(e["name"], []).append(e["t1"] - e["t0"])
+    return {s: {op: statistics.median(v) for op, v in ops.items()} for s, ops in sorted(out.items())}
+
+
+def p2p_messages_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int) -> int:
+    """Sends per step of pipeline rank `pp_rank`: (2v − [rank 0] − [rank p−1])·m, 0 if p = 1."""
+    if pp == 1:
+        return 0
+    return (2 * chunks - (pp_rank == 0) - (pp_rank == pp - 1)) * microbatches
+
+
+def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
+                       boundary_numel: int, itemsize: int = 4) -> int:
+    """Bytes one pipeline rank sends per step: messages × one boundary activation."""
+    return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
+
+
+def measured_step_times(timeline: list[dict]) -> list[float]:
+    """Seconds between the first pipeline action of consecutive steps (whole training steps)."""
+    starts: dict[int, float] = {}
+    for e in timeline:  # F / B / W spans of ours, the "pipeline" span of torch-pp
+        if e["kind"] != "compute" or "step" not in e.get("args", {}):
+            continue
+        s = e["args"]["step"]
+        starts[s] = min(starts.get(s, e["t0"]), e["t0"])
+    ordered = [starts[s] for s in sorted(starts)]
+    return [b - a for a, b in zip(ordered, ordered[1:])]
+
+
+def measured_step_time(timeline: list[dict], skip_first: bool = True, stat: str = "median") -> float:
+    """Median (or fastest, `stat="min"`) whole-step seconds, leaving out the first step."""
+    values = measured_step_times(timeline)
+    if skip_first and len(values) > 1:
+        values = values[1:]
+    if not values:
+        return float("nan")
+    return min(values) if stat == "min" else statistics.median(values)
+
+
+def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0):
+    """The schedule's ideal timeline with each stage's measured median F, B and W times.
+
+    What the schedule would do on this machine if nothing but compute took time: the gap between
+    its bubble and the measured one is messages, overhead and — with more ranks than cores —
+    ranks waiting for a core.
+    """
+    times = stage_compute(timeline)
+    fwd = [times[s]["F"] for s in range(schedule.stages)]
+    bwd = [times[s]["B"] + times[s].get("W", 0.0) for s in range(schedule.stages)]
+
+    def duration(a):
+        if a.op == "F":
+            return fwd[a.stage]
+        return times[a.stage][a.op] if schedule.split_backward else bwd[a.stage]
+    return simulate(schedule, duration, latency)
+
+
+def measured_message_latency(ledger: list[dict]) -> float:
+    """Median delay of a pipeline message: the receiver's end minus the later of the send's and
+    the receive's start, pairing the k-th send on each (phase, src, dst) channel with the k-th
+    receive (channels are FIFO). All ranks read the same monotonic clock, so this is measured,
+    not modelled; on a loaded machine it includes the receiver's wait for a core."""
+    sends: dict[tuple, list] = {}
+    recvs: dict[tuple, list] = {}
+    for r in ledger:
+        if r["phase"] in ("pp-fwd", "pp-bwd") and r["op"] in ("send", "recv"):
+            src, dst = (r["rank"], r["peers"][0]) if r["op"] == "send" else (r["peers"][0], r["rank"])
+            (sends if r["op"] == "send" else recvs).setdefault((r["phase"], src, dst), []).append(r)
+    delays = [r["t_end"] - max(s["t_start"], r["t_start"])
+              for key, ss in sends.items() for s, r in zip(ss, recvs.get(key, []))]
+    return statistics.median(delays) if delays else 0.0

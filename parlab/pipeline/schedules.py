@@ -1,0 +1,204 @@
+"""Pipeline schedules as data: for each rank, the ordered list of what it computes.
+
+An `Action` is (op, stage, micro-batch): F (forward), B (backward; the input gradient only when
+the schedule splits the backward), W (the weight gradient of a split backward). Communication is
+derived, not hand-written: `Schedule.lowered()` inserts a RECV before every action whose input
+comes from another rank and a SEND after every action whose output goes to another rank, so the
+list that is executed (`parlab.pipeline.executor`), drawn and costed (`parlab.pipeline.cost`) and
+checked (`parlab.pipeline.validate`) is one and the same.
+
+Stages are virtual: with `chunks` = v model chunks per rank (interleaving), stage s lives on rank
+s mod p as its chunk s // p (Narayanan et al., "Efficient Large-Scale Language Model Training on
+GPU Clusters Using Megatron-LM", SC 2021, §2.2).
+
+Generators (p ranks, m micro-batches):
+- `naive`: plain model parallelism — one micro-batch goes down and back; stages idle in turn.
+- `gpipe`: all forwards, then all backwards (Huang et al., "GPipe", NeurIPS 2019). Holds m
+  micro-batches of activations.
+- `1f1b`: p−s−1 warm-up forwards, then one forward / one backward (PipeDream-Flush: Narayanan et
+  al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021; PipeDream, SOSP 2019). Holds
+  at most p−s micro-batches; same bubble as GPipe.
+- `interleaved`: Megatron-LM's interleaved 1F1B over v chunks; bubble (p−1)/(v·m+p−1); needs
+  m to be a multiple of p (Megatron's own requirement).
+- `zb`: ZB-H1 (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024): backward split
+  into B (input gradient, on the critical path) and W (weight gradient, off it); W is deferred into
+  the bubbles while in-flight micro-batches stay within 1F1B's p−s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+COMPUTE = ("F", "B", "W")
+COMM = ("SEND_F", "RECV_F", "SEND_B", "RECV_B")
+
+
+class Action(NamedTuple):
+    op: str  # F, B, W or SEND_F, RECV_F, SEND_B, RECV_B
+    stage: int
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.op}{self.stage}.{self.mb}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    name: str
+    pp: int  # ranks in the pipeline
+    microbatches: int
+    chunks: int  # model chunks (virtual stages) per rank
+    split_backward: bool  # True: B is the input gradient only and W the weight gradient
+    actions: tuple  # per rank: tuple of compute Actions in execution order
+
+    @property
+    def stages(self) -> int:
+        return self.pp * self.chunks
+
+    def rank_of(self, stage: int) -> int:
+        return stage % self.pp
+
+    def lowered(self) -> list[list[Action]]:
+        """Per rank: the compute actions with the sends and receives they imply, in order."""
+        out = []
+        for rank, actions in enumerate(self.actions):
+            seq = []
+            for a in actions:
+                if a.op == "F" and a.stage > 0 and self.rank_of(a.stage - 1) != rank:
+                    seq.append(Action("RECV_F", a.stage, a.mb))
+                if a.op == "B" and a.stage < self.stages - 1 and self.rank_of(a.stage + 1) != rank:
+                    seq.append(Action("RECV_B", a.stage, a.mb))
+                seq.append(a)
+                if a.op == "F" and a.stage < self.stages - 1 and self.rank_of(a.stage + 1) != rank:
+                    seq.append(Action("SEND_F", a.stage, a.mb))
+                if a.op == "B" and a.stage > 0 and self.rank_of(a.stage - 1) != rank:
+                    seq.append(Action("SEND_B", a.stage, a.mb))
+            out.append(seq)
+        return out
+
+    def text(self) -> str:
+        """One line per rank, e.g. `rank 0: F0.0 F0.1 B0.0 ...`."""
+        return "\n".join(f"rank {r}: " + " ".join(map(str, a)) for r, a in enumerate(self.actions))
+
+
+def _schedule(name, p, m, v, split, per_rank) -> Schedule:
+    return Schedule(name, p, m, v, split, tuple(tuple(a) for a in per_rank))
+
+
+def gpipe(p: int, m: int, chunks: int = 1) -> Schedule:
+    """All forwards of every micro-batch, then all backwards (in micro-batch order)."""
+    ranks = [[Action("F", r, i) for i in range(m)] + [Action("B", r, i) for i in range(m)]
+             for r in range(p)]
+    return _schedule("gpipe", p, m, 1, False, ranks)
+
+
+def naive(p: int, m: int = 1, chunks: int = 1) -> Schedule:
+    """Plain model parallelism: one micro-batch (the whole batch) down the stages and back."""
+    return _schedule("naive", p, 1, 1, False, gpipe(p, 1).actions)
+
+
+def one_f_one_b(p: int, m: int, chunks: int = 1) -> Schedule:
+    """Warm up with p−r−1 forwards, alternate one forward and one backward, cool down."""
+    ranks = []
+    for r in range(p):
+        warm = min(p - r - 1, m)
+        seq = [Action("F", r, i) for i in range(warm)]
+        for i in range(m - warm):
+            seq += [Action("F", r, warm + i), Action("B", r, i)]
+        seq += [Action("B", r, i) for i in range(m - warm, m)]
+        ranks.append(seq)
+    return _schedule("1f1b", p, m, 1, False, ranks)
+
+
+def interleaved(p: int, m: int, chunks: int = 2) -> Schedule:
+    """Megatron-LM's interleaved 1F1B: micro-batches go through the v chunks in groups of p.
+
+    The k-th forward of a rank is chunk (k // p) mod v of micro-batch (k // (p·v))·p + k mod p;
+    backwards visit the chunks in reverse. Warm-up: 2(p−r−1) + (v−1)·p forwards (Megatron's
+    `forward_backward_pipelining_with_interleaving`).
+    """
+    if m % p:
+        raise ValueError(f"interleaved needs microbatches={m} to be a multiple of pp={p}")
+    v, total = chunks, m * chunks
+
+    def forward(r, k):
+        return Action("F", ((k // p) % v) * p + r, (k // (p * v)) * p + k % p)
+
+    def backward(r, k):
+        return Action("B", (v - 1 - (k // p) % v) * p + r, (k // (p * v)) * p + k % p)
+
+    ranks = []
+    for r in range(p):
+        warm = min(2 * (p - r - 1) + (v - 1) * p, total)
+        seq = [forward(r, k) for k in range(warm)]
+        for j in range(total - warm):
+            seq += [forward(r, warm + j), backward(r, j)]
+        seq += [backward(r, j) for j in range(total - warm, total)]
+        ranks.append(seq)
+    return _schedule("interleaved", p, m, v, False, ranks)
+
+
+def zero_bubble_h1(p: int, m: int, chunks: int = 1) -> Schedule:
+    """ZB-H1 by list scheduling on unit times (F = B = W = 1, free messages).
+
+    At each tick every stage runs, by priority: the next F if its input has arrived, fewer than
+    p−s micro-batches await their B (1F1B's discipline) and fewer than p await their W (ZB-H1's
+    memory budget: 1F1B's peak, p micro-batches); else a B whose output gradient has arrived; else
+    the oldest pending W, which fills what would be a bubble. Feeding the next stage first keeps it
+    busy; the caps keep memory at 1F1B's. For every m >= p (checked up to p = 6, m = 16) the ideal
+    makespan is 3m+p−1 ticks: the paper's (p−1)(F+B−W) bubble.
+    """
+    done: dict[Action, int] = {}  # action -> tick it finished
+    next_f, next_b = [0] * p, [0] * p
+    pending_w: list[list[int]] = [[] for _ in range(p)]
+    awaiting_b, awaiting_w = [0] * p, [0] * p
+    ranks: list[list[Action]] = [[] for _ in range(p)]
+    tick = 0
+    while sum(len(seq) for seq in ranks) < 3 * p * m:
+        chosen = []
+        for s in range(p):
+            b, f = next_b[s], next_f[s]
+            if f < m and awaiting_b[s] < p - s and awaiting_w[s] < p and (
+                    s == 0 or done.get(Action("F", s - 1, f), tick + 1) <= tick):
+                chosen.append(Action("F", s, f))
+            elif b < m and (s == p - 1 and done.get(Action("F", s, b), tick + 1) <= tick
+                            or done.get(Action("B", s + 1, b), tick + 1) <= tick):
+                chosen.append(Action("B", s, b))
+            elif pending_w[s]:
+                chosen.append(Action("W", s, pending_w[s][0]))
+            else:
+                chosen.append(None)
+        for s, a in enumerate(chosen):
+            if a is None:
+                continue
+            ranks[s].append(a)
+            done[a] = tick + 1
+            if a.op == "F":
+                next_f[s] += 1
+                awaiting_b[s] += 1
+                awaiting_w[s] += 1
+            elif a.op == "B":
+                next_b[s] += 1
+                awaiting_b[s] -= 1
+                pending_w[s].append(a.mb)
+            else:
+                pending_w[s].pop(0)
+                awaiting_w[s] -= 1
+        tick += 1
+    return _schedule("zb", p, m, 1, True, ranks)
+
+
+GENERATORS = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
+              "zb": zero_bubble_h1}
+
+
+def min_microbatches(name: str, p: int) -> int:
+    """The fewest micro-batches a schedule needs (interleaving works in groups of p)."""
+    return p if name == "interleaved" else 1
+
+
+def make_schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
+    if name not in GENERATORS:
+        raise ValueError(f"schedule={name!r} is unknown; choose one of {sorted(GENERATORS)}")
+    return GENERATORS[name](pp, microbatches, chunks)

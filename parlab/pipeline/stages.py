@@ -1,0 +1,113 @@
+"""A pipeline stage is a contiguous run of the reference model's layers, cut out of the model itself.
+
+Every rank builds the whole reference model from the seed (`parlab.training.build_model`) and keeps
+only the layers of its own stages, so a stage's weights *are* the reference's weights and the
+pipeline computes what the single process computes (GPipe, Huang et al. 2019, §2: a network is a
+sequence of L layers cut into K cells). For the GPT the first stage also holds the embeddings and
+the last stage the final LayerNorm and the head; the head is tied to the token embedding, so
+first and last stage each hold a copy of `wte` whose gradients are summed before the update —
+Megatron-LM's "embedding group" (Shoeybi et al. 2019; Narayanan et al., SC 2021).
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+from parlab.cost import shard_sizes
+
+
+def layers_of(model: nn.Module) -> nn.ModuleList:
+    """The repeated layers that stages split: GPT blocks, or the MLP's linear layers."""
+    return model.blocks if hasattr(model, "blocks") else model.layers
+
+
+def even_partition(n_layers: int, stages: int) -> list[int]:
+    """Layers per stage, as even as possible (the first stages take the remainder)."""
+    return shard_sizes(n_layers, stages)
+
+
+def stage_bounds(counts: list[int]) -> list[tuple[int, int]]:
+    bounds, start = [], 0
+    for c in counts:
+        bounds.append((start, start + c))
+        start += c
+    return bounds
+
+
+class Stage(nn.Module):
+    """Layers [lo, hi) of `model`; the first stage embeds, the last applies the head.
+
+    The stage registers the model's own modules (so `stage.parameters()` are exactly the weights
+    it uses), and calls the model's own `embed` / `head`; parameter names for the final state
+    come from `model.named_parameters()`, the reference's names.
+    """
+
+    def __init__(self, model: nn.Module, index: int, n_stages: int, lo: int, hi: int):
+        super().__init__()
+        self.index, self.first, self.last = index, index == 0, index == n_stages - 1
+        self.lo, self.hi = lo, hi
+        self.is_gpt = hasattr(model, "blocks")
+        self.n_layers = len(layers_of(model))
+        self.layers = nn.ModuleList(layers_of(model)[lo:hi])
+        if self.is_gpt and self.first:
+            self.wte, self.wpe = model.wte, model.wpe
+        if self.is_gpt and self.last:
+            self.wte, self.ln_f = model.wte, model.ln_f
+        self._model = [model]  # a list: not a submodule, so parameters() stay the stage's own
+
+    def forward(self, x):
+        model = self._model[0]
+        if self.is_gpt:
+            if self.first:
+                x = model.embed(x)  # (mb, T) ids -> (mb, T, C)
+            for layer in self.layers:
+                x = layer(x)  # (mb, T, C)
+            return model.head(x) if self.last else x  # (mb, T, vocab) or (mb, T, C)
+        for i, layer in zip(range(self.lo, self.hi), self.layers):
+            x = layer(x)  # (mb, d)
+            if i < self.n_layers - 1:
+                x = F.gelu(x)
+        return x  # (mb, d_hidden) or (mb, d_out)
+
+    def loss(self, output, targets):
+        """The reference's loss on this micro-batch (the mean over its rows / tokens)."""
+        return F.cross_entropy(output.reshape(-1, output.size(-1)), targets.reshape(-1))
+
+
+def boundary_shape(model_config, rows: int) -> tuple:
+    """Shape of the activation between two stages for `rows` samples."""
+    if hasattr(model_config, "n_embd"):
+        return (rows, model_config.block_size, model_config.n_embd)  # (mb, T, C)
+    return (rows, model_config.d_hidden)  # (mb, d_hidden)
+
+
+def keep_only(model: nn.Module, stage_ids: list[int], counts: list[int]) -> None:
+    """Drop from `model` every layer (and embedding / head part) that no local stage uses."""
+    bounds = stage_bounds(counts)
+    local = {i for s in stage_ids for i in range(*bounds[s])}
+    layers = layers_of(model)
+    for i in range(len(layers)):
+        if i not in local:
+            layers[i] = nn.Identity()
+    if hasattr(model, "blocks"):
+        first, last = 0 in stage_ids, len(counts) - 1 in stage_ids
+        if not first:
+            del model.wpe
+        if not last:
+            del model.ln_f
+        if not (first or last):
+            del model.wte
+
+
+def build_stages(model: nn.Module, stage_ids: list[int], counts: list[int]) -> dict[int, Stage]:
+    """{stage id: Stage} for this rank's stages, cut from `model` (which keeps only those)."""
+    keep_only(model, stage_ids, counts)
+    bounds = stage_bounds(counts)
+    return {s: Stage(model, s, len(counts), *bounds[s]) for s in stage_ids}
+
+
+def tied_parameter(model: nn.Module):
+    """The parameter shared by the first and last stage (GPT's wte), or None."""
+    wte = getattr(model, "wte", None)
+    return wte.weight if wte is not None else None

@@ -1,0 +1,155 @@
+"""Is a schedule runnable and complete? The checker and the list-scheduling simulator.
+
+`check(schedule)` raises `ScheduleError` (a ValueError) unless:
+- every (stage, micro-batch) has exactly one F and one B, on the rank that owns the stage, and
+  one W exactly when the schedule splits the backward;
+- on its rank every F comes before its B, and every B before its W;
+- executing the lowered lists (`Schedule.lowered()`) with blocking receives and non-blocking
+  sends terminates: each message is received in the order it was sent on its channel (one FIFO
+  channel per (kind, src, dst), as the executor's two communicators give), and no rank waits for
+  a message or a result that never comes (deadlock).
+
+`simulate(schedule, duration, latency)` is the same execution with time: every rank runs its list
+in order, an action starts when the rank is free and its inputs are there, and a message arrives
+`latency` after its send. It returns trace events (`parlab.trace` format), from which
+`parlab.pipeline.cost` draws the ideal Gantt chart and computes bubbles. This is the list-scheduling
+view of pipelines of Qi et al. ("Zero Bubble Pipeline Parallelism", ICLR 2024, §3).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+from parlab.pipeline.schedules import Action, Schedule
+
+
+class ScheduleError(ValueError):
+    """A schedule that is incomplete, out of order, mismatched or deadlocked."""
+
+
+def check_complete(schedule: Schedule) -> None:
+    ops = ("F", "B", "W") if schedule.split_backward else ("F", "B")
+    seen: dict[Action, int] = {}
+    for rank, actions in enumerate(schedule.actions):
+        for position, a in enumerate(actions):
+            if a.op not in ops:
+                raise ScheduleError(f"{schedule.name}: rank {rank} has {a}, op {a.op!r} not in {ops}")
+            if schedule.rank_of(a.stage) != rank:
+                raise ScheduleError(f"{schedule.name}: {a} on rank {rank}, but stage {a.stage} "
+                                    f"lives on rank {schedule.rank_of(a.stage)}")
+            if a in seen:
+                raise ScheduleError(f"{schedule.name}: {a} appears twice on rank {rank}")
+            seen[a] = position
+    for s in range(schedule.stages):
+        for i in range(schedule.microbatches):
+            chain = [Action(op, s, i) for op in ops]
+            missing = [str(a) for a in chain if a not in seen]
+            if missing:
+                raise ScheduleError(f"{schedule.name}: missing {missing} (p={schedule.pp}, "
+                                    f"m={schedule.microbatches}, v={schedule.chunks})")
+            for before, after in zip(chain, chain[1:]):
+                if seen[before] > seen[after]:
+                    raise ScheduleError(f"{schedule.name}: {after} runs before {before} on rank "
+                                        f"{schedule.rank_of(s)}")
+
+
+def _channel(schedule: Schedule, a: Action):
+    """(kind, src rank, dst rank, the stage the message comes from) of a comm action."""
+    if a.op in ("SEND_F", "RECV_F"):
+        src_stage = a.stage if a.op == "SEND_F" else a.stage - 1
+        return "F", schedule.rank_of(src_stage), schedule.rank_of(src_stage + 1), src_stage
+    src_stage = a.stage if a.op == "SEND_B" else a.stage + 1
+    return "B", schedule.rank_of(src_stage), schedule.rank_of(src_stage - 1), src_stage
+
+
+def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = None,
+             latency: float = 0.0) -> list[dict]:
+    """Run the lowered schedule in simulated time; return compute events per rank.
+
+    duration(action) -> seconds of a compute action (default 1 for F, B, W; 2 for an unsplit B,
+    which does the work of B and W). Raises ScheduleError on a mismatched message or a deadlock.
+    """
+    if duration is None:
+        def duration(a):
+            return 2.0 if a.op == "B" and not schedule.split_backward else 1.0
+    lowered = schedule.lowered()
+    p, last = schedule.pp, schedule.stages - 1
+    position, clock = [0] * p, [0.0] * p
+    finished: dict[Action, float] = {}  # compute action -> time its result exists
+    channels: dict[tuple, deque] = {}
+    arrived: dict[tuple, float] = {}  # (kind, dst stage, mb) -> arrival time at the receiver
+    events: list[dict] = []
+
+    def ready(rank: int, a: Action):
+        """Time the inputs of `a` are there, or None if they never may be yet."""
+        if a.op in ("SEND_F", "SEND_B"):
+            return finished.get(Action("F" if a.op == "SEND_F" else "B", a.stage, a.mb))
+        if a.op in ("RECV_F", "RECV_B"):
+            kind, src, dst, src_stage = _channel(schedule, a)
+            queue = channels.get((kind, src, dst))
+            if not queue:
+                return None
+            head_stage, head_mb, t = queue[0]
+            if (head_stage, head_mb) != (src_stage, a.mb):
+                raise ScheduleError(
+                    f"{schedule.name}: rank {rank} waits for {a} but the next {kind} message from "
+                    f"rank {src} is stage {head_stage} micro-batch {head_mb} (p={p}, "
+                    f"m={schedule.microbatches}, v={schedule.chunks})")
+            return t
+        needs = []
+        if a.op == "F" and a.stage > 0:
+            needs.append(("F", a.stage, a.mb) if schedule.rank_of(a.stage - 1) != rank
+                         else Action("F", a.stage - 1, a.mb))
+        if a.op == "B":
+            needs.append(Action("F", a.stage, a.mb))
+            if a.stage < last:
+                needs.append(("B", a.stage, a.mb) if schedule.rank_of(a.stage + 1) != rank
+                             else Action("B", a.stage + 1, a.mb))
+        if a.op == "W":
+            needs.append(Action("B", a.stage, a.mb))
+        times = [arrived.get(n) if isinstance(n, tuple) and not isinstance(n, Action)
+                 else finished.get(n) for n in needs]
+        return None if any(t is None for t in times) else max(times, default=0.0)
+
+    remaining = sum(len(seq) for seq in lowered)
+    while remaining:
+        progressed = False
+        for rank in range(p):
+            while position[rank] < len(lowered[rank]):
+                a = lowered[rank][position[rank]]
+                t = ready(rank, a)
+                if t is None:
+                    break
+                start = max(clock[rank], t)
+                if a.op in ("SEND_F", "SEND_B"):
+                    kind, src, dst, src_stage = _channel(schedule, a)
+                    channels.setdefault((kind, src, dst), deque()).append(
+                        (src_stage, a.mb, start + latency))
+                elif a.op in ("RECV_F", "RECV_B"):
+                    kind, src, dst, src_stage = _channel(schedule, a)
+                    channels[(kind, src, dst)].popleft()
+                    arrived[(kind, a.stage, a.mb)] = start
+                    clock[rank] = start
+                else:
+                    end = start + duration(a)
+                    events.append({"rank": rank, "kind": "compute", "name": a.op, "t0": start,
+                                   "t1": end, "args": {"stage": a.stage, "mb": a.mb}})
+                    finished[a] = end
+                    clock[rank] = end
+                position[rank] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            blocked = [f"rank {r}: {lowered[r][position[r]]}" for r in range(p)
+                       if position[r] < len(lowered[r])]
+            raise ScheduleError(f"{schedule.name}: deadlock (p={p}, m={schedule.microbatches}, "
+                                f"v={schedule.chunks}); blocked at {blocked}")
+    return events
+
+
+def check(schedule: Schedule) -> Schedule:
+    """Raise ScheduleError unless the schedule is complete, ordered, matched and deadlock-free."""
+    check_complete(schedule)
+    simulate(schedule)
+    return schedule

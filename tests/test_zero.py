@@ -1,0 +1,127 @@
+"""ZeRO-1/2/3 and PyTorch's sharded schemes: equal to the single process, bytes exact, memory measured."""
+
+import pytest
+
+import parlab
+from parlab import zero_shard
+from parlab.zero_shard import FlatLayout, memory_formula, step_bytes
+
+STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
+ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # units of 111, 1406, 114 parameters
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, model="gpt", steps=2, **options):
+        key = (scheme, world_size, model, steps, repr(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
+                                    **options)
+        return cache[key]
+    return get
+
+
+def unit_numels(result) -> list[int]:
+    return [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("scheme", list(STAGES))
+def test_zero_matches_single(runs, scheme, world_size):
+    comparison = runs(scheme, world_size).compare(runs("single"))
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("scheme,world_size", [("zero1", 4), ("zero2", 3), ("zero3", 4)])
+def test_zero_matches_single_with_padding_and_sgd(runs, scheme, world_size):
+    options = dict(model="mlp", model_config=ODD_MLP, optimizer="sgd")
+    result = runs(scheme, world_size, **options)
+    assert result.memory[0]["padding"] > 0  # no unit divides by the world size
+    assert result.compare(runs("single", **options)).match
+
+
+@pytest.mark.parametrize("scheme,world_size", [("torch-zero", 2), ("torch-zero", 4),
+                                               ("torch-fsdp", 2), ("torch-fsdp", 4)])
+def test_torch_sharded_match_single(runs, scheme, world_size):
+    comparison = runs(scheme, world_size).compare(runs("single"))
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("scheme", ["zero1", "zero3", "ddp-naive"])
+def test_activation_checkpointing_is_exact_and_saves_activations(runs, scheme):
+    plain, recomputed = runs(scheme, 2), runs(scheme, 2, checkpoint=True)
+    assert recomputed.compare(runs("single")).match
+    assert recomputed.memory[0]["activations"] < 0.5 * plain.memory[0]["activations"]
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+@pytest.mark.parametrize("scheme", list(STAGES))
+def test_ledger_bytes_are_the_closed_form(runs, scheme, world_size):
+    steps, result = 2, runs(scheme, world_size)
+    expect = steps * step_bytes(STAGES[scheme], unit_numels(result), world_size)
+    assert result.bytes_per_rank() == [expect] * world_size
+
+
+def test_zero3_moves_one_and_a_half_times_ddp(runs):
+    n, steps = 4, 2
+    zero1, zero3, ddp = runs("zero1", n), runs("zero3", n), runs("ddp-naive", n)
+    assert 2 * zero3.bytes_per_rank()[0] == 3 * zero1.bytes_per_rank()[0]  # exact: 3 vs 2 collectives
+    ratio = zero3.bytes_per_rank()[0] / ddp.bytes_per_rank()[0]
+    assert ratio == 1.5  # the default GPT's units divide by 4: no padding, per-tensor remainders 0
+    units = len(unit_numels(zero3))
+    for phase in ("param-gather-fwd", "param-gather-bwd"):
+        assert sum(1 for r in zero3.ledger if r["phase"] == phase and r["rank"] == 0) == \
+            units * steps
+    assert sum(1 for r in zero3.ledger if r["op"] == "reduce_scatter" and r["rank"] == 0) == \
+        units * steps
+
+
+@pytest.mark.parametrize("scheme", list(STAGES))
+def test_memory_is_the_padded_formula_and_within_5_percent_of_zero_paper(runs, scheme):
+    n, stage = 4, STAGES[scheme]
+    result = runs(scheme, n, model="mlp", model_config=ODD_MLP)
+    numels = unit_numels(result)
+    psi, padded = sum(numels), sum(-(-u // n) * n for u in numels)
+    exact = memory_formula(stage, padded, n)  # what a rank must hold, padding included
+    paper = memory_formula(stage, psi, n)
+    for mem in result.memory:
+        for kind in ("params", "grads", "optimizer"):
+            assert mem[kind] == exact[kind], kind
+            assert abs(mem[kind] - paper[kind]) <= 0.05 * paper[kind], kind
+
+
+def test_zero3_holds_one_gathered_block_beside_the_root(runs):
+    result = runs("zero3", 2)
+    numels = dict(zip([m["name"] for m in result.outputs[0]["layouts"]], unit_numels(result)))
+    largest_block = max(v for k, v in numels.items() if k != "root")
+    assert result.memory[0]["gathered_peak"] == 4 * (numels["root"] + largest_block)
+
+
+def test_units_and_formulas():
+    from parlab.models import GPT, GPTConfig
+
+    units = zero_shard.unit_modules(GPT(GPTConfig()))
+    assert [name for name, _, _ in units] == ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "root"]
+    assert [n for n, _ in units[-1][2]] == ["wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"]
+    assert memory_formula(0, 100, 4) == {"params": 400, "grads": 400, "optimizer": 800}
+    assert memory_formula(3, 100, 4) == {"params": 100, "grads": 100, "optimizer": 200}
+    assert step_bytes(3, [10], 4) == 3 * (12 - 3) * 4  # padded to 12
+    with pytest.raises(ValueError, match="stage=4"):
+        memory_formula(4, 1, 1)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(scheme="zero2", world_size=5), "batch_size=12 is not divisible by world_size=5"),
+    (dict(scheme="zero3", save_every=2), "save_every=2 needs save_dir"),
+    (dict(scheme="zero1", save_every=-1, save_dir="x"), "save_every=-1"),
+    (dict(scheme="zero3", resume=True), "resume=True needs save_dir"),
+    (dict(scheme="zero3", fail_at_step=9, steps=3), r"fail_at_step=9 .* steps=3"),
+    (dict(scheme="zero3", world_size=2, fail_rank=2), r"fail_rank=2 .* world_size=2"),
+    (dict(scheme="torch-fsdp", world_size=5), "world_size=5"),
+    (dict(scheme="zero1", checkpoint="yes"), "checkpoint='yes'"),
+])
+def test_bad_input_is_a_value_error_naming_the_value(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parlab.run(**kwargs)
