@@ -39,6 +39,7 @@ STATIC = ROOT / "site" / "static"
 # The widget renderer must speak the widget protocol of the pinned ipywidgets (8.1: state
 # version 2), which @jupyter-widgets/html-manager 1.0.x does.
 VENDORED = {"@jupyter-widgets/html-manager": "1.0.15", "mathjax": "3.2.2"}
+CELL_TIMEOUT_S = 300  # a cell that hangs fails its chapter (and the build) instead of the whole CI run
 
 
 def chapters(selected: list[str] | None = None, directory: pathlib.Path = NOTEBOOKS) -> list[pathlib.Path]:
@@ -122,7 +123,8 @@ def execute(path: pathlib.Path, out: pathlib.Path, parameters: dict) -> str | No
 
     try:
         papermill.execute_notebook(str(path), str(out), parameters=parameters, kernel_name="python3",
-                                   cwd=str(path.parent), progress_bar=False)
+                                   cwd=str(path.parent), progress_bar=False,
+                                   execution_timeout=CELL_TIMEOUT_S)
     except Exception as err:  # noqa: BLE001 - the page still shows where it failed; main() exits 1
         return f"{type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
     return None
