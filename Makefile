@@ -1,11 +1,11 @@
-# parlab — make lab (JupyterLab on notebooks/), make test (everything CI runs).
+# parlab — make lab (JupyterLab on notebooks/), make test (everything CI runs), make site (build/site/).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test unit notebooks lint tour clean
+.PHONY: lab test unit notebooks lint tour clean site browser-deps
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,14 @@ lab: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check parlab tests data tools notebooks
 	$(BIN)/nbstripout --verify --keep-count --extra-keys "metadata.papermill cell.metadata.papermill metadata.widgets" notebooks/*.ipynb
+	$(BIN)/python tools/hygiene.py notebooks/*.ipynb
 
-unit: $(STAMP)
+# Debian's Chromium (the browser tests drive it; never a downloaded browser) and npm (make site
+# fetches the offline widget renderer and MathJax with it), installed with apt when missing.
+browser-deps: $(STAMP)
+	$(BIN)/python tools/browser.py
+
+unit: $(STAMP) browser-deps
 	$(BIN)/python -m pytest tests -q
 
 # Golden cells (NBVAL_CHECK_OUTPUT) of every chapter, executed at its stored parameters.
@@ -34,6 +40,11 @@ test: lint unit notebooks
 tour: $(STAMP)
 	mkdir -p build
 	for nb in notebooks/*.ipynb; do $(BIN)/papermill -k python3 "$$nb" "build/$$(basename $$nb)" || exit 1; done
+
+# The executed chapters as a static site that works offline: open build/site/index.html.
+site: $(STAMP) browser-deps
+	$(BIN)/python tools/site.py --out build/site
+	@echo "site: open build/site/index.html"
 
 clean:
 	rm -rf build .pytest_cache

@@ -30,14 +30,7 @@ def test_notebook_executes(path, params, index):
 
 
 def test_notebooks_are_stripped():
-    """Stored notebooks carry outputs only in golden cells, and no run metadata."""
-    for path in NOTEBOOKS:
-        nb = json.loads(path.read_text())
-        assert "papermill" not in nb["metadata"], f"{path.name}: papermill metadata"
-        assert "widgets" not in nb["metadata"], f"{path.name}: saved widget state"
-        for i, cell in enumerate(nb["cells"]):
-            keep = cell.get("metadata", {}).get("keep_output") or \
-                "keep_output" in cell.get("metadata", {}).get("tags", [])
-            if cell["cell_type"] == "code" and not keep:
-                assert not cell.get("outputs"), f"{path.name} cell {i} carries outputs"
-            assert "papermill" not in cell.get("metadata", {}), f"{path.name} cell {i}"
+    """Stored notebooks carry outputs only in golden cells, and no run metadata (tools/hygiene.py)."""
+    from tools.hygiene import check
+
+    assert check(NOTEBOOKS) == []

@@ -1,0 +1,113 @@
+"""Every chapter, opened in JupyterLab in headless Chromium, runs as a person would run it.
+
+One JupyterLab (127.0.0.1, free port, random token) serves copies of notebooks/ (so nothing the
+browser does can write back into the repository). For each chapter the test opens it, clicks
+Run ▸ Run All Cells, and checks: every code cell ran, no cell shows a traceback, the world-size
+panel (`parlab.widgets.experiment_panel`) renders and shows its current values, and clicking
+another world size re-runs the experiment: the panel's first line becomes the new value and what
+it shows below changes. A screenshot per chapter goes to build/screenshots/. A last test feeds
+the same harness a notebook with a failing cell, to prove it notices.
+"""
+
+import hashlib
+import os
+import pathlib
+import shutil
+
+import pytest
+
+from tools.browser import chromium, exercise_chapter, jupyterlab
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+WORK = ROOT / "build" / "browser"
+SCREENSHOTS = ROOT / "build" / "screenshots"
+
+pytestmark = pytest.mark.browser
+
+
+def _digest(paths):
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+
+
+@pytest.fixture(scope="module")
+def lab_and_browser():
+    shutil.rmtree(WORK, ignore_errors=True)
+    (WORK / "notebooks").mkdir(parents=True)
+    for path in CHAPTERS:
+        shutil.copy(path, WORK / "notebooks" / path.name)
+    if (ROOT / "data").exists():  # a chapter reading "../data" finds it as it would in notebooks/
+        os.symlink(ROOT / "data", WORK / "data")
+    before = _digest(CHAPTERS)
+    with jupyterlab(WORK, log=WORK / "jupyterlab.log") as lab, chromium() as context:
+        yield lab, context
+    assert _digest(CHAPTERS) == before, "the browser session changed a notebook in notebooks/"
+
+
+def _panel_errors(text):
+    return [line for line in (text or "").splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
+    lab, context = lab_and_browser
+    page = context.new_page()  # a tab of its own per chapter, closed with its kernel afterwards
+    try:
+        report = exercise_chapter(page, lab, f"notebooks/{path.name}", SCREENSHOTS / f"{path.stem}.png")
+    finally:
+        page.close()
+        lab.shutdown_kernels()
+    print(f"{path.stem}: {report['seconds']:.0f} s in the browser, clicked world_size={report['clicked']}")
+
+    assert not report["errors"], f"{path.name}: cells failed in JupyterLab: {report['errors']}"
+    unexecuted = [i for i, p in enumerate(report["prompts"]) if not p.strip("[]: ").isdigit()]
+    assert not unexecuted, f"{path.name}: code cells {unexecuted} did not run (prompts {report['prompts']})"
+
+    assert report["panels"] >= 1, f"{path.name}: no experiment_panel with a world_size control rendered"
+    assert report["before"].startswith("world_size="), report["before"][:200]
+    assert report["clicked"] is not None, f"{path.name}: the world_size control offers a single value"
+    first_before, _, body_before = report["before"].partition("\n")
+    first_after, _, body_after = report["after"].partition("\n")
+    assert first_after.startswith(f"world_size={report['clicked']}"), first_after
+    assert first_after.split(",")[0] != first_before.split(",")[0], (first_before, first_after)
+    assert body_after != body_before, f"{path.name}: the panel shows the same result after the click"
+    assert not _panel_errors(report["before"]) and not _panel_errors(report["after"]), \
+        f"{path.name}: the panel's experiment failed: {_panel_errors(report['before'] + report['after'])}"
+    assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000
+    # A plot the panel redraws must show something: with JupyterLab 4.6's widget messages on a
+    # kernel subshell, pyplot used to render it blank (fixed in parlab.widgets, held here).
+    assert report["blank_plots"] == 0, f"{path.name}: {report['blank_plots']} blank plot(s) after the click"
+
+
+def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
+    """The checks above can fail, and a plot-only panel works: one notebook (one kernel) for both.
+
+    A panel whose experiment only draws a figure is redrawn for the clicked world size (not blank:
+    that is what parlab.widgets guards against); a cell that raises is reported as the error it
+    is, and the cell after it stays unexecuted.
+    """
+    import nbformat
+
+    lab, context = lab_and_browser
+    page = context.new_page()
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(
+                    "import parlab\n"
+                    "from parlab.explore.collectives import draw_ring_schedule\n"
+                    "from parlab.widgets import experiment_panel\n"
+                    "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);"),
+                nbformat.v4.new_code_cell("parlab.run('no-such-scheme')"),
+                nbformat.v4.new_code_cell("print('not reached')")]
+    nbformat.write(nb, WORK / "notebooks" / "harness.ipynb")
+    try:
+        report = exercise_chapter(page, lab, "notebooks/harness.ipynb", SCREENSHOTS / "harness.png")
+    finally:
+        page.close()
+        lab.shutdown_kernels()
+    assert len(report["errors"]) == 1 and "ValueError" in report["errors"][0], report["errors"]
+    assert report["prompts"][1:] == ["[2]:", "[ ]:"], report["prompts"]
+    assert report["panels"] == 1 and report["clicked"] == "3", report
+    assert report["after"].startswith("world_size=3") and report["after"] != report["before"]
+    assert report["images"] == 1 and report["blank_plots"] == 0, report
