@@ -26,7 +26,7 @@ def test_notebook_executes(path, params, index):
     out_dir.mkdir(parents=True, exist_ok=True)
     papermill.execute_notebook(str(path), str(out_dir / f"{path.stem}-{index}.ipynb"),
                                parameters=params, kernel_name="python3", cwd=str(path.parent),
-                               progress_bar=False)
+                               progress_bar=False, execution_timeout=600)  # a hung cell fails
 
 
 def test_notebooks_are_stripped():
