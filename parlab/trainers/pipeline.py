@@ -148,17 +148,7 @@ def pipeline_worker(ctx, schedule_name: str) -> dict:
             x, y = step_batch(cfg, step, dp_rank, plan.dp)  # (B/dp, T) each
             xs, ys = x.chunk(plan.microbatches), y.chunk(plan.microbatches)  # m × (B/(dp·m), T)
             mb_losses = executor.run_step(step, list(xs), list(ys))
-            if tied is not None and tie_comm.size > 1:
-                with ctx.ledger.label(phase="embed-tie"):
-                    tie_comm.all_reduce(tied.grad, op="sum")  # (vocab, C) first + last stage
-            if plan.dp > 1:
-                with ctx.ledger.label(phase="grad-sync"):
-                    for p in params:
-                        mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
-            with ctx.span("optimizer"):
-                optimizer.step()
-            memory = model_memory(params, optimizer)
-            optimizer.zero_grad(set_to_none=True)
+            memory = finish_step(ctx, plan, mesh, tied, tie_comm, params, optimizer)
             if holds_loss:
                 losses.append(sum(mb_losses) / plan.microbatches / plan.dp)
     memory.update(activations=meter.peak, in_flight_peak=executor.in_flight_peak,
@@ -167,6 +157,23 @@ def pipeline_worker(ctx, schedule_name: str) -> dict:
                   param_numels=[p.numel() for p in params])
     return {"losses": losses if holds_loss else None,
             "state": state_of(model) if dp_rank == 0 else None, "memory": memory}
+
+
+def finish_step(ctx, plan, mesh, tied, tie_comm, params, optimizer) -> dict:
+    """After a step's schedule: sum the tied embedding's two gradients (first and last stage, as
+    Megatron does), average gradients over dp, update; return the measured memory."""
+    if tied is not None and tie_comm.size > 1:
+        with ctx.ledger.label(phase="embed-tie"):
+            tie_comm.all_reduce(tied.grad, op="sum")  # (vocab, C) first + last stage
+    if plan.dp > 1:
+        with ctx.ledger.label(phase="grad-sync"):
+            for p in params:
+                mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
+    with ctx.span("optimizer"):
+        optimizer.step()
+    memory = model_memory(params, optimizer)
+    optimizer.zero_grad(set_to_none=True)
+    return memory
 
 
 def assemble(outputs: list[dict], cfg) -> dict:

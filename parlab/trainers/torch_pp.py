@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from parlab.memory import model_memory
 from parlab.mesh import Mesh
 from parlab.pipeline import stages as stages_mod
 from parlab.runner import register
-from parlab.trainers.pipeline import _counts, assemble, resolve
+from parlab.trainers.pipeline import _counts, assemble, finish_step, resolve
 from parlab.training import build_model, make_optimizer, state_of, step_batch
 
 SCHEDULES = ("gpipe", "1f1b")
@@ -74,17 +73,7 @@ def torch_pp(ctx):
                     schedule.step(target=y, losses=mb_losses)
                 else:
                     schedule.step()
-            if tied is not None and tie_comm.size > 1:
-                with ctx.ledger.label(phase="embed-tie"):
-                    tie_comm.all_reduce(tied.grad, op="sum")  # (vocab, C) first + last stage
-            if plan.dp > 1:
-                with ctx.ledger.label(phase="grad-sync"):
-                    for p in params:
-                        mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
-            with ctx.span("optimizer"):
-                optimizer.step()
-            memory = model_memory(params, optimizer)
-            optimizer.zero_grad(set_to_none=True)
+            memory = finish_step(ctx, plan, mesh, tied, tie_comm, params, optimizer)
             if stage.last:
                 losses.append(sum(v.item() for v in mb_losses) / plan.microbatches / plan.dp)
     return {"losses": losses if stage.last else None,

@@ -13,10 +13,9 @@ Memory is measured from the live local tensors, as for every scheme.
 
 from __future__ import annotations
 
-import torch
-
 from parlab.memory import ActivationMeter, optimizer_state_tensors, tensor_bytes
 from parlab.runner import register
+from parlab.trainers.torch_ddp import LossModule
 from parlab.training import build_model, make_optimizer, optimizer_spec, state_of, step_batch
 from parlab.zero_shard import unit_modules
 
@@ -25,17 +24,6 @@ def _validate(cfg) -> None:
     if cfg.batch_size % cfg.world_size:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by "
                          f"world_size={cfg.world_size} (data-parallel ranks)")
-
-
-class LossModule(torch.nn.Module):
-    """forward(x, y) = model.loss(x, y), so DDP's forward hook sees the whole step."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        return self.model.loss(x, y)
 
 
 def _local(t):
