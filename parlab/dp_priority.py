@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import heapq
 
-from parlab.cost import chunk_bounds
+from parlab.cost import shard_bounds
 from parlab.dp_layerwise import LayerwiseUpdate
 from parlab.dp_overlap import OverlapSync
 
 
 def partition(numel: int, max_elements: int) -> list[tuple[int, int]]:
     """(start, end) of consecutive pieces of at most `max_elements` (P3's parameter slicing)."""
-    pieces = -(-numel // max_elements)
-    base, extra = divmod(numel, pieces)
-    return chunk_bounds([base + (1 if i < extra else 0) for i in range(pieces)])
+    return shard_bounds(numel, -(-numel // max_elements))
 
 
 class PrioritySync(OverlapSync):

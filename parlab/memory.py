@@ -89,6 +89,12 @@ class ActivationMeter:
         weakref.finalize(t, self._release, key)
         return t
 
+    def track(self, *tensors: torch.Tensor) -> None:
+        """Count tensors kept alive for backward outside autograd's saved tensors (e.g. a
+        zero-bubble stash held until the weight-gradient step), until they die."""
+        for t in tensors:
+            self._pack(t)
+
     def reset_peak(self) -> None:
         self.peak = self.current
 

@@ -142,7 +142,7 @@ class PipelineExecutor:
                     if sched.split_backward:
                         dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
                         for _, xin, dy in stash[(s, i)]:  # the stash holds activations until W
-                            self.meter._pack(xin), self.meter._pack(dy)
+                            self.meter.track(xin, dy)
                     else:
                         torch.autograd.backward(out, g)
                         dx = x.grad if s > 0 else None
