@@ -7,11 +7,11 @@
     print(r.compare(ref))                              # match: True
 """
 
-from parlab.launch import RankError, launch
-from parlab.link import PRESETS as LINKS
-from parlab.link import Link
-from parlab.runner import RunResult, register, run, schemes
-from parlab.verify import compare
+from parlab.core.launch import RankError, launch
+from parlab.core.link import PRESETS as LINKS
+from parlab.core.link import Link
+from parlab.engine.runner import RunResult, register, run, schemes
+from parlab.engine.verify import compare
 
 __all__ = ["LINKS", "Link", "RankError", "RunResult", "compare", "launch", "register", "run",
            "schemes"]

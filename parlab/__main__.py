@@ -38,7 +38,7 @@ def _list(_args) -> int:
 
 def _run(args) -> int:
     import parlab
-    from parlab.trace import to_chrome_trace
+    from parlab.core.trace import to_chrome_trace
 
     options = dict(args.option or [])
     bar = None
@@ -75,10 +75,27 @@ def _run(args) -> int:
     return 0
 
 
-def _bench(args) -> int:
-    from parlab import bench
+# The short names the benchmarks had before each chapter got its folder.
+BENCH_ALIASES = {"allreduce": "core", "dp": "data_parallel", "memory": "zero",
+                 "tp": "tensor_parallel", "pp": "pipeline", "cp": "context_parallel"}
 
-    return bench.run(args.name, args.rest)
+
+def benchmarks() -> list[str]:
+    """The chapters with a `bench.py`: `python -m parlab bench <slug>`."""
+    import importlib.util
+
+    from parlab.engine.runner import chapter_packages
+    return [p for p in chapter_packages() if importlib.util.find_spec(f"parlab.{p}.bench")]
+
+
+def _bench(args) -> int:
+    import importlib
+
+    name = BENCH_ALIASES.get(args.name, args.name)
+    if name not in benchmarks():
+        raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "
+                         f"(aliases: {', '.join(f'{a}={n}' for a, n in BENCH_ALIASES.items())})")
+    return importlib.import_module(f"parlab.{name}.bench").main(args.rest) or 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("rest", nargs=argparse.REMAINDER)
     bench.set_defaults(func=_bench)
     args = parser.parse_args(argv)
-    from parlab.launch import RankError
+    from parlab.core.launch import RankError
 
     try:
         return args.func(args)

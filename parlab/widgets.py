@@ -1,6 +1,6 @@
 """One widget panel for every chapter: buttons for the knobs, an output that re-runs on change.
 
-    panel = experiment_panel(parlab.explore.collectives.show_all_reduce,
+    panel = experiment_panel(parlab.core.explore.show_all_reduce,
                              {"world_size": [1, 2, 3, 4], "size_kb": [1, 64, 1024]},
                              world_size=2, size_kb=64)
 

@@ -95,7 +95,7 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
                                  "language": "python"}
     nb.cells = [nbformat.v4.new_code_cell(
                     "import parlab\n"
-                    "from parlab.explore.collectives import draw_ring_schedule\n"
+                    "from parlab.core.explore import draw_ring_schedule\n"
                     "from parlab.widgets import experiment_panel\n"
                     "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);"),
                 nbformat.v4.new_code_cell("parlab.run('no-such-scheme')"),

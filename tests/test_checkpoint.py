@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import parlab
-from parlab import checkpoint
-from parlab.launch import RankError
-from parlab.zero_shard import FlatLayout, assemble_state, reshard
+from parlab.core.launch import RankError
+from parlab.zero import checkpoint
+from parlab.zero.shard import FlatLayout, assemble_state, reshard
 
 STEPS = 4
 

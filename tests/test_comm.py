@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from parlab import cost
-from parlab.launch import launch
+from parlab.core import cost
+from parlab.core.launch import launch
 from tests import workers
 
 ALGOS = {"all_reduce": ["gloo", "ring", "tree", "naive"], "reduce_scatter": ["gloo", "ring"],

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 import parlab
-from parlab import cost
-from parlab import ring_attention as ring
-from parlab.launch import launch
-from parlab.models import attention
-from parlab.ring_recompute import ring_recompute_bytes
-from parlab.runner import make_config
-from parlab.trainers.context_parallel import degrees
-from parlab.ulysses import ulysses_bytes
+from parlab.context_parallel import ring_attention as ring
+from parlab.context_parallel.ring_recompute import ring_recompute_bytes
+from parlab.context_parallel.schemes import degrees
+from parlab.context_parallel.ulysses import ulysses_bytes
+from parlab.core import cost
+from parlab.core.launch import launch
+from parlab.engine.runner import make_config
+from parlab.models.gpt import attention
 from tests import workers_cp
 
 STEPS = 2

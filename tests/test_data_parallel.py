@@ -3,8 +3,9 @@
 import pytest
 
 import parlab
-from parlab import cost, dp_cost
-from parlab.dp_buckets import plan_buckets
+from parlab.core import cost
+from parlab.data_parallel import cost as dp_cost
+from parlab.data_parallel.buckets import plan_buckets
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 # (world_size, model, optimizer, accum_steps): every world size, both optimizers, both models,
@@ -123,7 +124,7 @@ def test_handwritten_algorithms(runs, algo):
 
 
 def test_dear_and_priority_schedules():
-    from parlab.launch import launch
+    from parlab.core.launch import launch
     from tests import workers_dp
 
     out = launch(workers_dp.schedule_orders, 2, {})[0]
@@ -198,7 +199,7 @@ def test_deferred_updates_compose_with_activation_checkpointing(runs):
 
 
 def test_bench_measures_steps_and_exposure(runs):
-    from parlab.bench.dp import compute_profile, exposed_fraction, step_times
+    from parlab.data_parallel.bench import compute_profile, exposed_fraction, step_times
 
     result = runs("dear", 2, "gpt", "adamw", accum_steps=1)
     times = step_times(result, warmup=0)

@@ -4,8 +4,14 @@ bytes; both ledgers match their closed forms; bad configurations fail before lau
 
 import pytest
 
-from parlab.latent_parallel import lp_bytes, lp_compute_fraction, relative_error, serve, sp_bytes
-from parlab.video_denoiser import VideoConfig, sample
+from parlab.context_parallel.latent_parallel import (
+    lp_bytes,
+    lp_compute_fraction,
+    relative_error,
+    serve,
+    sp_bytes,
+)
+from parlab.models.video_denoiser import VideoConfig, sample
 
 CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from parlab.launch import RankError, launch
+from parlab.core.launch import RankError, launch
 from tests import workers
 
 
@@ -113,7 +113,7 @@ def test_interrupt_stops_every_rank(tmp_path):
     import sys
 
     base = str(tmp_path / "pid")
-    code = ("from parlab.launch import launch\nfrom tests import workers\n"
+    code = ("from parlab.core.launch import launch\nfrom tests import workers\n"
             f"launch(workers.report_pid_then_hang, 2, {base!r}, timeout=120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(tmp_path.parent),
                             env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)},

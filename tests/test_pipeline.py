@@ -8,7 +8,7 @@ import random
 import pytest
 
 import parlab
-from parlab import cost as comm_cost
+from parlab.core import cost as comm_cost
 from parlab.pipeline import cost
 from parlab.pipeline.partition import balanced_partition, stage_times
 from parlab.pipeline.schedules import Action, Schedule, make_schedule

@@ -3,8 +3,8 @@ are the plan's and the closed form's; bad arguments fail before anything moves."
 
 import pytest
 
-from parlab import reshard
-from parlab.launch import launch
+from parlab.core.launch import launch
+from parlab.tensor_parallel import reshard
 from tests import workers_tp
 
 SHAPE = (64, 48)

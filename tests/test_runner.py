@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import parlab
-from parlab.mesh import validate_degrees
+from parlab.core.mesh import validate_degrees
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_ddp_naive_with_handwritten_algorithms_matches(references, algo):
 
 
 def test_ddp_naive_ledger_bytes_are_ring_closed_form():
-    from parlab import cost
+    from parlab.core import cost
 
     steps, n = 2, 4
     result = parlab.run("ddp-naive", world_size=n, steps=steps)
@@ -76,7 +76,7 @@ def test_memory_is_measured():
 
 
 def test_timeline_and_trace(tmp_path):
-    from parlab.trace import to_chrome_trace
+    from parlab.core.trace import to_chrome_trace
 
     result = parlab.run("ddp-naive", world_size=2, steps=2)
     kinds = {e["kind"] for e in result.timeline}
@@ -114,7 +114,7 @@ def test_validate_degrees_names_every_factor():
 
 
 def test_mesh_groups_and_comms():
-    from parlab.launch import launch
+    from parlab.core.launch import launch
     from tests import workers
 
     results = launch(workers.mesh_check, 4)

@@ -4,9 +4,9 @@ memory equal their closed forms; the parallel layers reproduce the reference lay
 import pytest
 
 import parlab
-from parlab.launch import launch
-from parlab.runner import make_config
-from parlab.tp_cost import activation_bytes, closed_form_bytes
+from parlab.core.launch import launch
+from parlab.engine.runner import make_config
+from parlab.tensor_parallel.cost import activation_bytes, closed_form_bytes
 from tests import workers_tp
 
 PHASES = ("tp-forward", "tp-backward", "sp-grad-sync")
@@ -108,7 +108,7 @@ def test_bad_input_is_a_value_error_before_launch(kwargs, match):
 def test_torch_tp_matches_single_with_the_same_bytes(reference, world_size, options):
     """PyTorch's parallelize_module trains the same model; its DTensor collectives (nominal ring
     bytes, recorded by a dispatch mode) are the closed form of our tp-sp without re-gather."""
-    from parlab import cost
+    from parlab.core import cost
 
     result = parlab.run("torch-tp", world_size=world_size, steps=2, **options)
     comparison = result.compare(reference)

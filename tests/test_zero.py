@@ -3,8 +3,8 @@
 import pytest
 
 import parlab
-from parlab import zero_shard
-from parlab.zero_shard import FlatLayout, memory_formula, step_bytes
+from parlab.zero import shard as zero_shard
+from parlab.zero.shard import FlatLayout, memory_formula, step_bytes
 
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # units of 111, 1406, 114 parameters
@@ -100,7 +100,7 @@ def test_zero3_holds_one_gathered_block_beside_the_root(runs):
 
 
 def test_units_and_formulas():
-    from parlab.models import GPT, GPTConfig
+    from parlab.models.gpt import GPT, GPTConfig
 
     units = zero_shard.unit_modules(GPT(GPTConfig()))
     assert [name for name, _, _ in units] == ["blocks.0", "blocks.1", "blocks.2", "blocks.3", "root"]

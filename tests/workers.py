@@ -6,7 +6,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from parlab.comm import Comm
+from parlab.core.comm import Comm
 
 
 def hello(rank, world_size, scale=1.0):
@@ -83,7 +83,7 @@ def profile_rank_main(rank, world_size, cfg):
     import io
     import pstats
 
-    from parlab import runner
+    from parlab.engine import runner
     prof = cProfile.Profile()
     prof.enable()
     runner._rank_main(rank, world_size, cfg)
@@ -94,7 +94,7 @@ def profile_rank_main(rank, world_size, cfg):
 
 
 def p2p_and_link(rank, world_size):
-    from parlab.link import Link
+    from parlab.core.link import Link
 
     fast = Comm(link=None)
     slow = Comm(link=Link(0.0, 10e6, "10MB/s"))
@@ -132,7 +132,7 @@ def all_to_all_check(rank, world_size):
 
 
 def mesh_check(rank, world_size):
-    from parlab.mesh import Mesh
+    from parlab.core.mesh import Mesh
 
     mesh = Mesh(Comm(), [("dp", 2), ("tp", 2)])
     tp = torch.tensor([float(rank)])
@@ -144,7 +144,7 @@ def mesh_check(rank, world_size):
 
 def duplex_exchange(rank, world_size):
     """isend + irecv at once on an emulated 10 MB/s link: each direction pays its own 0.1 s."""
-    from parlab.link import Link
+    from parlab.core.link import Link
 
     comm = Comm(link=Link(0.0, 10e6, "10MB/s"))
     peer = 1 - rank

@@ -2,10 +2,10 @@
 
 import torch
 
-from parlab import ring_attention as ring
-from parlab.comm import Comm
-from parlab.ring_recompute import ring_attention_recompute
-from parlab.ulysses import ulysses_attention
+from parlab.context_parallel import ring_attention as ring
+from parlab.context_parallel.ring_recompute import ring_attention_recompute
+from parlab.context_parallel.ulysses import ulysses_attention
+from parlab.core.comm import Comm
 
 
 def distance_bias(q_pos, k_pos, heads=None, n_head=4):

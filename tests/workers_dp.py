@@ -1,19 +1,19 @@
 """Rank workers used only by tests/test_data_parallel.py."""
 
-from parlab.dp_dear import DeARSync
-from parlab.dp_loop import train
-from parlab.dp_priority import PrioritySync
-from parlab.runner import make_config
-from parlab.training import build_model
+from parlab.data_parallel.dear import DeARSync
+from parlab.data_parallel.priority import PrioritySync
+from parlab.data_parallel.sync import train
+from parlab.engine.loop import build_model
+from parlab.engine.runner import make_config
 
 
 def schedule_orders(rank, world_size, ctx_args):
     """Run DeAR and ddp-priority for 2 steps on this rank; return the orders they used."""
     import torch.distributed as dist
 
-    from parlab.comm import Comm, Ledger
-    from parlab.runner import RankContext
-    from parlab.trace import Timeline
+    from parlab.core.comm import Comm, Ledger
+    from parlab.core.trace import Timeline
+    from parlab.engine.runner import RankContext
 
     out = {}
     for scheme, make in (("dear", lambda c, m: DeARSync(c, m, 0.01)),

@@ -2,9 +2,9 @@
 
 import torch
 
-from parlab.comm import Comm
-from parlab.models import Block, GPTConfig
-from parlab.tensor_parallel import ColumnParallelLinear, ParallelBlock, RowParallelLinear, shard_weight
+from parlab.core.comm import Comm
+from parlab.models.gpt import Block, GPTConfig
+from parlab.tensor_parallel.layers import ColumnParallelLinear, ParallelBlock, RowParallelLinear, shard_weight
 
 
 def _max_diff(a, b):
@@ -78,7 +78,7 @@ def parallel_layers_match(rank, world_size, sequence_parallel, regather=True):
 
 def reshard_check(rank, world_size, shape, src_layout, dst_layout, method, link=None):
     """Sources are ranks [0, m), destinations [m, world) with m = world/2; check the result."""
-    from parlab import reshard
+    from parlab.tensor_parallel import reshard
 
     tx = Comm(link=link)
     rx = Comm(ledger=tx.ledger, timeline=tx.timeline, link=link, name="world-rx")
@@ -106,8 +106,8 @@ def vocab_parallel_loss_matches(rank, world_size):
     values and gradients."""
     import torch.nn.functional as F
 
-    from parlab.tp_ops import CopyToTensorParallel
-    from parlab.tp_vocab import VocabParallelCrossEntropy, VocabParallelEmbedding
+    from parlab.tensor_parallel.ops import CopyToTensorParallel
+    from parlab.tensor_parallel.vocab import VocabParallelCrossEntropy, VocabParallelEmbedding
 
     comm = Comm()
     g = torch.Generator().manual_seed(0)

@@ -1,5 +1,5 @@
-"""Pipeline parallelism, built from data: schedules are per-rank action lists that are validated,
-executed with `parlab.comm.Comm` send/recv, drawn, and costed by the same code.
+"""Chapter 04 — pipeline parallelism, built from data: schedules are per-rank action lists that are validated,
+executed with `parlab.core.comm.Comm` send/recv, drawn, and costed by the same code.
 
 - `schedules`: generators for naive model parallelism, GPipe (Huang et al. 2019), 1F1B
   (PipeDream-Flush, Narayanan et al. 2019/2021), interleaved 1F1B (Narayanan et al., SC 2021) and
@@ -10,4 +10,6 @@ executed with `parlab.comm.Comm` send/recv, drawn, and costed by the same code.
 - `partition`: per-layer profiling and dynamic-programming balancing of stages.
 - `executor`: runs one rank's action list for one training step.
 - `draw`: Gantt charts of ideal and measured timelines.
+- `schemes`, `torch_pp`: the registered schemes; `explore` and `bench`: notebook 04 and
+  `python -m parlab bench pipeline`.
 """

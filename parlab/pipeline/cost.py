@@ -63,7 +63,7 @@ def stage_durations(schedule: Schedule, forward: list[float] | float = 1.0,
 
 def ideal_timeline(schedule: Schedule, forward=1.0, backward=None, latency: float = 0.0,
                    weight_share: float = 0.5) -> list[dict]:
-    """The schedule's events in simulated time (`parlab.trace` format, seconds)."""
+    """The schedule's events in simulated time (`parlab.core.trace` format, seconds)."""
     return simulate(schedule, stage_durations(schedule, forward, backward, weight_share), latency)
 
 

@@ -1,5 +1,5 @@
 """Run one rank's lowered action list for one training step: forwards, backwards, weight
-gradients, and the activations and gradients that cross ranks through `parlab.comm.Comm`.
+gradients, and the activations and gradients that cross ranks through `parlab.core.comm.Comm`.
 
 The executor is a loop over the list that `Schedule.lowered()` produced — the same list the
 validator simulated and `cost` drew — so what runs is what was checked. Receives block (that wait

@@ -1,6 +1,6 @@
 """A pipeline stage is a contiguous run of the reference model's layers, cut out of the model itself.
 
-Every rank builds the whole reference model from the seed (`parlab.training.build_model`) and keeps
+Every rank builds the whole reference model from the seed (`parlab.engine.loop.build_model`) and keeps
 only the layers of its own stages, so a stage's weights *are* the reference's weights and the
 pipeline computes what the single process computes (GPipe, Huang et al. 2019, §2: a network is a
 sequence of L layers cut into K cells). For the GPT the first stage also holds the embeddings and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.cost import shard_sizes
+from parlab.core.cost import shard_sizes
 
 
 def layers_of(model: nn.Module) -> nn.ModuleList:

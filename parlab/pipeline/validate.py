@@ -11,7 +11,7 @@
 
 `simulate(schedule, duration, latency)` is the same execution with time: every rank runs its list
 in order, an action starts when the rank is free and its inputs are there, and a message arrives
-`latency` after its send. It returns trace events (`parlab.trace` format), from which
+`latency` after its send. It returns trace events (`parlab.core.trace` format), from which
 `parlab.pipeline.cost` draws the ideal Gantt chart and computes bubbles. This is the list-scheduling
 view of pipelines of Qi et al. ("Zero Bubble Pipeline Parallelism", ICLR 2024, §3).
 """

@@ -1,0 +1,254 @@
+"""Ring attention: exact attention over a sequence sharded across cp ranks, K/V passed round a ring.
+
+Papers. Online softmax: Milakov & Gimelshein, "Online normalizer calculation for softmax" (2018,
+arXiv 1805.02867), the rule FlashAttention (Dao et al., NeurIPS 2022) computes blockwise with.
+Ring attention: Liu, Zaharia & Abbeel, "Ring Attention with Blockwise Transformers for
+Near-Infinite Context" (ICLR 2024, arXiv 2310.01889). Zig-zag split for causal balance: Brandon et
+al., "Striped Attention" (2023, arXiv 2311.09431) and the Llama 3 paper (Dubey et al. 2024,
+§3.3.2: "split the sequence into 2×CP chunks, rank i holds chunks i and 2×CP−1−i").
+
+The idea. Attention of a query block over the keys is a softmax-weighted mean of values. Split the
+keys into blocks: each block gives a partial output o_b (normalised within the block) and its
+log-sum-exp l_b = log Σ exp(scores). Two partials merge exactly:
+
+    l = log(e^{l_a} + e^{l_b}),   o = e^{l_a − l}·o_a + e^{l_b − l}·o_b
+
+so a rank that holds T/cp queries can see the whole sequence one K/V block at a time: at each of
+cp steps it attends to the block it holds, merges, and passes the block to the next rank
+(`RingPass`), the transfer overlapping the block's compute. The working set is one score block
+of (T/2cp)² instead of T². Here autograd does the backward: it keeps the score blocks this rank
+computed (≈ T²/2cp with zig-zag) and the received K/V blocks, and the gradients of K and V travel
+the ring the other way, so per layer each rank sends K and V cp−1 times forward and dK, dV cp−1
+times backward (`ring_bytes`). `parlab.context_parallel.ring_recompute` is the paper's memory-lean variant.
+
+Causal masking leaves the upper triangle empty. Sharding contiguously gives rank 0 one block of
+work and rank cp−1 all of them; every ring step waits for the busiest rank. With 2·cp chunks and
+rank r holding chunks r and 2cp−1−r ("zigzag"), every rank has the same work (`causal_work`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LAYOUTS = ("zigzag", "contiguous")
+
+
+# ----------------------------------------------------------------------------- the split
+def layout_chunks(layout: str, rank: int, cp: int) -> list[int]:
+    """Which of the 2·cp equal chunks of the sequence `rank` holds, in order."""
+    if layout == "zigzag":
+        return [rank, 2 * cp - 1 - rank]
+    if layout == "contiguous":
+        return [2 * rank, 2 * rank + 1]
+    raise ValueError(f"layout={layout!r} must be one of {LAYOUTS}")
+
+
+def token_positions(layout: str, rank: int, cp: int, seq_len: int) -> torch.Tensor:
+    """Positions (in the full sequence) of `rank`'s tokens, in the order the rank holds them.
+
+    zigzag needs seq_len divisible by 2·cp; contiguous only by cp (the same split as chunks
+    2r, 2r+1 when 2·cp divides it)."""
+    if layout == "contiguous":
+        return torch.arange(rank * seq_len // cp, (rank + 1) * seq_len // cp)
+    c = seq_len // (2 * cp)
+    return torch.cat([torch.arange(k * c, (k + 1) * c) for k in layout_chunks(layout, rank, cp)])
+
+
+def all_positions(layout: str, cp: int, seq_len: int) -> list[torch.Tensor]:
+    """token_positions of every rank (every rank knows where every other rank's tokens sit)."""
+    return [token_positions(layout, r, cp, seq_len) for r in range(cp)]
+
+
+# ----------------------------------------------------------------------------- one block
+class BlockAttention(torch.autograd.Function):
+    """Attention of q over one block of keys -> (output normalised within the block, log-sum-exp).
+
+    No communication: the compute step of every ring step. Forward saves q, k, v and the block's
+    probabilities P (one score block, not the raw scores as well); backward is FlashAttention's
+    (Dao et al. 2022, Alg. 4) plus the log-sum-exp's own gradient, which the merge rule needs:
+    dV = Pᵀ·dO, dP = dO·Vᵀ, dS = P ∘ (dP − rowsum(dP ∘ P) + dlse), dQ = dS·K/√d, dK = dSᵀ·Q/√d.
+    The mask and the bias are constants (no gradient).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, bias):
+        scale = 1.0 / math.sqrt(q.size(-1))
+        scores = (q @ k.transpose(-2, -1)) * scale  # (B, nh, Tq, Tk)
+        if bias is not None:
+            scores = scores + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)  # (B, nh, Tq); -inf for a row that sees no key
+        finite = lse.masked_fill(torch.isinf(lse), 0.0)  # such a row gets output 0, weight e^-inf
+        probs = torch.exp(scores - finite.unsqueeze(-1))  # (B, nh, Tq, Tk)
+        ctx.save_for_backward(q, k, v, probs)
+        ctx.scale = scale
+        return probs @ v, lse  # (B, nh, Tq, hs), (B, nh, Tq)
+
+    @staticmethod
+    def backward(ctx, d_out, d_lse):
+        q, k, v, probs = ctx.saved_tensors
+        d_v = probs.transpose(-2, -1) @ d_out  # (B, nh, Tk, hs)
+        d_probs = d_out @ v.transpose(-2, -1)  # (B, nh, Tq, Tk)
+        row = (d_probs * probs).sum(-1, keepdim=True)  # (B, nh, Tq, 1)
+        d_scores = probs * (d_probs - row + d_lse.unsqueeze(-1))  # (B, nh, Tq, Tk)
+        d_q = (d_scores @ k) * ctx.scale  # (B, nh, Tq, hs)
+        d_k = (d_scores.transpose(-2, -1) @ q) * ctx.scale  # (B, nh, Tk, hs)
+        return d_q, d_k, d_v, None, None
+
+
+def block_attention(q, k, v, mask=None, bias=None):
+    """Attention of q over one block of keys: (output normalised within the block, log-sum-exp).
+
+    q (B, nh, Tq, hs), k, v (B, nh, Tk, hs), mask (Tq, Tk) bool (True = may attend), bias
+    broadcastable to (B, nh, Tq, Tk). A row that sees no key gets output 0 and lse −inf, which
+    `merge` weighs by zero (the first block merged must give every row a key).
+    """
+    return BlockAttention.apply(q, k, v, mask, bias)
+
+
+def merge(out_a, lse_a, out_b, lse_b):
+    """The online-softmax rule: two partial attentions over disjoint keys -> one over both."""
+    lse = torch.logaddexp(lse_a, lse_b)  # (B, nh, Tq)
+    out = torch.exp(lse_a - lse).unsqueeze(-1) * out_a \
+        + torch.exp(lse_b - lse).unsqueeze(-1) * out_b  # (B, nh, Tq, hs)
+    return out, lse
+
+
+def blockwise_attention(q, k, v, block: int, causal: bool = True):
+    """Single-process check of the rule: attention over K/V blocks of `block` keys, merged."""
+    T = k.size(-2)
+    q_pos = torch.arange(q.size(-2)) + (T - q.size(-2))  # queries are the last Tq positions
+    out = lse = None
+    for start in range(0, T, block):
+        k_pos = torch.arange(start, min(start + block, T))
+        mask = (k_pos[None, :] <= q_pos[:, None]) if causal else None  # (Tq, block)
+        part = block_attention(q, k[..., start:start + block, :], v[..., start:start + block, :],
+                               mask)  # (B, nh, Tq, hs), (B, nh, Tq)
+        out, lse = part if out is None else merge(out, lse, *part)
+    return out
+
+
+# ----------------------------------------------------------------------------- the ring
+def _start_exchange(tensor, comm, to, frm, phase):
+    """Post the send of `tensor` to group rank `to` and the receive of one like it from `frm`;
+    returns the pair of handles (the transfer proceeds while this rank computes)."""
+    incoming = torch.empty_like(tensor)
+    send = comm.isend(tensor, to, phase=phase)  # (2, B, nh, T/cp, hs) out
+    recv = comm.irecv(incoming, frm, phase=phase)  # (2, B, nh, T/cp, hs) in
+    return send, recv
+
+
+def _finish_exchange(handles):
+    send, recv = handles
+    send.wait()
+    return recv.wait()
+
+
+class RingPass(torch.autograd.Function):
+    """One ring step. Forward: this K/V block goes to rank r+1 and rank r−1's arrives — the
+    transfer is posted *before* this step's block attention and waited for after it (overlap,
+    Liu et al. §3), so forward only attaches the received block to the graph. Backward: the
+    gradient of the received block goes back to rank r−1 and, from r+1, the gradient of the
+    block sent there arrives (dK, dV accumulate as they travel round)."""
+
+    @staticmethod
+    def forward(ctx, kv, received, comm):
+        ctx.comm = comm
+        return received.view_as(received)  # (2, B, nh, Tl, hs) from rank r−1
+
+    @staticmethod
+    def backward(ctx, grad):
+        comm = ctx.comm
+        n, r = comm.size, comm.rank
+        handles = _start_exchange(grad.contiguous(), comm, (r - 1) % n, (r + 1) % n, "cp-backward")
+        return _finish_exchange(handles), None, None  # (2, B, nh, Tl, hs) from rank r+1
+
+
+def _causal_relation(q_chunk: int, k_chunk: int) -> str:
+    return "full" if k_chunk < q_chunk else ("diagonal" if k_chunk == q_chunk else "skip")
+
+
+def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = True,
+                   bias_fn=None, work: list | None = None):
+    """Exact attention for this rank's queries over the whole sharded sequence.
+
+    q, k, v (B, nh, Tl, hs): this rank's tokens (Tl = T/cp), at `positions[comm.rank]`;
+    positions: every rank's token positions (they tell which keys a block holds, whatever the
+    split). Causal masking goes chunk by chunk (2 chunks per rank, `layout_chunks`): chunk pairs
+    above the diagonal are skipped. bias_fn(q_pos, k_pos, None) -> (nh, Tq, Tk) adds a score
+    bias (the video denoiser's; None: all heads). `work`, when a list, receives the number of
+    (chunk × chunk) score blocks computed at each ring step.
+    """
+    n, me = comm.size, comm.rank
+    half = q.size(2) // 2
+    q_parts = [q[:, :, :half], q[:, :, half:]] if causal else [q]  # 2 × (B, nh, Tl/2, hs)
+    q_pos = positions[me]
+    q_pos_parts = [q_pos[:half], q_pos[half:]] if causal else [q_pos]
+    chunk_len = half
+    partial = [None] * len(q_parts)
+    unused = []  # received blocks no query of this rank attends to (causal, contiguous split)
+    kv = torch.stack([k, v])  # (2, B, nh, Tl, hs): one message per ring step
+    for step in range(n):
+        if step < n - 1:  # post the next block's transfer, then compute on this one
+            pending = _start_exchange(kv.detach(), comm, (me + 1) % n, (me - 1) % n, "cp-forward")
+        src = (me - step) % n  # whose block this rank holds now
+        k_blk, v_blk, k_pos = kv[0], kv[1], positions[src]  # (B, nh, Tl, hs) ×2
+        computed = 0
+        if causal:
+            for i, (qi, qp) in enumerate(zip(q_parts, q_pos_parts)):
+                for j in range(2):
+                    kp = k_pos[j * chunk_len:(j + 1) * chunk_len]
+                    relation = _causal_relation(int(qp[0]) // chunk_len, int(kp[0]) // chunk_len)
+                    if relation == "skip":
+                        continue
+                    mask = (kp[None, :] <= qp[:, None]) if relation == "diagonal" else None
+                    bias = bias_fn(qp, kp, None) if bias_fn is not None else None
+                    part = block_attention(qi, k_blk[:, :, j * chunk_len:(j + 1) * chunk_len],
+                                           v_blk[:, :, j * chunk_len:(j + 1) * chunk_len], mask,
+                                           bias)  # (B, nh, Tl/2, hs), (B, nh, Tl/2)
+                    partial[i] = part if partial[i] is None else merge(*partial[i], *part)
+                    computed += 1
+        else:
+            bias = bias_fn(q_pos, k_pos, None) if bias_fn is not None else None
+            part = block_attention(q, k_blk, v_blk, None, bias)  # (B, nh, Tl, hs)
+            partial[0] = part if partial[0] is None else merge(*partial[0], *part)
+            computed += 4
+        if work is not None:
+            work.append(computed)
+        if computed == 0:
+            unused.append(kv)
+        if step < n - 1:
+            kv = RingPass.apply(kv, _finish_exchange(pending), comm)  # (2, B, nh, Tl, hs)
+    out = torch.cat([p[0] for p in partial], dim=2)  # (B, nh, Tl, hs)
+    for block in unused:
+        # Every rank must run every RingPass backward, in step with its neighbours, or the one
+        # waiting for its dK, dV hangs: a zero-weight term keeps an unused block in the graph.
+        out = out + 0.0 * block.sum()
+    return out
+
+
+# ----------------------------------------------------------------------------- closed forms
+def causal_work(layout: str, cp: int) -> list[list[int]]:
+    """Chunk-pair score blocks rank r computes at ring step s (causal): work[r][s]."""
+    table = []
+    for r in range(cp):
+        mine = layout_chunks(layout, r, cp)
+        row = []
+        for s in range(cp):
+            theirs = layout_chunks(layout, (r - s) % cp, cp)
+            row.append(sum(_causal_relation(a, b) != "skip" for a in mine for b in theirs))
+        table.append(row)
+    return table
+
+
+def ring_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
+               itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step for attention: each layer passes its K and V block
+    (2·B·nh·(T/cp)·hs elements) cp−1 times forward, and dK, dV cp−1 times backward
+    (Liu et al. 2023, §3: the ring's send/recv per block)."""
+    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
+    per_pass = (cp - 1) * block * n_layer
+    return {"cp-forward": per_pass, "cp-backward": per_pass, "messages_per_layer": 2 * (cp - 1)}

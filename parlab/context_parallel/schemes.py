@@ -1,0 +1,166 @@
+"""Context parallelism: the tiny GPT with its sequence split over cp ranks (× dp data parallel).
+
+Ring attention (Liu et al., ICLR 2024, arXiv 2310.01889) and DeepSpeed-Ulysses (Jacobs et al.
+2023, arXiv 2309.14509); the mesh and the loss bookkeeping follow the Llama 3 paper's context
+parallelism (Dubey et al. 2024, §3.3.2) and torchtitan.
+
+Ranks form a dp × cp mesh. A cp group shares a slice of the batch and holds T/cp of its tokens
+each (zig-zag or contiguous chunks, `parlab.context_parallel.ring_attention.layout_chunks`). Everything but
+attention is per token, so each rank runs embeddings (at its tokens' *true* positions), layer
+norms, MLPs and the head on its own tokens; attention reaches the other ranks' tokens through
+`ring_attention` (K/V round the ring; `recompute=True`: `ring_attention_recompute`, which saves
+O(T/cp) for backward and sends K/V round again) or `ulysses_attention` (all-to-all to a head
+split).
+Each rank's loss is its tokens' summed cross-entropy / the global token count, so the ranks'
+losses add up to the global mean, and their parameter gradients add up to its gradient: one
+sum all-reduce of the gradients over all dp × cp ranks, and every replica takes the same step as
+the single process.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import torch.nn.functional as F
+
+from parlab.context_parallel import ring_attention as ring
+from parlab.context_parallel.ring_recompute import ring_attention_recompute
+from parlab.context_parallel.ulysses import ulysses_attention
+from parlab.core.memory import ActivationMeter, model_memory
+from parlab.core.mesh import Mesh, validate_degrees
+from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
+from parlab.engine.runner import register
+
+
+# ----------------------------------------------------------------------------- validation
+def _valid_cp(cfg, method: str, cp: int) -> str | None:
+    """Why `cp` does not work for this config (None when it does)."""
+    T, nh = cfg.model_config.block_size, cfg.model_config.n_head
+    if cfg.world_size % cp:
+        return f"world_size={cfg.world_size} is not divisible by cp={cp}"
+    dp = cfg.world_size // cp
+    if cfg.batch_size % dp:
+        return f"batch_size={cfg.batch_size} is not divisible by dp={dp} (world_size / cp)"
+    if method == "ulysses" and cfg.options.get("layout") == "contiguous":
+        if T % cp:
+            return f"block_size={T} (sequence length) is not divisible by cp={cp}"
+    elif T % (2 * cp):
+        return (f"block_size={T} (sequence length) is not divisible by 2·cp={2 * cp} "
+                "(two chunks per cp rank)")
+    if method == "ulysses" and nh % cp:
+        return f"n_head={nh} is not divisible by cp={cp} (Ulysses splits the heads)"
+    return None
+
+
+def degrees(cfg, method: str) -> dict[str, int]:
+    """{"dp", "cp"}: the cp option, or when None the largest cp that divides everything."""
+    cp = cfg.options["cp"]
+    if cp is None:
+        valid = [c for c in range(1, cfg.world_size + 1) if _valid_cp(cfg, method, c) is None]
+        cp = max(valid) if valid else 1
+    return validate_degrees(cfg.world_size, dp=None, cp=cp)
+
+
+def _validate(cfg, method: str):
+    if cfg.options["cp"] is not None:
+        validate_degrees(cfg.world_size, dp=None, cp=cfg.options["cp"])
+    dims = degrees(cfg, method)
+    problem = _valid_cp(cfg, method, dims["cp"])
+    if problem:
+        raise ValueError(problem)
+    if cfg.options.get("layout", "contiguous") not in ring.LAYOUTS:
+        raise ValueError(f"layout={cfg.options['layout']!r} must be one of {ring.LAYOUTS}")
+    if not isinstance(cfg.options.get("recompute", False), bool):
+        raise ValueError(f"recompute={cfg.options['recompute']!r} must be True or False")
+
+
+# ----------------------------------------------------------------------------- the sharded GPT
+def cp_self_attention(attn, x, attention):
+    """The GPT's attention layer on this rank's tokens; `attention` reaches the others'."""
+    B, Tl, C = x.shape
+    q, k, v = attn.c_attn(x).split(C, dim=2)  # 3 × (B, T/cp, C)
+    q = q.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
+    k = k.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
+    v = v.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
+    y = attention(q, k, v)  # (B, nh, T/cp, hs)
+    y = y.transpose(1, 2).contiguous().view(B, Tl, C)  # (B, T/cp, C)
+    return attn.c_proj(y)
+
+
+def cp_loss_sum(model, idx, targets, positions, attention):
+    """Summed cross-entropy of this rank's tokens idx (B, T/cp) at `positions` (T/cp,)."""
+    x = model.wte(idx) + model.wpe(positions)  # (B, T/cp, C): the tokens' true positions
+    for block in model.blocks:
+        x = x + cp_self_attention(block.attn, block.ln_1(x), attention)  # (B, T/cp, C)
+        x = x + block.mlp(block.ln_2(x))  # (B, T/cp, C)
+    logits = model.head(x)  # (B, T/cp, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
+                           reduction="sum")
+
+
+def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None,
+                   recompute: bool = False):
+    """attention(q, k, v) for this rank's tokens, and every rank's token positions."""
+    positions = ring.all_positions(layout, comm.size, seq_len)
+    if method == "ring" and recompute:
+        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
+    elif method == "ring":
+        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work)
+    else:
+        fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
+    return fn, positions
+
+
+def _train(ctx, method: str) -> dict:
+    cfg = ctx.cfg
+    dims = degrees(cfg, method)
+    mesh = Mesh(ctx.comm, [("dp", dims["dp"]), ("cp", dims["cp"])])
+    dp_rank, cp_rank = mesh.coords["dp"], mesh.coords["cp"]
+    layout = cfg.options.get("layout", "contiguous")
+    seq_len = cfg.model_config.block_size
+    work: list = []
+    attention, positions = make_attention(method, mesh["cp"], layout, seq_len, work,
+                                          cfg.options.get("recompute", False))
+    mine = positions[cp_rank]  # (T/cp,)
+    model = build_model(cfg)
+    optimizer = make_optimizer(model.parameters(), cfg)
+    meter = ActivationMeter(exclude=model.parameters())
+    tokens = cfg.batch_size * seq_len  # the global token count of one step
+    losses, step_s, memory = [], [], {}
+    for step in range(cfg.steps):
+        with ctx.step(step):
+            t0 = time.perf_counter()
+            x, y = step_batch(cfg, step, dp_rank, dims["dp"])  # (B/dp, T)
+            x, y = x[:, mine], y[:, mine]  # (B/dp, T/cp): this rank's tokens
+            with ctx.span("forward"), meter:
+                loss = cp_loss_sum(model, x, y, mine, attention) / tokens
+            with ctx.span("backward"), meter:
+                loss.backward()
+            with ctx.ledger.label(phase="grad-sync"):
+                for p in model.parameters():
+                    ctx.comm.all_reduce(p.grad, op="sum")  # (param shape,) over dp × cp
+            with ctx.span("optimizer"):
+                optimizer.step()
+            memory = model_memory(model.parameters(), optimizer)
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+            step_s.append(time.perf_counter() - t0)
+    memory["activations"] = meter.peak
+    return {"losses": losses, "state": state_of(model) if ctx.rank == 0 else None,
+            "memory": memory, "step_s": step_s, "work": work[:dims["cp"]] if work else [],
+            "degrees": dims}
+
+
+@register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
+          exact=True, options={"cp": None, "layout": "zigzag", "recompute": False},
+          validate=partial(_validate, method="ring"), models=("gpt",))
+def cp_ring(ctx):
+    return _train(ctx, "ring")
+
+
+@register("cp-ulysses", summary="context parallel: Ulysses all-to-all (sequence ↔ heads), dp × cp",
+          exact=True, options={"cp": None, "layout": "contiguous"},
+          validate=partial(_validate, method="ulysses"), models=("gpt",))
+def cp_ulysses(ctx):
+    return _train(ctx, "ulysses")

@@ -1,0 +1,329 @@
+"""The one place where bytes cross ranks: instrumented collectives and point-to-point messages.
+
+A `Comm` wraps one process group, one `Ledger` and one `Timeline`, and is passed explicitly to
+whatever code communicates (no global state: a rank may hold several, one per mesh dimension,
+sharing the ledger). Every call appends one record to the ledger: the op, the algorithm, the
+elements and bytes this rank sent and received, the sequential rounds, the group and its peers,
+the phase label, and start / end times. With a `Link` (parlab.core.link) each op also takes at least
+k·α + bytes/β of wall time.
+
+`algo="gloo"` uses torch.distributed's own collective; its byte counts are the ring algorithm's
+(`parlab.core.cost`): nominal, since gloo's internals are not observable. `algo="ring" | "tree" |
+"naive" | "pairwise"` run the hand-written algorithms of `parlab.core.collectives`, whose bytes are
+counted from the tensors actually sent. Async ops (`async_op=True`) return a `Handle`; the
+hand-written ones run on one background thread per Comm, so they stay in issue order.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import torch.distributed as dist
+
+from parlab.core import collectives, cost
+from parlab.core.launch import current as current_launch
+from parlab.core.ledger import Ledger, Traffic
+from parlab.core.link import Link, resolve
+from parlab.core.trace import Timeline
+
+REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+              "min": dist.ReduceOp.MIN}
+
+
+class Handle:
+    """An op in flight. `wait()` blocks until it is done (and the emulated link has delivered)."""
+
+    def __init__(self, comm, record, ready_at, works=(), future=None, finish=None):
+        self.comm, self.record, self.ready_at = comm, record, ready_at
+        self.works, self.future, self.finish = list(works), future, finish
+        self.result = None
+        self.done = False
+
+    def wait(self):
+        if self.done:
+            return self.result
+        t0 = time.perf_counter()
+        for work in self.works:
+            work.wait()
+        value = self.future.result() if self.future is not None else None
+        if self.finish is not None:
+            value = self.finish(value)
+        self.comm._sleep_until(self.ready_at)
+        t1 = time.perf_counter()
+        self.record["t_end"] = t1
+        timeline = self.comm.timeline
+        timeline.add("wait", f"wait {self.record['op']}", t0, t1)
+        timeline.add("comm", self.record["op"], self.record["t_start"], t1,
+                     bytes=self.record["bytes_sent"], phase=self.record["phase"])
+        self.result, self.done = value, True
+        return value
+
+
+class Comm:
+    """Collectives and messages on one process group, recorded in a ledger."""
+
+    def __init__(self, group=None, *, ledger: Ledger | None = None,
+                 timeline: Timeline | None = None, link: Link | str | None = "launch",
+                 name: str = "world"):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.size = dist.get_world_size(group)
+        self.ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+        self.name = name
+        self.ledger = ledger if ledger is not None else Ledger(dist.get_rank())
+        self.timeline = timeline if timeline is not None else Timeline(dist.get_rank())
+        if link == "launch":
+            info = current_launch()
+            link = info.link if info is not None else None
+        self.link = resolve(link)
+        self._free_at = {"tx": 0.0, "rx": 0.0}  # full duplex: each direction queues alone
+        self._executor: ThreadPoolExecutor | None = None
+
+    # ------------------------------------------------------------------ groups
+    def split(self, groups: list[list[int]], name: str) -> Comm:
+        """A Comm on the group (of `groups`, ranks of this Comm) holding this rank.
+
+        Collective: every rank of this Comm calls it with the same `groups`, because
+        torch.distributed.new_group must be called by all ranks in the same order.
+        """
+        mine = None
+        for ranks in groups:
+            group = dist.new_group([self.ranks[r] for r in ranks], use_local_synchronization=False)
+            if self.rank in ranks:
+                mine = group
+        if mine is None:
+            raise ValueError(f"rank {self.rank} is in none of the groups {groups}")
+        return Comm(mine, ledger=self.ledger, timeline=self.timeline, link=self.link, name=name)
+
+    def global_rank(self, group_rank: int) -> int:
+        return self.ranks[group_rank]
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, tensor, op="sum", algo="gloo", async_op=False, phase=None):
+        """Reduce `tensor` over the group, in place, on every rank. op: sum, avg, max, min."""
+        if op not in REDUCE_OPS:
+            raise ValueError(f"op={op!r} must be one of {sorted(REDUCE_OPS)}")
+        scale = (lambda _: tensor.div_(self.size) if op == "avg" else tensor)
+        if algo == "gloo":
+            sent, recv, rounds = cost.ring_all_reduce(tensor.numel(), self.size, self.rank)
+            traffic = Traffic(sent, recv, rounds, self._ring_peers())
+            return self._gloo("all_reduce", tensor, traffic, phase, async_op,
+                              lambda: [dist.all_reduce(tensor, REDUCE_OPS[op], self.group, True)],
+                              finish=scale)
+        algorithm = {"ring": collectives.ring_all_reduce, "tree": collectives.tree_all_reduce,
+                     "naive": collectives.naive_all_reduce}.get(algo)
+        if algorithm is None:
+            raise ValueError(f"algo={algo!r} for all_reduce must be gloo, ring, tree or naive")
+        return self._handwritten("all_reduce", algo, tensor, phase, async_op,
+                                 lambda traffic: scale(algorithm(self, tensor, op, traffic)))
+
+    def reduce_scatter(self, tensor, op="sum", dim=0, algo="gloo", async_op=False, phase=None):
+        """Reduce `tensor` over the group; return this rank's chunk along `dim` (shard_sizes)."""
+        if algo not in ("gloo", "ring"):
+            raise ValueError(f"algo={algo!r} for reduce_scatter must be gloo or ring")
+        if op not in REDUCE_OPS:
+            raise ValueError(f"op={op!r} must be one of {sorted(REDUCE_OPS)}")
+        rows = tensor.shape[dim]
+        inner = tensor.numel() // max(rows, 1)
+        sizes = [s * inner for s in cost.shard_sizes(rows, self.size)]
+        flat = tensor.movedim(dim, 0).contiguous().reshape(-1)  # (rows·inner,) chunks in order
+        out_shape = list(tensor.movedim(dim, 0).shape)
+        out_shape[0] = cost.shard_sizes(rows, self.size)[self.rank]
+
+        def finish(shard):  # (rows/N·inner,) -> tensor's layout
+            shard = shard.reshape(out_shape).movedim(0, dim)
+            return shard.div_(self.size) if op == "avg" else shard
+
+        if algo == "ring":
+            return self._handwritten("reduce_scatter", "ring", tensor, phase, async_op,
+                                     lambda t: finish(collectives.ring_reduce_scatter(
+                                         self, flat, sizes, op, t)))
+        width = max(sizes)
+        padded = flat.new_zeros(width * self.size)  # (N·max chunk,) equal chunks for gloo
+        for i, (lo, hi) in enumerate(cost.chunk_bounds(sizes)):
+            padded[i * width:i * width + (hi - lo)] = flat[lo:hi]
+        out = flat.new_empty(width)
+        sent, recv, rounds = cost.ring_reduce_scatter(padded.numel(), self.size, self.rank)
+        traffic = Traffic(sent, recv, rounds, self._ring_peers())
+        return self._gloo("reduce_scatter", tensor, traffic, phase, async_op,
+                          lambda: [dist.reduce_scatter_single(out, padded, REDUCE_OPS[op],
+                                                              self.group, True)],
+                          finish=lambda _: finish(out[:sizes[self.rank]]))
+
+    def all_gather(self, shard, dim=0, sizes=None, algo="gloo", async_op=False, phase=None):
+        """Concatenate every rank's `shard` along `dim`. `sizes`: each rank's length along dim
+        (default: all equal to this shard's)."""
+        if algo not in ("gloo", "ring"):
+            raise ValueError(f"algo={algo!r} for all_gather must be gloo or ring")
+        sizes = list(sizes) if sizes is not None else [shard.shape[dim]] * self.size
+        if len(sizes) != self.size or sizes[self.rank] != shard.shape[dim]:
+            raise ValueError(f"sizes={sizes} do not match {self.size} ranks with this rank's "
+                             f"shard of {shard.shape[dim]} along dim {dim}")
+        moved = shard.movedim(dim, 0).contiguous()  # (rows_r, ...)
+        inner = math.prod(moved.shape[1:])
+        full_shape = [sum(sizes)] + list(moved.shape[1:])
+        flat_sizes = [s * inner for s in sizes]
+
+        def finish(flat):  # (Σ rows·inner,) -> gathered tensor in shard's layout
+            return flat.reshape(full_shape).movedim(0, dim)
+
+        if algo == "ring":
+            return self._handwritten("all_gather", "ring", shard, phase, async_op,
+                                     lambda t: finish(collectives.ring_all_gather(
+                                         self, moved.reshape(-1), flat_sizes, t)),
+                                     numel=sum(flat_sizes))
+        width = max(flat_sizes)
+        padded_in = moved.new_zeros(width)
+        padded_in[:flat_sizes[self.rank]] = moved.reshape(-1)
+        padded_out = moved.new_empty(width * self.size)  # (N·max chunk,)
+        sent, recv, rounds = cost.ring_all_gather(padded_out.numel(), self.size, self.rank)
+        traffic = Traffic(sent, recv, rounds, self._ring_peers())
+
+        def unpad(_):
+            parts = [padded_out[i * width:i * width + s] for i, s in enumerate(flat_sizes)]
+            return finish(torch.cat(parts))
+
+        return self._gloo("all_gather", shard, traffic, phase, async_op,
+                          lambda: [dist.all_gather_single(padded_out, padded_in, self.group,
+                                                          True)], finish=unpad,
+                          numel=sum(flat_sizes))
+
+    def all_to_all(self, inputs, output_shapes=None, algo="gloo", async_op=False, phase=None):
+        """Send inputs[j] to rank j; return the list of what each rank sent here."""
+        if len(inputs) != self.size:
+            raise ValueError(f"all_to_all needs {self.size} inputs, got {len(inputs)}")
+        shapes = output_shapes or [t.shape for t in inputs]
+        inputs = [t.contiguous() for t in inputs]
+        outputs = [inputs[0].new_empty(s) for s in shapes]
+        counts = cost.pairwise_all_to_all([t.numel() for t in inputs],
+                                          [t.numel() for t in outputs], self.rank)
+        if algo == "pairwise":
+            return self._handwritten("all_to_all", "pairwise", inputs[0], phase, async_op,
+                                     lambda t: collectives.pairwise_all_to_all(
+                                         self, inputs, outputs, t))
+        if algo != "gloo":
+            raise ValueError(f"algo={algo!r} for all_to_all must be gloo or pairwise")
+        traffic = Traffic(*counts, peers=set(range(self.size)) - {self.rank})
+        send = torch.cat([t.reshape(-1) for t in inputs])  # (Σ input numels,) in rank order
+        recv = send.new_empty(sum(t.numel() for t in outputs))  # (Σ output numels,)
+        in_splits, out_splits = [t.numel() for t in inputs], [t.numel() for t in outputs]
+
+        def unpack(_):
+            pieces = torch.split(recv, out_splits)
+            return [p.view(t.shape) for p, t in zip(pieces, outputs)]
+
+        return self._gloo("all_to_all", inputs[0], traffic, phase, async_op,
+                          lambda: [dist.all_to_all_single(recv, send, out_splits, in_splits,
+                                                          self.group, True)],
+                          finish=unpack)
+
+    def broadcast(self, tensor, src=0, async_op=False, phase=None):
+        """Copy `tensor` from group rank `src` to every rank, in place."""
+        sent, recv, rounds = cost.flat_broadcast(tensor.numel(), self.size, self.rank, src)
+        peers = set(range(self.size)) - {src} if self.rank == src else {src}
+        return self._gloo("broadcast", tensor, Traffic(sent, recv, rounds, peers), phase,
+                          async_op, lambda: [dist.broadcast(tensor, self.global_rank(src),
+                                                            self.group, True)],
+                          finish=lambda _: tensor)
+
+    def barrier(self, phase=None):
+        return self._gloo("barrier", torch.zeros(0), Traffic(0, 0, 0), phase, False,
+                          lambda: [dist.barrier(self.group, async_op=True)])
+
+    # ------------------------------------------------------------------ point to point
+    def send(self, tensor, dst, async_op=False, phase=None):
+        """Send `tensor` to group rank `dst` (`isend` = async_op=True)."""
+        tensor = tensor.contiguous()
+        return self._gloo("send", tensor, Traffic(tensor.numel(), 0, 1, {dst}), phase, async_op,
+                          lambda: [dist.isend(tensor, self.global_rank(dst), self.group)])
+
+    def recv(self, tensor, src, async_op=False, phase=None):
+        """Receive into `tensor` from group rank `src` (`irecv` = async_op=True)."""
+        return self._gloo("recv", tensor, Traffic(0, tensor.numel(), 1, {src}), phase, async_op,
+                          lambda: [dist.irecv(tensor, self.global_rank(src), self.group)],
+                          finish=lambda _: tensor)
+
+    def isend(self, tensor, dst, phase=None):
+        return self.send(tensor, dst, async_op=True, phase=phase)
+
+    def irecv(self, tensor, src, phase=None):
+        return self.recv(tensor, src, async_op=True, phase=phase)
+
+    # ------------------------------------------------------------------ machinery
+    def _ring_peers(self) -> set:
+        return {(self.rank + 1) % self.size, (self.rank - 1) % self.size} - {self.rank}
+
+    def _record(self, op, algo, tensor, phase, numel=None) -> dict:
+        record = {
+            "rank": self.ledger.rank, "op": op, "algo": algo, "group": self.name,
+            "group_ranks": tuple(self.ranks), "peers": (),
+            "dtype": str(tensor.dtype).replace("torch.", ""),
+            "numel": tensor.numel() if numel is None else numel, "elements_sent": 0, "elements_recv": 0,
+            "bytes_sent": 0, "bytes_recv": 0, "rounds": 0,
+            "phase": phase if phase is not None else self.ledger.labels.get("phase"),
+            "step": self.ledger.labels.get("step"), "t_start": time.perf_counter(), "t_end": None,
+        }
+        self.ledger.records.append(record)
+        return record
+
+    def _account(self, record, traffic: Traffic, itemsize: int) -> float:
+        """Fill in the traffic; return when the emulated link will have delivered it."""
+        record.update(elements_sent=traffic.sent, elements_recv=traffic.recv,
+                      bytes_sent=traffic.sent * itemsize, bytes_recv=traffic.recv * itemsize,
+                      rounds=traffic.rounds, peers=tuple(self.ranks[p] for p in
+                                                         sorted(traffic.peers)))
+        if self.link is None:
+            return 0.0
+        # A full-duplex link: what this rank sends queues behind earlier sends, what it receives
+        # behind earlier receives, so a send and a receive in flight together (a ring step, an
+        # isend/irecv exchange) overlap instead of paying twice.
+        ready = record["t_start"]
+        for direction, nbytes in (("tx", record["bytes_sent"]), ("rx", record["bytes_recv"])):
+            if nbytes or direction == "tx":
+                start = max(record["t_start"], self._free_at[direction])
+                self._free_at[direction] = start + self.link.cost(nbytes, traffic.rounds)
+                ready = max(ready, self._free_at[direction])
+        return ready
+
+    def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None):
+        record = self._record(op, "gloo", tensor, phase, numel)
+        ready_at = self._account(record, traffic, tensor.element_size())
+        handle = Handle(self, record, ready_at, works=start(), finish=finish)
+        return handle if async_op else handle.wait()
+
+    def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
+        record = self._record(op, algo, tensor, phase, numel)
+        traffic = Traffic()
+
+        def run():
+            return body(traffic)
+
+        ready = {"at": 0.0}
+
+        def finish(value):
+            ready["at"] = self._account(record, traffic, tensor.element_size())
+            return value
+
+        if not async_op:
+            value = finish(run())
+            self._sleep_until(ready["at"])
+            t1 = time.perf_counter()
+            record["t_end"] = t1
+            self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
+            self.timeline.add("comm", op, record["t_start"], t1, bytes=record["bytes_sent"],
+                              phase=record["phase"])
+            return value
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
+        handle = Handle(self, record, 0.0, future=self._executor.submit(run))
+        handle.finish = lambda value: (finish(value), setattr(handle, "ready_at", ready["at"]))[0]
+        return handle
+
+    def _sleep_until(self, ready_at: float) -> None:
+        delay = ready_at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+

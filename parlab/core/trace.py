@@ -1,0 +1,104 @@
+"""Timelines: what each rank was doing, when — compute, communication, waiting.
+
+Every rank keeps a `Timeline` of events (kind, name, t0, t1). `parlab.core.comm` adds a "comm" event
+for each operation (from issue to completion) and a "wait" event for the time the rank was
+blocked on it (the whole op when it is synchronous, only `wait()` when async): the *exposed*
+communication that overlap tries to hide. Training code wraps its phases in `span("forward")`.
+Times come from `time.perf_counter()`, which on Linux is CLOCK_MONOTONIC, shared by all processes
+of a machine, so ranks line up without clock sync. Export to Chrome / Perfetto JSON
+(chrome://tracing, ui.perfetto.dev) with `to_chrome_trace`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+KINDS = ("compute", "comm", "wait", "idle")
+
+
+@dataclass
+class Event:
+    rank: int
+    kind: str  # one of KINDS
+    name: str
+    t0: float
+    t1: float
+    args: dict = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.t1 - self.t0
+
+
+class Timeline:
+    """The events of one rank."""
+
+    def __init__(self, rank: int = 0):
+        self.rank = rank
+        self.events: list[Event] = []
+        self.enabled = True
+
+    @contextmanager
+    def span(self, name: str, kind: str = "compute", **args):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(kind, name, t0, time.perf_counter(), **args)
+
+    def add(self, kind: str, name: str, t0: float, t1: float, **args) -> None:
+        if self.enabled:
+            self.events.append(Event(self.rank, kind, name, t0, t1, args))
+
+    def records(self) -> list[dict]:
+        return [asdict(e) for e in self.events]
+
+
+def normalize(events: list[dict]) -> list[dict]:
+    """Shift all ranks' events so the earliest starts at 0 (seconds)."""
+    if not events:
+        return []
+    origin = min(e["t0"] for e in events)
+    return [{**e, "t0": e["t0"] - origin, "t1": e["t1"] - origin} for e in events]
+
+
+def exposed_fraction(events: list[dict], rank: int | None = None) -> float:
+    """Share of the busy wall time that a rank spent blocked on communication ('wait' events)."""
+    chosen = [e for e in events if rank is None or e["rank"] == rank]
+    if not chosen:
+        return 0.0
+    span = max(e["t1"] for e in chosen) - min(e["t0"] for e in chosen)
+    ranks = {e["rank"] for e in chosen}
+    waited = sum(e["t1"] - e["t0"] for e in chosen if e["kind"] == "wait")
+    return waited / (span * len(ranks)) if span > 0 else 0.0
+
+
+_TID = {"compute": 0, "comm": 1, "wait": 2, "idle": 3}
+
+
+def to_chrome_trace(events: list[dict], path: str | None = None) -> dict:
+    """Chrome trace-event JSON: one process per rank, one thread per kind. Writes `path` if given."""
+    trace = {"traceEvents": [], "displayTimeUnit": "ms"}
+    for rank in sorted({e["rank"] for e in events}):
+        trace["traceEvents"].append({"ph": "M", "name": "process_name", "pid": rank,
+                                     "args": {"name": f"rank {rank}"}})
+        for kind, tid in _TID.items():
+            trace["traceEvents"].append({"ph": "M", "name": "thread_name", "pid": rank,
+                                         "tid": tid, "args": {"name": kind}})
+    for e in normalize(events):
+        trace["traceEvents"].append({
+            "ph": "X", "name": e["name"], "cat": e["kind"], "pid": e["rank"],
+            "tid": _TID.get(e["kind"], 4), "ts": e["t0"] * 1e6, "dur": (e["t1"] - e["t0"]) * 1e6,
+            "args": {k: v for k, v in e.get("args", {}).items() if _jsonable(v)},
+        })
+    if path is not None:
+        with open(path, "w") as f:
+            json.dump(trace, f)
+    return trace
+
+
+def _jsonable(value) -> bool:
+    return isinstance(value, (str, int, float, bool, type(None), list, tuple))

@@ -1,0 +1,14 @@
+"""Chapter 01 — data parallelism: every rank a whole replica, gradients averaged.
+
+Papers: Li et al., "PyTorch Distributed: Experiences on Accelerating Data Parallel Training"
+(VLDB 2020: buckets, overlap with backward); Zhang et al., "WFBP" in Poseidon (ATC 2017);
+Jayarajan et al., "Priority-based Parameter Propagation" (P3, SysML 2019); Peng et al.,
+"ByteScheduler" (SOSP 2019); Zhang et al., "DeAR: Accelerating Distributed Deep Learning with
+Fine-Grained All-Reduce Pipelining" (ICDCS 2023); Goyal et al., "Accurate, Large Minibatch SGD"
+(2017) for gradient accumulation.
+
+Reading order: `sync` (the GradSync strategy the loop calls), `buckets`, `bucketed` (naive and
+bucketed all-reduce after backward), `overlap` (WFBP), `layerwise` and `priority` (P3),
+`dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`; `explore` and
+`bench` (what notebook 01 and `python -m parlab bench data_parallel` run).
+"""

@@ -1,0 +1,211 @@
+"""Closed forms for chapter 01: bytes and messages per rank per step of every DP variant, and a
+step-time prediction that schedules those messages on an α-β link beside the compute.
+
+Bytes. A ring all-reduce of S elements sends 2(N-1)/N·S per rank (Patarasuk & Yuan, JPDC 2009;
+exact per chunk in `parlab.core.cost.ring_all_reduce`); a reduce-scatter or all-gather half of that.
+Every variant moves the same gradient, so every variant sends ≈ 2(N-1)/N·Ψ·4 bytes per step; they
+differ in how many messages carry it (one per tensor, per bucket, per partition) and when.
+
+Time. Each message costs k·α + b/β on a FIFO link (Hockney 1994; k rounds, b bytes on the busiest
+direction), exactly what `parlab.core.link` emulates. `predict_step_time` lays the messages of one
+variant on that link as its code issues them — after backward (naive, bucketed), from the
+backward hooks (WFBP, Poseidon, ATC 2017), partition by partition in priority order (P3, SysML
+2019; ByteScheduler, SOSP 2019), or reduce-scatter in backward and all-gather before the next
+forward (DeAR, ICDCS 2023) — with backward and forward time spread over parameters in proportion
+to their size, and reports the steady-state step time and the exposed communication.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from parlab.core import cost
+from parlab.data_parallel.buckets import padded, plan_buckets
+from parlab.data_parallel.priority import partition
+
+VARIANTS = ("ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear")
+# gloo on loopback on this machine (FACTS.md: ~0.1 ms per ring round, ~1 GB/s bus bandwidth)
+LOOPBACK_ALPHA, LOOPBACK_BETA = 1e-4, 1e9
+
+
+def bucket_numels(numels: list[int], bucket_mb: float, multiple_of: int = 1) -> list[int]:
+    """Elements in each bucket's flat buffer, in communication order (padding included)."""
+    return [padded(sum(numels[i] for i in b), multiple_of) for b in plan_buckets(numels, bucket_mb)]
+
+
+def scheme_options(variant: str, **options) -> dict:
+    """The variant's registered option defaults, overridden by `options` (unknown keys dropped)."""
+    from parlab.engine.runner import schemes
+
+    defaults = dict(schemes()[variant].options)
+    return {k: options.get(k, v) for k, v in defaults.items()}
+
+
+def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[str, int]]:
+    """(op, elements) of every collective one step issues, in issue order on rank 0's ledger.
+
+    `options`: the run's scheme options (bucket_mb, partition_kb); missing ones take the
+    registered defaults, others (algo, accum_steps) do not change the messages.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
+    options = scheme_options(variant, **options)
+    bucket_mb, partition_kb = options.get("bucket_mb"), options.get("partition_kb")
+    if variant == "ddp-naive":
+        return [("all_reduce", s) for s in numels]
+    if variant in ("ddp-bucketed", "ddp-overlap"):
+        return [("all_reduce", s) for s in bucket_numels(numels, bucket_mb)]
+    if variant == "ddp-priority":
+        return [("all_reduce", hi - lo) for s in bucket_numels(numels, bucket_mb)
+                for lo, hi in partition(s, max(1, int(partition_kb * 1024) // 4))]
+    if variant == "dear":
+        sizes = bucket_numels(numels, bucket_mb, multiple_of=n)
+        return [("reduce_scatter", s) for s in sizes] + [("all_gather", s // n) for s in sizes]
+    raise AssertionError(variant)
+
+
+def bytes_per_step(variant: str, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
+                   **options) -> dict[str, int]:
+    """{op: bytes sent by `rank` in one step} — what the ledger must show (ring counts)."""
+    totals: dict[str, int] = {}
+    for op, size in messages(variant, numels, n, **options):
+        if op == "all_reduce":
+            sent = cost.ring_all_reduce(size, n, rank)[0]
+        elif op == "reduce_scatter":
+            sent = cost.ring_reduce_scatter(size, n, rank)[0]
+        else:  # all_gather of a shard of `size`: the full tensor is n·size
+            sent = cost.ring_all_gather(size * n, n, rank)[0]
+        totals[op] = totals.get(op, 0) + sent * element_size
+    return totals
+
+
+def message_time(op: str, elements: int, n: int, alpha: float, beta: float,
+                 floor: tuple[float, float] | None = None) -> float:
+    """k·α + b/β of one collective on rank 0 (the link emulation's own formula).
+
+    `floor`: (α, β) of the real transport underneath (gloo on this machine, `measure_alpha_beta`);
+    an emulated link can only slow a message down, so the message takes the larger of the two.
+    """
+    if n == 1:
+        return 0.0
+    if floor is not None:
+        return max(message_time(op, elements, n, alpha, beta),
+                   message_time(op, elements, n, *floor))
+    if op == "all_reduce":
+        sent, recv, rounds = cost.ring_all_reduce(elements, n, 0)
+    elif op == "reduce_scatter":
+        sent, recv, rounds = cost.ring_reduce_scatter(elements, n, 0)
+    else:
+        sent, recv, rounds = cost.ring_all_gather(elements * n, n, 0)
+    return rounds * alpha + max(sent, recv) * 4 / beta
+
+
+def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
+                      t_backward: float, t_optimizer: float, alpha: float = LOOPBACK_ALPHA,
+                      beta: float = LOOPBACK_BETA, floor: tuple[float, float] | None = None,
+                      iterations: int = 4, **options) -> dict:
+    """Steady-state seconds per step and exposed communication of `variant` (list scheduling).
+
+    Compute is spread over parameters in proportion to their size; parameter 0 is the first
+    layer. `options`: the scheme's (bucket_mb, partition_kb, credit; defaults as registered).
+    Returns {"step_s", "comm_s" (link busy time per step), "exposed_s" (step_s - compute)}.
+    """
+    if variant not in VARIANTS:
+        raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
+    options = scheme_options(variant, **options)
+    bucket_mb = options.get("bucket_mb", 0.0)
+    partition_kb, credit = options.get("partition_kb", 8), options.get("credit", 1)
+    psi = sum(numels)
+    plan = ([[i] for i in reversed(range(len(numels)))] if variant == "ddp-naive"
+            else plan_buckets(numels, bucket_mb))  # groups in backward (issue) order
+    frac = [sum(numels[i] for i in g) / psi for g in plan]
+    deferred = variant in ("ddp-priority", "dear")
+    forward_order = sorted(range(len(plan)), key=lambda g: min(plan[g]))
+    link_free, t, done = 0.0, 0.0, [0.0] * len(plan)
+    starts, busy = [], 0.0
+
+    def send(op, elements, ready):
+        nonlocal link_free, busy
+        duration = message_time(op, elements, n, alpha, beta, floor)
+        link_free = max(link_free, ready) + duration
+        busy += duration
+        return link_free
+
+    for _ in range(iterations):
+        starts.append(t)
+        busy = 0.0
+        if deferred:  # each group waits for its own communication, then updates, then computes
+            for g in forward_order:
+                t = max(t, done[g]) + t_optimizer * frac[g] + t_forward * frac[g]
+        else:
+            t = max([t] + done) + t_optimizer + t_forward
+        ready = []
+        for g in range(len(plan)):  # backward produces the groups in plan order
+            t += t_backward * frac[g]
+            ready.append(t)
+        sizes = [sum(numels[i] for i in group) for group in plan]
+        if variant in ("ddp-naive", "ddp-bucketed"):
+            end = t
+            for g in range(len(plan)):
+                end = send("all_reduce", sizes[g], end)
+            done = [end] * len(plan)
+        elif variant == "ddp-overlap":
+            ends = [send("all_reduce", sizes[g], ready[g]) for g in range(len(plan))]
+            done = [max(ends)] * len(plan)  # the optimizer waits for every bucket
+        elif variant == "dear":
+            scattered = [send("reduce_scatter", padded(sizes[g], n), ready[g])
+                         for g in range(len(plan))]
+            t = max([t] + scattered)  # after_backward waits for every reduce-scatter
+            for g in forward_order:
+                done[g] = send("all_gather", padded(sizes[g], n) // n, t)
+        else:  # ddp-priority: `credit` partitions released per ready group, then the rest
+            queue: list = []
+            max_elements = max(1, int(partition_kb * 1024) // 4)
+            done = [0.0] * len(plan)
+            for g in range(len(plan)):
+                for lo, hi in partition(sizes[g], max_elements):
+                    heapq.heappush(queue, (min(plan[g]), lo, g, hi - lo))
+                for _ in range(min(credit, len(queue))):
+                    _, _, h, size = heapq.heappop(queue)
+                    done[h] = max(done[h], send("all_reduce", size, ready[g]))
+            while queue:
+                _, _, h, size = heapq.heappop(queue)
+                done[h] = max(done[h], send("all_reduce", size, t))
+    step = starts[-1] - starts[-2]
+    compute = t_forward + t_backward + t_optimizer
+    return {"step_s": step, "comm_s": busy, "exposed_s": max(step - compute, 0.0)}
+
+
+def _time_all_reduce(rank, world_size, sizes, repeats):
+    import time
+
+    import torch
+
+    from parlab.core.comm import Comm
+
+    comm = Comm(link=None)  # calibrates the bare loopback, whatever link the launch was given
+    medians = []
+    for numel in sizes:
+        tensor = torch.ones(numel)
+        times = []
+        for _ in range(repeats + 1):
+            comm.barrier()
+            t0 = time.perf_counter()
+            comm.all_reduce(tensor)
+            times.append(time.perf_counter() - t0)
+        medians.append(sorted(times[1:])[len(times[1:]) // 2])  # the first is a warm-up
+    return medians
+
+
+def measure_alpha_beta(world_size: int, sizes=(256, 16384, 131072), repeats: int = 7):
+    """Fit α-β of gloo's own all-reduce on this machine now (`parlab.core.cost.fit_alpha_beta`).
+
+    The result is what loopback costs per message: the floor under every emulated link.
+    """
+    from parlab.core.launch import launch
+
+    if world_size == 1:
+        return cost.AlphaBeta(0.0, float("inf"), "ring", 1)
+    per_rank = launch(_time_all_reduce, world_size, list(sizes), repeats)
+    seconds = [max(column) for column in zip(*per_rank)]
+    return cost.fit_alpha_beta([4 * s for s in sizes], seconds, world_size, "ring")

@@ -1,0 +1,72 @@
+"""Layer-wise deferred updates: apply each group's optimizer step just before its next forward.
+
+WFBP still waits for *all* gradients before the update, so the next forward cannot start until
+the last all-reduce — the one of the first layers, produced last by backward — has landed. The
+next forward needs the first layers first, though: if each group of parameters is updated just
+before the first module that uses it runs (a forward pre-hook), the forward of layer 0 waits
+only for layer 0's communication, and the rest keeps flowing while the forward computes.
+ByteScheduler (Peng et al., SOSP 2019) and P3 (Jayarajan et al., SysML 2019) use this to make
+*priority* pay off; DeAR (Zhang et al., ICDCS 2023) to overlap its all-gather with the forward.
+
+Each group gets its own optimizer. AdamW and SGD update every element independently, so stepping
+groups separately is the same arithmetic as one optimizer over all parameters: exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import torch
+
+from parlab.engine.loop import make_optimizer
+
+
+class LayerwiseUpdate:
+    """One optimizer per parameter group, stepped on the group's first use in the next forward.
+
+    `prepare(g)` must leave group g's averaged gradients in `.grad` (it waits for the group's
+    communication). `arm()` after backward marks every group as owed an update. `forward_span()`
+    returns the running forward's `ComputeSpan` (paused while an update blocks), or None.
+    """
+
+    def __init__(self, ctx, model: torch.nn.Module, groups: list[list[torch.nn.Parameter]],
+                 prepare: Callable[[int], None], forward_span: Callable = lambda: None):
+        self.ctx, self.groups, self.prepare = ctx, groups, prepare
+        self.forward_span = forward_span
+        self.optimizers = [make_optimizer(group, ctx.cfg) for group in groups]
+        self.owed: set[int] = set()
+        self.applied_order: list[int] = []  # the order updates ran in the last step (for the notebook)
+        group_of = {id(p): g for g, group in enumerate(groups) for p in group}
+        for module in model.modules():
+            mine = sorted({group_of[id(p)] for p in module.parameters(recurse=False)})
+            if mine:
+                module.register_forward_pre_hook(partial(self._before_forward, tuple(mine)))
+
+    def arm(self) -> None:
+        self.owed = set(range(len(self.groups)))
+        self.applied_order = []
+
+    def _before_forward(self, groups: tuple, module, args) -> None:
+        for g in groups:
+            if g in self.owed:
+                self.apply(g)
+
+    def apply(self, g: int) -> None:
+        self.owed.discard(g)
+        self.applied_order.append(g)
+        span = self.forward_span()
+        if span is not None:
+            span.pause()  # the forward is not computing while it waits and updates
+        self.prepare(g)  # blocks on this group's communication only
+        with self.ctx.span("optimizer", group=g, step=self.ctx.ledger.labels.get("step")):
+            self.optimizers[g].step()
+            self.optimizers[g].zero_grad(set_to_none=True)
+        if span is not None:
+            span.resume()
+
+    def flush(self, order: list[int]) -> None:
+        """Apply every owed update now, in `order` (after the last step: nothing else will)."""
+        for g in order:
+            if g in self.owed:
+                self.apply(g)

@@ -1,0 +1,287 @@
+"""`parlab.run`: the one entry point that notebooks, tests and the CLI share, and the scheme registry.
+
+    r = parlab.run("ddp-naive", world_size=4, model="gpt", steps=5, seed=0, link=None, **options)
+
+A scheme is a worker function registered with `@register(...)` in a module of
+a chapter's `schemes.py` or `torch_*.py` (found automatically). The worker runs on every rank and receives a
+`RankContext`: its rank, the world `Comm`, the ledger and timeline, and the validated `RunConfig`.
+It returns a dict with `losses` (this rank's *contribution* to each step's global loss — e.g.
+local mean loss / dp for a data-parallel rank, or None if it reports nothing), `state` (the
+parameters it holds, or None) and `memory` (measured bytes). The parent sums the loss
+contributions, assembles the full state (the scheme's `assemble`, by default the first rank's
+state), and returns a `RunResult`.
+
+Everything is validated before a process starts: the scheme, every option and the world size, with
+a ValueError that names the offending value.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from parlab import models
+from parlab.core import link as link_mod
+from parlab.core.launch import launch, report_progress
+
+COMMON_OPTIONS = {
+    "batch_size": 12,  # global batch: divisible by 1, 2, 3, 4
+    "lr": None,  # None: 3e-3 for adamw, 0.1 for sgd
+    "optimizer": "adamw",
+    "model_config": None,  # dict of GPTConfig / MLPConfig overrides
+    "timeout": 300.0,
+    "start_method": "forkserver",
+    "checkpoint": False,  # activation checkpointing: recompute each block in backward
+}
+OPTIMIZERS = ("adamw", "sgd")
+
+
+@dataclass
+class Scheme:
+    name: str
+    summary: str
+    exact: bool
+    worker: Callable
+    options: dict = field(default_factory=dict)
+    validate: Callable | None = None
+    assemble: Callable | None = None
+    models: tuple = ("gpt", "mlp")
+
+
+@dataclass(frozen=True)
+class SchemeInfo:
+    summary: str
+    exact: bool
+    options: dict
+
+
+_REGISTRY: dict[str, Scheme] = {}
+_DISCOVERED = False
+
+
+def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
+             validate: Callable | None = None, assemble: Callable | None = None,
+             models: tuple = ("gpt", "mlp")):
+    """Decorator: register `worker(ctx) -> dict` as scheme `name`.
+
+    options: the scheme's own keyword options and their defaults. validate(cfg): raise ValueError
+    for a configuration the scheme cannot run. assemble(outputs, cfg): full state from the ranks'
+    outputs (for sharded schemes).
+    """
+    def decorate(worker):
+        _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
+                                 assemble, tuple(models))
+        return worker
+    return decorate
+
+
+def chapter_packages() -> list[str]:
+    """Every chapter's package (`parlab/<slug>/`), chapter 00's `core` first."""
+    import parlab
+    return sorted((info.name for info in pkgutil.iter_modules(parlab.__path__) if info.ispkg
+                   and info.name not in ("engine", "models")), key=lambda n: (n != "core", n))
+
+
+def scheme_modules() -> list[str]:
+    """The modules that register schemes: the reference, and each chapter's `schemes` and
+    `torch_*` baselines."""
+    found = ["parlab.engine.reference"]
+    for package in chapter_packages():
+        path = importlib.import_module(f"parlab.{package}").__path__
+        found += [f"parlab.{package}.{info.name}" for info in pkgutil.iter_modules(path)
+                  if info.name == "schemes" or info.name.startswith("torch_")]
+    return found
+
+
+def _discover() -> None:
+    global _DISCOVERED
+    if not _DISCOVERED:
+        for module in scheme_modules():
+            importlib.import_module(module)
+        _DISCOVERED = True
+
+
+def get_scheme(name: str) -> Scheme:
+    _discover()
+    if name not in _REGISTRY:
+        raise ValueError(f"scheme={name!r} is unknown; registered: {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def schemes() -> dict[str, SchemeInfo]:
+    """{name: SchemeInfo(summary, exact, options)} of every registered scheme."""
+    _discover()
+    return {n: SchemeInfo(s.summary, s.exact, dict(s.options)) for n, s in sorted(_REGISTRY.items())}
+
+
+# ----------------------------------------------------------------------------- configuration
+@dataclass(frozen=True)
+class RunConfig:
+    scheme: str
+    world_size: int
+    model: str
+    model_config: Any  # GPTConfig | MLPConfig
+    steps: int
+    seed: int
+    link: Any  # parlab.core.link.Link | None
+    batch_size: int
+    lr: float
+    optimizer: str
+    timeout: float
+    start_method: str
+    options: dict  # the scheme's own options, defaults filled in
+    checkpoint: bool = False  # activation checkpointing (honoured by training.build_model)
+
+    def option(self, name: str):
+        return self.options[name]
+
+
+def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5,
+                seed: int = 0, link=None, **options) -> RunConfig:
+    """Validate everything and build the RunConfig; ValueError names each bad value."""
+    spec = get_scheme(scheme)
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps={steps!r} must be an int >= 1")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} must be an int")
+    if model not in spec.models:
+        raise ValueError(f"model={model!r} is not supported by scheme {scheme!r}; "
+                         f"choose one of {list(spec.models)}")
+    unknown = sorted(set(options) - set(COMMON_OPTIONS) - set(spec.options))
+    if unknown:
+        raise ValueError(f"options {unknown} are unknown for scheme {scheme!r}; its options: "
+                         f"{sorted(spec.options)}; common options: {sorted(COMMON_OPTIONS)}")
+    common = {k: options.get(k, v) for k, v in COMMON_OPTIONS.items()}
+    batch_size = common["batch_size"]
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
+    if common["optimizer"] not in OPTIMIZERS:
+        raise ValueError(f"optimizer={common['optimizer']!r} must be one of {OPTIMIZERS}")
+    lr = common["lr"] if common["lr"] is not None else (
+        3e-3 if common["optimizer"] == "adamw" else 0.1)
+    if not isinstance(lr, (int, float)) or not lr > 0:
+        raise ValueError(f"lr={lr!r} must be a number > 0")
+    timeout = common["timeout"]
+    if not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
+    if not isinstance(common["checkpoint"], bool):
+        raise ValueError(f"checkpoint={common['checkpoint']!r} must be True or False")
+    cfg = RunConfig(
+        scheme=scheme, world_size=world_size, model=model,
+        model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
+        link=link_mod.resolve(link), batch_size=batch_size, lr=float(lr),
+        optimizer=common["optimizer"], timeout=float(timeout),
+        start_method=common["start_method"],
+        options={k: options.get(k, v) for k, v in spec.options.items()},
+        checkpoint=common["checkpoint"],
+    )
+    if spec.validate is not None:
+        spec.validate(cfg)
+    return cfg
+
+
+# ----------------------------------------------------------------------------- in each rank
+@dataclass
+class RankContext:
+    """What a scheme's worker gets on its rank."""
+
+    rank: int
+    world_size: int
+    cfg: RunConfig
+    comm: Any  # parlab.core.comm.Comm on the world group
+    ledger: Any
+    timeline: Any
+
+    def span(self, name: str, kind: str = "compute", **args):
+        return self.timeline.span(name, kind, **args)
+
+    def step(self, step: int):
+        """Label this step's communication and report progress to the parent."""
+        report_progress(step, self.cfg.steps)
+        return self.ledger.label(step=step)
+
+
+def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
+    from parlab.core.comm import Comm, Ledger
+    from parlab.core.trace import Timeline
+
+    ledger, timeline = Ledger(rank), Timeline(rank)
+    comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
+    ctx = RankContext(rank, world_size, cfg, comm, ledger, timeline)
+    out = dict(get_scheme(cfg.scheme).worker(ctx) or {})
+    report_progress(cfg.steps, cfg.steps)
+    out["ledger"] = ledger.records
+    out["timeline"] = timeline.records()
+    return out
+
+
+# ----------------------------------------------------------------------------- in the parent
+@dataclass
+class RunResult:
+    losses: list[float]
+    state: dict
+    ledger: list[dict]
+    timeline: list[dict]
+    memory: list[dict]
+    wall_s: float
+    config: RunConfig
+    outputs: list[dict] = field(default_factory=list, repr=False)  # every rank's raw output
+
+    def bytes_per_rank(self, key: str = "bytes_sent", **match) -> list[int]:
+        """Sum of `key` over ledger records matching `match` (op=..., phase=...), per rank."""
+        totals = [0] * self.config.world_size
+        for r in self.ledger:
+            if all(r.get(k) == v for k, v in match.items()):
+                totals[r["rank"]] += r[key]
+        return totals
+
+    def ledger_frame(self):
+        import pandas as pd
+        return pd.DataFrame(self.ledger)
+
+    def compare(self, reference: RunResult, rtol: float = 1e-4):
+        from parlab.engine.verify import compare
+        return compare(self, reference, rtol)
+
+    def summary(self) -> str:
+        sent = self.bytes_per_rank()
+        lines = [f"{self.config.scheme} on {self.config.world_size} rank(s), model "
+                 f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"]
+        lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
+        lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
+                  " comm ops" for r, b in enumerate(sent)]
+        return "\n".join(lines)
+
+
+def _default_assemble(outputs: list[dict], cfg: RunConfig) -> dict:
+    for out in outputs:
+        if out.get("state") is not None:
+            return out["state"]
+    return {}
+
+
+def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, seed: int = 0,
+        link=None, progress: Callable[[int, int], None] | None = None, **options) -> RunResult:
+    """Train `model` for `steps` steps with `scheme` on `world_size` ranks; see the module doc."""
+    cfg = make_config(scheme, world_size, model, steps, seed, link, **options)
+    spec = get_scheme(scheme)
+    t0 = time.perf_counter()
+    outputs = launch(_rank_main, world_size, cfg, timeout=cfg.timeout, link=cfg.link,
+                     start_method=cfg.start_method, progress=progress)
+    wall = time.perf_counter() - t0
+    losses = [0.0] * steps
+    for out in outputs:
+        for i, value in enumerate(out.get("losses") or []):
+            losses[i] += value
+    state = (spec.assemble or _default_assemble)(outputs, cfg)
+    ledger = [record for out in outputs for record in out["ledger"]]
+    from parlab.core.trace import normalize
+    timeline = normalize([event for out in outputs for event in out["timeline"]])
+    memory = [out.get("memory", {}) for out in outputs]
+    return RunResult(losses, state, ledger, timeline, memory, wall, cfg, outputs)

@@ -1,0 +1,43 @@
+"""The models every scheme trains, by name: `gpt` (a tiny nanoGPT), `mlp` (spirals), and the video
+denoiser of chapter 06 (`parlab.models.video_denoiser`); `data` makes every step's global batch.
+
+`build_model(name, cfg, seed)` creates parameters in a fixed order from the seed, so every rank of
+every scheme starts from the reference's weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import torch.nn as nn
+
+from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, attention, maybe_checkpoint
+from parlab.models.mlp import MLP, MLPConfig
+
+__all__ = ["GPT", "MLP", "MODELS", "Block", "CausalSelfAttention", "GPTConfig", "MLPConfig",
+           "attention", "build_model", "maybe_checkpoint", "model_config"]
+
+MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig)}
+
+
+def model_config(name: str, overrides: dict | None = None):
+    """The config of model `name` with `overrides`; ValueError names an unknown model or field."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r} is unknown; choose one of {sorted(MODELS)}")
+    cls = MODELS[name][1]
+    overrides = dict(overrides or {})
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ValueError(f"model_config keys {unknown} are unknown for model={name!r}; "
+                         f"known: {sorted(known)}")
+    cfg = cls(**overrides)
+    cfg.validate()
+    return cfg
+
+
+def build_model(name: str, cfg, seed: int, checkpoint: bool = False) -> nn.Module:
+    model = MODELS[name][0](cfg, seed=seed)
+    model.activation_checkpointing = checkpoint
+    return model
+

@@ -1,0 +1,58 @@
+"""A small MLP on the spirals dataset (`parlab.models.data.spirals`), deterministic from a seed: the
+second model every data-parallel, ZeRO and pipeline scheme trains (its `layers` split easily)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from parlab.models.gpt import _init_linear, maybe_checkpoint
+
+
+@dataclass(frozen=True)
+class MLPConfig:
+    d_in: int = 2
+    d_hidden: int = 64
+    n_layer: int = 4  # hidden layers
+    d_out: int = 3
+
+    def validate(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"MLPConfig.{f.name}={value!r} must be an int >= 1")
+
+
+class MLP(nn.Module):
+    """d_in → [Linear, GELU] × n_layer → d_out; `layers` is a flat ModuleList (easy to split)."""
+
+    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
+
+    def __init__(self, cfg: MLPConfig, seed: int = 0):
+        super().__init__()
+        cfg.validate()
+        self.config = cfg
+        dims = [cfg.d_in] + [cfg.d_hidden] * cfg.n_layer + [cfg.d_out]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        g = torch.Generator().manual_seed(seed)
+        for layer in self.layers:
+            _init_linear(layer, g, std=1.0 / math.sqrt(layer.in_features))
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            if i < len(self.layers) - 1:
+                x = maybe_checkpoint(_linear_gelu, self.activation_checkpointing, layer, x)  # (B, d)
+            else:
+                x = layer(x)  # (B, d_out)
+        return x
+
+    def loss(self, x, targets):
+        return F.cross_entropy(self(x), targets)
+
+
+def _linear_gelu(layer, x):
+    return F.gelu(layer(x))

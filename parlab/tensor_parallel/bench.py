@@ -1,0 +1,74 @@
+"""`python -m parlab bench tp`: tensor parallelism (Megatron-LM; sequence parallelism, Korthikanti
+et al. 2023) against PyTorch's parallelize_module, and cross-mesh resharding methods (AlpaComm,
+Zhuang et al., MLSys 2023), each measured side by side in one run.
+
+Part 1 — tp, tp-sp, torch-tp and torch-tp with sp=True at each degree (world_size = tp): the
+step time is the median over steps after warm-up of forward start to optimizer end (slowest
+rank), median over `--repeats` round-robin rounds; `vs_tp` is the ratio to `tp` at the same
+degree, from the same rounds. Bytes are the tp activation traffic per step of rank 0 (torch-tp:
+DTensor's collectives at nominal ring bytes). Loopback only: DTensor talks to gloo directly, so
+an emulated link could not delay it. The optimizer is SGD by default: AdamW divides each gradient
+by its own running RMS, so the few weights whose gradient is ~1e-9 (a sum that cancels) turn
+float-rounding differences of the split matmuls into visible update differences (~1e-5) at this
+larger width; SGD keeps the `match` column a check of the gradients themselves.
+
+Part 2 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
+pairs with send-recv, chained broadcast and load-balanced broadcast, on loopback and on emulated
+links, beside the α-β prediction of each plan; `speedup` is over send-recv on the same pair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def main(argv: list[str]) -> int:
+    from parlab.tensor_parallel.explore import print_rows, reshard_experiment, tp_rows
+
+    parser = argparse.ArgumentParser(prog="python -m parlab bench tp", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--degrees", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--schemes", nargs="+", default=["tp", "tp-sp", "torch-tp", "torch-tp:sp"],
+                        help="scheme[:flag...], e.g. torch-tp:sp or tp:vocab_parallel")
+    parser.add_argument("--steps", type=int, default=4, help="measured steps (after 1 warm-up)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--n-embd", type=int, default=64)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--optimizer", default="sgd", help="sgd (default) or adamw; see below")
+    parser.add_argument("--reshard-shape", type=int, nargs=2, default=[128, 128])
+    parser.add_argument("--reshard-worlds", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--reshard-links", nargs="+", default=["loopback", "1GbE"])
+    parser.add_argument("--reshard-repeats", type=int, default=3)
+    parser.add_argument("--skip-tp", action="store_true")
+    parser.add_argument("--skip-reshard", action="store_true")
+    parser.add_argument("--json", help="save every row here")
+    args = parser.parse_args(argv)
+
+    out = {"tp": [], "reshard": []}
+    if not args.skip_tp:
+        model_config = {"n_embd": args.n_embd, "block_size": args.block_size, "n_head": 4}
+        print(f"# tensor parallelism, GPT n_embd={args.n_embd} T={args.block_size} "
+              f"batch={args.batch_size}, loopback, {args.repeats} round(s)")
+        out["tp"] = tp_rows(args.schemes, args.degrees, args.steps, None, model_config,
+                            args.batch_size, args.repeats, args.optimizer)
+        print_rows(out["tp"])
+    if not args.skip_reshard:
+        for world in args.reshard_worlds:
+            for link in args.reshard_links:
+                print(f"\n# resharding {tuple(args.reshard_shape)} fp32, ranks "
+                      f"[0,{world // 2}) -> [{world // 2},{world}), link {link}")
+                rows = reshard_experiment(world, tuple(args.reshard_shape),
+                                          None if link == "loopback" else link,
+                                          repeats=args.reshard_repeats)
+                for row in rows:
+                    row.update(world_size=world, link=link)
+                print_rows(rows)
+                out["reshard"] += rows
+    print("\nTimes are measured on a shared 2-core machine: ratios within one run are the "
+          "signal; absolute numbers are noisy.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 0

@@ -1,0 +1,264 @@
+"""What chapter 03 (tensor and sequence parallelism; resharding) runs: experiments, rank workers,
+figures and the widget callback. Megatron-LM (Shoeybi et al. 2019), sequence parallelism
+(Korthikanti et al., MLSys 2023), cross-mesh resharding (AlpaComm, Zhuang et al., MLSys 2023).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
+         ("replicated", "replicated")]
+
+
+# ----------------------------------------------------------------------------- step times
+def step_times(result, warmup: int = 1) -> list[float]:
+    """Seconds per step after `warmup` steps: forward start to optimizer end, slowest rank."""
+    per_rank = []
+    for rank in range(result.config.world_size):
+        mine = [e for e in result.timeline if e["rank"] == rank]
+        starts = sorted(e["t0"] for e in mine if e["name"] == "forward")
+        ends = sorted(e["t1"] for e in mine if e["name"] == "optimizer")
+        per_rank.append([b - a for a, b in zip(starts, ends)][warmup:])
+    return [max(column) for column in zip(*per_rank)]
+
+
+def _spec(name: str) -> tuple[str, dict]:
+    """'torch-tp:sp' -> ('torch-tp', {'sp': True}): a scheme with boolean options switched on."""
+    scheme, *flags = name.split(":")
+    return scheme, {flag: True for flag in flags}
+
+
+def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), steps: int = 4,
+            link=None,
+            model_config=None, batch_size: int = 8, repeats: int = 1,
+            optimizer: str = "adamw") -> list[dict]:
+    """Step time, tp bytes per step and activation memory of each scheme at each degree, all
+    round-robin in one run (ratios to `tp` at the same degree), and the check against single."""
+    import parlab
+
+    common = dict(steps=steps + 1, link=link, model_config=model_config, batch_size=batch_size,
+                  optimizer=optimizer)
+    reference = parlab.run("single", **common)
+    samples, results = {}, {}
+    for _ in range(repeats):
+        for tp in degrees:
+            for scheme in schemes:
+                name, options = _spec(scheme)
+                result = parlab.run(name, world_size=tp, **common, **options)
+                samples.setdefault((scheme, tp), []).append(statistics.median(step_times(result)))
+                results[(scheme, tp)] = result
+    rows = []
+    for (scheme, tp), result in results.items():
+        step = statistics.median(samples[(scheme, tp)])
+        base = statistics.median(samples[("tp", tp)]) if ("tp", tp) in samples else step
+        tp_bytes = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
+        rows.append({"scheme": scheme, "tp": tp, "step_ms": step * 1e3, "vs_tp": step / base,
+                     "tp_MB_per_step": tp_bytes / (steps + 1) / 1e6,
+                     "activations_kB": result.memory[0].get("activations", float("nan")) / 1e3,
+                     "match": result.compare(reference).match,
+                     "max_param_diff": result.compare(reference).max_param_diff})
+    rows.append({"scheme": "single", "tp": 1, "step_ms": statistics.median(step_times(reference))
+                 * 1e3, "vs_tp": float("nan"), "tp_MB_per_step": 0.0,
+                 "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True,
+                 "max_param_diff": 0.0})
+    return rows
+
+
+def ops_per_block(result, rank: int = 0) -> dict:
+    """{(op, phase): count per block and step} of a tp / tp-sp run, from the ledger."""
+    m, steps = result.config.model_config, result.config.steps
+    counts = {}
+    for r in result.ledger:
+        if r["rank"] == rank and r["phase"] in ("tp-forward", "tp-backward"):
+            counts[(r["op"], r["phase"])] = counts.get((r["op"], r["phase"]), 0) + 1
+    return {k: v / (m.n_layer * steps) for k, v in sorted(counts.items())}
+
+
+# ----------------------------------------------------------------------------- resharding
+def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link):
+    """Sources ranks [0, m), destinations [m, N), m = N/2; every pair and method, `repeats`
+    times. Returns this rank's seconds and sent / received elements per (pair, method)."""
+    from parlab.core.comm import Comm
+    from parlab.tensor_parallel import reshard
+
+    tx = Comm(link=link)
+    rx = Comm(ledger=tx.ledger, timeline=tx.timeline, link=link, name="world-rx")
+    m = world_size // 2
+    src, dst = list(range(m)), list(range(m, world_size))
+    full = reshard.full_tensor(shape)
+    out = {"rows": []}
+    for src_layout, dst_layout in pairs:
+        local = full
+        if rank in src:
+            r0, r1, c0, c1 = reshard.region(shape, src_layout, rank, m)
+            local = full[r0:r1, c0:c1].clone()
+        for method in methods:
+            seconds = []
+            for _ in range(repeats + 1):  # the first is a warm-up, dropped below
+                before = len(tx.ledger.records)
+                result, s = reshard.timed_reshard(tx, rx, local, shape, src_layout, src,
+                                                  dst_layout, dst, method)
+                seconds.append(s)
+                mine = [r for r in tx.ledger.records[before:] if r["phase"] == "reshard"]
+            if rank in dst:
+                r0, r1, c0, c1 = reshard.region(shape, dst_layout, rank - m, world_size - m)
+                assert torch.equal(result, full[r0:r1, c0:c1]), (src_layout, dst_layout, method)
+            out["rows"].append({"pair": f"{src_layout}→{dst_layout}", "method": method,
+                                "seconds": seconds[1:],
+                                "sent": sum(r["bytes_sent"] for r in mine),
+                                "recv": sum(r["bytes_recv"] for r in mine)})
+    return out
+
+
+def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=PAIRS,
+                       methods=None, repeats: int = 3) -> list[dict]:
+    """Measured time (slowest rank, median of repeats) and bytes of every method per layout
+    pair, beside the α-β prediction of its plan on an emulated link. On loopback there is no
+    prediction (NaN): a ping-pong here measures α ≈ 2-5 ms of scheduler wake-up on the shared
+    cores and no measurable β at these sizes, and overlapping async messages do not each pay
+    that α, so the model has nothing honest to say."""
+    from parlab.core.launch import launch
+    from parlab.core.link import resolve
+    from parlab.tensor_parallel import reshard
+
+    methods = methods or reshard.METHODS
+    link = resolve(link)
+    outs = launch(reshard_worker, world_size, tuple(shape), list(pairs), list(methods), repeats,
+                  link, link=link)
+    m = world_size // 2
+    rows = []
+    for i, row in enumerate(outs[0]["rows"]):
+        src_layout, dst_layout = row["pair"].split("→")
+        per_rank = [o["rows"][i] for o in outs]
+        seconds = [max(r["seconds"][k] for r in per_rank) for k in range(repeats)]
+        plan = reshard.plan(shape, src_layout, list(range(m)), dst_layout,
+                            list(range(m, world_size)), row["method"])
+        rows.append({"pair": row["pair"], "method": row["method"],
+                     "measured_ms": statistics.median(seconds) * 1e3,
+                     "predicted_ms": reshard.predicted_seconds(plan, link.latency_s,
+                                                               link.bandwidth_Bps) * 1e3
+                     if link else float("nan"),
+                     "max_sent_kB": max(r["sent"] for r in per_rank) / 1e3,
+                     "total_kB": sum(r["sent"] for r in per_rank) / 1e3})
+    for row in rows:  # speed-up of each method over send-recv on the same pair
+        naive = next(r for r in rows if r["pair"] == row["pair"] and r["method"] == "send-recv")
+        row["speedup"] = naive["measured_ms"] / row["measured_ms"]
+    return rows
+
+
+def print_rows(rows: list[dict]) -> None:
+    import pandas as pd
+    with pd.option_context("display.width", 140, "display.precision", 3):
+        print(pd.DataFrame(rows).to_string(index=False))
+
+
+# ----------------------------------------------------------------------------- notebook helpers
+def correctness(world_size: int, steps: int) -> list[str]:
+    """`match` of tp, tp-sp (and dp × tp when it exists) against single: deterministic lines."""
+    import parlab
+
+    reference = parlab.run("single", steps=steps)
+    runs = [("tp", {}), ("tp-sp", {}), ("tp", {"vocab_parallel": True})]
+    if world_size >= 4:
+        runs.append(("tp", {"tp": 2}))  # 2-D: dp × tp
+    lines = []
+    for scheme, options in runs:
+        result = parlab.run(scheme, world_size=world_size, steps=steps, **options)
+        out = result.outputs[0]
+        extra = " (vocab-parallel head)" if options.get("vocab_parallel") else ""
+        lines.append(f"{scheme:<6} dp={out['dp']} × tp={out['tp']}{extra}: match: "
+                     f"{result.compare(reference).match}")
+    return lines
+
+
+def ledger_vs_formula(result) -> list[dict]:
+    """Bytes each rank sent per ledger phase beside `parlab.tensor_parallel.cost.closed_form_bytes`."""
+    from parlab.tensor_parallel.cost import closed_form_bytes
+
+    cfg = result.config
+    rows = []
+    for rank, out in enumerate(result.outputs):
+        expect = closed_form_bytes(cfg.model_config, cfg.batch_size // out["dp"], out["tp"],
+                                   rank % out["tp"], cfg.steps, cfg.scheme != "tp",
+                                   cfg.options.get("regather", False))
+        for phase, formula in expect.items():
+            measured = result.bytes_per_rank(phase=phase)[rank]
+            rows.append({"rank": rank, "phase": phase, "ledger_bytes": measured,
+                         "formula_bytes": formula, "equal": measured == formula})
+    return rows
+
+
+def memory_rows(world_size: int) -> list[dict]:
+    """Measured activation bytes per rank (one step) beside `parlab.tensor_parallel.cost.activation_bytes`."""
+    import parlab
+    from parlab.tensor_parallel.cost import activation_bytes
+
+    rows = []
+    for scheme, options in [("single", {}), ("tp", {}), ("tp-sp", {"regather": False}),
+                            ("tp-sp", {})]:
+        n = 1 if scheme == "single" else world_size
+        result = parlab.run(scheme, world_size=n, steps=1, **options)
+        tp = result.outputs[0].get("tp", 1)
+        formula = activation_bytes(result.config.model_config, result.config.batch_size
+                                   // result.outputs[0].get("dp", 1), tp, scheme == "tp-sp",
+                                   options.get("regather", True))
+        label = scheme + ("" if options.get("regather", True) else " (keep gathered)")
+        rows.append({"scheme": label, "tp": tp, "measured_bytes": result.memory[0]["activations"],
+                     "formula_bytes": formula})
+    return rows
+
+
+def panel(world_size: int, link: str, sp: bool, steps: int = 2) -> None:
+    """Widget callback: tp or tp-sp on `world_size` ranks over `link`, against single."""
+    import parlab
+
+    scheme = "tp-sp" if sp else "tp"
+    result = parlab.run(scheme, world_size=world_size, steps=steps,
+                        link=None if link == "loopback" else link)
+    reference = parlab.run("single", steps=steps)
+    out = result.outputs[0]
+    per_step = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
+    print(f"{scheme}: dp={out['dp']} × tp={out['tp']}, "
+          f"match vs single: {result.compare(reference).match}")
+    print(f"rank 0 sends {per_step / steps:,.0f} activation bytes per step; "
+          f"activations held: {result.memory[0]['activations']:,} bytes")
+    print(f"step time {statistics.median(step_times(result, 0)) * 1e3:.0f} ms on {link}")
+
+
+def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[dict]:
+    """Step time of tp on `link` beside the α-β model: single's measured step ÷ tp (all compute
+    splits, the optimistic part) + 4 ring all-reduces of (B, T, C) per block on the link."""
+    import parlab
+    from parlab.core import cost
+    from parlab.core.link import resolve
+
+    reference = parlab.run("single", steps=steps + 1)
+    single = statistics.median(step_times(reference))
+    link_obj = resolve(None if link == "loopback" else link)
+    rows = []
+    for tp in sorted({1, world_size}):
+        result = parlab.run("tp", world_size=tp, steps=steps + 1, link=link_obj)
+        m, B = result.config.model_config, result.config.batch_size
+        comm = 0.0
+        if link_obj is not None and tp > 1:
+            nbytes = B * m.block_size * m.n_embd * 4
+            comm = 4 * m.n_layer * cost.all_reduce_time(nbytes, tp, link_obj.latency_s,
+                                                        link_obj.bandwidth_Bps)
+        rows.append({"tp": tp, "link": link, "measured_ms": statistics.median(step_times(result))
+                     * 1e3, "predicted_ms": (single / tp + comm) * 1e3,
+                     "of_which_comm_ms": comm * 1e3})
+    return rows
+
+
+def check_forward_bytes(answer, tp: int, batch_size: int = 8, steps: int = 1) -> str:
+    """Exercise check: bytes rank 0 sends in tp-forward per step at degree `tp`, from the ledger."""
+    import parlab
+
+    result = parlab.run("tp", world_size=tp, tp=tp, steps=steps, batch_size=batch_size)
+    truth = result.bytes_per_rank(phase="tp-forward")[0] // steps
+    if answer is None:
+        return "fill in your answer first (hint: 2 all-reduces per block, ring: 2(N-1)/N·S each)"
+    return "correct" if int(answer) == truth else f"not quite: the ledger says {truth:,} bytes"

@@ -1,0 +1,97 @@
+"""Figures of chapter 03: the matmul split by columns and by rows (Megatron-LM, Shoeybi et al.
+2019, Fig. 3) and when tensor parallelism pays off (compute ÷ tp against all-reduce time).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+RANK_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
+               "#8C8C8C"]
+
+
+def _grid(ax, x0, rows, cols, split, tp, label, cell=0.3):
+    """Draw a rows × cols matrix from x0 (top at y=0), coloured by owner: split 'col' / 'row'."""
+    from matplotlib.patches import Rectangle
+    for i in range(rows):
+        for j in range(cols):
+            owner = j * tp // cols if split == "col" else i * tp // rows if split == "row" else None
+            color = RANK_COLORS[owner % len(RANK_COLORS)] if owner is not None else "#BBBBBB"
+            ax.add_patch(Rectangle((x0 + j * cell, -(i + 1) * cell), cell, cell,
+                                   facecolor=color, edgecolor="white"))
+    ax.text(x0 + cols * cell / 2, -rows * cell - 0.2, label, ha="center", va="top", fontsize=9)
+    return x0 + cols * cell
+
+
+def draw_matmul_splits(tp: int = 2):
+    """Y = GeLU(X·A) with A cut by columns (each rank a block of Y's columns, no comm), then
+    Z = Y·B with B cut by rows (each rank a partial Z, summed by all-reduce: operator g)."""
+    import matplotlib.pyplot as plt
+    tp = max(tp, 1)
+    wide = 8 if tp <= 8 else tp
+    fig, ax = plt.subplots(figsize=(14, 3.6))
+    x = 0.0
+    pieces = [(4, 4, None, "X (B·T, C)\nevery rank, via f"), "·",
+              (4, wide, "col", "A (C, 4C)\ncolumn-parallel"), "→",
+              (4, wide, "col", "Y = GeLU(X·Aᵢ)\nlocal, no comm"), "·",
+              (wide, 4, "row", "B (4C, C)\nrow-parallel"), "= Σᵢ",
+              (4, 4, None, "Z = Σᵢ Yᵢ·Bᵢ\nall-reduce (g)")]
+    for piece in pieces:
+        if isinstance(piece, str):
+            ax.text(x + 0.35, -0.6, piece, fontsize=16, ha="center", va="center")
+            x += 0.8
+        else:
+            x = _grid(ax, x, *piece[:3], tp, piece[3])
+    ax.set_xlim(-0.2, x + 0.2)
+    ax.set_ylim(-wide * 0.3 - 0.9, 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"Megatron MLP on tp={tp} ranks (colour = the rank that owns it)")
+    return fig
+
+
+def measure_matmul_flops(rows: int = 768, width: int = 128, repeats: int = 5) -> float:
+    """This machine's float32 matmul rate (flop/s), one thread, the size of a block's matmul."""
+    a, b = torch.randn(rows, width), torch.randn(width, 4 * width)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # like a rank
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * rows * width * 4 * width / best
+
+
+def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
+                 links=("1GbE", "10GbE", "100Gb-IB", "NVLink"), degrees=(1, 2, 4, 8),
+                 flops_per_s: float | None = None):
+    """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link."""
+    import matplotlib.pyplot as plt
+
+    from parlab.core.link import PRESETS
+    from parlab.tensor_parallel.cost import block_times
+
+    flops = flops_per_s or measure_matmul_flops()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in links:
+        link = PRESETS[name]
+        total = [sum(block_times(batch_rows, seq_len, n_embd, t, flops, link.latency_s,
+                                 link.bandwidth_Bps).values()) * 1e3 for t in degrees]
+        ax.plot(degrees, total, "o-", label=f"compute + comm, {name}")
+    compute = [block_times(batch_rows, seq_len, n_embd, t, flops, 0, 1)["compute_s"] * 1e3
+               for t in degrees]
+    ax.plot(degrees, compute, "k--", label="compute only (÷ tp)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tp degree")
+    ax.set_ylabel("ms per block and step")
+    ax.set_title(f"When TP pays: B={batch_rows}, T={seq_len}, C={n_embd}, "
+                 f"{flops / 1e9:.1f} GFLOP/s measured")
+    ax.legend(fontsize="small")
+    return fig, flops

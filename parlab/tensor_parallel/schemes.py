@@ -1,0 +1,129 @@
+"""Schemes `tp` and `tp-sp`: Megatron tensor parallelism (Shoeybi et al. 2019), with sequence
+parallelism (Korthikanti et al., MLSys 2023), and data parallelism over what is left (2D dp × tp).
+
+The world is a mesh dp × tp (`parlab.core.mesh.Mesh`, tp innermost). A tp group holds one replica of
+the model, each rank a 1/tp slice of every block (`parlab.tensor_parallel.layers`); the dp groups train
+replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
+replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
+are first summed over tp, in one flat bucket (one all-reduce, not one per tensor). `tp=None`
+picks the largest degree that fits. `tp` with `vocab_parallel=True` also cuts the tied
+embedding / head by vocabulary rows (`parlab.tensor_parallel.vocab`).
+
+Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
+tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
+reduce-scatters forward, the same backward, plus (regather=True) 2 all-gathers that rebuild the
+saved inputs. `parlab.tensor_parallel.cost.closed_form_bytes` gives the exact per-rank numbers the
+tests check.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.core.mesh import Mesh, validate_degrees
+from parlab.engine.loop import build_model, data_parallel_loop, make_optimizer
+from parlab.engine.runner import register
+from parlab.tensor_parallel.layers import TensorParallelGPT, assemble_state
+
+
+def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
+    """Every factor that a tp degree `tp` does not divide, as readable phrases."""
+    m = cfg.model_config
+    checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
+    if sequence_parallel:
+        checks.append(("sequence length block_size", m.block_size))
+    if cfg.options.get("vocab_parallel"):
+        checks.append(("vocab_size", m.vocab_size))
+    problems = [f"{name}={value} is not divisible by tp={tp}" for name, value in checks if value % tp]
+    if cfg.world_size % tp:
+        problems.append(f"world_size={cfg.world_size} is not divisible by tp={tp}")
+    elif cfg.batch_size % (cfg.world_size // tp):
+        problems.append(f"batch_size={cfg.batch_size} is not divisible by "
+                        f"dp=world_size/tp={cfg.world_size // tp}")
+    return problems
+
+
+def resolve_tp(cfg, sequence_parallel: bool) -> int:
+    """The `tp` option, or (None) the largest divisor of world_size that fits the model."""
+    tp = cfg.options["tp"]
+    if tp is not None:
+        return tp
+    for candidate in range(cfg.world_size, 0, -1):
+        if not divisibility_problems(cfg, candidate, sequence_parallel):
+            return candidate
+    return cfg.world_size  # nothing fits: validate reports the factors of tp = world_size
+
+
+def _validator(sequence_parallel: bool):
+    def validate(cfg):
+        tp = cfg.options["tp"]
+        if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+            raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
+        for flag in ("regather", "vocab_parallel"):
+            if flag in cfg.options and not isinstance(cfg.options[flag], bool):
+                raise ValueError(f"{flag}={cfg.options[flag]!r} must be True or False")
+        check_fits(cfg, sequence_parallel)
+    return validate
+
+
+def check_fits(cfg, sequence_parallel: bool) -> None:
+    """ValueError naming every factor that fails: for the given tp, or for every divisor of
+    world_size when tp=None and none fits."""
+    tp = resolve_tp(cfg, sequence_parallel)
+    problems = divisibility_problems(cfg, tp, sequence_parallel)
+    if problems and cfg.options["tp"] is None:
+        tries = [f"tp={t}: " + ", ".join(divisibility_problems(cfg, t, sequence_parallel))
+                 for t in range(cfg.world_size, 0, -1) if cfg.world_size % t == 0]
+        raise ValueError(f"no tp degree fits world_size={cfg.world_size} — " + "; ".join(tries))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def _assemble(outputs, cfg):
+    shards = sorted((o for o in outputs if o.get("state") is not None), key=lambda o: o["tp_rank"])
+    return assemble_state([o["state"] for o in shards], cfg.options.get("vocab_parallel", False))
+
+
+def tensor_parallel_worker(ctx, sequence_parallel: bool):
+    cfg = ctx.cfg
+    degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
+    dp, tp = degrees["dp"], degrees["tp"]
+    mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
+    model = TensorParallelGPT.from_reference(build_model(cfg), mesh["tp"], sequence_parallel,
+                                             cfg.options.get("regather", True),
+                                             cfg.options.get("vocab_parallel", False))
+    optimizer = make_optimizer(model.parameters(), cfg)
+    replicated = model.replicated_parameters()
+
+    def sync_grads(step):
+        if sequence_parallel and tp > 1:
+            with ctx.ledger.label(phase="sp-grad-sync"):  # each rank saw T/tp of the tokens
+                flat = torch.cat([p.grad.reshape(-1) for p in replicated])  # (Σ numel,) one bucket
+                mesh["tp"].all_reduce(flat)  # (Σ numel,) summed over tp
+                for p, part in zip(replicated, flat.split([p.numel() for p in replicated])):
+                    p.grad.copy_(part.view_as(p))
+        if dp > 1:
+            with ctx.ledger.label(phase="dp-grad-sync"):
+                for p in model.parameters():
+                    mesh["dp"].all_reduce(p.grad, op="avg")  # (local param shape,) over dp
+
+    out = data_parallel_loop(ctx, model, optimizer, mesh.coords["dp"], dp, sync_grads)
+    if not sequence_parallel and mesh.coords["tp"] != 0:
+        out["losses"] = None  # every tp rank computed the same loss; rank 0 reports it
+    out["tp_rank"], out["tp"], out["dp"] = mesh.coords["tp"], tp, dp
+    return out
+
+
+@register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
+          exact=True, options={"tp": None, "vocab_parallel": False}, validate=_validator(False),
+          assemble=_assemble,
+          models=("gpt",))
+def tp_scheme(ctx):
+    return tensor_parallel_worker(ctx, sequence_parallel=False)
+
+
+@register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
+          exact=True, options={"tp": None, "regather": True}, validate=_validator(True),
+          assemble=_assemble, models=("gpt",))
+def tp_sp_scheme(ctx):
+    return tensor_parallel_worker(ctx, sequence_parallel=True)

@@ -1,0 +1,235 @@
+"""Scheme `torch-tp`: the same tensor (and sequence) parallelism through PyTorch's own DTensor API.
+
+PyTorch's `torch.distributed.tensor.parallel.parallelize_module` (the API torchtitan uses;
+Megatron-LM's split, Shoeybi et al. 2019, and sequence parallelism, Korthikanti et al. 2023)
+turns the weights into DTensors sharded on a `DeviceMesh`: `ColwiseParallel` for the q, k, v and
+first MLP projections, `RowwiseParallel` for the output projections, and with `sp=True`
+`SequenceParallel` on the LayerNorms, `PrepareModuleInput` all-gathering the sequence in front of
+attention and MLP, and row-parallel outputs reduce-scattered to `Shard(1)`.
+
+DTensor shards a weight's dimension 0 in one piece, so the fused qkv projection (rows
+[q; k; v]) is split into three linears first (`TorchTPAttention`): cutting the fused weight would
+hand rank 0 all of q and half of k. The model is built from the reference weights, so it trains
+exactly like "single".
+
+Bytes: DTensor calls torch.distributed itself, not `parlab.core.comm`; `DTensorCollectivesInLedger`
+(a TorchDispatchMode, the mechanism of PyTorch's CommDebugMode) sees each collective it issues and
+records it in the ledger with *nominal* ring bytes (algo "dtensor"). Activation memory is not
+measured (DTensors have no storage for `parlab.core.memory.ActivationMeter` to see). The data-parallel
+gradient average and the sequence-parallel sum of the embedding gradients go through
+`parlab.core.comm.Comm` and are in the ledger.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from parlab.core import cost
+from parlab.core.memory import model_memory
+from parlab.core.mesh import Mesh
+from parlab.engine.loop import build_model, make_optimizer, step_batch
+from parlab.engine.runner import register
+from parlab.models.gpt import attention, maybe_checkpoint
+from parlab.tensor_parallel.schemes import check_fits, resolve_tp
+
+
+class TorchTPAttention(nn.Module):
+    """The reference attention with the fused qkv weight split into q, k, v linears; the number
+    of local heads is read from the (possibly sharded) q width, so the same code runs on one
+    rank or on tp ranks."""
+
+    def __init__(self, attn):
+        super().__init__()
+        self.head_dim = attn.head_dim
+        q, k, v = attn.c_attn.weight.detach().chunk(3, dim=0)  # 3 × (C, C)
+        self.q, self.k, self.v = (nn.Linear(w.size(1), w.size(0), bias=False) for w in (q, k, v))
+        for linear, w in zip((self.q, self.k, self.v), (q, k, v)):
+            linear.weight.data.copy_(w)
+        self.c_proj = copy.deepcopy(attn.c_proj)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)  # 3 × (B, T, C/tp) local shards
+        B, T, width = q.shape
+        heads = width // self.head_dim
+        q = q.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
+        k = k.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
+        v = v.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
+        y = attention(q, k, v).transpose(1, 2).contiguous().view(B, T, width)  # (B, T, C/tp)
+        return self.c_proj(y)  # (B, T, C) or (B, T/tp, C) with SP: DTensor did the comm
+
+
+class TorchTPGPT(nn.Module):
+    """The reference GPT with split-qkv attention; `loss` embeds only this rank's sequence
+    shard when sequence parallel (like parlab's tp-sp), so wte / wpe gradients are partial."""
+
+    def __init__(self, model, sequence_rank: int = 0, sequence_parts: int = 1):
+        super().__init__()
+        self.wte, self.wpe, self.ln_f = (copy.deepcopy(m) for m in (model.wte, model.wpe, model.ln_f))
+        self.blocks = copy.deepcopy(model.blocks)
+        for block in self.blocks:
+            block.attn = TorchTPAttention(block.attn)
+        self.sequence_rank, self.sequence_parts = sequence_rank, sequence_parts
+        self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
+
+    def loss(self, idx, targets):
+        B, T = idx.shape
+        width = T // self.sequence_parts
+        mine = slice(self.sequence_rank * width, (self.sequence_rank + 1) * width)
+        x = self.wte(idx[:, mine].clone()) + self.wpe(torch.arange(mine.start, mine.stop))  # (B, T/sp, C)
+        for block in self.blocks:
+            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T/sp, C)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/sp, vocab)
+        losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                 targets[:, mine].reshape(-1).clone(), reduction="sum")
+        return losses / (B * T)
+
+
+class DTensorCollectivesInLedger(TorchDispatchMode):
+    """Writes every collective DTensor issues (torch's functional all_reduce, all-gather and
+    reduce-scatter) into the parlab ledger, with the nominal ring bytes of `parlab.core.cost`: gloo
+    does the work, the ledger records what a ring moves for a tensor of that size."""
+
+    COUNTS = {"all_reduce": ("all_reduce", cost.ring_all_reduce),
+              "all_gather_into_tensor": ("all_gather", cost.ring_all_gather),
+              "reduce_scatter_tensor": ("reduce_scatter", cost.ring_reduce_scatter)}
+
+    def __init__(self, comm, phase: str):
+        super().__init__()
+        self.comm, self.phase = comm, phase
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        t0 = time.perf_counter()
+        out = func(*args, **(kwargs or {}))
+        name = func._overloadpacket.__name__
+        if func.namespace == "_c10d_functional" and name in self.COUNTS:
+            op, ring = self.COUNTS[name]
+            local = args[0]  # the rank's input: (S,), its shard for all-gather
+            numel = local.numel() * (self.comm.size if op == "all_gather" else 1)
+            sent, recv, rounds = ring(numel, self.comm.size, self.comm.rank)
+            size, item = self.comm.size, local.element_size()
+            peers = {(self.comm.rank + 1) % size, (self.comm.rank - 1) % size} - {self.comm.rank}
+            ledger = self.comm.ledger
+            ledger.records.append({
+                "rank": ledger.rank, "op": op, "algo": "dtensor", "group": self.comm.name,
+                "group_ranks": tuple(self.comm.ranks), "dtype": str(local.dtype).replace(
+                    "torch.", ""), "peers": tuple(self.comm.ranks[p] for p in sorted(peers)),
+                "numel": numel, "elements_sent": sent, "elements_recv": recv,
+                "bytes_sent": sent * item, "bytes_recv": recv * item, "rounds": rounds,
+                "phase": self.phase, "step": ledger.labels.get("step"), "t_start": t0,
+                "t_end": time.perf_counter()})  # issue time only: DTensor waits later
+        return out
+
+
+def torch_tp_plan(n_layer: int, sequence_parallel: bool) -> dict:
+    """parallelize_module plan: Megatron's split of each block, optionally sequence parallel."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+    plan = {}
+    for i in range(n_layer):
+        p = f"blocks.{i}"
+        for name in ("attn.q", "attn.k", "attn.v", "mlp.c_fc"):
+            plan[f"{p}.{name}"] = ColwiseParallel()
+        for name in ("attn.c_proj", "mlp.c_proj"):
+            plan[f"{p}.{name}"] = RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel \
+                else RowwiseParallel()
+        if sequence_parallel:
+            plan[f"{p}.ln_1"] = plan[f"{p}.ln_2"] = SequenceParallel()
+        # one replicated DTensor input for q, k and v: their input gradients are summed locally
+        # and all-reduced (or reduce-scattered, SP) once, not once per projection
+        layout = Shard(1) if sequence_parallel else Replicate()
+        for name in ("attn", "mlp"):
+            plan[f"{p}.{name}"] = PrepareModuleInput(input_layouts=(layout,),
+                                                     desired_input_layouts=(Replicate(),))
+    if sequence_parallel:
+        plan["ln_f"] = SequenceParallel(use_local_output=True)
+    return plan
+
+
+def full_state(model) -> dict:
+    """Reference-named full parameters: DTensors gathered, q/k/v fused back into c_attn."""
+    from torch.distributed.tensor import DTensor
+    state = {}
+    for name, p in model.named_parameters():
+        value = p.full_tensor() if isinstance(p, DTensor) else p
+        state[name] = value.detach().clone()
+    for i in range(len(model.blocks)):
+        p = f"blocks.{i}.attn"
+        state[f"{p}.c_attn.weight"] = torch.cat([state.pop(f"{p}.{n}.weight") for n in "qkv"])
+    return state
+
+
+def _validate(cfg):
+    tp = cfg.options["tp"]
+    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
+        raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
+    if not isinstance(cfg.options["sp"], bool):
+        raise ValueError(f"sp={cfg.options['sp']!r} must be True or False")
+    check_fits(cfg, cfg.options["sp"])
+
+
+@register("torch-tp", summary="PyTorch parallelize_module (Colwise/Rowwise/SequenceParallel)",
+          exact=True, options={"tp": None, "sp": False}, validate=_validate, models=("gpt",))
+def torch_tp(ctx):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    cfg, sp = ctx.cfg, ctx.cfg.options["sp"]
+    tp = resolve_tp(cfg, sp)
+    dp = cfg.world_size // tp
+    mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
+    device_mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    tp_rank = mesh.coords["tp"]
+    model = TorchTPGPT(build_model(cfg), tp_rank if sp else 0, tp if sp else 1)
+    parallelize_module(model, device_mesh["tp"], torch_tp_plan(cfg.model_config.n_layer, sp))
+    optimizer = make_optimizer(model.parameters(), cfg)
+    embeddings = [model.wte.weight, model.wpe.weight]
+
+    def local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    def sync_grads(step):
+        if sp and tp > 1:
+            with ctx.ledger.label(phase="sp-grad-sync"):
+                for p in embeddings:  # each rank embedded T/tp tokens: sum over tp
+                    mesh["tp"].all_reduce(p.grad)  # (param shape,) over tp
+        if dp > 1:
+            with ctx.ledger.label(phase="dp-grad-sync"):
+                for p in model.parameters():
+                    mesh["dp"].all_reduce(local(p.grad), op="avg")  # (local shard,) over dp
+
+    losses, memory = [], {}
+    for step in range(cfg.steps):  # data_parallel_loop without its ActivationMeter (no DTensor)
+        with ctx.step(step):
+            x, y = step_batch(cfg, step, mesh.coords["dp"], dp)
+            with ctx.span("forward"), DTensorCollectivesInLedger(mesh["tp"], "tp-forward"):
+                loss = model.loss(x, y)
+            with ctx.span("backward"), DTensorCollectivesInLedger(mesh["tp"], "tp-backward"):
+                loss.backward()
+            sync_grads(step)
+            with ctx.span("optimizer"), DTensorCollectivesInLedger(mesh["tp"], "optimizer"):
+                optimizer.step()
+            memory = model_memory([local(p).detach() for p in model.parameters()], None,
+                                  [local(p.grad) for p in model.parameters()])
+            memory["optimizer"] = sum(local(v).numel() * v.element_size() for state in
+                                      optimizer.state.values() for v in state.values()
+                                      if isinstance(v, torch.Tensor) and v.numel() > 1)
+            optimizer.zero_grad(set_to_none=True)
+            losses.append(loss.item() / dp)
+    out = {"losses": losses, "memory": memory}
+    state = full_state(model)  # collective: every rank gathers the DTensors
+    out["state"] = state if ctx.rank == 0 else None
+    if not sp and tp_rank != 0:
+        out["losses"] = None  # every tp rank computed the same loss
+    out["tp"], out["dp"] = tp, dp
+    return out

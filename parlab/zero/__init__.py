@@ -1,0 +1,10 @@
+"""Chapter 02 — memory: ZeRO-1/2/3 (FSDP), activation checkpointing, distributed checkpoints.
+
+Papers: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+Models" (SC 2020); Zhao et al., "PyTorch FSDP" (VLDB 2023); Chen et al., "Training Deep Nets with
+Sublinear Memory Cost" (2016).
+
+Reading order: `shard` (flat units padded to N, the memory and byte closed forms), `engine`
+(what each stage keeps, gathers and frees), `checkpoint` (sharded, resharding on resume),
+`schemes`, `torch_sharded` (ZeroRedundancyOptimizer, FSDP2); `explore` and `bench`.
+"""

@@ -1,0 +1,196 @@
+"""The ZeRO stages as one engine: which model states a rank keeps whole, which it keeps 1/N of.
+
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
+SC 2020, §5: stage 1 (P_os) shards the optimizer state, stage 2 (P_os+g) also the gradients,
+stage 3 (P_os+g+p) also the parameters. With units cut as in `parlab.zero.shard`:
+
+* stage 1: full parameters and a full flat gradient buffer (the parameters' `.grad` are views of
+  it, as DDP's `gradient_as_bucket_view`); after backward each unit's gradient is
+  reduce-scattered, the optimizer updates this rank's shard, the shards are all-gathered.
+* stage 2: as soon as a unit's gradients are complete (post-accumulate-grad hooks), they are
+  reduce-scattered into the rank's gradient shard and the full gradients are dropped.
+* stage 3: only the shard lives between uses. A forward pre-hook all-gathers a unit's
+  parameters, the forward hook frees them and wraps the unit's output in `GatherForBackward`,
+  which gathers them again when backward reaches the unit; after the unit's gradients are
+  reduce-scattered they are freed again (the order of FSDP, Zhao et al. VLDB 2023, Fig. 4).
+  The root unit (embeddings, final norm, tied head) wraps the blocks, so it stays gathered for the
+  whole forward and, gathered again at the start of backward, for the whole backward.
+
+Activation checkpointing composes: a recomputed block finds its parameters already gathered.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.core.memory import optimizer_state_tensors, tensor_bytes
+from parlab.zero.shard import FlatUnit, unit_modules
+
+STAGES = (1, 2, 3)
+
+
+class GatherForBackward(torch.autograd.Function):
+    """ZeRO-3's second all-gather, placed where backward enters a unit.
+
+    Forward: identity on the unit's output, nothing moves. Backward: before the gradient flows into
+    the unit, all-gather its parameters ((N-1)/N·P elements sent per rank); the gradient passes
+    through unchanged."""
+
+    @staticmethod
+    def forward(ctx, output, unit):
+        ctx.unit = unit
+        return output.view_as(output)  # (same shape as the unit's output)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.unit.engine.enter_backward(ctx.unit)
+        return grad, None
+
+
+class ShardedUnit(FlatUnit):
+    """A FlatUnit plus the state the engine keeps for it on this rank."""
+
+    def __init__(self, engine, *args):
+        super().__init__(*args)
+        self.engine = engine
+        self.flat = None  # full flat parameters (stages 1, 2: persistent; stage 3: while gathered)
+        self.flat_grad = None  # stage 1: the full flat gradient buffer
+        self.shard = None  # this rank's (padded/N,) parameters: what the optimizer updates
+        self.pending = 0  # parameters whose gradient has not arrived yet this backward
+        self.in_backward = False
+
+
+class ZeroEngine:
+    """Shard `model`'s states over `comm` at ZeRO `stage`; train with forward/backward/step."""
+
+    def __init__(self, model: torch.nn.Module, comm, stage: int, on_gather=None, on_release=None):
+        if stage not in STAGES:
+            raise ValueError(f"stage={stage!r} must be one of {STAGES}")
+        self.model, self.comm, self.stage = model, comm, stage
+        self.on_gather, self.on_release = on_gather, on_release
+        self.units = [ShardedUnit(self, name, module, params, comm.size, comm.rank)
+                      for name, module, params in unit_modules(model)]
+        self.gathered_bytes = 0  # stage 3: bytes of gathered parameters alive now
+        self.gathered_peak = 0
+        self._handles = []
+        for unit in self.units:
+            flat = unit.flatten(unit.params)  # (padded,) the initial weights, same on every rank
+            if stage == 3:
+                unit.shard = flat[unit.lo:unit.hi].clone()  # (padded/N,) the only copy kept
+                unit.release()
+            else:
+                unit.flat = flat
+                unit.bind(flat)
+                unit.shard = flat[unit.lo:unit.hi]  # (padded/N,) a view: updating it updates flat
+            if stage == 1:
+                unit.flat_grad = torch.zeros(unit.padded)  # (padded,)
+                unit.bind_grads(unit.flat_grad)
+            if stage >= 2:
+                for p in unit.params:
+                    self._handles.append(p.register_post_accumulate_grad_hook(
+                        lambda p, unit=unit: self._grad_arrived(unit)))
+            if stage == 3:
+                self._handles.append(unit.module.register_forward_pre_hook(
+                    lambda module, args, unit=unit: self._pre_forward(unit)))
+                self._handles.append(unit.module.register_forward_hook(
+                    lambda module, args, out, unit=unit: self._post_forward(unit, out)))
+
+    @property
+    def shards(self) -> list[torch.Tensor]:
+        return [unit.shard for unit in self.units]
+
+    # ------------------------------------------------------------------ stage 3: parameters
+    def gather(self, unit: ShardedUnit, phase: str) -> None:
+        full = self.comm.all_gather(unit.shard, phase=phase)  # (padded,) from N × (padded/N,)
+        unit.flat = full
+        unit.bind(full)
+        self.gathered_bytes += full.numel() * full.element_size()
+        self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
+        if self.on_gather is not None:
+            self.on_gather(full)
+
+    def release(self, unit: ShardedUnit) -> None:
+        if unit.flat is None:
+            return
+        if self.on_release is not None:
+            self.on_release(unit.flat)
+        self.gathered_bytes -= unit.flat.numel() * unit.flat.element_size()
+        unit.flat = None
+        unit.release()
+
+    def _pre_forward(self, unit: ShardedUnit) -> None:
+        if unit.flat is None:  # a recomputation (activation checkpointing) finds it gathered
+            self.gather(unit, "param-gather-fwd")
+
+    def _post_forward(self, unit: ShardedUnit, out):
+        if unit.in_backward:  # a recomputation: keep the parameters for the backward under way
+            return out
+        if not torch.is_tensor(out):
+            raise TypeError(f"ZeRO-3 unit {unit.name} returned {type(out).__name__}, not a tensor")
+        self.release(unit)
+        return GatherForBackward.apply(out, unit)
+
+    def enter_backward(self, unit: ShardedUnit) -> None:
+        unit.in_backward = True
+        if unit.flat is None:
+            self.gather(unit, "param-gather-bwd")
+
+    # ------------------------------------------------------------------ gradients
+    def _grad_arrived(self, unit: ShardedUnit) -> None:
+        unit.pending -= 1
+        if unit.pending == 0:
+            self._reduce_scatter(unit)
+
+    def _reduce_scatter(self, unit: ShardedUnit) -> None:
+        """Average the unit's gradient over ranks, keep this rank's chunk as the shard's grad."""
+        flat_grad = unit.flat_grad if self.stage == 1 else unit.flatten([p.grad for p in
+                                                                         unit.params])
+        shard_grad = self.comm.reduce_scatter(flat_grad, op="avg",
+                                              phase="grad-reduce-scatter")  # (padded/N,)
+        if self.stage == 1:
+            unit.flat_grad[unit.lo:unit.hi].copy_(shard_grad)  # (padded/N,) own chunk, averaged
+            unit.shard.grad = unit.flat_grad[unit.lo:unit.hi]
+            return
+        unit.shard.grad = shard_grad
+        for p in unit.params:
+            p.grad = None
+        if self.stage == 3:
+            unit.in_backward = False
+            self.release(unit)
+
+    def start_step(self) -> None:
+        for unit in self.units:
+            unit.pending = len(unit.params)
+
+    def end_backward(self) -> None:
+        """Stage 1 reduce-scatters here; stages 2, 3 check that every unit was reduced."""
+        for unit in self.units:
+            if self.stage == 1:
+                self._reduce_scatter(unit)
+            elif unit.pending:
+                raise RuntimeError(f"unit {unit.name}: {unit.pending} parameters got no gradient")
+
+    def after_step(self) -> None:
+        """Stages 1, 2: all-gather the updated shards into the full parameters."""
+        if self.stage == 3:
+            return
+        for unit in self.units:
+            full = self.comm.all_gather(unit.shard, phase="param-all-gather")  # (padded,)
+            unit.flat.copy_(full)
+
+    def zero_grad(self) -> None:
+        for unit in self.units:
+            unit.shard.grad = None
+            if unit.flat_grad is not None:
+                unit.flat_grad.zero_()
+                unit.bind_grads(unit.flat_grad)
+
+    # ------------------------------------------------------------------ measurement
+    def memory(self, optimizer) -> dict:
+        """Bytes this rank holds now (live tensors, padding included; views counted once)."""
+        params = list(self.model.parameters()) + self.shards
+        grads = [p.grad for p in params if p.grad is not None]
+        return {"params": tensor_bytes(params), "grads": tensor_bytes(grads),
+                "optimizer": tensor_bytes(optimizer_state_tensors(optimizer)),
+                "gathered_peak": self.gathered_peak,
+                "padding": sum(u.padded - u.numel for u in self.units) * 4}

@@ -1,0 +1,216 @@
+"""What chapter 02 (memory) runs: per-rank memory of DDP and ZeRO-1/2/3 beside the ZeRO paper's
+formulas, bytes per stage, activation checkpointing's trade, ours beside PyTorch's, and the
+checkpoint / kill / reshard / resume demo. `python -m parlab bench memory` uses the same functions.
+
+Papers: Rajbhandari et al., "ZeRO", SC 2020; Zhao et al., "PyTorch FSDP", VLDB 2023; Chen et al.,
+"Training Deep Nets with Sublinear Memory Cost", 2016; Liu & Jiang, "Dive into Big Model
+Training", 2022.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import parlab
+from parlab.zero.shard import FlatLayout, memory_formula, step_bytes
+
+STAGE_OF = {"single": 0, "ddp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "torch-zero": 1,
+            "torch-fsdp": 3}
+KINDS = ("params", "grads", "optimizer", "activations")
+
+
+def psi_of(result) -> int:
+    return sum(v.numel() for v in result.state.values())
+
+
+def step_times(result, warmup: int = 1) -> list[float]:
+    """Seconds per step: gaps between consecutive forward starts, the slowest rank each step."""
+    per_rank = []
+    for rank in range(result.config.world_size):
+        starts = sorted(e["t0"] for e in result.timeline
+                        if e["rank"] == rank and e["name"] == "forward")
+        per_rank.append([b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])])
+    return [max(column) for column in zip(*per_rank)]
+
+
+def memory_row(result, warmup: int = 1) -> dict:
+    """One row: the largest measured bytes of each kind over ranks, the formula, the step time."""
+    scheme, n = result.config.scheme, result.config.world_size
+    psi = psi_of(result)
+    formula = memory_formula(STAGE_OF.get(scheme, 0), psi, n)
+    row = {"scheme": scheme + ("+ckpt" if result.config.checkpoint else ""), "world_size": n,
+           "psi": psi}
+    for kind in KINDS:
+        row[kind] = max(m.get(kind, 0) for m in result.memory)
+    row["states"] = row["params"] + row["grads"] + row["optimizer"]
+    row["formula"] = int(sum(formula.values()))
+    row["vs_formula"] = row["states"] / row["formula"]
+    row["gathered_peak"] = max(m.get("gathered_peak", 0) for m in result.memory)
+    times = step_times(result, warmup)
+    row["step_ms"] = 1e3 * statistics.median(times) if times else float("nan")
+    return row
+
+
+def memory_table(schemes=("ddp-naive", "zero1", "zero2", "zero3"), world_sizes=(1, 2, 4),
+                 steps: int = 3, **options):
+    """Run every scheme at every world size; a DataFrame of measured memory and step time."""
+    import pandas as pd
+
+    rows = []
+    for n in world_sizes:
+        for scheme in schemes:
+            rows.append(memory_row(parlab.run(scheme, world_size=n, steps=steps, **options)))
+    return pd.DataFrame(rows)
+
+
+def formula_lines(psi: int, world_size: int) -> list[str]:
+    """The ZeRO paper's model-state bytes at fp32 + Adam for Ψ parameters on N ranks."""
+    lines = []
+    for stage, name in enumerate(("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")):
+        f = memory_formula(stage, psi, world_size)
+        lines.append(f"{name:7s} params {f['params']:>10,.0f}  grads {f['grads']:>10,.0f}  "
+                     f"optimizer {f['optimizer']:>10,.0f}  total {sum(f.values()):>10,.0f} B")
+    return lines
+
+
+def plot_memory(df, ax=None, kinds=("params", "grads", "optimizer"),
+                title="measured model states per rank (black: the ZeRO formula)"):
+    """Stacked bars of measured bytes per scheme and world size, the formula as a black mark."""
+    from parlab.viz import stacked_bars
+
+    rows = {f"{r.scheme}\nN={r.world_size}": {k: getattr(r, k) / 1e3 for k in kinds}
+            for r in df.itertuples()}
+    ax = stacked_bars(rows, ax=ax, ylabel="kB per rank (largest rank)", title=title)
+    ax.plot(list(rows), [f / 1e3 for f in df["formula"]], "k_", markersize=30, mew=2)
+    return ax
+
+
+def bytes_per_stage(world_size: int = 4, steps: int = 2, **options) -> list[dict]:
+    """Measured bytes each rank sends per step, beside the closed form, for DDP and each stage."""
+    ddp = parlab.run("ddp-naive", world_size=world_size, steps=steps, **options)
+    ddp_bytes = max(ddp.bytes_per_rank()) / steps
+    rows = [{"scheme": "ddp-naive", "measured": ddp_bytes, "closed_form": None, "vs_ddp": 1.0}]
+    for stage in (1, 2, 3):
+        result = parlab.run(f"zero{stage}", world_size=world_size, steps=steps, **options)
+        numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+        measured = max(result.bytes_per_rank()) / steps
+        rows.append({"scheme": f"zero{stage}", "measured": measured,
+                     "closed_form": step_bytes(stage, numels, world_size),
+                     "vs_ddp": measured / ddp_bytes if ddp_bytes else float("nan")})
+    return rows
+
+
+def phase_bytes(result) -> dict:
+    """Bytes rank 0 sent, by phase label (param-gather-fwd, param-gather-bwd, ...)."""
+    out: dict = {}
+    for r in result.ledger:
+        if r["rank"] == 0 and r["bytes_sent"]:
+            out[r["phase"]] = out.get(r["phase"], 0) + r["bytes_sent"]
+    return out
+
+
+def compute_seconds(result, warmup: int = 1) -> list[float]:
+    """Forward + backward seconds of each step after warm-up on rank 0 (timeline spans)."""
+    spans: dict = {}
+    for e in result.timeline:
+        if e["rank"] == 0 and e["name"] in ("forward", "backward"):
+            spans.setdefault(e["name"], []).append(e["t1"] - e["t0"])
+    return [f + b for f, b in zip(spans["forward"][warmup:], spans["backward"][warmup:])]
+
+
+def checkpointing_tradeoff(scheme: str = "zero3", world_size: int = 2, steps: int = 4,
+                           repeats: int = 2, **options) -> dict:
+    """Peak activations of `scheme` without and with activation checkpointing, and the compute
+    time it costs: forward + backward of the single process, runs interleaved so that the shared
+    machine's noise falls on both (medians)."""
+    plain = parlab.run(scheme, world_size=world_size, steps=2, **options)
+    recomputed = parlab.run(scheme, world_size=world_size, steps=2, checkpoint=True, **options)
+    times: dict = {False: [], True: []}
+    for _ in range(repeats):
+        for ckpt in (False, True):
+            times[ckpt] += compute_seconds(parlab.run("single", steps=steps, checkpoint=ckpt,
+                                                      **options))
+    act, act_ckpt = (max(m["activations"] for m in r.memory) for r in (plain, recomputed))
+    t, t_ckpt = statistics.median(times[False]), statistics.median(times[True])
+    return {"activations": act, "activations_ckpt": act_ckpt, "saved": 1 - act_ckpt / act,
+            "compute_ms": 1e3 * t, "compute_ms_ckpt": 1e3 * t_ckpt, "time_ratio": t_ckpt / t}
+
+
+def checkpoint_demo(directory: str, before: int = 4, after: int = 2, steps: int = 4,
+                    fail_at_step: int = 3, scheme: str = "zero3", **options) -> dict:
+    """Train with a checkpoint every step, kill a rank at `fail_at_step`, restart from the last
+    checkpoint at another world size, and compare with a run that never failed."""
+    from parlab.core.launch import RankError
+    from parlab.zero.checkpoint import Checkpoint, latest
+
+    clean = parlab.run(scheme, world_size=before, steps=steps, **options)
+    error = None
+    try:
+        parlab.run(scheme, world_size=before, steps=steps, save_dir=directory, save_every=1,
+                   fail_at_step=fail_at_step, fail_rank=before - 1, **options)
+    except RankError as err:
+        error = str(err).splitlines()[0]
+    saved = Checkpoint(latest(directory))
+    resumed = parlab.run(scheme, world_size=after, steps=steps, save_dir=directory, resume=True,
+                         **options)
+    return {"error": error, "checkpoint": saved.path.name, "saved_world_size": saved.world_size,
+            "resumed_at_step": resumed.outputs[0]["first_step"], "world_size_after": after,
+            "clean": clean, "resumed": resumed, "comparison": resumed.compare(clean)}
+
+
+def panel(world_size: int = 2, stage: str = "zero3", checkpoint: str = "off") -> None:
+    """Widget callback: one run; measured bytes per rank beside the formula (depends on N)."""
+    scheme = stage if stage.startswith("zero") else "ddp-naive"
+    result = parlab.run(scheme, world_size=world_size, steps=2, checkpoint=checkpoint == "on")
+    row = memory_row(result, warmup=0)
+    formula = memory_formula(STAGE_OF[scheme], row["psi"], world_size)
+    print(f"{scheme} on {world_size} rank(s), Ψ = {row['psi']:,} parameters, checkpointing "
+          f"{checkpoint}")
+    for r, mem in enumerate(result.memory):
+        print(f"  rank {r}: params {mem['params']:>8,}  grads {mem['grads']:>8,}  optimizer "
+              f"{mem['optimizer']:>8,}  activations {mem['activations']:>9,} B")
+    print(f"  formula: params {formula['params']:>8,.0f}  grads {formula['grads']:>8,.0f}  "
+          f"optimizer {formula['optimizer']:>8,.0f}")
+    print(f"  bytes sent per step per rank: {max(result.bytes_per_rank()) / 2:,.0f}; "
+          f"{result.compare(parlab.run('single', steps=2))}")
+
+
+def predicted_comm_s(result, link) -> float:
+    """α-β prediction of one step's communication for a ZeRO run: each reduce-scatter and
+    all-gather of a padded unit of P bytes costs (N-1)(α + P/(N·β)) (parlab.core.cost)."""
+    from parlab.core import cost
+    from parlab.core.link import resolve
+
+    link = resolve(link)
+    n, stage = result.config.world_size, STAGE_OF[result.config.scheme]
+    numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+    collectives = 3 if stage == 3 else 2
+    return sum(collectives * cost.reduce_scatter_time(4 * (-(-u // n) * n), n, link.latency_s,
+                                                      link.bandwidth_Bps) for u in numels)
+
+
+def comm_seconds(result, warmup: int = 1) -> float:
+    """Median over steps of the time collectives took, each counted on the rank that arrived
+    last (the shortest duration over ranks: the others also waited for it to arrive)."""
+    by_rank: dict = {}
+    for r in result.ledger:
+        by_rank.setdefault(r["rank"], []).append(r)
+    per_step: dict = {}
+    for same_op in zip(*by_rank.values()):  # the i-th collective of every rank
+        step = same_op[0]["step"]
+        if step is not None and step >= warmup:
+            took = min(r["t_end"] - r["t_start"] for r in same_op)
+            per_step[step] = per_step.get(step, 0.0) + took
+    return statistics.median(per_step.values()) if per_step else 0.0
+
+
+def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
+                    schemes=("zero1", "zero3")) -> list[dict]:
+    """Communication time per step on an emulated link, measured (ledger times) beside the α-β
+    prediction of the unit collectives: ZeRO-3's 1.5× bytes become ≈1.5× the time."""
+    rows = []
+    for scheme in schemes:
+        result = parlab.run(scheme, world_size=world_size, steps=steps, link=link)
+        rows.append({"scheme": scheme, "link": link, "measured_ms": 1e3 * comm_seconds(result),
+                     "predicted_ms": 1e3 * predicted_comm_s(result, link)})
+    return rows

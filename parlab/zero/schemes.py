@@ -1,0 +1,132 @@
+"""ZeRO-1, ZeRO-2, ZeRO-3: data parallelism without the redundant copies (Rajbhandari et al., SC 2020).
+
+Each rank trains on its rows of the global batch exactly as DDP does, so the losses and the final
+parameters equal the single process's; what changes is what a rank *keeps* (`parlab.zero.engine`):
+1/N of the Adam moments (zero1), also 1/N of the gradients (zero2), also 1/N of the parameters
+between uses (zero3). Memory per rank is measured from the tensors each rank holds: `params`,
+`grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
+`gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
+block) and `padding` (bytes of the zero padding of the flat units).
+
+Options shared by the three stages:
+  save_dir, save_every — write a sharded checkpoint (`parlab.zero.checkpoint`) every k steps;
+  resume=True — continue from the latest committed checkpoint in save_dir, at any world size;
+  fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
+  and the launcher reports the dead rank (no hang, no orphans).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from parlab.core.memory import ActivationMeter, storage_key
+from parlab.engine.loop import build_model, make_optimizer, step_batch
+from parlab.engine.runner import register
+from parlab.zero import checkpoint as ckpt_mod
+from parlab.zero.engine import ZeroEngine
+from parlab.zero.shard import FlatLayout, assemble_state
+
+OPTIONS = {"save_dir": None, "save_every": 0, "resume": False, "fail_at_step": None,
+           "fail_rank": 0}
+
+
+def validate(cfg) -> None:
+    o = cfg.options
+    if cfg.batch_size % cfg.world_size:
+        raise ValueError(f"batch_size={cfg.batch_size} is not divisible by "
+                         f"world_size={cfg.world_size} (data-parallel ranks)")
+    if o["save_dir"] is not None and not isinstance(o["save_dir"], (str, os.PathLike)):
+        raise ValueError(f"save_dir={o['save_dir']!r} must be a path or None")
+    every = o["save_every"]
+    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
+        raise ValueError(f"save_every={every!r} must be an int >= 0 (0: never)")
+    if every and o["save_dir"] is None:
+        raise ValueError(f"save_every={every} needs save_dir=")
+    if not isinstance(o["resume"], bool):
+        raise ValueError(f"resume={o['resume']!r} must be True or False")
+    if o["resume"] and o["save_dir"] is None:
+        raise ValueError("resume=True needs save_dir=")
+    step = o["fail_at_step"]
+    if step is not None and (isinstance(step, bool) or not isinstance(step, int)
+                             or not 0 <= step < cfg.steps):
+        raise ValueError(f"fail_at_step={step!r} must be None or an int in [0, steps={cfg.steps})")
+    rank = o["fail_rank"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < cfg.world_size:
+        raise ValueError(f"fail_rank={rank!r} must be an int in [0, world_size={cfg.world_size})")
+
+
+def assemble(outputs: list[dict], cfg) -> dict:
+    """The full parameters from every rank's shards (the parent does it: no extra comm)."""
+    layouts = [FlatLayout.from_meta(m) for m in outputs[0]["layouts"]]
+    return assemble_state(layouts, [out["shards"] for out in outputs])
+
+
+def train(ctx, stage: int) -> dict:
+    cfg, comm, o = ctx.cfg, ctx.comm, ctx.cfg.options
+    n, rank = comm.size, comm.rank
+    model = build_model(cfg)
+    meter = ActivationMeter()
+    engine = ZeroEngine(model, comm, stage,
+                        on_gather=lambda t: meter.excluded.add(storage_key(t)),
+                        on_release=lambda t: meter.excluded.discard(storage_key(t)))
+    meter.exclude(list(model.parameters()) + engine.shards)
+    optimizer = make_optimizer(engine.shards, cfg)
+    losses, first, resumed_from = [], 0, None
+    if o["resume"] and (path := ckpt_mod.latest(o["save_dir"])) is not None:
+        saved = ckpt_mod.Checkpoint(path)
+        ckpt_mod.load_into(saved, engine.units, optimizer, n, rank)
+        first, resumed_from = saved.steps_done, saved.world_size
+        losses = [x if rank == 0 else 0.0 for x in saved.losses()]  # the parent sums ranks
+    memory = {}
+    for step in range(first, cfg.steps):
+        with ctx.step(step):
+            if o["fail_at_step"] == step and o["fail_rank"] == rank:
+                os.kill(os.getpid(), signal.SIGKILL)  # a crash: no exception, no goodbye
+            x, y = step_batch(cfg, step, rank, n)
+            engine.start_step()
+            with ctx.span("forward"), meter:
+                loss = model.loss(x, y)
+            with ctx.span("backward"), meter:
+                loss.backward()
+            engine.end_backward()
+            with ctx.span("optimizer"):
+                optimizer.step()
+            engine.after_step()
+            memory = engine.memory(optimizer)
+            engine.zero_grad()
+            losses.append(loss.item() / n)
+            if o["save_every"] and (step + 1) % o["save_every"] == 0:
+                with ctx.span("checkpoint"):
+                    ckpt_mod.save(o["save_dir"], comm, step + 1,
+                                  [u.layout for u in engine.units], engine.shards, optimizer,
+                                  losses, cfg.scheme)
+    memory["activations"] = meter.peak
+    return {"losses": losses, "state": None, "memory": memory,
+            "shards": {u.name: u.shard.detach().clone() for u in engine.units},
+            "layouts": [u.layout.to_meta() for u in engine.units],
+            "resumed_from": resumed_from, "first_step": first}
+
+
+_REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble)
+
+
+@register("zero1", summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
+          "all-gathered", **_REGISTER)
+def zero1(ctx):
+    return train(ctx, 1)
+
+
+@register("zero2", summary="ZeRO-2: + gradients sharded as soon as each block's are ready",
+          **_REGISTER)
+def zero2(ctx):
+    return train(ctx, 2)
+
+
+@register("zero3", summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
+          "and backward", **_REGISTER)
+def zero3(ctx):
+    return train(ctx, 3)
+
+
+
