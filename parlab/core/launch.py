@@ -4,26 +4,27 @@ The idea is the one behind `torch.multiprocessing.spawn` and `torchrun`, built s
 kernel can use it a hundred times an hour without ever hanging or leaking a process:
 
 * Rendezvous goes through a TCPStore that the *parent* opens on 127.0.0.1, port 0 (the kernel
-  picks a free port), and the children join it with `store=`. Two launches at the same time get
-  two different ports, so the silent cross-talk of a shared MASTER_PORT (see FACTS.md) cannot
-  happen.
+  picks a free port) and that listens on loopback only (`parlab.core.rendezvous.LoopbackStore`);
+  the children join it with `store=`. Two launches at the same time get two different ports, so
+  the silent cross-talk of a shared MASTER_PORT cannot happen.
 * Each child reports through its own pipe: progress messages, then one final message that holds
   either its return value or its exception and formatted traceback. The parent waits on the pipes
   *and* on the process sentinels at once, so a rank that dies without a word (killed, segfault)
   is noticed as fast as one that raises. On the first failure every other rank is killed.
 * Workers are started by `forkserver` with torch and parlab preloaded: after the first launch a
-  4-rank launch costs ~0.1-0.3 s instead of ~5 s for `spawn` (FACTS.md). `spawn` and `fork` are
-  available too.
-* Every child asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG), so even a
-  kernel that is killed hard leaves no orphans.
+  4-rank launch costs ~0.1-0.3 s instead of ~5 s for `spawn` (measured on 2 cores). `spawn` and
+  `fork` are available too.
+* Every rank dies with the launching process, whatever signal ends it (kill -9, SIGTERM, a kernel
+  restart): `parlab.core.rendezvous.die_with_launcher`. No orphans, no forkserver left behind.
 * Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR in the environment) `launch` runs `fn` in this
-  very process with env:// rendezvous (nccl when CUDA is available, gloo otherwise) and returns
-  every rank's result, gathered with `all_gather_object`.
+  very process with env:// rendezvous (nccl when CUDA is available, gloo otherwise), each launch in
+  its own namespace of the store, and returns every rank's result, gathered with
+  `all_gather_object`. A launch of world_size=1 there (the `single` reference) runs locally in a
+  child of this process, on every torchrun rank.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import io
 import multiprocessing as mp
@@ -41,6 +42,9 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from parlab.core import rendezvous
+from parlab.core.rendezvous import under_torchrun
 
 START_METHODS = ("forkserver", "spawn", "fork")
 # imported once in the forkserver, inherited by every rank
@@ -66,6 +70,7 @@ class LaunchInfo:
     link: Any = None  # a parlab.core.link.Link, or None for the bare loopback
     timeout_s: float = 60.0
     torchrun: bool = False
+    args: tuple = ()  # the launch's extra arguments (parlab.run passes its RunConfig)
 
 
 _CURRENT: LaunchInfo | None = None
@@ -115,10 +120,6 @@ def _resolve(reference: str) -> Callable:
     return obj
 
 
-def under_torchrun() -> bool:
-    return all(key in os.environ for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
-
-
 # ----------------------------------------------------------------------------- the launcher
 def launch(
     fn: Callable,
@@ -143,13 +144,17 @@ def launch(
         raise ValueError(f"start_method={start_method!r} must be one of {START_METHODS}")
     reference = _function_reference(fn)
     if under_torchrun():
-        return _launch_torchrun(reference, world_size, args, timeout, link)
+        env_world = int(os.environ["WORLD_SIZE"])
+        if world_size == env_world:
+            return _launch_torchrun(reference, world_size, args, timeout, link)
+        if world_size != 1:
+            raise ValueError(f"world_size={world_size} but torchrun started WORLD_SIZE={env_world}: "
+                             f"under torchrun a launch uses every rank (or world_size=1, a local run)")
 
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
-    store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=timeout))
+    store = rendezvous.LoopbackStore(world_size, timeout)
     processes, readers = [], []
     try:
         with _without_parent_main():
@@ -157,7 +162,8 @@ def launch(
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
                     target=_child_main,
-                    args=(reference, rank, world_size, args, store.port, writer, timeout, link),
+                    args=(reference, rank, world_size, args, store.port, writer, timeout, link,
+                          os.getpid(), start_method == "forkserver"),
                     name=f"parlab-rank{rank}", daemon=True,
                 )
                 proc.start()
@@ -169,7 +175,7 @@ def launch(
         _stop_all(processes)
         for reader in readers:
             reader.close()
-        del store
+        store.close()
 
 
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
@@ -276,21 +282,14 @@ def _stop_all(processes) -> None:
 
 
 # ----------------------------------------------------------------------------- in the child
-def _die_with_parent() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
-def _child_main(reference, rank, world_size, args, port, conn, timeout, link) -> None:
+def _child_main(reference, rank, world_size, args, port, conn, timeout, link, launcher_pid,
+                forkserver_child) -> None:
     global _CURRENT, _PROGRESS_CONN
-    _die_with_parent()
+    rendezvous.die_with_launcher(launcher_pid, forkserver_child)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
-    _CURRENT = LaunchInfo(rank, world_size, link, timeout)
+    _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
     _PROGRESS_CONN = conn if rank == 0 else None
     try:
         fn = _resolve(reference)
@@ -318,23 +317,10 @@ def _child_main(reference, rank, world_size, args, port, conn, timeout, link) ->
 # ----------------------------------------------------------------------------- torchrun
 def _launch_torchrun(reference, world_size, args, timeout, link) -> list[Any]:
     """Inside torchrun: this process is one rank; run fn here and gather every rank's result."""
-    global _CURRENT
-    rank, env_world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if env_world != world_size:
-        raise ValueError(f"world_size={world_size} but torchrun started WORLD_SIZE={env_world}")
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    created = not dist.is_initialized()
-    if created:
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=timeout))
-    _CURRENT = LaunchInfo(rank, world_size, link, timeout, torchrun=True)
-    try:
-        result = _resolve(reference)(rank, world_size, *args)
-        gathered: list[Any] = [None] * world_size
-        dist.all_gather_object(gathered, result)
-        return gathered
-    finally:
-        _CURRENT = None
-        if created:
-            dist.destroy_process_group()
+
+    def set_current(rank):
+        global _CURRENT
+        _CURRENT = None if rank is None else LaunchInfo(rank, world_size, link, timeout,
+                                                        torchrun=True, args=args)
+
+    return rendezvous.torchrun_launch(_resolve(reference), world_size, args, timeout, set_current)

@@ -1,0 +1,162 @@
+"""Rendezvous and liveness: a store only this machine can reach, ranks that die with their launcher,
+and a fresh namespace for every run under torchrun.
+
+* `loopback_store` opens the parent's TCPStore on a socket *we* bind to 127.0.0.1, port 0, and hand
+  to c10d as `master_listen_fd`. Left to itself, TCPStore listens on every interface (`*:PORT`, IPv4
+  and IPv6) with no authentication, so another machine could read the ranks' addresses or set and
+  delete keys mid-run. Port 0 makes two concurrent launches use two different ports: a shared
+  MASTER_PORT lets a rank join the wrong job, whose all-reduce then returns a wrong value without
+  error (measured: 4 of 4 tries with two jobs started at once on one port).
+* `die_with_launcher` runs first thing in every rank. A forkserver rank is a child of the
+  forkserver, not of the launching process, so its PR_SET_PDEATHSIG watches the wrong process; and
+  Python's forkserver hands every child a copy of the launcher's liveness pipe, so the forkserver
+  never sees the EOF that would end it (measured: after `kill -9` of the launcher, both ranks, the
+  forkserver and the resource tracker kept running until the run ended). So each rank (1) closes
+  its copy of that pipe, so the forkserver exits as soon as the launcher dies and the kernel kills
+  the ranks through PR_SET_PDEATHSIG, and (2) watches the launcher itself through a pidfd
+  (`pidfd_open(2)`, Linux ≥ 5.3; polling `kill(pid, 0)` elsewhere) and kills itself when it exits,
+  whatever signal ended it.
+* `torchrun_launch`: under torchrun every `parlab.run` in a process joins the same env:// store;
+  without a namespace per run a later run reads the previous run's rank addresses (it hung or failed
+  in 5 of 8 tries). Each run gets its own `PrefixStore("parlab/run<k>/", store)`, k counted per
+  process (every rank runs the same sequence of runs).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import socket
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+
+# ----------------------------------------------------------------------------- the parent's store
+class LoopbackStore:
+    """The rendezvous TCPStore of one launch, listening on 127.0.0.1 only (`.port`, `.close()`)."""
+
+    def __init__(self, world_size: int, timeout: float):
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            self.socket.bind(("127.0.0.1", 0))
+            self.socket.listen(max(128, world_size))
+            self.port = self.socket.getsockname()[1]
+            self.store = dist.TCPStore("127.0.0.1", self.port, world_size, is_master=True,
+                                       wait_for_workers=False, timeout=timedelta(seconds=timeout),
+                                       master_listen_fd=self.socket.fileno())
+        except BaseException:
+            self.socket.close()
+            raise
+        self.socket.detach()  # the store owns the descriptor now and closes it with itself
+
+    def close(self) -> None:
+        self.store = None
+
+
+# ----------------------------------------------------------------------------- in each rank
+def _set_pdeathsig() -> None:
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent (thread)
+    except OSError:
+        pass
+
+
+def _drop_forkserver_liveness() -> None:
+    """Close this rank's copy of the launcher's end of the forkserver liveness pipe."""
+    try:
+        from multiprocessing import forkserver
+    except ImportError:
+        return
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if isinstance(fd, int) and server._forkserver_pid is None:  # a copy, not our own server's
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        server._forkserver_alive_fd = None
+
+
+def _watch(pid: int, pidfd: int | None) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])  # readable once the process has exited
+    else:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            except PermissionError:
+                pass
+            time.sleep(0.5)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def die_with_launcher(launcher_pid: int, forkserver_child: bool) -> None:
+    """Make this rank die within a fraction of a second of `launcher_pid`, however it ends."""
+    _set_pdeathsig()
+    if forkserver_child:
+        _drop_forkserver_liveness()
+    try:
+        pidfd = os.pidfd_open(launcher_pid)
+    except ProcessLookupError:
+        os._exit(1)  # the launcher is already gone
+    except (OSError, AttributeError):
+        pidfd = None
+        try:
+            os.kill(launcher_pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+    threading.Thread(target=_watch, args=(launcher_pid, pidfd), name="parlab-launcher-watch",
+                     daemon=True).start()
+
+
+# ----------------------------------------------------------------------------- torchrun
+_ENV_STORE = None
+_RUNS = 0
+
+
+def under_torchrun() -> bool:
+    return all(key in os.environ for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR"))
+
+
+def _run_store(timeout: float):
+    """A fresh namespace of the env:// store (created once per process) for the next run."""
+    global _ENV_STORE, _RUNS
+    if _ENV_STORE is None:
+        _ENV_STORE, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout)))
+    _RUNS += 1
+    return dist.PrefixStore(f"parlab/run{_RUNS}/", _ENV_STORE)
+
+
+def torchrun_launch(fn, world_size: int, args: tuple, timeout: float, set_current) -> list[Any]:
+    """Inside torchrun: this process is one rank; run fn here and gather every rank's result.
+
+    nccl when CUDA is available, gloo otherwise; a process group the caller initialised already
+    is used as it is."""
+    rank = int(os.environ["RANK"])
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    created = not dist.is_initialized()
+    if created:
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group(backend, store=_run_store(timeout), rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=timeout))
+    set_current(rank)
+    try:
+        result = fn(rank, world_size, *args)
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, result)
+        return gathered
+    finally:
+        set_current(None)
+        if created:
+            dist.destroy_process_group()
