@@ -9,6 +9,18 @@ and is ignored. Files are written to a temporary name and renamed, so a rank kil
 leaves no half file under the real name. Everything is loaded with `torch.load(weights_only=True)`
 (tensors, numbers, strings, lists and dicts only: no pickled code runs).
 
+A checkpoint can only go wrong silently if it is resumed into a run it does not belong to, or if
+its bytes changed on disk; so `meta.pt` is a manifest: everything that defines the run (`run_fields`:
+scheme family, model and its config, seed, optimizer, lr, global batch size — the data position is
+`steps_done`, since step k's batch is a function of the seed and k) with their sha256, and the
+sha256 of every rank file. `check_resume(cfg)` compares a run's configuration with the checkpoints
+under its save_dir before any process starts and names each differing field; only the world size,
+the ZeRO stage within zero1/2/3 and the number of steps may change. A rank file whose checksum
+does not match is named, and `latest` falls back to the previous complete checkpoint with a
+warning (the reason to keep more than one: Gemini, below, keeps two for the same purpose). Only
+the last `keep` checkpoints are kept (option `keep=`, default 2); temporary files and step
+directories of interrupted saves are removed at the next commit.
+
 Resharding (4 → 2, 2 → 4, any N → M) needs no all-to-all: a unit's flat vector is the same at every
 world size but for the zero padding at its end, so the new rank r' reads, from the old files whose
 chunks overlap its range [r'·P'/M, (r'+1)·P'/M), exactly the elements it needs (Ψ_u of them in
@@ -20,8 +32,15 @@ recovery path.)
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import io
+import json
 import os
 import pathlib
+import re
+import shutil
+import warnings
 
 import torch
 
@@ -32,10 +51,61 @@ def step_dir(directory, steps_done: int) -> pathlib.Path:
     return pathlib.Path(directory) / f"step_{steps_done:06d}"
 
 
+KEEP = 2  # checkpoints kept when the run does not say (option keep=)
+_TMP = re.compile(r"\.tmp\d+$")
+
+
 def _atomic_save(obj, path: pathlib.Path) -> None:
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
     torch.save(obj, tmp)
     os.replace(tmp, path)
+
+
+def _sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- what defines a run
+def family(scheme: str) -> str:
+    """Schemes that share a checkpoint format and can reshard between each other: zero1/2/3 → zero."""
+    return re.sub(r"\d+$", "", scheme)
+
+
+def run_fields(cfg) -> dict:
+    """Everything that decides the trajectory of a run but the world size, the stage and steps."""
+    return {"family": family(cfg.scheme), "model": cfg.model,
+            "model_config": dataclasses.asdict(cfg.model_config), "seed": cfg.seed,
+            "optimizer": cfg.optimizer, "lr": float(cfg.lr), "batch_size": cfg.batch_size}
+
+
+def config_hash(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def differences(saved: dict | None, fields: dict) -> list[str]:
+    """'name: checkpoint X, this run Y' for every field of `fields` that `saved` does not share."""
+    if saved is None:
+        return ["manifest: the checkpoint records no run configuration (an older format)"]
+    out = []
+    for key, value in fields.items():
+        old = saved.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            out += [f"{key}.{k}: checkpoint {old.get(k)!r}, this run {v!r}" for k, v in value.items()
+                    if old.get(k) != v]
+        elif old != value:
+            out.append(f"{key}: checkpoint {old!r}, this run {value!r}")
+    return out
+
+
+def _launch_config():
+    """The RunConfig of the parlab.run this rank belongs to (None outside one, e.g. in a test)."""
+    from parlab.core.launch import current
+
+    info = current()
+    for arg in info.args if info is not None else ():
+        if hasattr(arg, "model_config") and hasattr(arg, "options"):
+            return arg
+    return None
 
 
 def optimizer_shard_state(optimizer, shard: torch.Tensor) -> dict:
@@ -46,9 +116,12 @@ def optimizer_shard_state(optimizer, shard: torch.Tensor) -> dict:
 
 def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: list[torch.Tensor],
          optimizer, losses: list[float], scheme: str = "") -> pathlib.Path:
-    """Collective: every rank of `comm` writes its shards; rank 0 then commits `meta.pt`."""
+    """Collective: every rank of `comm` writes its shards; rank 0 then commits `meta.pt` (the
+    manifest: the run's fields, every file's sha256) and removes what `keep` does not keep."""
     path = step_dir(directory, steps_done)
     path.mkdir(parents=True, exist_ok=True)
+    if comm.rank == 0:  # an older save of this step stops counting before its files change
+        (path / "meta.pt").unlink(missing_ok=True)
     units = {}
     for layout, shard in zip(layouts, shards):
         units[layout.name] = {"param": shard.detach().clone(),
@@ -57,19 +130,117 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
                   "losses": [float(x) for x in losses]}, path / f"rank{comm.rank}.pt")
     comm.barrier(phase="checkpoint")  # every shard is on disk before the checkpoint counts
     if comm.rank == 0:
-        _atomic_save({"world_size": comm.size, "steps_done": steps_done, "scheme": scheme,
-                      "layouts": [layout.to_meta() for layout in layouts],
-                      "keys": {name: list(unit) for name, unit in units.items()}},
+        cfg = _launch_config()
+        fields = run_fields(cfg) if cfg is not None else None
+        files = [f"rank{r}.pt" for r in range(comm.size)]
+        _atomic_save({"format": 2, "world_size": comm.size, "steps_done": steps_done,
+                      "scheme": scheme, "layouts": [layout.to_meta() for layout in layouts],
+                      "keys": {name: list(unit) for name, unit in units.items()},
+                      "run": fields, "config_hash": config_hash(fields) if fields else None,
+                      "checksums": {name: _sha256(path / name) for name in files}},
                      path / "meta.pt")
+        keep = cfg.options.get("keep", KEEP) if cfg is not None else KEEP
+        prune(directory, keep, steps_done)
     return path
 
 
-def latest(directory) -> pathlib.Path | None:
-    """The committed checkpoint with the most steps done under `directory`, or None."""
+def _steps_of(path: pathlib.Path) -> int:
+    return int(path.name.split("_")[1])
+
+
+def prune(directory, keep: int, current: int) -> None:
+    """Keep the last `keep` committed checkpoints; remove interrupted saves before `current`."""
     root = pathlib.Path(directory)
-    done = sorted(p for p in root.glob("step_*") if (p / "meta.pt").exists()) if root.exists() \
+    dirs = sorted(p for p in root.glob("step_*") if p.is_dir() and p.name[5:].isdigit())
+    for p in dirs:
+        for tmp in p.iterdir():
+            if _TMP.search(tmp.name):
+                tmp.unlink(missing_ok=True)
+    committed = [p for p in dirs if (p / "meta.pt").exists()]
+    doomed = committed[:-keep] + [p for p in dirs if not (p / "meta.pt").exists()
+                                  and _steps_of(p) < current]
+    for p in doomed:
+        (p / "meta.pt").unlink(missing_ok=True)  # first: a half-removed one is not a checkpoint
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def read_meta(path) -> dict:
+    return torch.load(pathlib.Path(path) / "meta.pt", weights_only=True)
+
+
+def problems(path) -> list[str]:
+    """What is wrong with the committed checkpoint `path` (missing or altered files), or []."""
+    path = pathlib.Path(path)
+    try:
+        meta = read_meta(path)
+    except Exception as err:  # noqa: BLE001 - a damaged manifest is one more problem
+        return [f"{path / 'meta.pt'} cannot be read ({type(err).__name__}: {err})"]
+    found = []
+    for name, digest in (meta.get("checksums") or {}).items():
+        file = path / name
+        if not file.exists():
+            found.append(f"{file} is missing")
+        elif _sha256(file) != digest:
+            found.append(f"{file} does not match its sha256 in the manifest (damaged or altered)")
+    return found
+
+
+def committed(directory) -> list[pathlib.Path]:
+    """Every committed checkpoint under `directory`, oldest first (unverified)."""
+    root = pathlib.Path(directory)
+    return sorted(p for p in root.glob("step_*") if (p / "meta.pt").exists()) if root.exists() \
         else []
-    return done[-1] if done else None
+
+
+def latest(directory, warn: bool = True) -> pathlib.Path | None:
+    """The intact committed checkpoint with the most steps done under `directory`, or None; a
+    damaged newer one is skipped with a warning that names its file."""
+    for path in reversed(committed(directory)):
+        found = problems(path)
+        if not found:
+            return path
+        if warn:
+            warnings.warn(f"checkpoint {path} is not usable: {'; '.join(found)}; falling back to "
+                          "the previous complete checkpoint", RuntimeWarning, stacklevel=2)
+    return None
+
+
+def check_resume(cfg) -> None:
+    """Before any process starts: refuse a resume or a reused save_dir that does not fit `cfg`.
+
+    resume=True: the latest intact checkpoint must have been written by a run with the same
+    `run_fields` (each differing field is named) and fewer steps done than cfg.steps; with no
+    checkpoint a warning says the run starts at step 0 (resume="must" refuses instead). A fresh
+    run that will save into save_dir: every checkpoint there must be of the same run (otherwise a
+    later resume would mix two runs)."""
+    o = cfg.options
+    if o.get("save_dir") is None:
+        return
+    fields, where = run_fields(cfg), f"save_dir={str(o['save_dir'])!r}"
+    rule = "only world_size, the ZeRO stage and steps may change on resume"
+    if o.get("resume"):
+        path = latest(o["save_dir"])
+        if path is None:
+            if o["resume"] == "must":
+                raise ValueError(f"resume='must' but {where} holds no complete checkpoint")
+            warnings.warn(f"resume=True but {where} holds no complete checkpoint: the run starts "
+                          "at step 0 (resume='must' refuses instead)", RuntimeWarning, stacklevel=3)
+            return
+        meta = read_meta(path)
+        diff = differences(meta.get("run"), fields)
+        if diff:
+            raise ValueError(f"{where}: checkpoint {path.name} was written by another run, it "
+                             f"cannot be resumed ({rule}); differing: {'; '.join(diff)}")
+        if cfg.steps <= meta["steps_done"]:
+            raise ValueError(f"steps={cfg.steps} but checkpoint {path} has {meta['steps_done']} "
+                             f"steps done: resuming needs steps > {meta['steps_done']}")
+    elif o.get("save_every"):
+        for path in committed(o["save_dir"]):
+            diff = differences(read_meta(path).get("run"), fields)
+            if diff:
+                raise ValueError(f"{where} already holds checkpoint {path.name} of another run "
+                                 f"(differing: {'; '.join(diff)}); choose an empty save_dir or "
+                                 "remove it")
 
 
 class Checkpoint:
@@ -77,7 +248,9 @@ class Checkpoint:
 
     def __init__(self, path):
         self.path = pathlib.Path(path)
-        meta = torch.load(self.path / "meta.pt", weights_only=True)
+        meta = read_meta(self.path)
+        self.checksums = meta.get("checksums") or {}
+        self.run = meta.get("run")
         self.world_size, self.steps_done = meta["world_size"], meta["steps_done"]
         self.scheme = meta["scheme"]
         self.layouts = {m["name"]: FlatLayout.from_meta(m) for m in meta["layouts"]}
@@ -87,7 +260,20 @@ class Checkpoint:
 
     def rank_file(self, rank: int) -> dict:
         if rank not in self._files:
-            self._files[rank] = torch.load(self.path / f"rank{rank}.pt", weights_only=True)
+            file = self.path / f"rank{rank}.pt"
+            try:
+                data = file.read_bytes()
+            except OSError as err:
+                raise ValueError(f"checkpoint file {file} cannot be read: {err}") from None
+            digest = self.checksums.get(file.name)
+            if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+                raise ValueError(f"checkpoint file {file} does not match its sha256 in the "
+                                 "manifest: damaged or altered")
+            try:
+                self._files[rank] = torch.load(io.BytesIO(data), weights_only=True)
+            except Exception as err:  # noqa: BLE001 - name the file whatever went wrong
+                raise ValueError(f"checkpoint file {file} cannot be loaded (truncated or not a "
+                                 f"checkpoint): {type(err).__name__}: {err}") from None
             self.files_read.append(rank)
         return self._files[rank]
 
@@ -122,6 +308,9 @@ class Checkpoint:
 
 def load_into(ckpt: Checkpoint, units, optimizer, world: int, rank: int) -> None:
     """Fill each unit's shard (and its optimizer state) for `rank` of `world`, resharding."""
+    extra = sorted(set(ckpt.layouts) - {unit.name for unit in units})
+    if extra:
+        raise ValueError(f"checkpoint {ckpt.path} holds units {extra} that this model does not have")
     for unit in units:
         layout = ckpt.layouts.get(unit.name)
         if layout is None or layout.params != unit.layout.params:
