@@ -10,7 +10,9 @@ block) and `padding` (bytes of the zero padding of the flat units).
 
 Options shared by the three stages:
   save_dir, save_every — write a sharded checkpoint (`parlab.zero.checkpoint`) every k steps;
-  resume=True — continue from the latest committed checkpoint in save_dir, at any world size;
+  resume=True — continue from the latest committed checkpoint in save_dir, at any world size and
+  ZeRO stage (a checkpoint of another run is refused, naming each differing field; no checkpoint:
+  a warning, and resume="must" refuses); keep — the number of checkpoints kept (default 2);
   fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
   and the launcher reports the dead rank (no hang, no orphans).
 """
@@ -27,8 +29,8 @@ from parlab.zero import checkpoint as ckpt_mod
 from parlab.zero.engine import ZeroEngine
 from parlab.zero.shard import FlatLayout, assemble_state
 
-OPTIONS = {"save_dir": None, "save_every": 0, "resume": False, "fail_at_step": None,
-           "fail_rank": 0}
+OPTIONS = {"save_dir": None, "save_every": 0, "resume": False, "keep": ckpt_mod.KEEP,
+           "fail_at_step": None, "fail_rank": 0}
 
 
 def validate(cfg) -> None:
@@ -43,10 +45,16 @@ def validate(cfg) -> None:
         raise ValueError(f"save_every={every!r} must be an int >= 0 (0: never)")
     if every and o["save_dir"] is None:
         raise ValueError(f"save_every={every} needs save_dir=")
-    if not isinstance(o["resume"], bool):
-        raise ValueError(f"resume={o['resume']!r} must be True or False")
+    if not isinstance(o["resume"], bool) and o["resume"] != "must":
+        raise ValueError(f"resume={o['resume']!r} must be True, False or 'must' (refuse to start "
+                         "without a checkpoint)")
     if o["resume"] and o["save_dir"] is None:
-        raise ValueError("resume=True needs save_dir=")
+        raise ValueError(f"resume={o['resume']!r} needs save_dir=")
+    keep = o["keep"]
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise ValueError(f"keep={keep!r} must be an int >= 1 (checkpoints kept in save_dir)")
+    if every:
+        _check_writable(o["save_dir"])
     step = o["fail_at_step"]
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)
                              or not 0 <= step < cfg.steps):
@@ -54,6 +62,20 @@ def validate(cfg) -> None:
     rank = o["fail_rank"]
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < cfg.world_size:
         raise ValueError(f"fail_rank={rank!r} must be an int in [0, world_size={cfg.world_size})")
+    ckpt_mod.check_resume(cfg)
+
+
+def _check_writable(directory) -> None:
+    """save_dir must take a file now, not at the first save (after the ranks trained)."""
+    import tempfile
+
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".parlab-probe"):
+            pass
+    except OSError as err:
+        raise ValueError(f"save_dir={str(directory)!r} is not a writable directory: "
+                         f"{err.strerror or err}") from None
 
 
 def assemble(outputs: list[dict], cfg) -> dict:
