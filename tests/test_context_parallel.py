@@ -163,7 +163,7 @@ def test_ulysses_ledger_is_the_closed_form(runs, world_size, cp):
 def test_measured_ring_work_is_the_closed_form(runs):
     for layout in ("zigzag", "contiguous"):
         result = runs("cp-ring", 4, cp=4, layout=layout)
-        assert [out["work"] for out in result.outputs] == ring.causal_work(layout, 4)
+        assert [out.extras["work"] for out in result.outputs] == ring.causal_work(layout, 4)
 
 
 def test_activation_memory_per_rank_shrinks_with_cp(runs):

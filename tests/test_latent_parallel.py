@@ -11,7 +11,7 @@ from parlab.context_parallel.latent_parallel import (
     serve,
     sp_bytes,
 )
-from parlab.models.video_denoiser import VideoConfig, sample
+from parlab.context_parallel.video_denoiser import VideoConfig, sample
 
 CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)
 

@@ -215,10 +215,10 @@ def test_ledger_bytes_are_the_closed_forms(runs, scheme, world_size, options):
         if dp == 1:
             assert sync == 0
         else:
-            params = result.outputs[rank]["memory"]["params"] // 4  # this rank's elements
+            params = result.memory[rank]["params"] // 4  # this rank's elements
             assert sync >= steps * params  # ring all-reduce at 2 ranks sends every element once
             expect = steps * sum(comm_cost.ring_all_reduce(n, dp, rank // pp)[0] for n in
-                                 result.outputs[rank]["memory"]["param_numels"]) * 4
+                                 result.outputs[rank].extras["param_numels"]) * 4
             assert sync == expect
 
 
@@ -227,12 +227,13 @@ def test_activation_memory_gpipe_holds_m_and_1f1b_at_most_p(runs):
     gpipe = runs("pp-gpipe", p, microbatches=m)
     one_f_one_b = runs("pp-1f1b", p, microbatches=m)
     for rank in range(p):
-        g, f = gpipe.memory[rank], one_f_one_b.memory[rank]
+        g, f = gpipe.outputs[rank].extras, one_f_one_b.outputs[rank].extras
         assert g["in_flight_peak"] == m
         assert f["in_flight_peak"] == min(p - rank, m)
         # a few kB of one-off tensors (the first micro-batch's, the loss's) ride along: 5 %
-        assert g["activations"] == pytest.approx(m * g["microbatch_activations"], rel=0.05)
-        assert f["activations"] == pytest.approx(
+        assert gpipe.memory[rank]["activations"] == pytest.approx(
+            m * g["microbatch_activations"], rel=0.05)
+        assert one_f_one_b.memory[rank]["activations"] == pytest.approx(
             f["in_flight_peak"] * f["microbatch_activations"], rel=0.05)
     assert one_f_one_b.memory[0]["activations"] < gpipe.memory[0]["activations"]
 

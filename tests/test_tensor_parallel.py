@@ -34,13 +34,14 @@ def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size,
     sp = scheme == "tp-sp"
     for rank, out in enumerate(result.outputs):
         vocab = options.get("vocab_parallel", False)
-        expect = closed_form_bytes(result.config.model_config, 12 // out["dp"], out["tp"],
-                                   out["tp_rank"], 2, sp, options.get("regather", True), vocab,
+        expect = closed_form_bytes(result.config.model_config, 12 // out.extras["dp"], out.extras["tp"],
+                                   out.extras["tp_rank"], 2, sp, options.get("regather", True), vocab,
                                    options.get("checkpoint", False))
         got = {phase: result.bytes_per_rank(phase=phase)[rank] for phase in PHASES}
         assert got == expect, (rank, got, expect)
         assert vocab or options.get("checkpoint") or result.memory[rank]["activations"] == activation_bytes(
-            result.config.model_config, 12 // out["dp"], out["tp"], sp, options.get("regather", True))
+            result.config.model_config, 12 // out.extras["dp"], out.extras["tp"], sp,
+            options.get("regather", True))
 
 
 def test_ops_per_block_and_step():
@@ -78,8 +79,8 @@ def test_parallel_layers_give_reference_outputs_and_gradients(world_size, sequen
 
 
 def test_default_tp_uses_every_rank_when_heads_divide():
-    assert parlab.run("tp", world_size=2, steps=1).outputs[0]["tp"] == 2
-    assert parlab.run("tp", world_size=4, steps=1).outputs[0]["tp"] == 4
+    assert parlab.run("tp", world_size=2, steps=1).outputs[0].extras["tp"] == 2
+    assert parlab.run("tp", world_size=4, steps=1).outputs[0].extras["tp"] == 4
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -115,12 +116,13 @@ def test_torch_tp_matches_single_with_the_same_bytes(reference, world_size, opti
     assert comparison.match, comparison.problems
     sp, m = options.get("sp", False), result.config.model_config
     for rank, out in enumerate(result.outputs):
-        tp_rank = rank % out["tp"]
-        expect = closed_form_bytes(m, 12 // out["dp"], out["tp"], tp_rank, 2, sp, regather=False)
+        tp_rank = rank % out.extras["tp"]
+        expect = closed_form_bytes(m, 12 // out.extras["dp"], out.extras["tp"], tp_rank, 2, sp,
+                                   regather=False)
         for phase in ("tp-forward", "tp-backward"):
             assert result.bytes_per_rank(phase=phase)[rank] == expect[phase]
         embeddings = [m.vocab_size * m.n_embd, m.block_size * m.n_embd]  # summed over tp with SP
-        sync = 2 * 4 * sum(cost.ring_all_reduce(n, out["tp"], tp_rank)[0] for n in embeddings)
+        sync = 2 * 4 * sum(cost.ring_all_reduce(n, out.extras["tp"], tp_rank)[0] for n in embeddings)
         assert result.bytes_per_rank(phase="sp-grad-sync")[rank] == (sync if sp else 0)
 
 

@@ -24,7 +24,7 @@ def runs():
 
 
 def unit_numels(result) -> list[int]:
-    return [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+    return [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -94,7 +94,7 @@ def test_memory_is_the_padded_formula_and_within_5_percent_of_zero_paper(runs, s
 
 def test_zero3_holds_one_gathered_block_beside_the_root(runs):
     result = runs("zero3", 2)
-    numels = dict(zip([m["name"] for m in result.outputs[0]["layouts"]], unit_numels(result)))
+    numels = dict(zip([m["name"] for m in result.outputs[0].extras["layouts"]], unit_numels(result)))
     largest_block = max(v for k, v in numels.items() if k != "root")
     assert result.memory[0]["gathered_peak"] == 4 * (numels["root"] + largest_block)
 

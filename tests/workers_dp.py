@@ -2,8 +2,7 @@
 
 from parlab.data_parallel.dear import DeARSync
 from parlab.data_parallel.priority import PrioritySync
-from parlab.data_parallel.sync import train
-from parlab.engine.loop import build_model
+from parlab.engine.loop import build_model, train
 from parlab.engine.runner import make_config
 
 
@@ -24,7 +23,7 @@ def schedule_orders(rank, world_size, ctx_args):
                           Comm(None, ledger=ledger, timeline=timeline), ledger, timeline)
         model = build_model(cfg)
         sync = make(ctx, model)
-        train(ctx, model, sync, ctx.rank, ctx.world_size)
+        train(ctx, sync)
         out[scheme] = {"forward_order": sync.forward_order,
                        "applied_order": sync.layerwise.applied_order,
                        "launch_order": getattr(sync, "launch_order", None),

@@ -19,20 +19,7 @@ import statistics
 
 import parlab
 from parlab.context_parallel.latent_parallel import relative_error, serve, sp_bytes
-from parlab.models.video_denoiser import VideoConfig, sample
-
-
-def step_times(result) -> list[float]:
-    """Per step: forward start to optimizer end, slowest rank (from the timeline)."""
-    per_rank: dict[int, dict[str, list]] = {}
-    for e in result.timeline:
-        if e["kind"] == "compute" and e["name"] in ("forward", "optimizer"):
-            per_rank.setdefault(e["rank"], {"forward": [], "optimizer": []})[e["name"]].append(e)
-    steps = []
-    for k in range(result.config.steps):
-        steps.append(max(spans["optimizer"][k]["t1"] - spans["forward"][k]["t0"]
-                         for spans in per_rank.values()))
-    return steps
+from parlab.context_parallel.video_denoiser import VideoConfig, sample
 
 
 def _median_after_first(values: list[float]) -> float:
@@ -44,7 +31,7 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
     for T in seq_lens:
         config = {"block_size": T}
         base = parlab.run("single", steps=steps, model_config=config, batch_size=batch_size)
-        base_time = _median_after_first(step_times(base))
+        base_time = base.step_time(warmup=1)
         base_mem = base.memory[0]["activations"]
         rows.append({"T": T, "scheme": "no CP (single)", "cp": 1, "step_ms": base_time * 1e3,
                      "time_ratio": 1.0, "attn_bytes": 0, "grad_bytes": 0,
@@ -55,7 +42,7 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
             for cp in cps:
                 r = parlab.run(scheme, world_size=cp, cp=cp, steps=steps, model_config=config,
                                batch_size=batch_size, layout=layout, **extra)
-                t = _median_after_first(step_times(r))
+                t = r.step_time(warmup=1)
                 attn = max(a + b for a, b in zip(r.bytes_per_rank(phase="cp-forward"),
                                                  r.bytes_per_rank(phase="cp-backward"))) / steps
                 mem = max(m["activations"] for m in r.memory)

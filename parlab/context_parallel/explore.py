@@ -22,11 +22,11 @@ from parlab.context_parallel.latent_parallel import (
 )
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
 from parlab.context_parallel.ulysses import ulysses_attention, ulysses_bytes
+from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.memory import ActivationMeter
 from parlab.models.gpt import attention
-from parlab.models.video_denoiser import VideoConfig, sample
 
 SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses"}
 
@@ -123,7 +123,7 @@ def run(method: str, world_size: int, cp: int | None = None, steps: int = 3, seq
 def ledger_vs_formula(result) -> list[dict]:
     """Measured bytes per rank and phase next to the closed form, for one cp run."""
     cfg, g = result.config, result.config.model_config
-    dims = result.outputs[0]["degrees"]
+    dims = result.outputs[0].extras["degrees"]
     form = ring.ring_bytes if cfg.scheme == "cp-ring" else ulysses_bytes
     expect = form(cfg.batch_size // dims["dp"], g.n_head, g.block_size, g.head_dim, dims["cp"],
                   g.n_layer)
@@ -278,7 +278,7 @@ def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list
                      "attention bytes sent/step": sum(x["bytes_sent"] for x in attention_ops) // steps,
                      "predicted attention s": round(cost(attention_ops), 3),
                      "predicted all comm s": round(cost(mine), 3),
-                     "measured step s": round(sum(r.outputs[0]["step_s"]) / steps, 3)})
+                     "measured step s": round(sum(r.step_times) / steps, 3)})
     return rows
 
 

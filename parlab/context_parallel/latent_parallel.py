@@ -26,10 +26,16 @@ import torch
 
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.ulysses import ulysses_attention
+from parlab.context_parallel.video_denoiser import (
+    TinyVideoDenoiser,
+    VideoConfig,
+    box_ids,
+    initial_noise,
+    noise_levels,
+)
 from parlab.core.comm import Comm
 from parlab.core.cost import pairwise_all_to_all, shard_bounds
 from parlab.core.launch import launch
-from parlab.models.video_denoiser import TinyVideoDenoiser, VideoConfig, box_ids, initial_noise, noise_levels
 
 MODES = ("sp", "lp")
 METHODS = ("ring", "ulysses")

@@ -19,7 +19,6 @@ the single process.
 
 from __future__ import annotations
 
-import time
 from functools import partial
 
 import torch.nn.functional as F
@@ -27,13 +26,15 @@ import torch.nn.functional as F
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
 from parlab.context_parallel.ulysses import ulysses_attention
-from parlab.core.memory import ActivationMeter, model_memory
+from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
-from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 
-
 # ----------------------------------------------------------------------------- validation
+CP = Int(None, min=1, none=True)  # None: the largest degree that fits
+
+
 def _valid_cp(cfg, method: str, cp: int) -> str | None:
     """Why `cp` does not work for this config (None when it does)."""
     T, nh = cfg.model_config.block_size, cfg.model_config.n_head
@@ -69,10 +70,6 @@ def _validate(cfg, method: str):
     problem = _valid_cp(cfg, method, dims["cp"])
     if problem:
         raise ValueError(problem)
-    if cfg.options.get("layout", "contiguous") not in ring.LAYOUTS:
-        raise ValueError(f"layout={cfg.options['layout']!r} must be one of {ring.LAYOUTS}")
-    if not isinstance(cfg.options.get("recompute", False), bool):
-        raise ValueError(f"recompute={cfg.options['recompute']!r} must be True or False")
 
 
 # ----------------------------------------------------------------------------- the sharded GPT
@@ -112,55 +109,56 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
     return fn, positions
 
 
-def _train(ctx, method: str) -> dict:
-    cfg = ctx.cfg
-    dims = degrees(cfg, method)
-    mesh = Mesh(ctx.comm, [("dp", dims["dp"]), ("cp", dims["cp"])])
-    dp_rank, cp_rank = mesh.coords["dp"], mesh.coords["cp"]
-    layout = cfg.options.get("layout", "contiguous")
-    seq_len = cfg.model_config.block_size
-    work: list = []
-    attention, positions = make_attention(method, mesh["cp"], layout, seq_len, work,
-                                          cfg.options.get("recompute", False))
-    mine = positions[cp_rank]  # (T/cp,)
-    model = build_model(cfg)
-    optimizer = make_optimizer(model.parameters(), cfg)
-    meter = ActivationMeter(exclude=model.parameters())
-    tokens = cfg.batch_size * seq_len  # the global token count of one step
-    losses, step_s, memory = [], [], {}
-    for step in range(cfg.steps):
-        with ctx.step(step):
-            t0 = time.perf_counter()
-            x, y = step_batch(cfg, step, dp_rank, dims["dp"])  # (B/dp, T)
-            x, y = x[:, mine], y[:, mine]  # (B/dp, T/cp): this rank's tokens
-            with ctx.span("forward"), meter:
-                loss = cp_loss_sum(model, x, y, mine, attention) / tokens
-            with ctx.span("backward"), meter:
-                loss.backward()
-            with ctx.ledger.label(phase="grad-sync"):
-                for p in model.parameters():
-                    ctx.comm.all_reduce(p.grad, op="sum")  # (param shape,) over dp × cp
-            with ctx.span("optimizer"):
-                optimizer.step()
-            memory = model_memory(model.parameters(), optimizer)
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item())
-            step_s.append(time.perf_counter() - t0)
-    memory["activations"] = meter.peak
-    return {"losses": losses, "state": state_of(model) if ctx.rank == 0 else None,
-            "memory": memory, "step_s": step_s, "work": work[:dims["cp"]] if work else [],
-            "degrees": dims}
+class ContextParallel(Strategy):
+    """This rank's T/cp tokens of its dp rows; attention reaches the other tokens through ring
+    or Ulysses; one sum all-reduce of the gradients over all dp × cp ranks."""
+
+    def __init__(self, ctx, method: str):
+        cfg = ctx.cfg
+        self.dims = degrees(cfg, method)
+        self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("cp", self.dims["cp"])])
+        self.work: list = []
+        self.attention, positions = make_attention(
+            method, self.mesh["cp"], cfg.options.get("layout", "contiguous"),
+            cfg.model_config.block_size, self.work, cfg.options.get("recompute", False))
+        self.mine = positions[self.mesh.coords["cp"]]  # (T/cp,)
+        self.tokens = cfg.batch_size * cfg.model_config.block_size  # global tokens of one step
+        model = build_model(cfg)
+        super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
+                         shard=self.mesh.coords["dp"], shards=self.dims["dp"],
+                         holds_state=ctx.rank == 0)
+
+    def batch(self, step: int):
+        x, y = super().batch(step)  # (B/dp, T)
+        return x[:, self.mine], y[:, self.mine]  # (B/dp, T/cp): this rank's tokens
+
+    def forward_backward(self, step: int, batch) -> float:
+        x, y = batch
+        with self.ctx.span("forward", step=step), self.meter:
+            loss = cp_loss_sum(self.model, x, y, self.mine, self.attention) / self.tokens
+        with self.ctx.span("backward", step=step), self.meter:
+            loss.backward()
+        return loss.item()  # already this rank's share of the global mean
+
+    def sync(self, step: int) -> None:
+        with self.ctx.ledger.label(phase="grad-sync"):
+            for p in self.model.parameters():
+                self.ctx.comm.all_reduce(p.grad, op="sum")  # (param shape,) over dp × cp
+
+    def extras(self) -> dict:
+        return {"work": self.work[:self.dims["cp"]] if self.work else [], "degrees": self.dims}
 
 
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
-          exact=True, options={"cp": None, "layout": "zigzag", "recompute": False},
+          exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS),
+                                       "recompute": Bool(False)},
           validate=partial(_validate, method="ring"), models=("gpt",))
 def cp_ring(ctx):
-    return _train(ctx, "ring")
+    return train(ctx, ContextParallel(ctx, "ring"))
 
 
 @register("cp-ulysses", summary="context parallel: Ulysses all-to-all (sequence ↔ heads), dp × cp",
-          exact=True, options={"cp": None, "layout": "contiguous"},
+          exact=True, options={"cp": CP, "layout": Choice("contiguous", ring.LAYOUTS)},
           validate=partial(_validate, method="ulysses"), models=("gpt",))
 def cp_ulysses(ctx):
-    return _train(ctx, "ulysses")
+    return train(ctx, ContextParallel(ctx, "ulysses"))

@@ -252,6 +252,32 @@ class Comm:
     def irecv(self, tensor, src, phase=None):
         return self.recv(tensor, src, async_op=True, phase=phase)
 
+    # ------------------------------------------------------------------ what others sent
+    NOMINAL = {"all_reduce": cost.ring_all_reduce, "all_gather": cost.ring_all_gather,
+               "reduce_scatter": cost.ring_reduce_scatter}
+
+    def record_nominal(self, op: str, tensor, numel: int | None = None, algo: str = "torch",
+                       phase=None, t_start: float | None = None, t_end: float | None = None,
+                       sent: int | None = None, recv: int | None = None, rounds: int = 1,
+                       peers=()) -> dict:
+        """Record an op that PyTorch performed on this group without `Comm` (DDP's own reducer,
+        DTensor, ZeroRedundancyOptimizer, FSDP2, torch.distributed.pipelining): its bytes cannot be
+        observed, so the record says `nominal=True` and holds what a ring moves for `numel`
+        elements of `tensor`'s dtype (`parlab.core.cost`), or the given `sent` / `recv` elements
+        for point-to-point ops. `numel` is the full (gathered) size for all_gather."""
+        record = self._record(op, algo, tensor, phase, numel)
+        numel = record["numel"]
+        if sent is None:
+            sent, recv, rounds = self.NOMINAL[op](numel, self.size, self.rank)
+            peers = self._ring_peers()
+        item = tensor.element_size()  # no emulated link: PyTorch's transfer is not ours to delay
+        record.update(elements_sent=sent, elements_recv=recv or 0, bytes_sent=sent * item,
+                      bytes_recv=(recv or 0) * item, rounds=rounds,
+                      peers=tuple(self.ranks[p] for p in sorted(peers)))
+        record.update(nominal=True, t_start=t_start if t_start is not None else record["t_start"],
+                      t_end=t_end if t_end is not None else time.perf_counter())
+        return record
+
     # ------------------------------------------------------------------ machinery
     def _ring_peers(self) -> set:
         return {(self.rank + 1) % self.size, (self.rank - 1) % self.size} - {self.rank}
@@ -265,6 +291,7 @@ class Comm:
             "bytes_sent": 0, "bytes_recv": 0, "rounds": 0,
             "phase": phase if phase is not None else self.ledger.labels.get("phase"),
             "step": self.ledger.labels.get("step"), "t_start": time.perf_counter(), "t_end": None,
+            "nominal": False,
         }
         self.ledger.records.append(record)
         return record

@@ -21,15 +21,6 @@ import statistics
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 
 
-def step_times(result, warmup: int) -> list[float]:
-    """Seconds per step after warm-up: gaps between first forward starts, slowest rank."""
-    per_rank = []
-    for rank in range(result.config.world_size):
-        starts = forward_starts(result.timeline, rank)
-        per_rank.append([b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])])
-    return [max(column) for column in zip(*per_rank)]
-
-
 def forward_starts(events: list[dict], rank: int) -> list[float]:
     """When each step's first forward began on `rank` (a forward may be cut into segments)."""
     first: dict[int, float] = {}
@@ -83,7 +74,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
             if variant == "torch-ddp":
                 options["comm"] = "torch" if link == "loopback" else "parlab"
             result = parlab.run(variant, **common, **options)
-            samples[variant].append(statistics.median(step_times(result, args.warmup)))
+            samples[variant].append(result.step_time(warmup=args.warmup))
             exposed[variant].append(exposed_fraction(result, args.warmup))
             if variant == "ddp-naive":
                 naive = result

@@ -22,9 +22,10 @@ import heapq
 from parlab.core import cost
 from parlab.data_parallel.buckets import padded, plan_buckets
 from parlab.data_parallel.priority import partition
+from parlab.engine.prediction import Prediction, param_numels
 
 VARIANTS = ("ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear")
-# gloo on loopback on this machine (FACTS.md: ~0.1 ms per ring round, ~1 GB/s bus bandwidth)
+# gloo on loopback on this machine (docs/measurements.md: ~0.1 ms per ring round, ~1 GB/s bus bandwidth)
 LOOPBACK_ALPHA, LOOPBACK_BETA = 1e-4, 1e9
 
 
@@ -41,34 +42,58 @@ def scheme_options(variant: str, **options) -> dict:
     return {k: options.get(k, v) for k, v in defaults.items()}
 
 
-def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[str, int]]:
-    """(op, elements) of every collective one step issues, in issue order on rank 0's ledger.
+# (op, elements) of every collective one step issues, in issue order on rank 0's ledger: one
+# closed form per sync strategy; each scheme registers its own (`register(..., cost=...)`).
+def naive_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
+    return [("all_reduce", s) for s in numels]
 
-    `options`: the run's scheme options (bucket_mb, partition_kb); missing ones take the
-    registered defaults, others (algo, accum_steps) do not change the messages.
-    """
+
+def bucketed_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
+    return [("all_reduce", s) for s in bucket_numels(numels, options["bucket_mb"])]
+
+
+def priority_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
+    per_part = max(1, int(options["partition_kb"] * 1024) // 4)
+    return [("all_reduce", hi - lo) for s in bucket_numels(numels, options["bucket_mb"])
+            for lo, hi in partition(s, per_part)]
+
+
+def dear_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
+    sizes = bucket_numels(numels, options["bucket_mb"], multiple_of=n)
+    return [("reduce_scatter", s) for s in sizes] + [("all_gather", s // n) for s in sizes]
+
+
+class DataParallelCost:
+    """A data-parallel scheme's prediction: its messages, ring-counted, every step."""
+
+    def __init__(self, messages):
+        self.messages = messages
+
+    def __call__(self, cfg) -> Prediction:
+        numels, n = param_numels(cfg), cfg.world_size
+        per_rank = [sum(bytes_per_step(self.messages, numels, n, rank, **cfg.options).values())
+                    for rank in range(n)]
+        return Prediction([cfg.steps * b for b in per_rank],
+                          f"parlab.data_parallel.cost.{self.messages.__name__}, ring counts")
+
+
+def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[str, int]]:
+    """(op, elements) of every collective one step of `variant` issues (its registered closed
+    form). `options`: the run's scheme options; missing ones take the registered defaults."""
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
-    options = scheme_options(variant, **options)
-    bucket_mb, partition_kb = options.get("bucket_mb"), options.get("partition_kb")
-    if variant == "ddp-naive":
-        return [("all_reduce", s) for s in numels]
-    if variant in ("ddp-bucketed", "ddp-overlap"):
-        return [("all_reduce", s) for s in bucket_numels(numels, bucket_mb)]
-    if variant == "ddp-priority":
-        return [("all_reduce", hi - lo) for s in bucket_numels(numels, bucket_mb)
-                for lo, hi in partition(s, max(1, int(partition_kb * 1024) // 4))]
-    if variant == "dear":
-        sizes = bucket_numels(numels, bucket_mb, multiple_of=n)
-        return [("reduce_scatter", s) for s in sizes] + [("all_gather", s // n) for s in sizes]
-    raise AssertionError(variant)
+    from parlab.engine.runner import schemes
+    return schemes()[variant].cost.messages(numels, n, scheme_options(variant, **options))
 
 
-def bytes_per_step(variant: str, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
+def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
                    **options) -> dict[str, int]:
-    """{op: bytes sent by `rank` in one step} — what the ledger must show (ring counts)."""
+    """{op: bytes sent by `rank` in one step} — what the ledger must show (ring counts).
+    `variant`: a scheme name or a messages closed form."""
     totals: dict[str, int] = {}
-    for op, size in messages(variant, numels, n, **options):
+    issued = (messages(variant, numels, n, **options) if isinstance(variant, str)
+              else variant(numels, n, options))
+    for op, size in issued:
         if op == "all_reduce":
             sent = cost.ring_all_reduce(size, n, rank)[0]
         elif op == "reduce_scatter":

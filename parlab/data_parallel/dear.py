@@ -48,9 +48,9 @@ class DeARSync(OverlapSync):
         flat = self.gathers.pop(g).wait()  # (S,) the averaged gradients of bucket g
         self.buckets.unpack(self.buckets.buckets[g], flat)
 
-    def update(self) -> None:
+    def update(self, step: int) -> None:
         """Deferred: each bucket is updated in the next forward, after its all-gather."""
         self.observe_memory()
 
-    def finish(self) -> None:
+    def flush(self) -> None:
         self.layerwise.flush(self.forward_order)

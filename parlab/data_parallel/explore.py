@@ -8,15 +8,13 @@ Everything here drives `parlab.run`; nothing is simulated except where it says "
 
 from __future__ import annotations
 
-import statistics
-
 import torch
 
 import parlab
 from parlab import models
 from parlab.core.link import resolve
 from parlab.data_parallel import cost as dp_cost
-from parlab.data_parallel.bench import compute_profile, exposed_fraction, forward_starts, step_times
+from parlab.data_parallel.bench import compute_profile, exposed_fraction, forward_starts
 from parlab.data_parallel.buckets import plan_buckets
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
@@ -147,7 +145,7 @@ def exposed_table(results: dict, warmup: int = 1) -> dict:
     """Median step time and exposed-communication fraction per variant (measured)."""
     rows = {}
     for variant, result in results.items():
-        rows[variant] = (statistics.median(step_times(result, warmup)) * 1e3,
+        rows[variant] = (result.step_time(warmup=warmup) * 1e3,
                          exposed_fraction(result, warmup))
         step_ms, share = rows[variant]
         print(f"  {variant:<13} step {step_ms:7.1f} ms   blocked on communication "
@@ -169,7 +167,7 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1)
         kind = "ddp-overlap" if variant == "torch-ddp" else variant
         predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
                                               (gloo.alpha, gloo.beta), **result.config.options)
-        measured = statistics.median(step_times(result, warmup))
+        measured = result.step_time(warmup=warmup)
         print(f"  {variant:<13} measured {measured * 1e3:7.1f} ms   predicted "
               f"{predicted['step_s'] * 1e3:7.1f} ms")
 
@@ -187,7 +185,7 @@ def sweep_links(world_size: int, steps: int = 4, links=("loopback", "10GbE", "1G
         for name in links:
             result = parlab.run(variant, world_size=world_size, steps=steps,
                                 link=None if name == "loopback" else name)
-            measured.append(statistics.median(step_times(result, 1)) * 1e3)
+            measured.append(result.step_time(warmup=1) * 1e3)
             link = resolve(name)
             alpha, beta = (link.latency_s, link.bandwidth_Bps) if link else (gloo.alpha, gloo.beta)
             t_f, t_b, t_o = compute_profile(result, 1)
@@ -210,7 +208,7 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
     for bucket_mb in sizes:
         result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, link=link,
                             bucket_mb=bucket_mb)
-        step = statistics.median(step_times(result, 1)) * 1e3
+        step = result.step_time(warmup=1) * 1e3
         print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
               f"step {step:7.1f} ms   exposed {exposed_fraction(result, 1):4.0%}")
 
@@ -231,7 +229,7 @@ def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int
     print(f"bytes sent per rank per step: {sent[0] // steps:,}; messages per step: "
           f"{sum(1 for r in result.ledger if r['rank'] == 0) // steps}")
     if world_size > 1:
-        print(f"median step {statistics.median(step_times(result, 1)) * 1e3:.1f} ms, exposed "
+        print(f"median step {result.step_time(warmup=1) * 1e3:.1f} ms, exposed "
               f"communication {exposed_fraction(result, 1):.0%}")
     _, ax = plt.subplots(figsize=(10, 0.8 + 0.6 * world_size))
     timeline(result.timeline, ax=ax, title=f"{variant}, N={world_size}, {link}")

@@ -75,9 +75,9 @@ class PrioritySync(OverlapSync):
             handle.wait()  # (≤ partition,) averaged in place in the bucket buffer
         self.buckets.unpack(self.buckets.buckets[g])
 
-    def update(self) -> None:
+    def update(self, step: int) -> None:
         """Deferred to the next forward (per unit)."""
         self.observe_memory()
 
-    def finish(self) -> None:
+    def flush(self) -> None:
         self.layerwise.flush(self.forward_order)

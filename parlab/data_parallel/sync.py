@@ -1,4 +1,4 @@
-"""The data-parallel training loop of chapter 01, with gradient accumulation and pluggable sync.
+"""The data-parallel strategy of chapter 01, with gradient accumulation and pluggable sync.
 
 Every rank takes rows [r·B/N, (r+1)·B/N) of the global batch and splits them into `accum_steps`
 micro-batches. Each micro-batch's mean loss is divided by accum_steps before backward, so the
@@ -8,10 +8,8 @@ Communication happens only in the last micro-step's backward: the earlier ones j
 into `.grad` (PyTorch's `DistributedDataParallel.no_sync()`; Goyal et al., "Accurate, Large
 Minibatch SGD", 2017, for why the global batch is what matters).
 
-*When* gradients move is the whole chapter, so the loop leaves it to a `GradSync` strategy:
-`before_micro(last)` before each micro-step's forward, `after_backward()` once the last backward
-has run (start or finish the communication), `update()` for the optimizer step, `finish()` after
-the final step (for strategies that defer the update into the next forward, as DeAR does).
+*When* gradients move is the whole chapter, so the one training loop (`parlab.engine.loop`) runs
+a `GradSync` strategy whose subclasses differ only in that.
 """
 
 from __future__ import annotations
@@ -20,8 +18,8 @@ import time
 
 import torch
 
-from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
-from parlab.engine.loop import make_optimizer, state_of, step_batch
+from parlab.core.memory import model_memory, optimizer_state_tensors, tensor_bytes
+from parlab.engine.loop import Strategy, make_optimizer
 
 
 class ComputeSpan:
@@ -53,19 +51,44 @@ class ComputeSpan:
         return False
 
 
-class GradSync:
-    """Base strategy: one optimizer stepped right after backward; subclasses move the gradients."""
+class GradSync(Strategy):
+    """Base data-parallel strategy: the rank's rows in `accum_steps` micro-batches, one optimizer
+    stepped right after backward; subclasses decide when and how the gradients move.
+
+    Subclass hooks: `before_micro(last)` before each micro-step's forward, `after_backward()`
+    once the last backward has run (start or finish the communication), `update(step)` for the
+    optimizer step, `finish()` after the final step (for strategies that defer the update into
+    the next forward, as DeAR does).
+    """
 
     phase = "grad-sync"
 
-    def __init__(self, ctx, model: torch.nn.Module):
-        self.ctx, self.model = ctx, model
-        self.forward_span: ComputeSpan | None = None  # the forward running now (see ComputeSpan)
-        self.comm = ctx.comm
+    def __init__(self, ctx, model: torch.nn.Module, accum_steps: int | None = None):
         self.params = list(model.parameters())
         self.optimizers = [make_optimizer(self.params, ctx.cfg)]
+        super().__init__(ctx, model, self.optimizers[0], shard=ctx.rank, shards=ctx.world_size)
+        self.comm = ctx.comm
+        self.accum_steps = accum_steps or ctx.cfg.options.get("accum_steps", 1)
+        self.forward_span: ComputeSpan | None = None  # the forward running now (see ComputeSpan)
         self.last_micro = True
-        self.peak_memory: dict[str, int] = {}
+
+    def forward_backward(self, step: int, batch) -> float:
+        ctx, total = self.ctx, 0.0
+        for micro, (x, y) in enumerate(micro_batches(batch, self.accum_steps)):
+            self.before_micro(last=micro == self.accum_steps - 1)
+            self.forward_span = ComputeSpan(ctx.timeline, "forward", step=step, micro=micro)
+            with self.forward_span, self.meter:
+                loss = self.model.loss(x, y)  # (B/N/accum, ...) rows of this micro-step
+            self.forward_span = None
+            with ctx.span("backward", step=step, micro=micro), self.meter, \
+                    ctx.ledger.label(phase=self.phase):
+                (loss / self.accum_steps).backward()
+            total += loss.item()
+        return total / self.accum_steps / self.shards
+
+    def sync(self, step: int) -> None:
+        with self.ctx.ledger.label(phase=self.phase):
+            self.after_backward()
 
     def before_micro(self, last: bool) -> None:
         """Called before each micro-step's forward; `last`: this backward must communicate."""
@@ -74,8 +97,8 @@ class GradSync:
     def after_backward(self) -> None:
         """The last micro-step's backward is done: every rank's grads must end up averaged."""
 
-    def update(self) -> None:
-        with self.ctx.span("optimizer", step=self.ctx.ledger.labels.get("step")):
+    def update(self, step: int) -> None:
+        with self.ctx.span("optimizer", step=step):
             for optimizer in self.optimizers:
                 optimizer.step()
             self.observe_memory()  # gradients and optimizer state both alive: the peak
@@ -83,15 +106,14 @@ class GradSync:
                 optimizer.zero_grad(set_to_none=True)
 
     def finish(self) -> None:
-        """After the last step (strategies with a deferred update apply it here)."""
+        with self.ctx.ledger.label(phase=self.phase):
+            self.flush()
+
+    def flush(self) -> None:
+        """After the last step: apply a deferred update (DeAR, priority)."""
 
     def comm_buffers(self) -> list[torch.Tensor]:
         return []
-
-    def observe_memory(self) -> None:
-        """Keep, per kind, the most bytes seen so far (`peak_memory`)."""
-        for kind, nbytes in self.memory().items():
-            self.peak_memory[kind] = max(self.peak_memory.get(kind, 0), nbytes)
 
     def memory(self) -> dict:
         """Measured bytes held now: params, grads, optimizer state, communication buffers."""
@@ -105,35 +127,3 @@ class GradSync:
 def micro_batches(batch, accum_steps: int):
     """Split a rank's rows into `accum_steps` equal micro-batches (divisibility is validated)."""
     return list(zip(*(t.chunk(accum_steps) for t in batch)))  # accum × ((B/N/accum, ...), ...)
-
-
-def train(ctx, model: torch.nn.Module, sync: GradSync, dp_rank: int, dp_size: int,
-          accum_steps: int = 1) -> dict:
-    """Train `ctx.cfg.steps` steps; return the worker output (loss shares, state, memory)."""
-    meter = ActivationMeter(exclude=model.parameters())
-    losses = []
-    for step in range(ctx.cfg.steps):
-        with ctx.step(step):
-            batch = step_batch(ctx.cfg, step, dp_rank, dp_size)  # (B/N, ...) rows of this rank
-            total = 0.0
-            for micro, (x, y) in enumerate(micro_batches(batch, accum_steps)):
-                sync.before_micro(last=micro == accum_steps - 1)
-                sync.forward_span = ComputeSpan(ctx.timeline, "forward", step=step, micro=micro)
-                with sync.forward_span, meter:
-                    loss = model.loss(x, y)
-                sync.forward_span = None
-                with ctx.span("backward", step=step, micro=micro), meter, \
-                        ctx.ledger.label(phase=sync.phase):
-                    (loss / accum_steps).backward()
-                total += loss.item()
-            with ctx.ledger.label(phase=sync.phase):
-                sync.after_backward()
-            sync.update()
-            losses.append(total / accum_steps / dp_size)
-    with ctx.ledger.label(phase=sync.phase):
-        sync.finish()
-    sync.observe_memory()
-    memory = dict(sync.peak_memory)
-    memory["activations"] = meter.peak
-    return {"losses": losses, "state": state_of(model) if dp_rank == 0 else None,
-            "memory": memory}

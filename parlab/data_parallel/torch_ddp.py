@@ -10,38 +10,29 @@ buckets through `parlab.core.comm.Comm`: the bytes are in the ledger and an emul
 exactly as it slows our variants. DDP blocks on its buckets inside `backward()` (the reducer's
 final callback), so the timeline shows backward as compute up to the last gradient hook and the
 rest as the exposed wait. `comm="torch"` leaves DDP's built-in gloo all-reduce in place —
-PyTorch's implementation untouched, but its bytes are NOT in the ledger (nominally 2(N-1)/N·Ψ·4
-per step, as ours) and an emulated link does not delay it: use it on loopback.
+PyTorch's implementation untouched; its bytes cannot be observed, so each bucket is recorded with
+the nominal ring bytes (`nominal=True`: 2(N-1)/N·Ψ·4 per step, as ours) and an emulated link does
+not delay it: use it on loopback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from parlab.core.checks import Choice
 from parlab.core.comm import Comm
-from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.trace import Timeline
-from parlab.data_parallel.schemes import BUCKET_MB, _validate
-from parlab.data_parallel.sync import micro_batches
-from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
+from parlab.data_parallel.schemes import ACCUM, BUCKET, _validate
+from parlab.data_parallel.sync import GradSync, micro_batches
+from parlab.engine.loop import LossModule, build_model, train
 from parlab.engine.runner import register
 
 COMMS = ("parlab", "torch")
-
-
-class LossModule(torch.nn.Module):
-    """DDP only hooks backward through its own forward, so the loss must be computed inside it."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x, y):
-        return self.model.loss(x, y)
 
 
 def parlab_comm_hook(comm):
@@ -62,63 +53,65 @@ def parlab_comm_hook(comm):
     return hook
 
 
-def _validate_torch(cfg):
-    _validate(cfg)
-    if cfg.options["comm"] not in COMMS:
-        raise ValueError(f"comm={cfg.options['comm']!r} must be one of {COMMS}")
+def nominal_record_hook(comm):
+    """A DDP comm hook that leaves the all-reduce to PyTorch (its default hook on DDP's process
+    group) and records the bucket in the ledger with nominal ring bytes (`Comm.record_nominal`)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    def hook(state, bucket):
+        comm.record_nominal("all_reduce", bucket.buffer())  # (bucket numel,) what a ring moves
+        return allreduce_hook(None, bucket)
+
+    return hook
 
 
-@register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.core.comm)",
-          exact=True, options={"bucket_mb": BUCKET_MB, "comm": "parlab", "accum_steps": 1},
-          validate=_validate_torch)
-def torch_ddp(ctx):
-    cfg = ctx.cfg
-    model = build_model(cfg)
-    ddp = DistributedDataParallel(LossModule(model), bucket_cap_mb=cfg.options["bucket_mb"],
-                                  init_sync=False)  # every rank built the same weights from the seed
-    hook_timeline = Timeline(ctx.rank)  # the helper thread's waits are not the rank's
-    if cfg.options["comm"] == "parlab":
-        hook_comm = Comm(None, ledger=ctx.ledger, timeline=hook_timeline, link=cfg.link)
-        ddp.register_comm_hook(None, parlab_comm_hook(hook_comm))
-    last_grad = [0.0]
-    for p in model.parameters():
-        p.register_post_accumulate_grad_hook(lambda _: last_grad.__setitem__(0, time.perf_counter()))
-    optimizer = make_optimizer(ddp.parameters(), cfg)
-    accum = cfg.options["accum_steps"]
-    meter = ActivationMeter(exclude=model.parameters())
-    losses, memory = [], {}
-    for step in range(cfg.steps):
-        with ctx.step(step), ctx.ledger.label(phase="grad-sync"):
-            batch = step_batch(cfg, step, ctx.rank, ctx.world_size)  # (B/N, ...) rows of this rank
-            total = 0.0
-            for micro, (x, y) in enumerate(micro_batches(batch, accum)):
-                last = micro == accum - 1
-                with (ddp.no_sync() if not last else _nothing()):
-                    with ctx.span("forward", step=step, micro=micro), meter:
-                        loss = ddp(x, y)
+class TorchDDP(GradSync):
+    """DDP does the data parallelism: its reducer all-reduces inside backward (hooks), nothing is
+    left for `sync`; `no_sync()` on every micro-step but the last."""
+
+    def __init__(self, ctx, model):
+        super().__init__(ctx, model)
+        cfg = ctx.cfg
+        self.ddp = DistributedDataParallel(LossModule(model), bucket_cap_mb=cfg.options["bucket_mb"],
+                                           init_sync=False)  # every rank built the seed's weights
+        self.hook_timeline = Timeline(ctx.rank)  # the helper thread's waits are not the rank's
+        if cfg.options["comm"] == "parlab":
+            hook_comm = Comm(None, ledger=ctx.ledger, timeline=self.hook_timeline, link=cfg.link)
+            self.ddp.register_comm_hook(None, parlab_comm_hook(hook_comm))
+        else:  # PyTorch's own gloo all-reduce: bytes not observable, recorded as nominal
+            self.ddp.register_comm_hook(None, nominal_record_hook(ctx.comm))
+        self.last_grad = 0.0
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(self._grad_accumulated)
+
+    def _grad_accumulated(self, _) -> None:
+        self.last_grad = time.perf_counter()
+
+    def forward_backward(self, step: int, batch) -> float:
+        ctx, total = self.ctx, 0.0
+        with ctx.ledger.label(phase=self.phase):
+            for micro, (x, y) in enumerate(micro_batches(batch, self.accum_steps)):
+                last = micro == self.accum_steps - 1
+                with contextlib.nullcontext() if last else self.ddp.no_sync():
+                    with ctx.span("forward", step=step, micro=micro), self.meter:
+                        loss = self.ddp(x, y)
                     t0 = time.perf_counter()
-                    with meter:
-                        (loss / accum).backward()  # the last one all-reduces DDP's buckets
+                    with self.meter:
+                        (loss / self.accum_steps).backward()  # the last all-reduces DDP's buckets
                     t1 = time.perf_counter()
-                ctx.timeline.add("compute", "backward", t0, last_grad[0], step=step, micro=micro)
-                ctx.timeline.add("wait", "wait DDP buckets", last_grad[0], t1)
+                ctx.timeline.add("compute", "backward", t0, self.last_grad, step=step, micro=micro)
+                ctx.timeline.add("wait", "wait DDP buckets", self.last_grad, t1)
                 total += loss.item()
-            memory = model_memory(model.parameters(), optimizer)
-            with ctx.span("optimizer", step=step):
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-            losses.append(total / accum / ctx.world_size)
-    for event in hook_timeline.events:
-        if event.kind == "comm":  # buckets in flight, drawn above the rank's row
-            ctx.timeline.add("comm", event.name, event.t0, event.t1, **event.args)
-    memory["activations"] = meter.peak
-    return {"losses": losses, "state": state_of(model) if ctx.rank == 0 else None,
-            "memory": memory}
+        return total / self.accum_steps / self.shards
+
+    def finish(self) -> None:
+        for event in self.hook_timeline.events:
+            if event.kind == "comm":  # buckets in flight, drawn above the rank's row
+                self.ctx.timeline.add("comm", event.name, event.t0, event.t1, **event.args)
 
 
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+@register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.comm)",
+          exact=True, options={"bucket_mb": BUCKET, "comm": Choice("parlab", COMMS),
+                               "accum_steps": ACCUM}, validate=_validate)
+def torch_ddp(ctx):
+    return train(ctx, TorchDDP(ctx, build_model(ctx.cfg)))

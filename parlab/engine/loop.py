@@ -1,13 +1,28 @@
-"""The pieces every training scheme shares: model and optimizer from the config, the step's batch,
-and the data-parallel training loop with a hook where each scheme synchronises gradients.
+"""The one training loop every scheme drives, through a small strategy object.
 
-The single-process reference (`parlab/trainers/reference.py`) is this loop with one shard and no
-hook, so a data-parallel scheme differs from the reference only in what its hooks do.
+    for step in range(strategy.first_step, steps):
+        loss = strategy.forward_backward(step, strategy.batch(step))  # this rank's loss share
+        strategy.sync(step)      # make the gradients global (all-reduce, reduce-scatter, ...)
+        strategy.update(step)    # optimizer step, memory observed at its peak, zero_grad
+        strategy.after_step(step)  # e.g. a checkpoint
+    strategy.finish()            # deferred work (DeAR's last all-gather), after the last step
+
+The single-process reference (`parlab/engine/reference.py`) is this loop with the default
+`Strategy` on one shard; a data-parallel scheme differs from it only in `sync`, a pipeline only in
+`forward_backward` (its schedule), ZeRO only in what it keeps. Everything else — the step's
+batch, spans on the timeline, the activation meter, loss bookkeeping, the step clock, the typed
+result — is here, once.
+
+Step time (one definition for every chapter and benchmark): a step lasts from the moment it
+begins on a rank to the moment the next one begins there (the last: to the end of training,
+deferred work included), and the run's step time is the slowest rank's
+(`RunResult.step_times`). Overlapped work that spills into the next step is thereby counted once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -59,35 +74,126 @@ def state_of(model: torch.nn.Module) -> dict:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-def data_parallel_loop(ctx, model, optimizer, dp_rank: int, dp_size: int,
-                       sync_grads: Callable[[int], None] | None = None,
-                       before_step: Callable[[int], None] | None = None,
-                       after_step: Callable[[int], None] | None = None) -> dict:
-    """Train on rows of the global batch; `sync_grads(step)` runs between backward and the update.
+FP32_BYTES = 4  # bytes of one float32 element
 
-    Returns the worker output: loss contributions (local mean loss / dp_size, so the parent's sum
-    is the global mean loss), this rank's state, and measured memory.
+
+@dataclass
+class RankResult:
+    """What a rank hands back to the parent (`parlab.run` sums, assembles and merges these)."""
+
+    losses: list[float] | None  # this rank's share of each step's global loss; None: reports none
+    state: dict | None  # parameters this rank holds (full, or its part for the scheme's assemble)
+    memory: dict[str, int]  # measured bytes by kind: params, grads, optimizer, activations, ...
+    step_marks: list[float] = field(default_factory=list)  # step starts, then the end (perf_counter)
+    extras: dict = field(default_factory=dict)  # what a scheme's assemble or explore needs
+
+
+class Strategy:
+    """The default strategy: one model, one optimizer, this rank's rows of the batch, a plain
+    forward and backward, no communication. Schemes override the hooks they change.
+
+    model, optimizer: what trains. shard, shards: which rows of the global batch this rank takes
+    (its data-parallel coordinate). reports_loss: whether this rank's loss counts (a tensor-parallel
+    rank other than 0 computes the same loss as rank 0). holds_state: whether `state()` returns
+    this rank's parameters.
     """
-    meter = ActivationMeter(exclude=model.parameters())
-    losses, memory = [], {}
-    for step in range(ctx.cfg.steps):
+
+    first_step = 0  # a resumed run starts later
+    initial_losses: list[float] = []  # the resumed steps' loss shares
+
+    def __init__(self, ctx, model, optimizer, shard: int = 0, shards: int = 1,
+                 reports_loss: bool = True, holds_state: bool | None = None,
+                 meter: ActivationMeter | None = None):
+        self.ctx, self.model, self.optimizer = ctx, model, optimizer
+        self.shard, self.shards = shard, shards
+        self.reports_loss = reports_loss
+        self.holds_state = shard == 0 if holds_state is None else holds_state
+        self.meter = meter if meter is not None else ActivationMeter(exclude=model.parameters())
+        self.peak_memory: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ the hooks
+    def batch(self, step: int):
+        """This rank's rows of the step's global batch."""
+        return step_batch(self.ctx.cfg, step, self.shard, self.shards)
+
+    def loss(self, batch):
+        x, y = batch
+        return self.model.loss(x, y)
+
+    def forward_backward(self, step: int, batch) -> float:
+        """Forward and backward on `batch`; returns this rank's share of the global mean loss."""
+        with self.ctx.span("forward", step=step), self.meter:
+            loss = self.loss(batch)
+        with self.ctx.span("backward", step=step), self.meter:
+            loss.backward()
+        return loss.item() / self.shards
+
+    def sync(self, step: int) -> None:
+        """Make the gradients those of the global loss (nothing to do on one rank)."""
+
+    def update(self, step: int) -> None:
+        with self.ctx.span("optimizer", step=step):
+            self.optimizer.step()
+        self.observe_memory()  # gradients and optimizer state both alive: the peak
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def after_step(self, step: int) -> None:
+        """After the update (checkpoints)."""
+
+    def finish(self) -> None:
+        """After the last step (strategies with a deferred update apply it here)."""
+
+    # ------------------------------------------------------------------ what comes back
+    def memory(self) -> dict:
+        """Measured bytes held now: params, grads, optimizer state."""
+        return model_memory(self.model.parameters(), self.optimizer)
+
+    def observe_memory(self) -> None:
+        """Keep, per kind, the most bytes seen so far (`peak_memory`)."""
+        for kind, nbytes in self.memory().items():
+            self.peak_memory[kind] = max(self.peak_memory.get(kind, 0), nbytes)
+
+    def state(self) -> dict | None:
+        return state_of(self.model) if self.holds_state else None
+
+    def extras(self) -> dict:
+        return {}
+
+
+def train(ctx, strategy: Strategy) -> RankResult:
+    """Run `ctx.cfg.steps` steps of `strategy` on this rank; see the module docstring."""
+    losses = list(strategy.initial_losses)
+    marks = []
+    for step in range(strategy.first_step, ctx.cfg.steps):
         with ctx.step(step):
-            x, y = step_batch(ctx.cfg, step, dp_rank, dp_size)
-            if before_step is not None:
-                before_step(step)
-            with ctx.span("forward"), meter:
-                loss = model.loss(x, y)
-            with ctx.span("backward"), meter:
-                loss.backward()
-            if sync_grads is not None:
-                sync_grads(step)
-            with ctx.span("optimizer"):
-                optimizer.step()
-            memory = model_memory(model.parameters(), optimizer)
-            optimizer.zero_grad(set_to_none=True)
-            if after_step is not None:
-                after_step(step)
-            losses.append(loss.item() / dp_size)
-    memory["activations"] = meter.peak
-    return {"losses": losses, "state": state_of(model) if dp_rank == 0 else None,
-            "memory": memory}
+            marks.append(time.perf_counter())
+            loss = strategy.forward_backward(step, strategy.batch(step))
+            strategy.sync(step)
+            strategy.update(step)
+            strategy.after_step(step)
+            losses.append(loss)
+    strategy.finish()
+    marks.append(time.perf_counter())
+    strategy.observe_memory()
+    memory = dict(strategy.peak_memory)
+    memory["activations"] = strategy.meter.peak
+    return RankResult(losses if strategy.reports_loss else None, strategy.state(), memory, marks,
+                      strategy.extras())
+
+
+def step_times(marks_per_rank: list[list[float]]) -> list[float]:
+    """Seconds of each step, the slowest rank's (see the module docstring for the definition)."""
+    per_rank = [[b - a for a, b in zip(marks, marks[1:])] for marks in marks_per_rank if marks]
+    return [max(column) for column in zip(*per_rank)] if per_rank else []
+
+
+class LossModule(torch.nn.Module):
+    """`model.loss` as a module's forward: wrappers such as DDP hook backward only through their
+    own forward, so the loss must be computed inside it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        return self.model.loss(x, y)

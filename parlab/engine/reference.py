@@ -1,10 +1,12 @@
 """The single-process reference every synchronous scheme must reproduce.
 
 One process, the whole global batch, plain backward and optimizer step: the ground truth of
-losses and final parameters (DESIGN.md: "single"). Run it at world_size=1.
+losses and final parameters (`"single"`). Run it at world_size=1. It is the one training loop
+(`parlab.engine.loop.train`) with the default strategy and nothing else.
 """
 
-from parlab.engine.loop import build_model, data_parallel_loop, make_optimizer
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
+from parlab.engine.prediction import no_communication
 from parlab.engine.runner import register
 
 
@@ -14,7 +16,7 @@ def _validate(cfg):
 
 
 @register("single", summary="one process, the whole batch: the reference", exact=True,
-          validate=_validate)
+          validate=_validate, cost=no_communication)
 def single(ctx):
     model = build_model(ctx.cfg)
-    return data_parallel_loop(ctx, model, make_optimizer(model.parameters(), ctx.cfg), 0, 1)
+    return train(ctx, Strategy(ctx, model, make_optimizer(model.parameters(), ctx.cfg)))

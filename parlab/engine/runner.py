@@ -5,11 +5,12 @@
 A scheme is a worker function registered with `@register(...)` in a module of
 a chapter's `schemes.py` or `torch_*.py` (found automatically). The worker runs on every rank and receives a
 `RankContext`: its rank, the world `Comm`, the ledger and timeline, and the validated `RunConfig`.
-It returns a dict with `losses` (this rank's *contribution* to each step's global loss — e.g.
-local mean loss / dp for a data-parallel rank, or None if it reports nothing), `state` (the
-parameters it holds, or None) and `memory` (measured bytes). The parent sums the loss
-contributions, assembles the full state (the scheme's `assemble`, by default the first rank's
-state), and returns a `RunResult`.
+It builds a strategy and returns `parlab.engine.loop.train(ctx, strategy)`: a `RankResult` with
+`losses` (this rank's *share* of each step's global loss — e.g. local mean loss / dp for a
+data-parallel rank, or None if it reports nothing), `state` (the parameters it holds, or None),
+`memory` (measured bytes), its step clock and scheme extras. The parent sums the loss shares,
+assembles the full state (the scheme's `assemble`, by default the first rank's state), and
+returns a `RunResult`.
 
 Everything is validated before a process starts: the scheme, every option and the world size, with
 a ValueError that names the offending value.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parlab import models
+from parlab.core import checks
 from parlab.core import link as link_mod
 from parlab.core.launch import launch, report_progress
 
@@ -50,13 +52,15 @@ class Scheme:
     validate: Callable | None = None
     assemble: Callable | None = None
     models: tuple = ("gpt", "mlp")
+    cost: Callable | None = None
 
 
 @dataclass(frozen=True)
 class SchemeInfo:
     summary: str
     exact: bool
-    options: dict
+    options: dict  # {name: default}
+    cost: Callable | None = None  # cost(cfg) -> Prediction: the scheme's closed forms
 
 
 _REGISTRY: dict[str, Scheme] = {}
@@ -65,16 +69,19 @@ _DISCOVERED = False
 
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
-             models: tuple = ("gpt", "mlp")):
-    """Decorator: register `worker(ctx) -> dict` as scheme `name`.
+             models: tuple = ("gpt", "mlp"), cost: Callable | None = None):
+    """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
-    options: the scheme's own keyword options and their defaults. validate(cfg): raise ValueError
-    for a configuration the scheme cannot run. assemble(outputs, cfg): full state from the ranks'
-    outputs (for sharded schemes).
+    options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
+    by `make_config`) or plain defaults. validate(cfg): raise ValueError for a configuration the
+    scheme cannot run (what depends on several values). assemble(outputs, cfg): full state from
+    the ranks' results (for sharded schemes). cost(cfg) -> `parlab.engine.prediction.Prediction`:
+    what the chapter's closed forms predict for this configuration (bytes each rank sends), so a
+    planner can ask every scheme.
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models))
+                                 assemble, tuple(models), cost)
         return worker
     return decorate
 
@@ -115,7 +122,8 @@ def get_scheme(name: str) -> Scheme:
 def schemes() -> dict[str, SchemeInfo]:
     """{name: SchemeInfo(summary, exact, options)} of every registered scheme."""
     _discover()
-    return {n: SchemeInfo(s.summary, s.exact, dict(s.options)) for n, s in sorted(_REGISTRY.items())}
+    return {n: SchemeInfo(s.summary, s.exact, checks.defaults(s.options), s.cost)
+            for n, s in sorted(_REGISTRY.items())}
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -178,7 +186,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         link=link_mod.resolve(link), batch_size=batch_size, lr=float(lr),
         optimizer=common["optimizer"], timeout=float(timeout),
         start_method=common["start_method"],
-        options={k: options.get(k, v) for k, v in spec.options.items()},
+        options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"],
     )
     if spec.validate is not None:
@@ -207,18 +215,20 @@ class RankContext:
         return self.ledger.label(step=step)
 
 
-def _rank_main(rank: int, world_size: int, cfg: RunConfig) -> dict:
+def _rank_main(rank: int, world_size: int, cfg: RunConfig):
     from parlab.core.comm import Comm, Ledger
     from parlab.core.trace import Timeline
+    from parlab.engine.loop import RankResult
 
     ledger, timeline = Ledger(rank), Timeline(rank)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
     ctx = RankContext(rank, world_size, cfg, comm, ledger, timeline)
-    out = dict(get_scheme(cfg.scheme).worker(ctx) or {})
+    out = get_scheme(cfg.scheme).worker(ctx)
+    if not isinstance(out, RankResult):
+        raise TypeError(f"scheme {cfg.scheme!r} returned {type(out).__name__}, not a RankResult "
+                        "(return parlab.engine.loop.train(ctx, strategy))")
     report_progress(cfg.steps, cfg.steps)
-    out["ledger"] = ledger.records
-    out["timeline"] = timeline.records()
-    return out
+    return out, ledger.records, timeline.records()
 
 
 # ----------------------------------------------------------------------------- in the parent
@@ -231,7 +241,8 @@ class RunResult:
     memory: list[dict]
     wall_s: float
     config: RunConfig
-    outputs: list[dict] = field(default_factory=list, repr=False)  # every rank's raw output
+    step_times: list[float] = field(default_factory=list)  # seconds per step, the slowest rank's
+    outputs: list = field(default_factory=list, repr=False)  # every rank's RankResult
 
     def bytes_per_rank(self, key: str = "bytes_sent", **match) -> list[int]:
         """Sum of `key` over ledger records matching `match` (op=..., phase=...), per rank."""
@@ -259,10 +270,17 @@ class RunResult:
         return "\n".join(lines)
 
 
-def _default_assemble(outputs: list[dict], cfg: RunConfig) -> dict:
+    def step_time(self, warmup: int = 1) -> float:
+        """Median seconds per step, leaving out the first `warmup` steps (when there are more)."""
+        import statistics
+        times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
+        return statistics.median(times) if times else float("nan")
+
+
+def _default_assemble(outputs: list, cfg: RunConfig) -> dict:
     for out in outputs:
-        if out.get("state") is not None:
-            return out["state"]
+        if out.state is not None:
+            return out.state
     return {}
 
 
@@ -272,16 +290,19 @@ def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, se
     cfg = make_config(scheme, world_size, model, steps, seed, link, **options)
     spec = get_scheme(scheme)
     t0 = time.perf_counter()
-    outputs = launch(_rank_main, world_size, cfg, timeout=cfg.timeout, link=cfg.link,
-                     start_method=cfg.start_method, progress=progress)
+    returned = launch(_rank_main, world_size, cfg, timeout=cfg.timeout, link=cfg.link,
+                      start_method=cfg.start_method, progress=progress)
     wall = time.perf_counter() - t0
+    outputs = [out for out, _, _ in returned]
     losses = [0.0] * steps
     for out in outputs:
-        for i, value in enumerate(out.get("losses") or []):
+        for i, value in enumerate(out.losses or []):
             losses[i] += value
     state = (spec.assemble or _default_assemble)(outputs, cfg)
-    ledger = [record for out in outputs for record in out["ledger"]]
+    ledger = [record for _, records, _ in returned for record in records]
     from parlab.core.trace import normalize
-    timeline = normalize([event for out in outputs for event in out["timeline"]])
-    memory = [out.get("memory", {}) for out in outputs]
-    return RunResult(losses, state, ledger, timeline, memory, wall, cfg, outputs)
+    from parlab.engine.loop import step_times
+    timeline = normalize([event for _, _, events in returned for event in events])
+    memory = [out.memory for out in outputs]
+    return RunResult(losses, state, ledger, timeline, memory, wall, cfg,
+                     step_times([out.step_marks for out in outputs]), outputs)

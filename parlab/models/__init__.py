@@ -1,5 +1,5 @@
 """The models every scheme trains, by name: `gpt` (a tiny nanoGPT), `mlp` (spirals), and the video
-denoiser of chapter 06 (`parlab.models.video_denoiser`); `data` makes every step's global batch.
+denoiser of chapter 06 (`parlab.context_parallel.video_denoiser`); `data` makes every step's global batch.
 
 `build_model(name, cfg, seed)` creates parameters in a fixed order from the seed, so every rank of
 every scheme starts from the reference's weights.

@@ -13,7 +13,7 @@ import pathlib
 
 import torch
 
-DATA_DIR = pathlib.Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))  # 96 characters
 
 

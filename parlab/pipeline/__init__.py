@@ -1,6 +1,15 @@
 """Chapter 04 — pipeline parallelism, built from data: schedules are per-rank action lists that are validated,
 executed with `parlab.core.comm.Comm` send/recv, drawn, and costed by the same code.
 
+Papers: Huang et al., "GPipe" (NeurIPS 2019); Narayanan et al., "PipeDream" (SOSP 2019) and
+"Memory-Efficient Pipeline-Parallel DNN Training" (ICML 2021: 1F1B, PipeDream-Flush); Narayanan
+et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
+(SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhu et
+al., "LAMP" (MICCAI 2020); "Layer-wise partitioning and merging for efficient and scalable deep
+learning".
+
+Reading order:
+
 - `schedules`: generators for naive model parallelism, GPipe (Huang et al. 2019), 1F1B
   (PipeDream-Flush, Narayanan et al. 2019/2021), interleaved 1F1B (Narayanan et al., SC 2021) and
   zero-bubble ZB-H1 (Qi et al., ICLR 2024).

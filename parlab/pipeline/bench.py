@@ -28,7 +28,7 @@ OURS = ("gpipe", "1f1b", "interleaved", "zb")
 def _measure(scheme, pp, m, steps, batch, model_config, **options):
     r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
                    model_config=model_config, **options)
-    step = cost.measured_step_time(r.timeline)
+    step = r.step_time()
     bubble = least = ideal = ideal_lat = latency = float("nan")
     if scheme != "torch-pp":
         from parlab.pipeline.schedules import make_schedule
@@ -91,8 +91,8 @@ def partitions(steps, batch, m=4) -> list[dict]:
     for label in ("even", "balanced"):
         r = parlab.run("pp-1f1b", world_size=2, steps=steps, microbatches=m, batch_size=batch,
                        model_config=HEAVY_HEAD, partition=label)
-        step = cost.measured_step_time(r.timeline)
-        rows.append({"partition": label, "layers": r.memory[0]["layers_per_stage"],
+        step = r.step_time()
+        rows.append({"partition": label, "layers": r.outputs[0].extras["layers_per_stage"],
                      "samples_per_s": batch / step, "bubble": cost.measured_bubble(r.timeline),
                      "stage_ms": {s: round(1e3 * (t["F"] + t["B"]), 2) for s, t in
                                   cost.stage_compute(r.timeline).items()}})

@@ -128,28 +128,6 @@ def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
     return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
 
 
-def measured_step_times(timeline: list[dict]) -> list[float]:
-    """Seconds between the first pipeline action of consecutive steps (whole training steps)."""
-    starts: dict[int, float] = {}
-    for e in timeline:  # F / B / W spans of ours, the "pipeline" span of torch-pp
-        if e["kind"] != "compute" or "step" not in e.get("args", {}):
-            continue
-        s = e["args"]["step"]
-        starts[s] = min(starts.get(s, e["t0"]), e["t0"])
-    ordered = [starts[s] for s in sorted(starts)]
-    return [b - a for a, b in zip(ordered, ordered[1:])]
-
-
-def measured_step_time(timeline: list[dict], skip_first: bool = True, stat: str = "median") -> float:
-    """Median (or fastest, `stat="min"`) whole-step seconds, leaving out the first step."""
-    values = measured_step_times(timeline)
-    if skip_first and len(values) > 1:
-        values = values[1:]
-    if not values:
-        return float("nan")
-    return min(values) if stat == "min" else statistics.median(values)
-
-
 def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0):
     """The schedule's ideal timeline with each stage's measured median F, B and W times.
 

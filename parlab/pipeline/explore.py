@@ -3,7 +3,8 @@ ledger bytes beside their closed forms, measured timelines beside ideal ones, bu
 activation memory, balanced partitions, ours beside torch.distributed.pipelining, emulated links,
 and the widget. Papers: GPipe (Huang et al. 2019), PipeDream / 1F1B (Narayanan et al. 2019, 2021),
 Megatron-LM interleaving (Narayanan et al. 2021), Zero Bubble (Qi et al. 2024), LAMP (Zhu et al.
-2020), layer-wise partitioning (papers.md).
+2020), layer-wise partitioning ("Layer-wise partitioning and merging for efficient and scalable deep
+learning").
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def ledger_report(result) -> None:
     """Bytes each rank sent, by phase, beside the closed forms of parlab.pipeline.cost."""
     cfg = result.config
     mc, steps = cfg.model_config, cfg.steps
-    stage_counts = [len(out["memory"]["stages"]) for out in result.outputs]
+    stage_counts = [len(out.extras["stages"]) for out in result.outputs]
     v = stage_counts[0]
-    pp = len({tuple(out["memory"]["stages"]) for out in result.outputs})
+    pp = len({tuple(out.extras["stages"]) for out in result.outputs})
     dp = cfg.world_size // pp
     m = _resolved_microbatches(result)
     rows = cfg.batch_size // (dp * m)
@@ -126,7 +127,7 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
           f"{measured:.1%} (least-disturbed step {least:.1%}); closed form {theory:.1%}; ideal at "
           f"the measured stage times {predicted:.1%}, and with the measured message latency "
           f"{latency * 1e3:.2f} ms {with_latency:.1%}; step "
-          f"{cost.measured_step_time(r.timeline) * 1e3:.0f} ms")
+          f"{r.step_time() * 1e3:.0f} ms")
     if draw:
         ideal_and_measured(ideal, last, f"{scheme}, p={plan.pp}, m={plan.microbatches}")
     return {"measured": measured, "least": least, "ideal": predicted, "theory": theory,
@@ -165,8 +166,8 @@ def memory_report(world_size: int, microbatches: int, steps: int = 1) -> None:
     print(f"p={world_size}, m={microbatches}: peak activations per rank (micro-batches in flight)")
     for scheme in ("pp-gpipe", "pp-1f1b", "pp-zb"):
         r = parlab.run(scheme, world_size=world_size, steps=steps, microbatches=microbatches)
-        cells = [f"{mem['activations'] / 1e6:6.2f} MB ({mem['in_flight_peak']})"
-                 for mem in r.memory]
+        cells = [f"{mem['activations'] / 1e6:6.2f} MB ({out.extras['in_flight_peak']})"
+                 for mem, out in zip(r.memory, r.outputs)]
         print(f"  {scheme:9} " + "  ".join(cells))
 
 
@@ -195,7 +196,7 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4)
         predicted = stage_times(counts, profile)
         r = parlab.run("pp-1f1b", world_size=world_size, steps=steps, microbatches=microbatches,
                        model_config=HEAVY_HEAD, partition=list(counts))
-        step = cost.measured_step_time(r.timeline, stat="min")
+        step = min(r.step_times[1:] or r.step_times)
         out[label] = {"counts": counts, "step_s": step,
                       "bubble": cost.measured_bubble(r.timeline, stat="min")}
         print(f"{label:9} layers {counts}: predicted stage ms {[round(t * 1e3, 1) for t in predicted]}"
@@ -204,11 +205,11 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4)
     return out
 
 
-def step_times(results: dict) -> None:
+def compare_step_times(results: dict) -> None:
     """Measured whole-step time of each run of `check_all` (ours and torch-pp side by side)."""
-    base = cost.measured_step_time(results["torch-pp"].timeline)
+    base = results["torch-pp"].step_time()
     for scheme, r in results.items():
-        t = cost.measured_step_time(r.timeline)
+        t = r.step_time()
         print(f"{scheme:15} {t * 1e3:7.1f} ms/step  ({t / base:.2f}× torch-pp's time)")
 
 
@@ -227,7 +228,7 @@ def link_report(world_size: int, microbatches: int, links=("loopback", "10GbE", 
         print(f"{link:9} {len(sends) // steps} sends/step/rank of {sends[0]['bytes_sent']:,} B, "
               f"α+n/β = {per_message * 1e3:5.1f} ms each; measured: blocked in recv "
               f"{blocked * 1e3:6.1f} ms/step/rank, bubble {cost.measured_bubble(r.timeline):5.1%}, "
-              f"step {cost.measured_step_time(r.timeline) * 1e3:6.1f} ms")
+              f"step {r.step_time() * 1e3:6.1f} ms")
 
 
 def widget_run(world_size: int = 2, microbatches: int = 4, schedule: str = "1f1b") -> None:

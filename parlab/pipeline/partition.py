@@ -5,10 +5,10 @@ can be.
 A pipeline runs at the speed of its slowest stage: with stage times t_s, a step of m micro-batches
 takes about (m + p − 1)·max_s t_s, so an uneven split wastes Σ_s (max t − t_s) on every
 micro-batch on top of the bubble. Balancing layers over stages is the partitioning problem of
-PipeDream (Narayanan et al., SOSP 2019, §3.1, by dynamic programming over a per-layer profile) and
-of layer-wise partitioning and merging (papers.md, ch. 04/05); here: minimise the largest stage
-time over contiguous splits, with the embedding fixed to the first stage and the head (+ loss) to
-the last, exactly by dynamic programming in O(p·L²).
+PipeDream (Narayanan et al., SOSP 2019, §3.1, by dynamic programming over a per-layer profile)
+and of "Layer-wise partitioning and merging for efficient and scalable deep learning"; here:
+minimise the largest stage time over contiguous splits, with the embedding fixed to the first
+stage and the head (+ loss) to the last, exactly by dynamic programming in O(p·L²).
 """
 
 from __future__ import annotations

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
-from parlab.core.memory import ActivationMeter, model_memory
+from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
-from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
@@ -116,71 +116,76 @@ def _counts(ctx, plan: Plan, model) -> list[int]:
     return counts.tolist()
 
 
-def pipeline_worker(ctx, schedule_name: str) -> dict:
-    cfg = ctx.cfg
-    plan = resolve(cfg, schedule_name)
-    schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
-    mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
-    dp_rank, pp_rank = mesh.coords["dp"], mesh.coords["pp"]
-    comm_f = mesh["pp"]  # activations forward
-    comm_b = ctx.comm.split(mesh.groups("pp"), "pp-bwd")  # gradients back: a second FIFO channel
-    ends = {mesh.rank_of(dp=d, pp=0) for d in range(plan.dp)} | {
-        mesh.rank_of(dp=d, pp=plan.pp - 1) for d in range(plan.dp)}
-    tie_groups = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]
-                  for d in range(plan.dp)] + [[r] for r in range(ctx.world_size) if r not in ends]
-    tie_comm = ctx.comm.split([sorted(set(g)) for g in tie_groups], "embed-tie")
+class PipelineStages(Strategy):
+    """What every pipeline shares around its schedule: the dp × pp mesh, this rank's stages cut
+    from the reference model, and after the schedule the tied embedding's two gradients summed
+    (first and last stage, as Megatron does), every gradient averaged over dp, one update."""
 
-    model = build_model(cfg)
-    counts = _counts(ctx, plan, model)
-    stage_ids = [c * plan.pp + pp_rank for c in range(plan.chunks)]
-    stages = stages_mod.build_stages(model, stage_ids, counts)
-    params = list(model.parameters())  # this rank's kept parameters
-    tied = stages_mod.tied_parameter(model)
-    optimizer = make_optimizer(params, cfg)
-    meter = ActivationMeter(exclude=params)
-    executor = PipelineExecutor(
-        ctx, schedule, pp_rank, stages, comm_f, comm_b,
-        lambda rows: stages_mod.boundary_shape(cfg.model_config, rows), meter)
-    holds_loss = schedule.stages - 1 in stage_ids
-    losses, memory = [], {}
-    for step in range(cfg.steps):
-        with ctx.step(step):
-            x, y = step_batch(cfg, step, dp_rank, plan.dp)  # (B/dp, T) each
-            xs, ys = x.chunk(plan.microbatches), y.chunk(plan.microbatches)  # m × (B/(dp·m), T)
-            mb_losses = executor.run_step(step, list(xs), list(ys))
-            memory = finish_step(ctx, plan, mesh, tied, tie_comm, params, optimizer)
-            if holds_loss:
-                losses.append(sum(mb_losses) / plan.microbatches / plan.dp)
-    memory.update(activations=meter.peak, in_flight_peak=executor.in_flight_peak,
-                  microbatch_activations=sum(executor.microbatch_bytes.values()),
-                  stages=stage_ids, layers_per_stage=counts,
-                  param_numels=[p.numel() for p in params])
-    return {"losses": losses if holds_loss else None,
-            "state": state_of(model) if dp_rank == 0 else None, "memory": memory}
+    def __init__(self, ctx, plan: Plan):
+        self.plan = plan
+        self.mesh = mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
+        ends = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]
+                for d in range(plan.dp)]
+        flat = {r for group in ends for r in group}
+        self.tie_comm = ctx.comm.split([sorted(set(g)) for g in ends] +
+                                       [[r] for r in range(ctx.world_size) if r not in flat],
+                                       "embed-tie")
+        model = build_model(ctx.cfg)
+        self.counts = _counts(ctx, plan, model)  # even, balanced (profiled on rank 0) or given
+        self.stage_ids = [c * plan.pp + mesh.coords["pp"] for c in range(plan.chunks)]
+        self.stages = stages_mod.build_stages(model, self.stage_ids, self.counts)
+        self.params = list(model.parameters())  # this rank's kept parameters
+        self.tied = stages_mod.tied_parameter(model)
+        super().__init__(ctx, model, make_optimizer(self.params, ctx.cfg),
+                         shard=mesh.coords["dp"], shards=plan.dp,
+                         reports_loss=plan.pp * plan.chunks - 1 in self.stage_ids)
 
+    def sync(self, step: int) -> None:
+        if self.tied is not None and self.tie_comm.size > 1:
+            with self.ctx.ledger.label(phase="embed-tie"):
+                self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) first + last
+        if self.plan.dp > 1:
+            with self.ctx.ledger.label(phase="grad-sync"):
+                for p in self.params:
+                    self.mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
 
-def finish_step(ctx, plan, mesh, tied, tie_comm, params, optimizer) -> dict:
-    """After a step's schedule: sum the tied embedding's two gradients (first and last stage, as
-    Megatron does), average gradients over dp, update; return the measured memory."""
-    if tied is not None and tie_comm.size > 1:
-        with ctx.ledger.label(phase="embed-tie"):
-            tie_comm.all_reduce(tied.grad, op="sum")  # (vocab, C) first + last stage
-    if plan.dp > 1:
-        with ctx.ledger.label(phase="grad-sync"):
-            for p in params:
-                mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
-    with ctx.span("optimizer"):
-        optimizer.step()
-    memory = model_memory(params, optimizer)
-    optimizer.zero_grad(set_to_none=True)
-    return memory
+    def micro_batches(self, batch):
+        x, y = batch  # (B/dp, T) each
+        return list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
+
+    def extras(self) -> dict:
+        return {"stages": self.stage_ids, "layers_per_stage": self.counts,
+                "param_numels": [p.numel() for p in self.params]}
 
 
-def assemble(outputs: list[dict], cfg) -> dict:
+class Pipeline(PipelineStages):
+    """Our executor runs the schedule (data: per-rank F/B/W actions) action by action."""
+
+    def __init__(self, ctx, schedule_name: str):
+        plan = resolve(ctx.cfg, schedule_name)
+        super().__init__(ctx, plan)
+        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
+        comm_b = ctx.comm.split(self.mesh.groups("pp"), "pp-bwd")  # gradients back: own FIFO
+        self.meter = ActivationMeter(exclude=self.params)
+        self.executor = PipelineExecutor(
+            ctx, schedule, self.mesh.coords["pp"], self.stages, self.mesh["pp"], comm_b,
+            lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
+
+    def forward_backward(self, step: int, batch) -> float:
+        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), T)
+        mb_losses = self.executor.run_step(step, xs, ys)
+        return sum(mb_losses) / self.plan.microbatches / self.plan.dp if self.reports_loss else 0.0
+
+    def extras(self) -> dict:
+        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
+
+
+def assemble(outputs: list, cfg) -> dict:
     """The full state: the union of the stages' parameters (the tied copies are equal)."""
     state = {}
     for out in outputs:
-        state.update(out.get("state") or {})
+        state.update(out.state or {})
     return state
 
 
@@ -210,7 +215,7 @@ def _register(name: str, schedule: str | None) -> None:
         check(make_schedule(plan.schedule, plan.pp, plan.microbatches, plan.chunks))
 
     def worker(ctx):
-        return pipeline_worker(ctx, chosen(ctx.cfg))
+        return train(ctx, Pipeline(ctx, chosen(ctx.cfg)))
 
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(

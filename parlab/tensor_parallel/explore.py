@@ -14,17 +14,6 @@ PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
 
 
 # ----------------------------------------------------------------------------- step times
-def step_times(result, warmup: int = 1) -> list[float]:
-    """Seconds per step after `warmup` steps: forward start to optimizer end, slowest rank."""
-    per_rank = []
-    for rank in range(result.config.world_size):
-        mine = [e for e in result.timeline if e["rank"] == rank]
-        starts = sorted(e["t0"] for e in mine if e["name"] == "forward")
-        ends = sorted(e["t1"] for e in mine if e["name"] == "optimizer")
-        per_rank.append([b - a for a, b in zip(starts, ends)][warmup:])
-    return [max(column) for column in zip(*per_rank)]
-
-
 def _spec(name: str) -> tuple[str, dict]:
     """'torch-tp:sp' -> ('torch-tp', {'sp': True}): a scheme with boolean options switched on."""
     scheme, *flags = name.split(":")
@@ -48,7 +37,7 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), 
             for scheme in schemes:
                 name, options = _spec(scheme)
                 result = parlab.run(name, world_size=tp, **common, **options)
-                samples.setdefault((scheme, tp), []).append(statistics.median(step_times(result)))
+                samples.setdefault((scheme, tp), []).append(result.step_time())
                 results[(scheme, tp)] = result
     rows = []
     for (scheme, tp), result in results.items():
@@ -60,7 +49,7 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), 
                      "activations_kB": result.memory[0].get("activations", float("nan")) / 1e3,
                      "match": result.compare(reference).match,
                      "max_param_diff": result.compare(reference).max_param_diff})
-    rows.append({"scheme": "single", "tp": 1, "step_ms": statistics.median(step_times(reference))
+    rows.append({"scheme": "single", "tp": 1, "step_ms": reference.step_time()
                  * 1e3, "vs_tp": float("nan"), "tp_MB_per_step": 0.0,
                  "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True,
                  "max_param_diff": 0.0})
@@ -169,7 +158,7 @@ def correctness(world_size: int, steps: int) -> list[str]:
         result = parlab.run(scheme, world_size=world_size, steps=steps, **options)
         out = result.outputs[0]
         extra = " (vocab-parallel head)" if options.get("vocab_parallel") else ""
-        lines.append(f"{scheme:<6} dp={out['dp']} × tp={out['tp']}{extra}: match: "
+        lines.append(f"{scheme:<6} dp={out.extras['dp']} × tp={out.extras['tp']}{extra}: match: "
                      f"{result.compare(reference).match}")
     return lines
 
@@ -181,8 +170,8 @@ def ledger_vs_formula(result) -> list[dict]:
     cfg = result.config
     rows = []
     for rank, out in enumerate(result.outputs):
-        expect = closed_form_bytes(cfg.model_config, cfg.batch_size // out["dp"], out["tp"],
-                                   rank % out["tp"], cfg.steps, cfg.scheme != "tp",
+        expect = closed_form_bytes(cfg.model_config, cfg.batch_size // out.extras["dp"], out.extras["tp"],
+                                   rank % out.extras["tp"], cfg.steps, cfg.scheme != "tp",
                                    cfg.options.get("regather", False))
         for phase, formula in expect.items():
             measured = result.bytes_per_rank(phase=phase)[rank]
@@ -201,9 +190,9 @@ def memory_rows(world_size: int) -> list[dict]:
                             ("tp-sp", {})]:
         n = 1 if scheme == "single" else world_size
         result = parlab.run(scheme, world_size=n, steps=1, **options)
-        tp = result.outputs[0].get("tp", 1)
+        tp = result.outputs[0].extras.get("tp", 1)
         formula = activation_bytes(result.config.model_config, result.config.batch_size
-                                   // result.outputs[0].get("dp", 1), tp, scheme == "tp-sp",
+                                   // result.outputs[0].extras.get("dp", 1), tp, scheme == "tp-sp",
                                    options.get("regather", True))
         label = scheme + ("" if options.get("regather", True) else " (keep gathered)")
         rows.append({"scheme": label, "tp": tp, "measured_bytes": result.memory[0]["activations"],
@@ -221,11 +210,11 @@ def panel(world_size: int, link: str, sp: bool, steps: int = 2) -> None:
     reference = parlab.run("single", steps=steps)
     out = result.outputs[0]
     per_step = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
-    print(f"{scheme}: dp={out['dp']} × tp={out['tp']}, "
+    print(f"{scheme}: dp={out.extras['dp']} × tp={out.extras['tp']}, "
           f"match vs single: {result.compare(reference).match}")
     print(f"rank 0 sends {per_step / steps:,.0f} activation bytes per step; "
           f"activations held: {result.memory[0]['activations']:,} bytes")
-    print(f"step time {statistics.median(step_times(result, 0)) * 1e3:.0f} ms on {link}")
+    print(f"step time {result.step_time(warmup=0) * 1e3:.0f} ms on {link}")
 
 
 def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[dict]:
@@ -236,7 +225,7 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[di
     from parlab.core.link import resolve
 
     reference = parlab.run("single", steps=steps + 1)
-    single = statistics.median(step_times(reference))
+    single = reference.step_time()
     link_obj = resolve(None if link == "loopback" else link)
     rows = []
     for tp in sorted({1, world_size}):
@@ -247,7 +236,7 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[di
             nbytes = B * m.block_size * m.n_embd * 4
             comm = 4 * m.n_layer * cost.all_reduce_time(nbytes, tp, link_obj.latency_s,
                                                         link_obj.bandwidth_Bps)
-        rows.append({"tp": tp, "link": link, "measured_ms": statistics.median(step_times(result))
+        rows.append({"tp": tp, "link": link, "measured_ms": result.step_time()
                      * 1e3, "predicted_ms": (single / tp + comm) * 1e3,
                      "of_which_comm_ms": comm * 1e3})
     return rows

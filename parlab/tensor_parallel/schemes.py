@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import torch
 
+from parlab.core.checks import Bool, Int
 from parlab.core.mesh import Mesh, validate_degrees
-from parlab.engine.loop import build_model, data_parallel_loop, make_optimizer
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.tensor_parallel.layers import TensorParallelGPT, assemble_state
+
+TP = Int(None, min=1, none=True)  # None: the largest degree that fits
 
 
 def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
@@ -56,12 +59,6 @@ def resolve_tp(cfg, sequence_parallel: bool) -> int:
 
 def _validator(sequence_parallel: bool):
     def validate(cfg):
-        tp = cfg.options["tp"]
-        if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-            raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
-        for flag in ("regather", "vocab_parallel"):
-            if flag in cfg.options and not isinstance(cfg.options[flag], bool):
-                raise ValueError(f"{flag}={cfg.options[flag]!r} must be True or False")
         check_fits(cfg, sequence_parallel)
     return validate
 
@@ -80,50 +77,60 @@ def check_fits(cfg, sequence_parallel: bool) -> None:
 
 
 def _assemble(outputs, cfg):
-    shards = sorted((o for o in outputs if o.get("state") is not None), key=lambda o: o["tp_rank"])
-    return assemble_state([o["state"] for o in shards], cfg.options.get("vocab_parallel", False))
+    shards = sorted((o for o in outputs if o.state is not None), key=lambda o: o.extras["tp_rank"])
+    return assemble_state([o.state for o in shards], cfg.options.get("vocab_parallel", False))
 
 
-def tensor_parallel_worker(ctx, sequence_parallel: bool):
-    cfg = ctx.cfg
-    degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
-    dp, tp = degrees["dp"], degrees["tp"]
-    mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
-    model = TensorParallelGPT.from_reference(build_model(cfg), mesh["tp"], sequence_parallel,
-                                             cfg.options.get("regather", True),
-                                             cfg.options.get("vocab_parallel", False))
-    optimizer = make_optimizer(model.parameters(), cfg)
-    replicated = model.replicated_parameters()
+class TensorParallel(Strategy):
+    """One replica sliced over a tp group, replicas data parallel over dp: after backward the
+    sequence-parallel replicated gradients are summed over tp, then every gradient averaged over
+    dp."""
 
-    def sync_grads(step):
-        if sequence_parallel and tp > 1:
+    def __init__(self, ctx, sequence_parallel: bool):
+        cfg = ctx.cfg
+        degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
+        self.mesh = Mesh(ctx.comm, [("dp", degrees["dp"]), ("tp", degrees["tp"])])
+        self.sequence_parallel = sequence_parallel
+        model = TensorParallelGPT.from_reference(build_model(cfg), self.mesh["tp"],
+                                                 sequence_parallel,
+                                                 cfg.options.get("regather", True),
+                                                 cfg.options.get("vocab_parallel", False))
+        tp_rank = self.mesh.coords["tp"]
+        # without SP every tp rank computes the same loss: rank 0 of the tp group reports it
+        super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
+                         shard=self.mesh.coords["dp"], shards=degrees["dp"],
+                         reports_loss=sequence_parallel or tp_rank == 0,
+                         holds_state=self.mesh.coords["dp"] == 0)
+        self.replicated = model.replicated_parameters()
+
+    def sync(self, step: int) -> None:
+        ctx, mesh = self.ctx, self.mesh
+        if self.sequence_parallel and mesh.size("tp") > 1:
             with ctx.ledger.label(phase="sp-grad-sync"):  # each rank saw T/tp of the tokens
-                flat = torch.cat([p.grad.reshape(-1) for p in replicated])  # (Σ numel,) one bucket
+                flat = torch.cat([p.grad.reshape(-1) for p in self.replicated])  # (Σ numel,)
                 mesh["tp"].all_reduce(flat)  # (Σ numel,) summed over tp
-                for p, part in zip(replicated, flat.split([p.numel() for p in replicated])):
+                for p, part in zip(self.replicated, flat.split([p.numel() for p in self.replicated])):
                     p.grad.copy_(part.view_as(p))
-        if dp > 1:
+        if mesh.size("dp") > 1:
             with ctx.ledger.label(phase="dp-grad-sync"):
-                for p in model.parameters():
+                for p in self.model.parameters():
                     mesh["dp"].all_reduce(p.grad, op="avg")  # (local param shape,) over dp
 
-    out = data_parallel_loop(ctx, model, optimizer, mesh.coords["dp"], dp, sync_grads)
-    if not sequence_parallel and mesh.coords["tp"] != 0:
-        out["losses"] = None  # every tp rank computed the same loss; rank 0 reports it
-    out["tp_rank"], out["tp"], out["dp"] = mesh.coords["tp"], tp, dp
-    return out
+    def extras(self) -> dict:
+        return {"tp_rank": self.mesh.coords["tp"], "tp": self.mesh.size("tp"),
+                "dp": self.mesh.size("dp")}
 
 
 @register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
-          exact=True, options={"tp": None, "vocab_parallel": False}, validate=_validator(False),
+          exact=True, options={"tp": TP, "vocab_parallel": Bool(False)}, validate=_validator(False),
           assemble=_assemble,
           models=("gpt",))
 def tp_scheme(ctx):
-    return tensor_parallel_worker(ctx, sequence_parallel=False)
+    return train(ctx, TensorParallel(ctx, sequence_parallel=False))
 
 
 @register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
-          exact=True, options={"tp": None, "regather": True}, validate=_validator(True),
+          exact=True, options={"tp": TP, "regather": Bool(True)}, validate=_validator(True),
           assemble=_assemble, models=("gpt",))
 def tp_sp_scheme(ctx):
-    return tensor_parallel_worker(ctx, sequence_parallel=True)
+    return train(ctx, TensorParallel(ctx, sequence_parallel=True))

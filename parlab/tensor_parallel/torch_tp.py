@@ -30,13 +30,13 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from parlab.core import cost
-from parlab.core.memory import model_memory
+from parlab.core.checks import Bool
+from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.mesh import Mesh
-from parlab.engine.loop import build_model, make_optimizer, step_batch
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.models.gpt import attention, maybe_checkpoint
-from parlab.tensor_parallel.schemes import check_fits, resolve_tp
+from parlab.tensor_parallel.schemes import TP, check_fits, resolve_tp
 
 
 class TorchTPAttention(nn.Module):
@@ -92,12 +92,11 @@ class TorchTPGPT(nn.Module):
 
 class DTensorCollectivesInLedger(TorchDispatchMode):
     """Writes every collective DTensor issues (torch's functional all_reduce, all-gather and
-    reduce-scatter) into the parlab ledger, with the nominal ring bytes of `parlab.core.cost`: gloo
-    does the work, the ledger records what a ring moves for a tensor of that size."""
+    reduce-scatter) into the parlab ledger through `Comm.record_nominal`: gloo does the work, the
+    ledger records what a ring moves for a tensor of that size (`nominal=True`)."""
 
-    COUNTS = {"all_reduce": ("all_reduce", cost.ring_all_reduce),
-              "all_gather_into_tensor": ("all_gather", cost.ring_all_gather),
-              "reduce_scatter_tensor": ("reduce_scatter", cost.ring_reduce_scatter)}
+    OPS = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
+           "reduce_scatter_tensor": "reduce_scatter"}
 
     def __init__(self, comm, phase: str):
         super().__init__()
@@ -107,22 +106,12 @@ class DTensorCollectivesInLedger(TorchDispatchMode):
         t0 = time.perf_counter()
         out = func(*args, **(kwargs or {}))
         name = func._overloadpacket.__name__
-        if func.namespace == "_c10d_functional" and name in self.COUNTS:
-            op, ring = self.COUNTS[name]
+        if func.namespace == "_c10d_functional" and name in self.OPS:
             local = args[0]  # the rank's input: (S,), its shard for all-gather
+            op = self.OPS[name]
             numel = local.numel() * (self.comm.size if op == "all_gather" else 1)
-            sent, recv, rounds = ring(numel, self.comm.size, self.comm.rank)
-            size, item = self.comm.size, local.element_size()
-            peers = {(self.comm.rank + 1) % size, (self.comm.rank - 1) % size} - {self.comm.rank}
-            ledger = self.comm.ledger
-            ledger.records.append({
-                "rank": ledger.rank, "op": op, "algo": "dtensor", "group": self.comm.name,
-                "group_ranks": tuple(self.comm.ranks), "dtype": str(local.dtype).replace(
-                    "torch.", ""), "peers": tuple(self.comm.ranks[p] for p in sorted(peers)),
-                "numel": numel, "elements_sent": sent, "elements_recv": recv,
-                "bytes_sent": sent * item, "bytes_recv": recv * item, "rounds": rounds,
-                "phase": self.phase, "step": ledger.labels.get("step"), "t_start": t0,
-                "t_end": time.perf_counter()})  # issue time only: DTensor waits later
+            self.comm.record_nominal(op, local, numel, algo="dtensor", phase=self.phase,
+                                     t_start=t0)  # issue time only: DTensor waits later
         return out
 
 
@@ -170,66 +159,80 @@ def full_state(model) -> dict:
 
 
 def _validate(cfg):
-    tp = cfg.options["tp"]
-    if tp is not None and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 1):
-        raise ValueError(f"tp={tp!r} must be an int >= 1 (or None: the largest that fits)")
-    if not isinstance(cfg.options["sp"], bool):
-        raise ValueError(f"sp={cfg.options['sp']!r} must be True or False")
     check_fits(cfg, cfg.options["sp"])
 
 
-@register("torch-tp", summary="PyTorch parallelize_module (Colwise/Rowwise/SequenceParallel)",
-          exact=True, options={"tp": None, "sp": False}, validate=_validate, models=("gpt",))
-def torch_tp(ctx):
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
 
-    cfg, sp = ctx.cfg, ctx.cfg.options["sp"]
-    tp = resolve_tp(cfg, sp)
-    dp = cfg.world_size // tp
-    mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
-    device_mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
-    tp_rank = mesh.coords["tp"]
-    model = TorchTPGPT(build_model(cfg), tp_rank if sp else 0, tp if sp else 1)
-    parallelize_module(model, device_mesh["tp"], torch_tp_plan(cfg.model_config.n_layer, sp))
-    optimizer = make_optimizer(model.parameters(), cfg)
-    embeddings = [model.wte.weight, model.wpe.weight]
 
-    def local(t):
-        return t.to_local() if hasattr(t, "to_local") else t
+class TorchTP(Strategy):
+    """`parallelize_module` does the tensor parallelism inside forward and backward (its
+    collectives recorded by `DTensorCollectivesInLedger`); `sync` sums the SP embedding gradients
+    over tp and averages every local shard over dp through `Comm`."""
 
-    def sync_grads(step):
-        if sp and tp > 1:
+    def __init__(self, ctx):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        cfg, sp = ctx.cfg, ctx.cfg.options["sp"]
+        tp = resolve_tp(cfg, sp)
+        dp = cfg.world_size // tp
+        self.mesh = Mesh(ctx.comm, [("dp", dp), ("tp", tp)])
+        device_mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+        tp_rank = self.mesh.coords["tp"]
+        model = TorchTPGPT(build_model(cfg), tp_rank if sp else 0, tp if sp else 1)
+        parallelize_module(model, device_mesh["tp"], torch_tp_plan(cfg.model_config.n_layer, sp))
+        # DTensors have no storage for the activation meter to see: activations are not measured
+        super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
+                         shard=self.mesh.coords["dp"], shards=dp, reports_loss=sp or tp_rank == 0,
+                         holds_state=ctx.rank == 0, meter=ActivationMeter())
+        self.sp, self.embeddings = sp, [model.wte.weight, model.wpe.weight]
+
+    def forward_backward(self, step: int, batch) -> float:
+        x, y = batch
+        tp_comm = self.mesh["tp"]
+        with self.ctx.span("forward", step=step), DTensorCollectivesInLedger(tp_comm, "tp-forward"):
+            loss = self.model.loss(x, y)
+        with self.ctx.span("backward", step=step), \
+                DTensorCollectivesInLedger(tp_comm, "tp-backward"):
+            loss.backward()
+        return loss.item() / self.shards
+
+    def sync(self, step: int) -> None:
+        ctx, mesh = self.ctx, self.mesh
+        if self.sp and mesh.size("tp") > 1:
             with ctx.ledger.label(phase="sp-grad-sync"):
-                for p in embeddings:  # each rank embedded T/tp tokens: sum over tp
+                for p in self.embeddings:  # each rank embedded T/tp tokens: sum over tp
                     mesh["tp"].all_reduce(p.grad)  # (param shape,) over tp
-        if dp > 1:
+        if mesh.size("dp") > 1:
             with ctx.ledger.label(phase="dp-grad-sync"):
-                for p in model.parameters():
-                    mesh["dp"].all_reduce(local(p.grad), op="avg")  # (local shard,) over dp
+                for p in self.model.parameters():
+                    mesh["dp"].all_reduce(_local(p.grad), op="avg")  # (local shard,) over dp
 
-    losses, memory = [], {}
-    for step in range(cfg.steps):  # data_parallel_loop without its ActivationMeter (no DTensor)
-        with ctx.step(step):
-            x, y = step_batch(cfg, step, mesh.coords["dp"], dp)
-            with ctx.span("forward"), DTensorCollectivesInLedger(mesh["tp"], "tp-forward"):
-                loss = model.loss(x, y)
-            with ctx.span("backward"), DTensorCollectivesInLedger(mesh["tp"], "tp-backward"):
-                loss.backward()
-            sync_grads(step)
-            with ctx.span("optimizer"), DTensorCollectivesInLedger(mesh["tp"], "optimizer"):
-                optimizer.step()
-            memory = model_memory([local(p).detach() for p in model.parameters()], None,
-                                  [local(p.grad) for p in model.parameters()])
-            memory["optimizer"] = sum(local(v).numel() * v.element_size() for state in
-                                      optimizer.state.values() for v in state.values()
-                                      if isinstance(v, torch.Tensor) and v.numel() > 1)
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item() / dp)
-    out = {"losses": losses, "memory": memory}
-    state = full_state(model)  # collective: every rank gathers the DTensors
-    out["state"] = state if ctx.rank == 0 else None
-    if not sp and tp_rank != 0:
-        out["losses"] = None  # every tp rank computed the same loss
-    out["tp"], out["dp"] = tp, dp
-    return out
+    def update(self, step: int) -> None:
+        with DTensorCollectivesInLedger(self.mesh["tp"], "optimizer"):
+            super().update(step)
+
+    def memory(self) -> dict:
+        params = list(self.model.parameters())
+        memory = model_memory([_local(p).detach() for p in params], None,
+                              [_local(p.grad) for p in params if p.grad is not None])
+        memory["optimizer"] = sum(_local(v).numel() * v.element_size()
+                                  for state in self.optimizer.state.values()
+                                  for v in state.values()
+                                  if isinstance(v, torch.Tensor) and v.numel() > 1)
+        return memory
+
+    def state(self) -> dict | None:
+        state = full_state(self.model)  # collective: every rank gathers the DTensors
+        return state if self.holds_state else None
+
+    def extras(self) -> dict:
+        return {"tp": self.mesh.size("tp"), "dp": self.mesh.size("dp")}
+
+
+@register("torch-tp", summary="PyTorch parallelize_module (Colwise/Rowwise/SequenceParallel)",
+          exact=True, options={"tp": TP, "sp": Bool(False)}, validate=_validate, models=("gpt",))
+def torch_tp(ctx):
+    return train(ctx, TorchTP(ctx))

@@ -23,16 +23,6 @@ def psi_of(result) -> int:
     return sum(v.numel() for v in result.state.values())
 
 
-def step_times(result, warmup: int = 1) -> list[float]:
-    """Seconds per step: gaps between consecutive forward starts, the slowest rank each step."""
-    per_rank = []
-    for rank in range(result.config.world_size):
-        starts = sorted(e["t0"] for e in result.timeline
-                        if e["rank"] == rank and e["name"] == "forward")
-        per_rank.append([b - a for a, b in zip(starts[warmup:], starts[warmup + 1:])])
-    return [max(column) for column in zip(*per_rank)]
-
-
 def memory_row(result, warmup: int = 1) -> dict:
     """One row: the largest measured bytes of each kind over ranks, the formula, the step time."""
     scheme, n = result.config.scheme, result.config.world_size
@@ -46,8 +36,7 @@ def memory_row(result, warmup: int = 1) -> dict:
     row["formula"] = int(sum(formula.values()))
     row["vs_formula"] = row["states"] / row["formula"]
     row["gathered_peak"] = max(m.get("gathered_peak", 0) for m in result.memory)
-    times = step_times(result, warmup)
-    row["step_ms"] = 1e3 * statistics.median(times) if times else float("nan")
+    row["step_ms"] = 1e3 * result.step_time(warmup)
     return row
 
 
@@ -92,7 +81,7 @@ def bytes_per_stage(world_size: int = 4, steps: int = 2, **options) -> list[dict
     rows = [{"scheme": "ddp-naive", "measured": ddp_bytes, "closed_form": None, "vs_ddp": 1.0}]
     for stage in (1, 2, 3):
         result = parlab.run(f"zero{stage}", world_size=world_size, steps=steps, **options)
-        numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+        numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
         measured = max(result.bytes_per_rank()) / steps
         rows.append({"scheme": f"zero{stage}", "measured": measured,
                      "closed_form": step_bytes(stage, numels, world_size),
@@ -154,7 +143,7 @@ def checkpoint_demo(directory: str, before: int = 4, after: int = 2, steps: int 
     resumed = parlab.run(scheme, world_size=after, steps=steps, save_dir=directory, resume=True,
                          **options)
     return {"error": error, "checkpoint": saved.path.name, "saved_world_size": saved.world_size,
-            "resumed_at_step": resumed.outputs[0]["first_step"], "world_size_after": after,
+            "resumed_at_step": resumed.outputs[0].extras["first_step"], "world_size_after": after,
             "clean": clean, "resumed": resumed, "comparison": resumed.compare(clean)}
 
 
@@ -183,7 +172,7 @@ def predicted_comm_s(result, link) -> float:
 
     link = resolve(link)
     n, stage = result.config.world_size, STAGE_OF[result.config.scheme]
-    numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0]["layouts"]]
+    numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
     collectives = 3 if stage == 3 else 2
     return sum(collectives * cost.reduce_scatter_time(4 * (-(-u // n) * n), n, link.latency_s,
                                                       link.bandwidth_Bps) for u in numels)

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 import os
 import signal
+from functools import partial
 
 from parlab.core.memory import ActivationMeter, storage_key
-from parlab.engine.loop import build_model, make_optimizer, step_batch
+from parlab.engine import loop
+from parlab.engine.loop import Strategy, build_model, make_optimizer
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
 from parlab.zero.engine import ZeroEngine
-from parlab.zero.shard import FlatLayout, assemble_state
+from parlab.zero.shard import FlatLayout, assemble_state, predict
 
 OPTIONS = {"save_dir": None, "save_every": 0, "resume": False, "keep": ckpt_mod.KEEP,
            "fail_at_step": None, "fail_rank": 0}
@@ -80,73 +82,91 @@ def _check_writable(directory) -> None:
 
 def assemble(outputs: list[dict], cfg) -> dict:
     """The full parameters from every rank's shards (the parent does it: no extra comm)."""
-    layouts = [FlatLayout.from_meta(m) for m in outputs[0]["layouts"]]
-    return assemble_state(layouts, [out["shards"] for out in outputs])
+    layouts = [FlatLayout.from_meta(m) for m in outputs[0].extras["layouts"]]
+    return assemble_state(layouts, [out.extras["shards"] for out in outputs])
 
 
-def train(ctx, stage: int) -> dict:
-    cfg, comm, o = ctx.cfg, ctx.comm, ctx.cfg.options
-    n, rank = comm.size, comm.rank
-    model = build_model(cfg)
-    meter = ActivationMeter()
-    engine = ZeroEngine(model, comm, stage,
-                        on_gather=lambda t: meter.excluded.add(storage_key(t)),
-                        on_release=lambda t: meter.excluded.discard(storage_key(t)))
-    meter.exclude(list(model.parameters()) + engine.shards)
-    optimizer = make_optimizer(engine.shards, cfg)
-    losses, first, resumed_from = [], 0, None
-    if o["resume"] and (path := ckpt_mod.latest(o["save_dir"])) is not None:
-        saved = ckpt_mod.Checkpoint(path)
-        ckpt_mod.load_into(saved, engine.units, optimizer, n, rank)
-        first, resumed_from = saved.steps_done, saved.world_size
-        losses = [x if rank == 0 else 0.0 for x in saved.losses()]  # the parent sums ranks
-    memory = {}
-    for step in range(first, cfg.steps):
-        with ctx.step(step):
-            if o["fail_at_step"] == step and o["fail_rank"] == rank:
-                os.kill(os.getpid(), signal.SIGKILL)  # a crash: no exception, no goodbye
-            x, y = step_batch(cfg, step, rank, n)
-            engine.start_step()
-            with ctx.span("forward"), meter:
-                loss = model.loss(x, y)
-            with ctx.span("backward"), meter:
-                loss.backward()
-            engine.end_backward()
-            with ctx.span("optimizer"):
-                optimizer.step()
-            engine.after_step()
-            memory = engine.memory(optimizer)
-            engine.zero_grad()
-            losses.append(loss.item() / n)
-            if o["save_every"] and (step + 1) % o["save_every"] == 0:
-                with ctx.span("checkpoint"):
-                    ckpt_mod.save(o["save_dir"], comm, step + 1,
-                                  [u.layout for u in engine.units], engine.shards, optimizer,
-                                  losses, cfg.scheme)
-    memory["activations"] = meter.peak
-    return {"losses": losses, "state": None, "memory": memory,
-            "shards": {u.name: u.shard.detach().clone() for u in engine.units},
-            "layouts": [u.layout.to_meta() for u in engine.units],
-            "resumed_from": resumed_from, "first_step": first}
+class Zero(Strategy):
+    """Data parallelism that keeps 1/N of the optimizer state (stage 1), of the gradients (2), of
+    the parameters between uses (3): the `ZeroEngine` gathers, reduce-scatters and frees around
+    forward and backward; the optimizer steps this rank's flat shards only."""
+
+    def __init__(self, ctx, stage: int):
+        cfg, comm, o = ctx.cfg, ctx.comm, ctx.cfg.options
+        model = build_model(cfg)
+        meter = ActivationMeter()
+        self.engine = ZeroEngine(model, comm, stage,
+                                 on_gather=lambda t: meter.excluded.add(storage_key(t)),
+                                 on_release=lambda t: meter.excluded.discard(storage_key(t)))
+        meter.exclude(list(model.parameters()) + self.engine.shards)
+        super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
+                         shards=comm.size, holds_state=False, meter=meter)
+        self.resumed_from = None
+        if o["resume"] and (path := ckpt_mod.latest(o["save_dir"])) is not None:
+            saved = ckpt_mod.Checkpoint(path)
+            ckpt_mod.load_into(saved, self.engine.units, self.optimizer, comm.size, comm.rank)
+            self.first_step, self.resumed_from = saved.steps_done, saved.world_size
+            # the parent sums the ranks' shares: rank 0 carries the resumed losses
+            self.initial_losses = [x if comm.rank == 0 else 0.0 for x in saved.losses()]
+        self.losses = list(self.initial_losses)
+
+    def forward_backward(self, step: int, batch) -> float:
+        o = self.ctx.cfg.options
+        if o["fail_at_step"] == step and o["fail_rank"] == self.ctx.rank:
+            os.kill(os.getpid(), signal.SIGKILL)  # a crash: no exception, no goodbye
+        self.engine.start_step()
+        share = super().forward_backward(step, batch)
+        self.losses.append(share)
+        return share
+
+    def sync(self, step: int) -> None:
+        self.engine.end_backward()
+
+    def update(self, step: int) -> None:
+        with self.ctx.span("optimizer", step=step):
+            self.optimizer.step()
+        self.engine.after_step()
+        self.observe_memory()
+        self.engine.zero_grad()
+
+    def after_step(self, step: int) -> None:
+        o = self.ctx.cfg.options
+        if o["save_every"] and (step + 1) % o["save_every"] == 0:
+            with self.ctx.span("checkpoint"):
+                ckpt_mod.save(o["save_dir"], self.ctx.comm, step + 1,
+                              [u.layout for u in self.engine.units], self.engine.shards,
+                              self.optimizer, self.losses, self.ctx.cfg.scheme)
+
+    def memory(self) -> dict:
+        return self.engine.memory(self.optimizer)
+
+    def extras(self) -> dict:
+        return {"shards": {u.name: u.shard.detach().clone() for u in self.engine.units},
+                "layouts": [u.layout.to_meta() for u in self.engine.units],
+                "resumed_from": self.resumed_from, "first_step": self.first_step}
+
+
+def train(ctx, stage: int):
+    return loop.train(ctx, Zero(ctx, stage))
 
 
 _REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble)
 
 
 @register("zero1", summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
-          "all-gathered", **_REGISTER)
+          "all-gathered", cost=partial(predict, 1), **_REGISTER)
 def zero1(ctx):
     return train(ctx, 1)
 
 
 @register("zero2", summary="ZeRO-2: + gradients sharded as soon as each block's are ready",
-          **_REGISTER)
+          cost=partial(predict, 2), **_REGISTER)
 def zero2(ctx):
     return train(ctx, 2)
 
 
 @register("zero3", summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
-          "and backward", **_REGISTER)
+          "and backward", cost=partial(predict, 3), **_REGISTER)
 def zero3(ctx):
     return train(ctx, 3)
 

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from parlab.engine.loop import build_model
+from parlab.engine.prediction import Prediction
+
 EMPTY = torch.empty(0)  # what a released ZeRO-3 parameter points at
 
 
@@ -153,6 +156,13 @@ def memory_formula(stage: int, psi: int, world: int, bytes_per=4, adam_states=2)
     full, part = psi * bytes_per, psi * bytes_per / world
     return {"params": part if stage >= 3 else full, "grads": part if stage >= 2 else full,
             "optimizer": adam_states * (part if stage >= 1 else full)}
+
+
+def predict(stage: int, cfg) -> Prediction:
+    """Bytes each rank sends over the run (`step_bytes` of the model's flat units, every step)."""
+    units = [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
+    return Prediction([cfg.steps * step_bytes(stage, units, cfg.world_size)] * cfg.world_size,
+                      f"parlab.zero.shard.step_bytes(stage={stage}), ZeRO paper §7.2.2")
 
 
 def step_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> int:

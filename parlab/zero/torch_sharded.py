@@ -6,16 +6,27 @@
 * `torch-fsdp`: FSDP2 `torch.distributed.fsdp.fully_shard` on every block and on the root (ZeRO-3;
   Zhao et al., "PyTorch FSDP", VLDB 2023), parameters as DTensors sharded on dim 0.
 
-Their communication goes through torch.distributed directly, so **their bytes are not in the
-ledger** (the ledger of these schemes is empty); compare their memory and step time with ours.
+Their communication goes through torch.distributed directly, so their bytes cannot be observed:
+the ledger holds one nominal record per collective a ZeRO stage performs per step
+(`nominal=True`: what our engines send for the same stage); compare their memory and step time
+with ours.
 Memory is measured from the live local tensors, as for every scheme.
 """
 
 from __future__ import annotations
 
+import torch
+
 from parlab.core.memory import ActivationMeter, optimizer_state_tensors, tensor_bytes
-from parlab.data_parallel.torch_ddp import LossModule
-from parlab.engine.loop import build_model, make_optimizer, optimizer_spec, state_of, step_batch
+from parlab.engine.loop import (
+    LossModule,
+    Strategy,
+    build_model,
+    make_optimizer,
+    optimizer_spec,
+    state_of,
+    train,
+)
 from parlab.engine.runner import register
 from parlab.zero.shard import unit_modules
 
@@ -38,27 +49,44 @@ def _memory(model, optimizer) -> dict:
             "optimizer": tensor_bytes(states)}
 
 
-def _loop(ctx, step_fn, model, optimizer, meter, local_optimizer=None) -> tuple[list, dict]:
-    """Forward, backward, step over the rank's rows; memory measured after the step."""
-    n, rank = ctx.world_size, ctx.rank
-    losses, memory = [], {}
-    for step in range(ctx.cfg.steps):
-        with ctx.step(step):
-            x, y = step_batch(ctx.cfg, step, rank, n)
-            with ctx.span("forward"), meter:
-                loss = step_fn(x, y)
-            with ctx.span("backward"), meter:
-                loss.backward()
-            with ctx.span("optimizer"):
-                optimizer.step()
-            memory = _memory(model, local_optimizer or optimizer)
-            optimizer.zero_grad(set_to_none=True)
-            losses.append(loss.item() / n)
-    memory["activations"] = meter.peak
-    return losses, memory
+class TorchSharded(Strategy):
+    """A PyTorch wrapper does the sharding and the communication inside forward, backward and
+    step; memory is measured from the local tensors (DTensor shards). Their collectives bypass
+    `Comm`: each step is recorded with the nominal ring bytes of the collectives they perform,
+    marked `nominal=True`."""
+
+    def __init__(self, ctx, model, optimizer, loss_fn, local_optimizer, stage: int, meter=None,
+                 full_state=None):
+        super().__init__(ctx, model, optimizer, shard=ctx.rank, shards=ctx.world_size,
+                         meter=meter)
+        self.loss_fn, self.local_optimizer, self.stage = loss_fn, local_optimizer, stage
+        self.full_state = full_state
+        self.flat = torch.empty(sum(p.numel() for p in model.parameters()))  # (Ψ,) for the record
+
+    def loss(self, batch):
+        x, y = batch
+        return self.loss_fn(x, y)
+
+    def sync(self, step: int) -> None:
+        """Nothing to do (the wrapper communicated); record what it moved, nominally: DDP +
+        ZeroRedundancyOptimizer all-reduce the gradients, then each rank broadcasts its updated
+        parameters (an all-gather of Ψ in volume); FSDP2 all-gathers the parameters for forward
+        and again for backward and reduce-scatters the gradients."""
+        ops = (["all_reduce", "all_gather"] if self.stage == 1
+               else ["all_gather", "all_gather", "reduce_scatter"])
+        with self.ctx.ledger.label(phase="grad-sync"):
+            for op in ops:
+                self.ctx.comm.record_nominal(op, self.flat, algo=f"torch-zero{self.stage}")
+
+    def memory(self) -> dict:
+        return _memory(self.model, self.local_optimizer or self.optimizer)
+
+    def state(self) -> dict | None:
+        state = self.full_state() if self.full_state else state_of(self.model)  # collective
+        return state if self.holds_state else None
 
 
-@register("torch-zero", summary="PyTorch DDP + ZeroRedundancyOptimizer (bytes not in the ledger)",
+@register("torch-zero", summary="PyTorch DDP + ZeroRedundancyOptimizer (nominal bytes in the ledger)",
           exact=True, validate=_validate)
 def torch_zero(ctx):
     from torch.distributed.optim import ZeroRedundancyOptimizer
@@ -69,13 +97,10 @@ def torch_zero(ctx):
     optimizer_class, settings = optimizer_spec(ctx.cfg)  # the same optimizer as every scheme
     optimizer = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=optimizer_class,
                                         **settings)
-    meter = ActivationMeter(exclude=model.parameters())
-    losses, memory = _loop(ctx, ddp, model, optimizer, meter, local_optimizer=optimizer.optim)
-    return {"losses": losses, "state": state_of(model) if ctx.rank == 0 else None,
-            "memory": memory}
+    return train(ctx, TorchSharded(ctx, model, optimizer, ddp, optimizer.optim, stage=1))
 
 
-@register("torch-fsdp", summary="PyTorch FSDP2 fully_shard per block (bytes not in the ledger)",
+@register("torch-fsdp", summary="PyTorch FSDP2 fully_shard per block (nominal bytes in the ledger)",
           exact=True, validate=_validate)
 def torch_fsdp(ctx):
     from torch.distributed.device_mesh import init_device_mesh
@@ -92,6 +117,9 @@ def torch_fsdp(ctx):
         module.register_forward_pre_hook(
             lambda m, args: meter.exclude(_local(p) for p in m.parameters()))
     optimizer = make_optimizer(model.parameters(), ctx.cfg)
-    losses, memory = _loop(ctx, model.loss, model, optimizer, meter)
-    state = {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
-    return {"losses": losses, "state": state if ctx.rank == 0 else None, "memory": memory}
+
+    def full_state():
+        return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
+
+    return train(ctx, TorchSharded(ctx, model, optimizer, model.loss, None, stage=3, meter=meter,
+                                   full_state=full_state))

@@ -1,0 +1,30 @@
+"""Every scheme that registers a cost predicts exactly the bytes its ledger records.
+
+`parlab.schemes()[name].cost(cfg)` applies the chapter's closed forms to a configuration; a
+planner (chapter 13) compares schemes through it, so it is held here against measurement.
+"""
+
+import pytest
+
+import parlab
+from parlab.engine.runner import make_config
+
+CASES = [("single", 1, {}), ("ddp-naive", 2, {}), ("ddp-naive", 3, {}), ("ddp-bucketed", 2, {}),
+         ("ddp-overlap", 4, {}), ("ddp-priority", 2, {"partition_kb": 4}),
+         ("dear", 3, {"bucket_mb": 0.01}), ("zero1", 3, {}), ("zero2", 2, {}), ("zero3", 4, {})]
+
+
+@pytest.mark.parametrize("scheme,world_size,options", CASES)
+def test_prediction_equals_the_ledger(scheme, world_size, options):
+    cfg = make_config(scheme, world_size=world_size, steps=2, **options)
+    predicted = parlab.schemes()[scheme].cost(cfg)
+    measured = parlab.run(scheme, world_size=world_size, steps=2, **options)
+    assert predicted.bytes_sent == measured.bytes_per_rank(), predicted.source
+
+
+def test_every_chapter_registers_predictions():
+    chapters = {"single", "ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear",
+                "zero1", "zero2", "zero3"}
+    with_cost = {name for name, info in parlab.schemes().items() if info.cost is not None}
+    assert chapters <= with_cost
+    assert {case[0] for case in CASES} == with_cost  # a registered cost without a test fails here
