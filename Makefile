@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test unit notebooks lint tour clean site browser-deps
+.PHONY: lab test quick unit notebooks lint tour clean site browser-deps
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ notebooks: $(STAMP)
 	cd notebooks && ../$(BIN)/python -m pytest --nbval-lax -q -p no:cacheprovider .
 
 test: lint unit notebooks
+
+# For iteration (≤ 3 min): lint and the unit, equivalence and ledger tests; no notebooks, no
+# browser, no site, no torchrun.
+quick: lint
+	$(BIN)/python -m pytest tests -q -x -m "not slow and not browser" --ignore tests/test_notebooks.py \
+		--ignore tests/test_site.py --ignore tests/test_browser.py --ignore tests/test_torchrun.py
 
 # Execute every chapter with papermill into build/ (never over notebooks/).
 tour: $(STAMP)
