@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import pathlib
 import sys
 
 
@@ -36,11 +38,27 @@ def _list(_args) -> int:
     return 0
 
 
+def _check_trace(path: str) -> None:
+    """A trace path that cannot be written fails now, not after the run."""
+    target = pathlib.Path(path)
+    folder = target.parent if str(target.parent) else pathlib.Path(".")
+    if target.is_dir():
+        raise ValueError(f"--trace {path!r} is a directory; give a file name such as trace.json")
+    if not folder.is_dir():
+        raise ValueError(f"--trace {path!r}: directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ValueError(f"--trace {path!r} is not writable")
+
+
 def _run(args) -> int:
     import parlab
     from parlab.core.trace import to_chrome_trace
 
     options = dict(args.option or [])
+    if args.timeout is not None:
+        options["timeout"] = args.timeout
+    if args.trace:
+        _check_trace(args.trace)
     bar = None
     try:
         from tqdm import tqdm
@@ -111,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--link", default=None, help="loopback, 1GbE, 10GbE, 100Gb-IB, NVLink")
     run.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
+    run.add_argument("--timeout", type=float, default=None,
+                     help="seconds the whole run may take (default 300)")
     run.add_argument("--option", "-o", action="append", type=_option,
                      help="a scheme option key=value (repeatable), e.g. -o algo=ring")
     run.add_argument("--compare", action="store_true", help="also run 'single' and compare")

@@ -138,3 +138,65 @@ def test_cli_list_and_run(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "parlab", "run", "ddp-naive", "-w", "5"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "world_size=5" in bad.stderr
+
+
+# ----------------------------------------------------------------------------- issue 22, defect 9
+# Validation gaps: each bad value is a ValueError naming it, raised before any process starts.
+# (Block owned by the reliability work; append other tests above this block or below it.)
+from parlab.engine.runner import make_config  # noqa: E402
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(model_config={"vocab_size": 95}), "vocab_size=95 is below the 96 symbols"),
+    (dict(model="mlp", model_config={"d_in": 3}), "d_in=3 must be 2"),
+    (dict(model="mlp", model_config={"d_out": 2}), "d_out=2 must be >= 3"),
+    (dict(seed=2**70), r"seed=1180591620717411303424 must be an int in \[0, 2\*\*63\)"),
+    (dict(seed=-1), r"seed=-1 must be an int in \[0, 2\*\*63\)"),
+    (dict(timeout=float("inf")), "timeout=inf must be a finite number of seconds >= 1"),
+    (dict(timeout=1e-6), "timeout=1e-06 must be a finite number of seconds >= 1"),
+    (dict(timeout=float("nan")), "timeout=nan"),
+    (dict(lr=float("inf")), "lr=inf must be a finite number > 0"),
+    (dict(lr=float("nan")), "lr=nan must be a finite number > 0"),
+    (dict(model_config="x"), "model_config='x' must be a dict"),
+    (dict(model_config=[("n_layer", 2)]), r"model_config=\[\('n_layer', 2\)\] must be a dict"),
+    (dict(world_size=10000), "world_size=10000 is above 64"),
+])
+def test_bad_values_are_refused_naming_them(kwargs, message):
+    kwargs = {"scheme": "ddp-naive", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_config(**kwargs)
+
+
+def test_the_bounds_themselves_are_accepted():
+    make_config("ddp-naive", seed=2**63 - 1, timeout=1.0, world_size=4)
+    make_config("single", model="mlp", model_config={"d_out": 5})
+    make_config("single", model_config={"vocab_size": 128})
+
+
+def _cli(monkeypatch, capsys, *argv):
+    """`python -m parlab` in this process; parlab.run must not be reached."""
+    from parlab import __main__ as cli
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started before the bad argument was refused")
+
+    monkeypatch.setattr(parlab, "run", no_run)
+    code = cli.main(list(argv))
+    return code, capsys.readouterr().err
+
+
+def test_cli_infinite_timeout_is_a_one_line_error(monkeypatch, capsys):
+    from parlab import __main__ as cli
+
+    code = cli.main(["run", "ddp-naive", "--timeout", "1e999"])  # refused by make_config
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == "error: timeout=inf must be a finite number of seconds >= 1"
+
+
+@pytest.mark.parametrize("trace,message", [
+    ("/nonexistent-dir/trace.json", "directory '/nonexistent-dir' does not exist"),
+    (".", "is a directory"),
+])
+def test_cli_bad_trace_path_fails_before_the_run(monkeypatch, capsys, trace, message):
+    code, err = _cli(monkeypatch, capsys, "run", "ddp-naive", "--trace", trace)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1

@@ -23,6 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
+from parlab.models.data import VOCAB
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -39,10 +41,13 @@ class GPTConfig:
     def validate(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"GPTConfig.{f.name}={value!r} must be an int >= 1")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.vocab_size < len(VOCAB):  # a token id >= vocab_size would index past the embedding
+            raise ValueError(f"GPTConfig.vocab_size={self.vocab_size} is below the {len(VOCAB)} "
+                             "symbols of the text dataset")
 
 
 def maybe_checkpoint(fn, enabled: bool, *args):

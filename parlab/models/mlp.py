@@ -23,8 +23,12 @@ class MLPConfig:
     def validate(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"MLPConfig.{f.name}={value!r} must be an int >= 1")
+        if self.d_in != 2:
+            raise ValueError(f"MLPConfig.d_in={self.d_in} must be 2: the spirals are 2-D points")
+        if self.d_out < 3:
+            raise ValueError(f"MLPConfig.d_out={self.d_out} must be >= 3: the spirals have 3 classes")
 
 
 class MLP(nn.Module):
