@@ -35,11 +35,13 @@ COMMON_OPTIONS = {
     "lr": None,  # None: 3e-3 for adamw, 0.1 for sgd
     "optimizer": "adamw",
     "model_config": None,  # dict of GPTConfig / MLPConfig overrides
-    "timeout": 300.0,
+    "timeout": 300.0,  # seconds, finite, >= MIN_TIMEOUT
     "start_method": "forkserver",
     "checkpoint": False,  # activation checkpointing: recompute each block in backward
 }
 OPTIMIZERS = ("adamw", "sgd")
+MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
+MIN_TIMEOUT = 1.0  # seconds: a rank's first rendezvous alone takes ~0.1-4 s
 
 
 @dataclass
@@ -151,13 +153,18 @@ class RunConfig:
 def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5,
                 seed: int = 0, link=None, **options) -> RunConfig:
     """Validate everything and build the RunConfig; ValueError names each bad value."""
+    import math
+
     spec = get_scheme(scheme)
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if world_size > MAX_WORLD_SIZE:
+        raise ValueError(f"world_size={world_size} is above {MAX_WORLD_SIZE}: every rank is a process "
+                         "on this machine")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps={steps!r} must be an int >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed={seed!r} must be an int")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
+        raise ValueError(f"seed={seed!r} must be an int in [0, 2**63) (a torch.Generator seed)")
     if model not in spec.models:
         raise ValueError(f"model={model!r} is not supported by scheme {scheme!r}; "
                          f"choose one of {list(spec.models)}")
@@ -173,11 +180,15 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         raise ValueError(f"optimizer={common['optimizer']!r} must be one of {OPTIMIZERS}")
     lr = common["lr"] if common["lr"] is not None else (
         3e-3 if common["optimizer"] == "adamw" else 0.1)
-    if not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr={lr!r} must be a number > 0")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+        raise ValueError(f"lr={lr!r} must be a finite number > 0")
     timeout = common["timeout"]
-    if not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError(f"timeout={timeout!r} must be a number of seconds > 0")
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not MIN_TIMEOUT <= timeout < math.inf):
+        raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= {MIN_TIMEOUT:g}")
+    if common["model_config"] is not None and not isinstance(common["model_config"], dict):
+        raise ValueError(f"model_config={common['model_config']!r} must be a dict of {model} config "
+                         "fields (e.g. {'n_layer': 2}) or None")
     if not isinstance(common["checkpoint"], bool):
         raise ValueError(f"checkpoint={common['checkpoint']!r} must be True or False")
     cfg = RunConfig(
