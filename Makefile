@@ -14,8 +14,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
+# JupyterLab on 127.0.0.1 only, with a fresh random token (it prints the URL holding it); as root
+# (most containers) it needs --allow-root, given only then.
+JUPYTER ?= $(BIN)/jupyter
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))'); \
+	root=$$([ "$$(id -u)" = 0 ] && echo --allow-root); \
+	$(JUPYTER) lab notebooks/ --ServerApp.ip=127.0.0.1 --IdentityProvider.token="$$token" $$root
 
 lint: $(STAMP)
 	$(BIN)/ruff check parlab tests data tools notebooks
