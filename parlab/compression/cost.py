@@ -1,0 +1,101 @@
+"""Closed forms for chapter 08: bytes per rank per step of every compressor, and the ratio to DDP.
+
+A message of P bytes all-gathered over N ranks (ring) costs each rank (N-1)·P sent
+(`parlab.core.cost.ring_all_gather` of N·P one-byte elements); an all-reduce of S float32 costs
+2(N-1)/N·S·4 (`ring_all_reduce`, exact per chunk). Per tensor of n elements:
+
+    top-k      P = k·(4 + 4), k = ⌈ratio·n⌉      (int32 index + float32 value; Lin et al. 2018)
+    random-k   P = k·4                           (positions from a shared seed; Stich et al. 2018)
+    qsgd       P = ⌈n·bits/8⌉ + 4                (packed sign+level codes, float32 norm; Alistarh 2017)
+    signsgd    P = ⌈n/8⌉ + 4                     (packed sign bits, float32 scale; Karimireddy 2019)
+    powersgd   all-reduce (n + m)·r floats per matrix, the vectors whole (Vogels et al. 2019)
+    local-sgd  all-reduce Ψ floats after every H-th step and the last (Stich 2019); DiLoCo alike
+
+The all-gather grows with N while the all-reduce does not: top-k's ratio to DDP is
+2/N·Ψ·4 / P per rank per step — sparsification pays most on few ranks (the survey's caveat,
+Ouyang et al. 2020).
+"""
+
+from __future__ import annotations
+
+import math
+
+from parlab.compression.compressors import QSGD, RandomK, Sign, TopK
+from parlab.compression.local_sgd import sync_steps
+from parlab.compression.powersgd import factor_rank
+from parlab.core import cost
+
+GATHERED = ("topk", "randomk", "qsgd", "signsgd")
+FLOAT_BYTES = 4
+
+
+def compressor(scheme: str, **options):
+    """The compressor object of a gathered scheme, with its options (defaults as registered)."""
+    if scheme == "topk":
+        return TopK(options.get("ratio", 0.01))
+    if scheme == "randomk":
+        return RandomK(options.get("ratio", 0.01))
+    if scheme == "qsgd":
+        return QSGD(options.get("bits", 4))
+    if scheme == "signsgd":
+        return Sign()
+    raise ValueError(f"scheme={scheme!r} is not one of {GATHERED}")
+
+
+def payload_bytes(scheme: str, numels: list[int], **options) -> int:
+    """P: bytes of one rank's message for the whole model (a gathered scheme)."""
+    encoder = compressor(scheme, **options)
+    return sum(encoder.payload_bytes(n) for n in numels)
+
+
+def ddp_bytes(numels: list[int], n: int, sender: int = 0) -> int:
+    """`ddp-naive`: one ring all-reduce per gradient tensor, float32, sent by rank `sender`."""
+    return sum(cost.ring_all_reduce(s, n, sender)[0] for s in numels) * FLOAT_BYTES
+
+
+def powersgd_elements(shapes, rank: int) -> tuple[int, int]:
+    """Floats in PowerSGD's two all-reduces: (Σ n·r + Σ vectors, Σ m·r)."""
+    first = second = 0
+    for shape in shapes:
+        r = factor_rank(shape, rank)
+        numel = math.prod(shape)
+        if r == 0:
+            first += numel
+        else:
+            first += shape[0] * r
+            second += numel // shape[0] * r
+    return first, second
+
+
+def bytes_per_step(scheme: str, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
+                   **options) -> dict[str, int]:
+    """{op: bytes rank `sender` sends in `step` of `steps`} — what the ledger must show.
+    `shapes`: the parameters'; `options`: the scheme's (PowerSGD's `rank` is its factor rank)."""
+    numels = [math.prod(s) for s in shapes]
+    if scheme in GATHERED:
+        size = payload_bytes(scheme, numels, **options)
+        return {"all_gather": cost.ring_all_gather(n * size, n, sender)[0]}  # uint8 elements
+    if scheme == "powersgd":
+        first, second = powersgd_elements(shapes, options.get("rank", 4))
+        return {"all_reduce": FLOAT_BYTES * (cost.ring_all_reduce(first, n, sender)[0]
+                                             + cost.ring_all_reduce(second, n, sender)[0])}
+    if scheme in ("local-sgd", "diloco"):
+        if step in sync_steps(steps, options.get("sync_every", 4)):
+            return {"all_reduce": FLOAT_BYTES * cost.ring_all_reduce(sum(numels), n, sender)[0]}
+        return {}
+    if scheme == "ddp-naive":
+        return {"all_reduce": ddp_bytes(numels, n, sender)}
+    raise ValueError(f"scheme={scheme!r} has no closed form here")
+
+
+def total_bytes(scheme: str, shapes, n: int, steps: int, sender: int = 0, **options) -> int:
+    """Bytes rank `sender` sends over `steps` steps."""
+    return sum(sum(bytes_per_step(scheme, shapes, n, sender, s, steps, **options).values())
+               for s in range(steps))
+
+
+def compression_ratio(scheme: str, shapes, n: int, steps: int = 1, **options) -> float:
+    """`ddp-naive`'s bytes over the scheme's, rank 0, over `steps` steps (inf when it sends none)."""
+    sent = total_bytes(scheme, shapes, n, steps, **options)
+    reference = total_bytes("ddp-naive", shapes, n, steps)
+    return reference / sent if sent else math.inf

@@ -1,0 +1,106 @@
+"""Chapter 08's schemes: compressed gradient sync and local updates on the data-parallel loop.
+
+- `topk`, `randomk`, `qsgd`, `signsgd`: each rank compresses its gradient (with error feedback
+  where the option says), one all-gather of the messages, every rank decodes and averages
+  (`parlab.compression.sync`).
+- `powersgd`: rank-r factors P, Q all-reduced (Vogels et al. 2019; `parlab.compression.powersgd`).
+- `local-sgd`, `diloco`: parameters averaged every `sync_every` steps (Stich 2019; Douillard et
+  al. 2023; `parlab.compression.local_sgd`).
+
+All lossy, so `exact=False`; each states its bound, and the lossless settings are tested equal
+to `single` (1e-4): `topk` with ratio=1, `powersgd` with rank ≥ every matrix's min(n, m),
+`local-sgd` with sync_every=1 and optimizer="sgd".
+"""
+
+from parlab.compression.cost import compressor
+from parlab.compression.local_sgd import DiLoCo, LocalSGD
+from parlab.compression.powersgd import PowerSGDSync
+from parlab.compression.sync import CompressedSync
+from parlab.engine.loop import build_model, train
+from parlab.engine.runner import register
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _validate(cfg):
+    """Checks every scheme here shares, then each option present; each names the bad value."""
+    if cfg.batch_size % cfg.world_size:
+        raise ValueError(f"batch_size={cfg.batch_size} is not divisible by world_size={cfg.world_size}")
+    o = cfg.options
+    if "ratio" in o and not (_is_number(o["ratio"]) and 0 < o["ratio"] <= 1):
+        raise ValueError(f"ratio={o['ratio']!r} must be a number in (0, 1]")
+    if "bits" in o and not (_is_int(o["bits"]) and 2 <= o["bits"] <= 8):
+        raise ValueError(f"bits={o['bits']!r} must be an int in [2, 8] (sign bit + level bits)")
+    if "rank" in o and not (_is_int(o["rank"]) and o["rank"] >= 1):
+        raise ValueError(f"rank={o['rank']!r} must be an int >= 1")
+    if "sync_every" in o and not (_is_int(o["sync_every"]) and o["sync_every"] >= 1):
+        raise ValueError(f"sync_every={o['sync_every']!r} must be an int >= 1")
+    for flag in ("error_feedback", "warm_start"):
+        if flag in o and not isinstance(o[flag], bool):
+            raise ValueError(f"{flag}={o[flag]!r} must be True or False")
+    if "outer_lr" in o and not (_is_number(o["outer_lr"]) and o["outer_lr"] > 0):
+        raise ValueError(f"outer_lr={o['outer_lr']!r} must be a number > 0")
+    if "outer_momentum" in o and not (_is_number(o["outer_momentum"]) and 0 <= o["outer_momentum"] < 1):
+        raise ValueError(f"outer_momentum={o['outer_momentum']!r} must be a number in [0, 1)")
+
+
+def _gathered(ctx):
+    o = ctx.cfg.options
+    model = build_model(ctx.cfg)
+    encoder = compressor(ctx.cfg.scheme, **o)
+    return train(ctx, CompressedSync(ctx, model, encoder, o.get("error_feedback", False)))
+
+
+@register("topk", summary="top-k sparsification (DGC), all-gather of (index, value), error feedback",
+          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate)
+def topk(ctx):
+    return _gathered(ctx)
+
+
+@register("randomk", summary="random-k sparsification, shared seed: values only, error feedback",
+          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate)
+def randomk(ctx):
+    return _gathered(ctx)
+
+
+@register("qsgd", summary="QSGD: stochastic quantization to packed bits + a norm per tensor",
+          exact=False, options={"bits": 4, "error_feedback": False}, validate=_validate)
+def qsgd(ctx):
+    return _gathered(ctx)
+
+
+@register("signsgd", summary="EF-signSGD: packed sign bits + mean |g| scale, error feedback",
+          exact=False, options={"error_feedback": True}, validate=_validate)
+def signsgd(ctx):
+    return _gathered(ctx)
+
+
+@register("powersgd", summary="PowerSGD: rank-r P, Q factors all-reduced, error feedback, warm start",
+          exact=False, options={"rank": 4, "error_feedback": True, "warm_start": True},
+          validate=_validate)
+def powersgd(ctx):
+    o = ctx.cfg.options
+    model = build_model(ctx.cfg)
+    return train(ctx, PowerSGDSync(ctx, model, o["rank"], o["error_feedback"], o["warm_start"]))
+
+
+@register("local-sgd", summary="Local SGD: local steps, parameters averaged every sync_every steps",
+          exact=False, options={"sync_every": 4}, validate=_validate)
+def local_sgd(ctx):
+    model = build_model(ctx.cfg)
+    return train(ctx, LocalSGD(ctx, model, ctx.cfg.options["sync_every"]))
+
+
+@register("diloco", summary="DiLoCo: inner AdamW for H steps, outer Nesterov SGD on the mean delta",
+          exact=False, options={"sync_every": 4, "outer_lr": 0.7, "outer_momentum": 0.9},
+          validate=_validate)
+def diloco(ctx):
+    o = ctx.cfg.options
+    model = build_model(ctx.cfg)
+    return train(ctx, DiLoCo(ctx, model, o["sync_every"], o["outer_lr"], o["outer_momentum"]))

@@ -1,0 +1,79 @@
+"""Compressed gradient sync: encode, all-gather the messages, decode and average; error feedback.
+
+Each rank encodes its gradient tensor by tensor (`parlab.compression.compressors`), the messages
+side by side in one uint8 buffer of fixed length P, and one all-gather hands every rank all N
+buffers: (N-1)·P bytes sent per rank (ring), against 2(N-1)/N·Ψ·4 for the all-reduce of
+`ddp-naive`. A sparse or quantized message cannot be summed on the wire, hence the all-gather
+(Lin et al., DGC 2018; Alistarh et al., QSGD 2017): every rank decodes the N messages in rank
+order and averages them, so the replicas stay identical.
+
+Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al., "Error Feedback Fixes
+SignSGD", ICML 2019): each rank keeps what compression dropped, e ← (g + e) - C(g + e), and adds
+it to the next gradient, so nothing is lost, only delayed: Σ sent + e = Σ g.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.compression.compressors import seed_of
+from parlab.data_parallel.sync import GradSync
+
+
+class ErrorFeedback:
+    """One residual per tensor (or none when disabled): `corrected(i, g)` = g + e_i; `keep(i, c, s)`
+    stores e_i = c - s, what the corrected gradient c had that the sent s lacks."""
+
+    def __init__(self, params, enabled: bool):
+        self.enabled = enabled
+        self.residuals = [torch.zeros_like(p) for p in params] if enabled else []
+
+    def corrected(self, index: int, grad: torch.Tensor) -> torch.Tensor:
+        return grad + self.residuals[index] if self.enabled else grad
+
+    def keep(self, index: int, corrected: torch.Tensor, sent: torch.Tensor) -> None:
+        if self.enabled:
+            self.residuals[index] = (corrected - sent).reshape(self.residuals[index].shape)
+
+
+class CompressedSync(GradSync):
+    """After backward: compress each gradient (with error feedback), one all-gather, average."""
+
+    phase = "grad-sync"
+
+    def __init__(self, ctx, model, compressor, error_feedback: bool):
+        super().__init__(ctx, model)
+        self.compressor = compressor
+        self.feedback = ErrorFeedback(self.params, error_feedback)
+        self.numels = [p.numel() for p in self.params]
+        self.sizes = [compressor.payload_bytes(n) for n in self.numels]  # bytes per tensor
+        self.step_index = 0
+
+    def sync(self, step: int) -> None:
+        self.step_index = step
+        super().sync(step)
+
+    def seed(self, index: int) -> int:
+        return seed_of(self.ctx.cfg.seed, self.step_index, index)
+
+    def after_backward(self) -> None:
+        messages = []
+        for i, p in enumerate(self.params):
+            corrected = self.feedback.corrected(i, p.grad)  # (param shape,)
+            message = self.compressor.encode(corrected, self.seed(i), self.ctx.rank)  # (P_i,) uint8
+            if self.feedback.enabled:
+                sent = self.compressor.decode(message, p.numel(), self.seed(i)).view_as(p)
+                self.feedback.keep(i, corrected, sent)
+            messages.append(message)
+        mine = torch.cat(messages)  # (P,) uint8, P = Σ P_i
+        everyone = self.comm.all_gather(mine)  # (N·P,) uint8, rank r's at [r·P, (r+1)·P)
+        for i, p in enumerate(self.params):
+            total = torch.zeros(p.numel())  # (n_i,) summed in rank order on every rank
+            for rank in range(self.comm.size):
+                start = rank * mine.numel() + sum(self.sizes[:i])
+                total += self.compressor.decode(everyone[start:start + self.sizes[i]], p.numel(),
+                                                self.seed(i))
+            p.grad.copy_((total / self.comm.size).view_as(p))
+
+    def comm_buffers(self):
+        return self.feedback.residuals
