@@ -328,15 +328,9 @@ class Comm:
         def run():
             return body(traffic)
 
-        ready = {"at": 0.0}
-
-        def finish(value):
-            ready["at"] = self._account(record, traffic, tensor.element_size())
-            return value
-
         if not async_op:
-            value = finish(run())
-            self._sleep_until(ready["at"])
+            value = run()
+            self._sleep_until(self._account(record, traffic, tensor.element_size()))
             t1 = time.perf_counter()
             record["t_end"] = t1
             self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
@@ -346,7 +340,14 @@ class Comm:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
         handle = Handle(self, record, 0.0, future=self._executor.submit(run))
-        handle.finish = lambda value: (finish(value), setattr(handle, "ready_at", ready["at"]))[0]
+
+        def finish(value):
+            # the traffic is known once the algorithm ran: only then can the link say when it
+            # will have delivered it (Handle.wait sleeps until ready_at after calling finish)
+            handle.ready_at = self._account(record, traffic, tensor.element_size())
+            return value
+
+        handle.finish = finish
         return handle
 
     def _sleep_until(self, ready_at: float) -> None:

@@ -20,6 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+FP32_BYTES = 4  # bytes of one float32 element: every scheme here trains in fp32
+
+
+def round_up(numel: int, multiple: int) -> int:
+    """`numel` rounded up to a multiple of `multiple` (the padding of flat shards and buckets)."""
+    return -(-numel // multiple) * multiple
+
 
 def shard_sizes(numel: int, parts: int) -> list[int]:
     """Sizes of `parts` chunks of `numel` elements, the first `numel % parts` one larger."""
@@ -115,7 +122,6 @@ def reduce_scatter_time(nbytes: float, n: int, alpha: float, beta: float) -> flo
     return (n - 1) * (alpha + nbytes / n / beta) if n > 1 else 0.0
 
 
-all_gather_time = reduce_scatter_time
 
 
 def bus_bandwidth(nbytes: float, seconds: float, n: int, op: str = "all_reduce") -> float:

@@ -65,17 +65,6 @@ def normalize(events: list[dict]) -> list[dict]:
     return [{**e, "t0": e["t0"] - origin, "t1": e["t1"] - origin} for e in events]
 
 
-def exposed_fraction(events: list[dict], rank: int | None = None) -> float:
-    """Share of the busy wall time that a rank spent blocked on communication ('wait' events)."""
-    chosen = [e for e in events if rank is None or e["rank"] == rank]
-    if not chosen:
-        return 0.0
-    span = max(e["t1"] for e in chosen) - min(e["t0"] for e in chosen)
-    ranks = {e["rank"] for e in chosen}
-    waited = sum(e["t1"] - e["t0"] for e in chosen if e["kind"] == "wait")
-    return waited / (span * len(ranks)) if span > 0 else 0.0
-
-
 _TID = {"compute": 0, "comm": 1, "wait": 2, "idle": 3}
 
 

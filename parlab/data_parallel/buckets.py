@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from parlab.core.cost import round_up
+
 MB = 2 ** 20  # bucket_mb is in MiB, as PyTorch's bucket_cap_mb
 
 
@@ -44,7 +46,7 @@ def plan_buckets(numels: list[int], bucket_mb: float, element_size: int = 4) -> 
 
 def padded(numel: int, multiple_of: int) -> int:
     """`numel` rounded up to a multiple of `multiple_of`."""
-    return -(-numel // multiple_of) * multiple_of
+    return round_up(numel, multiple_of)
 
 
 @dataclass

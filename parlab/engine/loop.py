@@ -74,9 +74,6 @@ def state_of(model: torch.nn.Module) -> dict:
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
-FP32_BYTES = 4  # bytes of one float32 element
-
-
 @dataclass
 class RankResult:
     """What a rank hands back to the parent (`parlab.run` sums, assembles and merges these)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import parlab
 from parlab.core import cost as comm_cost
+from parlab.engine.runner import COMMON_OPTIONS
 from parlab.pipeline import cost
 from parlab.pipeline.draw import gantt, ideal_and_measured
 from parlab.pipeline.schedules import make_schedule
@@ -20,10 +21,6 @@ SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb")
 COMPUTE_HEAVY = {"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}
 # A model with a heavy head: an 8192-token vocabulary costs ~5 blocks of compute at the last stage.
 HEAVY_HEAD = {"n_layer": 8, "n_embd": 64, "n_head": 4, "block_size": 32, "vocab_size": 8192}
-
-
-def chunks_for(pp: int, layers: int = 4) -> int:
-    return 2 if 2 * pp <= layers else 1
 
 
 def show_schedules(pp: int, microbatches: int, chunks: int = 2) -> None:
@@ -180,7 +177,7 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4)
     from parlab.pipeline.stages import even_partition
 
     mc = model_config("gpt", HEAVY_HEAD)
-    rows = 12 // microbatches
+    rows = COMMON_OPTIONS["batch_size"] // microbatches  # the default global batch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # profile as a rank computes: one thread
     try:

@@ -193,11 +193,6 @@ GENERATORS = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved"
               "zb": zero_bubble_h1}
 
 
-def min_microbatches(name: str, p: int) -> int:
-    """The fewest micro-batches a schedule needs (interleaving works in groups of p)."""
-    return p if name == "interleaved" else 1
-
-
 def make_schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
     if name not in GENERATORS:
         raise ValueError(f"schedule={name!r} is unknown; choose one of {sorted(GENERATORS)}")

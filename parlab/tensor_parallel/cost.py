@@ -15,8 +15,9 @@ only on a link fast enough (`block_times`).
 from __future__ import annotations
 
 from parlab.core import cost
+from parlab.core.cost import FP32_BYTES
 
-FP32 = 4
+FP32 = FP32_BYTES
 
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from parlab.core.cost import FP32_BYTES
 from parlab.core.memory import optimizer_state_tensors, tensor_bytes
 from parlab.zero.shard import FlatUnit, unit_modules
 
@@ -193,4 +194,4 @@ class ZeroEngine:
         return {"params": tensor_bytes(params), "grads": tensor_bytes(grads),
                 "optimizer": tensor_bytes(optimizer_state_tensors(optimizer)),
                 "gathered_peak": self.gathered_peak,
-                "padding": sum(u.padded - u.numel for u in self.units) * 4}
+                "padding": sum(u.padded - u.numel for u in self.units) * FP32_BYTES}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 
 import parlab
+from parlab.core.cost import FP32_BYTES, round_up
 from parlab.zero.shard import FlatLayout, memory_formula, step_bytes
 
 STAGE_OF = {"single": 0, "ddp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "torch-zero": 1,
@@ -174,7 +175,7 @@ def predicted_comm_s(result, link) -> float:
     n, stage = result.config.world_size, STAGE_OF[result.config.scheme]
     numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
     collectives = 3 if stage == 3 else 2
-    return sum(collectives * cost.reduce_scatter_time(4 * (-(-u // n) * n), n, link.latency_s,
+    return sum(collectives * cost.reduce_scatter_time(FP32_BYTES * round_up(u, n), n, link.latency_s,
                                                       link.bandwidth_Bps) for u in numels)
 
 

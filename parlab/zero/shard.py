@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from parlab.core.cost import round_up
 from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 
@@ -40,7 +41,7 @@ class FlatLayout:
 
     def padded(self, world: int) -> int:
         """Ψ_u rounded up to a multiple of `world` (FSDP's padding)."""
-        return -(-self.numel // world) * world
+        return round_up(self.numel, world)
 
     def shard_numel(self, world: int) -> int:
         return self.padded(world) // world
@@ -77,7 +78,7 @@ def unpad_concat(shards: list[torch.Tensor], numel: int) -> torch.Tensor:
 def reshard(shards: list[torch.Tensor], numel: int, world: int) -> list[torch.Tensor]:
     """Shards of one unit at one world size → shards at `world` (pad, cut into equal chunks)."""
     flat = unpad_concat(shards, numel)  # (Ψ_u,)
-    padded = -(-numel // world) * world
+    padded = round_up(numel, world)
     flat = torch.cat([flat, flat.new_zeros(padded - numel)])  # (padded,)
     return list(flat.chunk(world))  # world × (padded/world,)
 
@@ -176,5 +177,5 @@ def step_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> i
     if stage not in (1, 2, 3):
         raise ValueError(f"stage={stage!r} must be 1, 2 or 3")
     collectives = 3 if stage == 3 else 2
-    padded = [-(-n // world) * world for n in unit_numels]
+    padded = [round_up(n, world) for n in unit_numels]
     return collectives * sum(p - p // world for p in padded) * bytes_per
