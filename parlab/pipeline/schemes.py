@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
+from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
@@ -57,9 +58,7 @@ def resolve(cfg, schedule: str) -> Plan:
     o, layers, world = cfg.options, n_layers(cfg), cfg.world_size
     if schedule not in GENERATORS:
         raise ValueError(f"schedule={schedule!r} is unknown; choose one of {sorted(GENERATORS)}")
-    chunks = o.get("chunks", 1) if schedule == "interleaved" else 1
-    if not _is_int(chunks) or chunks < 1:
-        raise ValueError(f"chunks={chunks!r} must be an int >= 1")
+    chunks = o.get("chunks", 1) if schedule == "interleaved" else 1  # typed by the registry
     pp = o.get("pp")
     if pp is None:  # the deepest pipeline that fits the layers
         pp = max(d for d in range(1, world + 1) if world % d == 0 and d * chunks <= layers or d == 1)
@@ -78,8 +77,6 @@ def resolve(cfg, schedule: str) -> Plan:
     if m is None:  # the fewest that fill the pipeline: the smallest divisor of the rows >= pp
         choices = [k for k in range(step, rows + 1, step) if rows % k == 0 and k >= pp]
         m = choices[0] if choices else rows
-    if not _is_int(m) or m < 1:
-        raise ValueError(f"microbatches={m!r} must be an int >= 1")
     if rows % m:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by dp={dp} × "
                          f"microbatches={m} (equal micro-batches keep the loss the global mean)")
@@ -199,13 +196,13 @@ SUMMARIES = {
 
 
 def _register(name: str, schedule: str | None) -> None:
-    options = {"pp": None, "partition": "even"}
+    options = {"pp": Int(None, min=1, none=True), "partition": "even"}
     if schedule != "naive":
-        options["microbatches"] = None
+        options["microbatches"] = Int(None, min=1, none=True)  # None: the fewest that fill it
     if schedule in ("interleaved", None):
-        options["chunks"] = 2
+        options["chunks"] = Int(2, min=1)  # model chunks per rank (interleaved only)
     if schedule is None:
-        options["schedule"] = "1f1b"
+        options["schedule"] = Choice("1f1b", tuple(SUMMARIES))
 
     def chosen(cfg):
         return schedule or cfg.options["schedule"]

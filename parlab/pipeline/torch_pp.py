@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from parlab.core.checks import Choice, Int
 from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.pipeline import stages as stages_mod
@@ -30,9 +31,6 @@ SCHEDULES = ("gpipe", "1f1b")
 
 
 def _validate(cfg):
-    if cfg.options["schedule"] not in SCHEDULES:
-        raise ValueError(f"schedule={cfg.options['schedule']!r} must be one of {SCHEDULES} for "
-                         "torch-pp")
     plan = resolve(cfg, cfg.options["schedule"])
     if cfg.options["schedule"] == "1f1b" and plan.microbatches < plan.pp:
         raise ValueError(f"torch's Schedule1F1B needs microbatches={plan.microbatches} >= "
@@ -87,8 +85,9 @@ class TorchPipeline(PipelineStages):
 
 
 @register("torch-pp", summary="torch.distributed.pipelining (ScheduleGPipe / Schedule1F1B)",
-          exact=True, options={"pp": None, "microbatches": None, "schedule": "1f1b",
-                               "partition": "even"},
+          exact=True, options={"pp": Int(None, min=1, none=True),
+                               "microbatches": Int(None, min=1, none=True),
+                               "schedule": Choice("1f1b", SCHEDULES), "partition": "even"},
           validate=_validate, assemble=assemble)
 def torch_pp(ctx):
     return train(ctx, TorchPipeline(ctx))
