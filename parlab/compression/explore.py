@@ -1,0 +1,247 @@
+"""What notebooks/08_compression.ipynb runs: compressors on a real gradient, closed forms, the
+lossless checks, ledger vs closed form, loss vs bytes, error feedback on/off, widget, checks.
+
+The compressors follow Lin et al. (DGC, 2018), Alistarh et al. (QSGD, 2017), Bernstein et al.
+(signSGD, 2018) with Karimireddy et al.'s error feedback (2019), Vogels et al. (PowerSGD, 2019);
+communicating less often follows Stich (Local SGD, 2019) and Douillard et al. (DiLoCo, 2023).
+Everything drives `parlab.run`; the closed forms are `parlab.compression.cost`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+import parlab
+from parlab import models
+from parlab.compression import cost
+from parlab.compression.compressors import QSGD, Sign, TopK
+from parlab.compression.powersgd import orthonormalize
+from parlab.compression.sync import ErrorFeedback
+
+SCHEMES = ["topk", "randomk", "qsgd", "signsgd", "powersgd", "local-sgd", "diloco"]
+LOSSLESS = [("topk", {"ratio": 1.0}, "adamw"), ("powersgd", {"rank": 1024}, "adamw"),
+            ("local-sgd", {"sync_every": 1}, "sgd")]
+
+
+def param_shapes(model: str = "gpt") -> list[tuple]:
+    net = models.build_model(model, models.model_config(model), 0)
+    return [tuple(p.shape) for p in net.parameters()]
+
+
+def options_of(scheme: str) -> dict:
+    return dict(parlab.schemes()[scheme].options) if scheme in parlab.schemes() else {}
+
+
+# ----------------------------------------------------------------------------- 1. intuition
+def real_gradient(model: str = "gpt") -> tuple[str, torch.Tensor]:
+    """The largest weight matrix's gradient after one backward on step 0's batch."""
+    from parlab.models.data import global_batch
+
+    net = models.build_model(model, models.model_config(model), 0)
+    x, y = global_batch(model, 0, 12, 0, getattr(models.model_config(model), "block_size", 0))
+    net.loss(x, y).backward()
+    name, p = max(((n, p) for n, p in net.named_parameters() if p.ndim == 2), key=lambda t: t[1].numel())
+    return name, p.grad.detach().clone()
+
+
+def low_rank(matrix: torch.Tensor, rank: int) -> torch.Tensor:
+    """One PowerSGD step on one rank (no warm start): P = M·Q, orthonormalize, Q = Mᵀ·P, P·Qᵀ."""
+    q = torch.randn(matrix.shape[1], rank, generator=torch.Generator().manual_seed(0))  # (m, r)
+    p = orthonormalize(matrix @ q)  # (n, r)
+    return p @ (matrix.T @ p).T  # (n, m)
+
+
+def draw_compressors(model: str = "gpt"):
+    """Each compressor applied to a real gradient matrix: a heat map, bytes and relative error."""
+    import matplotlib.pyplot as plt
+
+    name, grad = real_gradient(model)
+    n = grad.numel()
+    shown = {"original (fp32)": (grad, 4 * n)}
+    for label, encoder in (("top-k 10%", TopK(0.1)), ("QSGD 4 bits", QSGD(4)), ("sign + scale", Sign())):
+        shown[label] = (encoder.decode(encoder.encode(grad), n).view_as(grad), encoder.payload_bytes(n))
+    rows, cols = grad.shape
+    shown["PowerSGD rank 4"] = (low_rank(grad, 4), 4 * (rows + cols) * 4)
+    print(f"{name}: {rows}×{cols} gradient")
+    print(f"{'compressor':<18} {'bytes':>8} {'ratio':>6} {'‖C(g)-g‖/‖g‖':>13}")
+    for label, (approx, nbytes) in shown.items():
+        error = ((approx - grad).norm() / grad.norm()).item()
+        print(f"{label:<18} {nbytes:>8,} {4 * n / nbytes:>6.1f} {error:>13.2f}")
+    fig, axes = plt.subplots(1, len(shown), figsize=(3 * len(shown), 3))
+    limit = grad.abs().max().item()
+    for ax, (label, (approx, _)) in zip(axes, shown.items()):
+        ax.imshow(approx[:48, :48], cmap="RdBu", vmin=-limit, vmax=limit)
+        ax.set_title(label, fontsize=9)
+        ax.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. math
+def bytes_table(world_size: int, model: str = "gpt", steps: int = 4) -> None:
+    """Bytes rank 0 sends per step (closed forms) and the ratio to ddp-naive, default options."""
+    shapes = param_shapes(model)
+    psi = sum(math.prod(s) for s in shapes)
+    print(f"Ψ = {psi:,} parameters in {len(shapes)} tensors, N = {world_size}, {steps} steps")
+    print(f"{'scheme':<10} {'bytes/step':>11} {'vs ddp-naive':>13}  options")
+    for scheme in ["ddp-naive"] + SCHEMES:
+        options = options_of(scheme) if scheme != "ddp-naive" else {}
+        per_step = cost.total_bytes(scheme, shapes, world_size, steps, **options) / steps
+        ratio = cost.compression_ratio(scheme, shapes, world_size, steps, **options)
+        print(f"{scheme:<10} {per_step:>11,.0f} {ratio:>12.1f}×  {options}")
+
+
+# ----------------------------------------------------------------------------- 4. correctness
+def check_lossless(world_size: int, steps: int = 3) -> None:
+    """The lossless settings against `single` (1e-4): losses and final parameters."""
+    for scheme, options, optimizer in LOSSLESS:
+        ref = parlab.run("single", steps=steps, optimizer=optimizer)
+        result = parlab.run(scheme, world_size=world_size, steps=steps, optimizer=optimizer, **options)
+        print(f"{scheme:<10} {str(options):<20} {optimizer:<6} match: {result.compare(ref).match}")
+
+
+def check_properties(trials: int = 1000) -> None:
+    """QSGD's mean over seeds → v (within 4σ of its variance bound); error feedback's bookkeeping."""
+    v = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    for bits in (2, 4):
+        encoder = QSGD(bits)
+        mean = sum(encoder.decode(encoder.encode(v, seed=t), 64) for t in range(trials)) / trials
+        s = encoder.levels
+        bound = 4 * math.sqrt(min(64 / s ** 2, 8 / s) * v.norm().item() ** 2 / trials)
+        print(f"QSGD bits={bits}: ‖mean of {trials} encodings - v‖ ≤ 4σ bound: "
+              f"{(mean - v).norm().item() <= bound}")
+    for label, encoder in (("top-k 25%", TopK(0.25)), ("sign", Sign())):
+        feedback, sent_total, grad_total, exact = ErrorFeedback([v], True), 0, 0, True
+        for step in range(5):
+            grad = torch.randn(64, generator=torch.Generator().manual_seed(step + 1))
+            previous = feedback.residuals[0].clone()
+            corrected = feedback.corrected(0, grad)
+            sent = encoder.decode(encoder.encode(corrected), 64)
+            feedback.keep(0, corrected, sent)
+            exact &= torch.equal(sent + feedback.residuals[0], grad + previous)
+            sent_total, grad_total = sent_total + sent, grad_total + grad
+        carried = torch.allclose(sent_total + feedback.residuals[0], grad_total, atol=1e-5)
+        print(f"error feedback, {label}: sent + residual == g + previous residual bit for bit: "
+              f"{exact}; Σ sent + residual == Σ g (1e-5): {carried}")
+
+
+# ----------------------------------------------------------------------------- 5. measurement
+def run_all(world_size: int, steps: int, link: str | None = None) -> dict:
+    """`single`, `ddp-naive` and every scheme at default options, on the same link."""
+    link = None if link == "loopback" else link
+    runs = {"single": parlab.run("single", steps=steps)}
+    for scheme in ["ddp-naive"] + SCHEMES:
+        runs[scheme] = parlab.run(scheme, world_size=world_size, steps=steps, link=link)
+    return runs
+
+
+def ledger_table(runs: dict) -> None:
+    """Rank 0's ledger bytes over the run against the closed form, per scheme."""
+    print(f"{'scheme':<10} {'ledger bytes':>13} {'closed form':>12}  equal")
+    for scheme, result in runs.items():
+        if scheme == "single":
+            continue
+        n, steps = result.config.world_size, result.config.steps
+        shapes = [tuple(t.shape) for t in result.state.values()]
+        formula = cost.total_bytes(scheme, shapes, n, steps, **result.config.options)
+        measured = result.bytes_per_rank()[0]
+        print(f"{scheme:<10} {measured:>13,} {formula:>12,}  {measured == formula}")
+
+
+def loss_vs_bytes(runs: dict):
+    """Final loss against bytes sent (rank 0) and against wall time: each scheme one point/curve."""
+    import matplotlib.pyplot as plt
+
+    ref = runs["single"].losses[-1]
+    base = runs["ddp-naive"].bytes_per_rank()[0]
+    print(f"{'scheme':<10} {'bytes sent':>11} {'÷ ddp':>7} {'final loss':>11} {'/ single':>9} {'step ms':>8}")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for scheme, result in runs.items():
+        if scheme == "single":
+            continue
+        sent = result.bytes_per_rank()[0]
+        step_ms = 1e3 * sorted(result.step_times)[len(result.step_times) // 2]
+        print(f"{scheme:<10} {sent:>11,} {base / max(sent, 1):>6.1f}× {result.losses[-1]:>11.4f} "
+              f"{result.losses[-1] / ref:>9.3f} {step_ms:>8.1f}")
+        left.scatter(max(sent, 1), result.losses[-1], label=scheme)
+        right.plot(list(_cumulative(result.step_times)), result.losses, marker=".", label=scheme)
+    left.axhline(ref, color="k", ls=":", label="single")
+    left.set(xscale="log", xlabel="bytes sent by rank 0 (log)", ylabel="final loss")
+    right.set(xlabel="wall time (s)", ylabel="loss")
+    left.legend(fontsize="x-small")
+    fig.tight_layout()
+    return fig
+
+
+def _cumulative(values):
+    total = 0.0
+    for v in values:
+        total += v
+        yield total
+
+
+def error_feedback_ablation(world_size: int, steps: int) -> None:
+    """Final loss of top-k 1% and signSGD with and without error feedback."""
+    ref = parlab.run("single", steps=steps).losses[-1]
+    for scheme in ("topk", "signsgd"):
+        for feedback in (True, False):
+            loss = parlab.run(scheme, world_size=world_size, steps=steps,
+                              error_feedback=feedback).losses[-1]
+            print(f"{scheme:<8} error_feedback={feedback!s:<5}  final loss {loss:.4f} "
+                  f"({loss / ref:.3f} × single)")
+
+
+def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) -> None:
+    """Widget callback: one scheme at a compression level ("low" / "high"), against single."""
+    level = {"topk": "ratio", "randomk": "ratio", "qsgd": "bits", "powersgd": "rank",
+             "local-sgd": "sync_every", "diloco": "sync_every"}.get(scheme)
+    values = {"ratio": (0.1, 0.01), "bits": (8, 2), "rank": (8, 1), "sync_every": (2, 4)}
+    options = {level: values[level][knob == "high"]} if level else {}
+    result = parlab.run(scheme, world_size=world_size, steps=steps,
+                        link=None if link == "loopback" else link, **options)
+    ref = parlab.run("single", steps=steps)
+    shapes = [tuple(t.shape) for t in result.state.values()]
+    print(f"{scheme} {options} on {world_size} rank(s), {link}")
+    print(f"bytes sent by rank 0: {result.bytes_per_rank()[0]:,} (closed form "
+          f"{cost.total_bytes(scheme, shapes, world_size, steps, **result.config.options):,}); "
+          f"{cost.compression_ratio(scheme, shapes, world_size, steps, **result.config.options):.1f}× "
+          f"fewer than ddp-naive")
+    print(f"final loss {result.losses[-1]:.4f} vs single {ref.losses[-1]:.4f}; median step "
+          f"{1e3 * sorted(result.step_times)[len(result.step_times) // 2]:.1f} ms")
+
+
+# ----------------------------------------------------------------------------- 7. exercises
+def _verdict(ok: bool, hint: str) -> bool:
+    print("correct" if ok else f"not quite (hint: {hint})")
+    return ok
+
+
+def check_topk_bytes(answer: int, world_size: int, ratio: float = 0.01) -> bool:
+    """Bytes rank 0 sends per step with `topk` at `ratio` on the gpt model."""
+    expect = cost.bytes_per_step("topk", param_shapes(), world_size, ratio=ratio)["all_gather"]
+    return _verdict(answer == expect, "k = ⌈ratio·n⌉ per tensor, 8 bytes a pair, and an all-gather "
+                    "sends every other rank's message on")
+
+
+def check_powersgd_floats(answer: int, rows: int, cols: int, rank: int) -> bool:
+    """Floats one rank contributes to PowerSGD's two all-reduces for one rows×cols matrix."""
+    return _verdict(answer == sum(cost.powersgd_elements([(rows, cols)], rank)),
+                    "P is rows×r, Q is cols×r")
+
+
+def check_sign_payload(answer: int, numel: int) -> bool:
+    """Bytes of one signSGD message for a tensor of `numel` elements."""
+    return _verdict(answer == Sign().payload_bytes(numel), "one bit per element, rounded up to "
+                    "whole bytes, plus the scale")
+
+
+def check_crossover(answer: int, ratio: float = 0.01) -> bool:
+    """The smallest world size at which `topk` at `ratio` sends more bytes per rank than ddp-naive."""
+    shapes = param_shapes()
+    n = 2
+    while cost.compression_ratio("topk", shapes, n, ratio=ratio) >= 1:
+        n += 1
+    return _verdict(answer == n, "all-gather: (N-1)·P per rank; all-reduce: 2(N-1)/N·Ψ·4 — "
+                    "set them equal")
