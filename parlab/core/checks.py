@@ -89,7 +89,8 @@ class Choice(Option):
     choices: tuple = ()
 
     def check(self, name, value):
-        if value not in self.choices:
+        # type-strict: 1 is not True, 0 is not False
+        if not any(value == c and type(value) is type(c) for c in self.choices):
             raise ValueError(f"{name}={value!r} must be one of {tuple(self.choices)}")
         return value
 

@@ -23,6 +23,7 @@ import os
 import signal
 from functools import partial
 
+from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter, storage_key
 from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer
@@ -31,8 +32,10 @@ from parlab.zero import checkpoint as ckpt_mod
 from parlab.zero.engine import ZeroEngine
 from parlab.zero.shard import FlatLayout, assemble_state, predict
 
-OPTIONS = {"save_dir": None, "save_every": 0, "resume": False, "keep": ckpt_mod.KEEP,
-           "fail_at_step": None, "fail_rank": 0}
+OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
+           "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
+           "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
+           "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0)}
 
 
 def validate(cfg) -> None:
@@ -43,26 +46,17 @@ def validate(cfg) -> None:
     if o["save_dir"] is not None and not isinstance(o["save_dir"], (str, os.PathLike)):
         raise ValueError(f"save_dir={o['save_dir']!r} must be a path or None")
     every = o["save_every"]
-    if isinstance(every, bool) or not isinstance(every, int) or every < 0:
-        raise ValueError(f"save_every={every!r} must be an int >= 0 (0: never)")
     if every and o["save_dir"] is None:
         raise ValueError(f"save_every={every} needs save_dir=")
-    if not isinstance(o["resume"], bool) and o["resume"] != "must":
-        raise ValueError(f"resume={o['resume']!r} must be True, False or 'must' (refuse to start "
-                         "without a checkpoint)")
     if o["resume"] and o["save_dir"] is None:
         raise ValueError(f"resume={o['resume']!r} needs save_dir=")
-    keep = o["keep"]
-    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-        raise ValueError(f"keep={keep!r} must be an int >= 1 (checkpoints kept in save_dir)")
     if every:
         _check_writable(o["save_dir"])
     step = o["fail_at_step"]
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int)
-                             or not 0 <= step < cfg.steps):
+    if step is not None and step >= cfg.steps:
         raise ValueError(f"fail_at_step={step!r} must be None or an int in [0, steps={cfg.steps})")
     rank = o["fail_rank"]
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < cfg.world_size:
+    if rank >= cfg.world_size:
         raise ValueError(f"fail_rank={rank!r} must be an int in [0, world_size={cfg.world_size})")
     ckpt_mod.check_resume(cfg)
 
