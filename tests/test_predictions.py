@@ -28,3 +28,14 @@ def test_every_chapter_registers_predictions():
     with_cost = {name for name, info in parlab.schemes().items() if info.cost is not None}
     assert chapters <= with_cost
     assert {case[0] for case in CASES} == with_cost  # a registered cost without a test fails here
+
+
+# chapter 07: ep-allgather's bytes do not depend on the routing (ep's do: tests/test_expert_parallel.py
+# checks them against the routing counts each run logs)
+EP_CASES = [("ep-allgather", 2, {"model": "gpt-moe"}), ("ep-allgather", 4, {"model": "gpt-moe", "ep": 2})]
+CASES += EP_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", EP_CASES)
+def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)

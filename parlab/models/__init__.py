@@ -12,12 +12,13 @@ from dataclasses import fields
 import torch.nn as nn
 
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, attention, maybe_checkpoint
+from parlab.models.gpt_moe import GPTMoE, GPTMoEConfig
 from parlab.models.mlp import MLP, MLPConfig
 
-__all__ = ["GPT", "MLP", "MODELS", "Block", "CausalSelfAttention", "GPTConfig", "MLPConfig",
-           "attention", "build_model", "maybe_checkpoint", "model_config"]
+__all__ = ["GPT", "GPTMoE", "GPTMoEConfig", "MLP", "MODELS", "Block", "CausalSelfAttention", "GPTConfig",
+           "MLPConfig", "attention", "build_model", "maybe_checkpoint", "model_config"]
 
-MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig)}
+MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig), "gpt-moe": (GPTMoE, GPTMoEConfig)}
 
 
 def model_config(name: str, overrides: dict | None = None):

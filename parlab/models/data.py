@@ -42,7 +42,7 @@ def decode(ids) -> str:
 def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int = 32):
     """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,)."""
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
-    if model == "gpt":
+    if model in ("gpt", "gpt-moe"):  # the text dataset
         tokens = text_tokens()
         starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)
         offsets = torch.arange(seq_len)

@@ -1,0 +1,110 @@
+"""Closed forms of expert parallelism: bytes per rank from the routing counts, memory per rank.
+
+All-to-all (GShard, Lepikhin et al. 2020). With E experts over an ep group (expert e on ep rank
+⌊e·ep/E⌋) and kept[s, e] the assignments of rank s that expert e keeps (after capacity), rank r
+of the group sends, per MoE layer and step, in units of one row of C float32:
+
+    dispatch           out_r = Σ_{e not on r} kept[r, e]          (its tokens to other ranks)
+    combine            in_r  = Σ_{s ≠ r in the group} Σ_{e on r} kept[s, e]   (outputs back)
+    dispatch-backward  in_r     (gradients of the rows it received go home)
+    combine-backward   out_r    (gradients of its outputs go to the experts)
+
+A perfectly balanced router without drops gives out_r = in_r = (ep-1)/ep · N_r·k rows; the
+skew of the router is the skew of the bytes. Before that, one all-gather of every rank's (k, E)
+counts over the world (int64): `ring_all_gather(W·k·E)`. The all-gather alternative moves every
+token of the group to every rank, whatever the routing: an all-gather of N·(C + k) floats (tokens
+and gates), one of N·k int64 expert ids, a reduce-scatter of N·C floats, and the conjugates in
+backward — (ep-1)·N_r·(2C + k)·4 bytes forward, compared with the all-to-all's
+2·(ep-1)/ep·N_r·k·C·4 when balanced: it loses whenever k < ep (Switch, Fedus et al. 2022, §2.2,
+costs the same trade with k = 1).
+
+Gradients: the replicated (dense) parameters are all-reduced over the world, the expert weights
+only over their dp replicas (`dp = W / ep`).
+
+Memory (Rajbhandari et al. 2020's 16 bytes per parameter with AdamW in fp32: weights, grads, two
+moments): 16·(Ψ_dense + Ψ_experts/ep) per rank — experts add parameters that ep divides.
+"""
+
+from __future__ import annotations
+
+from parlab.core import cost
+from parlab.core.cost import FP32_BYTES
+
+INT64_BYTES = 8
+A2A_PHASES = ("counts", "dispatch", "combine", "dispatch-backward", "combine-backward")
+GATHER_PHASES = ("counts", "gather", "routing", "scatter", "gather-backward", "scatter-backward")
+SYNC_PHASES = ("grad-sync", "expert-grad-sync")
+
+
+def owner(expert: int, n_experts: int, ep: int) -> int:
+    """The ep rank that holds `expert`: contiguous blocks of E/ep experts."""
+    return expert // (n_experts // ep)
+
+
+def all_to_all_rows(kept: list[list[int]], rank: int, group: list[int]) -> tuple[int, int]:
+    """(rows rank sends away, rows it receives from others) in one dispatch: kept (W, E)."""
+    n_experts, ep = len(kept[0]), len(group)
+    me = group.index(rank)
+    out = sum(n for e, n in enumerate(kept[rank]) if owner(e, n_experts, ep) != me)
+    into = sum(kept[s][e] for s in group if s != rank for e in range(n_experts)
+               if owner(e, n_experts, ep) == me)
+    return out, into
+
+
+def counts_bytes(world_size: int, rank: int, top_k: int, n_experts: int) -> int:
+    """Bytes one rank sends in the all-gather of every rank's (k, E) int64 counts."""
+    return cost.ring_all_gather(world_size * top_k * n_experts, world_size, rank)[0] * INT64_BYTES
+
+
+def all_to_all_layer_bytes(kept, rank: int, group: list[int], n_embd: int, top_k: int) -> dict:
+    """Bytes one rank sends for one MoE layer and step of `ep`, by ledger phase."""
+    out, into = all_to_all_rows(kept, rank, group)
+    row = n_embd * FP32_BYTES
+    return {"counts": counts_bytes(len(kept), rank, top_k, len(kept[0])),
+            "dispatch": out * row, "combine": into * row,
+            "dispatch-backward": into * row, "combine-backward": out * row}
+
+
+def all_gather_layer_bytes(tokens_per_rank: int, ep: int, ep_rank: int, world_size: int, rank: int,
+                           n_embd: int, top_k: int, n_experts: int) -> dict:
+    """Bytes one rank sends for one MoE layer and step of `ep-allgather`, by ledger phase
+    (N = ep·tokens_per_rank tokens in the group)."""
+    N = ep * tokens_per_rank
+    ag = lambda numel: cost.ring_all_gather(numel, ep, ep_rank)[0]  # noqa: E731
+    rs = lambda numel: cost.ring_reduce_scatter(numel, ep, ep_rank)[0]  # noqa: E731
+    return {"counts": counts_bytes(world_size, rank, top_k, n_experts),
+            "gather": ag(N * (n_embd + top_k)) * FP32_BYTES,
+            "routing": ag(N * top_k) * INT64_BYTES,
+            "scatter": rs(N * n_embd) * FP32_BYTES,
+            "gather-backward": rs(N * (n_embd + top_k)) * FP32_BYTES,
+            "scatter-backward": ag(N * n_embd) * FP32_BYTES}
+
+
+def sync_bytes(dense_numel: int, expert_numel_local: int, world_size: int, rank: int, dp: int,
+               dp_rank: int) -> dict:
+    """Bytes one rank sends per step to synchronise gradients: one flat all-reduce of the dense
+    gradients over the world, one of its expert gradients over the dp replicas."""
+    return {"grad-sync": cost.ring_all_reduce(dense_numel, world_size, rank)[0] * FP32_BYTES
+            if world_size > 1 else 0,
+            "expert-grad-sync": cost.ring_all_reduce(expert_numel_local, dp, dp_rank)[0]
+            * FP32_BYTES if dp > 1 else 0}
+
+
+def parameter_counts(model_cfg) -> dict[str, int]:
+    """{'dense': Ψ_dense, 'experts': Ψ_experts} of a gpt-moe config (expert weights of all E)."""
+    C, V, T, L = model_cfg.n_embd, model_cfg.vocab_size, model_cfg.block_size, model_cfg.n_layer
+    n_moe = L // model_cfg.moe_every
+    mlp = 2 * C * 4 * C  # a dense MLP block (c_fc, c_proj)
+    dense = V * C + T * C + 2 * C  # wte (tied head), wpe, ln_f
+    dense += L * (4 * C + 4 * C * C)  # ln_1, ln_2 (weight, bias), c_attn + c_proj
+    dense += (L - n_moe) * mlp + n_moe * (C * model_cfg.n_experts  # router gate
+                                          + (mlp if model_cfg.shared_expert else 0))
+    experts = n_moe * model_cfg.n_experts * 2 * C * model_cfg.hidden
+    return {"dense": dense, "experts": experts}
+
+
+def memory_per_rank(model_cfg, ep: int) -> dict[str, int]:
+    """Bytes of weights, grads and AdamW's two moments one rank holds at the step's peak."""
+    counts = parameter_counts(model_cfg)
+    held = (counts["dense"] + counts["experts"] // ep) * FP32_BYTES
+    return {"params": held, "grads": held, "optimizer": 2 * held}

@@ -1,0 +1,282 @@
+"""The tiny GPT with mixture-of-experts MLPs (`model="gpt-moe"`), deterministic from a seed.
+
+Shazeer et al., "Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts
+Layer" (2017): a router picks, per token, k of E expert MLPs, so parameters grow with E while the
+FLOPs per token grow only with k. GShard (Lepikhin et al. 2020) bounds each expert's work by a
+*capacity* C = ⌈capacity_factor · N·k / E⌉ token slots per batch and *drops* what overflows
+(the token keeps only its residual path), first choices before second choices. Switch
+Transformer (Fedus et al., JMLR 2022) adds the load-balancing loss α·E·Σ_e f_e·P_e (f_e: the
+fraction of assignments routed to e, P_e: the mean router probability of e; α at perfect
+balance). DeepSeek-MoE (Dai et al. 2024) adds an always-on *shared* expert; DeepSeek-V3 (2024)
+balances without an auxiliary loss: a per-expert bias b_e is added to the scores *only to choose*
+the experts, and after every step b_e += γ·sign(mean load − load_e).
+
+The routing rule here is global, so that the same model trained on any number of ranks routes
+and drops exactly as the single process does: an expert's queue is ordered by slot (all first
+choices, then all second choices, ...) and within a slot by the token's place in the *global*
+batch. `MoE.exchange_counts` is the one hook a distributed layer overrides: it returns every
+rank's (slot, expert) counts in global token order; from them each rank knows where its own
+assignments stand in every queue (`RoutingPlan`). One process: its own counts only.
+
+The rest is the tiny GPT of `parlab.models.gpt` (same embeddings, attention, LayerNorms, tied
+head, same initialisation order); `moe_every=2` puts an MoE in every other block (GShard).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from parlab.models.gpt import GPT, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
+
+_INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_experts", "top_k",
+               "moe_every")
+
+
+@dataclass(frozen=True)
+class GPTMoEConfig(GPTConfig):
+    n_experts: int = 4  # E
+    top_k: int = 2  # k experts per token
+    capacity_factor: float | None = 1.25  # None: no capacity, nothing is dropped
+    aux_loss: float = 0.01  # α of Switch's load-balancing loss; 0: off
+    bias_update: float = 0.0  # γ of DeepSeek-V3's bias balancing; 0: off
+    shared_expert: bool = False  # a dense MLP every token also takes (DeepSeek-MoE)
+    moe_every: int = 1  # an MoE in blocks moe_every-1, 2·moe_every-1, ...
+    expert_hidden: int = 0  # each expert's hidden width; 0: 4·n_embd (the dense MLP's)
+
+    @property
+    def hidden(self) -> int:
+        return self.expert_hidden or 4 * self.n_embd
+
+    def validate(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GPTMoEConfig.{name}={value!r} must be an int >= 1")
+        GPTConfig(**{f.name: getattr(self, f.name) for f in fields(GPTConfig)}).validate()
+        if self.top_k > self.n_experts:
+            raise ValueError(f"top_k={self.top_k} is more than n_experts={self.n_experts}")
+        cf = self.capacity_factor
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float))
+                               or not 0 < cf < math.inf):
+            raise ValueError(f"capacity_factor={cf!r} must be a finite number > 0 (or None: no "
+                             "capacity)")
+        for name in ("aux_loss", "bias_update"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not 0 <= value < math.inf:
+                raise ValueError(f"{name}={value!r} must be a finite number >= 0")
+        if not isinstance(self.shared_expert, bool):
+            raise ValueError(f"shared_expert={self.shared_expert!r} must be True or False")
+        if isinstance(self.expert_hidden, bool) or not isinstance(self.expert_hidden, int) \
+                or self.expert_hidden < 0:
+            raise ValueError(f"expert_hidden={self.expert_hidden!r} must be an int >= 0")
+        if self.moe_every > self.n_layer:
+            raise ValueError(f"moe_every={self.moe_every} is more than n_layer={self.n_layer}: "
+                             "no block would hold an MoE")
+
+
+# ----------------------------------------------------------------------------- the routing rule
+def capacity(total_assignments: int, cfg: GPTMoEConfig) -> int | None:
+    """Token slots per expert for a batch of N·k assignments: ⌈cf·N·k/E⌉ (None: unlimited)."""
+    if cfg.capacity_factor is None:
+        return None
+    return math.ceil(cfg.capacity_factor * total_assignments / cfg.n_experts)
+
+
+def assignment_counts(experts: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """(N, k) chosen expert ids -> (k, E) how many tokens chose each expert in each slot."""
+    return F.one_hot(experts, n_experts).sum(0)  # (N, k, E) -> (k, E)
+
+
+@dataclass
+class RoutingPlan:
+    """Where every rank's assignments stand in the experts' global queues.
+
+    counts (W, k, E): every rank's assignment counts, ranks in global token order; rank: this
+    rank's row; cap: slots per expert or None. Queue order: slot, then rank, then local token.
+    """
+
+    counts: torch.Tensor
+    rank: int
+    cap: int | None
+
+    def starts(self) -> torch.Tensor:
+        """(W, k, E): the queue position of each rank's first assignment per (slot, expert)."""
+        W, k, E = self.counts.shape
+        by_slot = self.counts.transpose(0, 1).reshape(k * W, E)  # (k·W, E) in queue order
+        start = by_slot.cumsum(0) - by_slot  # (k·W, E) exclusive prefix sum
+        return start.reshape(k, W, E).transpose(0, 1)  # (W, k, E)
+
+    def kept(self) -> torch.Tensor:
+        """(W, E): assignments of each rank that each expert keeps (the all-to-all's splits)."""
+        if self.cap is None:
+            return self.counts.sum(1)  # (W, E)
+        room = (self.cap - self.starts()).clamp(min=0)  # (W, k, E)
+        return torch.minimum(room, self.counts).sum(1)  # (W, E)
+
+    def load(self) -> torch.Tensor:
+        """(E,): assignments routed to each expert, before dropping."""
+        return self.counts.sum((0, 1))
+
+    def keep_mask(self, experts: torch.Tensor) -> torch.Tensor:
+        """(N, k) bool for this rank's assignments: inside its expert's capacity."""
+        if self.cap is None:
+            return torch.ones_like(experts, dtype=torch.bool)
+        one_hot = F.one_hot(experts, self.counts.shape[2])  # (N, k, E)
+        earlier = one_hot.cumsum(0) - one_hot  # (N, k, E) earlier local tokens, same slot
+        position = (earlier + self.starts()[self.rank]).gather(2, experts.unsqueeze(2))  # (N, k, 1)
+        return position.squeeze(2) < self.cap  # (N, k)
+
+
+class Router(nn.Module):
+    """softmax(x·Wᵀ) over E experts; the top-k of (probabilities + bias) are chosen, the gates
+    are the chosen probabilities (the bias steers the choice only: DeepSeek-V3)."""
+
+    def __init__(self, cfg: GPTMoEConfig):
+        super().__init__()
+        self.top_k = cfg.top_k
+        self.gate = nn.Linear(cfg.n_embd, cfg.n_experts, bias=False)
+        self.register_buffer("bias", torch.zeros(cfg.n_experts))
+
+    def forward(self, x):
+        probs = F.softmax(self.gate(x), dim=-1)  # (N, E)
+        experts = torch.topk(probs.detach() + self.bias, self.top_k, dim=-1).indices  # (N, k)
+        return probs, experts, probs.gather(1, experts)  # (N, E), (N, k), (N, k)
+
+
+def run_experts(rows, row_expert, w_in, w_out, first: int = 0):
+    """Each row through its expert's MLP: rows (A, C), row_expert (A,) ids in [first, first+E');
+    w_in (E', C, H), w_out (E', H, C). Rows are grouped by expert, computed, put back."""
+    order = torch.argsort(row_expert, stable=True)  # (A,) rows grouped by expert
+    sizes = torch.bincount(row_expert - first, minlength=w_in.size(0)).tolist()  # (E',)
+    groups = rows[order].split(sizes)  # E' × (A_e, C)
+    outs = [F.gelu(g @ w_in[e]) @ w_out[e] for e, g in enumerate(groups)]  # E' × (A_e, C)
+    return torch.cat(outs)[torch.argsort(order)] if outs else rows  # (A, C) in the rows' order
+
+
+class MoE(nn.Module):
+    """Router + E experts (+ a shared expert); `exchange_counts`, `expert_rows` and `mix` are where
+    a distributed layer differs (`parlab.expert_parallel.layer`)."""
+
+    def __init__(self, cfg: GPTMoEConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.router = Router(cfg)
+        self.w_in = nn.Parameter(torch.empty(cfg.n_experts, cfg.n_embd, cfg.hidden))
+        self.w_out = nn.Parameter(torch.empty(cfg.n_experts, cfg.hidden, cfg.n_embd))
+        self.shared = MLPBlock(cfg) if cfg.shared_expert else None
+        self.aux = None  # this forward's load-balancing loss (a scalar tensor) or None
+        self.log: list[dict] = []  # per training forward: load, capacity, dropped, kept
+
+    def exchange_counts(self, counts):
+        """(k, E) this rank's counts -> ((W, k, E) every rank's, this rank's index)."""
+        return counts.unsqueeze(0), 0  # (1, k, E)
+
+    def expert_rows(self, rows, row_expert, plan: RoutingPlan):
+        """Kept assignments' rows (A, C), sorted by expert -> the experts' outputs (A, C)."""
+        return run_experts(rows, row_expert, self.w_in, self.w_out)
+
+    def mix(self, flat, experts, gates, keep, plan: RoutingPlan):
+        """Σ over a token's kept slots of gate · expert(token): flat (N, C) -> (N, C)."""
+        token, slot = keep.nonzero(as_tuple=True)  # (A,), (A,) kept assignments
+        by_expert = torch.argsort(experts[token, slot], stable=True)  # (A,)
+        token, slot = token[by_expert], slot[by_expert]  # sorted by expert (so by owner rank)
+        out = self.expert_rows(flat[token], experts[token, slot], plan)  # (A, C)
+        weighted = out * gates[token, slot].unsqueeze(1)  # (A, C)
+        return flat.new_zeros(flat.shape).index_add(0, token, weighted)  # (N, C) summed over slots
+
+    def forward(self, x):
+        B, T, C = x.shape
+        flat = x.reshape(B * T, C)  # (N, C)
+        probs, experts, gates = self.router(flat)  # (N, E), (N, k), (N, k)
+        counts, rank = self.exchange_counts(assignment_counts(experts, self.cfg.n_experts))
+        plan = RoutingPlan(counts, rank, capacity(int(counts.sum()), self.cfg))  # counts (W, k, E)
+        y = self.mix(flat, experts, gates, plan.keep_mask(experts), plan)  # (N, C)
+        if self.shared is not None:
+            y = y + self.shared(flat)  # (N, C)
+        self.balance(plan, probs)
+        return y.view(B, T, C)  # (B, T, C)
+
+    def balance(self, plan: RoutingPlan, probs) -> None:
+        """Switch's auxiliary loss with the global f_e (so the ranks' terms sum to the single
+        process's), DeepSeek-V3's bias step, and the step's log."""
+        load = plan.load().to(probs.dtype)  # (E,)
+        E = load.numel()
+        self.aux = (self.cfg.aux_loss * E * (load / load.sum() * probs.mean(0)).sum()
+                    if self.cfg.aux_loss else None)
+        if self.training and torch.is_grad_enabled():
+            if self.cfg.bias_update:
+                with torch.no_grad():
+                    self.router.bias += self.cfg.bias_update * torch.sign(load.mean() - load)
+            dropped = 0 if plan.cap is None else int((load - plan.cap).clamp(min=0).sum())
+            self.log.append({"load": load.long().tolist(), "capacity": plan.cap,
+                             "dropped": dropped, "kept": plan.kept().tolist()})
+
+
+class MoEBlock(nn.Module):
+    def __init__(self, cfg: GPTMoEConfig, moe: bool):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd)
+        self.mlp = MoE(cfg) if moe else MLPBlock(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))  # (B, T, C)
+        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+
+
+class GPTMoE(GPT):
+    """GPT whose blocks (every `moe_every`-th) hold an MoE; loss = cross-entropy + the aux terms.
+
+    Activation checkpointing is not offered: recomputing a block would route again with the
+    bias already stepped."""
+
+    def __init__(self, cfg: GPTMoEConfig, seed: int = 0):
+        nn.Module.__init__(self)
+        cfg.validate()
+        self.config = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(MoEBlock(cfg, (i + 1) % cfg.moe_every == 0)
+                                    for i in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            self.wte.weight.normal_(0.0, 0.02, generator=g)
+            self.wpe.weight.normal_(0.0, 0.02, generator=g)
+        proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2's scaled residual init
+        for block in self.blocks:
+            _init_linear(block.attn.c_attn, g)
+            _init_linear(block.attn.c_proj, g, proj_std)
+            mlp = block.mlp
+            if isinstance(mlp, MoE):
+                _init_linear(mlp.router.gate, g)
+                with torch.no_grad():
+                    mlp.w_in.normal_(0.0, 0.02, generator=g)
+                    mlp.w_out.normal_(0.0, proj_std, generator=g)
+                mlp = mlp.shared
+            if mlp is not None:
+                _init_linear(mlp.c_fc, g)
+                _init_linear(mlp.c_proj, g, proj_std)
+
+    def __setattr__(self, name, value):
+        if name == "activation_checkpointing" and value:
+            raise ValueError("checkpoint=True is not supported by model 'gpt-moe' (recomputing a "
+                             "block would route it again)")
+        super().__setattr__(name, value)
+
+    def moe_layers(self) -> list[MoE]:
+        return [b.mlp for b in self.blocks if isinstance(b.mlp, MoE)]
+
+    def loss(self, idx, targets):
+        loss = super().loss(idx, targets)
+        for moe in self.moe_layers():
+            if moe.aux is not None:
+                loss = loss + moe.aux
+        return loss
