@@ -82,3 +82,20 @@ def test_emulated_link_is_full_duplex():
     """A send and a receive in flight together each take bytes/β, not the sum of both."""
     for planned in launch(workers.duplex_exchange, 2):
         assert planned == pytest.approx([(1 << 20) / 10e6] * 2, rel=0.05)
+
+
+def test_alpha_beta_fit_bounds_beta_and_flags_a_bad_fit():
+    n = 2
+    sizes = [2 ** k for k in range(10, 16)]
+    flat = [2e-4] * len(sizes)  # latency only: least squares would claim an unbounded β
+    fit = cost.fit_alpha_beta(sizes, flat, n, "tree")
+    assert cost.BETA_BOUNDS[0] <= fit.beta <= cost.BETA_BOUNDS[1]
+    assert fit.held_out(sizes, flat).reliable and fit.held_out_error < 0.01
+    stalled = [t * 3 for t in flat]  # every held-out size 3× slower than the fit says
+    assert not fit.held_out(sizes, stalled).reliable
+    # one stalled size among several moves the robust (L1) fit less than least squares
+    times = [cost.all_reduce_time(s, n, 1e-4, 1e9) for s in sizes]
+    times[2] *= 20
+    robust = cost.fit_alpha_beta(sizes, times, n, robust=True)
+    plain = cost.fit_alpha_beta(sizes, times, n, robust=False)
+    assert abs(robust.alpha - 1e-4) < abs(plain.alpha - 1e-4)

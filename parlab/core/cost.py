@@ -132,17 +132,40 @@ def bus_bandwidth(nbytes: float, seconds: float, n: int, op: str = "all_reduce")
 
 
 # ----------------------------------------------------------------------------- fitting
+# β is bounded: a fit may not claim a link faster than memory copies (100 GB/s) nor slower than
+# 1 MB/s; an unbounded least-squares fit on latency-bound points returns any β, even 10^6 GB/s.
+BETA_BOUNDS = (1e6, 1e11)
+FLAG_RATIO = 2.0  # a fit whose held-out prediction is off by more than 2× is not a prediction
+
+
 @dataclass
 class AlphaBeta:
-    """α (s per round) and β (bytes/s) fitted for one algorithm at one world size."""
+    """α (s per round, the algorithm's per-round software overhead included) and β (bytes/s)
+    fitted for one algorithm at one world size. `held_out` judges it on sizes it has not seen:
+    `held_out_error` is the median relative error there, `worst_error` the largest, and `reliable`
+    is False when the typical held-out prediction is off by more than `FLAG_RATIO` either way."""
 
     alpha: float
     beta: float
     algo: str
     world_size: int
+    held_out_error: float | None = None
+    worst_error: float | None = None
+    reliable: bool | None = None
 
     def predict(self, nbytes: float) -> float:
         return all_reduce_time(nbytes, self.world_size, self.alpha, self.beta, self.algo)
+
+    def held_out(self, nbytes: list[float], seconds: list[float]) -> AlphaBeta:
+        if not nbytes:
+            raise ValueError("held_out needs at least one (size, time) pair")
+        errors = sorted(abs(self.predict(b) - t) / t for b, t in zip(nbytes, seconds))
+        ratios = sorted(max(self.predict(b) / t, t / self.predict(b)) if self.predict(b) > 0
+                        else math.inf for b, t in zip(nbytes, seconds))
+        self.held_out_error = float(np.median(errors))
+        self.worst_error = errors[-1]
+        self.reliable = bool(np.median(ratios) <= FLAG_RATIO)
+        return self
 
 
 def _design_row(nbytes: float, n: int, algo: str) -> tuple[float, float]:
@@ -157,19 +180,43 @@ def _design_row(nbytes: float, n: int, algo: str) -> tuple[float, float]:
 
 
 def fit_alpha_beta(nbytes: list[float], seconds: list[float], world_size: int,
-                   algo: str = "ring") -> AlphaBeta:
-    """Least squares of measured all-reduce times on the algorithm's α-β form (relative error).
+                   algo: str = "ring", beta_bounds: tuple[float, float] = BETA_BOUNDS,
+                   robust: bool = True) -> AlphaBeta:
+    """Fit the algorithm's α-β form to measured all-reduce times: α >= 0, β within `beta_bounds`.
 
-    Each equation is divided by its measured time, so a 64 MB point does not drown the 1 KB
-    points that pin down α.
+    Each equation is divided by its measured time (relative error), so a 64 MB point does not
+    drown the 1 KB points that pin down α. `robust`: least absolute relative error (iteratively
+    reweighted least squares), so a size whose samples were stalled by the machine's load moves
+    the fit less than in least squares. A solution outside the bounds is clamped to the bound and
+    the other parameter refitted alone (the constrained optimum lies on the boundary it crossed).
     """
     if len(nbytes) < 2 or len(nbytes) != len(seconds):
         raise ValueError(f"need >= 2 (size, time) pairs of equal length, got {len(nbytes)}, "
                          f"{len(seconds)}")
+    lo, hi = beta_bounds
+    if not 0 < lo <= hi:
+        raise ValueError(f"beta_bounds={beta_bounds!r} must satisfy 0 < low <= high")
     rows = np.array([_design_row(b, world_size, algo) for b in nbytes], dtype=float)
     times = np.asarray(seconds, dtype=float)
-    weights = 1.0 / times
-    solution, *_ = np.linalg.lstsq(rows * weights[:, None], times * weights, rcond=None)
-    alpha = max(float(solution[0]), 0.0)
-    inv_beta = max(float(solution[1]), 1e-15)
+    a, c = rows[:, 0] / times, rows[:, 1] / times  # weighted: each row relative to its time
+    weights = np.ones_like(times)
+    for _ in range(30 if robust else 1):
+        alpha, inv_beta = _bounded_lstsq(a, c, weights, lo, hi)
+        residual = np.abs(a * alpha + c * inv_beta - 1.0)
+        weights = 1.0 / np.maximum(residual, 1e-3)  # IRLS for the L1 norm
     return AlphaBeta(alpha, 1.0 / inv_beta, algo, world_size)
+
+
+def _bounded_lstsq(a, c, w, lo: float, hi: float) -> tuple[float, float]:
+    """Weighted least squares of a·α + c·(1/β) = 1 with α >= 0 and lo <= β <= hi."""
+    sw = np.sqrt(w)
+    ones = np.ones_like(a)
+    solution, *_ = np.linalg.lstsq(np.stack([a * sw, c * sw], 1), sw, rcond=None)
+    alpha, inv_beta = float(solution[0]), float(solution[1])
+    if not 1 / hi <= inv_beta <= 1 / lo:  # clamp β, refit α alone
+        inv_beta = min(max(inv_beta, 1 / hi), 1 / lo)
+        alpha = float((w * a) @ (ones - c * inv_beta) / ((w * a) @ a))
+    if alpha < 0:  # clamp α, refit β alone (within its bounds)
+        alpha = 0.0
+        inv_beta = min(max(float((w * c) @ ones / ((w * c) @ c)), 1 / hi), 1 / lo)
+    return alpha, inv_beta

@@ -62,14 +62,16 @@ def equality_worker(rank: int, world_size: int, lengths: list[int], seed: int) -
     return rows
 
 
-def sweep_worker(rank: int, world_size: int, sizes: list[int], algos: list[str], repeats: int):
-    """Time each all-reduce: barrier, op, stop; one warm-up; per-repeat seconds of this rank."""
+def sweep_worker(rank: int, world_size: int, sizes: list[int], algos: list[str], repeats: int,
+                 warmup: int = 2):
+    """Time each all-reduce: barrier, op, stop; `warmup` untimed first; per-repeat seconds."""
     comm = Comm()
     times: dict = {}
     for nbytes in sizes:
         tensor = torch.ones(max(nbytes // 4, 1))  # float32
         for algo in algos:
-            comm.all_reduce(tensor, algo=algo)  # warm-up: connections, allocations
+            for _ in range(warmup):  # connections, allocations, caches
+                comm.all_reduce(tensor, algo=algo)
             samples = []
             for _ in range(repeats):
                 comm.barrier()
@@ -112,17 +114,33 @@ def check_equal_to_gloo(world_size: int, lengths=(1, 3, 8, 37, 1000, 4099), seed
     return {"match": worst < 1e-9, "max_abs_diff": worst, "rows": rows}
 
 
-def sweep(world_sizes=(2, 4), sizes=None, algos=ALGOS, repeats: int = 5, progress=None) -> list:
-    """Median all-reduce time per (world size, bytes, algo) with algbw and busbw (nccl-tests)."""
+def undisturbed(samples: list[float], quantile: float = 0.0) -> float:
+    """The `quantile` of `samples` (the fastest by default): the time of an op that was not
+    stalled. On a shared 2-core machine many samples wait several ms for a descheduled peer or a
+    delayed ACK (docs/measurements.md), at some sizes more than half of them, so the median
+    measures the stalls, not the algorithm; an op cannot run faster than its cost, so the fastest
+    repeat is the α-β model's quantity. The stalls are reported beside it (`stalled`)."""
+    ordered = sorted(samples)
+    return ordered[min(int(quantile * len(ordered)), len(ordered) - 1)]
+
+
+def sweep(world_sizes=(2, 4), sizes=None, algos=ALGOS, repeats: int = 9, progress=None,
+          warmup: int = 2, quantile: float = 0.0) -> list:
+    """All-reduce time per (world size, bytes, algo): the slowest rank of each repeat, after
+    `warmup` untimed ones; `seconds` is their `quantile` (`undisturbed`), `median_s` the median,
+    `stalled` the share of repeats more than 2× `seconds` (what the machine's load did). algbw and
+    busbw as nccl-tests define them."""
     sizes = list(sizes or [2 ** k for k in range(10, 27, 2)])  # 1 KB .. 64 MB
     rows = []
     for n in world_sizes:
-        per_rank = launch(sweep_worker, n, sizes, list(algos), repeats, timeout=1800)
+        per_rank = launch(sweep_worker, n, sizes, list(algos), repeats, warmup, timeout=1800)
         for key in per_rank[0]:
             slowest = [max(rank_times[key][i] for rank_times in per_rank) for i in range(repeats)]
-            seconds = statistics.median(slowest)
+            seconds = undisturbed(slowest, quantile)
             nbytes, algo = key
             rows.append({"world_size": n, "bytes": nbytes, "algo": algo, "seconds": seconds,
+                         "median_s": statistics.median(slowest),
+                         "stalled": sum(t > 2 * seconds for t in slowest) / repeats,
                          "algbw_GBps": nbytes / seconds / 1e9,
                          "busbw_GBps": cost.bus_bandwidth(nbytes, seconds, n) / 1e9})
         if progress is not None:
@@ -130,16 +148,52 @@ def sweep(world_sizes=(2, 4), sizes=None, algos=ALGOS, repeats: int = 5, progres
     return rows
 
 
-def fit_and_check(rows: list, world_size: int, algo: str, held_out: int = 2):
-    """Fit α, β on all but the `held_out` largest sizes; predict those. Returns (fit, table)."""
+def fit_and_check(rows: list, world_size: int, algo: str, held_out="alternate"):
+    """Fit α, β on part of the sizes and judge the fit on the rest. Returns (fit, table).
+
+    held_out: "alternate" leaves every other size out (1st, 3rd, ... fitted; 2nd, 4th, ...
+    predicted, the largest among them when the count is even); an int k leaves the k largest
+    out (extrapolation). `fit.held_out_error` is the largest relative error on the left-out sizes;
+    `fit.reliable` is False when one of them is off by more than 2× (`cost.FLAG_RATIO`).
+    """
     mine = sorted((r for r in rows if r["world_size"] == world_size and r["algo"] == algo),
                   key=lambda r: r["bytes"])
-    train = mine[:-held_out]
+    if held_out == "alternate":
+        train = mine[0::2]
+    elif isinstance(held_out, int) and 0 < held_out <= len(mine) - 2:
+        train = mine[:-held_out]
+    else:
+        raise ValueError(f"held_out={held_out!r} must be 'alternate' or an int in "
+                         f"[1, {len(mine) - 2}]")
+    test = [r for r in mine if r not in train]
     fit = cost.fit_alpha_beta([r["bytes"] for r in train], [r["seconds"] for r in train],
                               world_size, algo)
+    fit.held_out([r["bytes"] for r in test], [r["seconds"] for r in test])
     table = [{"bytes": r["bytes"], "measured_s": r["seconds"], "predicted_s": fit.predict(r["bytes"]),
               "used_in_fit": r in train} for r in mine]
     return fit, table
+
+
+def print_fits(rows: list, world_sizes, algos=ALGOS) -> dict:
+    """Every (world size, algo) fit with its held-out error; a fit off by > 2× is flagged, and its
+    predictions are not printed as predictions."""
+    fits = {}
+    for n in world_sizes:
+        for algo in algos:
+            fit, table = fit_and_check(rows, n, algo)
+            fits[(n, algo)] = fit
+            verdict = ("" if fit.reliable else
+                       f"\n    FLAGGED: typically off by > {cost.FLAG_RATIO:g}× on held-out sizes — "
+                       "not a prediction")
+            print(f"N={n} {algo:<5} α = {fit.alpha * 1e6:6.1f} µs/round  β = {fit.beta / 1e9:6.3f} GB/s"
+                  f"  held-out error {fit.held_out_error:4.0%} (median; worst {fit.worst_error:.0%})"
+                  f"{verdict}")
+            for t in table:
+                tag = "fit     " if t["used_in_fit"] else "held out"
+                label = "model" if fit.reliable or t["used_in_fit"] else "model (unreliable)"
+                print(f"    {t['bytes']:>9,} B ({tag}): measured {t['measured_s'] * 1e3:8.3f} ms, "
+                      f"{label} {t['predicted_s'] * 1e3:8.3f} ms")
+    return fits
 
 
 def link_comparison(world_size: int, nbytes: int, links=("loopback", "1GbE"), algo="ring"):
