@@ -9,6 +9,8 @@ once per bucket, for the same bytes: ring all-reduce 2(N-1)/N·S·4 bytes per ra
 
 from __future__ import annotations
 
+import torch
+
 from parlab.data_parallel.buckets import Buckets
 from parlab.data_parallel.sync import GradSync
 
@@ -16,20 +18,22 @@ from parlab.data_parallel.sync import GradSync
 class NaiveSync(GradSync):
     """After backward, one blocking all-reduce (average) per gradient tensor, in parameter order."""
 
-    def __init__(self, ctx, model, algo: str = "gloo"):
-        super().__init__(ctx, model)
+    def __init__(self, ctx, model, algo: str = "gloo", **base):
+        super().__init__(ctx, model, **base)
         self.algo = algo
 
     def after_backward(self) -> None:
         for p in self.params:
+            if p.grad is None:  # no gradient on this rank this step: it contributes zeros
+                p.grad = torch.zeros_like(p)
             self.comm.all_reduce(p.grad, op="avg", algo=self.algo)  # (param shape,) all ranks
 
 
 class BucketedSync(GradSync):
     """After backward, pack gradients into flat buckets, one blocking all-reduce per bucket."""
 
-    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo"):
-        super().__init__(ctx, model)
+    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", **base):
+        super().__init__(ctx, model, **base)
         self.algo = algo
         self.buckets = Buckets(self.params, bucket_mb)
 

@@ -22,8 +22,8 @@ from parlab.data_parallel.sync import GradSync
 class OverlapSync(GradSync):
     """Bucketed async all-reduce launched from gradient hooks; waited on before the update."""
 
-    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo"):
-        super().__init__(ctx, model)
+    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", **base):
+        super().__init__(ctx, model, **base)
         self.algo = algo
         self.buckets = Buckets(self.params, bucket_mb)
         self.handles: dict[int, object] = {}

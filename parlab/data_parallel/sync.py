@@ -63,9 +63,12 @@ class GradSync(Strategy):
 
     phase = "grad-sync"
 
-    def __init__(self, ctx, model: torch.nn.Module, accum_steps: int | None = None):
-        self.params = list(model.parameters())
-        self.optimizers = [make_optimizer(self.params, ctx.cfg)]
+    def __init__(self, ctx, model: torch.nn.Module, accum_steps: int | None = None,
+                 optimizer: torch.optim.Optimizer | None = None):
+        # frozen parameters (requires_grad=False) are not trained: no hook, no bucket, no bytes,
+        # and no optimizer state (so no weight decay creeps into them)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizers = [optimizer or make_optimizer(self.params, ctx.cfg)]
         super().__init__(ctx, model, self.optimizers[0], shard=ctx.rank, shards=ctx.world_size)
         self.comm = ctx.comm
         self.accum_steps = accum_steps or ctx.cfg.options.get("accum_steps", 1)
@@ -117,7 +120,7 @@ class GradSync(Strategy):
 
     def memory(self) -> dict:
         """Measured bytes held now: params, grads, optimizer state, communication buffers."""
-        memory = model_memory(self.params, None)
+        memory = model_memory(self.model.parameters(), None)
         memory["optimizer"] = tensor_bytes(t for opt in self.optimizers
                                            for t in optimizer_state_tensors(opt))
         memory["comm_buffers"] = tensor_bytes(self.comm_buffers())

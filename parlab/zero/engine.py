@@ -69,8 +69,12 @@ class ZeroEngine:
             raise ValueError(f"stage={stage!r} must be one of {STAGES}")
         self.model, self.comm, self.stage = model, comm, stage
         self.on_gather, self.on_release = on_gather, on_release
+        # frozen parameters are not trained: they stay whole on every rank, outside the flat units
+        # (FSDP's `ignored_params`), so no optimizer state, no weight decay, no bytes
+        trainable = [(name, module, [(n, p) for n, p in params if p.requires_grad])
+                     for name, module, params in unit_modules(model)]
         self.units = [ShardedUnit(self, name, module, params, comm.size, comm.rank)
-                      for name, module, params in unit_modules(model)]
+                      for name, module, params in trainable if params]
         self.gathered_bytes = 0  # stage 3: bytes of gathered parameters alive now
         self.gathered_peak = 0
         self._handles = []
@@ -164,12 +168,14 @@ class ZeroEngine:
             unit.pending = len(unit.params)
 
     def end_backward(self) -> None:
-        """Stage 1 reduce-scatters here; stages 2, 3 check that every unit was reduced."""
+        """Stage 1 reduce-scatters here; stages 2, 3 reduce the units that backward left pending
+        (parameters that got no gradient this step count as zeros). Every rank must leave the
+        same units pending — the same parameters unused — or the collectives would be issued in
+        different orders; the data-parallel library (`parlab.data_parallel.api`) handles
+        parameters unused on some ranks only."""
         for unit in self.units:
-            if self.stage == 1:
+            if self.stage == 1 or unit.pending:
                 self._reduce_scatter(unit)
-            elif unit.pending:
-                raise RuntimeError(f"unit {unit.name}: {unit.pending} parameters got no gradient")
 
     def after_step(self) -> None:
         """Stages 1, 2: all-gather the updated shards into the full parameters."""

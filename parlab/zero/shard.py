@@ -159,9 +159,24 @@ def memory_formula(stage: int, psi: int, world: int, bytes_per=4, adam_states=2)
             "optimizer": adam_states * (part if stage >= 1 else full)}
 
 
+def mixed_precision_formula(stage: int, psi: float, world: int, param_bytes: int = 2,
+                            grad_bytes: int = 2, k: int = 12) -> dict:
+    """Bytes per rank of model states in the ZeRO paper's setting (§3.1, Fig. 1): fp16/bf16
+    parameters and gradients (2Ψ + 2Ψ) and K = 12 bytes of Adam state per parameter (fp32 master
+    weight, momentum, variance: 4 + 4 + 4). DDP 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N;
+    ZeRO-3 16Ψ/N. Our fp32 runs (`memory_formula`) keep no master copy: 4 + 4 + 8 = 16Ψ too, but
+    split differently, so the ZeRO-1/2 totals differ (8Ψ + 8Ψ/N and 4Ψ + 12Ψ/N)."""
+    if stage not in (0, 1, 2, 3):
+        raise ValueError(f"stage={stage!r} must be 0 (DDP), 1, 2 or 3")
+    return {"params": psi * param_bytes / (world if stage >= 3 else 1),
+            "grads": psi * grad_bytes / (world if stage >= 2 else 1),
+            "optimizer": k * psi / (world if stage >= 1 else 1)}
+
+
 def predict(stage: int, cfg) -> Prediction:
     """Bytes each rank sends over the run (`step_bytes` of the model's flat units, every step)."""
-    units = [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
+    units = [sum(p.numel() for _, p in params if p.requires_grad)
+             for _, _, params in unit_modules(build_model(cfg))]
     return Prediction([cfg.steps * step_bytes(stage, units, cfg.world_size)] * cfg.world_size,
                       f"parlab.zero.shard.step_bytes(stage={stage}), ZeRO paper §7.2.2")
 
