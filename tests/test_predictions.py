@@ -12,6 +12,9 @@ from parlab.engine.runner import make_config
 CASES = [("single", 1, {}), ("ddp-naive", 2, {}), ("ddp-naive", 3, {}), ("ddp-bucketed", 2, {}),
          ("ddp-overlap", 4, {}), ("ddp-priority", 2, {"partition_kb": 4}),
          ("dear", 3, {"bucket_mb": 0.01}), ("zero1", 3, {}), ("zero2", 2, {}), ("zero3", 4, {})]
+CASES += [("topk", 2, {"ratio": 0.05}), ("randomk", 3, {}), ("qsgd", 2, {"bits": 2}),
+          ("signsgd", 4, {}), ("powersgd", 2, {"rank": 2}), ("local-sgd", 2, {"sync_every": 2}),
+          ("diloco", 3, {})]  # chapter 08
 
 
 @pytest.mark.parametrize("scheme,world_size,options", CASES)
@@ -24,7 +27,8 @@ def test_prediction_equals_the_ledger(scheme, world_size, options):
 
 def test_every_chapter_registers_predictions():
     chapters = {"single", "ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear",
-                "zero1", "zero2", "zero3"}
+                "zero1", "zero2", "zero3", "topk", "randomk", "qsgd", "signsgd", "powersgd",
+                "local-sgd", "diloco"}
     with_cost = {name for name, info in parlab.schemes().items() if info.cost is not None}
     assert chapters <= with_cost
     assert {case[0] for case in CASES} == with_cost  # a registered cost without a test fails here

@@ -24,6 +24,8 @@ from parlab.compression.compressors import QSGD, RandomK, Sign, TopK
 from parlab.compression.local_sgd import sync_steps
 from parlab.compression.powersgd import factor_rank
 from parlab.core import cost
+from parlab.engine.loop import build_model
+from parlab.engine.prediction import Prediction
 
 GATHERED = ("topk", "randomk", "qsgd", "signsgd")
 FLOAT_BYTES = 4
@@ -99,3 +101,17 @@ def compression_ratio(scheme: str, shapes, n: int, steps: int = 1, **options) ->
     sent = total_bytes(scheme, shapes, n, steps, **options)
     reference = total_bytes("ddp-naive", shapes, n, steps)
     return reference / sent if sent else math.inf
+
+
+class CompressionCost:
+    """A compression scheme's prediction (`register(..., cost=)`): `total_bytes` of every rank
+    for the configuration's model, steps and options."""
+
+    def __init__(self, scheme: str):
+        self.scheme = scheme
+
+    def __call__(self, cfg) -> Prediction:
+        shapes = [tuple(p.shape) for p in build_model(cfg).parameters()]
+        return Prediction([total_bytes(self.scheme, shapes, cfg.world_size, cfg.steps, rank,
+                                       **cfg.options) for rank in range(cfg.world_size)],
+                          f"parlab.compression.cost.bytes_per_step({self.scheme!r})")

@@ -12,7 +12,7 @@ to `single` (1e-4): `topk` with ratio=1, `powersgd` with rank ≥ every matrix's
 `local-sgd` with sync_every=1 and optimizer="sgd".
 """
 
-from parlab.compression.cost import compressor
+from parlab.compression.cost import CompressionCost, compressor
 from parlab.compression.local_sgd import DiLoCo, LocalSGD
 from parlab.compression.powersgd import PowerSGDSync
 from parlab.compression.sync import CompressedSync
@@ -58,32 +58,37 @@ def _gathered(ctx):
 
 
 @register("topk", summary="top-k sparsification (DGC), all-gather of (index, value), error feedback",
-          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate)
+          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
+          cost=CompressionCost("topk"))
 def topk(ctx):
     return _gathered(ctx)
 
 
 @register("randomk", summary="random-k sparsification, shared seed: values only, error feedback",
-          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate)
+          exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
+          cost=CompressionCost("randomk"))
 def randomk(ctx):
     return _gathered(ctx)
 
 
 @register("qsgd", summary="QSGD: stochastic quantization to packed bits + a norm per tensor",
-          exact=False, options={"bits": 4, "error_feedback": False}, validate=_validate)
+          exact=False, options={"bits": 4, "error_feedback": False}, validate=_validate,
+          cost=CompressionCost("qsgd"))
 def qsgd(ctx):
     return _gathered(ctx)
 
 
 @register("signsgd", summary="EF-signSGD: packed sign bits + mean |g| scale, error feedback",
-          exact=False, options={"error_feedback": True}, validate=_validate)
+          exact=False, options={"error_feedback": True}, validate=_validate,
+          cost=CompressionCost("signsgd"))
 def signsgd(ctx):
     return _gathered(ctx)
 
 
 @register("powersgd", summary="PowerSGD: rank-r P, Q factors all-reduced, error feedback, warm start",
           exact=False, options={"rank": 4, "error_feedback": True, "warm_start": True},
-          validate=_validate)
+          validate=_validate,
+          cost=CompressionCost("powersgd"))
 def powersgd(ctx):
     o = ctx.cfg.options
     model = build_model(ctx.cfg)
@@ -91,7 +96,8 @@ def powersgd(ctx):
 
 
 @register("local-sgd", summary="Local SGD: local steps, parameters averaged every sync_every steps",
-          exact=False, options={"sync_every": 4}, validate=_validate)
+          exact=False, options={"sync_every": 4}, validate=_validate,
+          cost=CompressionCost("local-sgd"))
 def local_sgd(ctx):
     model = build_model(ctx.cfg)
     return train(ctx, LocalSGD(ctx, model, ctx.cfg.options["sync_every"]))
@@ -99,7 +105,8 @@ def local_sgd(ctx):
 
 @register("diloco", summary="DiLoCo: inner AdamW for H steps, outer Nesterov SGD on the mean delta",
           exact=False, options={"sync_every": 4, "outer_lr": 0.7, "outer_momentum": 0.9},
-          validate=_validate)
+          validate=_validate,
+          cost=CompressionCost("diloco"))
 def diloco(ctx):
     o = ctx.cfg.options
     model = build_model(ctx.cfg)
