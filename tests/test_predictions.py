@@ -12,6 +12,10 @@ from parlab.engine.runner import make_config
 CASES = [("single", 1, {}), ("ddp-naive", 2, {}), ("ddp-naive", 3, {}), ("ddp-bucketed", 2, {}),
          ("ddp-overlap", 4, {}), ("ddp-priority", 2, {"partition_kb": 4}),
          ("dear", 3, {"bucket_mb": 0.01}), ("zero1", 3, {}), ("zero2", 2, {}), ("zero3", 4, {})]
+
+# chapter 10 (parlab/subnet): owner-set all-reduces, and backward masking's refresh all-gather
+CASES += [("sdp", 2, {"owners": 1}), ("sdp", 3, {"owners": 2, "mask": "backward"}),
+          ("sdp", 4, {"owners": 2, "mask": "backward", "granularity": "neuron"})]
 CASES += [("topk", 2, {"ratio": 0.05}), ("randomk", 3, {}), ("qsgd", 2, {"bits": 2}),
           ("signsgd", 4, {}), ("powersgd", 2, {"rank": 2}), ("local-sgd", 2, {"sync_every": 2}),
           ("diloco", 3, {})]  # chapter 08
