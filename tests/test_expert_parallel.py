@@ -136,3 +136,17 @@ def test_default_ep_uses_every_rank_that_divides_the_experts():
     run = parlab.run("ep", world_size=4, model="gpt-moe", steps=1,
                      model_config={"n_experts": 2, "top_k": 1})
     assert {(o.extras["dp"], o.extras["ep"]) for o in run.outputs} == {(2, 2)}
+
+
+def test_exercises_accept_the_right_answer_and_never_print_it(capsys):
+    from parlab.expert_parallel.explore import exercise
+
+    answers = {"capacity": 240, "balanced-dispatch": 24576, "gather-ratio": 8,
+               "memory": sum(cost.memory_per_rank(make_config("ep", model="gpt-moe").model_config,
+                                                  4).values()),
+               "bias": "bias"}
+    for name, answer in answers.items():
+        assert exercise(name).check(answer), name
+        assert not exercise(name).check(0 if name != "bias" else "aux"), name
+    out = capsys.readouterr().out
+    assert "24576" not in out and "24,576" not in out and "240" not in out

@@ -1,0 +1,286 @@
+"""What notebook 07 runs: sparse vs dense, capacity and dropping drawn, the all-to-all drawn with
+real counts, exactness, the ledger beside the closed forms, memory, load balancing (Switch's
+auxiliary loss vs DeepSeek-V3's bias), step times, the widget callback and the exercises.
+
+Papers: Shazeer et al. 2017 (top-k experts), GShard (Lepikhin et al. 2020: capacity, all-to-all),
+Switch (Fedus et al. 2022: load-balancing loss), DeepSeek-V3 (2024: auxiliary-loss-free bias).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+import parlab
+from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.expert_parallel import cost
+from parlab.expert_parallel.bench import dense_equivalent
+from parlab.models import build_model, model_config
+from parlab.models.data import global_batch
+
+BALANCING = {"none": {"aux_loss": 0.0}, "aux": {"aux_loss": 0.01},
+             "bias": {"aux_loss": 0.0, "bias_update": 0.01}}
+
+
+# ----------------------------------------------------------------------------- 1. intuition
+def sparse_vs_dense(configs: dict[str, dict] | None = None) -> None:
+    """Parameters held vs parameters each token uses (the FLOPs follow the latter)."""
+    configs = configs or {"gpt-moe E=4 k=2": {}, "gpt-moe E=8 k=2": {"n_experts": 8},
+                          "gpt-moe E=8 k=1": {"n_experts": 8, "top_k": 1}}
+    print(f"{'model':<18} {'parameters':>11} {'active per token':>17} {'ratio':>6}")
+    dense = cost.parameter_counts(model_config("gpt-moe", {"n_experts": 1, "top_k": 1}))
+    print(f"{'dense (E=1, k=1)':<18} {sum(dense.values()):>11,} {sum(dense.values()):>17,} "
+          f"{1:>6.2f}")
+    for name, overrides in configs.items():
+        m = model_config("gpt-moe", overrides)
+        counts = cost.parameter_counts(m)
+        active = counts["dense"] + counts["experts"] * m.top_k // m.n_experts
+        total = sum(counts.values())
+        print(f"{name:<18} {total:>11,} {active:>17,} {total / active:>6.2f}")
+
+
+def first_plan(model_overrides: dict | None = None, seed: int = 0, batch_size: int = 12):
+    """The initial model's routing of step 0's batch: one log entry per MoE layer."""
+    m = model_config("gpt-moe", model_overrides)
+    model = build_model("gpt-moe", m, seed)
+    x, y = global_batch("gpt-moe", 0, batch_size, seed, m.block_size)
+    model.loss(x, y)
+    return [moe.log[0] for moe in model.moe_layers()]
+
+
+def draw_capacity(model_overrides: dict | None = None):
+    """Tokens routed to each expert, kept (inside the capacity) and dropped, per MoE layer."""
+    plans = first_plan(model_overrides)
+    fig, axes = plt.subplots(1, len(plans), figsize=(3 * len(plans), 2.8), sharey=True)
+    for i, (ax, plan) in enumerate(zip(axes, plans)):
+        load, cap = plan["load"], plan["capacity"]
+        kept = [min(n, cap) if cap is not None else n for n in load]
+        ax.bar(range(len(load)), kept, color="tab:blue", label="kept")
+        ax.bar(range(len(load)), [n - k for n, k in zip(load, kept)], bottom=kept,
+               color="tab:red", label="dropped")
+        if cap is not None:
+            ax.axhline(cap, color="black", linestyle="--", linewidth=1, label="capacity")
+        ax.set_title(f"layer {i}: {plan['dropped']} dropped")
+        ax.set_xlabel("expert")
+    axes[0].set_ylabel("assignments (tokens × k)")
+    axes[-1].legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. math
+def bytes_formula_table(tokens_per_rank: int = 192, n_embd: int = 32) -> None:
+    """Forward bytes per rank and MoE layer, balanced routing without drops: all-to-all (dispatch
+    + combine) vs all-gather (tokens + gates + ids, reduce-scatter of the outputs)."""
+    print(f"N_r={tokens_per_rank} tokens per rank, C={n_embd}, fp32")
+    print(f"{'ep':>3} {'k':>2} {'all-to-all':>11} {'all-gather':>11} {'ratio':>6}")
+    for ep in (2, 4, 8):
+        for k in (1, 2):
+            a2a = 2 * (ep - 1) * tokens_per_rank * k * n_embd * 4 // ep
+            ag = cost.all_gather_layer_bytes(tokens_per_rank, ep, 0, ep, 0, n_embd, k, 8)
+            forward = ag["gather"] + ag["routing"] + ag["scatter"]
+            print(f"{ep:>3} {k:>2} {a2a:>11,} {forward:>11,} {forward / a2a:>6.2f}")
+
+
+# ----------------------------------------------------------------------------- 3. all-to-all drawn
+def draw_dispatch(world_size: int, layer: int = 0):
+    """Rows each rank dispatches to each ep rank in step 0 of a real `ep` run (the diagonal stays
+    home: no bytes on the wire)."""
+    result = parlab.run("ep", world_size=world_size, model="gpt-moe", steps=1)
+    out = result.outputs[0].extras
+    kept = out["routing"][layer][0]["kept"]  # (W, E)
+    E, ep = len(kept[0]), out["ep"]
+    matrix = [[sum(n for e, n in enumerate(row) if cost.owner(e, E, ep) == j) for j in range(ep)]
+              for row in kept]  # (W, ep)
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * ep, 1 + 0.8 * world_size))
+    ax.imshow(matrix, cmap="Blues")
+    for s, row in enumerate(matrix):
+        for j, n in enumerate(row):
+            ax.text(j, s, str(n), ha="center", va="center", fontsize=9)
+    ax.set_xticks(range(ep), [f"ep {j}\nexperts {j * E // ep}–{(j + 1) * E // ep - 1}"
+                              for j in range(ep)], fontsize=7)
+    ax.set_yticks(range(world_size), [f"rank {r}" for r in range(world_size)])
+    ax.set_title(f"dispatch of layer {layer}, step 0 (rows of C floats)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- 4. correctness
+def exact_cases(world_size: int) -> list[tuple[str, dict, dict | None]]:
+    cases = [("ep", {}, None), ("ep", {}, {"capacity_factor": None}), ("ep-allgather", {}, None)]
+    if world_size == 4:
+        cases += [("ep", {"ep": 2}, None), ("ep-allgather", {"ep": 2}, {"capacity_factor": None})]
+    return cases
+
+
+def exact_runs(world_size: int, steps: int) -> list[dict]:
+    """Every case of `exact_cases` and its `single` reference."""
+    refs, runs = {}, []
+    for scheme, options, overrides in exact_cases(world_size):
+        key = repr(overrides)
+        if key not in refs:
+            refs[key] = parlab.run("single", model="gpt-moe", steps=steps, model_config=overrides)
+        result = parlab.run(scheme, world_size=world_size, model="gpt-moe", steps=steps,
+                            model_config=overrides, **options)
+        runs.append({"scheme": scheme, "options": options, "overrides": overrides,
+                     "result": result, "comparison": result.compare(refs[key])})
+    return runs
+
+
+def _label(run: dict) -> str:
+    extras = run["result"].outputs[0].extras
+    drop = "no capacity" if run["overrides"] else "capacity 1.25"
+    return f"{run['scheme']:<13} dp={extras['dp']} × ep={extras['ep']}  {drop:<13}"
+
+
+def print_exact(runs: list[dict]) -> None:
+    for run in runs:
+        print(f"{_label(run)} match: {run['comparison'].match}")
+
+
+# ----------------------------------------------------------------------------- 5. measurement
+def closed_form(result, rank: int = 0) -> dict:
+    """Rank `rank`'s bytes by phase from the closed forms and the run's logged routing counts."""
+    cfg, extras = result.config, result.outputs[rank].extras
+    m, W, ep = cfg.model_config, cfg.world_size, extras["ep"]
+    total: dict[str, int] = {}
+    for layer in extras["routing"]:
+        for step in layer:
+            part = (cost.all_to_all_layer_bytes(step["kept"], rank, extras["group"], m.n_embd,
+                                                m.top_k) if cfg.scheme == "ep" else
+                    cost.all_gather_layer_bytes(cfg.batch_size // W * m.block_size, ep,
+                                                extras["ep_rank"], W, rank, m.n_embd, m.top_k,
+                                                m.n_experts))
+            for phase, nbytes in part.items():
+                total[phase] = total.get(phase, 0) + nbytes
+    counts = cost.parameter_counts(m)
+    sync = cost.sync_bytes(counts["dense"], counts["experts"] // ep, W, rank, extras["dp"],
+                           rank // ep)
+    return {**total, **{phase: cfg.steps * nbytes for phase, nbytes in sync.items()}}
+
+
+def ledger_table(runs: list[dict], rank: int = 0) -> None:
+    """Rank `rank`'s bytes per phase over the run: ledger vs closed form."""
+    for run in runs:
+        result = run["result"]
+        expect = closed_form(result, rank)
+        print(_label(run).rstrip())
+        for phase, nbytes in expect.items():
+            got = result.bytes_per_rank(phase=phase)[rank]
+            print(f"    {phase:<18} ledger {got:>10,}  closed form {nbytes:>10,}  equal: {got == nbytes}")
+
+
+def memory_table(world_size: int) -> None:
+    """Measured bytes per rank (weights + grads + AdamW moments) vs 16·(Ψ_dense + Ψ_experts/ep)."""
+    for ep in [d for d in (1, 2, 4) if d <= world_size and world_size % d == 0]:
+        result = parlab.run("ep", world_size=world_size, model="gpt-moe", steps=1, ep=ep)
+        expect = cost.memory_per_rank(result.config.model_config, ep)
+        measured = sum(result.memory[0][k] for k in expect)
+        print(f"ep={ep}: rank 0 holds {measured:>9,} bytes, formula {sum(expect.values()):>9,}, "
+              f"equal: {measured == sum(expect.values())}")
+
+
+def balance_runs(steps: int, world_size: int = 1, modes=("none", "aux", "bias")) -> dict:
+    """Training with each balancing mode: per step max/mean expert load, dropped fraction, loss."""
+    out = {}
+    for mode in modes:
+        result = parlab.run("ep", world_size=world_size, model="gpt-moe", steps=steps,
+                            model_config=BALANCING[mode])
+        logs = result.outputs[0].extras["routing"]
+        imbalance = [max(max(s["load"]) * len(s["load"]) / sum(s["load"]) for s in steps_)
+                     for steps_ in zip(*logs)]  # worst layer per step
+        dropped = [sum(s["dropped"] for s in steps_) / sum(sum(s["load"]) for s in steps_)
+                   for steps_ in zip(*logs)]
+        out[mode] = {"imbalance": imbalance, "dropped": dropped, "loss": result.losses}
+    return out
+
+
+def draw_balance(runs: dict):
+    fig, axes = plt.subplots(1, 3, figsize=(11, 2.8))
+    for mode, run in runs.items():
+        for ax, key in zip(axes, ("imbalance", "dropped", "loss")):
+            ax.plot(run[key], label=mode)
+    for ax, title in zip(axes, ("max / mean expert load (worst layer)", "dropped fraction",
+                                "training loss")):
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def summarize_balance(runs: dict, last: int = 5) -> None:
+    for mode, run in runs.items():
+        n = min(last, len(run["loss"]))
+        imbalance, dropped, loss = (sum(run[key][-n:]) / n for key in ("imbalance", "dropped", "loss"))
+        print(f"{mode:<5} last {n} steps: max/mean load {imbalance:.2f}, dropped "
+              f"{100 * dropped:.1f}%, loss {loss:.4f}")
+
+
+def time_table(world_size: int, link: str, steps: int = 4, top_k: int = 2) -> None:
+    """Median step time of ep, ep-allgather and a dense model of equal active parameters."""
+    link_arg = None if link == "loopback" else link
+    overrides = {"top_k": top_k}
+    rows = [("ep", "ep", overrides), ("ep-allgather", "ep-allgather", overrides),
+            ("dense (same active)", "ep", dense_equivalent(overrides))]
+    times = {}
+    for name, scheme, mc in rows:
+        result = parlab.run(scheme, world_size=world_size, model="gpt-moe", steps=steps,
+                            model_config=mc, link=link_arg, **({"ep": 1} if name.startswith("dense")
+                                                               else {}))
+        times[name] = result.step_time()
+        print(f"{name:<20} {1e3 * times[name]:7.1f} ms/step  rank 0 sent "
+              f"{result.bytes_per_rank()[0] // steps:>9,} B/step")
+    print(f"ep-allgather / ep: {times['ep-allgather'] / times['ep']:.2f}×; ep / dense: "
+          f"{times['ep'] / times['dense (same active)']:.2f}× (one run, {link})")
+
+
+def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):
+    """Widget callback: one `ep` run against `single`, its drops and its dispatch bytes."""
+    overrides = {"top_k": top_k, **BALANCING[balancing],
+                 "capacity_factor": None if capacity_factor == "none" else float(capacity_factor)}
+    result = parlab.run("ep", world_size=world_size, model="gpt-moe", steps=steps,
+                        model_config=overrides)
+    ref = parlab.run("single", model="gpt-moe", steps=steps, model_config=overrides)
+    logs = result.outputs[0].extras["routing"]
+    dropped = sum(s["dropped"] for layer in logs for s in layer)
+    routed = sum(sum(s["load"]) for layer in logs for s in layer)
+    print(f"{result.compare(ref)}")
+    print(f"dropped {dropped} of {routed} assignments; rank 0 dispatched "
+          f"{result.bytes_per_rank(phase='dispatch')[0]:,} B (closed form "
+          f"{closed_form(result)['dispatch']:,}); final loss {result.losses[-1]:.4f}")
+
+
+# ----------------------------------------------------------------------------- 7. exercises
+def _default():
+    return model_config("gpt-moe")
+
+
+EXERCISES = [
+    Exercise("capacity", "Expert capacity for one step of the default gpt-moe (12 × 32 tokens, "
+             "top_k=2, E=4, capacity_factor=1.25)?",
+             numeric(240, rtol=0, atol=0.5), "C = ⌈cf · N · k / E⌉ with N the global tokens.",
+             "⌈1.25 · 384 · 2 / 4⌉ = 240"),
+    Exercise("balanced-dispatch", "Bytes one rank sends in one dispatch (forward, one layer) at "
+             "ep=2, 192 tokens per rank, k=2, C=32, fp32, routing perfectly balanced, no drops?",
+             numeric(24576, rtol=0, atol=0.5), "Of its N_r·k rows, (ep-1)/ep leave the rank.",
+             "(2-1)/2 · 192 · 2 · 32 · 4 = 24,576"),
+    Exercise("gather-ratio", "At ep=8 and top_k=1, how many times the balanced all-to-all's "
+             "forward bytes does the all-gather method send (ignore the gate and id columns)?",
+             numeric(8, rtol=0.01), "All-gather + reduce-scatter: 2(ep-1)·N_r·C; all-to-all: "
+             "2(ep-1)/ep·N_r·k·C.", "ratio = ep / k = 8"),
+    Exercise("memory", "Bytes of weights, gradients and AdamW moments one rank holds for the "
+             "default gpt-moe at ep=4?",
+             numeric(sum(cost.memory_per_rank(_default(), 4).values()), rtol=0.001),
+             "16 bytes per parameter held: every dense one, a quarter of the experts.",
+             "16·(Ψ_dense + Ψ_experts/4) — `cost.memory_per_rank`"),
+    Exercise("bias", "Which balancing leaves the gradient of the language-model loss untouched: "
+             "'aux' or 'bias'?", one_of("bias", "bias balancing", "aux-loss-free"),
+             "One of them adds a term to the loss; the other only changes which experts are chosen.",
+             "bias (DeepSeek-V3): the bias enters the top-k choice, not the gates or the loss"),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)
+
