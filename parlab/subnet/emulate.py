@@ -86,8 +86,25 @@ def _flat(grads: dict) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])  # (Ψ,)
 
 
+@contextlib.contextmanager
+def one_thread():
+    """One intra-op thread, as every rank runs: the tiny model's kernels gain nothing from more, and
+    on a machine whose cores are shared, two threads measured ~25× slower here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
     """Train `cfg.steps` steps of SDP (`ownership`, `mask`) in this process; see the module doc."""
+    with one_thread():
+        return _emulate(cfg, ownership, mask)
+
+
+def _emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
     model = build_model(cfg)
     params = dict(model.named_parameters())
     optimizer = make_optimizer(params.values(), cfg)

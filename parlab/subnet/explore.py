@@ -1,0 +1,255 @@
+"""What notebooks/10_subnet.ipynb runs: the ownership matrix, the exact case, memory and bytes beside
+their closed forms, loss curves and gradient alignment, step time on a link, the widget, exercises.
+
+Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data Parallelism" (2025).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+import parlab
+from parlab.engine.loop import build_model
+from parlab.engine.runner import make_config
+from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.subnet import cost as subnet_cost
+from parlab.subnet.emulate import emulate
+from parlab.subnet.ownership import assign
+
+KINDS = ("params", "grads", "optimizer")
+CONFIGS = [("forward", "block"), ("forward", "neuron"), ("backward", "block"),
+           ("backward", "neuron")]
+
+
+def ownership(world_size: int = 4, owners: int = 2, granularity: str = "block", model: str = "gpt"):
+    """The ownership `sdp` uses for this configuration (`parlab.subnet.ownership.assign`)."""
+    return assign(build_model(make_config("single", model=model)), world_size, owners, granularity)
+
+
+def draw_ownership(world_size: int = 4, owners: int = 2, granularity: str = "block",
+                   model: str = "gpt", ax=None):
+    """The ownership matrix: rank × unit, filled where the rank owns the unit; column width ∝ size."""
+    own = ownership(world_size, owners, granularity, model)
+    ax = ax or plt.gca()
+    x = 0.0
+    total = own.numel
+    for unit, column in zip(own.units, zip(*own.matrix())):
+        width = unit.numel / total
+        for rank, owned in enumerate(column):
+            ax.add_patch(plt.Rectangle((x, rank), width, 0.9, color="tab:blue" if owned else "0.92",
+                                       ec="white", lw=0.5))
+        if width > 0.04:
+            ax.text(x + width / 2, world_size + 0.1, unit.label.replace("blocks.", "b"),
+                    ha="center", va="bottom", fontsize=7, rotation=90 if width < 0.1 else 0)
+        x += width
+    ax.set_xlim(0, 1)
+    ax.set_ylim(world_size + 1.2, 0)
+    ax.set_yticks([r + 0.45 for r in range(world_size)], [f"rank {r}" for r in range(world_size)])
+    ax.set_xlabel("parameters (fraction of Ψ, in unit order)")
+    ax.set_title(f"{model}, {granularity} level: each unit on k={owners} of N={world_size} ranks "
+                 "(shared: all)")
+    return ax
+
+
+def exact_case(world_size: int = 2, steps: int = 3) -> list[str]:
+    """owners=N under both maskings and granularities against `single`."""
+    ref = parlab.run("single", steps=steps)
+    lines = []
+    for mask, granularity in CONFIGS:
+        result = parlab.run("sdp", world_size=world_size, steps=steps, owners=world_size, mask=mask,
+                            granularity=granularity)
+        lines.append(f"sdp owners=N={world_size} mask={mask:8s} granularity={granularity:6s} "
+                     f"match: {result.compare(ref).match}")
+    return lines
+
+
+def memory_row(result) -> dict:
+    """Largest rank's measured model states beside the formula and DDP's 16Ψ."""
+    cfg = result.config
+    own = subnet_cost.ownership_of(cfg)
+    mask = cfg.options["mask"]
+    worst = max(range(cfg.world_size), key=lambda r: sum(result.memory[r][k] for k in KINDS))
+    measured = {k: result.memory[worst][k] for k in KINDS}
+    formula = subnet_cost.memory_formula(own, mask, worst, cfg.optimizer)
+    ddp = sum(subnet_cost.ddp_memory(own.numel, cfg.optimizer).values())
+    return {"model": cfg.model, "N": cfg.world_size, "k": own.owners, "mask": mask,
+            "granularity": own.granularity, **measured, "states": sum(measured.values()),
+            "formula": sum(formula.values()), "match": measured == formula, "ddp": ddp,
+            "saved": 1 - sum(measured.values()) / ddp}
+
+
+def bytes_row(result) -> dict:
+    """Bytes per step of the busiest rank, measured, by the closed form, and DDP's."""
+    cfg = result.config
+    own = subnet_cost.ownership_of(cfg)
+    mask, steps, n = cfg.options["mask"], cfg.steps, cfg.world_size
+    measured = [b // steps for b in result.bytes_per_rank()]
+    closed = [sum(subnet_cost.step_bytes(own, mask, r).values()) for r in range(n)]
+    numels = [p.numel() for p in build_model(cfg).parameters()]
+    ddp = max(subnet_cost.ddp_step_bytes(numels, n, r) for r in range(n))
+    return {"N": n, "k": own.owners, "mask": mask, "granularity": own.granularity,
+            "sent_per_step": max(measured), "closed_form": max(closed),
+            "exact": measured == closed, "vs_ddp": max(measured) / ddp if ddp else float("nan")}
+
+
+def sweep(world_size: int = 2, model: str = "gpt", configs=CONFIGS, steps: int = 1) -> pd.DataFrame:
+    """One `sdp` run per k = 1..N and configuration: memory and bytes rows side by side."""
+    rows = []
+    for k in range(1, world_size + 1):
+        for mask, granularity in configs:
+            result = parlab.run("sdp", world_size=world_size, model=model, steps=steps, owners=k,
+                                mask=mask, granularity=granularity)
+            row = memory_row(result)
+            b = bytes_row(result)
+            row.update(sent_per_step=b["sent_per_step"], bytes_closed_form=b["closed_form"],
+                       bytes_exact=b["exact"], bytes_vs_ddp=b["vs_ddp"])
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def plot_memory(df: pd.DataFrame, ax=None):
+    """Stacked bars of the largest rank's model states per (k, mask, granularity), DDP's as a line."""
+    ax = ax or plt.gca()
+    labels = [f"k={r.k}\n{r.mask[:3]}/{r.granularity[:3]}" for r in df.itertuples()]
+    bottom = [0.0] * len(df)
+    for kind, color in zip(KINDS, ("tab:blue", "tab:orange", "tab:green")):
+        values = list(df[kind] / 1e3)
+        ax.bar(labels, values, bottom=bottom, label=kind, color=color)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.axhline(df["ddp"].iloc[0] / 1e3, color="k", ls="--", label="DDP (16Ψ)")
+    ax.set_ylabel("kB per rank (largest rank)")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def curves(world_size: int = 2, owners: int = 1, steps: int = 12, model: str = "gpt",
+           configs=CONFIGS) -> dict:
+    """{"ddp": single's losses, (mask, granularity): Emulation} — full-model losses and cos(ĝ, g)."""
+    out = {"ddp": parlab.run("single", model=model, steps=steps).losses}
+    for mask, granularity in configs:
+        cfg = make_config("sdp", world_size=world_size, model=model, steps=steps, owners=owners,
+                          mask=mask, granularity=granularity)
+        out[(mask, granularity)] = emulate(cfg, subnet_cost.ownership_of(cfg), mask)
+    return out
+
+
+def curve_summary(found: dict, last: int = 5) -> pd.DataFrame:
+    """Mean full-model loss over the last steps vs DDP's, and mean cos(ĝ, g)."""
+    ddp = statistics.mean(found["ddp"][-last:])
+    rows = []
+    for key, em in found.items():
+        if key == "ddp":
+            continue
+        loss = statistics.mean(em.full_losses[-last:])
+        rows.append({"mask": key[0], "granularity": key[1], "loss": loss, "ddp_loss": ddp,
+                     "loss_gap": loss / ddp - 1, "mean_cos": statistics.mean(em.cosines)})
+    return pd.DataFrame(rows)
+
+
+def plot_curves(found: dict, axes=None):
+    """Left: full-model loss per step (DDP dashed). Right: cos(ĝ, g) per step."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    axes[0].plot(found["ddp"], "k--", label="DDP (= single)")
+    for key, em in found.items():
+        if key != "ddp":
+            axes[0].plot(em.full_losses, label=f"{key[0]} / {key[1]}")
+            axes[1].plot(em.cosines, label=f"{key[0]} / {key[1]}")
+    axes[0].set(xlabel="step", ylabel="full model's loss", title="loss on each step's global batch")
+    axes[1].set(xlabel="step", ylabel="cos(ĝ, g)", title="SDP update vs full gradient")
+    axes[0].legend(fontsize=8)
+    return axes
+
+
+def step_times(world_size: int = 2, link: str = "1GbE", steps: int = 4, owners: int = 1) -> list[dict]:
+    """Median step time of ddp-naive, ddp-bucketed (one message per bucket, as SDP sends one per owner
+    set) and sdp (forward masking, both granularities) on a link, each over ddp-naive's."""
+    rows = []
+    runs = [("ddp-naive", {}), ("ddp-bucketed", {})] + [
+        ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")]
+    base = None
+    for scheme, options in runs:
+        result = parlab.run(scheme, world_size=world_size, steps=steps, link=link, **options)
+        ms = 1e3 * result.step_time(warmup=1)
+        base = base or ms
+        rows.append({"scheme": scheme, **options, "link": link, "step_ms": ms,
+                     "bytes_per_step": max(result.bytes_per_rank()) // steps,
+                     "vs_ddp": ms / base})
+    return rows
+
+
+def panel(world_size: int = 2, owners: int = 1, mask: str = "forward",
+          granularity: str = "block") -> None:
+    """Widget callback: one `sdp` run; per rank memory and bytes beside the closed forms."""
+    if owners > world_size:
+        print(f"owners={owners} > world_size={world_size}: a parameter cannot have more owners "
+              "than there are ranks")
+        return
+    result = parlab.run("sdp", world_size=world_size, steps=2, owners=owners, mask=mask,
+                        granularity=granularity)
+    own = subnet_cost.ownership_of(result.config)
+    print(f"sdp: {world_size} rank(s), each unit on {owners}, {mask} masking, {granularity} level; "
+          f"Ψ = {own.numel:,}")
+    for r, mem in enumerate(result.memory):
+        formula = subnet_cost.memory_formula(own, mask, r)
+        sent = result.bytes_per_rank()[r] // 2
+        closed = sum(subnet_cost.step_bytes(own, mask, r).values())
+        print(f"  rank {r}: owns {own.owned_numel(r):>6,} params | states "
+              f"{sum(mem[k] for k in KINDS):>8,} B (formula {sum(formula.values()):>8,}) | "
+              f"sends {sent:>8,} B/step (closed form {closed:>8,})")
+    numels = [p.numel() for p in build_model(result.config).parameters()]
+    ddp_sent = max(subnet_cost.ddp_step_bytes(numels, world_size, r) for r in range(world_size))
+    print(f"  DDP would hold {16 * own.numel:,} B and send {ddp_sent:,} B/step")
+    print(f"  losses (each rank's own forward): {[round(x, 4) for x in result.losses]}")
+
+
+# ----------------------------------------------------------------------------- exercises
+def _gpt_ownership(n: int, k: int, granularity: str):
+    return ownership(n, k, granularity)
+
+
+EXERCISES = [
+    Exercise("forward-memory",
+             "Forward masking, block level, the default GPT (Ψ = 53,824: 4 blocks of 12,416 and "
+             "4,160 shared), N = 4, k = 1. How many bytes of model states (parameters, gradients, "
+             "Adam state; fp32) does one rank hold?",
+             numeric(16 * (4160 + 12416), rtol=0, atol=0.5),
+             "Each rank owns 4·1/4 = 1 block plus the shared parameters; 16 bytes per owned parameter.",
+             "16 · (4,160 + 12,416) = 265,216 B, 31% of DDP's 16Ψ = 861,184 B."),
+    Exercise("backward-memory",
+             "The same with backward masking (N = 4, k = 1, block level): bytes of model states "
+             "per rank?",
+             numeric(4 * 53824 + 12 * (4160 + 12416), rtol=0, atol=0.5),
+             "The forward needs every parameter (4Ψ); gradients and Adam state exist for owned ones.",
+             "4 · 53,824 + 12 · 16,576 = 414,208 B."),
+    Exercise("owner-bytes",
+             "Forward masking, block level, default GPT, N = 4, k = 2: how many bytes does one rank "
+             "send per step? (Ring all-reduce inside each owner set; the shared 4,160 among all 4.)",
+             numeric(subnet_cost.step_bytes(_gpt_ownership(4, 2, "block"), "forward", 0)[
+                 "grad-sync"], rtol=0, atol=0.5),
+             "Rank 0 owns 2 blocks, both with the same owner pair: one all-reduce of 2·12,416 "
+             "elements among 2 ranks sends half of them; the shared unit is a 4-rank all-reduce.",
+             "(2·(2-1)/2 · 24,832 + 2·(4-1)/4 · 4,160) · 4 = 99,328 + 24,960 = 124,288 B."),
+    Exercise("one-owner",
+             "With k = 1 and forward masking, which parameters' gradients cross the network at all? "
+             "Answer 'shared', 'blocks' or 'all'.",
+             one_of("shared"),
+             "A unit with one owner has nothing to average.",
+             "Only the shared parameters (embeddings, final norm): every block has a single owner."),
+    Exercise("unbiased",
+             "Which masking gives each parameter an unbiased estimate of the full model's gradient? "
+             "Answer 'forward' or 'backward'.",
+             one_of("backward"),
+             "Is the gradient taken through the model everyone evaluates, or through a subnetwork?",
+             "Backward masking: the full forward, so an owner's gradient is the full model's gradient "
+             "on its rows — an unbiased estimate from fewer rows. Forward masking differentiates a "
+             "different (smaller) function."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)
