@@ -252,6 +252,13 @@ class Comm:
     def irecv(self, tensor, src, phase=None):
         return self.recv(tensor, src, async_op=True, phase=phase)
 
+    def drop_records(self) -> int:
+        """Forget this rank's ledger records so far (a long sweep keeps only what it reports);
+        returns how many were dropped. The ledger is written and pruned only through Comm."""
+        dropped = len(self.ledger.records)
+        self.ledger.records.clear()
+        return dropped
+
     # ------------------------------------------------------------------ what others sent
     NOMINAL = {"all_reduce": cost.ring_all_reduce, "all_gather": cost.ring_all_gather,
                "reduce_scatter": cost.ring_reduce_scatter}
