@@ -200,3 +200,8 @@ def test_cli_infinite_timeout_is_a_one_line_error(monkeypatch, capsys):
 def test_cli_bad_trace_path_fails_before_the_run(monkeypatch, capsys, trace, message):
     code, err = _cli(monkeypatch, capsys, "run", "ddp-naive", "--trace", trace)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_model_that_refuses_checkpointing_says_so_before_any_process():
+    with pytest.raises(ValueError, match="checkpoint=True is not supported by model='gpt-moe'"):
+        parlab.run("single", model="gpt-moe", checkpoint=True)

@@ -200,6 +200,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"],
     )
+    models.check_checkpointing(model, cfg.checkpoint)
     if spec.validate is not None:
         spec.validate(cfg)
     return cfg

@@ -37,6 +37,17 @@ def model_config(name: str, overrides: dict | None = None):
     return cfg
 
 
+# models whose blocks cannot be recomputed in backward (a recomputed MoE block would route again)
+NO_CHECKPOINTING = ("gpt-moe",)
+
+
+def check_checkpointing(name: str, checkpoint: bool) -> None:
+    """ValueError before any process starts when `checkpoint=True` meets a model that refuses it."""
+    if checkpoint and name in NO_CHECKPOINTING:
+        raise ValueError(f"checkpoint=True is not supported by model={name!r} (recomputing a "
+                         "block would route its tokens again)")
+
+
 def build_model(name: str, cfg, seed: int, checkpoint: bool = False) -> nn.Module:
     model = MODELS[name][0](cfg, seed=seed)
     model.activation_checkpointing = checkpoint
