@@ -1,8 +1,10 @@
 """What notebook 06 (context parallelism) runs: figures of the ring and the all-to-all, memory and
 ledger measurements, the video serving trade-off, the widget's callback and rank workers.
 
-Papers: Ring Attention (Liu et al., ICLR 2024), DeepSpeed-Ulysses (Jacobs et al. 2023), zig-zag
-(Striped Attention, Brandon et al. 2023; Llama 3 §3.3.2), Latent Parallelism (Wu et al. 2025).
+Papers: Ring Attention (Liu et al., ICLR 2024), DeepSpeed-Ulysses (Jacobs et al. 2023), the
+zig-zag split (rank r holds chunks r and 2cp−1−r: the Llama 3 paper, Dubey et al. 2024, §3.3.2, and
+the ring-flash-attention implementation; Striped Attention, Brandon et al. 2023, balances the
+causal mask differently, striping tokens round-robin), Latent Parallelism (Wu et al. 2025).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.memory import ActivationMeter
+from parlab.exercises import Exercise, find, numeric
 from parlab.models.gpt import attention
 
 SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses"}
@@ -121,7 +124,8 @@ def run(method: str, world_size: int, cp: int | None = None, steps: int = 3, seq
 
 
 def ledger_vs_formula(result) -> list[dict]:
-    """Measured bytes per rank and phase next to the closed form, for one cp run."""
+    """Measured bytes per rank and phase, per training step (the run's totals ÷ its steps), next
+    to the closed form; `equal` compares the run's totals to the byte."""
     cfg, g = result.config, result.config.model_config
     dims = result.outputs[0].extras["degrees"]
     form = ring.ring_bytes if cfg.scheme == "cp-ring" else ulysses_bytes
@@ -130,8 +134,9 @@ def ledger_vs_formula(result) -> list[dict]:
     rows = []
     for phase in ("cp-forward", "cp-backward"):
         measured = result.bytes_per_rank(phase=phase)
-        rows.append({"scheme": cfg.scheme, "phase": phase, "measured per rank": measured,
-                     "formula per rank": cfg.steps * expect[phase],
+        rows.append({"scheme": cfg.scheme, "phase": phase,
+                     "measured per rank per step": [b // cfg.steps for b in measured],
+                     "formula per rank per step": expect[phase],
                      "equal": set(measured) == {cfg.steps * expect[phase]}})
     return rows
 
@@ -221,14 +226,22 @@ def plot_tradeoff(rows, ax=None):
 
 
 # ----------------------------------------------------------------------------- widget
-def panel(world_size: int = 2, method: str = "ring", seq_len: int = 32):
-    """The widget's callback: one SGD step at cp = world_size, vs the single process.
+def panel(world_size: int = 2, method: str = "ring", seq_len: int = 32, rtol: float = 1e-3):
+    """The widget's callback: one AdamW step at cp = world_size, vs the single process.
 
-    SGD, because AdamW's first step divides each gradient by its own magnitude (+ε): entries
-    near 1e-8, sums that nearly cancel, turn float noise of summation order into parameter
-    differences above 1e-4 at T >= 64 — for ddp-naive as much as for context parallelism."""
-    result = run(method, world_size, cp=world_size, steps=1, seq_len=seq_len, optimizer="sgd")
-    print(result.compare(reference(1, seq_len, "sgd")))
+    Compared at the project's 1e-4 and, where that fails, at the relative tolerance `rtol`, with
+    the measured worst relative difference printed: AdamW's first step divides each gradient by
+    its own magnitude (+ε), so for entries near 1e-8 (sums that nearly cancel) the float noise of
+    a different summation order becomes a visible parameter difference — ddp-naive shows the same."""
+    result = run(method, world_size, cp=world_size, steps=1, seq_len=seq_len)
+    ref = reference(1, seq_len)
+    strict = result.compare(ref)
+    print(strict)
+    if not strict.match:
+        loose = result.compare(ref, rtol=rtol)
+        print(f"within a relative tolerance of {rtol:g}: match: {loose.match} (AdamW's first step "
+              "normalises each gradient by its own magnitude: summation-order noise in ε-sized "
+              "gradients shows)")
     sent = [a + b for a, b in zip(result.bytes_per_rank(phase="cp-forward"),
                                   result.bytes_per_rank(phase="cp-backward"))]
     for rank, mem in enumerate(result.memory):
@@ -257,10 +270,21 @@ def torch_context_parallel(world_size: int = 2) -> str:
     return launch(_torch_context_parallel_rank, world_size, timeout=120)[0]
 
 
+def _union(intervals) -> float:
+    """Seconds covered by at least one of the (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
 def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list[dict]:
     """cp-ring vs cp-ulysses on an emulated link: the α-β prediction of rank 0's communication
     time (Σ over its ops of α·rounds + bytes/β, the way parlab.core.link charges them: a send and a
-    recv each occupy the link) next to its measured step time (communication + compute)."""
+    recv each occupy the link) next to its measured step time (communication + compute), and what
+    rank 0's ops measured: the sum of their durations and the time at least one was in flight."""
     from parlab.core.link import resolve
 
     spec = resolve(link)
@@ -273,13 +297,35 @@ def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list
             return sum(spec.cost(max(x["bytes_sent"], x["bytes_recv"]), x["rounds"])
                        for x in ops) / steps
         attention_ops = [x for x in mine if str(x["phase"]).startswith("cp-")]
+        spans = [(x["t_start"], x["t_end"]) for x in mine]
         rows.append({"scheme": r.config.scheme,
                      "attention ops/step": len(attention_ops) // steps,
                      "attention bytes sent/step": sum(x["bytes_sent"] for x in attention_ops) // steps,
                      "predicted attention s": round(cost(attention_ops), 3),
                      "predicted all comm s": round(cost(mine), 3),
+                     "measured ops, summed s": round(sum(b - a for a, b in spans) / steps, 3),
+                     "measured in flight s": round(_union(spans) / steps, 3),
                      "measured step s": round(sum(r.step_times) / steps, 3)})
     return rows
+
+
+def explain_link(rows: list[dict]) -> None:
+    """When the predicted communication exceeds the whole measured step, say why from the
+    measurement: the prediction charges every op one after another, but the ring posts its K and
+    V sends and receives together (and Ulysses' all-to-alls overlap each other's halves), so the
+    ops' durations summed exceed the time any of them was in flight."""
+    for row in rows:
+        if row["predicted all comm s"] <= row["measured step s"]:
+            print(f"{row['scheme']}: predicted communication {row['predicted all comm s']} s fits in "
+                  f"the measured step {row['measured step s']} s")
+            continue
+        concurrency = row["measured ops, summed s"] / max(row["measured in flight s"], 1e-9)
+        print(f"{row['scheme']}: predicted communication {row['predicted all comm s']} s > the whole "
+              f"measured step {row['measured step s']} s because the prediction is a serial sum. "
+              f"Measured on rank 0: its ops' durations sum to {row['measured ops, summed s']} s, but "
+              f"some op was in flight for only {row['measured in flight s']} s — {concurrency:.1f} "
+              "ops in flight at a time on average (sends and receives posted together, overlapping "
+              "each other and the compute). The serial sum is an upper bound, not the step.")
 
 
 def last_step(events: list[dict]) -> list[dict]:
@@ -291,3 +337,58 @@ def last_step(events: list[dict]) -> list[dict]:
             starts[e["rank"]] = max(starts.get(e["rank"], 0.0), e["t0"])
     t0 = min(starts.values())
     return [dict(e, t0=e["t0"] - t0, t1=e["t1"] - t0) for e in events if e["t0"] >= t0]
+
+
+# ----------------------------------------------------------------------------- exercises
+def _contiguous_efficiency(cp: int = 8) -> float:
+    return critical_path("contiguous", cp)["efficiency"]
+
+
+EXERCISES = [
+    Exercise("score-bytes-gpu",
+             "A 128k-token sequence (T = 131,072): how many GB (10^9 B) would one head's score "
+             "matrix take in bf16 if it were materialised, as plain attention does for backward?",
+             numeric(2 * 131072 ** 2 / 1e9, rtol=0.01),
+             "T × T scores, 2 bytes each. (FlashAttention never materialises it: it keeps O(T) "
+             "per head and recomputes the blocks in backward.)",
+             "2 · 131,072² B = 34.4 GB for one head of one layer: why long context needs "
+             "FlashAttention and context parallelism."),
+    Exercise("ring-bytes-gpu",
+             "Ring attention with cp = 16 on a 128k-token sequence, batch 1, 8 key/value heads of "
+             "size 128, bf16. How many MB (10^6 B) of K and V does one GPU send per layer in the "
+             "forward pass?",
+             numeric(ring.ring_bytes(1, 8, 131072, 128, 16, 1, itemsize=2)["cp-forward"] / 1e6,
+                     rtol=0.01),
+             "Every rank passes on a K and a V block of T/cp tokens cp − 1 times.",
+             "(cp − 1) · 2 · B·n_kv·(T/cp)·h_s · 2 B = 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB."),
+    Exercise("ulysses-vs-ring",
+             "From the two closed forms (ulysses_bytes, ring_bytes), what is Ulysses' forward bytes "
+             "per rank divided by ring attention's at cp = 8?",
+             numeric(ulysses_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"]
+                     / ring.ring_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"], rtol=0.01),
+             "Ulysses: 4 all-to-alls of (cp−1)/cp of the rank's q/k/v/out slice; ring: cp − 1 "
+             "sends of K and V.",
+             "4(cp−1)/cp · S / (2(cp−1) · S) = 2/cp = 0.25 at cp = 8 (equal at cp = 2)."),
+    Exercise("contiguous-efficiency",
+             "Causal ring attention with a contiguous split into 2cp chunks (rank r holds chunks "
+             "2r and 2r+1) at cp = 8: what is the efficiency, useful score blocks / (cp × critical "
+             "path), the critical path summing the busiest rank's blocks at each ring step?",
+             numeric(_contiguous_efficiency(8), rtol=0.01),
+             "There are cp(2cp+1) useful blocks; after the first step the busiest rank computes 4 "
+             "blocks every step.",
+             "critical path 3 + 4(cp−1) = 4cp − 1 = 31 blocks; efficiency cp(2cp+1) / (cp(4cp−1)) "
+             "= 17/31 = 0.548 (zig-zag: 1.0)."),
+    Exercise("striped-owner",
+             "Striped Attention (Brandon et al. 2023) balances the causal mask differently from "
+             "zig-zag: it stripes tokens round-robin over the ranks. On cp = 4 ranks, which rank "
+             "holds token 6 (counting tokens and ranks from 0)?",
+             numeric(2, rtol=0, atol=0.1),
+             "Token i goes to rank i mod cp.",
+             "6 mod 4 = 2. (Zig-zag, from Llama 3 and ring-flash-attention, gives rank r the "
+             "contiguous chunks r and 2cp−1−r instead.)"),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)

@@ -1,5 +1,7 @@
 """Gantt charts of pipeline schedules: one row per rank, one bar per F / B / W, labelled with its
-micro-batch — the figures of the GPipe, Megatron and Zero Bubble papers, drawn from data.
+micro-batch (with interleaving, "micro-batch.chunk": 0.1 is micro-batch 0 on the rank's second
+model chunk) — the figures of the GPipe, Megatron and Zero Bubble papers, drawn from data. The
+legend sits outside the axes, right of the last bars.
 
 The same function draws a schedule's ideal timeline (`cost.ideal_timeline`) and a run's measured
 one (`RunResult.timeline`), so the two can be put side by side on a common time axis.
@@ -37,8 +39,14 @@ def gantt(events: list[dict], ax=None, title: str = "", unit: float = 1e3, label
     ax.set_xlabel(xlabel or ("time (ms)" if unit == 1e3 else "time"))
     ax.set_title(title, fontsize="medium")
     ops = sorted({e["name"] for e in events}, key="FBW".index)
-    ax.legend(handles=[Patch(color=OP_COLORS[o], label=o) for o in ops], loc="upper right",
-              fontsize="x-small", ncol=len(ops))
+    names = {"F": "F forward", "B": "B backward" if "W" not in ops else "B input grad",
+             "W": "W weight grad"}
+    handles = [Patch(color=OP_COLORS[o], label=names[o]) for o in ops]
+    if label:  # what the number on a bar means
+        handles.append(Patch(color="none", label="label: micro-batch.chunk" if many_chunks
+                             else "label: micro-batch"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small",
+              frameon=False)  # outside the axes: never over the last bars
     return ax
 
 

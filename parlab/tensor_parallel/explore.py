@@ -9,6 +9,8 @@ import statistics
 
 import torch
 
+from parlab.exercises import Exercise, find, numeric
+
 PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
          ("replicated", "replicated")]
 
@@ -139,9 +141,64 @@ def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=P
 
 
 def print_rows(rows: list[dict]) -> None:
+    """A table of rows; a column with no value at all (a prediction on loopback) is left out,
+    a missing cell prints as "—"."""
     import pandas as pd
+    frame = pd.DataFrame(rows).dropna(axis="columns", how="all")
     with pd.option_context("display.width", 140, "display.precision", 3):
-        print(pd.DataFrame(rows).to_string(index=False))
+        print(frame.to_string(index=False, na_rep="—"))
+
+
+def explain_reshard(rows: list[dict], shape=(128, 128), world_size: int = 4, link=None) -> None:
+    """Where a smarter method measured slower than send-recv, say why from its plan: the bytes
+    the busiest rank moves, the messages it sends (a broadcast chain sends each cell in chunks),
+    and the chain's fill (one chunk per extra hop), each priced at the link's α and β."""
+    from parlab.core.link import resolve
+    from parlab.tensor_parallel import reshard
+
+    link = resolve(link)
+    m = world_size // 2
+    src, dst = list(range(m)), list(range(m, world_size))
+    for row in rows:
+        if row["method"] == "send-recv" or row["speedup"] >= 1:
+            continue
+        a, b = row["pair"].split("→")
+        base = next(r for r in rows if r["pair"] == row["pair"] and r["method"] == "send-recv")
+
+        (mine_el, mine_msgs), (base_el, base_msgs) = (
+            max((v["sent"], v["msgs_sent"]) for v in
+                reshard.traffic(reshard.plan(shape, a, src, b, dst, method)).values())
+            for method in (row["method"], "send-recv"))
+        plans = [reshard.plan(shape, a, src, b, dst, method) for method in (row["method"], "send-recv")]
+        if reshard.traffic(plans[0]) == reshard.traffic(plans[1]) and \
+                max(len(t.dsts) for t in plans[0]) == 1:
+            print(f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
+                  f"{base['measured_ms']:.1f} ms, but its plan is send-recv's (one holder and one "
+                  "needer per cell): the difference is the shared machine's noise, not the method.")
+            continue
+        line = (f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
+                f"{base['measured_ms']:.1f} ms ({1 / row['speedup']:.2f}× slower). Its busiest rank "
+                f"moves {4 * mine_el:,} B in {mine_msgs} messages, send-recv's {4 * base_el:,} B in "
+                f"{base_msgs}")
+        line += (": no bytes saved (each cell has one holder: nothing to balance)" if mine_el >= base_el
+                 else "")
+        if link:
+            extra = (mine_msgs - base_msgs) * link.latency_s * 1e3
+            fill = row["predicted_ms"] - base["predicted_ms"] - extra
+            line += (f"; the chain makes the second destination wait for the first to receive each "
+                     f"chunk before forwarding it (fill {fill:.1f} ms"
+                     + (f", + {extra:.1f} ms of α for the extra messages" if extra else "")
+                     + f"): predicted {row['predicted_ms'] - base['predicted_ms']:+.1f} ms, measured "
+                     f"{row['measured_ms'] - base['measured_ms']:+.1f} ms. Chains pay when they save "
+                     "bytes on the busiest rank (replicated sources), not here.")
+        else:
+            import os
+            cores = len(os.sched_getaffinity(0))
+            line += (f"; on loopback each hop of the chain and each message costs a process wake-up, "
+                     f"and {world_size} ranks share {cores} cores"
+                     + (" (oversubscribed: a rank waits for a core)" if world_size > cores else "")
+                     + ": that is what was measured, not bandwidth.")
+        print(line)
 
 
 # ----------------------------------------------------------------------------- notebook helpers
@@ -164,7 +221,9 @@ def correctness(world_size: int, steps: int) -> list[str]:
 
 
 def ledger_vs_formula(result) -> list[dict]:
-    """Bytes each rank sent per ledger phase beside `parlab.tensor_parallel.cost.closed_form_bytes`."""
+    """Bytes each rank sent per training step and ledger phase beside
+    `parlab.tensor_parallel.cost.closed_form_bytes` (the run's totals ÷ its steps; equal means the
+    totals are equal to the byte)."""
     from parlab.tensor_parallel.cost import closed_form_bytes
 
     cfg = result.config
@@ -175,9 +234,42 @@ def ledger_vs_formula(result) -> list[dict]:
                                    cfg.options.get("regather", False))
         for phase, formula in expect.items():
             measured = result.bytes_per_rank(phase=phase)[rank]
-            rows.append({"rank": rank, "phase": phase, "ledger_bytes": measured,
-                         "formula_bytes": formula, "equal": measured == formula})
+            rows.append({"rank": rank, "phase": phase, "ledger_bytes": measured // cfg.steps,
+                         "formula_bytes": formula // cfg.steps, "equal": measured == formula})
     return rows
+
+
+def sp_vs_tp_bytes(tp: int, batch_size: int | None = None, model_config=None) -> dict:
+    """Why tp-sp sends more than tp per step, from the closed forms (rank 0, one step): forward
+    the same (a ring all-reduce is a reduce-scatter plus an all-gather); backward + 2 all-gathers
+    per block that rebuild the column inputs Megatron-SP does not keep (`regather=True`: bytes
+    for memory); + one all-reduce of the replicated LayerNorm / embedding gradients."""
+    from parlab.engine.runner import make_config
+    from parlab.tensor_parallel.cost import closed_form_bytes
+
+    cfg = make_config("tp", world_size=tp, model_config=model_config,
+                      **({"batch_size": batch_size} if batch_size else {}))
+    m, batch_size = cfg.model_config, cfg.batch_size
+    tp_b = closed_form_bytes(m, batch_size, tp, 0, 1, False)
+    sp_b = closed_form_bytes(m, batch_size, tp, 0, 1, True, regather=True)
+    keep = closed_form_bytes(m, batch_size, tp, 0, 1, True, regather=False)
+    total = sum(tp_b.values())
+    return {"tp": tp_b, "tp-sp": sp_b, "tp-sp keep gathered": keep,
+            "ratio": sum(sp_b.values()) / total, "ratio_keep": sum(keep.values()) / total,
+            "regather": sp_b["tp-backward"] - keep["tp-backward"], "grad_sync": sp_b["sp-grad-sync"]}
+
+
+def print_sp_vs_tp(tp: int, batch_size: int | None = None) -> None:
+    """`sp_vs_tp_bytes`, printed: where tp-sp's extra bytes go."""
+    d = sp_vs_tp_bytes(tp, batch_size)
+    print(f"per step, rank 0: tp sends {sum(d['tp'].values()):,} B, tp-sp {sum(d['tp-sp'].values()):,} B "
+          f"= {d['ratio']:.2f}× tp")
+    print(f"  forward: {d['tp']['tp-forward']:,} vs {d['tp-sp']['tp-forward']:,} B — the same bytes")
+    print(f"  backward: + {d['regather']:,} B, the 2 all-gathers per block that rebuild the column "
+          "inputs instead of keeping them (memory bought with bytes)")
+    print(f"  + {d['grad_sync']:,} B: the all-reduce of the replicated parameters' gradients, each "
+          "rank having seen T/tp tokens")
+    print(f"keeping the gathered inputs (regather=False) would send {d['ratio_keep']:.2f}× tp")
 
 
 def memory_rows(world_size: int) -> list[dict]:
@@ -242,12 +334,64 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[di
     return rows
 
 
-def check_forward_bytes(answer, tp: int, batch_size: int = 8, steps: int = 1) -> str:
-    """Exercise check: bytes rank 0 sends in tp-forward per step at degree `tp`, from the ledger."""
-    import parlab
+# ----------------------------------------------------------------------------- exercises
+def _forward_bytes(tp: int) -> int:
+    """tp-forward bytes rank 0 sends per step at the default model and batch."""
+    from parlab.engine.runner import make_config
+    from parlab.tensor_parallel.cost import closed_form_bytes
 
-    result = parlab.run("tp", world_size=tp, tp=tp, steps=steps, batch_size=batch_size)
-    truth = result.bytes_per_rank(phase="tp-forward")[0] // steps
-    if answer is None:
-        return "fill in your answer first (hint: 2 all-reduces per block, ring: 2(N-1)/N·S each)"
-    return "correct" if int(answer) == truth else f"not quite: the ledger says {truth:,} bytes"
+    cfg = make_config("tp", world_size=tp)
+    return closed_form_bytes(cfg.model_config, cfg.batch_size, tp, 0, 1, False)["tp-forward"]
+
+
+_GPT3 = {"s": 2048, "b": 1, "h": 12288, "a": 96, "tp": 8}
+
+EXERCISES = [
+    Exercise("gpt3-tp-bytes",
+             "GPT-3 175B (C = 12,288, T = 2,048), micro-batch of 1 sequence, bf16 activations, "
+             "tp = 8 with ring all-reduces. How many MB (10^6 B) does one GPU send per transformer "
+             "block per training step (forward and backward)?",
+             numeric(4 * 2 * 7 / 8 * 2048 * 12288 * 2 / 1e6, rtol=0.01),
+             "Per block: 2 all-reduces forward (g) and 2 backward (f), each of B·T·C elements; a "
+             "ring all-reduce sends 2(N−1)/N of the buffer.",
+             "4 · 2 · 7/8 · (2,048 · 12,288 · 2 B) = 4 · 1.75 · 50.3 MB = 352 MB per block and step."),
+    Exercise("gpt3-sp-activations",
+             "Korthikanti et al.'s count of activation memory per layer with TP + SP is "
+             "sbh/t · (34 + 5as/h) bytes (fp16, with dropout). For GPT-3 (s = 2,048, b = 1, "
+             "h = 12,288, a = 96) at t = 8, how many MB per layer?",
+             numeric(_GPT3["s"] * _GPT3["b"] * _GPT3["h"] / _GPT3["tp"]
+                     * (34 + 5 * _GPT3["a"] * _GPT3["s"] / _GPT3["h"]) / 1e6, rtol=0.01),
+             "5as/h = 5 · 96 · 2,048 / 12,288 = 80.",
+             "sbh = 25.2 M; (34 + 80) / 8 = 14.25; 25.2 M · 14.25 = 358.6 MB (without SP: "
+             "sbh(10 + 24/8 + 80/8) = 578.8 MB)."),
+    Exercise("sp-bytes-ratio",
+             "With the re-gathering backward (regather=True) and leaving out the small all-reduce "
+             "of replicated gradients, what is tp-sp's bytes per step divided by tp's, at any tp?",
+             numeric(1.25, rtol=0.005),
+             "Forward: the same bytes. Backward: the same plus 2 all-gathers per block; an "
+             "all-gather sends half of what an all-reduce sends.",
+             "tp: 4 all-reduces = 8 halves per block. tp-sp: 8 halves + 2 all-gathers = 10 halves: "
+             "10/8 = 1.25 (the ledger's 1.27 adds the gradient all-reduce)."),
+    Exercise("tp-forward-bytes",
+             "Run on this machine: how many bytes does rank 0 send in `tp-forward` per step at "
+             "tp = 2 for the default GPT and batch (12 rows; 4 blocks, T = 32, C = 32)? Check "
+             "afterwards with parlab.run('tp', world_size=2, steps=1).bytes_per_rank(phase='tp-forward')[0].",
+             numeric(_forward_bytes(2), rtol=0, atol=0.5),
+             "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
+             "S = 12·32·32 = 12,288 floats; a ring all-reduce on 2 ranks sends 2·(1/2)·S: "
+             "4 blocks · 2 · 12,288 · 4 B = 393,216 B."),
+    Exercise("balanced-reshard",
+             "A (128, 128) fp32 tensor replicated on 2 source ranks is needed replicated on 2 "
+             "destination ranks. With AlpaComm's load-balanced broadcast, how many bytes does the "
+             "busiest source send?",
+             numeric(128 * 128 * 4 / 2, rtol=0, atol=0.5),
+             "Each cell leaves the sources once and travels down the chain of destinations; the "
+             "replicas split the cells between them.",
+             "The 64 KiB tensor leaves the sources once, split over 2 replicas: 32,768 B each "
+             "(send-recv: one source sends it to both destinations, 131,072 B)."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)

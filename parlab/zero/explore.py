@@ -13,7 +13,8 @@ import statistics
 
 import parlab
 from parlab.core.cost import FP32_BYTES, round_up
-from parlab.zero.shard import FlatLayout, memory_formula, step_bytes
+from parlab.exercises import Exercise, find, numeric
+from parlab.zero.shard import FlatLayout, memory_formula, mixed_precision_formula, step_bytes
 
 STAGE_OF = {"single": 0, "ddp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "torch-zero": 1,
             "torch-fsdp": 3}
@@ -54,12 +55,20 @@ def memory_table(schemes=("ddp-naive", "zero1", "zero2", "zero3"), world_sizes=(
 
 
 def formula_lines(psi: int, world_size: int) -> list[str]:
-    """The ZeRO paper's model-state bytes at fp32 + Adam for Ψ parameters on N ranks."""
-    lines = []
+    """Model-state bytes per rank for Ψ parameters on N ranks: ours (fp32 weights and gradients,
+    Adam's two fp32 moments: 4 + 4 + 8) beside the ZeRO paper's mixed precision (fp16 weights and
+    gradients, fp32 master + two moments: 2 + 2 + 12), so the paper's 16Ψ and 4Ψ + 12Ψ/N map to
+    ours term by term."""
+    lines = [f"{'':7s} {'fp32 + Adam (ours, 4+4+8)':>44s}   {'mixed precision (paper, 2+2+12)':>44s}"]
+    sym32 = ("16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N")
+    sym16 = ("16Ψ", "4Ψ + 12Ψ/N", "2Ψ + 14Ψ/N", "16Ψ/N")
     for stage, name in enumerate(("DDP", "ZeRO-1", "ZeRO-2", "ZeRO-3")):
-        f = memory_formula(stage, psi, world_size)
-        lines.append(f"{name:7s} params {f['params']:>10,.0f}  grads {f['grads']:>10,.0f}  "
-                     f"optimizer {f['optimizer']:>10,.0f}  total {sum(f.values()):>10,.0f} B")
+        f32 = memory_formula(stage, psi, world_size)
+        f16 = mixed_precision_formula(stage, psi, world_size)
+        lines.append(f"{name:7s} {sym32[stage]:>12s} = {sum(f32.values()):>10,.0f} B "
+                     f"(p {f32['params']:>8,.0f} g {f32['grads']:>8,.0f})   "
+                     f"{sym16[stage]:>12s} = {sum(f16.values()):>10,.0f} B "
+                     f"(p {f16['params']:>8,.0f} g {f16['grads']:>8,.0f})")
     return lines
 
 
@@ -90,40 +99,76 @@ def bytes_per_stage(world_size: int = 4, steps: int = 2, **options) -> list[dict
     return rows
 
 
-def phase_bytes(result) -> dict:
-    """Bytes rank 0 sent, by phase label (param-gather-fwd, param-gather-bwd, ...)."""
+def phase_bytes(result, rank: int = 0) -> dict:
+    """Bytes `rank` sent per training step, by phase label (param-gather-fwd, ...): the run's
+    totals divided by its number of steps (every step sends the same)."""
     out: dict = {}
     for r in result.ledger:
-        if r["rank"] == 0 and r["bytes_sent"]:
+        if r["rank"] == rank and r["bytes_sent"]:
             out[r["phase"]] = out.get(r["phase"], 0) + r["bytes_sent"]
-    return out
+    steps = result.config.steps
+    return {phase: total // steps for phase, total in out.items()}
+
+
+def compute_spans(result, warmup: int = 1) -> dict:
+    """{"forward": [...], "backward": [...]}: seconds of each step after warm-up on rank 0."""
+    spans: dict = {"forward": [], "backward": []}
+    for e in result.timeline:
+        if e["rank"] == 0 and e["name"] in spans:
+            spans[e["name"]].append(e["t1"] - e["t0"])
+    return {k: v[warmup:] for k, v in spans.items()}
 
 
 def compute_seconds(result, warmup: int = 1) -> list[float]:
     """Forward + backward seconds of each step after warm-up on rank 0 (timeline spans)."""
-    spans: dict = {}
-    for e in result.timeline:
-        if e["rank"] == 0 and e["name"] in ("forward", "backward"):
-            spans.setdefault(e["name"], []).append(e["t1"] - e["t0"])
-    return [f + b for f, b in zip(spans["forward"][warmup:], spans["backward"][warmup:])]
+    spans = compute_spans(result, warmup)
+    return [f + b for f, b in zip(spans["forward"], spans["backward"])]
 
 
 def checkpointing_tradeoff(scheme: str = "zero3", world_size: int = 2, steps: int = 4,
                            repeats: int = 2, **options) -> dict:
     """Peak activations of `scheme` without and with activation checkpointing, and the compute
     time it costs: forward + backward of the single process, runs interleaved so that the shared
-    machine's noise falls on both (medians)."""
+    machine's noise falls on both (medians).
+
+    The diagnosis: recomputation adds one forward to the backward, so the expected ratio is
+    (2f + b) / (f + b) at the *measured* forward f and backward b (1.33× only when b = 2f), and
+    what the measured backward grew beyond f is the checkpoint machinery's own overhead."""
     plain = parlab.run(scheme, world_size=world_size, steps=2, **options)
     recomputed = parlab.run(scheme, world_size=world_size, steps=2, checkpoint=True, **options)
-    times: dict = {False: [], True: []}
+    spans: dict = {False: {"forward": [], "backward": []}, True: {"forward": [], "backward": []}}
     for _ in range(repeats):
         for ckpt in (False, True):
-            times[ckpt] += compute_seconds(parlab.run("single", steps=steps, checkpoint=ckpt,
-                                                      **options))
+            run = compute_spans(parlab.run("single", steps=steps, checkpoint=ckpt, **options))
+            for kind in ("forward", "backward"):
+                spans[ckpt][kind] += run[kind]
     act, act_ckpt = (max(m["activations"] for m in r.memory) for r in (plain, recomputed))
-    t, t_ckpt = statistics.median(times[False]), statistics.median(times[True])
+    f, b = (statistics.median(spans[False][k]) for k in ("forward", "backward"))
+    f_ckpt, b_ckpt = (statistics.median(spans[True][k]) for k in ("forward", "backward"))
+    t, t_ckpt = f + b, f_ckpt + b_ckpt
     return {"activations": act, "activations_ckpt": act_ckpt, "saved": 1 - act_ckpt / act,
-            "compute_ms": 1e3 * t, "compute_ms_ckpt": 1e3 * t_ckpt, "time_ratio": t_ckpt / t}
+            "compute_ms": 1e3 * t, "compute_ms_ckpt": 1e3 * t_ckpt, "time_ratio": t_ckpt / t,
+            "forward_ms": 1e3 * f, "backward_ms": 1e3 * b, "backward_ms_ckpt": 1e3 * b_ckpt,
+            "expected_ratio": (2 * f + b) / t,
+            "overhead_ms": 1e3 * max(0.0, b_ckpt - b - f)}
+
+
+def print_checkpointing(trade: dict) -> None:
+    """The trade, and the diagnosis when the measured ratio is not the textbook 4/3."""
+    print(f"peak activations: {trade['activations']:,} B -> {trade['activations_ckpt']:,} B "
+          f"({100 * trade['saved']:.0f}% saved)")
+    print(f"forward + backward, one process: {trade['compute_ms']:.1f} ms -> "
+          f"{trade['compute_ms_ckpt']:.1f} ms: {trade['time_ratio']:.2f}× (medians of interleaved "
+          "runs)")
+    print(f"measured here: forward {trade['forward_ms']:.1f} ms, backward {trade['backward_ms']:.1f} ms "
+          f"(b/f = {trade['backward_ms'] / trade['forward_ms']:.1f}, not the 2 of the FLOP count); "
+          f"one more forward predicts (2f + b)/(f + b) = {trade['expected_ratio']:.2f}×")
+    extra = trade["overhead_ms"]
+    print(f"the recomputing backward took {trade['backward_ms_ckpt']:.1f} ms = backward + forward"
+          + (f" + {extra:.1f} ms beyond the recomputed forward: the checkpoint machinery's own "
+             "cost (saved-tensor hooks, re-running each block under autograd), fixed per block, "
+             "so it shows on a model this small" if extra > 0.1 * trade["backward_ms"] else
+             ": nothing beyond the recomputed forward"))
 
 
 def checkpoint_demo(directory: str, before: int = 4, after: int = 2, steps: int = 4,
@@ -204,3 +249,68 @@ def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
         rows.append({"scheme": scheme, "link": link, "measured_ms": 1e3 * comm_seconds(result),
                      "predicted_ms": 1e3 * predicted_comm_s(result, link)})
     return rows
+
+
+# ----------------------------------------------------------------------------- exercises
+def _unit_numels(cfg=None) -> list[int]:
+    from parlab.engine.loop import build_model
+    from parlab.engine.runner import make_config
+    from parlab.zero.shard import unit_modules
+
+    cfg = cfg or make_config("zero3", world_size=3, steps=1)
+    return [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
+
+
+def _padded_params_bytes(world: int) -> int:
+    """ZeRO-3: bytes of the parameter shards one rank holds, every unit padded to a multiple of N."""
+    return sum(round_up(u, world) // world for u in _unit_numels()) * FP32_BYTES
+
+
+EXERCISES = [
+    Exercise("zero2-gpu",
+             "The ZeRO paper's Figure 1: Ψ = 7.5 billion parameters, mixed precision with Adam "
+             "(K = 12), N = 64 GPUs. How many GB of model states does each GPU hold under ZeRO-2 "
+             "(optimizer states and gradients sharded)? Answer in GB (10^9 bytes).",
+             numeric(2 * 7.5 + 14 * 7.5 / 64, rtol=0.01),
+             "fp16 parameters stay whole (2Ψ); gradients (2Ψ) and the K = 12 bytes of Adam state "
+             "are divided by N: mixed_precision_formula(2, Ψ, N).",
+             "2Ψ + (2 + 12)Ψ/N = 15 GB + 105 GB / 64 = 16.6 GB (the paper's Figure 1 says 16.6 GB)."),
+    Exercise("zero3-fit",
+             "A 70-billion-parameter model trains in mixed precision with Adam on 80 GB GPUs. "
+             "Ignoring activations, what is the smallest number N of GPUs on which ZeRO-3's model "
+             "states fit?",
+             numeric(14, atol=0.5, rtol=0),
+             "ZeRO-3 shards everything: 16Ψ/N bytes per GPU. Solve 16Ψ/N <= 80e9.",
+             "16 · 70e9 / N <= 80e9  =>  N >= 14. (DDP would need 1.12 TB on every GPU.)"),
+    Exercise("zero3-bytes-gpu",
+             "ZeRO-3 on N = 8 GPUs for a 7-billion-parameter model whose parameters and gradients "
+             "travel in bf16 (2 bytes). How many GB does each GPU send per training step (ring "
+             "collectives)?",
+             numeric(3 * 7 / 8 * 7e9 * 2 / 1e9, rtol=0.01),
+             "Two all-gathers of the parameters (before forward, before backward) and one "
+             "reduce-scatter of the gradients, each (N-1)/N of the 2Ψ bytes.",
+             "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step: 1.5× DDP's 2 · 7/8 · 14 = 24.5 GB."),
+    Exercise("zero3-padding",
+             "Run on this machine: the default GPT's flat units hold 4,160 (root) and 12,416 (each "
+             "of 4 blocks) parameters. How many bytes of parameters does one rank hold under ZeRO-3 "
+             "at N = 3? (Check it afterwards: parlab.run('zero3', world_size=3, steps=1)"
+             ".memory[0]['params'].)",
+             numeric(_padded_params_bytes(3), rtol=0, atol=0.5),
+             "Each unit is padded with zeros to a multiple of N before it is cut into N equal "
+             "chunks; a rank holds one chunk of every unit, 4 bytes per element.",
+             "Σ ⌈u/3⌉ · 4 over the units: (⌈4,160/3⌉ + 4 · ⌈12,416/3⌉) · 4 = (1,387 + 4 · 4,139) · 4 "
+             "= 71,772 B, above the formula's 4Ψ/N = 71,765.3 B by this rank's share of the padding."),
+    Exercise("zero2-bytes",
+             "Run on this machine: how many bytes does one rank send per step under ZeRO-2 at "
+             "N = 4 for the default GPT? (Check it afterwards with "
+             "max(parlab.run('zero2', world_size=4, steps=1).bytes_per_rank()).)",
+             numeric(step_bytes(2, _unit_numels(), 4), rtol=0, atol=0.5),
+             "A reduce-scatter of the gradients and an all-gather of the parameters, each "
+             "(N-1)/N of the padded flat units, 4 bytes per element.",
+             "2 · 3/4 · 53,824 · 4 B = 322,944 B: what DDP's all-reduce sends."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)

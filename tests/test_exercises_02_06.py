@@ -1,0 +1,85 @@
+"""Chapters 02, 03, 04 and 06 end with exercises whose check says right or wrong, never the answer.
+
+For every exercise: the worked answer (recomputed here from the chapter's closed forms, not read
+back from the check) is accepted, a wrong one and a non-number are refused, and nothing printed by
+`check` contains the answer. Hints and solutions exist for each.
+"""
+
+import pytest
+
+from parlab.context_parallel import explore as cp_explore
+from parlab.pipeline import explore as pp_explore
+from parlab.tensor_parallel import explore as tp_explore
+from parlab.zero import explore as zero_explore
+
+# The right answers, worked out independently of the checks (see each exercise's solution).
+RIGHT = {
+    zero_explore: {
+        "zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64,          # GB: 2Ψ + 14Ψ/N
+        "zero3-fit": 14,                                # 16·70e9/N <= 80e9
+        "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
+        "zero3-padding": (1387 + 4 * 4139) * 4,         # Σ ⌈u/3⌉ · 4 B
+        "zero2-bytes": 2 * 3 * 53824,                   # 2 · 3/4 · Ψ · 4 B
+    },
+    tp_explore: {
+        "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
+        "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
+        "sp-bytes-ratio": 1.25,
+        "tp-forward-bytes": 4 * 2 * 12 * 32 * 32 * 4,
+        "balanced-reshard": 32768,
+    },
+    pp_explore: {
+        "gpipe-bubble-gpu": 7 / 39,
+        "microbatches-for-10pct": 27,
+        "interleaved-bubble": 3 / 19,
+        "1f1b-memory-gpu": 16,
+        "zb-bubble": 3 / 27,
+        "p2p-bytes": 4 * 3 * 32 * 32 * 4,
+    },
+    cp_explore: {
+        "score-bytes-gpu": 2 * 131072 ** 2 / 1e9,
+        "ring-bytes-gpu": 15 * 2 * 8 * 8192 * 128 * 2 / 1e6,
+        "ulysses-vs-ring": 0.25,
+        "contiguous-efficiency": 17 / 31,               # (2cp+1)/(4cp-1)
+        "striped-owner": 2,                              # token 6 mod 4
+    },
+}
+
+CASES = [(module, ex) for module in RIGHT for ex in module.EXERCISES]
+
+
+def test_every_chapter_has_four_to_six_exercises_all_with_an_answer_here():
+    for module, answers in RIGHT.items():
+        names = [e.name for e in module.EXERCISES]
+        assert 4 <= len(names) <= 6, module.__name__
+        assert set(names) == set(answers), module.__name__
+
+
+@pytest.mark.parametrize("module,ex", CASES, ids=[e.name for _, e in CASES])
+def test_check_accepts_the_right_answer_and_refuses_a_wrong_one(module, ex, capsys):
+    right = RIGHT[module][ex.name]
+    assert ex.check(right) is True
+    if isinstance(right, str):
+        wrong = "ring" if right != "ring" else "zigzag"
+    else:
+        wrong = right * 1.5 + 1
+        assert ex.check(float("nan")) is False
+        assert ex.check(str(right)) is False
+    assert ex.check(wrong) is False
+    assert ex.check(None) is False
+    out = capsys.readouterr().out
+    assert "right" in out and "not yet" in out
+    if not isinstance(right, str):
+        for shown in (f"{right:g}", f"{right:,}", f"{right:.3g}"):
+            assert shown not in out.replace(ex.name, ""), (ex.name, shown)
+
+
+@pytest.mark.parametrize("module,ex", CASES, ids=[e.name for _, e in CASES])
+def test_each_exercise_has_a_hint_and_a_solution_on_request(module, ex, capsys):
+    assert module.exercise(ex.name) is ex
+    ex.hint()
+    ex.solution()
+    out = capsys.readouterr().out
+    assert "no hint" not in out and "no written solution" not in out
+    with pytest.raises(ValueError, match="nope"):
+        module.exercise("nope")
