@@ -128,11 +128,13 @@ def message_time(op: str, elements: int, n: int, alpha: float, beta: float,
 def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
                       t_backward: float, t_optimizer: float, alpha: float = LOOPBACK_ALPHA,
                       beta: float = LOOPBACK_BETA, floor: tuple[float, float] | None = None,
-                      iterations: int = 4, **options) -> dict:
+                      iterations: int = 4, overhead_s: float = 0.0, **options) -> dict:
     """Steady-state seconds per step and exposed communication of `variant` (list scheduling).
 
     Compute is spread over parameters in proportion to their size; parameter 0 is the first
     layer. `options`: the scheme's (bucket_mb, partition_kb, credit; defaults as registered).
+    `overhead_s`: software time per message that the link model does not count (measured on this
+    machine by `parlab.data_parallel.explore.per_message_overhead`; 0 for the pure α-β model).
     Returns {"step_s", "comm_s" (link busy time per step), "exposed_s" (step_s - compute)}.
     """
     if variant not in VARIANTS:
@@ -151,7 +153,7 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
 
     def send(op, elements, ready):
         nonlocal link_free, busy
-        duration = message_time(op, elements, n, alpha, beta, floor)
+        duration = message_time(op, elements, n, alpha, beta, floor) + (overhead_s if n > 1 else 0.0)
         link_free = max(link_free, ready) + duration
         busy += duration
         return link_free

@@ -12,17 +12,17 @@ import torch
 
 import parlab
 from parlab import models
-from parlab.core.link import resolve
+from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
 from parlab.data_parallel import cost as dp_cost
-from parlab.data_parallel.bench import compute_profile, exposed_fraction, forward_starts
+from parlab.data_parallel.bench import compute_profile, exposed_fraction
 from parlab.data_parallel.buckets import plan_buckets
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 OWN = VARIANTS[:5]
 
 
-def param_numels(model: str = "gpt") -> list[int]:
-    net = models.build_model(model, models.model_config(model), 0)
+def param_numels(model: str = "gpt", config: dict | None = None) -> list[int]:
+    net = models.build_model(model, models.model_config(model, config), 0)
     return [p.numel() for p in net.parameters()]
 
 
@@ -66,20 +66,20 @@ def bytes_table(world_size: int, model: str = "gpt") -> None:
         print(f"  {variant:<13} {len(msgs):>3} messages  rank 0 sends {parts}")
 
 
-def predicted_table(world_size: int, t_forward=0.01, t_backward=0.02, t_optimizer=0.005) -> None:
-    """α-β predicted step time of every variant on every link preset, for a given compute."""
-    numels = param_numels()
-    links = ["loopback", "100Gb-IB", "10GbE", "1GbE"]
+def predicted_table(world_size: int, t_forward=0.01, t_backward=0.02, t_optimizer=0.005,
+                    flops: float = 40e9, accelerator: str = "A100", model: str = "gpt") -> None:
+    """α-β predicted step time of every variant on real links as `accelerator` sees them from a
+    machine that computes `flops` (parlab.core.link.faithful), for a given compute profile."""
+    numels = param_numels(model)
+    links = {name: faithful(name, flops, accelerator) for name in ("NVLink", "100Gb-IB", "10GbE")}
     print(f"predicted ms per step, N={world_size}, compute {1e3 * (t_forward + t_backward + t_optimizer):.0f}"
-          " ms (forward + backward + optimizer)")
+          f" ms (forward + backward + optimizer); links as an {accelerator} sees them, time "
+          f"×{next(iter(links.values())).dilation:,.0f}")
     print(f"  {'variant':<13}" + "".join(f"{name:>10}" for name in links))
     for variant in OWN:
-        row = []
-        for name in links:
-            link = resolve(name)
-            alpha, beta = (link.latency_s, link.bandwidth_Bps) if link else (0.0, float("inf"))
-            row.append(dp_cost.predict_step_time(variant, numels, world_size, t_forward,
-                                                 t_backward, t_optimizer, alpha, beta)["step_s"])
+        row = [dp_cost.predict_step_time(variant, numels, world_size, t_forward, t_backward,
+                                         t_optimizer, link.latency_s, link.bandwidth_Bps)["step_s"]
+               for link in links.values()]
         print(f"  {variant:<13}" + "".join(f"{1e3 * t:>10.1f}" for t in row))
 
 
@@ -106,37 +106,51 @@ def check_all(world_size: int, steps: int = 3, model: str = "gpt", accum_steps: 
 
 
 # ----------------------------------------------------------------------------- 5. measurement
+# The measured regime: a GPT wide enough that this CPU computes efficiently (≈40 GFLOP/s, one
+# thread) and few enough messages that a dilated link's latency does not swamp the step.
+MEASURE = {"model_config": {"n_embd": 128, "n_layer": 2, "block_size": 64},
+           "batch_size": 24, "bucket_mb": 0.5, "partition_kb": 256.0}
+COMMON = ("model_config", "batch_size", "lr", "optimizer")
+
+
 def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, **options) -> dict:
+    """Run each variant with the options it takes (common ones such as model_config go to all)."""
     out = {}
     for variant in variants:
-        extra = dict(options)
-        if variant == "torch-ddp":
-            extra = {k: v for k, v in extra.items() if k in ("bucket_mb", "accum_steps")}
-        elif variant in ("dear", "ddp-priority"):
-            extra.pop("algo", None)
+        known = parlab.schemes()[variant].options
+        extra = {k: v for k, v in options.items() if k in known or k in COMMON}
         out[variant] = parlab.run(variant, world_size=world_size, steps=steps, link=link, **extra)
     return out
 
 
-def last_step(events: list[dict], steps: int) -> list[dict]:
-    """Events of the last two steps (from the last-but-one forward start), shifted to start at 0."""
-    starts = forward_starts(events, 0)
-    t0 = starts[max(len(starts) - 2, 0)]
-    chosen = [e for e in events if e["t1"] > t0]
-    return [{**e, "t0": max(e["t0"], t0) - t0, "t1": e["t1"] - t0} for e in chosen]
+def measure_regime(world_size: int, link: str = "NVLink", accelerator: str = "A100",
+                   steps: int = 4, options=None) -> dict:
+    """The chapter's measurement: the variants on loopback (the machine as it is), this machine's
+    compute rate from ddp-naive's own compute profile there, then every variant on the real `link`
+    dilated to `accelerator`'s compute rate (`parlab.core.link.faithful`)."""
+    options = dict(MEASURE if options is None else options)
+    loop = run_variants(world_size, None, steps, variants=OWN[:1] + OWN[2:], **options)
+    flops = achieved_flops(loop["ddp-naive"])
+    faithful_link = faithful(link, flops, accelerator)
+    runs = run_variants(world_size, faithful_link, steps, **options)
+    print(f"this machine: {flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured forward + "
+          f"backward); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} TFLOP/s")
+    print(f"link: {faithful_link}")
+    return {"loopback": loop, "faithful": runs, "link": faithful_link, "flops": flops,
+            "options": options}
 
 
 def plot_timelines(results: dict, steps: int, title: str = ""):
-    """Gantt charts of the last two steps, one panel per variant, on a shared time axis."""
+    """One steady-state step of each variant (parlab.viz.timeline), one panel each, shared axis."""
     import matplotlib.pyplot as plt
 
-    from parlab.viz import timeline
+    from parlab.viz import step_window, timeline
 
-    cut = {v: last_step(r.timeline, steps) for v, r in results.items()}
-    t_max = max(e["t1"] for events in cut.values() for e in events)
-    fig, axes = plt.subplots(len(cut), 1, figsize=(10, 1.3 * len(cut) * 1.2), sharex=True)
-    for ax, (variant, events) in zip(axes, cut.items()):
-        timeline(events, ax=ax, title=f"{variant} — {title}", t_max=t_max)
+    spans = [step_window(r.timeline) for r in results.values()]
+    t_max = max(hi - lo for lo, hi, _ in spans)
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 1.45 * len(results)), sharex=True)
+    for i, (ax, (variant, result)) in enumerate(zip(axes, results.items())):
+        timeline(result.timeline, ax=ax, title=f"{variant} — {title}", t_max=t_max, legend=i == 0)
     fig.tight_layout()
     return fig
 
@@ -153,81 +167,172 @@ def exposed_table(results: dict, warmup: int = 1) -> dict:
     return rows
 
 
-def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1) -> None:
-    """Each variant's measured step time beside the α-β prediction from measured compute."""
+def _alpha_beta(link, floor) -> tuple[float, float]:
+    resolved = resolve(link)
+    return (resolved.latency_s, resolved.bandwidth_Bps) if resolved else floor
+
+
+def messages_per_step(result) -> int:
+    """Collectives rank 0 issued per step (over the whole run, so work deferred past a step counts)."""
+    return round(sum(1 for r in result.ledger if r["rank"] == 0) / result.config.steps)
+
+
+def per_message_overhead(result, world_size: int, floor, warmup: int = 1) -> float:
+    """Seconds per message that the α-β model misses, measured: (measured − predicted step) of a
+    run whose messages cannot overlap compute (ddp-naive on loopback), per message. On this
+    machine it is the wake-ups of two processes per round on 2 cores shared with other work."""
+    t_f, t_b, t_o = compute_profile(result, warmup)
+    numels = [v.numel() for v in result.state.values()]
+    predicted = dp_cost.predict_step_time("ddp-naive", numels, world_size, t_f, t_b, t_o,
+                                          *floor)["step_s"]
+    return max(result.step_time(warmup) - predicted, 0.0) / max(messages_per_step(result), 1)
+
+
+def diagnosis(result, measured: float, predicted: float) -> str:
+    """Why a measured step misses the α-β prediction by more than 25%, from the measurement: the
+    gap per message, and whether the cores were oversubscribed (load average per core) or the
+    ranks outnumber the cores. Empty when the prediction holds."""
+    import os
+
+    gap = measured - predicted
+    if abs(gap) <= 0.25 * predicted:
+        return ""
+    msgs = messages_per_step(result)
+    text = (f"off by {gap * 1e3:+.1f} ms = {gap / max(msgs, 1) * 1e3:+.2f} ms per message ({msgs} "
+            f"messages)")
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] / cores
+    if result.config.world_size > cores:
+        text += f"; {result.config.world_size} ranks on {cores} cores: oversubscribed"
+    elif gap > 0 and load > 1:
+        text += f"; the cores run {load:.1f} processes each (load average): oversubscribed"
+    elif gap < 0:
+        text += "; faster than the model: compute overlapped more than its measured median"
+    return text
+
+
+def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
+                          overhead_s: float = 0.0, floor=None) -> dict:
+    """Each variant's measured step beside the α-β prediction from ddp-naive's measured compute;
+    a gap over 25% is printed with its diagnosis, computed from the same measurement."""
     naive = results["ddp-naive"]
     t_f, t_b, t_o = compute_profile(naive, warmup)
     numels = [v.numel() for v in naive.state.values()]
-    gloo = dp_cost.measure_alpha_beta(world_size)
-    resolved = resolve(link)
-    alpha, beta = (resolved.latency_s, resolved.bandwidth_Bps) if resolved else (gloo.alpha, gloo.beta)
-    print(f"link {resolved or 'loopback'}; gloo floor α={gloo.alpha * 1e3:.2f} ms, "
-          f"β={gloo.beta / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.1f} ms/step")
+    if floor is None:
+        gloo = dp_cost.measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta)
+    alpha, beta = _alpha_beta(link, floor)
+    print(f"link {resolve(link) or 'loopback'}; gloo floor α={floor[0] * 1e3:.2f} ms, "
+          f"β={floor[1] / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.1f} ms/step; "
+          f"per-message overhead {overhead_s * 1e3:.2f} ms (measured)")
+    out = {}
     for variant, result in results.items():
         kind = "ddp-overlap" if variant == "torch-ddp" else variant
         predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
-                                              (gloo.alpha, gloo.beta), **result.config.options)
+                                              floor, overhead_s=overhead_s,
+                                              **result.config.options)["step_s"]
         measured = result.step_time(warmup=warmup)
-        print(f"  {variant:<13} measured {measured * 1e3:7.1f} ms   predicted "
-              f"{predicted['step_s'] * 1e3:7.1f} ms")
+        out[variant] = (measured, predicted)
+        line = (f"  {variant:<13} measured {measured * 1e3:7.1f} ms   predicted "
+                f"{predicted * 1e3:7.1f} ms   " + diagnosis(result, measured, predicted))
+        print(line)
+    return out
 
 
-def sweep_links(world_size: int, steps: int = 4, links=("loopback", "10GbE", "1GbE"),
-                variants=("ddp-naive", "ddp-overlap", "dear")):
-    """Measured step time vs link preset for a few variants, with the α-β prediction."""
+def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
+                variants=("ddp-naive", "ddp-overlap", "ddp-priority", "dear"), floor=None,
+                overhead_s: float = 0.0):
+    """Step time ÷ compute time against communication ÷ compute (x: the link's busy time for one
+    step's gradient buckets, the same for every variant). Lines: the pure α-β model, the link's time
+    scaled from ×0.01 to ×20 (faster or slower accelerators, slower or faster links); points: the
+    measured runs on loopback (○) and on the faithful link (□). y = 1: all communication hidden;
+    dotted: 1 + x, nothing hidden."""
     import matplotlib.pyplot as plt
+    import numpy as np
 
-    numels = param_numels()
-    gloo = dp_cost.measure_alpha_beta(world_size)
-    fig, ax = plt.subplots(figsize=(7, 4))
+    naive = regime["loopback"]["ddp-naive"]
+    t_f, t_b, t_o = compute_profile(naive, warmup)
+    compute = t_f + t_b + t_o
+    numels = [v.numel() for v in naive.state.values()]
+    link, options = regime["link"], regime["options"]
+    if floor is None:
+        gloo = dp_cost.measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta)
+
+    def predict(variant, alpha, beta):
+        return dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha, beta,
+                                         **options)
+
+    def ratio(alpha, beta):  # one step's buckets on the link, ÷ compute
+        return predict("ddp-bucketed", alpha, beta)["comm_s"] / compute
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    scales = np.logspace(-2, 1.3, 40)
+    xs = [ratio(link.latency_s * f, link.bandwidth_Bps / f) for f in scales]
+    ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="nothing hidden (1 + x)")
+    ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
+    points = {"loopback": (regime["loopback"], floor),
+              "faithful": (regime["faithful"], (link.latency_s, link.bandwidth_Bps))}
+    rows = []
     for variant in variants:
-        measured, predicted = [], []
-        for name in links:
-            result = parlab.run(variant, world_size=world_size, steps=steps,
-                                link=None if name == "loopback" else name)
-            measured.append(result.step_time(warmup=1) * 1e3)
-            link = resolve(name)
-            alpha, beta = (link.latency_s, link.bandwidth_Bps) if link else (gloo.alpha, gloo.beta)
-            t_f, t_b, t_o = compute_profile(result, 1)
-            predicted.append(1e3 * dp_cost.predict_step_time(
-                variant, numels, world_size, t_f, t_b, t_o, alpha, beta,
-                (gloo.alpha, gloo.beta))["step_s"])
-        line = ax.plot(links, predicted, "--")[0]
-        ax.plot(links, measured, "o-", color=line.get_color(), label=variant)
-        print(f"  {variant:<12}" + "  ".join(f"{n}: {m:6.1f} ms (pred {p:6.1f})"
-                                             for n, m, p in zip(links, measured, predicted)))
-    ax.set_ylabel("step time (ms)")
-    ax.set_title(f"step time vs link, N={world_size} (dashed: α-β prediction)")
-    ax.legend(fontsize="small")
+        ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
+              for f in scales]
+        line = ax.plot(xs, ys, "-", label=variant)[0]
+        for where, (runs, (alpha, beta)) in points.items():
+            if variant in runs:
+                x, y = ratio(alpha, beta), runs[variant].step_time(warmup) / compute
+                ax.plot([x], [y], "o" if where == "loopback" else "s", color=line.get_color())
+                model = dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha,
+                                                  beta, floor, overhead_s=overhead_s, **options)
+                why = diagnosis(runs[variant], runs[variant].step_time(warmup), model["step_s"])
+                rows.append((variant, where, x, y, model["step_s"] / compute, why))
+    ax.set(xscale="log", yscale="log", xlabel="communication ÷ compute (one step's buckets on the link)",
+           ylabel="step time ÷ compute time",
+           title=f"where hiding communication pays, N={world_size} (lines: α-β model; "
+                 f"○ loopback, □ {link.name.split(',')[0]})")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    for variant, where, x, y, model, why in rows:
+        print(f"  {variant:<13} {where:<9} comm/compute {x:5.2f}   step/compute: measured {y:5.2f}, "
+              f"model with this machine's floor and overhead {model:5.2f}  {why}")
     return fig
 
 
-def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01, 0.05, 1.0)):
-    """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity)."""
-    numels = param_numels()
+def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01, 0.05, 1.0),
+                  overhead_s: float = 0.0, floor=None, **options):
+    """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity),
+    beside the α-β prediction from each run's own compute profile."""
+    numels = param_numels(config=options.get("model_config"))
+    common = {k: v for k, v in options.items() if k in COMMON}
+    alpha, beta = _alpha_beta(link, floor or (0.0, float("inf")))
     for bucket_mb in sizes:
         result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, link=link,
-                            bucket_mb=bucket_mb)
-        step = result.step_time(warmup=1) * 1e3
+                            bucket_mb=bucket_mb, **common)
+        step = result.step_time(warmup=1)
+        predicted = dp_cost.predict_step_time("ddp-overlap", numels, world_size,
+                                              *compute_profile(result, 1), alpha, beta, floor,
+                                              overhead_s=overhead_s, bucket_mb=bucket_mb)["step_s"]
         print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
-              f"step {step:7.1f} ms   exposed {exposed_fraction(result, 1):4.0%}")
+              f"step {step * 1e3:7.1f} ms (predicted {predicted * 1e3:7.1f})   exposed "
+              f"{exposed_fraction(result, 1):4.0%}   {diagnosis(result, step, predicted)}")
 
 
 # ----------------------------------------------------------------------------- widget
-def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int = 3) -> None:
-    """Widget callback: run one variant, check it against single, show bytes and a timeline."""
+def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int = 3,
+          accelerator: str = "A100") -> None:
+    """Widget callback: run one variant on `link` as `accelerator` sees it (this machine's rate from
+    the reference run's own compute), check it against single, show bytes and one step."""
     import matplotlib.pyplot as plt
 
     from parlab.viz import timeline
 
     options = {"bucket_mb": bucket_mb} if variant != "ddp-naive" else {}
-    result = parlab.run(variant, world_size=world_size, steps=steps,
-                        link=None if link == "loopback" else link, **options)
     ref = parlab.run("single", steps=steps)
+    emulated = None if link == "loopback" else faithful(link, achieved_flops(ref), accelerator)
+    result = parlab.run(variant, world_size=world_size, steps=steps, link=emulated, **options)
     sent = result.bytes_per_rank()
-    print(f"{variant} on {world_size} rank(s): {result.compare(ref)}")
+    print(f"{variant} on {world_size} rank(s), {emulated or 'loopback'}: {result.compare(ref)}")
     print(f"bytes sent per rank per step: {sent[0] // steps:,}; messages per step: "
-          f"{sum(1 for r in result.ledger if r['rank'] == 0) // steps}")
+          f"{messages_per_step(result)}")
     if world_size > 1:
         print(f"median step {result.step_time(warmup=1) * 1e3:.1f} ms, exposed "
               f"communication {exposed_fraction(result, 1):.0%}")
@@ -235,21 +340,83 @@ def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int
     timeline(result.timeline, ax=ax, title=f"{variant}, N={world_size}, {link}")
 
 
+def headline(runs: dict, loopback: dict | None = None, warmup: int = 1) -> dict:
+    """The chapter's headline from this run: DeAR against WFBP (ddp-overlap) and naive, step time
+    and exposed communication, on the faithful link (and on loopback when given)."""
+    out = {}
+    for where, rs in (("faithful link", runs), ("loopback", loopback or {})):
+        if not {"ddp-naive", "ddp-overlap", "dear"} <= set(rs):
+            continue
+        step = {v: rs[v].step_time(warmup) for v in ("ddp-naive", "ddp-overlap", "dear")}
+        exposed = {v: exposed_fraction(rs[v], warmup) for v in step}
+        out[where] = (step, exposed)
+        ms = {v: exposed[v] * step[v] * 1e3 for v in step}
+        print(f"{where}: dear {step['dear'] * 1e3:.1f} ms vs ddp-overlap (WFBP) "
+              f"{step['ddp-overlap'] * 1e3:.1f} ms per step = {step['ddp-overlap'] / step['dear']:.2f}× "
+              f"(exposed {ms['dear']:.0f} vs {ms['ddp-overlap']:.0f} ms); ddp-naive "
+              f"{step['ddp-naive'] * 1e3:.1f} ms = {step['ddp-naive'] / step['dear']:.2f}× dear "
+              f"(exposed {ms['ddp-naive']:.0f} ms)")
+    return out
+
+
 # ----------------------------------------------------------------------------- exercises
-def check_bucket_count(answer: int, bucket_mb: float, model: str = "gpt") -> bool:
-    expect = len(plan_buckets(param_numels(model), bucket_mb))
-    print("correct" if answer == expect else f"not quite: {answer} (hint: pack from the last "
-          "parameter, close a bucket before it would exceed the cap)")
-    return answer == expect
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    psi, n, tokens, flops, beta = 1.3e9, 64, 2048, 150e12, 12.5e9
+    grad_bytes = 2 * (n - 1) / n * psi * 4
+    compute = 6 * psi * tokens / flops
+    return {"dp-bytes-gpu": grad_bytes,
+            "dp-ratio-gpu": grad_bytes / beta / compute,
+            "dp-balance-tokens": 2 * (n - 1) / n * 4 * flops / (6 * beta),
+            "bucket-count": len(plan_buckets(param_numels(), 0.02)),
+            "dear-bytes": sum(dp_cost.bytes_per_step("dear", param_numels(), 3, 0,
+                                                     bucket_mb=0.05).values()),
+            "accum-largest": 3}
 
 
-def check_dear_bytes(answer: int, world_size: int, bucket_mb: float = 0.05) -> bool:
-    """Bytes rank 0 sends per step in DeAR (reduce-scatter + all-gather), closed form."""
-    expect = sum(dp_cost.bytes_per_step("dear", param_numels(), world_size, 0,
-                                        bucket_mb=bucket_mb).values())
-    print("correct" if answer == expect else f"not quite: {answer:,} (hint: buckets are padded "
-          "to a multiple of N, and each half moves (N-1)/N of it)")
-    return answer == expect
+def exercises() -> list:
+    """Chapter 01's exercises (parlab.exercises): check says right or wrong, never the answer."""
+    from parlab.exercises import Exercise, numeric
+
+    a = answers()
+    return [
+        Exercise("dp-bytes-gpu", "Data parallelism on 64 GPUs, a 1.3B-parameter model, fp32 "
+                 "gradients, ring all-reduce: how many bytes does each GPU send per step?",
+                 numeric(a["dp-bytes-gpu"], rtol=0.02),
+                 "2(N−1)/N · Ψ · 4 bytes.", "2·63/64 · 1.3e9 · 4 B ≈ 10.2 GB."),
+        Exercise("dp-ratio-gpu", "Same run, 2,048 tokens per GPU per step, A100s at 150 TFLOP/s, "
+                 "100 Gb/s InfiniBand (12.5 GB/s), latency ignored: communication time ÷ compute time?",
+                 numeric(a["dp-ratio-gpu"], rtol=0.05),
+                 "Compute is 6·Ψ·tokens FLOPs (forward 2, backward 4 per parameter and token).",
+                 "10.2 GB / 12.5 GB/s = 0.82 s against 6·1.3e9·2048 / 150e12 = 0.107 s: ≈ 7.7. "
+                 "No overlap can hide that; only more tokens per GPU (or fewer bytes) can."),
+        Exercise("dp-balance-tokens", "How many tokens per GPU make that run's communication equal "
+                 "its compute?", numeric(a["dp-balance-tokens"], rtol=0.05),
+                 "Write the ratio with Ψ in both: it cancels.",
+                 "2(N−1)/N·4·F/(6·β) = 2·63/64·4·150e12/(6·12.5e9) ≈ 15,750 tokens: the ratio is "
+                 "independent of the model size."),
+        Exercise("bucket-count", "How many buckets does bucket_mb=0.02 give for this chapter's "
+                 "default GPT? (ex.param_numels() has the sizes.)", numeric(a["bucket-count"], rtol=0),
+                 "Pack from the last parameter; close a bucket before it would exceed the cap; a "
+                 "tensor larger than the cap is a bucket alone.",
+                 "Run parlab.data_parallel.buckets.plan_buckets(ex.param_numels(), 0.02) and count."),
+        Exercise("dear-bytes", "How many bytes does rank 0 send per step in dear at N=3 (default "
+                 "bucket_mb=0.05)?", numeric(a["dear-bytes"], rtol=0),
+                 "Buckets are padded to a multiple of N; reduce-scatter and all-gather each send "
+                 "(N−1)/N of a padded bucket.",
+                 "sum over buckets of 2·(N−1)/N·padded(bucket, 3)·4 B: "
+                 "dp_cost.bytes_per_step('dear', ex.param_numels(), 3)."),
+        Exercise("accum-largest", "With the global batch of 12 at world_size=4, what is the largest "
+                 "valid accum_steps?", numeric(a["accum-largest"], rtol=0),
+                 "12 rows must split into N × accum_steps equal micro-batches.",
+                 "12 / 4 = 3 rows per rank: accum_steps ∈ {1, 3}; the largest is 3."),
+    ]
+
+
+def exercise(name: str):
+    from parlab.exercises import find
+
+    return find(exercises(), name)
 
 
 def check_accum(world_size: int, accum_steps: int, steps: int = 2) -> bool:
