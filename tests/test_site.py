@@ -207,3 +207,28 @@ def test_a_failing_chapter_is_marked_and_fails_the_build(tmp_path):
     assert "first cell ran" in page and "deliberately broken" in page
     index = (out / "index.html").read_text()
     assert 'class="failed"' in index and "98 Broken" in index
+
+
+def test_papermill_injected_cell_folds_into_the_parameters_cell():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("world_size: int = 2", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("# Parameters\nworld_size = 4\n",
+                                  metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("print(world_size)")])
+    site.fold_injected_parameters(nb)
+    assert len(nb.cells) == 2 and "injected-parameters" not in str(nb.cells[1].metadata)
+    assert "world_size = 4" in nb.cells[0].outputs[0]["text"]
+
+
+def test_index_keeps_summary_math_and_loads_mathjax_locally(tmp_path):
+    nb = {"cells": [{"cell_type": "markdown", "source": "# 98 Math\n\nA *score* matrix of $T^2$ "
+                     "entries and $n_h$ heads, `code`.\n"}]}
+    title, summary = site.describe(nb, tmp_path / "98_math.ipynb")
+    assert "$T^2$" in summary and "$n_h$" in summary and "*" not in summary and "`" not in summary
+    site.write_index(tmp_path, [{"href": "98_math.html", "title": title, "summary": summary,
+                                 "source": "notebooks/98_math.ipynb", "seconds": 1.0, "error": None,
+                                 "parameters_text": "its defaults"}], "footer")
+    index = (tmp_path / "index.html").read_text()
+    assert "_static/mathjax/tex-chtml-full.js" in index and "$T^2$" in index

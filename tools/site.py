@@ -104,7 +104,11 @@ def describe(nb: dict, path: pathlib.Path) -> tuple[str, str]:
                     break
                 if line.strip() and not line.lstrip().startswith(("#", "!", "|", "```")):
                     paragraph.append(line.strip())
-            summary = re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", " ".join(paragraph))
+            # Markdown emphasis and links go; $…$ math stays as written (MathJax renders it on the
+            # index, so `n_h` keeps its underscore).
+            summary = "".join(part if part.startswith("$") else
+                              re.sub(r"[*_`]|\[([^\]]*)\]\([^)]*\)", r"\1", part)
+                              for part in re.split(r"(\$[^$]+\$)", " ".join(paragraph)))
             if len(summary) > 320:  # whole sentences, about two lines on the index
                 cut = summary.rfind(". ", 0, 320)
                 summary = summary[:cut + 1] if cut > 80 else summary[:320] + "…"
@@ -130,12 +134,42 @@ def execute(path: pathlib.Path, out: pathlib.Path, parameters: dict) -> str | No
     return None
 
 
+def fold_injected_parameters(nb) -> None:
+    """Papermill adds an "injected-parameters" cell after the chapter's parameters cell; on the page
+    it would stand beside the real one. Drop it and show what it set as the parameters cell's
+    output ("executed with world_size = 2"), so the page has one parameters cell."""
+    import nbformat
+
+    tagged = [i for i, c in enumerate(nb.cells) if "injected-parameters" in c.metadata.get("tags", [])]
+    for index in reversed(tagged):
+        injected = nb.cells.pop(index)
+        lines = [line for line in injected.source.splitlines() if line.strip()
+                 and not line.lstrip().startswith("#")]
+        target = next((c for c in nb.cells[:index][::-1] if "parameters" in c.metadata.get("tags", [])),
+                      None)
+        if target is not None and lines:
+            target.outputs = list(target.get("outputs", [])) + [nbformat.v4.new_output(
+                "stream", name="stdout", text="this page was executed with: " + ", ".join(lines) + "\n")]
+
+
+MATHJAX_HEAD = """<script>
+window.MathJax = {
+  tex: {inlineMath: [['$', '$'], ['\\\\(', '\\\\)']], processEscapes: true},
+  options: {enableMenu: false},
+  chtml: {fontURL: '_static/mathjax/fonts/woff-v2'}
+};
+</script>
+<script defer src="_static/mathjax/tex-chtml-full.js"></script>
+"""
+
+
 def render(executed: pathlib.Path, page: pathlib.Path, nav: dict) -> None:
     """One chapter page: JupyterLab's look, local widget renderer and MathJax, navigation links."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(executed, as_version=4)
+    fold_injected_parameters(nb)
     exporter = HTMLExporter(template_name="parlab", extra_template_basedirs=[str(TEMPLATES)],
                             widget_renderer_url="_static/html-manager/embed.js")
     html, _ = exporter.from_notebook_node(nb, resources={"parlab": nav, "metadata": {"name": nav["title"]}})
@@ -147,6 +181,8 @@ def write_index(site: pathlib.Path, entries: list[dict], footer: str) -> None:
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     html = env.get_template("site_index.html.j2").render(chapters=entries, footer=footer)
+    # The summaries keep their $…$ math (chapter 06's $T^2$): the vendored MathJax renders it.
+    html = html.replace("</head>", MATHJAX_HEAD + "</head>", 1)
     (site / "index.html").write_text(html)
 
 
