@@ -134,3 +134,18 @@ def test_ownership_is_balanced_and_found_on_any_module():
     ownership = assign(gpt, 4, 2, "neuron")
     assert ownership.numel == sum(p.numel() for p in gpt.parameters())
     assert [ownership.owned_numel(r) for r in range(4)] == [ownership.owned_numel(0)] * 4
+
+
+def test_exercises_accept_the_measured_answers_and_reject_others(runs):
+    from parlab.subnet.explore import exercise
+
+    kinds = ("params", "grads", "optimizer")
+    fwd = runs("sdp", 4, 1, owners=1, mask="forward", granularity="block")
+    bwd = runs("sdp", 4, 1, owners=1, mask="backward", granularity="block")
+    pair = runs("sdp", 4, 1, owners=2, mask="forward", granularity="block")
+    measured = {"forward-memory": sum(fwd.memory[0][k] for k in kinds),
+                "backward-memory": sum(bwd.memory[0][k] for k in kinds),
+                "owner-bytes": pair.bytes_per_rank()[0], "one-owner": "shared", "unbiased": "backward"}
+    for name, answer in measured.items():
+        assert exercise(name).check(answer)
+        assert not exercise(name).check(answer * 2 if isinstance(answer, int) else "all")
