@@ -26,7 +26,8 @@ import torch.distributed as dist
 from parlab.core import collectives, cost
 from parlab.core.launch import current as current_launch
 from parlab.core.ledger import Ledger, Traffic
-from parlab.core.link import Link, resolve
+from parlab.core.link import Link
+from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
@@ -66,7 +67,7 @@ class Comm:
     """Collectives and messages on one process group, recorded in a ledger."""
 
     def __init__(self, group=None, *, ledger: Ledger | None = None,
-                 timeline: Timeline | None = None, link: Link | str | None = "launch",
+                 timeline: Timeline | None = None, link: Link | Topology | str | None = "launch",
                  name: str = "world"):
         self.group = group
         self.rank = dist.get_rank(group)
@@ -309,7 +310,8 @@ class Comm:
                       bytes_sent=traffic.sent * itemsize, bytes_recv=traffic.recv * itemsize,
                       rounds=traffic.rounds, peers=tuple(self.ranks[p] for p in
                                                          sorted(traffic.peers)))
-        if self.link is None:
+        link = self._link_for(record["op"], traffic.peers)
+        if link is None:
             return 0.0
         # A full-duplex link: what this rank sends queues behind earlier sends, what it receives
         # behind earlier receives, so a send and a receive in flight together (a ring step, an
@@ -318,7 +320,7 @@ class Comm:
         for direction, nbytes in (("tx", record["bytes_sent"]), ("rx", record["bytes_recv"])):
             if nbytes or direction == "tx":
                 start = max(record["t_start"], self._free_at[direction])
-                self._free_at[direction] = start + self.link.cost(nbytes, traffic.rounds)
+                self._free_at[direction] = start + link.cost(nbytes, traffic.rounds)
                 ready = max(ready, self._free_at[direction])
         return ready
 
@@ -356,6 +358,15 @@ class Comm:
 
         handle.finish = finish
         return handle
+
+    def _link_for(self, op: str, peers) -> Link | None:
+        """The link an op crosses: the one Link, or with a `Topology` (parlab.core.topology) the
+        pair's link for a message and the group's slowest link for a collective."""
+        if not isinstance(self.link, Topology):
+            return self.link
+        if op in ("send", "recv"):
+            return self.link.link_for([self.ranks[self.rank]] + [self.ranks[p] for p in peers])
+        return self.link.link_for(self.ranks)
 
     def _sleep_until(self, ready_at: float) -> None:
         delay = ready_at - time.perf_counter()

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parlab import models
-from parlab.core import checks
-from parlab.core import link as link_mod
+from parlab.core import checks, speeds, topology
 from parlab.core.launch import launch, report_progress
 
 COMMON_OPTIONS = {
@@ -38,6 +37,7 @@ COMMON_OPTIONS = {
     "timeout": 300.0,  # seconds, finite, >= MIN_TIMEOUT
     "start_method": "forkserver",
     "checkpoint": False,  # activation checkpointing: recompute each block in backward
+    "speeds": None,  # per-rank compute speed, e.g. [1, 1, 0.5, 0.25] (parlab.core.speeds)
 }
 OPTIMIZERS = ("adamw", "sgd")
 MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
@@ -137,7 +137,7 @@ class RunConfig:
     model_config: Any  # GPTConfig | MLPConfig
     steps: int
     seed: int
-    link: Any  # parlab.core.link.Link | None
+    link: Any  # parlab.core.link.Link | parlab.core.topology.Topology | None
     batch_size: int
     lr: float
     optimizer: str
@@ -145,6 +145,7 @@ class RunConfig:
     start_method: str
     options: dict  # the scheme's own options, defaults filled in
     checkpoint: bool = False  # activation checkpointing (honoured by training.build_model)
+    speeds: tuple | None = None  # per-rank compute speed (parlab.core.speeds); None: all 1
 
     def option(self, name: str):
         return self.options[name]
@@ -194,11 +195,11 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
-        link=link_mod.resolve(link), batch_size=batch_size, lr=float(lr),
+        link=topology.resolve(link, world_size), batch_size=batch_size, lr=float(lr),
         optimizer=common["optimizer"], timeout=float(timeout),
         start_method=common["start_method"],
         options=checks.check_options(spec.options, options),
-        checkpoint=common["checkpoint"],
+        checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
     )
     models.check_checkpointing(model, cfg.checkpoint)
     if spec.validate is not None:
@@ -219,7 +220,9 @@ class RankContext:
     timeline: Any
 
     def span(self, name: str, kind: str = "compute", **args):
-        return self.timeline.span(name, kind, **args)
+        """A span on this rank's timeline; a compute span lasts 1/speed as long on a slow rank
+        (`speeds=`, parlab.core.speeds)."""
+        return speeds.span(self.timeline, name, kind, speeds.speed_of(self.cfg, self.rank), **args)
 
     def step(self, step: int):
         """Label this step's communication and report progress to the parent."""

@@ -1,0 +1,79 @@
+"""Emulated heterogeneous devices: every rank computes at its own speed.
+
+A heterogeneous cluster mixes devices of different compute rates (Zhang et al., "HAP: SPMD DNN
+Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys 2024). One CPU
+has one rate, so a slow device is emulated: `parlab.run(..., speeds=[1, 1, 0.5, 0.25])` gives rank r
+the speed s_r, and each of its compute spans (`RankContext.span(kind="compute")`: forward,
+backward, optimizer, pipeline F/B/W, ...) first does the real work, taking e seconds, then waits
+e·(1/s_r − 1) more, so the span lasts e/s_r: a device s_r times as fast. The wait is real wall time
+inside the span, so the slow rank's bars are longer on the timeline, its step clock is slower, and
+every rank that synchronises with it waits for it, as on a real cluster. Results do not change:
+only the time does.
+
+Time the rank spent blocked on communication inside a span (its "wait" events, e.g. a
+tensor-parallel all-reduce inside forward) is not compute, so it is not stretched.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+
+
+def check(speeds, world_size: int) -> tuple[float, ...] | None:
+    """`speeds` as a tuple of floats (None: every rank at speed 1); ValueError names a list of the
+    wrong length or a speed that is not a finite number > 0."""
+    if speeds is None:
+        return None
+    if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
+        raise ValueError(f"speeds={speeds!r} must be a list of {world_size} numbers > 0 (one per rank)")
+    if len(speeds) != world_size:
+        raise ValueError(f"speeds={list(speeds)!r} has {len(speeds)} entries; world_size={world_size} "
+                         "needs one speed per rank")
+    bad = [s for s in speeds if isinstance(s, bool) or not isinstance(s, (int, float))
+           or not (0 < s < math.inf)]
+    if bad:
+        raise ValueError(f"speeds={list(speeds)!r}: {bad} must be finite numbers > 0 "
+                         "(1 = this machine's rate, 0.25 = four times slower)")
+    return tuple(float(s) for s in speeds)
+
+
+def speed_of(cfg, rank: int) -> float:
+    """Rank `rank`'s speed under `cfg` (1.0 when the run sets no speeds)."""
+    speeds = getattr(cfg, "speeds", None)
+    return 1.0 if speeds is None else speeds[rank]
+
+
+def sleep_until(t: float) -> None:
+    """Wait until `time.perf_counter()` reaches `t` (returns at once if it has)."""
+    delay = t - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def compute_seconds(timeline, t0: float, first_event: int) -> float:
+    """Seconds since `t0` that were compute: elapsed minus the rank's waits on communication
+    recorded since event `first_event` of `timeline`."""
+    waits = sum(e.t1 - e.t0 for e in timeline.events[first_event:] if e.kind == "wait")
+    return max(0.0, time.perf_counter() - t0 - waits)
+
+
+@contextmanager
+def stretched(timeline, speed: float):
+    """Run the body, then wait until its compute has lasted 1/speed times as long."""
+    t0, first = time.perf_counter(), len(timeline.events)
+    yield
+    if speed != 1.0:
+        time.sleep(compute_seconds(timeline, t0, first) * (1.0 / speed - 1.0))
+
+
+@contextmanager
+def span(timeline, name: str, kind: str, speed: float, **args):
+    """`timeline.span(name, kind, **args)`; a compute span of a rank at `speed` lasts 1/speed as long."""
+    with timeline.span(name, kind, **args):
+        if kind == "compute" and speed != 1.0:
+            with stretched(timeline, speed):
+                yield
+        else:
+            yield

@@ -1,0 +1,107 @@
+"""Per-pair links: a cluster whose ranks are not all equally far apart.
+
+A heterogeneous cluster is also heterogeneous in its network: GPUs inside a server talk over
+NVLink, servers over Ethernet or InfiniBand, one to two orders of magnitude slower (Zhang et al.,
+"HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys
+2024, models each device pair's bandwidth). A `Topology` holds the `parlab.core.link.Link` of every
+pair of ranks; pass it as `link=` to `parlab.run` and `parlab.core.comm.Comm` charges each op on
+the link it crosses:
+
+- a point-to-point message: the link between the two ranks;
+- a collective: the slowest link among the group's ranks (largest α, smallest β), because its
+  rounds are synchronous — a ring all-reduce that crosses the node boundary once runs at the pace
+  of that one hop on every rank.
+
+`two_nodes(4, intra="NVLink", inter="1GbE")` is the common case: ranks [0, 1] and [2, 3] on two
+machines. A sub-communicator wholly inside one node (`Comm.split`) only pays the intra-node link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parlab.core import link as link_mod
+from parlab.core.link import Link
+
+
+@dataclass(frozen=True)
+class Topology:
+    """links[i][j]: the Link between ranks i and j (None: no emulated delay). `nodes`: the ranks
+    of each machine, for display."""
+
+    links: tuple
+    name: str = "custom"
+    nodes: tuple = ()
+
+    @property
+    def world_size(self) -> int:
+        return len(self.links)
+
+    def link_between(self, i: int, j: int) -> Link | None:
+        return self.links[i][j]
+
+    def link_for(self, ranks) -> Link | None:
+        """The slowest link among every pair of `ranks` (global ranks): max α, min β; None if all
+        pairs are free."""
+        ranks = sorted(set(ranks))
+        pairs = [self.links[i][j] for a, i in enumerate(ranks) for j in ranks[a + 1:]]
+        pairs = [p for p in pairs if p is not None]
+        if not pairs:
+            return None
+        worst = min(pairs, key=lambda p: p.bandwidth_Bps)
+        latency = max(p.latency_s for p in pairs)
+        if latency == worst.latency_s:
+            return worst
+        return Link(latency, worst.bandwidth_Bps, f"slowest of {sorted({p.name for p in pairs})}")
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def from_matrix(matrix, name: str = "custom", nodes: tuple = ()) -> Topology:
+    """A Topology from an N×N matrix of Links, preset names or None (the diagonal is ignored).
+    ValueError names a matrix that is not square or symmetric, or an unknown preset."""
+    n = len(matrix)
+    if n < 1 or any(len(row) != n for row in matrix):
+        raise ValueError(f"link matrix with rows of lengths {[len(r) for r in matrix]} must be N×N")
+    links = [[None if i == j else link_mod.resolve(matrix[i][j]) for j in range(n)] for i in range(n)]
+    asymmetric = [(i, j) for i in range(n) for j in range(n) if links[i][j] != links[j][i]]
+    if asymmetric:
+        raise ValueError(f"link matrix is not symmetric at pairs {asymmetric[:4]}")
+    return Topology(tuple(tuple(row) for row in links), name, tuple(tuple(n) for n in nodes))
+
+
+def two_nodes(world_size: int, intra="NVLink", inter="1GbE", first: int | None = None) -> Topology:
+    """Ranks [0, first) on one machine, [first, world_size) on the other (first: half, rounded
+    up); `intra` links inside a machine, `inter` between them (Links or preset names)."""
+    first = (world_size + 1) // 2 if first is None else first
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
+    if not 0 <= first <= world_size:
+        raise ValueError(f"first={first!r} must be in [0, {world_size}]")
+    node = [0 if r < first else 1 for r in range(world_size)]
+    matrix = [[intra if node[i] == node[j] else inter for j in range(world_size)]
+              for i in range(world_size)]
+    nodes = (tuple(range(first)), tuple(range(first, world_size)))
+    return from_matrix(matrix, f"2 nodes {list(nodes[0])}|{list(nodes[1])}: {_name(intra)} inside, "
+                       f"{_name(inter)} between", nodes)
+
+
+def _name(link) -> str:
+    return link if isinstance(link, str) else getattr(link, "name", str(link))
+
+
+def resolve(link, world_size: int | None = None):
+    """A Topology (checked against `world_size`), or what `parlab.core.link.resolve` makes of
+    `link` (a Link, a preset name, None). A nested list is read as a link matrix."""
+    if isinstance(link, (list, tuple)) and link and isinstance(link[0], (list, tuple)):
+        link = from_matrix(link)
+    if isinstance(link, Topology):
+        if world_size is not None and link.world_size != world_size:
+            raise ValueError(f"link={link.name!r} is a topology of {link.world_size} ranks; "
+                             f"world_size={world_size}")
+        if all(p is None for row in link.links for p in row):
+            return None
+        return link
+    return link_mod.resolve(link)
+
