@@ -58,13 +58,32 @@ def compute_profile(result, warmup: int) -> tuple[float, float, float]:
     return tuple(out)
 
 
+def emulated_link(link: str, world_size: int, args):
+    """None for loopback; with --accelerator, the real link as that accelerator sees it from this
+    machine's compute rate on the model at the per-rank batch (parlab.core.link.faithful); else the
+    preset."""
+    import parlab
+    from parlab.core.link import REAL, achieved_flops, faithful
+
+    if link == "loopback":
+        return None
+    if args.accelerator and link in REAL:
+        ref = parlab.run("single", model=args.model, steps=3,
+                         batch_size=max(args.batch_size // world_size, 1))
+        return faithful(link, achieved_flops(ref), args.accelerator)
+    return link
+
+
 def measure(world_size: int, link: str, args) -> list[dict]:
     import parlab
     from parlab.core.link import resolve
     from parlab.data_parallel import cost as dp_cost
 
+    emulated = emulated_link(link, world_size, args)
+    if emulated is not None and not isinstance(emulated, str):
+        print(f"  N={world_size}: {emulated}", flush=True)
     common = dict(world_size=world_size, model=args.model, steps=args.warmup + args.steps + 1,
-                  batch_size=args.batch_size, link=None if link == "loopback" else link)
+                  batch_size=args.batch_size, link=emulated)
     samples = {v: [] for v in VARIANTS}
     exposed = {v: [] for v in VARIANTS}
     naive = None
@@ -80,7 +99,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
                 naive = result
     t_f, t_b, t_o = compute_profile(naive, args.warmup)
     numels = [v.numel() for v in naive.state.values()]
-    resolved = resolve(None if link == "loopback" else link)
+    resolved = resolve(emulated)
     gloo = dp_cost.measure_alpha_beta(world_size)
     floor = (gloo.alpha, gloo.beta)
     alpha, beta = (resolved.latency_s, resolved.bandwidth_Bps) if resolved is not None else floor
@@ -90,7 +109,8 @@ def measure(world_size: int, link: str, args) -> list[dict]:
         kind = "ddp-overlap" if variant == "torch-ddp" else variant
         predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
                                               floor)
-        rows.append({"world_size": world_size, "link": link, "variant": variant,
+        label = f"{link}@{args.accelerator}" if args.accelerator and link != "loopback" else link
+        rows.append({"world_size": world_size, "link": label, "variant": variant,
                      "step_ms": step[variant] * 1e3, "vs_torch_ddp": step[variant] / step["torch-ddp"],
                      "naive_speedup": step["ddp-naive"] / step[variant],
                      "exposed": statistics.median(exposed[variant]),
@@ -100,10 +120,10 @@ def measure(world_size: int, link: str, args) -> list[dict]:
 
 
 def print_table(rows: list[dict]) -> None:
-    print(f"{'N':>2} {'link':<9} {'variant':<13} {'step ms':>8} {'/torch-ddp':>10} "
+    print(f"{'N':>2} {'link':<12} {'variant':<13} {'step ms':>8} {'/torch-ddp':>10} "
           f"{'naive/x':>8} {'exposed':>8} {'predicted':>10}")
     for r in rows:
-        print(f"{r['world_size']:>2} {r['link']:<9} {r['variant']:<13} {r['step_ms']:>8.1f} "
+        print(f"{r['world_size']:>2} {r['link']:<12} {r['variant']:<13} {r['step_ms']:>8.1f} "
               f"{r['vs_torch_ddp']:>10.2f} {r['naive_speedup']:>8.2f} {r['exposed']:>8.0%} "
               f"{r['predicted_ms']:>9.1f}")
 
@@ -134,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--links", nargs="+", default=["loopback", "1GbE"])
+    parser.add_argument("--accelerator", default=None,
+                        help="dilate real links (NVLink, 100Gb-IB, 10GbE, 1GbE) to this accelerator's "
+                             "compute ratio (V100, A100, H100; parlab.core.link.faithful) instead of "
+                             "the fixed presets")
     parser.add_argument("--model", default="gpt")
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--steps", type=int, default=8, help="measured steps per run")
