@@ -1,0 +1,98 @@
+"""Closed forms of chapter 09: the parameter server's bytes, and the contraction condition of
+asynchronous iterations.
+
+Every job moves one header and one flat tensor each way (`parlab.asynchrony.server`): a message
+of M = 16 + 4Ψ bytes (two int64, Ψ float32). Over a run of S updates with W workers:
+
+    ssp / sync   server sends S·W·M          each worker sends S·M
+    async        server sends S·M + 16·W     worker w sends J_w·M,  Σ J_w = S
+
+(async: one job per update, and one STOP header per worker at the end). Per update the server's
+link carries W·M in and W·M out under ssp (one gradient from every worker, the parameters back to
+every worker) but only M each way under async: a server's bandwidth grows with W under
+synchronous schemes, which is why Li et al. (OSDI 2014) shard the parameters over several servers.
+
+Which worker does how many async jobs depends on timing; with `delays="seeded"` it is the seeded
+schedule's, computed here exactly by running the server's book without processes
+(`parlab.asynchrony.versions.simulate`). Without it, the prediction splits the jobs evenly, which
+only the sum is sure to match.
+
+Asynchronous iterations x ← Mx + c converge for every delay pattern (unbounded, out of order) iff
+ρ(|M|) < 1 (Chazan & Miranker 1969); synchronous ones iff ρ(M) < 1 (`contraction`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.asynchrony.delays import DelaySchedule, VirtualClock
+from parlab.asynchrony.versions import Book, simulate
+from parlab.engine.prediction import Prediction, param_numels
+
+HEADER_BYTES = 16  # [version, job] as int64
+FLOAT_BYTES = 4
+
+
+def message_bytes(numel: int) -> int:
+    """M: one header and Ψ float32 (a pull's params or a push's gradient)."""
+    return HEADER_BYTES + FLOAT_BYTES * numel
+
+
+def ssp_bytes(numel: int, workers: int, steps: int) -> list[int]:
+    """Bytes each rank sends over a ps-sync / ps-ssp run: [server, worker 1, ..., worker W]."""
+    m = message_bytes(numel)
+    return [steps * workers * m] + [steps * m] * workers
+
+
+def async_bytes(numel: int, jobs: dict[int, int], steps: int) -> list[int]:
+    """Bytes each rank sends over a ps-async run, given each worker's job count."""
+    m = message_bytes(numel)
+    return [steps * m + HEADER_BYTES * len(jobs)] + [jobs[w] * m for w in sorted(jobs)]
+
+
+def server_bytes_per_update(numel: int, workers: int, mode: str) -> tuple[int, int]:
+    """(bytes into the server, bytes out of it) per update, in the steady state."""
+    m = message_bytes(numel)
+    return (workers * m, workers * m) if mode == "ssp" else (m, m)
+
+
+def schedule_of(cfg) -> DelaySchedule:
+    o = cfg.options
+    return DelaySchedule(cfg.world_size - 1, cfg.seed, o["straggler"], o["jitter"])
+
+
+def async_jobs(cfg) -> tuple[dict[int, int], bool]:
+    """(jobs per worker, exact?) of a ps-async run: exact with one worker or seeded delays."""
+    workers = cfg.world_size - 1
+    if workers == 1:
+        return {1: cfg.steps}, True
+    if cfg.options["delays"] == "seeded":
+        book = simulate(Book(workers, cfg.steps, "asp"), VirtualClock(schedule_of(cfg)))
+        return book.jobs_per_worker(), True
+    return {w: cfg.steps // workers + (w <= cfg.steps % workers) for w in range(1, workers + 1)}, False
+
+
+class PSCost:
+    """`register(cost=...)` of the parameter-server schemes."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+
+    def __call__(self, cfg) -> Prediction:
+        numel = sum(param_numels(cfg))
+        if self.mode == "ssp":
+            return Prediction(ssp_bytes(numel, cfg.world_size - 1, cfg.steps),
+                              "S·W·(16 + 4Ψ) from the server, S·(16 + 4Ψ) from each worker")
+        jobs, exact = async_jobs(cfg)
+        how = ("the seeded schedule's jobs" if exact
+               else "jobs split evenly (timing decides: only the sum is exact)")
+        return Prediction(async_bytes(numel, jobs, cfg.steps),
+                          f"S·(16 + 4Ψ) + 16·W from the server, J_w·(16 + 4Ψ) from worker w; {how}")
+
+
+def contraction(matrix: torch.Tensor) -> tuple[float, float]:
+    """(ρ(M), ρ(|M|)) of an iteration matrix: synchronous iterations converge iff the first is
+    < 1, totally asynchronous ones for every delay pattern iff the second is (Chazan–Miranker)."""
+    rho = torch.linalg.eigvals(matrix.double()).abs().max().item()
+    rho_abs = torch.linalg.eigvals(matrix.double().abs()).abs().max().item()
+    return rho, rho_abs

@@ -1,0 +1,128 @@
+"""Chapter 09: the parameter server equals single where theory says so, staleness stays within its
+bound, every gradient is applied exactly once, seeded runs replay exactly, ledger bytes equal the
+closed forms; asynchronous Jacobi converges under the contraction condition."""
+
+import pytest
+
+import parlab
+from parlab.asynchrony import cost
+from parlab.asynchrony.delays import DelaySchedule, VirtualClock
+from parlab.asynchrony.versions import Book, simulate
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, model="gpt", optimizer="adamw", steps=STEPS, **options):
+        key = (scheme, world_size, model, optimizer, steps, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
+                                    optimizer=optimizer, timeout=120, **options)
+        return cache[key]
+    return get
+
+
+def server_log(result):
+    return result.outputs[0].extras["log"]
+
+
+# ----------------------------------------------------------------------------- pure bookkeeping
+@pytest.mark.parametrize("staleness", [0, 1, 3])
+@pytest.mark.parametrize("jitter", [0.0, 2.0])
+def test_ssp_book_bounds_staleness_and_applies_every_gradient_once(staleness, jitter):
+    book = simulate(Book(3, 20, "ssp", staleness), VirtualClock(DelaySchedule(3, 7, 3.0, jitter)))
+    assert max(g.staleness for g in book.log) <= staleness
+    assert sorted((g.job, g.worker) for g in book.log) == [(c, w) for c in range(20) for w in (1, 2, 3)]
+    assert book.version == 20
+
+
+def test_ssp_book_reaches_its_bound_with_a_straggler():
+    book = simulate(Book(3, 20, "ssp", 2), VirtualClock(DelaySchedule(3, 0, 3.0)))
+    assert max(g.staleness for g in book.log) == 2  # the bound is tight, not just respected
+
+
+def test_async_book_hands_every_job_out_once_and_the_straggler_does_fewer():
+    book = simulate(Book(3, 30, "asp"), VirtualClock(DelaySchedule(3, 0, 3.0)))
+    assert sorted(g.job for g in book.log) == list(range(30))
+    assert [g.applied_at for g in book.log] == list(range(30))
+    jobs = book.jobs_per_worker()
+    assert sum(jobs.values()) == 30 and jobs[3] < jobs[1]
+    assert max(g.staleness for g in book.log) > 1  # nothing bounds it
+
+
+def test_book_rejects_a_bad_mode():
+    with pytest.raises(ValueError, match="mode='bsp'"):
+        Book(2, 3, "bsp")
+
+
+# ----------------------------------------------------------------------------- exact where theory says
+@pytest.mark.parametrize("world_size,model,optimizer", [(2, "gpt", "adamw"), (3, "mlp", "sgd"),
+                                                        (4, "gpt", "adamw")])
+def test_ps_sync_matches_single(runs, world_size, model, optimizer):
+    comparison = runs("ps-sync", world_size, model, optimizer).compare(runs("single", 1, model, optimizer))
+    assert comparison.match, comparison.problems
+
+
+def test_ps_async_with_one_worker_matches_single(runs):
+    comparison = runs("ps-async", 2).compare(runs("single"))
+    assert comparison.match, comparison.problems
+
+
+def test_ps_ssp_with_staleness_zero_is_ps_sync(runs):
+    ssp, sync = runs("ps-ssp", 4, staleness=0, delays="seeded", straggler=3.0), runs("ps-sync", 4)
+    assert ssp.compare(sync).match
+    assert ssp.bytes_per_rank() == sync.bytes_per_rank()
+    assert all(g["staleness"] == 0 for g in server_log(ssp))
+
+
+# ----------------------------------------------------------------------------- asynchronous properties
+def test_ps_ssp_staleness_within_bound_every_gradient_once(runs):
+    result = runs("ps-ssp", 4, steps=8, staleness=2, delays="seeded", straggler=3.0, jitter=1.0)
+    log = server_log(result)
+    assert max(g["staleness"] for g in log) <= 2
+    assert max(g["staleness"] for g in log) > 0
+    assert sorted((g["job"], g["worker"]) for g in log) == [(c, w) for c in range(8) for w in (1, 2, 3)]
+
+
+def test_ps_async_seeded_is_the_simulated_schedule_and_replays(runs):
+    options = dict(delays="seeded", straggler=3.0, jitter=0.5)
+    result = runs("ps-async", 4, steps=8, **options)
+    cfg = result.config
+    book = simulate(Book(3, 8, "asp"), VirtualClock(cost.schedule_of(cfg)))
+    measured = [(g["worker"], g["job"], g["version"], g["applied_at"]) for g in server_log(result)]
+    assert measured == [(g.worker, g.job, g.version, g.applied_at) for g in book.log]
+    assert sorted(g["job"] for g in server_log(result)) == list(range(8))
+    again = parlab.run("ps-async", world_size=4, steps=8, timeout=120, **options)
+    assert again.losses == result.losses
+    assert all((again.state[k] == v).all() for k, v in result.state.items())
+
+
+# ----------------------------------------------------------------------------- bytes
+@pytest.mark.parametrize("scheme,world_size,options", [
+    ("ps-sync", 2, {}), ("ps-sync", 4, {}), ("ps-ssp", 4, {"staleness": 2, "delays": "seeded"}),
+    ("ps-async", 2, {}), ("ps-async", 4, {"delays": "seeded", "straggler": 3.0})])
+def test_ledger_bytes_equal_closed_form(runs, scheme, world_size, options):
+    result = runs(scheme, world_size, steps=4, **options)
+    numel = sum(v.numel() for v in result.state.values())
+    assert result.bytes_per_rank() == parlab.schemes()[scheme].cost(result.config).bytes_sent
+    m = cost.message_bytes(numel)
+    if scheme != "ps-async":
+        assert result.bytes_per_rank(phase="pull")[0] == 4 * (world_size - 1) * m
+        assert sum(result.bytes_per_rank("bytes_recv", phase="push")) == 4 * (world_size - 1) * m
+    else:
+        assert result.bytes_per_rank("bytes_recv")[0] == 4 * m
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("scheme,kwargs,message", [
+    ("ps-sync", dict(world_size=1), "world_size=1"),
+    ("ps-sync", dict(world_size=4, batch_size=10), "batch_size=10"),
+    ("ps-ssp", dict(world_size=2, staleness=-1), "staleness=-1"),
+    ("ps-async", dict(world_size=2, delays="random"), "delays='random'"),
+    ("ps-async", dict(world_size=2, straggler=0.5), "straggler=0.5")])
+def test_bad_input_names_the_value(scheme, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        parlab.run(scheme, steps=1, **kwargs)
