@@ -47,3 +47,14 @@ CASES += EP_CASES
 @pytest.mark.parametrize("scheme,world_size,options", EP_CASES)
 def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# chapter 09 (parlab/asynchrony): the parameter server; async per-worker jobs from the seeded schedule
+PS_CASES = [("ps-sync", 2, {}), ("ps-ssp", 4, {"staleness": 1, "delays": "seeded"}),
+            ("ps-async", 4, {"delays": "seeded", "straggler": 3.0})]
+CASES += PS_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", PS_CASES)
+def test_parameter_server_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)
