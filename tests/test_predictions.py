@@ -49,6 +49,18 @@ def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, option
     test_prediction_equals_the_ledger(scheme, world_size, options)
 
 
+# chapter 11 (parlab/heterogeneous): one all-reduce of Ψ per step whatever the shares; backup workers
+# add the all-gather of N arrival times
+HETERO_CASES = [("hetero-dp", 2, {"shard": "lp", "speeds": [1, 0.5]}), ("hetero-dp", 3, {"shard": "even"}),
+                ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1})]
+CASES += HETERO_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", HETERO_CASES)
+def test_heterogeneous_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
 # chapter 09 (parlab/asynchrony): the parameter server; async per-worker jobs from the seeded schedule
 PS_CASES = [("ps-sync", 2, {}), ("ps-ssp", 4, {"staleness": 1, "delays": "seeded"}),
             ("ps-async", 4, {"delays": "seeded", "straggler": 3.0})]
@@ -57,4 +69,15 @@ CASES += PS_CASES
 
 @pytest.mark.parametrize("scheme,world_size,options", PS_CASES)
 def test_parameter_server_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# chapter 05 (parlab/local_learning): activations up, gradient components down, tie and dp rings
+LOCAL_CASES = [("local", 2, {}), ("interlocking", 3, {"depth": 2}), ("local", 4, {"pp": 2}),
+               ("pipedream", 2, {}), ("pipedream-2bw", 2, {"microbatches": 1})]
+CASES += LOCAL_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", LOCAL_CASES)
+def test_local_learning_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)

@@ -1,0 +1,12 @@
+"""Chapter 11: heterogeneous clusters — stragglers, shares by speed, backup workers.
+
+Papers: Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
+Synthesis" (EuroSys 2024): sharding ratios by linear programming over device speeds and link
+bandwidths. Chen, Pan, Monga, Bengio & Jozefowicz, "Revisiting Distributed Synchronous SGD"
+(2016): backup workers, the step uses the first N−b gradients.
+
+Reading order: `parlab.core.speeds` (a slow device, emulated) and `parlab.core.topology` (two nodes,
+fast inside, slow between), then `shares.py` (even, proportional, the LP), `weighted.py` (uneven
+shares, exact), `backup.py` (drop the stragglers), `cost.py` (bytes and step time), `schemes.py`,
+`explore.py` (what the notebook runs), `bench.py`.
+"""

@@ -1,0 +1,74 @@
+"""Backup workers: the step uses the first N−b gradients to arrive and drops the stragglers'.
+
+Chen, Pan, Monga, Bengio & Jozefowicz, "Revisiting Distributed Synchronous SGD" (2016): with b
+backup workers a synchronous step waits for the fastest N−b of N gradients instead of all N, so
+the tail of slow workers stops setting the pace; the dropped workers abandon their work and start
+the next step with everyone.
+
+What the update is. Every rank takes B/N rows of the step's batch (even shards); the step applies
+the mean of the used ranks' gradients, (1/(N−b)) Σ_{r used} ∇L_r: the gradient of a batch of
+B(N−b)/N rows. The rows of a step are drawn i.i.d. (`parlab.models.data.global_batch`), and which
+rank straggles does not depend on its rows, so this is an unbiased estimate of the full-data
+gradient with a smaller batch: more variance, no bias (that is the paper's argument; it breaks if
+each worker owned a fixed, non-i.i.d. part of the data). It is not `single`'s update, so the
+scheme is not exact; b = 0 is plain synchronous data parallelism and equals `single`.
+
+How arrival is emulated. Slowness here is `speeds=` (parlab.core.speeds). Each rank runs its real
+forward and backward (e seconds) and would finish them at a_r = start + e/s_r on its device; the
+ranks all-gather these N arrival times (one fp64 each, in the ledger), every rank picks the same
+N−b earliest (ties: lower rank), the used ones wait until their own a_r, the dropped ones until the
+(N−b)-th arrival, when their work is abandoned. Then one all-reduce (op=sum) of the weighted
+gradients (zeros from the dropped ranks: all-reduce moves the same bytes; a parameter server
+would receive N−b messages instead of N).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from parlab.core import speeds as speeds_mod
+from parlab.heterogeneous.weighted import WeightedShards
+
+
+class BackupWorkers(WeightedShards):
+    """Even shards; each step's gradient is the mean over the first N−b ranks to finish."""
+
+    def __init__(self, ctx, model, optimizer, rows: list[int], backups: int):
+        super().__init__(ctx, model, optimizer, rows)
+        self.backups = backups
+        self.used_per_step: list[list[int]] = []
+
+    def forward_backward(self, step: int, batch) -> float:
+        ctx, timeline = self.ctx, self.ctx.timeline
+        t_start = time.perf_counter()
+        with timeline.span("forward", step=step), self.meter:  # real time: the device's comes below
+            loss = self.loss(batch)  # mean over this rank's B/N rows
+        with timeline.span("backward", step=step), self.meter:
+            loss.backward()  # ∇L_r, weighted once the used ranks are known
+        t_real = time.perf_counter()
+        arrival = t_start + (t_real - t_start) / speeds_mod.speed_of(ctx.cfg, ctx.rank)
+        with ctx.ledger.label(phase="arrivals"):
+            times = ctx.comm.all_gather(torch.tensor([arrival], dtype=torch.float64))  # (N,) fp64
+        n = ctx.world_size
+        order = sorted(range(n), key=lambda r: (float(times[r]), r))
+        used = sorted(order[:n - self.backups])
+        cutoff = float(times[order[n - self.backups - 1]])  # the (N−b)-th arrival ends the compute
+        self.used_per_step.append(used)
+        wake = arrival if ctx.rank in used else cutoff
+        speeds_mod.sleep_until(wake)
+        timeline.add("compute", "backward" if ctx.rank in used else "abandoned", t_real,
+                     max(t_real, time.perf_counter()), step=step, emulated=True)
+        used_rows = sum(self.rows[r] for r in used)
+        self.weight = self.rows[ctx.rank] / used_rows if ctx.rank in used else 0.0  # b_r / Σ_used b
+        return loss.item() * self.weight
+
+    def sync(self, step: int) -> None:
+        flat = self.flat_grad() * self.weight  # (Ψ,) b_r/Σ_used b · ∇L_r, zeros if dropped
+        with self.ctx.ledger.label(phase=self.phase):
+            self.ctx.comm.all_reduce(flat, op="sum")  # (Ψ,) the mean over the used ranks' rows
+        self.unflatten(flat)
+
+    def extras(self) -> dict:
+        return {"rows": self.rows, "used": self.used_per_step}

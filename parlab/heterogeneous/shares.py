@@ -1,0 +1,103 @@
+"""How many rows of the global batch each rank takes: even, proportional to speed, or HAP's LP.
+
+On a cluster of unequal devices a synchronous step lasts as long as its slowest rank. With rank r
+at speed s_r taking b_r of the B rows, its compute lasts (f + b_r)·t/s_r, where t is one row's
+compute at speed 1 and f the per-step work that does not grow with the batch (the optimizer step
+over every parameter, each kernel's fixed cost), in rows' worth. Three ways to pick b:
+
+- `even`: b_r = B/N. The slow rank sets the pace; the fast ones idle (the straggler).
+- `proportional`: b_r ∝ s_r (largest remainders). Right when f = 0; with f > 0 the slow rank
+  still pays f/s_r on top, so it is still the last.
+- `lp`: Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
+  Synthesis" (EuroSys 2024) choose sharding ratios by linear programming over device speeds and
+  link bandwidths. Here, with c the all-reduce's seconds on the run's link (in rows' worth):
+
+      minimise T  subject to  (f + b_r)/s_r + c ≤ T  for every rank r,   Σ_r b_r = B,   b_r ≥ 0
+
+  solved with `scipy.optimize.linprog` (HiGHS). Its T* is the ideal step for this model (no
+  integer sharding beats it); whole rows are then handed out one at a time to the rank that
+  would finish first (greedy, optimal for a max of increasing per-rank costs). A device so slow
+  that f/s_r ≥ T* gets no rows at all, yet still holds the model and joins the all-reduce.
+
+In data parallelism the all-reduce is synchronous and costs every rank the same c, so the link
+moves T*, not the shares; in HAP's tensor-sharded programs the bytes a device moves also follow
+its share, and bandwidths do move the shares.
+"""
+
+from __future__ import annotations
+
+import math
+
+SHARDINGS = ("even", "proportional", "lp")
+
+
+def even(batch: int, world_size: int) -> list[int]:
+    """B/N rows each, the first B mod N ranks one more."""
+    base, extra = divmod(batch, world_size)
+    return [base + (1 if r < extra else 0) for r in range(world_size)]
+
+
+def proportional(batch: int, speeds) -> list[int]:
+    """b_r ∝ s_r: floors of B·s_r/Σs, the leftover rows to the largest remainders (ties: lower rank)."""
+    exact = [batch * s / sum(speeds) for s in speeds]
+    rows = [math.floor(x) for x in exact]
+    order = sorted(range(len(speeds)), key=lambda r: (-(exact[r] - rows[r]), r))
+    for r in order[:batch - sum(rows)]:
+        rows[r] += 1
+    return rows
+
+
+def rank_time(rows: float, speed: float, fixed_rows: float, comm_rows: float = 0.0) -> float:
+    """A rank's step, in seconds of one row's compute at speed 1: (f + b)/s + c."""
+    return (fixed_rows + rows) / speed + comm_rows
+
+
+def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
+    """HAP's linear program (module docstring): (continuous rows per rank, T*)."""
+    from scipy.optimize import linprog
+
+    n = len(speeds)
+    cost = [0.0] * n + [1.0]  # minimise T, the last variable
+    a_ub = [[(1.0 / speeds[r]) if j == r else 0.0 for j in range(n)] + [-1.0] for r in range(n)]
+    b_ub = [-fixed_rows / speeds[r] - comm_rows for r in range(n)]  # b_r/s_r − T ≤ −f/s_r − c
+    a_eq, b_eq = [[1.0] * n + [0.0]], [float(batch)]  # Σ b_r = B
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq,
+                     bounds=[(0, None)] * n + [(None, None)], method="highs")
+    if not result.success:
+        raise ValueError(f"the sharding LP failed for speeds={list(speeds)}: {result.message}")
+    return list(result.x[:n]), float(result.x[n])
+
+
+def lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0) -> list[int]:
+    """Whole rows from the LP: floors of its solution, then each leftover row to the rank that
+    would finish first with it (ties: lower rank)."""
+    continuous, _ = solve_lp(batch, speeds, fixed_rows, comm_rows)
+    rows = [min(batch, math.floor(x + 1e-9)) for x in continuous]
+    while sum(rows) > batch:  # round-off: take back from the latest finisher
+        r = max(range(len(rows)), key=lambda i: (rank_time(rows[i], speeds[i], fixed_rows), -i))
+        rows[r] -= 1
+    while sum(rows) < batch:
+        r = min(range(len(rows)), key=lambda i: (rank_time(rows[i] + 1, speeds[i], fixed_rows), i))
+        rows[r] += 1
+    return rows
+
+
+def shares(sharding: str, batch: int, speeds, fixed_rows: float = 0.0,
+           comm_rows: float = 0.0) -> list[int]:
+    """Rows per rank under `sharding` ("even" | "proportional" | "lp"); they sum to `batch`."""
+    if sharding == "even":
+        return even(batch, len(speeds))
+    if sharding == "proportional":
+        return proportional(batch, speeds)
+    if sharding == "lp":
+        return lp(batch, speeds, fixed_rows, comm_rows)
+    raise ValueError(f"shard={sharding!r} must be one of {SHARDINGS}")
+
+
+def bounds(rows: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each rank's rows in the global batch, in rank order."""
+    out, start = [], 0
+    for b in rows:
+        out.append((start, start + b))
+        start += b
+    return out
