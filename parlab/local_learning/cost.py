@@ -1,0 +1,130 @@
+"""The closed forms of chapter 05: bytes across each boundary, stashed weight versions, idle time.
+
+Bytes per step and boundary (boundary j between stage j and j+1, a replica of r rows per step,
+an activation of T·C numbers per row for the GPT, d_hidden for the MLP, 4 bytes each):
+
+    activations up (sent by stage j):        r·T·C·4                      every scheme
+    gradients down (sent by stage j+1):      |crossing(j)|·r·T·C·4        one tensor per loss
+
+`crossing(j)` (`routes.Route.crossing`) holds the losses m ∈ [j+1, min(j+d, p−1)] with nonzero
+weight: none for `local` (Belilovsky et al., ICML 2020: activations only), one per boundary for
+interlocking at depth 1 (Gomez et al., JMLR 2022), p−1−j for global backprop at depth p−1
+(aux_weight 0: just the true loss, one per boundary, as in every pipeline of chapter 04).
+
+Weight versions a PipeDream stage holds (Narayanan et al., SOSP 2019, §3.3): a micro-batch's
+backward must use the weights its forward used, so stage s stashes one version per micro-batch in
+flight, min(p−s, m) — the input stage the most. PipeDream-2BW (ICML 2021, §3.1) updates once per
+m micro-batches and keeps two versions, the one in use and the one before it, whatever p is, as
+long as m >= p.
+"""
+
+from __future__ import annotations
+
+from parlab.core import cost as core_cost
+from parlab.core.cost import FP32_BYTES
+from parlab.engine.loop import build_model
+from parlab.engine.prediction import Prediction
+from parlab.local_learning.heads import head_numel
+from parlab.local_learning.layout import Layout, resolve, stage_parameters
+from parlab.local_learning.routes import Route
+
+
+def boundary_numel(model_config, rows: int) -> int:
+    """Numbers in the activation of `rows` samples between two stages."""
+    if hasattr(model_config, "n_embd"):
+        return rows * model_config.block_size * model_config.n_embd  # (rows, T, C)
+    return rows * model_config.d_hidden  # (rows, d_hidden)
+
+
+def activation_bytes(model_config, rows: int) -> int:
+    """Bytes one step's activations take across one boundary (rows of the replica)."""
+    return boundary_numel(model_config, rows) * FP32_BYTES
+
+
+def gradient_bytes(route: Route, boundary: int, model_config, rows: int) -> int:
+    """Bytes one step's gradients take down across `boundary`: one tensor per crossing loss."""
+    return len(route.crossing(boundary)) * activation_bytes(model_config, rows)
+
+
+def boundary_table(route: Route, model_config, rows: int) -> list[dict]:
+    """Per boundary: bytes per step up (activations) and down (gradients), and the losses."""
+    return [{"boundary": j, "activations": activation_bytes(model_config, rows),
+             "gradients": gradient_bytes(route, j, model_config, rows),
+             "losses_down": route.crossing(j)} for j in range(route.pp - 1)]
+
+
+def pipedream_versions(pp: int, microbatches: int, stage: int) -> int:
+    """Weight versions PipeDream stage `stage` holds at its peak: one per micro-batch in flight."""
+    return min(pp - stage, microbatches)
+
+
+def pipedream_warmup(pp: int, microbatches: int, stage: int) -> int:
+    """Forwards before the first backward; also the staleness of every steady-state update."""
+    return min(pp - 1 - stage, microbatches - 1)
+
+
+def twobw_versions(pp: int, microbatches: int, stage: int) -> int:
+    """Weight versions a PipeDream-2BW stage holds: 2, or 1 where nothing waits for a backward
+    (the last stage, or one micro-batch in flight)."""
+    return 2 if pipedream_warmup(pp, microbatches, stage) > 0 else 1
+
+
+def stash_bytes(versions: int, stage_numel: int) -> int:
+    return versions * stage_numel * FP32_BYTES
+
+
+def one_f_one_b_idle(pp: int, microbatches: int) -> float:
+    """Idle fraction of a flushed pipeline (GPipe / 1F1B): (p−1)/(m+p−1)."""
+    return (pp - 1) / (microbatches + pp - 1)
+
+
+def decoupled_idle(pp: int, microbatches: int, steps: int) -> float:
+    """Idle fraction of a pipeline that never flushes (local learning, PipeDream): the fill is
+    paid once per run, (p−1)/(steps·m + p−1)."""
+    return (pp - 1) / (steps * microbatches + pp - 1)
+
+
+# ----------------------------------------------------------------------------- predictions
+def _stage_numels(cfg, layout: Layout) -> list[list[int]]:
+    return [[q.numel() for q in stage_parameters(build_model(cfg), layout.counts, s)]
+            for s in range(layout.pp)]
+
+
+def bytes_per_rank(cfg, layout: Layout, route: Route, tie_every_step: bool = True) -> list[int]:
+    """Bytes each world rank sends over the run (the ledger's total) for a route on a layout."""
+    p, dp, steps = layout.pp, layout.dp, cfg.steps
+    numels = _stage_numels(cfg, layout) if dp > 1 or cfg.model == "gpt" else None
+    out = []
+    for rank in range(cfg.world_size):
+        d, s = divmod(rank, p)
+        per_step = 0
+        if s < p - 1:
+            per_step += activation_bytes(cfg.model_config, layout.rows)
+        if s > 0:
+            per_step += gradient_bytes(route, s - 1, cfg.model_config, layout.rows)
+        if route.tied and p > 1 and cfg.model == "gpt" and s in (0, p - 1) and tie_every_step:
+            vocab_c = cfg.model_config.vocab_size * cfg.model_config.n_embd
+            per_step += core_cost.ring_all_reduce(vocab_c, 2, 0 if s == 0 else 1)[0] * FP32_BYTES
+        if dp > 1:
+            stage = numels[s] + ([head_numel(cfg.model_config)] if route.has_head(s) else [])
+            per_step += sum(core_cost.ring_all_reduce(n, dp, d)[0] for n in stage) * FP32_BYTES
+        out.append(per_step * steps)
+    return out
+
+
+def predict(cfg, depth: int, aux_weight: float) -> Prediction:
+    layout = resolve(cfg)
+    route = Route.of(layout.pp, depth, aux_weight)
+    return Prediction(bytes_per_rank(cfg, layout, route),
+                      "activations r·T·C·4 up and |crossing(j)|·r·T·C·4 down per boundary and step"
+                      " (local_learning.cost); tie and dp all-reduces as rings")
+
+
+
+def predict_pipe(cfg) -> Prediction:
+    """PipeDream / 2BW: one activation up and one gradient down per micro-batch and boundary
+    (global backprop's route), the tie summed at every update only with one micro-batch."""
+    layout = resolve(cfg, allow_dp=False)
+    route = Route.of(layout.pp, layout.pp - 1, 0.0)
+    return Prediction(bytes_per_rank(cfg, layout, route, tie_every_step=layout.microbatches == 1),
+                      "r·T·C·4 up and r·T·C·4 down per boundary and step (local_learning.cost)")

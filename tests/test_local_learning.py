@@ -1,0 +1,147 @@
+"""Chapter 05, breaking backprop locking: the exact cases equal `single`, every other setting
+equals its one-process emulation, gradients cross exactly the boundaries the route allows with
+exactly the closed form's bytes, and every PipeDream backward used the weights its forward saw."""
+
+import functools
+
+import pytest
+
+import parlab
+from parlab.engine.runner import make_config
+from parlab.engine.verify import compare_states
+from parlab.local_learning import cost
+from parlab.local_learning.emulate import emulate
+from parlab.local_learning.layout import resolve
+from parlab.local_learning.routes import Route
+from parlab.pipeline.schedules import one_f_one_b
+
+STEPS = 3
+
+
+@functools.cache
+def run(scheme, world_size, model="gpt", **options):
+    return parlab.run(scheme, world_size=world_size, model=model, steps=STEPS, **options)
+
+
+def _run(scheme, world_size, options):
+    return run(scheme, world_size, **options)
+
+
+# ----------------------------------------------------------------------------- routes (no processes)
+def test_routes_carry_each_loss_at_most_depth_boundaries():
+    assert [Route.of(4, 0, 1.0).crossing(j) for j in range(3)] == [(), (), ()]
+    assert [Route.of(4, 1, 1.0).crossing(j) for j in range(3)] == [(1,), (2,), (3,)]
+    assert [Route.of(4, 2, 1.0).crossing(j) for j in range(3)] == [(1, 2), (2, 3), (3,)]
+    assert [Route.of(4, 3, 0.0).crossing(j) for j in range(3)] == [(3,), (3,), (3,)]
+    assert [Route.of(4, 1, 0.0).crossing(j) for j in range(3)] == [(), (), (3,)]
+    assert Route.of(4, 2, 1.0).reaching(1) == (1, 2, 3) and Route.of(2, 5, 1.0).depth == 1
+    assert [Route.of(4, d, 1.0).tied for d in range(4)] == [False, False, False, True]
+
+
+@pytest.mark.parametrize("p,m", [(2, 2), (3, 4), (4, 4), (4, 2)])
+def test_global_route_is_1f1b_and_local_never_waits(p, m):
+    schedule = one_f_one_b(p, m)
+    for r in range(p):
+        expected = [(a.op, a.mb) for a in schedule.actions[r]]
+        assert Route.of(p, p - 1, 0.0).order(r, m) == expected
+        assert Route.of(p, 0, 1.0).order(r, m) == [(op, i) for i in range(m) for op in "FB"]
+        assert Route.of(p, 1, 1.0).warmup(r, m) == (0 if r == p - 1 else 1)
+
+
+# ----------------------------------------------------------------------------- exactness
+@functools.cache
+def reference(model):
+    return parlab.run("single", model=model, steps=STEPS)
+
+
+EXACT = [("local", 1, {}), ("local", 2, {"pp": 1}), ("interlocking", 1, {}),
+         ("interlocking", 2, {"pp": 1, "model": "mlp"}),
+         ("interlocking", 2, {"depth": 1, "aux_weight": 0.0}),
+         ("interlocking", 4, {"depth": 3, "aux_weight": 0.0, "microbatches": 4}),
+         ("pipedream", 2, {"microbatches": 1}), ("pipedream-2bw", 2, {"microbatches": 1}),
+         ("pipedream", 2, {"microbatches": 1, "model": "mlp"})]
+
+
+@pytest.mark.parametrize("scheme,world_size,options", EXACT)
+def test_exact_cases_equal_single(scheme, world_size, options):
+    result = _run(scheme, world_size, options)
+    comparison = result.compare(reference(options.get("model", "gpt")))
+    assert comparison.match, comparison.problems
+
+
+EMULATED = [("local", 2, {}), ("interlocking", 2, {"aux_weight": 0.5, "model": "mlp"}),
+            ("interlocking", 3, {"depth": 2}), ("local", 3, {"model": "mlp", "microbatches": 2})]
+
+
+@pytest.mark.parametrize("scheme,world_size,options", EMULATED)
+def test_other_settings_equal_their_one_process_emulation(scheme, world_size, options):
+    result = _run(scheme, world_size, options)
+    cfg = make_config(scheme, world_size=world_size, steps=STEPS, **options)
+    layout = resolve(cfg)
+    route = Route.of(layout.pp, cfg.options.get("depth", 0), cfg.options.get("aux_weight", 1.0))
+    em = emulate(cfg, layout, route)
+    assert result.losses == pytest.approx(em.losses, rel=1e-4)
+    worst, name, problems = compare_states(result.state, em.state)
+    assert not problems, problems
+    if scheme == "local" or route.aux_weight:  # the auxiliary losses are the emulation's too
+        for out in result.outputs:
+            s = out.extras["stage"]
+            if s < layout.pp - 1:
+                assert out.extras["aux_losses"] == pytest.approx([a[s] for a in em.aux_losses],
+                                                                 rel=1e-4)
+
+
+# ----------------------------------------------------------------------------- ledger
+@pytest.mark.parametrize("scheme,world_size,options", EMULATED + [EXACT[4], EXACT[5]])
+def test_bytes_per_step_per_boundary_are_the_closed_form(scheme, world_size, options):
+    result = _run(scheme, world_size, options)
+    cfg = result.config
+    layout = resolve(cfg)
+    route = Route.of(layout.pp, cfg.options.get("depth", 0), cfg.options.get("aux_weight", 1.0))
+    table = cost.boundary_table(route, cfg.model_config, layout.rows)
+    for step in range(STEPS):
+        for row in table:
+            j = row["boundary"]
+            up = sum(r["bytes_sent"] for r in result.ledger
+                     if r["rank"] == j and r["phase"] == "pp-fwd" and r["step"] == step)
+            down = sum(r["bytes_sent"] for r in result.ledger
+                       if r["rank"] == j + 1 and r["phase"] == "pp-bwd" and r["step"] == step)
+            assert (up, down) == (row["activations"], row["gradients"]), (step, row)
+    if scheme == "local":  # activations only
+        assert all(row["gradients"] == 0 for row in table)
+    assert result.bytes_per_rank() == parlab.schemes()[scheme].cost(cfg).bytes_sent
+
+
+# ----------------------------------------------------------------------------- weight stashing
+@pytest.mark.parametrize("scheme", ["pipedream", "pipedream-2bw"])
+def test_every_backward_used_the_weights_its_forward_saw(scheme):
+    result = run(scheme, 2, microbatches=2)
+    p, m = 2, 2
+    for out in result.outputs:
+        s, records = out.extras["stage"], out.extras["versions"]
+        assert [g for g, *_ in records] == list(range(STEPS * m))  # every micro-batch, in order
+        assert all(fwd == used for _, fwd, used, _ in records)  # stashed: the forward's version
+        warm = cost.pipedream_warmup(p, m, s)
+        if scheme == "pipedream":  # an update per micro-batch: live = g, staleness min(g, warm)
+            assert [live - fwd for g, fwd, _, live in records] == [min(g, warm) for g, *_ in records]
+            assert out.extras["peak_versions"] == cost.pipedream_versions(p, m, s)
+        else:  # one update per m micro-batches: at most one version behind, two versions held
+            assert all(live - fwd in (0, 1) for _, fwd, _, live in records)
+            assert out.extras["peak_versions"] == cost.twobw_versions(p, m, s)
+    assert all(loss == loss for loss in result.losses) and result.losses[-1] < result.losses[0]
+    assert result.bytes_per_rank() == parlab.schemes()[scheme].cost(result.config).bytes_sent
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("scheme,world_size,options,names", [
+    ("local", 2, {"pp": 3}, "pp=3"),
+    ("interlocking", 2, {"depth": -1}, "depth=-1"),
+    ("interlocking", 2, {"aux_weight": -0.5}, "aux_weight=-0.5"),
+    ("local", 2, {"microbatches": 5}, "microbatches=5"),
+    ("local", 1, {"pp": 5}, "pp=5"),
+    ("pipedream", 4, {"pp": 2}, "dp=2"),
+    ("pipedream-2bw", 2, {"microbatches": 0}, "microbatches=0"),
+])
+def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
+    with pytest.raises(ValueError, match=names):
+        make_config(scheme, world_size=world_size, **options)
