@@ -1,0 +1,121 @@
+"""Closed forms of chapter 12: what two jobs on one cluster send and how long a round of their
+steps takes under each schedule (Luo et al., "CrossoverScheduler", 2021), and what a grouped
+network split over edge devices sends per request and how long a request takes (Lin & Wang,
+"Communication-Efficient Separable Neural Network for Distributed Inference on Edge Devices",
+2021).
+
+Jobs. A job's step all-reduces its gradient buckets (ring: 2(N-1)/N·S elements per rank and
+bucket, exact per chunk in `parlab.core.cost`), so its ledger holds steps × those bytes, whatever
+the schedule. With compute P_j and communication C_j = Σ_buckets k·α + b/β per step of job j on
+one processor and one link:
+
+    sequential round  = Σ_j (P_j + C_j)
+    crossover round   = max(Σ_j P_j, Σ_j C_j, max_j (P_j + C_j))
+
+— the processor does every job's compute, the link every job's messages, and a job cannot start
+its next step before its own gradients are back. Two balanced jobs (P = C) gain 2×.
+
+Edge. Before block b's mix rank a sends rank b' the channels plan[a][b'] (`masks.send_channels`),
+each H_b·W_b floats per image; at the head every rank but 0 sends B × classes floats. With every
+channel exchanged (the dense mask) that is (N-1)·(G/N)·c·Σ_b H_b·W_b·B·4 bytes per rank.
+A request takes P/N of compute plus its messages; one device alone takes P. Distributing pays off
+only above the break-even bandwidth β* = bytes / (P(1 - 1/N) - k·α).
+"""
+
+from __future__ import annotations
+
+import math
+
+from parlab.core import cost as core_cost
+from parlab.data_parallel import cost as dp_cost
+from parlab.engine.prediction import param_numels
+from parlab.serving.grouped import GroupedConfig
+from parlab.serving.masks import send_channels
+
+FP32 = core_cost.FP32_BYTES
+IMAGE = 16  # pixels per side of the shapes
+STEM_POOL = 2  # the stem halves the side; each block halves it again after its mix
+
+
+# ----------------------------------------------------------------------------- two jobs
+def job_messages(cfg) -> list[int]:
+    """Elements of each bucket a job all-reduces per step (its `ddp-bucketed` RunConfig `cfg`)."""
+    return dp_cost.bucket_numels(param_numels(cfg), cfg.options["bucket_mb"])
+
+
+def job_bytes(cfg) -> list[int]:
+    """Bytes each rank of a job sends over its run: steps × Σ_buckets ring all-reduce."""
+    n = cfg.world_size
+    return [cfg.steps * sum(core_cost.ring_all_reduce(s, n, rank)[0] * FP32
+                            for s in job_messages(cfg)) for rank in range(n)]
+
+
+def sync_seconds(cfg, link) -> float:
+    """C: seconds of one step's all-reduces on `link` (rank 0, k·α + bytes/β each, in a row)."""
+    if link is None or cfg.world_size == 1:
+        return 0.0
+    return sum(dp_cost.message_time("all_reduce", s, cfg.world_size, link.latency_s,
+                                    link.bandwidth_Bps) for s in job_messages(cfg))
+
+
+def round_seconds(schedule: str, compute: dict, comm: dict) -> float:
+    """Seconds for one step of every job under `schedule`, from each job's compute P and
+    communication C per step (see the module docstring). `concurrent` has no closed form: the
+    operating system interleaves the jobs; the crossover round is its best case."""
+    if schedule == "sequential":
+        return sum(compute.values()) + sum(comm.values())
+    if schedule in ("crossover", "concurrent"):
+        return max(sum(compute.values()), sum(comm.values()),
+                   max(compute[j] + comm[j] for j in compute))
+    raise ValueError(f"schedule={schedule!r} must be sequential, concurrent or crossover")
+
+
+def crossover_speedup(compute: dict, comm: dict) -> float:
+    """Throughput of crossover ÷ sequential in steady state."""
+    return round_seconds("sequential", compute, comm) / round_seconds("crossover", compute, comm)
+
+
+# ----------------------------------------------------------------------------- edge inference
+def block_sides(cfg: GroupedConfig) -> list[int]:
+    """Side of the feature map entering each block's mix: 8, 4, ... for 16×16 images."""
+    return [IMAGE // STEM_POOL // 2 ** b for b in range(cfg.n_blocks)]
+
+
+def edge_bytes(cfg: GroupedConfig, masks, world_size: int, batch: int) -> list[dict]:
+    """Per rank: {phase: bytes sent} for one request of `batch` images, split over `world_size`."""
+    per_rank = [dict() for _ in range(world_size)]
+    for b, (mask, side) in enumerate(zip(masks, block_sides(cfg))):
+        plan = send_channels(mask, world_size)
+        for a in range(world_size):
+            channels = sum(len(plan[a][d]) for d in range(world_size))
+            per_rank[a][f"block {b}"] = channels * side * side * batch * FP32
+    for a in range(1, world_size):
+        per_rank[a]["head"] = batch * cfg.classes * FP32
+    return per_rank
+
+
+def dense_edge_bytes(cfg: GroupedConfig, world_size: int, batch: int, rank: int = 0) -> int:
+    """Bytes rank `rank` sends per request when every feature is exchanged (closed form)."""
+    n = world_size
+    features = (n - 1) * (cfg.groups // n) * cfg.width * sum(s * s for s in block_sides(cfg))
+    return (features + (cfg.classes if rank else 0)) * batch * FP32
+
+
+def edge_rounds(cfg: GroupedConfig, world_size: int) -> int:
+    """Sequential message rounds on the critical path: N-1 per exchange, 1 for the head."""
+    return 0 if world_size == 1 else cfg.n_blocks * (world_size - 1) + 1
+
+
+def edge_latency(compute_s: float, nbytes: float, rounds: int, world_size: int, link) -> float:
+    """Seconds of one request: compute/N + k·α + bytes/β (one device: compute alone)."""
+    if world_size == 1:
+        return compute_s
+    alpha, beta = (0.0, math.inf) if link is None else (link.latency_s, link.bandwidth_Bps)
+    return compute_s / world_size + rounds * alpha + nbytes / beta
+
+
+def break_even_bandwidth(compute_s: float, nbytes: float, rounds: int, world_size: int,
+                         alpha: float) -> float:
+    """β* (bytes/s) above which N devices answer faster than one; inf when they never do."""
+    margin = compute_s * (1 - 1 / world_size) - rounds * alpha
+    return nbytes / margin if margin > 0 else math.inf

@@ -1,0 +1,131 @@
+"""A ResNeXt-style grouped convolutional network that splits into groups over devices (Xie et al.,
+"Aggregated Residual Transformations for Deep Neural Networks", CVPR 2017; Lin & Wang,
+"Communication-Efficient Separable Neural Network for Distributed Inference on Edge Devices",
+2021).
+
+    image (B, 1, 16, 16)
+    stem    3×3 conv 1 → G·c, ReLU, 2×2 max-pool               (B, G·c, 8, 8)   each group alone
+    block × n_blocks:
+      mix   1×1 conv G·c → G·c (dense), ReLU                    every group reads every group
+      conv  3×3 conv, groups=G, ReLU; added to the block input  each group alone
+      2×2 average pool
+    head    global average pool, linear G·c → classes           a sum over groups
+
+G groups of c channels. Only the dense 1×1 `mix` (and the head's sum) crosses groups: put the
+groups on different devices and those are the only places features must travel. A mask per block,
+`masks[b][s, d, j]` (G, G, c) bool, says whether channel j of group s reaches group d's mix; a
+group always reads itself. The mask is part of the model — `mix` uses weight · mask — so the same
+masked network runs in one process or split over devices, with the same result. All ones: the
+dense network (every feature exchanged).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class GroupedConfig:
+    groups: int = 4  # G: split over 1, 2 or 4 devices
+    width: int = 8  # c: channels per group
+    n_blocks: int = 2
+    classes: int = 10
+
+    @property
+    def channels(self) -> int:
+        return self.groups * self.width
+
+    def validate(self) -> None:
+        for name in ("groups", "width", "n_blocks", "classes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"GroupedConfig.{name}={value!r} must be an int >= 1")
+
+
+def full_masks(cfg: GroupedConfig) -> list[torch.Tensor]:
+    """Every channel of every group reaches every group: the dense network."""
+    return [torch.ones(cfg.groups, cfg.groups, cfg.width, dtype=torch.bool)
+            for _ in range(cfg.n_blocks)]
+
+
+def mask_matrix(mask: torch.Tensor) -> torch.Tensor:
+    """(G, G, c) bool mask[s, d, j] → (G·c, G·c) float M[out, in] for the 1×1 mix weight."""
+    groups, _, width = mask.shape
+    keep = mask.clone()
+    keep[torch.arange(groups), torch.arange(groups)] = True  # a group always reads itself
+    per_pair = keep.float().permute(1, 0, 2)  # (d, s, j)
+    m = per_pair.unsqueeze(1).expand(groups, width, groups, width)  # (d, i, s, j)
+    return m.reshape(groups * width, groups * width)  # (out = d·c + i, in = s·c + j)
+
+
+class GroupedNet(nn.Module):
+    def __init__(self, cfg: GroupedConfig | None = None, seed: int = 0):
+        super().__init__()
+        cfg = cfg or GroupedConfig()
+        cfg.validate()
+        self.cfg = cfg
+        torch.manual_seed(seed)
+        c = cfg.channels
+        self.stem = nn.Conv2d(1, c, 3, padding=1)
+        self.mix = nn.ModuleList(nn.Conv2d(c, c, 1) for _ in range(cfg.n_blocks))
+        self.conv = nn.ModuleList(nn.Conv2d(c, c, 3, padding=1, groups=cfg.groups)
+                                  for _ in range(cfg.n_blocks))
+        self.head = nn.Linear(c, cfg.classes)
+        for b, mask in enumerate(full_masks(cfg)):
+            self.register_buffer(f"mask{b}", mask)
+
+    @property
+    def masks(self) -> list[torch.Tensor]:
+        return [getattr(self, f"mask{b}") for b in range(self.cfg.n_blocks)]
+
+    def set_masks(self, masks: list[torch.Tensor]) -> None:
+        if len(masks) != self.cfg.n_blocks:
+            raise ValueError(f"{len(masks)} masks for {self.cfg.n_blocks} blocks")
+        for b, mask in enumerate(masks):
+            getattr(self, f"mask{b}").copy_(mask)
+
+    def mix_weight(self, b: int) -> torch.Tensor:
+        """Block b's 1×1 weight with the channels that do not travel zeroed: (G·c, G·c, 1, 1)."""
+        return self.mix[b].weight * mask_matrix(self.masks[b])[:, :, None, None]
+
+    def features(self, x):
+        """The pooled features (B, G·c) before the head."""
+        h = F.max_pool2d(F.relu(self.stem(x)), 2)  # (B, G·c, 8, 8)
+        for b in range(self.cfg.n_blocks):
+            m = F.relu(F.conv2d(h, self.mix_weight(b), self.mix[b].bias))  # (B, G·c, H, W)
+            h = F.avg_pool2d(h + F.relu(self.conv[b](m)), 2)  # (B, G·c, H/2, W/2)
+        return h.mean(dim=(2, 3))  # (B, G·c)
+
+    def forward(self, x):
+        return self.head(self.features(x))  # (B, classes)
+
+    def loss(self, x, y):
+        return F.cross_entropy(self(x), y)
+
+
+def train(net: GroupedNet, x, y, steps: int = 300, batch: int = 64, lr: float = 3e-3,
+          seed: int = 0, penalty=None) -> list[float]:
+    """Adam on random batches of (x, y); returns the losses. The masks stay as they are.
+    `penalty(net)`: a term added to the loss (a sparsity regulariser, `parlab.serving.masks`)."""
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    losses = []
+    for _ in range(steps):
+        rows = torch.randint(0, len(y), (batch,), generator=g)
+        loss = net.loss(x[rows], y[rows])
+        if penalty is not None:
+            loss = loss + penalty(net)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@torch.no_grad()
+def accuracy(net: GroupedNet, x, y) -> float:
+    return (net(x).argmax(dim=1) == y).float().mean().item()

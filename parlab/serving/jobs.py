@@ -1,0 +1,142 @@
+"""One data-parallel training job among several on the same ranks: its own process group, its own
+ledger and timeline, its own model and optimizer, and a step cut into four hooks that a schedule
+can interleave with another job's (Luo et al., "CrossoverScheduler: Overlapping Multiple
+Distributed Training Applications in a Crossover Manner", 2021).
+
+A job's step is the one training loop's step (`parlab.engine.loop`: batch → forward_backward →
+sync → update) with `sync` split in two: `start_sync` packs the gradients into flat buckets and
+issues their all-reduces without waiting; `wait_sync` waits and writes the averages back. Between
+the two, the rank is free to compute another job's step: that gap is what crossover fills. The
+math is that of `ddp-bucketed` (chapter 01): each rank's rows of the global batch, gradients
+averaged over ranks, one optimizer step; so a job equals its own `single` run whatever schedule
+runs it — scheduling changes time, not math.
+
+`JobSpec` says what a job trains; `config(world_size, steps)` is the `ddp-bucketed` configuration
+of the same job run alone (validated by the registry before any process starts), which is also
+what its closed forms and its single-process reference are computed from.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from parlab.core.comm import Comm
+from parlab.core.ledger import Ledger
+from parlab.core.trace import Timeline
+from parlab.data_parallel.buckets import Buckets
+from parlab.engine.loop import Strategy, build_model, make_optimizer
+from parlab.engine.runner import make_config
+
+HOOKS = ("compute", "start", "wait", "update")  # one step of a job, in this order
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What one job trains: `model` ("gpt" or "mlp") with `model_config` overrides, its global
+    batch, seed, optimizer and learning rate, and the gradient bucket size (MiB)."""
+
+    name: str
+    model: str = "mlp"
+    model_config: dict = field(default_factory=dict)
+    batch_size: int = 12
+    seed: int = 0
+    optimizer: str = "adamw"
+    lr: float | None = None
+    bucket_mb: float = 0.05
+
+    def config(self, world_size: int, steps: int):
+        """The `ddp-bucketed` RunConfig of this job alone; ValueError names any bad value."""
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name={self.name!r} must be a non-empty string")
+        return make_config("ddp-bucketed", world_size=world_size, model=self.model, steps=steps,
+                           seed=self.seed, batch_size=self.batch_size, optimizer=self.optimizer,
+                           lr=self.lr, model_config=dict(self.model_config) or None,
+                           bucket_mb=self.bucket_mb)
+
+    def single_options(self) -> dict:
+        """Keyword arguments of `parlab.run("single", steps=..., **these)`: the same job, one process."""
+        return {"model": self.model, "seed": self.seed, "batch_size": self.batch_size,
+                "optimizer": self.optimizer, "lr": self.lr,
+                "model_config": dict(self.model_config) or None}
+
+
+class JobContext:
+    """What a Strategy needs from a run, for one job on one rank: its comm, ledger, timeline, cfg."""
+
+    def __init__(self, name: str, cfg, comm: Comm):
+        self.name, self.cfg, self.comm = name, cfg, comm
+        self.ledger, self.timeline = comm.ledger, comm.timeline
+        self.rank, self.world_size = comm.rank, comm.size
+
+    def span(self, name: str, kind: str = "compute", **args):
+        return self.timeline.span(name, kind, job=self.name, **args)
+
+
+def job_comm(world: Comm, name: str) -> Comm:
+    """A new process group over all of `world`'s ranks, with its own ledger and timeline.
+
+    Collective: every rank calls it, for every job, in the same order (torch.distributed.new_group).
+    """
+    comm = world.split([list(range(world.size))], name)
+    comm.ledger, comm.timeline = Ledger(world.ledger.rank), Timeline(world.ledger.rank)
+    return comm
+
+
+def share_link(comms: list[Comm]) -> None:
+    """Make the jobs' comms queue on one emulated link, as their messages share one NIC: without
+    this each job would get a link of its own and concurrency would double the bandwidth."""
+    for comm in comms[1:]:
+        comm._free_at = comms[0]._free_at  # {"tx": t, "rx": t}: when each direction is free
+
+
+class Job(Strategy):
+    """One data-parallel job on this rank: this rank's rows of every step's global batch, flat
+    gradient buckets all-reduced (average) between `start_sync` and `wait_sync`."""
+
+    def __init__(self, spec: JobSpec, cfg, comm: Comm):
+        ctx = JobContext(spec.name, cfg, comm)
+        model = build_model(cfg)
+        super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), shard=comm.rank,
+                         shards=comm.size)
+        self.name, self.comm = spec.name, comm
+        self.buckets = Buckets([p for p in model.parameters() if p.requires_grad], spec.bucket_mb)
+        self.handles: list = []
+        self.losses: list[float] = []
+        self.marks: list[float] = []  # each step's start (its compute), then the end of the job
+
+    # the four hooks a schedule calls
+    def compute(self, step: int) -> None:
+        self.marks.append(time.perf_counter())
+        with self.ctx.ledger.label(step=step):
+            self.losses.append(self.forward_backward(step, self.batch(step)))
+
+    def start_sync(self, step: int) -> None:
+        with self.ctx.ledger.label(step=step, phase="grad-sync"):
+            for bucket in self.buckets:
+                flat = self.buckets.pack(bucket)  # (bucket numel,) gradients side by side
+                self.handles.append(self.comm.all_reduce(flat, op="avg", async_op=True))  # (numel,)
+
+    def wait_sync(self, step: int) -> None:
+        for bucket, handle in zip(self.buckets, self.handles):
+            handle.wait()  # (bucket numel,) the average over every rank, in place
+            self.buckets.unpack(bucket)
+        self.handles = []
+
+    def run(self, hook: str, step: int) -> None:
+        """Run one of HOOKS for `step`."""
+        if hook == "compute":
+            self.compute(step)
+        elif hook == "start":
+            self.start_sync(step)
+        elif hook == "wait":
+            self.wait_sync(step)
+        else:
+            self.update(step)
+            if step == self.ctx.cfg.steps - 1:
+                self.marks.append(time.perf_counter())
+
+    def comm_buffers(self) -> list[torch.Tensor]:
+        return [b.buffer for b in self.buckets]

@@ -1,0 +1,159 @@
+"""Two (or more) training jobs sharing the same ranks, run under a schedule (Luo et al.,
+"CrossoverScheduler: Overlapping Multiple Distributed Training Applications in a Crossover
+Manner", 2021):
+
+    from parlab.serving.jobs import JobSpec
+    from parlab.serving.sharing import run_jobs
+
+    a = JobSpec("A", model="gpt", model_config={"n_embd": 16, "n_layer": 2, "n_head": 2}, batch_size=512)
+    b = JobSpec("B", model="mlp", batch_size=8192)
+    r = run_jobs([a, b], world_size=2, schedule="crossover", steps=4, link="1GbE")
+    r.jobs["A"].compare(parlab.run("single", steps=4, **a.single_options()))   # match: True
+    r.jobs["A"].bytes_per_rank()      # job A's own ledger; r.throughput(): job-steps per second
+
+Each rank builds one process group per job (`jobs.job_comm`, each with its own ledger and
+timeline) on one shared emulated link (`jobs.share_link`: one NIC per rank), then runs the
+schedule's threads (`parlab.serving.schedules`): one thread for `sequential` and `crossover`, one
+per job for `concurrent`. Ranks start together after a barrier on a separate clock group; the run
+lasts from the earliest start to the latest end on any rank (`wall_s`). Everything runs through
+`parlab.core.launch` (finite timeout, no orphans); bad input is a ValueError before any process
+starts. This is not a registered scheme: a scheme is one model with one loss curve and one
+ledger, and two jobs have two of each; each job's result is a `RunResult` of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from parlab.core import link as link_mod
+from parlab.core.comm import Comm
+from parlab.core.launch import launch
+from parlab.core.ledger import Ledger
+from parlab.core.trace import Timeline, normalize
+from parlab.engine.loop import step_times
+from parlab.engine.runner import RunResult
+from parlab.serving import schedules
+from parlab.serving.jobs import Job, JobSpec, job_comm, share_link
+
+
+@dataclass
+class JobsResult:
+    """Every job's own `RunResult` and what the schedule achieved together."""
+
+    schedule: str
+    world_size: int
+    steps: int
+    link: Any
+    wall_s: float  # earliest start to latest end on any rank (the barrier aligns the starts)
+    jobs: dict[str, RunResult]
+    spans: dict[str, float]  # each job: its first step's start to its last update, slowest rank
+    timeline: list[dict] = field(default_factory=list)  # every job's events, args["job"] set
+    clock_ledger: list[dict] = field(default_factory=list)  # the two barriers (0 bytes)
+
+    def throughput(self) -> float:
+        """Job-steps completed per second, all jobs together."""
+        return len(self.jobs) * self.steps / self.wall_s
+
+    def samples_per_s(self) -> dict[str, float]:
+        """Each job's training rows per second over its own span."""
+        return {name: r.config.batch_size * self.steps / self.spans[name]
+                for name, r in self.jobs.items()}
+
+
+def check(specs: list[JobSpec], world_size: int, schedule: str, steps: int, link) -> list:
+    """Validate everything before a process starts; return each job's RunConfig."""
+    if not isinstance(specs, (list, tuple)) or not specs or \
+            not all(isinstance(s, JobSpec) for s in specs):
+        raise ValueError(f"specs={specs!r} must be a non-empty list of JobSpec")
+    names = [s.name for s in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"job names {names} must be distinct")
+    if schedule not in schedules.SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} must be one of {schedules.SCHEDULES}")
+    link_mod.resolve(link)
+    return [spec.config(world_size, steps) for spec in specs]
+
+
+def run_jobs(specs: list[JobSpec], world_size: int = 2, schedule: str = "crossover",
+             steps: int = 4, link=None, timeout: float = 120.0) -> JobsResult:
+    """Train every job of `specs` for `steps` steps on the same `world_size` ranks under
+    `schedule` ("sequential", "concurrent" or "crossover"), on an emulated `link`."""
+    configs = check(specs, world_size, schedule, steps, link)
+    plan = schedules.build(schedule, [s.name for s in specs], steps)
+    returned = launch(_rank_main, world_size, list(specs), configs, plan, timeout=timeout,
+                      link=link_mod.resolve(link))
+    starts = [out["t0"] for out in returned]
+    origin = min(starts)
+    wall = max(out["t1"] for out in returned) - origin
+    jobs, spans, timeline = {}, {}, []
+    for spec, cfg in zip(specs, configs):
+        per_rank = [out["jobs"][spec.name] for out in returned]
+        losses = [sum(values) for values in zip(*(r["losses"] for r in per_rank))]
+        events = [{**e, "args": {**e["args"], "job": spec.name}} for r in per_rank
+                  for e in r["timeline"]]
+        shifted = normalize([{"rank": -1, "kind": "origin", "name": "", "t0": origin, "t1": origin,
+                              "args": {}}] + events)[1:]
+        timeline += shifted
+        marks = [r["marks"] for r in per_rank]
+        spans[spec.name] = max(m[-1] for m in marks) - min(m[0] for m in marks)
+        jobs[spec.name] = RunResult(losses, per_rank[0]["state"],
+                                    [rec for r in per_rank for rec in r["ledger"]], shifted,
+                                    [r["memory"] for r in per_rank], spans[spec.name], cfg,
+                                    step_times(marks))
+    clock = [rec for out in returned for rec in out["clock"]]
+    return JobsResult(schedule, world_size, steps, link_mod.resolve(link), wall, jobs, spans,
+                      sorted(timeline, key=lambda e: e["t0"]), clock)
+
+
+# ----------------------------------------------------------------------------- in each rank
+def execute(thread: list, jobs: dict[str, Job]) -> None:
+    """Run one thread of a schedule: each action is one hook of one job."""
+    for name, hook, step in thread:
+        jobs[name].run(hook, step)
+
+
+def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, plan) -> dict:
+    clock = Comm(None, ledger=Ledger(rank), timeline=Timeline(rank), name="clock")
+    comms = [job_comm(clock, spec.name) for spec in specs]  # one process group per job
+    share_link(comms)
+    jobs = {spec.name: Job(spec, cfg, comm) for spec, cfg, comm in zip(specs, configs, comms)}
+    clock.barrier(phase="start")
+    t0 = time.perf_counter()
+    if len(plan) == 1:
+        execute(plan[0], jobs)
+    else:
+        _run_threads(plan, jobs)
+    t1 = time.perf_counter()
+    clock.barrier(phase="end")
+    out = {}
+    for name, job in jobs.items():
+        job.observe_memory()
+        memory = dict(job.peak_memory)
+        memory["activations"] = job.meter.peak
+        out[name] = {"losses": job.losses, "state": job.state(), "memory": memory,
+                     "marks": job.marks, "ledger": job.ctx.ledger.records,
+                     "timeline": job.ctx.timeline.records()}
+    return {"t0": t0, "t1": t1, "jobs": out, "clock": clock.ledger.records}
+
+
+def _run_threads(plan, jobs: dict[str, Job]) -> None:
+    """One thread per entry of `plan`; the first exception of any thread is raised here."""
+    errors: list[BaseException] = []
+
+    def body(thread):
+        try:
+            execute(thread, jobs)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the rank's main thread
+            errors.append(err)
+
+    threads = [threading.Thread(target=body, args=(t,), name=f"job-thread-{i}", daemon=True)
+               for i, t in enumerate(plan)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -1,0 +1,258 @@
+"""Chapter 12: two jobs on the same ranks equal their own `single` runs under every schedule, their
+ledgers equal the closed forms exactly, schedules are validated; the grouped network split over
+ranks equals one process (all features, and any mask), its bytes equal the closed forms exactly;
+bad input fails before any process starts."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import parlab
+from parlab.core import launch as launch_mod
+from parlab.serving import cost, edge, grouped, images, masks, schedules, sharing
+from parlab.serving.jobs import JobSpec
+
+STEPS = 3
+A = JobSpec("A", model="gpt", model_config={"n_embd": 16, "n_layer": 2, "n_head": 2}, batch_size=12)
+B = JobSpec("B", model="mlp", batch_size=24, optimizer="sgd", bucket_mb=0.01)  # several buckets
+
+
+@pytest.fixture(scope="module")
+def singles():
+    return {spec.name: parlab.run("single", steps=STEPS, **spec.single_options()) for spec in (A, B)}
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(schedule, world_size):
+        if (schedule, world_size) not in cache:
+            cache[schedule, world_size] = sharing.run_jobs([A, B], world_size, schedule, STEPS)
+        return cache[schedule, world_size]
+    return get
+
+
+# ----------------------------------------------------------------------------- schedules
+@pytest.mark.parametrize("name", schedules.SCHEDULES)
+def test_every_schedule_runs_each_job_in_order(name):
+    plan = schedules.build(name, ["A", "B"], 3)
+    schedules.validate(plan, ["A", "B"], 3)
+    assert len(plan) == (2 if name == "concurrent" else 1)
+
+
+def test_crossover_computes_one_job_while_the_other_communicates():
+    """Every step's communication but the last job's last (the drain: nothing is left to compute)."""
+    (thread,) = schedules.crossover(["A", "B"], 3)
+    for step in range(3):
+        for job, other in (("A", "B"), ("B", "A")):
+            if (job, step) == ("B", 2):
+                continue
+            start, wait = thread.index((job, "start", step)), thread.index((job, "wait", step))
+            assert any(a[0] == other and a[1] == "compute" for a in thread[start:wait])
+
+
+@pytest.mark.parametrize("plan,match", [
+    (([("A", "start", 0), ("A", "compute", 0), ("A", "wait", 0), ("A", "update", 0)],), "action 0"),
+    ((schedules.one_job("A", 1)[:2], schedules.one_job("A", 1)[2:]), "threads 0 and 1"),
+    ((schedules.one_job("A", 1) + [("C", "compute", 0)],), "'C'"),
+    ((schedules.one_job("A", 1)[:-1],), "action 3 is nothing"),
+    ((schedules.one_job("A", 1) + [("A", "compute", 1)],), "after its last step"),
+])
+def test_validate_names_the_action_out_of_place(plan, match):
+    with pytest.raises(ValueError, match=match):
+        schedules.validate(plan, ["A"], 1)
+
+
+# ----------------------------------------------------------------------------- two jobs
+@pytest.mark.parametrize("schedule,world_size", [("sequential", 2), ("concurrent", 2),
+                                                 ("crossover", 2), ("crossover", 1),
+                                                 ("concurrent", 4)])
+def test_each_job_equals_its_single_run(runs, singles, schedule, world_size):
+    result = runs(schedule, world_size)
+    for name, ref in singles.items():
+        comparison = result.jobs[name].compare(ref)
+        assert comparison.match, (name, comparison.problems)
+
+
+@pytest.mark.parametrize("schedule,world_size", [("sequential", 2), ("crossover", 2),
+                                                 ("concurrent", 4)])
+def test_each_job_ledger_equals_the_closed_form(runs, schedule, world_size):
+    result = runs(schedule, world_size)
+    for spec in (A, B):
+        job = result.jobs[spec.name]
+        assert job.bytes_per_rank() == cost.job_bytes(spec.config(world_size, STEPS))
+        assert {r["group"] for r in job.ledger} == {spec.name}  # its own process group only
+    assert len(cost.job_messages(B.config(world_size, STEPS))) > 1
+    assert all(r["bytes_sent"] == 0 for r in result.clock_ledger)
+
+
+def test_result_reports_spans_and_timeline(runs):
+    result = runs("crossover", 2)
+    assert result.wall_s > 0 and result.throughput() == pytest.approx(2 * STEPS / result.wall_s)
+    assert set(result.spans) == {"A", "B"} and all(0 < s <= result.wall_s for s in result.spans.values())
+    assert {e["args"]["job"] for e in result.timeline} == {"A", "B"}
+    assert {e["rank"] for e in result.timeline} == {0, 1}
+
+
+def test_round_closed_forms():
+    p, c = {"A": 2.0, "B": 1.0}, {"A": 1.0, "B": 2.0}
+    assert cost.round_seconds("sequential", p, c) == 6.0
+    assert cost.round_seconds("crossover", p, c) == 3.0
+    assert cost.crossover_speedup({"A": 1.0, "B": 1.0}, {"A": 1.0, "B": 1.0}) == 2.0
+    assert cost.crossover_speedup({"A": 5.0, "B": 5.0}, {"A": 1.0, "B": 1.0}) == pytest.approx(1.2)
+    cfg = A.config(2, 4)
+    link = parlab.core.link.PRESETS["1GbE"]
+    (numel,) = cost.job_messages(cfg)
+    assert cost.sync_seconds(cfg, link) == pytest.approx(2 * link.latency_s + numel * 4 / link.bandwidth_Bps)
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process was started")
+    monkeypatch.setattr(sharing, "launch", refuse)
+    monkeypatch.setattr(edge, "launch", refuse)
+    monkeypatch.setattr(launch_mod, "launch", refuse)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"schedule": "round-robin"}, "round-robin"),
+    ({"specs": [A, JobSpec("A")]}, "distinct"),
+    ({"specs": []}, "specs"),
+    ({"specs": [A, "B"]}, "specs"),
+    ({"world_size": 5}, "batch_size=12"),
+    ({"world_size": 0}, "world_size=0"),
+    ({"steps": 0}, "steps=0"),
+    ({"link": "2GbE"}, "2GbE"),
+    ({"specs": [JobSpec("A", model="resnet")]}, "resnet"),
+])
+def test_bad_input_fails_before_any_process(no_launch, kwargs, match):
+    args = {"specs": [A, B], "world_size": 2, "schedule": "crossover", "steps": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        sharing.run_jobs(**args)
+
+
+# ----------------------------------------------------------------------------- images
+def test_images_ship_in_the_repo_and_match_their_script():
+    path = images.DATA_DIR / "make_images.py"
+    spec = importlib.util.spec_from_file_location("make_images", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    x, y = script.draw(500, seed=1)
+    with np.load(images.DATA_DIR / "shapes.npz") as data:
+        assert np.array_equal(data["test_x"], x) and np.array_equal(data["test_y"], y)
+    tx, ty = images.load("test")
+    assert tx.shape == (500, 1, 16, 16) and tx.dtype == torch.float32 and 0 <= tx.min() <= tx.max() <= 1
+    assert torch.equal(tx, images.load("test")[0])  # the noise is seeded
+    assert torch.bincount(ty).tolist() == [50] * 10
+    with pytest.raises(ValueError, match="validation"):
+        images.load("validation")
+
+
+# ----------------------------------------------------------------------------- edge inference
+@pytest.fixture(scope="module")
+def net():
+    x, y = images.load("train")
+    model = grouped.GroupedNet(seed=0)
+    grouped.train(model, x, y, steps=10)
+    return model
+
+
+def test_mask_matrix_is_the_mask_per_weight():
+    cfg = grouped.GroupedConfig(groups=2, width=2, n_blocks=1)
+    mask = torch.zeros(2, 2, 2, dtype=torch.bool)
+    mask[0, 1, 1] = True  # channel 1 of group 0 reaches group 1
+    m = grouped.mask_matrix(mask)  # (out, in)
+    expect = torch.tensor([[1, 1, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1], [0, 1, 1, 1]], dtype=torch.float)
+    assert torch.equal(m, expect)
+    net = grouped.GroupedNet(cfg)
+    assert torch.equal(net.mix_weight(0), net.mix[0].weight)  # dense by default
+
+
+def test_search_keeps_the_density_and_the_diagonal(net):
+    x = images.load("train")[0][:64]
+    for density in (0.0, 0.1, 0.5, 1.0):
+        found = masks.search(net, x, density)
+        assert masks.kept_fraction(found) == pytest.approx(density, abs=1 / 96)
+        for mask in found:
+            assert mask[torch.arange(4), torch.arange(4)].all()
+    with pytest.raises(ValueError, match="density=1.5"):
+        masks.search(net, x, 1.5)
+
+
+def test_apply_folds_dropped_means_into_the_bias(net):
+    """A dropped channel replaced by its mean: on the images the means came from, the mix input
+    of each block changes only by zero-mean terms, so the mean of the mix pre-activation is kept."""
+    x = images.load("train")[0][:128]
+    found = masks.search(net, x, 0.1)
+    tuned = masks.apply(net, x, found)
+    h = masks.block_inputs(net, x)[0]
+    before = torch.nn.functional.conv2d(h, net.mix_weight(0), net.mix[0].bias).mean(dim=(0, 2, 3))
+    after = torch.nn.functional.conv2d(h, tuned.mix_weight(0), tuned.mix[0].bias).mean(dim=(0, 2, 3))
+    assert torch.allclose(before, after, atol=1e-5)
+    assert torch.equal(masks.apply(net, x, grouped.full_masks(net.cfg))(x), net(x))
+
+
+@pytest.mark.parametrize("world_size,density", [(1, 1.0), (2, 1.0), (4, 1.0), (2, 0.1), (4, 0.25)])
+def test_split_inference_equals_one_process_and_the_closed_form(net, world_size, density):
+    x = images.load("test")[0][:24]
+    model = masks.apply(net, images.load("train")[0][:64],
+                        masks.search(net, images.load("train")[0][:64], density))
+    result = edge.run_edge(model, x, world_size=world_size, batch=12, repeats=2)
+    assert torch.allclose(result.logits, model(x).detach(), rtol=1e-4, atol=1e-5)
+    predicted = cost.edge_bytes(model.cfg, model.masks, world_size, 12)
+    for request in range(4):  # 2 requests × 2 repeats, each the same bytes
+        assert result.bytes_per_rank(request) == [sum(p.values()) for p in predicted]
+    for rank, phases in enumerate(predicted):
+        for phase, nbytes in phases.items():
+            measured = sum(r["bytes_sent"] for r in result.ledger
+                           if r["rank"] == rank and r["phase"] == phase and r["request"] == 0)
+            assert measured == nbytes, (rank, phase)
+    if density == 1.0:
+        assert [sum(p.values()) for p in predicted] == [
+            cost.dense_edge_bytes(model.cfg, world_size, 12, rank) for rank in range(world_size)]
+    assert len(result.latencies) == 4
+
+
+def test_selected_channels_send_fewer_bytes(net):
+    x = images.load("train")[0][:64]
+    dense = cost.edge_bytes(net.cfg, grouped.full_masks(net.cfg), 4, 1)
+    sparse = cost.edge_bytes(net.cfg, masks.search(net, x, 0.1), 4, 1)
+    assert sum(sum(p.values()) for p in sparse) < 0.2 * sum(sum(p.values()) for p in dense)
+
+
+def test_send_channels_are_the_union_over_receiving_groups():
+    mask = torch.zeros(4, 4, 2, dtype=torch.bool)
+    mask[0, 2, 1] = mask[0, 3, 1] = mask[1, 3, 0] = True
+    plan = masks.send_channels(mask, 2)  # rank 0: groups 0, 1; rank 1: groups 2, 3
+    assert plan[0][1] == [1, 2] and plan[1][0] == [] and plan[0][0] == []
+    assert masks.send_channels(mask, 4)[0][2] == [1] and masks.send_channels(mask, 4)[0][3] == [1]
+
+
+def test_latency_model_and_break_even():
+    link = edge.EDGE_LINKS["Wi-Fi"]
+    assert cost.edge_latency(0.1, 0, 0, 1, link) == 0.1
+    t = cost.edge_latency(0.1, 6250, 3, 2, link)
+    assert t == pytest.approx(0.05 + 3 * 2e-3 + 1e-3)
+    beta = cost.break_even_bandwidth(0.1, 6250, 3, 2, 2e-3)
+    assert cost.edge_latency(0.1, 6250, 3, 2, parlab.core.link.Link(2e-3, beta)) == pytest.approx(0.1)
+    assert cost.break_even_bandwidth(0.001, 6250, 3, 2, 2e-3) == math.inf
+
+
+@pytest.mark.parametrize("kwargs,match", [({"world_size": 3}, "world_size=3"),
+                                          ({"batch": 0}, "batch=0"), ({"repeats": 0}, "repeats=0"),
+                                          ({"link": "5G"}, "5G"),
+                                          ({"images": torch.zeros(4, 16, 16)}, "shape")])
+def test_edge_bad_input_fails_before_any_process(no_launch, net, kwargs, match):
+    args = {"images": torch.zeros(4, 1, 16, 16), "world_size": 2, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        edge.run_edge(net, **args)
+
+
+def test_exchange_refuses_backward():
+    with pytest.raises(RuntimeError, match="inference"):
+        edge.ExchangeChannels.backward(None, torch.zeros(1))
