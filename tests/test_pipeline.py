@@ -25,7 +25,7 @@ def cases(name):
 
 
 # ----------------------------------------------------------------------------- schedules as data
-@pytest.mark.parametrize("name", ["naive", "gpipe", "1f1b", "interleaved", "zb"])
+@pytest.mark.parametrize("name", ["naive", "gpipe", "1f1b", "interleaved", "zb", "eager-1f1b"])
 def test_every_generator_passes_the_validator(name):
     count = 0
     for p, m, v in cases(name):
@@ -272,3 +272,66 @@ def test_bad_input_is_a_value_error_before_any_process(kwargs, match):
 def test_more_stages_than_layers_is_named():
     with pytest.raises(ValueError, match=r"pp=2 × chunks=1 = 2 stages > 1 layers"):
         parlab.run("pp-1f1b", world_size=2, pp=2, model_config={"n_layer": 1})
+
+
+# ----------------------------------------------------------------------------- eager 1F1B (AlpaComm)
+def test_eager_1f1b_is_alpas_order_and_passes_the_validator():
+    # Zhuang et al., MLSys 2023, Fig. 6: rank r runs 2(p−r)−1 forwards before its first backward
+    assert make_schedule("eager-1f1b", 3, 6).text().splitlines()[:2] == [
+        "rank 0: F0.0 F0.1 F0.2 F0.3 F0.4 B0.0 F0.5 B0.1 B0.2 B0.3 B0.4 B0.5",
+        "rank 1: F1.0 F1.1 F1.2 B1.0 F1.3 B1.1 F1.4 B1.2 F1.5 B1.3 B1.4 B1.5"]
+    for p, m, _ in cases("eager-1f1b"):
+        check(make_schedule("eager-1f1b", p, m))
+
+
+def test_eager_1f1b_hides_latency_that_1f1b_pays():
+    for p, m, _ in cases("eager-1f1b"):
+        for f, b in ((1.0, 2.0), (2.0, 3.0)):
+            free = cost.ideal_bubble(make_schedule("eager-1f1b", p, m), f, b)
+            assert free == pytest.approx(cost.theory_bubble("eager-1f1b", p, m), abs=1e-12)
+            for latency in (0.25 * f, 0.5 * f, f):
+                eager = cost.ideal_timeline(make_schedule("eager-1f1b", p, m), f, b, latency)
+                base = cost.ideal_timeline(make_schedule("1f1b", p, m), f, b, latency)
+                span = max(e["t1"] for e in eager)
+                assert span == pytest.approx(cost.eager_step_time(p, m, f, b, latency))
+                assert span <= max(e["t1"] for e in base) + 1e-12
+                if p > 1 and m >= 2 * p:  # a full steady state: 1F1B pays latency there
+                    assert span < max(e["t1"] for e in base)
+    with pytest.raises(ValueError, match="latency=2 > forward=1"):
+        cost.eager_step_time(2, 4, 1, 2, 2)
+
+
+EAGER = [("pp-eager-1f1b", 2, {"microbatches": 4}), ("pp-eager-1f1b", 4, {"microbatches": 6}),
+         ("pp-eager-1f1b", 4, {"pp": 2, "microbatches": 2}),  # dp = 2 × pp = 2
+         ("pp", 2, {"schedule": "eager-1f1b", "microbatches": 3})]
+
+
+@pytest.mark.parametrize("scheme,world_size,options", EAGER,
+                         ids=[f"{s}-w{w}-{'-'.join(map(str, o.values()))}" for s, w, o in EAGER])
+def test_eager_1f1b_matches_single_and_sends_the_closed_form(references, runs, scheme, world_size,
+                                                              options):
+    result = runs(scheme, world_size, **options)
+    comparison = result.compare(references())
+    assert comparison.match, comparison.problems
+    pp = options.get("pp", world_size)
+    m, steps = options["microbatches"], result.config.steps
+    rows = result.config.batch_size // (world_size // pp * m)
+    for rank in range(world_size):
+        p2p = sum(result.bytes_per_rank(op="send", phase=ph)[rank] for ph in ("pp-fwd", "pp-bwd"))
+        assert p2p == steps * cost.p2p_bytes_per_step(pp, 1, m, rank % pp,
+                                                      _boundary_numel(result, rows))
+
+
+def test_eager_1f1b_holds_more_activations_than_1f1b_by_the_closed_form(runs):
+    m, p = 6, 4
+    eager, base = runs("pp-eager-1f1b", p, microbatches=m), runs("pp-1f1b", p, microbatches=m)
+    for rank in range(p):
+        e, f = eager.outputs[rank].extras, base.outputs[rank].extras
+        assert e["in_flight_peak"] == cost.in_flight_peak("eager-1f1b", p, m, rank)
+        assert f["in_flight_peak"] == cost.in_flight_peak("1f1b", p, m, rank)
+        assert eager.memory[rank]["activations"] == pytest.approx(
+            e["in_flight_peak"] * e["microbatch_activations"], rel=0.05)
+    assert [cost.in_flight_peak("eager-1f1b", p, m, r) for r in range(p)] == [6, 5, 3, 1]
+    assert eager.memory[0]["activations"] > 1.4 * base.memory[0]["activations"]  # 6 vs 4 micro-batches
+    with pytest.raises(ValueError, match="schedule='dualpipe'"):
+        cost.in_flight_peak("dualpipe", 2, 2, 0)

@@ -6,7 +6,13 @@ and backward b per micro-batch, GPipe and 1F1B idle (p−1)(f+b) of (m+p−1)(f+
 (p−1)/(m+p−1) (Huang et al., GPipe, NeurIPS 2019, §2.3; Narayanan et al., SC 2021, §2.2.1).
 Interleaving v chunks per rank shrinks each bubble slot v-fold: (p−1)/(v·m+p−1) (Narayanan et al.,
 SC 2021, §2.2.2). ZB-H1 leaves (p−1)(F+B−W) instead of (p−1)(F+B+W), with B the input and W the
-weight gradient: (p−1)/(3m+p−1) when F = B = W (Qi et al., ICLR 2024, §3.1).
+weight gradient: (p−1)/(3m+p−1) when F = B = W (Qi et al., ICLR 2024, §3.1). AlpaComm's eager
+1F1B has 1F1B's bubble when messages are free; with a message latency L ≤ f it pays L only at the
+pipeline's fill and drain, 2(p−1)L per step, where 1F1B pays it in the steady state too (Zhuang et
+al., "On Optimizing the Communication of Model Parallelism", MLSys 2023, §4): `eager_step_time`.
+
+Activations in flight (micro-batches whose forward ran and backward did not) at pipeline rank r:
+GPipe m, 1F1B min(p−r, m), eager 1F1B min(2(p−r)−1, m) — `in_flight_peak`.
 
 `ideal_timeline` simulates the very action lists that run (`validate.simulate`) with given
 per-stage costs, so uneven stages, message latency and any schedule get their ideal Gantt chart
@@ -30,13 +36,32 @@ def theory_bubble(name: str, p: int, m: int, v: int = 1) -> float:
     """Closed-form bubble fraction of a schedule with equal stages and F = B = W."""
     if name == "naive":
         return (p - 1) / p
-    if name in ("gpipe", "1f1b"):
+    if name in ("gpipe", "1f1b", "eager-1f1b"):
         return (p - 1) / (m + p - 1)
     if name == "interleaved":
         return (p - 1) / (v * m + p - 1)
     if name == "zb":
         return (p - 1) / (3 * m + p - 1)
     raise ValueError(f"schedule={name!r} has no closed-form bubble")
+
+
+def in_flight_peak(name: str, p: int, m: int, rank: int) -> int:
+    """Most micro-batches whose activations pipeline rank `rank` holds at once (one chunk)."""
+    peaks = {"naive": 1, "gpipe": m, "1f1b": min(p - rank, m),
+             "eager-1f1b": min(2 * (p - rank) - 1, m)}
+    if name not in peaks:
+        raise ValueError(f"schedule={name!r} has no closed-form in-flight peak; "
+                         f"choose one of {sorted(peaks)}")
+    return peaks[name]
+
+
+def eager_step_time(p: int, m: int, forward: float, backward: float, latency: float) -> float:
+    """Eager 1F1B's ideal step with equal stages: (m+p−1)(f+b) + 2(p−1)L, valid for L ≤ f — each
+    activation was sent a forward before it is needed, so only the fill (down) and drain (back)
+    wait for messages (Zhuang et al., MLSys 2023, §4)."""
+    if latency > forward:
+        raise ValueError(f"latency={latency} > forward={forward}: the closed form needs L <= f")
+    return (m + p - 1) * (forward + backward) + 2 * (p - 1) * latency
 
 
 def stage_durations(schedule: Schedule, forward: list[float] | float = 1.0,

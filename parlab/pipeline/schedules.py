@@ -23,6 +23,10 @@ Generators (p ranks, m micro-batches):
 - `zb`: ZB-H1 (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024): backward split
   into B (input gradient, on the critical path) and W (weight gradient, off it); W is deferred into
   the bubbles while in-flight micro-batches stay within 1F1B's p−s.
+- `eager-1f1b`: AlpaComm's eager 1F1B (Zhuang et al., "On Optimizing the Communication of Model
+  Parallelism", MLSys 2023, §4): 2(p−s−1) warm-up forwards instead of p−s−1, so each activation is
+  sent one forward before the next stage needs it and its transfer overlaps compute; holds at most
+  2(p−s)−1 micro-batches (p−s−1 more than 1F1B), same ideal bubble as 1F1B when messages are free.
 """
 
 from __future__ import annotations
@@ -98,17 +102,34 @@ def naive(p: int, m: int = 1, chunks: int = 1) -> Schedule:
     return _schedule("naive", p, 1, 1, False, gpipe(p, 1).actions)
 
 
-def one_f_one_b(p: int, m: int, chunks: int = 1) -> Schedule:
-    """Warm up with p−r−1 forwards, alternate one forward and one backward, cool down."""
+def _warm_then_alternate(name: str, p: int, m: int, warmup) -> Schedule:
+    """Each rank r: `warmup(r)` forwards, then one forward / one backward, then the backwards left."""
     ranks = []
     for r in range(p):
-        warm = min(p - r - 1, m)
+        warm = min(warmup(r), m)
         seq = [Action("F", r, i) for i in range(warm)]
         for i in range(m - warm):
             seq += [Action("F", r, warm + i), Action("B", r, i)]
         seq += [Action("B", r, i) for i in range(m - warm, m)]
         ranks.append(seq)
-    return _schedule("1f1b", p, m, 1, False, ranks)
+    return _schedule(name, p, m, 1, False, ranks)
+
+
+def one_f_one_b(p: int, m: int, chunks: int = 1) -> Schedule:
+    """Warm up with p−r−1 forwards, alternate one forward and one backward, cool down."""
+    return _warm_then_alternate("1f1b", p, m, lambda r: p - r - 1)
+
+
+def eager_one_f_one_b(p: int, m: int, chunks: int = 1) -> Schedule:
+    """AlpaComm's eager 1F1B: warm up with 2(p−r−1) forwards, then as 1F1B.
+
+    Rank r runs min(2(p−r)−1, m) forwards before its first backward (1F1B: p−r). In the steady
+    state a 1F1B rank sends micro-batch i's activation just as the next rank wants it, so the
+    transfer sits on the critical path; here the next rank's input was sent one forward earlier,
+    and a transfer shorter than a forward hides behind it (Zhuang et al., MLSys 2023, §4, Fig. 6).
+    The price: p−r−1 more micro-batches of activations held on rank r.
+    """
+    return _warm_then_alternate("eager-1f1b", p, m, lambda r: 2 * (p - r - 1))
 
 
 def interleaved(p: int, m: int, chunks: int = 2) -> Schedule:
@@ -190,7 +211,7 @@ def zero_bubble_h1(p: int, m: int, chunks: int = 1) -> Schedule:
 
 
 GENERATORS = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
-              "zb": zero_bubble_h1}
+              "zb": zero_bubble_h1, "eager-1f1b": eager_one_f_one_b}
 
 
 def make_schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:

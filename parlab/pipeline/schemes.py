@@ -2,8 +2,9 @@
 
 One scheme per schedule — `pp-naive` (plain model parallelism), `pp-gpipe` (Huang et al.,
 NeurIPS 2019), `pp-1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021), `pp-interleaved`
-(Megatron-LM: Narayanan et al., SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024) — and `pp` with
-`schedule=` to pick any of them. The schedule is data (`parlab.pipeline.schedules`), validated
+(Megatron-LM: Narayanan et al., SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024), `pp-eager-1f1b`
+(AlpaComm: Zhuang et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023)
+— and `pp` with `schedule=` to pick any of them. The schedule is data (`parlab.pipeline.schedules`), validated
 before it runs and executed action by action (`parlab.pipeline.executor`).
 
 With world_size = dp × pp the pipeline is replicated dp times (mesh ("dp", "pp"), pp innermost);
@@ -192,6 +193,8 @@ SUMMARIES = {
     "1f1b": "1F1B (PipeDream-Flush): one forward, one backward; <= p micro-batches in flight",
     "interleaved": "Megatron interleaved 1F1B: v chunks per rank, bubble / v",
     "zb": "zero bubble ZB-H1: backward split into B (input) and W (weight), W fills bubbles",
+    "eager-1f1b": "AlpaComm eager 1F1B: 2(p-s-1) warm-up forwards so sends overlap compute; "
+                  "<= 2(p-s)-1 micro-batches in flight",
 }
 
 
