@@ -3,9 +3,10 @@ bound, every gradient is applied exactly once, seeded runs replay exactly, ledge
 closed forms; asynchronous Jacobi converges under the contraction condition."""
 
 import pytest
+import torch
 
 import parlab
-from parlab.asynchrony import cost
+from parlab.asynchrony import cost, jacobi
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
 
@@ -126,3 +127,83 @@ def test_ledger_bytes_equal_closed_form(runs, scheme, world_size, options):
 def test_bad_input_names_the_value(scheme, kwargs, message):
     with pytest.raises(ValueError, match=message):
         parlab.run(scheme, steps=1, **kwargs)
+
+
+# ----------------------------------------------------------------------------- asynchronous iterations
+@pytest.fixture(scope="module")
+def jacobi_runs():
+    small = dict(n=16, sweeps=60, work_ms=0.2)
+    return {"sync": jacobi.solve(2, jacobi.JacobiConfig(mode="sync", **small)),
+            "async": jacobi.solve(3, jacobi.JacobiConfig(mode="async", straggler=3.0, delay_ms=0.5,
+                                                         **small))}
+
+
+def test_sync_jacobi_equals_one_process_sweeps(jacobi_runs):
+    run = jacobi_runs["sync"]
+    cfg = run.cfg
+    u = torch.zeros(cfg.n, cfg.n, dtype=torch.float64)
+    zero = torch.zeros(cfg.n, dtype=torch.float64)
+    for _ in range(cfg.sweeps):
+        u = jacobi.sweep(u, zero, zero, cfg)
+    assert torch.allclose(run.iterate_at(float("inf")), u, rtol=0, atol=1e-15)
+    assert all(log["generation"] == list(range(1, cfg.sweeps + 1)) for log in run.logs)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_error_within_gamma_to_the_generation(jacobi_runs, mode):
+    """Bertsekas–Tsitsiklis: a max-norm contraction loses a factor γ per macroiteration, whatever
+    the delays: every logged block of generation g is within γ^g·‖u*‖∞ of u*."""
+    run = jacobi_runs[mode]
+    exact = jacobi.exact_solution(run.cfg)
+    scale = exact.abs().max().item()
+    for log in run.logs:
+        lo, hi = log["rows"]
+        for g, block in zip(log["generation"], log["blocks"]):
+            assert (block - exact[lo:hi]).abs().max().item() <= run.cfg.gamma ** g * scale * (1 + 1e-9)
+
+
+def test_async_jacobi_never_waits_for_the_straggler_and_uses_newest_halos(jacobi_runs):
+    run = jacobi_runs["async"]
+    sweeps = run.sweeps()
+    assert sweeps[-1] == run.cfg.sweeps and min(sweeps[:-1]) >= sweeps[-1]
+    for log in run.logs:  # out-of-order messages never move a halo backwards
+        for peer in log["used"][0]:
+            used = [u[peer] for u in log["used"]]
+            assert used == sorted(used)
+    assert len(run.macro_times()) < max(sweeps)  # sweeps outrun macroiterations when stale
+
+
+def test_halo_drops_a_message_older_than_the_one_it_holds():
+    halo = jacobi.Halo(2)
+    newer = torch.tensor([5, 3, 0, 0, 1.0, 2.0], dtype=torch.float64)
+    older = torch.tensor([4, 2, 0, 0, 9.0, 9.0], dtype=torch.float64)
+    halo.offer(newer)
+    halo.offer(older)
+    row, stamp, generation = halo.read()
+    assert stamp == 5 and generation == 3 and row.tolist() == [1.0, 2.0]
+
+
+def test_jacobi_halo_bytes_equal_closed_form(jacobi_runs):
+    sync = jacobi_runs["sync"]
+    for rank in range(2):
+        sent = sum(r["bytes_sent"] for r in sync.ledger if r["rank"] == rank)
+        assert sent == cost.halo_bytes(sync.cfg.n, sync.cfg.sweeps)  # one neighbour each
+    run = jacobi_runs["async"]
+    for rank in range(3):
+        sends = [r for r in run.ledger if r["rank"] == rank and r["op"] == "send"]
+        assert sum(r["bytes_sent"] for r in sends) == cost.halo_bytes(run.cfg.n, len(sends))
+
+
+def test_contraction_condition():
+    m = torch.tensor([[0.6, 0.6], [-0.6, 0.6]])  # ρ(M) = 0.85 but ρ(|M|) = 1.2
+    rho, rho_abs = cost.contraction(m)
+    assert rho < 1 < rho_abs
+
+
+@pytest.mark.parametrize("kwargs,message", [(dict(mode="chaotic"), "mode='chaotic'"),
+                                            (dict(mode="sync", delay_ms=1.0), "delay_ms=1.0"),
+                                            (dict(straggler=0.5), "straggler=0.5"),
+                                            (dict(sweeps=0), "sweeps=0")])
+def test_jacobi_bad_input_names_the_value(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        jacobi.JacobiConfig(**kwargs)

@@ -90,6 +90,13 @@ class PSCost:
                           f"S·(16 + 4Ψ) + 16·W from the server, J_w·(16 + 4Ψ) from worker w; {how}")
 
 
+def halo_bytes(n: int, messages: int) -> int:
+    """Bytes of `messages` Jacobi halo messages: (4 + n) float64 each (stamp, generation, final,
+    unused, one boundary row). Synchronous: sweeps messages to each neighbour; asynchronous: as many
+    as the sender threads sent (timing decides), each the same size."""
+    return messages * (4 + n) * 8
+
+
 def contraction(matrix: torch.Tensor) -> tuple[float, float]:
     """(ρ(M), ρ(|M|)) of an iteration matrix: synchronous iterations converge iff the first is
     < 1, totally asynchronous ones for every delay pattern iff the second is (Chazan–Miranker)."""
