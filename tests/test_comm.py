@@ -99,3 +99,24 @@ def test_alpha_beta_fit_bounds_beta_and_flags_a_bad_fit():
     robust = cost.fit_alpha_beta(sizes, times, n, robust=True)
     plain = cost.fit_alpha_beta(sizes, times, n, robust=False)
     assert abs(robust.alpha - 1e-4) < abs(plain.alpha - 1e-4)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_segmented_ring_is_exact_and_its_ledger_matches_closed_forms(world_size):
+    # 400,003 float64 elements: every chunk is cut into several segments of about
+    # collectives.SEGMENT_BYTES, pipelined; values, bytes and rounds must not notice
+    from parlab.core import collectives
+
+    numel = 400_003
+    assert collectives.segment_count(cost.shard_bounds(numel, world_size), 8) > 1
+    algos = {"all_reduce": ["ring"], "reduce_scatter": ["ring"], "all_gather": ["ring"]}
+    results = launch(workers.collectives_vs_torch, world_size, [numel], algos, 3)
+    closed = {"all_reduce": cost.ring_all_reduce, "reduce_scatter": cost.ring_reduce_scatter,
+              "all_gather": cost.ring_all_gather}
+    for rank, res in enumerate(results):
+        assert all(e[3] <= 1e-9 for e in res["errors"]), res["errors"]
+        for rec in res["ledger"]:
+            if rec["algo"] == "ring":
+                sent, recv, rounds = closed[rec["op"]](rec["numel"], world_size, rank)
+                assert (rec["elements_sent"], rec["elements_recv"], rec["rounds"]) == (
+                    sent, recv, rounds), rec

@@ -7,6 +7,12 @@ compared (Thakur, Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009
   r+1 and adds what r-1 sends (chunk r-k-2). After N-1 rounds rank r holds chunk r, fully summed.
 * ring all-gather: N-1 rounds; in round k rank r forwards chunk r-k to r+1.
 * ring all-reduce = ring reduce-scatter + ring all-gather: 2(N-1)/N·S per rank, bandwidth-optimal.
+* pipelined: each chunk travels as segments of about SEGMENT_BYTES, every segment its own
+  isend/irecv with its own tag, receives posted before the peer sends, so several segments are in
+  flight, the reduction of one overlaps the transfer of the next, and the all-reduce's all-gather
+  starts on a segment the moment the reduce-scatter finished it (Patarasuk & Yuan 2009, §4, the
+  pipelined ring). Bytes are unchanged; a step's segments are in flight together, so it stays one
+  round of the ledger and the closed forms' N-1 rounds per phase hold.
 * tree all-reduce: reduce up a binary tree (children of i are 2i+1, 2i+2), broadcast down:
   2·log2(N) rounds, the latency-optimal shape for small messages.
 * naive all-reduce: everyone sends to rank 0, which reduces and sends the sum back: rank 0's
@@ -19,6 +25,9 @@ Called only through `parlab.core.comm.Comm` (algo="ring", ...), which records an
 """
 
 from __future__ import annotations
+
+import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -50,56 +59,164 @@ def _combine(op: str, acc: torch.Tensor, incoming: torch.Tensor) -> None:
         torch.minimum(acc, incoming, out=acc)
 
 
-def _ring_reduce_scatter_inplace(comm, flat, bounds, op, traffic) -> None:
-    n, r = comm.size, comm.rank
-    nxt, prv = (r + 1) % n, (r - 1) % n
-    buffer = flat.new_empty(max(hi - lo for lo, hi in bounds))  # one receive buffer for all rounds
-    for k in range(n - 1):
-        s_lo, s_hi = bounds[(r - k - 1) % n]
-        r_lo, r_hi = bounds[(r - k - 2) % n]
-        incoming = buffer[:r_hi - r_lo]  # (chunk,) partial sum from rank r-1
-        _exchange(comm, traffic, flat[s_lo:s_hi], nxt, incoming, prv)
-        _combine(op, flat[r_lo:r_hi], incoming)
-        traffic.rounds += 1
+# A ring step's chunk travels as segments of about SEGMENT_BYTES (at most MAX_SEGMENTS), each its
+# own message with its own tag: segment j of step k+1 leaves as soon as segment j of step k has
+# arrived and been reduced, so the reduction of one segment overlaps the transfer of the next and
+# the whole ring streams (the pipelined ring of Patarasuk & Yuan, JPDC 2009, §4). Tags start at
+# TAG_BASE so the ring's messages never match a user's send/recv (tag 0) on the same group.
+SEGMENT_BYTES = 1 << 20
+MAX_SEGMENTS = 16
+TAG_BASE = 1 << 16
 
 
-def _ring_all_gather_inplace(comm, flat, bounds, traffic) -> None:
+def segment_count(bounds, itemsize: int) -> int:
+    """Segments per chunk: the longest chunk cut into pieces of about SEGMENT_BYTES."""
+    longest = max(hi - lo for lo, hi in bounds)
+    return max(1, min(MAX_SEGMENTS, -(-longest * itemsize // SEGMENT_BYTES)))
+
+
+def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
+    """Run the ring `steps` [(send chunk, receive chunk, reduce?)] on `flat`, segment-pipelined.
+
+    The ring property holds for every schedule here: what step k+1 sends is what step k received
+    (reduced if it reduces), so segment j moves on the moment it is ready. A reducing step receives
+    into one of two scratch buffers (alternating per step, so the next receive is posted before
+    this one is reduced) and reduces into `flat` in place; with `result` given, `flat` is read
+    only and the partial sums travel in the scratch buffers instead (a reduce-scatter that must
+    not touch its input), and the last step's buffer is copied into `result`. A non-reducing step
+    (all-gather) receives straight into `flat`. A receive into memory that a send still reads
+    waits for that send first. Each step is one round of the ledger (its segments are in flight
+    together, not one after another), so the closed forms' N-1 rounds per phase hold.
+    """
     n, r = comm.size, comm.rank
-    nxt, prv = (r + 1) % n, (r - 1) % n
-    for k in range(n - 1):
-        s_lo, s_hi = bounds[(r - k) % n]
-        r_lo, r_hi = bounds[(r - k - 1) % n]
-        _exchange(comm, traffic, flat[s_lo:s_hi], nxt, flat[r_lo:r_hi], prv)
+    nxt, prv = comm.global_rank((r + 1) % n), comm.global_rank((r - 1) % n)
+    parts = segment_count(bounds, flat.element_size())
+    segs = [[(lo + a, lo + b) for a, b in shard_bounds(hi - lo, parts)] for lo, hi in bounds]
+    offsets = shard_bounds(max(hi - lo for lo, hi in bounds), parts)  # scratch layout by segment
+    scratch = _scratch(comm, flat, offsets[-1][1]) if any(s[2] for s in steps) else []
+    sending: dict = {}  # memory region -> the isend still reading it
+    recvs: list = [None] * parts
+
+    def region(kind, index, j):  # (key, view) of segment j of a flat chunk or a scratch buffer
+        if kind == "flat":
+            lo, hi = segs[index][j]
+            return ("flat", index, j), flat[lo:hi]
+        chunk_lo, chunk_hi = segs[index[1]][j]
+        lo = offsets[j][0]
+        return ("scratch", index[0], j), scratch[index[0]][lo:lo + chunk_hi - chunk_lo]
+
+    def send(key, view, j):
+        if view.numel():
+            sending[key] = dist.isend(view, nxt, comm.group, tag=TAG_BASE + j)
+            traffic.sent += view.numel()
+            traffic.peers.add((r + 1) % n)
+
+    def post_recv(k, j):
+        chunk, reduce = steps[k][1], steps[k][2]
+        key, view = region("scratch", (k % 2, chunk), j) if reduce else region("flat", chunk, j)
+        if key in sending:
+            sending.pop(key).wait()
+        work = None
+        if view.numel():
+            work = dist.irecv(view, prv, comm.group, tag=TAG_BASE + j)
+            traffic.recv += view.numel()
+            traffic.peers.add((r - 1) % n)
+        recvs[j] = (work, key, view)
+
+    for j in range(parts):
+        post_recv(0, j)
+    for j in range(parts):
+        send(*region("flat", steps[0][0], j), j)
+    for k, (_, chunk, reduce) in enumerate(steps):
+        for j in range(parts):
+            work, key, view = recvs[j]
+            if work is not None:
+                work.wait()
+            if k + 1 < len(steps):
+                post_recv(k + 1, j)  # the next receive is posted before this segment is reduced
+            if reduce and result is None:
+                key, target = region("flat", chunk, j)
+                _combine(op, target, view)  # (segment,) flat += what rank r-1 summed so far
+                view = target
+            elif reduce:
+                _combine(op, view, region("flat", chunk, j)[1])  # (segment,) partial += own input
+            if k + 1 < len(steps):
+                send(key, view, j)
+            elif result is not None:
+                lo = segs[chunk][j][0] - bounds[chunk][0]
+                result[lo:lo + view.numel()].copy_(view)  # (segment,) the finished sum
         traffic.rounds += 1
+    for work in sending.values():
+        work.wait()
+
+
+_SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _scratch(comm, like: torch.Tensor, width: int) -> list[torch.Tensor]:
+    """Two receive buffers of `width` elements, kept per Comm, thread and dtype and reused by
+    every later call: a fresh 2 × 32 MB allocation per call costs its page faults each time (at
+    64 MB that made the ring slower than gloo). One set per thread, because an async op runs on
+    the Comm's background thread while the main thread may run another."""
+    per_comm = _SCRATCH.setdefault(comm, {})
+    key = (threading.get_ident(), like.dtype)
+    buffers = per_comm.get(key)
+    if buffers is None or buffers[0].numel() < width:
+        buffers = per_comm[key] = [like.new_empty(width), like.new_empty(width)]  # 2 × (chunk,)
+    return [b[:width] for b in buffers]
+
+
+def _reduce_scatter_steps(n, r):
+    """Ring reduce-scatter: in step k rank r sends chunk r-k-1, receives chunk r-k-2 and adds."""
+    return [((r - k - 1) % n, (r - k - 2) % n, True) for k in range(n - 1)]
+
+
+def _all_gather_steps(n, r):
+    """Ring all-gather: in step k rank r forwards chunk r-k and receives chunk r-k-1."""
+    return [((r - k) % n, (r - k - 1) % n, False) for k in range(n - 1)]
 
 
 def ring_all_reduce(comm, tensor, op, traffic):
-    """Ring reduce-scatter then ring all-gather, in place on `tensor`."""
+    """Ring reduce-scatter then ring all-gather, in place on `tensor`, as one segment stream:
+    the all-gather's first segment leaves as soon as the reduce-scatter finished summing it."""
     flat = tensor.view(-1) if tensor.is_contiguous() else tensor.contiguous().view(-1)  # (S,)
-    bounds = shard_bounds(flat.numel(), comm.size)
-    _ring_reduce_scatter_inplace(comm, flat, bounds, op, traffic)
-    _ring_all_gather_inplace(comm, flat, bounds, traffic)
+    n, r = comm.size, comm.rank
+    if n > 1 and flat.numel():
+        bounds = shard_bounds(flat.numel(), n)
+        _ring_stream(comm, traffic, flat, bounds, _reduce_scatter_steps(n, r)
+                     + _all_gather_steps(n, r), op)
+    elif n > 1:
+        traffic.rounds = 2 * (n - 1)
     if not tensor.is_contiguous():
         tensor.copy_(flat.view_as(tensor))
     return tensor
 
 
 def ring_reduce_scatter(comm, flat, sizes, op, traffic):
-    """Ring reduce-scatter of the flat tensor cut into `sizes`; returns this rank's chunk."""
-    work = flat.clone()  # (S,) partial sums travel around the ring
+    """Ring reduce-scatter of the flat tensor cut into `sizes`; returns this rank's chunk. The input
+    is only read: partial sums travel in two scratch buffers of one chunk each."""
+    n, r = comm.size, comm.rank
     bounds = chunk_bounds(sizes)
-    _ring_reduce_scatter_inplace(comm, work, bounds, op, traffic)
-    lo, hi = bounds[comm.rank]
-    return work[lo:hi].clone()  # (S/N,)
+    lo, hi = bounds[r]
+    if n == 1 or not flat.numel():
+        traffic.rounds = n - 1
+        return flat[lo:hi].clone()  # (S/N,)
+    out = flat.new_empty(hi - lo)  # (S/N,)
+    _ring_stream(comm, traffic, flat, bounds, _reduce_scatter_steps(n, r), op, result=out)
+    return out
 
 
 def ring_all_gather(comm, shard, sizes, traffic):
     """Ring all-gather of flat shards of `sizes`; returns the concatenation."""
+    n, r = comm.size, comm.rank
     bounds = chunk_bounds(sizes)
     full = shard.new_empty(sum(sizes))  # (S,)
-    lo, hi = bounds[comm.rank]
+    lo, hi = bounds[r]
     full[lo:hi] = shard
-    _ring_all_gather_inplace(comm, full, bounds, traffic)
+    if n > 1 and full.numel():
+        _ring_stream(comm, traffic, full, bounds, _all_gather_steps(n, r))
+    else:
+        traffic.rounds = n - 1
     return full
 
 

@@ -51,7 +51,10 @@ def shard_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
 # ----------------------------------------------------------------------------- bytes per rank
 # Each returns (elements sent, elements received, sequential rounds) for `rank` of `n` ranks.
 def ring_reduce_scatter(numel: int, n: int, rank: int) -> tuple[int, int, int]:
-    """Ring reduce-scatter: rank r sends every chunk but its own, receives every chunk but r-1's."""
+    """Ring reduce-scatter: rank r sends every chunk but its own, receives every chunk but r-1's.
+    N-1 rounds: the hand-written ring cuts each chunk into pipelined segments
+    (parlab.core.collectives), but a step's segments are in flight together, so segmenting adds
+    messages, not sequential rounds, and not a byte."""
     sizes = shard_sizes(numel, n)
     return numel - sizes[rank], numel - sizes[(rank - 1) % n], n - 1
 
