@@ -92,11 +92,25 @@ def test_memory_is_the_padded_formula_and_within_5_percent_of_zero_paper(runs, s
             assert abs(mem[kind] - paper[kind]) <= 0.05 * paper[kind], kind
 
 
-def test_zero3_holds_one_gathered_block_beside_the_root(runs):
-    result = runs("zero3", 2)
+@pytest.mark.parametrize("prefetch", [False, True])
+def test_zero3_holds_one_gathered_block_beside_the_root_two_with_prefetch(runs, prefetch):
+    from parlab.zero.engine import gathered_peak_bytes
+
+    result = runs("zero3", 2, prefetch=prefetch)
     numels = dict(zip([m["name"] for m in result.outputs[0].extras["layouts"]], unit_numels(result)))
     largest_block = max(v for k, v in numels.items() if k != "root")
-    assert result.memory[0]["gathered_peak"] == 4 * (numels["root"] + largest_block)
+    blocks = [v for k, v in numels.items() if k != "root"]  # in the order they run
+    assert result.memory[0]["gathered_peak"] == gathered_peak_bytes(blocks, numels["root"], prefetch)
+    assert result.memory[0]["gathered_peak"] == 4 * (numels["root"] + (1 + prefetch) * largest_block)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_zero3_prefetch_is_exact_and_moves_the_same_bytes(runs, world_size):
+    on, off = runs("zero3", world_size, prefetch=True), runs("zero3", world_size, prefetch=False)
+    assert on.compare(runs("single")).match and off.compare(runs("single")).match
+    assert on.bytes_per_rank() == off.bytes_per_rank()
+    ops = [[(r["op"], r["phase"], r["numel"]) for r in res.ledger if r["rank"] == 0] for res in (on, off)]
+    assert sorted(ops[0]) == sorted(ops[1])  # the same collectives, only issued earlier
 
 
 def test_units_and_formulas():

@@ -16,6 +16,16 @@ stage 3 (P_os+g+p) also the parameters. With units cut as in `parlab.zero.shard`
   The root unit (embeddings, final norm, tied head) wraps the blocks, so it stays gathered for the
   whole forward and, gathered again at the start of backward, for the whole backward.
 
+With `prefetch=True` (stage 3; FSDP's forward and backward prefetch and its asynchronous
+reduce-scatter, Zhao et al. VLDB 2023, §3.3.2-§3.3.3): when a unit starts, the all-gather of the
+unit that runs next is issued asynchronously, so it travels while this unit computes — in forward
+the order recorded in the first step (FSDP records it the same way), in backward the reverse of
+this forward's post-forward order — and each unit's gradient reduce-scatter is issued
+asynchronously and waited for only at the end of backward. The same collectives with the same
+bytes, issued earlier: the result is unchanged. The price is memory: the next unit is gathered
+while the current one is alive, so `gathered_peak` holds the root and two consecutive units
+(`gathered_peak_bytes`).
+
 Activation checkpointing composes: a recomputed block finds its parameters already gathered.
 """
 
@@ -28,6 +38,19 @@ from parlab.core.memory import optimizer_state_tensors, tensor_bytes
 from parlab.zero.shard import FlatUnit, unit_modules
 
 STAGES = (1, 2, 3)
+
+
+def gathered_peak_bytes(order_numels: list[int], root_numel: int, prefetch: bool,
+                        bytes_per: int = FP32_BYTES) -> int:
+    """ZeRO-3's most gathered parameter bytes alive at once (padded unit sizes, in the order the
+    units run): the root, gathered for the whole pass, plus one unit, or with prefetch the two
+    consecutive units that are alive together (the current one and the next, already gathering)."""
+    if not order_numels:
+        return root_numel * bytes_per
+    if not prefetch or len(order_numels) == 1:
+        return (root_numel + max(order_numels)) * bytes_per
+    pairs = max(a + b for a, b in zip(order_numels, order_numels[1:]))
+    return (root_numel + pairs) * bytes_per
 
 
 class GatherForBackward(torch.autograd.Function):
@@ -59,15 +82,22 @@ class ShardedUnit(FlatUnit):
         self.shard = None  # this rank's (padded/N,) parameters: what the optimizer updates
         self.pending = 0  # parameters whose gradient has not arrived yet this backward
         self.in_backward = False
+        self.gathering = None  # stage 3: the Handle of an all-gather in flight (a prefetch)
+        self.scattering = None  # stage 3 with prefetch: the Handle of its gradient reduce-scatter
 
 
 class ZeroEngine:
     """Shard `model`'s states over `comm` at ZeRO `stage`; train with forward/backward/step."""
 
-    def __init__(self, model: torch.nn.Module, comm, stage: int, on_gather=None, on_release=None):
+    def __init__(self, model: torch.nn.Module, comm, stage: int, on_gather=None, on_release=None,
+                 prefetch: bool = False):
         if stage not in STAGES:
             raise ValueError(f"stage={stage!r} must be one of {STAGES}")
         self.model, self.comm, self.stage = model, comm, stage
+        self.prefetch = prefetch and stage == 3
+        self.forward_order: list = []  # units by pre-forward, recorded in the first forward
+        self._recording: list = []  # this forward's pre-forward order, while it is recorded
+        self._post_order: list = []  # this forward's post-forward order (backward runs it reversed)
         self.on_gather, self.on_release = on_gather, on_release
         # frozen parameters are not trained: they stay whole on every rank, outside the flat units
         # (FSDP's `ignored_params`), so no optimizer state, no weight decay, no bytes
@@ -105,14 +135,31 @@ class ZeroEngine:
         return [unit.shard for unit in self.units]
 
     # ------------------------------------------------------------------ stage 3: parameters
+    def start_gather(self, unit: ShardedUnit, phase: str) -> None:
+        """Issue the unit's all-gather; its (padded,) output counts as gathered from now on."""
+        if unit.flat is not None or unit.gathering is not None:
+            return
+        unit.gathering = self.comm.all_gather(unit.shard, phase=phase,
+                                              async_op=True)  # (padded,) from N × (padded/N,)
+        self.gathered_bytes += unit.shard.numel() * self.comm.size * unit.shard.element_size()
+        self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
+
     def gather(self, unit: ShardedUnit, phase: str) -> None:
-        full = self.comm.all_gather(unit.shard, phase=phase)  # (padded,) from N × (padded/N,)
+        """The unit's full parameters, bound: waits for its prefetch, or gathers now."""
+        self.start_gather(unit, phase)
+        if unit.gathering is None:
+            return
+        full = unit.gathering.wait()  # (padded,)
+        unit.gathering = None
         unit.flat = full
         unit.bind(full)
-        self.gathered_bytes += full.numel() * full.element_size()
-        self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
         if self.on_gather is not None:
             self.on_gather(full)
+
+    def _prefetch_after(self, unit: ShardedUnit, order: list, phase: str) -> None:
+        """Start gathering the unit that runs after `unit` in `order` (FSDP's prefetch)."""
+        if unit in order and (i := order.index(unit)) + 1 < len(order):
+            self.start_gather(order[i + 1], phase)
 
     def release(self, unit: ShardedUnit) -> None:
         if unit.flat is None:
@@ -126,6 +173,12 @@ class ZeroEngine:
     def _pre_forward(self, unit: ShardedUnit) -> None:
         if unit.flat is None:  # a recomputation (activation checkpointing) finds it gathered
             self.gather(unit, "param-gather-fwd")
+        if unit.in_backward:
+            return
+        if not self.forward_order:
+            self._recording.append(unit)
+        if self.prefetch:
+            self._prefetch_after(unit, self.forward_order, "param-gather-fwd")
 
     def _post_forward(self, unit: ShardedUnit, out):
         if unit.in_backward:  # a recomputation: keep the parameters for the backward under way
@@ -133,12 +186,15 @@ class ZeroEngine:
         if not torch.is_tensor(out):
             raise TypeError(f"ZeRO-3 unit {unit.name} returned {type(out).__name__}, not a tensor")
         self.release(unit)
+        self._post_order.append(unit)
         return GatherForBackward.apply(out, unit)
 
     def enter_backward(self, unit: ShardedUnit) -> None:
         unit.in_backward = True
         if unit.flat is None:
             self.gather(unit, "param-gather-bwd")
+        if self.prefetch:
+            self._prefetch_after(unit, self._post_order[::-1], "param-gather-bwd")
 
     # ------------------------------------------------------------------ gradients
     def _grad_arrived(self, unit: ShardedUnit) -> None:
@@ -150,6 +206,14 @@ class ZeroEngine:
         """Average the unit's gradient over ranks, keep this rank's chunk as the shard's grad."""
         flat_grad = unit.flat_grad if self.stage == 1 else unit.flatten([p.grad for p in
                                                                          unit.params])
+        if self.prefetch:  # FSDP: the reduce-scatter travels while backward goes on
+            unit.scattering = self.comm.reduce_scatter(flat_grad, op="avg", async_op=True,
+                                                       phase="grad-reduce-scatter")  # (padded/N,)
+            for p in unit.params:
+                p.grad = None
+            unit.in_backward = False
+            self.release(unit)
+            return
         shard_grad = self.comm.reduce_scatter(flat_grad, op="avg",
                                               phase="grad-reduce-scatter")  # (padded/N,)
         if self.stage == 1:
@@ -166,6 +230,9 @@ class ZeroEngine:
     def start_step(self) -> None:
         for unit in self.units:
             unit.pending = len(unit.params)
+        if self._recording and not self.forward_order:
+            self.forward_order = self._recording  # the first forward's order, kept from now on
+        self._post_order = []
 
     def end_backward(self) -> None:
         """Stage 1 reduce-scatters here; stages 2, 3 reduce the units that backward left pending
@@ -176,6 +243,10 @@ class ZeroEngine:
         for unit in self.units:
             if self.stage == 1 or unit.pending:
                 self._reduce_scatter(unit)
+        for unit in self.units:
+            if unit.scattering is not None:
+                unit.shard.grad = unit.scattering.wait()  # (padded/N,) this rank's averaged chunk
+                unit.scattering = None
 
     def after_step(self) -> None:
         """Stages 1, 2: all-gather the updated shards into the full parameters."""

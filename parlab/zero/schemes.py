@@ -6,7 +6,9 @@ parameters equal the single process's; what changes is what a rank *keeps* (`par
 between uses (zero3). Memory per rank is measured from the tensors each rank holds: `params`,
 `grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
 `gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
-block) and `padding` (bytes of the zero padding of the flat units).
+block, plus the next block with prefetch: `parlab.zero.engine.gathered_peak_bytes`) and `padding`
+(bytes of the zero padding of the flat units). zero3's `prefetch` (default True): FSDP's prefetch
+of the next unit's all-gather and asynchronous gradient reduce-scatter, same bytes, same result.
 
 Options shared by the three stages:
   save_dir, save_every — write a sharded checkpoint (`parlab.zero.checkpoint`) every k steps;
@@ -23,7 +25,7 @@ import os
 import signal
 from functools import partial
 
-from parlab.core.checks import Choice, Int
+from parlab.core.checks import Bool, Choice, Int
 from parlab.core.memory import ActivationMeter, storage_key
 from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer
@@ -36,6 +38,8 @@ OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
            "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
            "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0)}
+# zero3 only: FSDP's forward/backward prefetch and asynchronous gradient reduce-scatter (exact)
+ZERO3_OPTIONS = {**OPTIONS, "prefetch": Bool(True)}
 
 
 def validate(cfg) -> None:
@@ -91,7 +95,8 @@ class Zero(Strategy):
         meter = ActivationMeter()
         self.engine = ZeroEngine(model, comm, stage,
                                  on_gather=lambda t: meter.excluded.add(storage_key(t)),
-                                 on_release=lambda t: meter.excluded.discard(storage_key(t)))
+                                 on_release=lambda t: meter.excluded.discard(storage_key(t)),
+                                 prefetch=o.get("prefetch", False))
         meter.exclude(list(model.parameters()) + self.engine.shards)
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
@@ -160,7 +165,7 @@ def zero2(ctx):
 
 
 @register("zero3", summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
-          "and backward", cost=partial(predict, 3), **_REGISTER)
+          "and backward", cost=partial(predict, 3), **{**_REGISTER, "options": ZERO3_OPTIONS})
 def zero3(ctx):
     return train(ctx, 3)
 
