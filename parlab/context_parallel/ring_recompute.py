@@ -83,9 +83,16 @@ class RingAttentionRecompute(torch.autograd.Function):
         delta = (d_out * out).sum(-1, keepdim=True)  # (B, nh, Tl, 1): rowsum(dO ∘ O)
         d_q = torch.zeros_like(q)  # (B, nh, Tl, hs)
         kv = torch.stack([k, v])  # (2, B, nh, Tl, hs)
-        d_kv = torch.zeros_like(kv)  # (2, B, nh, Tl, hs): travels with its block
+        # Overlapped as the forward (Liu et al. §3): the next K/V block is posted before this
+        # step's compute, and the dK/dV accumulator that arrives with a block is not needed until
+        # the step's own contribution is computed (into a fresh buffer), so it travels during the
+        # compute too and is added after; the same messages, cp−1 of K/V and cp of dK/dV.
+        blocks = _start_exchange(kv, comm, (me + 1) % n, (me - 1) % n, "cp-backward") \
+            if n > 1 else None
+        grads = None  # the accumulator of the block this rank computes on, in flight from me−1
         for step in range(n):
             k_pos = positions[(me - step) % n]
+            d_kv = torch.zeros_like(kv)  # (2, B, nh, Tl, hs): this step's contribution
             for qs, ks, mask in _pairs(positions[me], k_pos, ctx.causal):
                 bias = ctx.bias_fn(positions[me][qs], k_pos[ks], None) if ctx.bias_fn else None
                 s = _scores(q[:, :, qs], kv[0][:, :, ks], mask, bias, scale)  # (B, nh, tq, tk)
@@ -95,15 +102,18 @@ class RingAttentionRecompute(torch.autograd.Function):
                 d_s = p * (do @ kv[1][:, :, ks].transpose(-2, -1) - delta[:, :, qs])
                 d_q[:, :, qs] += (d_s @ kv[0][:, :, ks]) * scale  # (B, nh, tq, hs)
                 d_kv[0][:, :, ks] += (d_s.transpose(-2, -1) @ q[:, :, qs]) * scale
+            if grads is not None:
+                d_kv += _finish_exchange(grads)  # (2, B, nh, Tl, hs) what ranks before added
             if n == 1:
                 break
             # dK/dV move on with their block every step; after cp hops they are home
             grads = _start_exchange(d_kv, comm, (me + 1) % n, (me - 1) % n, "cp-backward")
-            blocks = _start_exchange(kv, comm, (me + 1) % n, (me - 1) % n, "cp-backward") \
-                if step < n - 1 else None
-            d_kv = _finish_exchange(grads)  # (2, B, nh, Tl, hs)
             if blocks is not None:
                 kv = _finish_exchange(blocks)  # (2, B, nh, Tl, hs) from rank me−1
+                blocks = _start_exchange(kv, comm, (me + 1) % n, (me - 1) % n, "cp-backward") \
+                    if step + 1 < n - 1 else None
+        if grads is not None:
+            d_kv = _finish_exchange(grads)  # (2, B, nh, Tl, hs) this rank's block, home again
         return d_q, d_kv[0], d_kv[1], None, None, None, None
 
 
