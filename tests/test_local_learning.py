@@ -145,3 +145,19 @@ def test_every_backward_used_the_weights_its_forward_saw(scheme):
 def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
     with pytest.raises(ValueError, match=names):
         make_config(scheme, world_size=world_size, **options)
+
+
+# ----------------------------------------------------------------------------- exercises
+RIGHT = {"interlock-bytes": 98304, "global-depth": 5, "pipedream-versions": 8,
+         "decoupled-idle": 3 / 403, "which-lock": "forward"}
+
+
+def test_exercises_check_without_telling(capsys):
+    from parlab.local_learning import explore
+
+    assert 4 <= len(explore.EXERCISES) <= 6 and {e.name for e in explore.EXERCISES} == set(RIGHT)
+    for name, answer in RIGHT.items():
+        ex = explore.exercise(name)
+        assert ex.check(answer) and not ex.check(None) and not ex.check("backward")
+    out = capsys.readouterr().out
+    assert "98304" not in out and "98,304" not in out and "right" in out

@@ -1,0 +1,71 @@
+"""`python -m parlab bench local_learning`: throughput, idle fraction and final loss of each
+scheme against pp-1f1b at the same micro-batch count, measured in one sweep, at pp = 2 and 4, on
+loopback and an emulated 1 GbE link; and the weight versions PipeDream and 2BW stash per stage.
+
+Papers: Belilovsky et al. (ICML 2020), Gomez et al. (JMLR 2022), Narayanan et al. (SOSP 2019,
+ICML 2021). The model is wider than the default (C = 128, T = 64) so that a stage's compute
+outweighs a message; at pp = 4 four ranks share this machine's 2 cores, so idle time includes
+waiting for a core.
+
+    python -m parlab bench local_learning            # pp 2 and 4, loopback and 1GbE (~5 min)
+    python -m parlab bench local_learning --quick    # pp 2, loopback
+    python -m parlab bench local_learning --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from parlab.local_learning import cost
+from parlab.local_learning.explore import compare_schemes
+
+MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
+
+
+def schemes_for(pp: int) -> tuple:
+    out = [("pp-1f1b", {}), ("local", {}), ("interlocking", {"depth": 1})]
+    if pp > 2:
+        out.append(("interlocking", {"depth": 2}))
+    return tuple(out + [("pipedream", {}), ("pipedream-2bw", {})])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab bench local_learning")
+    parser.add_argument("--pp", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--links", nargs="+", default=["loopback", "1GbE"])
+    parser.add_argument("--microbatches", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pp, args.links, args.steps = [2], ["loopback"], 4
+    for name, value in (("--microbatches", args.microbatches), ("--steps", args.steps),
+                        ("--batch", args.batch)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be >= 1")
+    out = []
+    for pp in args.pp:
+        for link in args.links:
+            print(f"\npp={pp}, m={args.microbatches}, link={link}, batch {args.batch}, model {MODEL}")
+            rows = compare_schemes(pp, steps=args.steps, model_config=MODEL, batch_size=args.batch,
+                                   link=None if link == "loopback" else link,
+                                   microbatches=args.microbatches, schemes=schemes_for(pp))
+            for row in rows:
+                r = row.pop("result")
+                row.update(pp=pp, link=link, samples_per_s=args.batch / row["step_s"])
+                if row["scheme"].startswith("pipedream"):
+                    row["stashed_versions"] = [o.extras["peak_versions"] for o in r.outputs]
+                out.append(row)
+            print(f"  closed forms: flushed idle (p−1)/(m+p−1) = "
+                  f"{cost.one_f_one_b_idle(pp, args.microbatches):.1%}; never-flushed idle "
+                  f"(p−1)/(steps·m+p−1) = {cost.decoupled_idle(pp, args.microbatches, args.steps):.1%}")
+            for row in rows:
+                if "stashed_versions" in row:
+                    print(f"  {row['scheme']}: weight versions per stage {row['stashed_versions']}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
