@@ -110,19 +110,25 @@ class GroupedNet(nn.Module):
 def train(net: GroupedNet, x, y, steps: int = 300, batch: int = 64, lr: float = 3e-3,
           seed: int = 0, penalty=None) -> list[float]:
     """Adam on random batches of (x, y); returns the losses. The masks stay as they are.
-    `penalty(net)`: a term added to the loss (a sparsity regulariser, `parlab.serving.masks`)."""
+    `penalty(net)`: a term added to the loss (a sparsity regulariser, `parlab.serving.masks`).
+    Runs on one intra-op thread, as every rank does: on a shared machine more threads only
+    contend, and one thread gives the same sums every time."""
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        rows = torch.randint(0, len(y), (batch,), generator=g)
-        loss = net.loss(x[rows], y[rows])
-        if penalty is not None:
-            loss = loss + penalty(net)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+    losses, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            rows = torch.randint(0, len(y), (batch,), generator=g)
+            loss = net.loss(x[rows], y[rows])
+            if penalty is not None:
+                loss = loss + penalty(net)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+    finally:
+        torch.set_num_threads(threads)
     return losses
 
 

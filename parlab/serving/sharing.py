@@ -52,6 +52,7 @@ class JobsResult:
     spans: dict[str, float]  # each job: its first step's start to its last update, slowest rank
     timeline: list[dict] = field(default_factory=list)  # every job's events, args["job"] set
     clock_ledger: list[dict] = field(default_factory=list)  # the two barriers (0 bytes)
+    origin: float = 0.0  # perf_counter of the earliest start: timeline 0 (ledger times are raw)
 
     def throughput(self) -> float:
         """Job-steps completed per second, all jobs together."""
@@ -105,7 +106,7 @@ def run_jobs(specs: list[JobSpec], world_size: int = 2, schedule: str = "crossov
                                     step_times(marks))
     clock = [rec for out in returned for rec in out["clock"]]
     return JobsResult(schedule, world_size, steps, link_mod.resolve(link), wall, jobs, spans,
-                      sorted(timeline, key=lambda e: e["t0"]), clock)
+                      sorted(timeline, key=lambda e: e["t0"]), clock, origin)
 
 
 # ----------------------------------------------------------------------------- in each rank

@@ -1,0 +1,86 @@
+"""`python -m parlab bench serving`: the chapter's headline numbers, each ratio measured in one run.
+
+Two jobs (Luo et al., "CrossoverScheduler", 2021): aggregate throughput of sequential, concurrent
+and crossover on an emulated link at each world size, the ratio to sequential (goal: crossover ≥
+1.2× on 1GbE), the model's steady-state prediction from the measured compute, each job's
+slowdown. Each schedule runs `--repeats` times, interleaved, and the best run of each counts (the
+machine is shared: the best is the least disturbed).
+
+Edge split (Lin & Wang, 2021): bytes per image and test accuracy for each density of kept
+transfers, for the network trained plainly and with the group lasso (goal: ≥ 80% fewer bytes at
+≤ 2 points accuracy loss), and the request latency on each edge link against one device.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from parlab.serving import cost, edge, grouped, masks
+from parlab.serving import explore as ex
+from parlab.serving import explore_edge as ee
+from parlab.serving.schedules import SCHEDULES
+from parlab.serving.sharing import run_jobs
+
+
+def bench_jobs(world_size: int, link: str, steps: int, repeats: int) -> dict:
+    specs = ex.jobs(world_size)
+    best: dict = {}
+    for _ in range(repeats):
+        for schedule in SCHEDULES:
+            r = run_jobs(specs, world_size, schedule, steps, None if link == "loopback" else link)
+            if schedule not in best or r.wall_s < best[schedule].wall_s:
+                best[schedule] = r
+    print(f"\n== two jobs, N={world_size}, {link}, {steps} steps each, best of {repeats}")
+    model = ex.model_table(best, link)
+    return ex.throughput_table(best, model)
+
+
+def bench_edge(world_size: int, learn_steps: int, tune_steps: int, densities) -> None:
+    (x, y), (xt, yt) = ee.data()
+    print(f"\n== edge split over N={world_size}: bytes per image (all devices) and test accuracy")
+    for lasso in (0.0, ee.LASSO):
+        net = masks.learn(x, y, ee.CONFIG, steps=learn_steps, lasso=lasso)
+        dense_net = masks.finetune(net, x, y, grouped.full_masks(ee.CONFIG), steps=tune_steps, lr=3e-3)
+        dense_acc = grouped.accuracy(dense_net, xt, yt)
+        dense_bytes = sum(sum(p.values()) for p in cost.edge_bytes(ee.CONFIG, dense_net.masks,
+                                                                   world_size, 1))
+        print(f"trained {'with group lasso ' + str(lasso) if lasso else 'plainly'}: all features "
+              f"{dense_bytes:,} B, accuracy {dense_acc:.1%}")
+        for density in densities:
+            tuned = masks.finetune(net, x, y, masks.search(net, x[:256], density), steps=tune_steps,
+                                   lr=3e-3)
+            sent = sum(sum(p.values()) for p in cost.edge_bytes(ee.CONFIG, tuned.masks, world_size, 1))
+            acc = grouped.accuracy(tuned, xt, yt)
+            print(f"  density {density:<5} {sent:>7,} B  {1 - sent / dense_bytes:>5.0%} fewer  "
+                  f"accuracy {acc:.1%}  ({100 * (dense_acc - acc):+.1f} points lost)")
+    print(f"\n== latency per request of 128 images, N={world_size} vs one device")
+    net = ee.tuned(1.0)
+    alone = edge.run_edge(net, xt[:128], 1, repeats=5).latency
+    for density in (1.0, 0.05):
+        for name, link in edge.EDGE_LINKS.items():
+            if name == "Bluetooth" and density == 1.0:
+                continue  # ~2.6 s a request
+            t = edge.run_edge(ee.tuned(density), xt[:128], world_size, link=link, repeats=3).latency
+            print(f"  density {density:<4} {name:<9} {t * 1e3:8.1f} ms  ({t / alone:.2f}× one device,"
+                  f" {alone * 1e3:.1f} ms)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab bench serving", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--links", nargs="+", default=["loopback", "1GbE"])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--learn-steps", type=int, default=ee.LEARN_STEPS)
+    parser.add_argument("--tune-steps", type=int, default=ee.TUNE_STEPS)
+    parser.add_argument("--densities", type=float, nargs="+", default=[0.2, 0.1, 0.05, 0.0])
+    parser.add_argument("--skip-edge", action="store_true")
+    args = parser.parse_args(argv)
+    for n in args.world_sizes:
+        for link in args.links:
+            bench_jobs(n, link, args.steps, args.repeats)
+    if not args.skip_edge:
+        bench_edge(2, args.learn_steps, args.tune_steps, args.densities)
+    print("\nthe machine is shared and noisy: compare within a run")
+    return 0

@@ -1,0 +1,206 @@
+"""What notebooks/12_serving.ipynb runs, part 1: two training jobs on the same ranks (Luo et al.,
+"CrossoverScheduler: Overlapping Multiple Distributed Training Applications in a Crossover
+Manner", 2021) — the idle gaps on a timeline, each job equal to its single run, ledgers against
+the closed forms, throughput of the three schedules beside the model; the widget and exercises.
+Part 2, the edge split, is `explore_edge`.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import parlab
+from parlab.core import link as link_mod
+from parlab.exercises import Exercise, find, numeric
+from parlab.serving import cost, explore_edge
+from parlab.serving.jobs import JobSpec
+from parlab.serving.schedules import SCHEDULES
+from parlab.serving.sharing import run_jobs
+
+COLORS = {"A": ("#4C72B0", "#A8C0E0"), "B": ("#55A868", "#B5DCC0")}  # (compute, communication)
+GPT_TINY = {"n_embd": 16, "n_layer": 2, "n_head": 2}
+
+
+def jobs(world_size: int = 2, rows_a: int = 128, rows_b: int = 8192) -> list[JobSpec]:
+    """The chapter's two jobs, `rows_*` rows per rank (weak scaling): A a tiny GPT, B the MLP.
+    On the emulated 1GbE each computes about as long as its gradients travel: crossover's case."""
+    return [JobSpec("A", model="gpt", model_config=GPT_TINY, batch_size=rows_a * world_size),
+            JobSpec("B", model="mlp", batch_size=rows_b * world_size)]
+
+
+def _link(link):
+    return None if link in (None, "loopback") else link
+
+
+# ----------------------------------------------------------------------------- runs
+def run_schedules(world_size: int, steps: int, link: str = "1GbE", specs=None) -> dict:
+    """Every schedule once, same jobs, same link: {schedule: JobsResult}."""
+    specs = specs or jobs(world_size)
+    return {s: run_jobs(specs, world_size, s, steps, _link(link)) for s in SCHEDULES}
+
+
+def singles(specs: list[JobSpec], steps: int) -> dict:
+    return {s.name: parlab.run("single", steps=steps, **s.single_options()) for s in specs}
+
+
+# ----------------------------------------------------------------------------- 1. intuition
+def on_the_link(result, rank: int = 0) -> list[tuple[str, float, float]]:
+    """(job, start, end) of every message rank `rank` put on the emulated link, in seconds from
+    the run's start: the link's own queue replayed from the ledgers (`Comm` sends in issue order,
+    each k·α + bytes/β after the link is free; the jobs share one link)."""
+    link = result.link
+    records = sorted((r for name, job in result.jobs.items() for r in job.ledger
+                      if r["rank"] == rank), key=lambda r: r["t_start"])
+    busy, free = [], 0.0
+    for r in records:
+        start = max(r["t_start"] - result.origin, free)
+        cost_s = link.cost(r["bytes_sent"], r["rounds"]) if link is not None else 0.0
+        free = start + cost_s
+        busy.append((r["group"], start, free))
+    return busy
+
+
+def draw_schedules(results: dict, rank: int = 0, shown=("sequential", "crossover", "concurrent")):
+    """Rank `rank`'s two jobs under each schedule on one time axis: compute in the job's dark
+    colour, its gradients on the link (`on_the_link`) in its light colour."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    shown = [s for s in shown if s in results]
+    end = max(results[s].wall_s for s in shown) * 1e3
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 0.9 * len(shown) + 0.8), sharex=True)
+    axes = [axes] if len(shown) == 1 else axes
+    for ax, schedule in zip(axes, shown):
+        for e in results[schedule].timeline:
+            job = e["args"]["job"]
+            if e["rank"] == rank and e["kind"] == "compute":
+                ax.broken_barh([(e["t0"] * 1e3, max((e["t1"] - e["t0"]) * 1e3, 0.05))], (-0.4, 0.8),
+                               facecolors=COLORS.get(job, ("gray",))[0], edgecolor="none")
+        for job, t0, t1 in on_the_link(results[schedule], rank):
+            ax.broken_barh([(t0 * 1e3, max((t1 - t0) * 1e3, 0.05))], (0.6, 0.8),
+                           facecolors=COLORS.get(job, ("gray", "lightgray"))[1], edgecolor="none")
+        ax.set_yticks([0, 1], ["processor", "link"], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlim(0, end)
+        ax.set_title(f"{schedule}: {results[schedule].wall_s * 1e3:.0f} ms", fontsize=9, loc="left")
+    axes[-1].set_xlabel(f"time (ms), rank {rank}")
+    handles = [Patch(color=c[i], label=f"{j} {'communication' if i else 'compute'}")
+               for j, c in COLORS.items() for i in (0, 1)]
+    axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
+                   frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. math
+def compute_seconds(result, job: str) -> float:
+    """P: median seconds of one step's compute (forward, backward, optimizer) of `job`, rank 0,
+    after the first step."""
+    per_step: dict = {}
+    for e in result.timeline:
+        if e["rank"] == 0 and e["kind"] == "compute" and e["args"].get("job") == job:
+            step = e["args"].get("step")
+            per_step[step] = per_step.get(step, 0.0) + e["t1"] - e["t0"]
+    values = [v for k, v in sorted(per_step.items()) if k != 0] or list(per_step.values())
+    return statistics.median(values)
+
+
+def model_table(results: dict, link: str = "1GbE") -> dict:
+    """P from the sequential run, C from the closed form on the link; each schedule's round."""
+    seq = results["sequential"]
+    resolved = link_mod.resolve(_link(link))
+    compute = {name: compute_seconds(seq, name) for name in seq.jobs}
+    comm = {name: cost.sync_seconds(r.config, resolved) for name, r in seq.jobs.items()}
+    for name in seq.jobs:
+        print(f"job {name}: P = {compute[name] * 1e3:6.1f} ms compute (measured), "
+              f"C = {comm[name] * 1e3:6.1f} ms on {link} (closed form)")
+    for schedule in ("sequential", "crossover"):
+        print(f"{schedule:<11} round = {cost.round_seconds(schedule, compute, comm) * 1e3:6.1f} ms")
+    print(f"predicted crossover speedup: {cost.crossover_speedup(compute, comm):.2f}×")
+    return {"compute": compute, "comm": comm}
+
+
+# ----------------------------------------------------------------------------- 4. correctness
+def print_exact(results: dict, references: dict) -> None:
+    for schedule, result in results.items():
+        verdicts = "  ".join(f"job {name} match: {result.jobs[name].compare(ref).match}"
+                             for name, ref in references.items())
+        print(f"{schedule:<11} {verdicts}")
+
+
+# ----------------------------------------------------------------------------- 5. measurement
+def ledger_table(results: dict) -> None:
+    """Each job's bytes (rank 0, whole run) in its own ledger against the closed form."""
+    for schedule, result in results.items():
+        for name, job in result.jobs.items():
+            measured, formula = job.bytes_per_rank()[0], cost.job_bytes(job.config)[0]
+            groups = sorted({r["group"] for r in job.ledger})
+            print(f"{schedule:<11} job {name}: ledger {measured:>9,} B  closed form {formula:>9,} B  "
+                  f"equal: {measured == formula}  groups: {groups}")
+
+
+def throughput_table(results: dict, model: dict | None = None) -> dict:
+    """Job-steps per second of each schedule and the ratio to sequential (one run each), each
+    job's span and its slowdown against its own span when it had the cluster alone."""
+    base = results["sequential"]
+    ratios = {}
+    print(f"{'schedule':<11} {'wall ms':>8} {'steps/s':>8} {'vs seq':>7}   span A / alone   span B / alone")
+    for schedule, result in results.items():
+        ratios[schedule] = result.throughput() / base.throughput()
+        spans = "   ".join(f"{result.spans[n] * 1e3:6.0f} ms {result.spans[n] / base.spans[n]:4.2f}×"
+                           for n in result.jobs)
+        print(f"{schedule:<11} {result.wall_s * 1e3:>8.0f} {result.throughput():>8.2f} "
+              f"{ratios[schedule]:>6.2f}×   {spans}")
+    if model is not None:
+        print(f"model: crossover {cost.crossover_speedup(model['compute'], model['comm']):.2f}× "
+              "in steady state (the first step's warm-up and the last job's drain are not hidden)")
+    return ratios
+
+
+# ----------------------------------------------------------------------------- the widget
+def panel(schedule: str, link: str, world_size: int, density: str = "0.1", steps: int = 3) -> None:
+    """Widget callback: the two jobs under one schedule beside sequential, and the edge split at
+    one mask density."""
+    specs = jobs(world_size)
+    runs = {s: run_jobs(specs, world_size, s, steps, _link(link))
+            for s in dict.fromkeys(["sequential", schedule])}
+    for s, r in runs.items():
+        print(f"{s:<11} {r.wall_s * 1e3:6.0f} ms  {r.throughput():5.2f} job-steps/s  "
+              f"({r.throughput() / runs['sequential'].throughput():.2f}× sequential)")
+    if 4 % world_size == 0:
+        explore_edge.panel_edge(world_size, float(density))
+
+
+# ----------------------------------------------------------------------------- 7. exercises
+def _job_a_bytes(n: int) -> int:
+    cfg = jobs(n)[0].config(n, 1)
+    return cost.job_bytes(cfg)[0]
+
+
+EXERCISES = [
+    Exercise("job-bytes", "Bytes rank 0 of job A (the tiny GPT) sends per step on 4 ranks?",
+             numeric(_job_a_bytes(4), rtol=0.001),
+             "One flat bucket, ring all-reduce: 2(N−1)/N of its Ψ·4 bytes.",
+             "Ψ_A = 8,352 parameters in one bucket: 2·3/4·8,352·4 = 50,112 bytes."),
+    Exercise("balanced", "Each job computes 40 ms and communicates 40 ms per step. Crossover "
+             "throughput ÷ sequential, in steady state?", numeric(2.0, rtol=0.01),
+             "Sequential: 4 phases in a row. Crossover: the processor and the link each busy 80 ms.",
+             "(40+40+40+40) / max(80, 80, 80) = 2."),
+    Exercise("compute-bound", "P = 50 ms, C = 10 ms for both jobs: crossover ÷ sequential?",
+             numeric(1.2, rtol=0.01), "The processor is the bottleneck: Σ P per round.",
+             "120 / max(100, 20, 60) = 1.2."),
+    Exercise("edge-bytes", "All features exchanged on 4 devices: bytes device 1 sends per image "
+             "(G=4 groups of c=8 channels, blocks see 8×8 and 4×4 maps, 10 classes, fp32)?",
+             numeric(cost.dense_edge_bytes(explore_edge.CONFIG, 4, 1, rank=1), rtol=0.001),
+             "Each block: its c channels to each of the 3 others; then its partial logits.",
+             "3·8·(64+16)·4 + 10·4 = 7,720 bytes."),
+    Exercise("break-even", "A request computes 20 ms on one device; split over 2 it sends 40 KB "
+             "(40,000 B) in 3 rounds of α = 1 ms. Above what bandwidth (bytes/s) is the split "
+             "faster?", numeric(cost.break_even_bandwidth(0.02, 40_000, 3, 2, 1e-3), rtol=0.01),
+             "Solve P/N + kα + bytes/β = P for β.", "40,000 / (0.010 − 0.003) ≈ 5.7 MB/s."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)

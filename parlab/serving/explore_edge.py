@@ -1,0 +1,188 @@
+"""What notebooks/12_serving.ipynb runs, part 2: the grouped network split over edge devices (Lin &
+Wang, "Communication-Efficient Separable Neural Network for Distributed Inference on Edge
+Devices", 2021; groups as in ResNeXt, Xie et al., CVPR 2017) — the split drawn, exactness, bytes
+against the closed forms, accuracy against bytes, latency against bandwidth with the break-even.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from parlab.serving import cost, edge, grouped, images, masks
+
+CONFIG = grouped.GroupedConfig()
+DENSITIES = (1.0, 0.2, 0.1, 0.05, 0.0)  # fraction of cross-group transfers kept
+LEARN_STEPS, TUNE_STEPS, LASSO = 300, 100, 0.01
+
+
+@functools.cache
+def data():
+    return images.load("train"), images.load("test")
+
+
+@functools.cache
+def learned(steps: int = LEARN_STEPS, lasso: float = LASSO) -> grouped.GroupedNet:
+    """The network trained with the group lasso on its transfers (cached: the notebook reuses it)."""
+    (x, y), _ = data()
+    return masks.learn(x, y, CONFIG, steps=steps, lasso=lasso)
+
+
+@functools.cache
+def tuned(density: float, steps: int = LEARN_STEPS, tune: int = TUNE_STEPS,
+          lasso: float = LASSO) -> grouped.GroupedNet:
+    """`learned` with the searched mask at `density` (1.0: every feature) and `tune` more steps."""
+    (x, y), _ = data()
+    net = learned(steps, lasso)
+    found = grouped.full_masks(CONFIG) if density == 1.0 else masks.search(net, x[:256], density)
+    return masks.finetune(net, x, y, found, steps=tune, lr=3e-3)
+
+
+# ----------------------------------------------------------------------------- 1. intuition
+def draw_split(density: float = 0.1, world_size: int = 2):
+    """Each block's transfers: which channel (row) of which group reaches which group (column);
+    the red lines separate devices, so what crosses them is what the network sends."""
+    import matplotlib.pyplot as plt
+
+    net = tuned(density)
+    fig, axes = plt.subplots(1, CONFIG.n_blocks, figsize=(3.2 * CONFIG.n_blocks, 4))
+    per = CONFIG.groups // world_size
+    for b, (ax, mask) in enumerate(zip(axes, net.masks)):
+        picture = mask.permute(0, 2, 1).reshape(CONFIG.channels, CONFIG.groups).float()  # (s·c+j, d)
+        ax.imshow(picture, aspect="auto", cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
+        for k in range(1, world_size):
+            ax.axvline(k * per - 0.5, color="red")
+            ax.axhline(k * per * CONFIG.width - 0.5, color="red")
+        ax.set(xlabel="to group", ylabel="channel of group (s·c + j)" if b == 0 else "",
+               title=f"block {b}: {int(mask.sum())} of {mask.numel()} kept")
+        ax.set_xticks(range(CONFIG.groups))
+    fig.suptitle(f"density {density}: black = transferred; {world_size} devices", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2. math
+def dense_bytes_table(batch: int = 1) -> None:
+    """Bytes each device sends per request with every feature exchanged (closed form)."""
+    print(f"G={CONFIG.groups} groups × c={CONFIG.width} channels, blocks see "
+          f"{' and '.join(f'{s}×{s}' for s in cost.block_sides(CONFIG))} maps, {batch} image(s)")
+    for n in (1, 2, 4):
+        sent = [cost.dense_edge_bytes(CONFIG, n, batch, r) for r in range(n)]
+        print(f"N={n}: bytes sent per device {sent}  rounds {cost.edge_rounds(CONFIG, n)}")
+
+
+# ----------------------------------------------------------------------------- 4. correctness
+def check_split(world_size: int, densities=(1.0, 0.1), count: int = 64) -> None:
+    """Split inference against one process: the same logits (1e-5) and the same predictions."""
+    _, (xt, _) = data()
+    x = xt[:count]
+    for density in densities:
+        net = tuned(density)
+        result = edge.run_edge(net, x, world_size)
+        reference = net(x).detach()
+        close = torch.allclose(result.logits, reference, rtol=1e-4, atol=1e-5)
+        same = torch.equal(result.logits.argmax(1), reference.argmax(1))
+        print(f"density {density:<4} on {world_size} device(s): logits equal (1e-5): {close}  "
+              f"same predictions: {same}")
+
+
+# ----------------------------------------------------------------------------- 5. measurement
+def bytes_table(world_size: int, densities=DENSITIES, batch: int = 32) -> dict:
+    """Ledger bytes of one request of `batch` images per device against the closed form."""
+    _, (xt, _) = data()
+    out = {}
+    for density in densities:
+        net = tuned(density)
+        result = edge.run_edge(net, xt[:batch], world_size)
+        measured = result.bytes_per_rank(0)
+        formula = [sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch)]
+        out[density] = measured
+        print(f"density {density:<4}: ledger {measured}  closed form {formula}  "
+              f"equal: {measured == formula}")
+    return out
+
+
+def accuracy_vs_bytes(world_size: int, densities=DENSITIES):
+    """Test accuracy and bytes per image (all devices, closed form = ledger above) per density."""
+    import matplotlib.pyplot as plt
+
+    _, (xt, yt) = data()
+    rows = []
+    for density in densities:
+        net = tuned(density)
+        sent = sum(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, 1))
+        rows.append((density, sent, grouped.accuracy(net, xt, yt)))
+    dense_bytes, dense_acc = rows[0][1], rows[0][2]
+    print(f"{'density':>7} {'bytes/image':>11} {'fewer':>6} {'accuracy':>8} {'loss (points)':>13}")
+    for density, sent, acc in rows:
+        fewer = 1 - sent / dense_bytes if dense_bytes else 0.0
+        print(f"{density:>7} {sent:>11,} {fewer:>6.0%} {acc:>8.1%} {100 * (dense_acc - acc):>13.1f}")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r[1] for r in rows], [100 * r[2] for r in rows], "o-")
+    for density, sent, acc in rows:
+        ax.annotate(f"{density}", (sent, 100 * acc), fontsize=8, xytext=(3, 3),
+                    textcoords="offset points")
+    ax.set(xlabel=f"bytes per image, all {world_size} devices", ylabel="test accuracy (%)",
+           title="accuracy vs bytes (label: density of transfers kept)")
+    fig.tight_layout()
+    return rows, fig
+
+
+def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repeats: int = 3,
+                  links=("loopback", "Wi-Fi")):
+    """Request latency: one device vs `world_size`, measured on `links`, beside compute/N + k·α +
+    bytes/β over bandwidths, and the break-even bandwidth β* of each density."""
+    import matplotlib.pyplot as plt
+
+    _, (xt, _) = data()
+    x = xt[:batch]
+    alone = edge.run_edge(tuned(1.0), x, 1, repeats=repeats).latency
+    rounds = cost.edge_rounds(CONFIG, world_size)
+    alpha = edge.EDGE_LINKS["Wi-Fi"].latency_s
+    betas = [10 ** (4 + k / 8) for k in range(0, 41)]  # 10 KB/s .. 1 GB/s
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.axhline(alone * 1e3, color="k", ls=":", label=f"one device ({alone * 1e3:.1f} ms)")
+    print(f"one device: {alone * 1e3:.1f} ms per request of {batch} images")
+    for density in densities:
+        net = tuned(density)
+        nbytes = max(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch))
+        model = [cost.edge_latency(alone, nbytes, rounds, world_size, _link_of(alpha, b)) * 1e3
+                 for b in betas]
+        line = ax.plot(betas, model, "--", label=f"density {density}: model (α = {alpha * 1e3:g} ms)")[0]
+        star = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, alpha)
+        where = f"{star / 1e6:.2f} MB/s" if math.isfinite(star) else "never"
+        print(f"density {density}: busiest device sends {nbytes:,} B; break-even β* = {where}")
+        for name in links:
+            link = edge.EDGE_LINKS[name]
+            measured = edge.run_edge(net, x, world_size, link=link, repeats=repeats).latency
+            beta = 3e9 if link is None else link.bandwidth_Bps
+            predicted = cost.edge_latency(alone, nbytes, rounds, world_size, link)
+            ax.plot(beta, measured * 1e3, "o", color=line.get_color())
+            print(f"   {name:<9} measured {measured * 1e3:7.1f} ms  model {predicted * 1e3:7.1f} ms  "
+                  f"({'faster' if measured < alone else 'slower'} than one device)")
+        if math.isfinite(star):
+            ax.axvline(star, color=line.get_color(), lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 3 GB/s)",
+           ylabel="latency per request (ms)", ylim=(alone * 1e3 / 4, None))
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def _link_of(alpha: float, beta: float):
+    from parlab.core.link import Link
+
+    return Link(alpha, beta)
+
+
+def panel_edge(world_size: int, density: float) -> None:
+    """Widget part: the edge split at one density: bytes (ledger = closed form) and accuracy."""
+    _, (xt, yt) = data()
+    net = tuned(density)
+    result = edge.run_edge(net, xt[:32], world_size)
+    formula = [sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, 32)]
+    print(f"edge, density {density}: bytes per 32 images {result.bytes_per_rank(0)} "
+          f"(closed form equal: {result.bytes_per_rank(0) == formula}); test accuracy "
+          f"{grouped.accuracy(net, xt, yt):.1%}")
