@@ -2,6 +2,8 @@
 bound, every gradient is applied exactly once, seeded runs replay exactly, ledger bytes equal the
 closed forms; asynchronous Jacobi converges under the contraction condition."""
 
+import re
+
 import pytest
 import torch
 
@@ -207,3 +209,23 @@ def test_contraction_condition():
 def test_jacobi_bad_input_names_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message):
         jacobi.JacobiConfig(**kwargs)
+
+
+# ----------------------------------------------------------------------------- exercises
+RIGHT = {"server-bytes": 28_000_112, "asp-staleness": 3, "ssp-ahead": 3, "macroiterations": 284,
+         "chaotic": "no"}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_exercise_checks_accept_the_answer_without_printing_it(name, capsys):
+    from parlab.asynchrony import explore
+
+    ex = explore.exercise(name)
+    assert ex.check(RIGHT[name])
+    assert not ex.check(0) and not ex.check("maybe")
+    assert not re.search(rf"\b{RIGHT[name]}\b", capsys.readouterr().out.replace(name, ""))
+
+
+def test_asp_steady_state_staleness_is_workers_minus_one():
+    book = simulate(Book(4, 40, "asp"), VirtualClock(DelaySchedule(4)))
+    assert book.staleness_histogram()[3] >= 36
