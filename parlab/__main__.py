@@ -109,10 +109,13 @@ def benchmarks() -> list[str]:
 def _bench(args) -> int:
     import importlib
 
+    if args.name == "all":  # every chapter's headline comparison in one table (issue 21)
+        return importlib.import_module("parlab.engine.bench_all").main(args.rest) or 0
     name = BENCH_ALIASES.get(args.name, args.name)
     if name not in benchmarks():
         raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "
-                         f"(aliases: {', '.join(f'{a}={n}' for a, n in BENCH_ALIASES.items())})")
+                         f"(aliases: {', '.join(f'{a}={n}' for a, n in BENCH_ALIASES.items())}; "
+                         "all: every chapter's headline)")
     return importlib.import_module(f"parlab.{name}.bench").main(args.rest) or 0
 
 

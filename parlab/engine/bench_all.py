@@ -1,0 +1,205 @@
+"""`python -m parlab bench all`: every chapter's headline comparison, quickly, in one table and a JSON.
+
+Each row is a ratio measured in this run, never a constant: the two sides of a comparison run
+interleaved (A, B, A, B, ...) `--repeats` times so the shared machine's load falls on both alike,
+and the row gives the median of the per-repeat ratios with their range. Rows:
+
+* collectives: the hand-written pipelined ring (parlab.core.collectives; Patarasuk & Yuan, JPDC
+  2009) vs gloo's own, bus bandwidth (nccl-tests' definition) at 16 MB and 64 MB, world size 2
+  and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster);
+* step-time ratios of scheme pairs (> 1: the first is faster): ZeRO-3 with FSDP's prefetch vs
+  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp, WFBP vs
+  all-reduce after backward and DeAR vs WFBP on an emulated link, our GPipe vs
+  torch.distributed.pipelining's;
+* the overlap fraction of ring attention (Liu et al., ICLR 2024), forward and backward, measured
+  from the timeline on an emulated link: 1 − (time waited on K/V messages) / (their link time).
+
+This module sits in the engine layer: it reaches the chapters only by scheme name (`run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from parlab.core import cost
+from parlab.core.comm import Comm
+from parlab.core.launch import launch
+from parlab.core.link import Link
+
+MB = 1 << 20
+
+
+# ----------------------------------------------------------------------------- collectives
+def collectives_worker(rank: int, world_size: int, sizes: list[int], repeats: int) -> dict:
+    """Per (op, bytes): per-repeat seconds of gloo and ring, interleaved, after a warm-up."""
+    comm = Comm()
+    out = {}
+    for nbytes in sizes:
+        full = torch.ones(nbytes // 4)  # (S,) float32
+        shard = torch.ones(nbytes // 4 // world_size)  # (S/N,)
+        ops = {"all_reduce": lambda algo, t=full: comm.all_reduce(t, algo=algo),
+               "reduce_scatter": lambda algo, t=full: comm.reduce_scatter(t, algo=algo),
+               "all_gather": lambda algo, t=shard: comm.all_gather(t, algo=algo)}
+        for op, fn in ops.items():
+            samples = {"gloo": [], "ring": []}
+            for algo in samples:
+                fn(algo)  # warm-up: connections, buffers
+            for _ in range(repeats):
+                for algo in samples:
+                    comm.barrier()
+                    t0 = time.perf_counter()
+                    fn(algo)
+                    samples[algo].append(time.perf_counter() - t0)
+            out[(op, nbytes)] = samples
+            full.fill_(1.0)
+        comm.drop_records()
+    return out
+
+
+def collective_rows(world_sizes, sizes, repeats) -> list[dict]:
+    rows = []
+    for n in world_sizes:
+        per_rank = launch(collectives_worker, n, sizes, repeats, timeout=900)
+        for (op, nbytes) in per_rank[0]:
+            slow = {a: [max(r[(op, nbytes)][a][i] for r in per_rank) for i in range(repeats)]
+                    for a in ("gloo", "ring")}  # the slowest rank of each repeat
+            ratios = [g / m for g, m in zip(slow["gloo"], slow["ring"])]
+            busbw = cost.bus_bandwidth(nbytes, min(slow["ring"]), n, op) / 1e9
+            rows.append({"chapter": "core", "name": f"ring/gloo busbw {op} {nbytes // MB} MB N={n}",
+                         "ratio": statistics.median(ratios), "low": min(ratios),
+                         "high": max(ratios), "detail": f"ring {busbw:.2f} GB/s (fastest), gloo "
+                         f"{cost.bus_bandwidth(nbytes, min(slow['gloo']), n, op) / 1e9:.2f}"})
+    return rows
+
+
+# ----------------------------------------------------------------------------- scheme pairs
+def _step(result) -> float:
+    return result.step_time(warmup=1)
+
+
+def pair_rows(pairs, repeats: int, steps: int) -> list[dict]:
+    """pairs: (chapter, name, kwargs of A, kwargs of B); ratio = step(B) / step(A)."""
+    from parlab.engine.runner import run
+
+    rows = []
+    for chapter, name, a, b in pairs:
+        ratios = []
+        for _ in range(repeats):
+            t_a = _step(run(steps=steps, **a))
+            t_b = _step(run(steps=steps, **b))
+            ratios.append(t_b / t_a)
+        rows.append({"chapter": chapter, "name": name, "ratio": statistics.median(ratios),
+                     "low": min(ratios), "high": max(ratios), "detail": "step time B / A"})
+    return rows
+
+
+def overlap_fraction(result, link: Link, phase_prefix: str, warmup: int = 1) -> float:
+    """1 − waited / link time over the point-to-point messages of `phase_prefix` phases, from
+    every rank's timeline after `warmup` steps (the first opens connections): each message's wait
+    is recorded just before its comm event (parlab.core.comm.Handle.wait); an exchange's send and
+    receive share one link time."""
+    waited = planned = 0.0
+    for rank_events in _by_rank(result.timeline).values():
+        start = min((e["t0"] for e in rank_events if e["kind"] == "compute"
+                     and (e.get("args") or {}).get("step") == warmup), default=0.0)
+        for before, event in zip(rank_events, rank_events[1:]):
+            phase = (event.get("args") or {}).get("phase") or ""
+            if event["kind"] != "comm" or not phase.startswith(phase_prefix) or event["t0"] < start:
+                continue
+            if before["kind"] == "wait":
+                waited += before["t1"] - before["t0"]
+            if event["name"] == "send":
+                planned += link.cost(event["args"]["bytes"], 1)
+    return max(0.0, 1.0 - waited / planned) if planned else float("nan")
+
+
+def _by_rank(events):
+    ranks: dict = {}
+    for e in events:
+        ranks.setdefault(e["rank"], []).append(e)
+    return ranks
+
+
+def ring_attention_rows(repeats: int, steps: int, link: Link, model_config: dict) -> list[dict]:
+    from parlab.engine.runner import run
+
+    rows = []
+    for recompute in (False, True):
+        for phase in ("cp-forward", "cp-backward"):
+            fractions = []
+            for _ in range(repeats):
+                result = run("cp-ring", world_size=2, steps=steps, link=link, cp=2,
+                             recompute=recompute, model_config=model_config)
+                fractions.append(overlap_fraction(result, link, phase))
+            rows.append({"chapter": "context_parallel",
+                         "name": f"ring attention{' (recompute)' if recompute else ''} overlap "
+                         f"{phase}", "ratio": statistics.median(fractions), "low": min(fractions),
+                         "high": max(fractions), "detail": f"fraction of K/V link time hidden, {link}"})
+    return rows
+
+
+# ----------------------------------------------------------------------------- main
+def headline_pairs(link: str) -> list:
+    gpt = {"model": "gpt"}
+    return [
+        ("zero", "zero3 prefetch vs none, loopback N=2", dict(scheme="zero3", world_size=2, **gpt),
+         dict(scheme="zero3", world_size=2, prefetch=False, **gpt)),
+        ("zero", f"zero3 prefetch vs none, {link} N=2",
+         dict(scheme="zero3", world_size=2, link=link, **gpt),
+         dict(scheme="zero3", world_size=2, prefetch=False, link=link, **gpt)),
+        ("zero", "zero3 (prefetch) vs torch-fsdp, loopback N=2",
+         dict(scheme="zero3", world_size=2, **gpt), dict(scheme="torch-fsdp", world_size=2, **gpt)),
+        ("data_parallel", f"WFBP (ddp-overlap) vs ddp-naive, {link} N=4",
+         dict(scheme="ddp-overlap", world_size=4, link=link, **gpt),
+         dict(scheme="ddp-naive", world_size=4, link=link, **gpt)),
+        ("data_parallel", f"DeAR vs WFBP, {link} N=4",
+         dict(scheme="dear", world_size=4, link=link, **gpt),
+         dict(scheme="ddp-overlap", world_size=4, link=link, **gpt)),
+        ("pipeline", "pp-gpipe vs torch-pp gpipe, N=2, m=4",
+         dict(scheme="pp-gpipe", world_size=2, microbatches=4, **gpt),
+         dict(scheme="torch-pp", world_size=2, microbatches=4, schedule="gpipe", **gpt)),
+    ]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab bench all")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per row")
+    parser.add_argument("--collective-repeats", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--link", default="1GbE", help="emulated link of the scheme pairs")
+    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 64])
+    parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--only", nargs="+", choices=("collectives", "pairs", "ring-attention"),
+                        default=("collectives", "pairs", "ring-attention"))
+    parser.add_argument("--json", default="bench_all.json", help="write every row here")
+    args = parser.parse_args(argv)
+
+    t0 = time.perf_counter()
+    rows = []
+    if "collectives" in args.only:
+        rows += collective_rows(args.world_sizes, [s * MB for s in args.sizes_mb],
+                                args.collective_repeats)
+    if "pairs" in args.only:
+        rows += pair_rows(headline_pairs(args.link), args.repeats, args.steps)
+    if "ring-attention" in args.only:
+        # a block of 2·B·(T/cp)·C·4 = 393 KB; at 2 GB/s its transfer (~0.2 ms) is shorter than
+        # the block's attention compute on this machine, the regime where overlap can hide it all
+        link = Link(20e-6, 2e9, "2 GB/s, 20 µs")
+        rows += ring_attention_rows(args.repeats, args.steps, link,
+                                    {"block_size": 128, "n_embd": 64, "n_head": 4, "n_layer": 2})
+    width = max(len(r["name"]) for r in rows)
+    print(f"{'chapter':16s} {'comparison':{width}s} {'ratio':>6s}  {'range':>13s}  detail")
+    for r in rows:
+        print(f"{r['chapter']:16s} {r['name']:{width}s} {r['ratio']:6.2f}  "
+              f"[{r['low']:.2f}..{r['high']:.2f}]  {r['detail']}")
+    print(f"({time.perf_counter() - t0:.0f} s; ratios > 1: the first named is faster, or the "
+          "fraction of link time hidden)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
