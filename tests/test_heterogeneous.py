@@ -36,25 +36,29 @@ def test_bad_speeds_raise_before_launch(bad, named):
     assert named in str(info.value)
 
 
-def test_a_slow_span_lasts_one_over_speed():
+def _busy(seconds):
     import time
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        pass
+
+
+def test_a_slow_span_lasts_its_cpu_time_over_speed():
     timeline = Timeline(0)
     with speeds_mod.span(timeline, "forward", "compute", 0.25):
-        time.sleep(0.02)
-    assert timeline.events[0].duration >= 0.08  # 0.02 s of work at speed 1/4
+        _busy(0.02)
+    assert timeline.events[0].duration >= 0.08  # 0.02 CPU seconds of work at speed 1/4
     with speeds_mod.span(timeline, "allreduce", "comm", 0.25):
-        pass
-    assert timeline.events[1].duration < 0.01  # only compute is stretched
+        _busy(0.01)
+    assert timeline.events[1].duration < 0.03  # only compute is stretched
 
 
-def test_waits_inside_a_span_are_not_stretched():
+def test_waiting_inside_a_span_is_not_stretched():
     import time
     timeline = Timeline(0)
     with speeds_mod.span(timeline, "forward", "compute", 0.5):
-        t0 = time.perf_counter()
-        time.sleep(0.03)
-        timeline.add("wait", "wait all_reduce", t0, time.perf_counter())
-    assert timeline.events[-1].duration < 0.045  # 0.03 s waiting, not doubled
+        time.sleep(0.03)  # blocked (on a message, say): no CPU time, not the device's compute
+    assert timeline.events[-1].duration < 0.045
 
 
 def test_speeds_change_time_not_results(runs):
@@ -159,16 +163,16 @@ def test_no_backups_is_synchronous_sgd(runs):
 
 
 def test_backup_step_is_sgd_on_the_used_rows(runs):
-    """b=1 of 2 with rank 1 20× slower: every step uses rank 0's rows [0, B/2) only, which is
+    """b=1 of 2 with rank 1 100× slower: every step uses rank 0's rows [0, B/2) only, which is
     exactly `single` on a batch of B/2 (the same draw's first rows): an unbiased gradient of a
     smaller batch, not the full batch's."""
-    r = runs("backup-workers", 2, backups=1, speeds=[1, 0.05])
+    r = runs("backup-workers", 2, backups=1, speeds=[1, 0.01])
     assert r.outputs[0].extras["used"] == [[0]] * STEPS
     assert r.compare(runs("single", batch_size=6)).match
     assert not r.compare(runs("single")).match
 
 
 def test_backup_bytes_equal_closed_form(runs):
-    r = runs("backup-workers", 2, backups=1, speeds=[1, 0.05])
+    r = runs("backup-workers", 2, backups=1, speeds=[1, 0.01])
     assert r.bytes_per_rank(phase="arrivals") == [cost.arrival_bytes(2, k) * STEPS for k in range(2)]
     assert r.bytes_per_rank() == cost.backup_prediction(r.config).bytes_sent

@@ -4,14 +4,16 @@ A heterogeneous cluster mixes devices of different compute rates (Zhang et al., 
 Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys 2024). One CPU
 has one rate, so a slow device is emulated: `parlab.run(..., speeds=[1, 1, 0.5, 0.25])` gives rank r
 the speed s_r, and each of its compute spans (`RankContext.span(kind="compute")`: forward,
-backward, optimizer, pipeline F/B/W, ...) first does the real work, taking e seconds, then waits
-e·(1/s_r − 1) more, so the span lasts e/s_r: a device s_r times as fast. The wait is real wall time
-inside the span, so the slow rank's bars are longer on the timeline, its step clock is slower, and
-every rank that synchronises with it waits for it, as on a real cluster. Results do not change:
-only the time does.
+backward, optimizer, pipeline F/B/W, ...) first does the real work, which costs c CPU seconds on
+the rank's thread, then waits until the span has lasted c/s_r: the time a device s_r times as fast
+as this CPU needs for it. The wait is real wall time inside the span, so the slow rank's bars are
+longer on the timeline, its step clock is slower, and every rank that synchronises with it waits
+for it, as on a real cluster. Results do not change: only the time does.
 
-Time the rank spent blocked on communication inside a span (its "wait" events, e.g. a
-tensor-parallel all-reduce inside forward) is not compute, so it is not stretched.
+CPU time rather than wall time, because several ranks share this machine's cores: wall time
+would count the moments the rank was descheduled in favour of another rank (and multiply them by
+1/s_r), and the moments it was blocked on communication inside the span (a tensor-parallel
+all-reduce inside forward); neither is the device's compute.
 """
 
 from __future__ import annotations
@@ -52,20 +54,13 @@ def sleep_until(t: float) -> None:
         time.sleep(delay)
 
 
-def compute_seconds(timeline, t0: float, first_event: int) -> float:
-    """Seconds since `t0` that were compute: elapsed minus the rank's waits on communication
-    recorded since event `first_event` of `timeline`."""
-    waits = sum(e.t1 - e.t0 for e in timeline.events[first_event:] if e.kind == "wait")
-    return max(0.0, time.perf_counter() - t0 - waits)
-
-
 @contextmanager
-def stretched(timeline, speed: float):
-    """Run the body, then wait until its compute has lasted 1/speed times as long."""
-    t0, first = time.perf_counter(), len(timeline.events)
+def stretched(speed: float):
+    """Run the body, then wait until it has lasted (its CPU seconds) / speed."""
+    t0, cpu0 = time.perf_counter(), time.thread_time()
     yield
     if speed != 1.0:
-        time.sleep(compute_seconds(timeline, t0, first) * (1.0 / speed - 1.0))
+        sleep_until(t0 + (time.thread_time() - cpu0) / speed)
 
 
 @contextmanager
@@ -73,7 +68,7 @@ def span(timeline, name: str, kind: str, speed: float, **args):
     """`timeline.span(name, kind, **args)`; a compute span of a rank at `speed` lasts 1/speed as long."""
     with timeline.span(name, kind, **args):
         if kind == "compute" and speed != 1.0:
-            with stretched(timeline, speed):
+            with stretched(speed):
                 yield
         else:
             yield

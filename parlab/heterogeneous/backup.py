@@ -14,7 +14,7 @@ each worker owned a fixed, non-i.i.d. part of the data). It is not `single`'s up
 scheme is not exact; b = 0 is plain synchronous data parallelism and equals `single`.
 
 How arrival is emulated. Slowness here is `speeds=` (parlab.core.speeds). Each rank runs its real
-forward and backward (e seconds) and would finish them at a_r = start + e/s_r on its device; the
+forward and backward (c CPU seconds) and would finish them at a_r = start + c/s_r on its device; the
 ranks all-gather these N arrival times (one fp64 each, in the ledger), every rank picks the same
 N−b earliest (ties: lower rank), the used ones wait until their own a_r, the dropped ones until the
 (N−b)-th arrival, when their work is abandoned. Then one all-reduce (op=sum) of the weighted
@@ -42,13 +42,14 @@ class BackupWorkers(WeightedShards):
 
     def forward_backward(self, step: int, batch) -> float:
         ctx, timeline = self.ctx, self.ctx.timeline
-        t_start = time.perf_counter()
+        t_start, cpu_start = time.perf_counter(), time.thread_time()
         with timeline.span("forward", step=step), self.meter:  # real time: the device's comes below
             loss = self.loss(batch)  # mean over this rank's B/N rows
         with timeline.span("backward", step=step), self.meter:
             loss.backward()  # ∇L_r, weighted once the used ranks are known
         t_real = time.perf_counter()
-        arrival = t_start + (t_real - t_start) / speeds_mod.speed_of(ctx.cfg, ctx.rank)
+        cpu = time.thread_time() - cpu_start  # the work's CPU seconds (parlab.core.speeds)
+        arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
         with ctx.ledger.label(phase="arrivals"):
             times = ctx.comm.all_gather(torch.tensor([arrival], dtype=torch.float64))  # (N,) fp64
         n = ctx.world_size

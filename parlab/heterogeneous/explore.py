@@ -1,0 +1,241 @@
+"""What notebook 11 runs: the straggler on a timeline, shares by speed, HAP's LP written out and
+solved, exactness of weighted shards, bytes vs the closed form, step time vs the model, two nodes,
+backup workers, the widget's callback and the exercises (Zhang et al., "HAP", EuroSys 2024; Chen
+et al., "Revisiting Distributed Synchronous SGD", 2016).
+"""
+
+from __future__ import annotations
+
+import parlab
+from parlab.core import topology
+from parlab.engine.runner import make_config
+from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.heterogeneous import cost, shares
+from parlab.heterogeneous.schemes import FIXED_ROWS
+
+# Every emulated device runs at SCALE of one core here: N ranks share this machine's 2 cores with
+# other work, so a rank at speed 1 would be slowed by its neighbours' compute, not by its own speed;
+# at 1/8 the emulated waits dominate and the cluster's ratios (1:1:1:0.25) are what the clock shows.
+SCALE = 0.125
+
+
+def slow_speeds(world_size: int, pattern: str = "one slow", scale: float = SCALE) -> list[float]:
+    """Speeds of `world_size` ranks, times `scale`: "equal", "one slow" (the last at 1/4 of the
+    others) or "halves" (1, 1/2, 1/4, ...)."""
+    if pattern == "equal":
+        ratios = [1.0] * world_size
+    elif pattern == "halves":
+        ratios = [0.5 ** r for r in range(world_size)]
+    else:
+        ratios = [1.0] * (world_size - 1) + [0.25]
+    return [r * scale for r in ratios]
+
+
+# ----------------------------------------------------------------------------- 1. the straggler
+def idle_per_rank(result, warmup: int = 1) -> list[float]:
+    """Seconds per step each rank spent blocked in communication (its ledger ops, issue to
+    completion; every op here is synchronous), over the steps after `warmup`: a fast rank waiting
+    for a slow one in the all-reduce shows here."""
+    n, steps = result.config.world_size, result.config.steps
+    first = min(warmup, steps - 1)
+    idle = [0.0] * n
+    for record in result.ledger:
+        if record["step"] is not None and record["step"] >= first:
+            idle[record["rank"]] += record["t_end"] - record["t_start"]
+    return [t / (steps - first) for t in idle]
+
+
+def draw_straggler(world_size: int, steps: int = 3, pattern: str = "one slow"):
+    """`hetero-dp` with even shares and one slow rank: its timeline, and the others' idle time."""
+    import matplotlib.pyplot as plt
+
+    from parlab.viz import timeline
+    speeds = slow_speeds(world_size, pattern)
+    result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, shard="even")
+    fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * world_size))
+    timeline(result.timeline, ax=ax, title=f"even shares, speeds {speeds}")
+    plt.show()
+    idle = idle_per_rank(result)
+    print("blocked in the all-reduce per step: " + ", ".join(
+        f"rank {r} {1e3 * t:.1f} ms" for r, t in enumerate(idle)))
+    return result
+
+
+# ----------------------------------------------------------------------------- 2. shares and the LP
+def shares_table(batch: int, speeds, fixed_rows: float = FIXED_ROWS) -> None:
+    """Rows per rank under each sharding, and the model's step time in rows' compute at speed 1."""
+    _, t_star = shares.solve_lp(batch, speeds, fixed_rows)
+    times = {}
+    print(f"B={batch}, speeds {list(speeds)}, f={fixed_rows} rows")
+    for sharding in shares.SHARDINGS:
+        rows = shares.shares(sharding, batch, speeds, fixed_rows)
+        times[sharding] = max(shares.rank_time(b, s, fixed_rows) for b, s in zip(rows, speeds))
+        print(f"  {sharding:<13} rows {rows}  step {times[sharding]:.2f} row-times  "
+              f"even/this {times['even'] / times[sharding]:.2f}×")
+    print(f"  LP bound T* = {t_star:.2f} row-times (no whole-row sharding is faster)")
+
+
+def lp_written_out(batch: int, speeds, fixed_rows: float = FIXED_ROWS) -> None:
+    """The LP of `parlab.heterogeneous.shares` with this cluster's numbers, and its solution."""
+    print(f"minimise T over b_0..b_{len(speeds) - 1} ≥ 0 subject to")
+    for r, s in enumerate(speeds):
+        print(f"  ({fixed_rows:g} + b_{r}) / {s:g} ≤ T")
+    print(f"  b_0 + ... + b_{len(speeds) - 1} = {batch}")
+    continuous, t_star = shares.solve_lp(batch, speeds, fixed_rows)
+    print("solution: b = [" + ", ".join(f"{b:.2f}" for b in continuous) + f"], T* = {t_star:.2f}")
+    print(f"whole rows: {shares.lp(batch, speeds, fixed_rows)}")
+
+
+# ----------------------------------------------------------------------------- 3. exact, and bytes
+def check_exact(world_size: int, steps: int = 2, pattern: str = "one slow") -> dict:
+    """Every sharding against `single`: the rows each rank took and the comparison."""
+    speeds = slow_speeds(world_size, pattern, scale=1.0)  # speeds change the time, never the result
+    ref = parlab.run("single", steps=steps)
+    results = {}
+    for sharding in shares.SHARDINGS:
+        result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds,
+                            shard=sharding)
+        results[sharding] = result
+        print(f"{sharding:<13} rows {result.outputs[0].extras['rows']}  "
+              f"match: {result.compare(ref).match}")  # the differences vary with summation order
+    return results
+
+
+def bytes_table(results: dict) -> None:
+    """Bytes each rank sent (ledger) beside the closed form, for each sharding's run."""
+    for sharding, result in results.items():
+        predicted = cost.hetero_dp_prediction(result.config).bytes_sent
+        measured = result.bytes_per_rank()
+        print(f"{sharding:<13} ledger {measured}  closed form {predicted}  equal: {measured == predicted}")
+
+
+# ----------------------------------------------------------------------------- 4. time vs the model
+def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_size: int = 12,
+                      fixed_rows: float = FIXED_ROWS) -> list[dict]:
+    """Step time of `hetero-dp` under each sharding, measured in one run each, beside the model."""
+    out = []
+    for sharding in shares.SHARDINGS:
+        result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds,
+                            shard=sharding, link=link, batch_size=batch_size, fixed_rows=fixed_rows)
+        cfg = result.config
+        rows = result.outputs[0].extras["rows"]
+        out.append({"shard": sharding, "rows": rows, "step_ms": 1e3 * result.step_time(warmup=1),
+                    "model_ms": 1e3 * cost.step_time(rows, cost.speeds_of(cfg), fixed_rows,
+                                                     cost.row_seconds(cfg), cost.comm_seconds(cfg)),
+                    "ideal_ms": 1e3 * cost.ideal_step_time(cfg),
+                    "idle_ms": [round(1e3 * t, 1) for t in idle_per_rank(result)]})
+    for row in out:
+        row["speedup"] = out[0]["step_ms"] / row["step_ms"]
+        row["model_speedup"] = out[0]["model_ms"] / row["model_ms"]
+    return out
+
+
+def print_measurement(rows: list[dict], title: str = "") -> None:
+    if title:
+        print(title)
+    print(f"{'shard':<13} {'rows':<16} {'step ms':>8} {'model ms':>9} {'ideal ms':>9} "
+          f"{'vs even':>8} {'model':>7}  idle per rank (ms/step)")
+    for r in rows:
+        print(f"{r['shard']:<13} {str(r['rows']):<16} {r['step_ms']:>8.1f} {r['model_ms']:>9.1f} "
+              f"{r['ideal_ms']:>9.1f} {r['speedup']:>7.2f}× {r['model_speedup']:>6.2f}×  {r['idle_ms']}")
+
+
+def measure_topology(world_size: int = 4, steps: int = 4, intra: str = "NVLink", inter: str = "1GbE",
+                     pattern: str = "one slow") -> list[dict]:
+    """`hetero-dp` with LP shares on one node and on two nodes (fast inside, slow between)."""
+    speeds = slow_speeds(world_size, pattern)
+    rows = []
+    for name, link in (("one node", intra), ("two nodes", topology.two_nodes(world_size, intra, inter))):
+        cfg = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link)
+        result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link)
+        rows.append({"cluster": name, "link": str(cost.all_reduce_link(cfg)),
+                     "comm_ms": 1e3 * cost.comm_seconds(cfg), "step_ms": 1e3 * result.step_time(1),
+                     "rows": result.outputs[0].extras["rows"]})
+        print(f"{name:<10} all-reduce on {rows[-1]['link']}: model {rows[-1]['comm_ms']:.1f} ms of "
+              f"communication; step {rows[-1]['step_ms']:.1f} ms; rows {rows[-1]['rows']}")
+    return rows
+
+
+# ----------------------------------------------------------------------------- 5. backup workers
+def backup_sweep(world_size: int, steps: int = 6, pattern: str = "one slow",
+                 backups: tuple = (0, 1), speeds=None) -> list[dict]:
+    """Step time and loss of `backup-workers` for each b, beside `single`'s loss."""
+    speeds = speeds or slow_speeds(world_size, pattern)
+    ref = parlab.run("single", steps=steps)
+    rows = []
+    for b in backups:
+        if b >= world_size:
+            continue
+        result = parlab.run("backup-workers", world_size=world_size, steps=steps, speeds=speeds,
+                            backups=b)
+        used = result.outputs[0].extras["used"]  # per step: the ranks whose gradients counted
+        dropped = sorted({r for step in used for r in range(world_size) if r not in step})
+        rows.append({"backups": b, "step_ms": 1e3 * result.step_time(1), "final_loss": result.losses[-1],
+                     "single_loss": ref.losses[-1], "dropped": dropped})
+    for r in rows:
+        print(f"b={r['backups']}: step {r['step_ms']:.1f} ms ({rows[0]['step_ms'] / r['step_ms']:.2f}× b=0), "
+              f"final loss {r['final_loss']:.4f} vs single {r['single_loss']:.4f}, "
+              f"ranks ever dropped {r['dropped']}")
+    return rows
+
+
+# ----------------------------------------------------------------------------- 6. the widget
+def panel(world_size: int, speeds: str, shard: str, cluster: str, steps: int = 3) -> None:
+    """Widget callback: `hetero-dp` at a speed pattern, sharding and cluster; timeline and times."""
+    import matplotlib.pyplot as plt
+
+    from parlab.viz import timeline
+    speed_list = slow_speeds(world_size, speeds)
+    link = topology.two_nodes(world_size, "NVLink", "1GbE") if cluster == "two nodes" else None
+    result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speed_list,
+                        shard=shard, link=link)
+    cfg = result.config
+    rows = result.outputs[0].extras["rows"]
+    model = cost.step_time(rows, speed_list, FIXED_ROWS, cost.row_seconds(cfg), cost.comm_seconds(cfg))
+    print(f"speeds {speed_list}, {shard} → rows {rows}; step {1e3 * result.step_time(1):.1f} ms "
+          f"(model {1e3 * model:.1f} ms, ideal {1e3 * cost.ideal_step_time(cfg):.1f} ms)")
+    fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * world_size))
+    timeline(result.timeline, ax=ax, title=f"{shard}, {speeds}, {cluster}")
+    plt.show()
+
+
+# ----------------------------------------------------------------------------- 7. exercises
+def _lp_time(batch, speeds, f):
+    return max(shares.rank_time(b, s, f) for b, s in zip(shares.lp(batch, speeds, f), speeds))
+
+
+EXERCISES = [
+    Exercise("even-step", "Speeds 1:1:1:0.25, B = 12, f = 0: how many row-times does a step take with "
+             "even shares?", numeric(12, rtol=0, atol=1e-6),
+             "The slow rank has B/N rows and works at a quarter of the speed.",
+             "3 rows / 0.25 = 12 row-times; the three fast ranks finish after 3 and wait 9."),
+    Exercise("proportional-rows", "Speeds [1, 0.5], B = 12, proportional shares: how many rows does "
+             "rank 1 take?", numeric(4, rtol=0, atol=0),
+             "b_r = B·s_r / Σ s.", "12 · 0.5 / 1.5 = 4."),
+    Exercise("lp-time", "Speeds [1, 1, 1, 0.25], B = 12, f = 1.5: the LP sharding's step in row-times "
+             "(whole rows)?", numeric(_lp_time(12, [1, 1, 1, 0.25], 1.5), rtol=0, atol=1e-6),
+             "Compare giving the slow rank 1 row with giving it none: it pays f/s either way.",
+             "rows [4, 4, 4, 0]: the fast ranks take 5.5, the slow one 1.5/0.25 = 6."),
+    Exercise("weight", "Rank r took b_r of B rows. By what factor must it scale its mean loss before "
+             "backward so that one all-reduce(sum) gives the single-process gradient? (answer as a "
+             "number for b_r = 3, B = 12)", numeric(0.25, rtol=0, atol=1e-9),
+             "The global loss is the mean over all B rows.", "b_r/B = 3/12 = 0.25."),
+    Exercise("backup-bias", "Backup workers drop the slowest b gradients every step. With i.i.d. rows in "
+             "every step, is the gradient they apply biased or unbiased?", one_of("unbiased"),
+             "Which rows a rank holds does not depend on whether it is slow.",
+             "Unbiased: it is the mean gradient of B(N−b)/N i.i.d. rows, a smaller batch."),
+    Exercise("bytes", "hetero-dp with shares [11, 1] on 2 ranks, Ψ = 53,824: bytes rank 0 sends per step?",
+             numeric(cost.grad_sync_bytes(53824, 2, 0), rtol=0, atol=0),
+             "The all-reduce moves the gradient, whose size does not depend on the shares.",
+             "2(N−1)/N·Ψ·4 = 215,296 bytes, as with even shares."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)
+
+
+def headline(rows: list[dict]) -> float:
+    """LP's speedup over even shares in a `measure_shardings` table."""
+    return {r["shard"]: r for r in rows}["lp"]["speedup"]
