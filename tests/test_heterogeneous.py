@@ -176,3 +176,17 @@ def test_backup_bytes_equal_closed_form(runs):
     r = runs("backup-workers", 2, backups=1, speeds=[1, 0.01])
     assert r.bytes_per_rank(phase="arrivals") == [cost.arrival_bytes(2, k) * STEPS for k in range(2)]
     assert r.bytes_per_rank() == cost.backup_prediction(r.config).bytes_sent
+
+
+# ----------------------------------------------------------------------------- exercises
+RIGHT = {"even-step": 12, "proportional-rows": 4, "lp-time": 6, "weight": 0.25, "backup-bias": "unbiased",
+         "bytes": 215_296}
+
+
+@pytest.mark.parametrize("name,answer", sorted(RIGHT.items()))
+def test_exercises_check_without_telling(name, answer, capsys):
+    from parlab.heterogeneous import explore
+    exercise = explore.exercise(name)
+    assert exercise.check(answer)
+    assert not exercise.check("biased" if isinstance(answer, str) else answer + 1)
+    assert str(answer) not in capsys.readouterr().out.replace(name, "")
