@@ -22,13 +22,13 @@ from parlab.context_parallel.latent_parallel import (
     serve,
     sp_bytes,
 )
+from parlab.context_parallel.ring_attention import critical_path  # noqa: F401 (notebook)
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
 from parlab.context_parallel.ulysses import ulysses_attention, ulysses_bytes
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.memory import ActivationMeter
-from parlab.exercises import Exercise, find, numeric
 from parlab.models.gpt import attention
 
 SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses"}
@@ -52,15 +52,6 @@ def online_softmax_check(seq_len: int = 32, blocks=(1, 4, 8, 16)) -> dict:
     q, k, v = (torch.randn(2, 4, seq_len, 8, generator=g) for _ in range(3))
     full = attention(q, k, v, causal=True)
     return {b: (ring.blockwise_attention(q, k, v, b) - full).abs().max().item() for b in blocks}
-
-
-def critical_path(layout: str, cp: int) -> dict:
-    """Ring time in score blocks: each step lasts as long as its busiest rank."""
-    work = ring.causal_work(layout, cp)
-    per_step = [max(work[r][s] for r in range(cp)) for s in range(cp)]
-    total = sum(map(sum, work))
-    return {"per_rank": [sum(row) for row in work], "critical_path": sum(per_step),
-            "efficiency": total / (cp * sum(per_step))}
 
 
 # ----------------------------------------------------------------------------- figures
@@ -333,56 +324,5 @@ def last_step(events: list[dict]) -> list[dict]:
     return [dict(e, t0=e["t0"] - t0, t1=e["t1"] - t0) for e in events if e["t0"] >= t0]
 
 
-# ----------------------------------------------------------------------------- exercises
-def _contiguous_efficiency(cp: int = 8) -> float:
-    return critical_path("contiguous", cp)["efficiency"]
-
-
-EXERCISES = [
-    Exercise("score-bytes-gpu",
-             "A 128k-token sequence (T = 131,072): how many GB (10^9 B) would one head's score "
-             "matrix take in bf16 if it were materialised, as plain attention does for backward?",
-             numeric(2 * 131072 ** 2 / 1e9, rtol=0.01),
-             "T × T scores, 2 bytes each. (FlashAttention never materialises it: it keeps O(T) "
-             "per head and recomputes the blocks in backward.)",
-             "2 · 131,072² B = 34.4 GB for one head of one layer: why long context needs "
-             "FlashAttention and context parallelism."),
-    Exercise("ring-bytes-gpu",
-             "Ring attention with cp = 16 on a 128k-token sequence, batch 1, 8 key/value heads of "
-             "size 128, bf16. How many MB (10^6 B) of K and V does one GPU send per layer in the "
-             "forward pass?",
-             numeric(ring.ring_bytes(1, 8, 131072, 128, 16, 1, itemsize=2)["cp-forward"] / 1e6,
-                     rtol=0.01),
-             "Every rank passes on a K and a V block of T/cp tokens cp − 1 times.",
-             "(cp − 1) · 2 · B·n_kv·(T/cp)·h_s · 2 B = 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB."),
-    Exercise("ulysses-vs-ring",
-             "From the two closed forms (ulysses_bytes, ring_bytes), what is Ulysses' forward bytes "
-             "per rank divided by ring attention's at cp = 8?",
-             numeric(ulysses_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"]
-                     / ring.ring_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"], rtol=0.01),
-             "Ulysses: 4 all-to-alls of (cp−1)/cp of the rank's q/k/v/out slice; ring: cp − 1 "
-             "sends of K and V.",
-             "4(cp−1)/cp · S / (2(cp−1) · S) = 2/cp = 0.25 at cp = 8 (equal at cp = 2)."),
-    Exercise("contiguous-efficiency",
-             "Causal ring attention with a contiguous split into 2cp chunks (rank r holds chunks "
-             "2r and 2r+1) at cp = 8: what is the efficiency, useful score blocks / (cp × critical "
-             "path), the critical path summing the busiest rank's blocks at each ring step?",
-             numeric(_contiguous_efficiency(8), rtol=0.01),
-             "There are cp(2cp+1) useful blocks; after the first step the busiest rank computes 4 "
-             "blocks every step.",
-             "critical path 3 + 4(cp−1) = 4cp − 1 = 31 blocks; efficiency cp(2cp+1) / (cp(4cp−1)) "
-             "= 17/31 = 0.548 (zig-zag: 1.0)."),
-    Exercise("striped-owner",
-             "Striped Attention (Brandon et al. 2023) balances the causal mask differently from "
-             "zig-zag: it stripes tokens round-robin over the ranks. On cp = 4 ranks, which rank "
-             "holds token 6 (counting tokens and ranks from 0)?",
-             numeric(2, rtol=0, atol=0.1),
-             "Token i goes to rank i mod cp.",
-             "6 mod 4 = 2. (Zig-zag, from Llama 3 and ring-flash-attention, gives rank r the "
-             "contiguous chunks r and 2cp−1−r instead.)"),
-]
-
-
-def exercise(name: str) -> Exercise:
-    """The chapter's exercise `name` (`EXERCISES`)."""
-    return find(EXERCISES, name)
+# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
+from parlab.context_parallel.explore_exercises import EXERCISES, exercise  # noqa: E402, F401

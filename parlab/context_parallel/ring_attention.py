@@ -147,24 +147,56 @@ def _finish_exchange(handles):
     return recv.wait()
 
 
+class _InFlight:
+    """The gradient exchange a RingPass backward posted, for the ArriveGrad backward to finish."""
+
+    handles = None
+    grad = None  # the gradient being sent, kept alive while in flight
+
+
 class RingPass(torch.autograd.Function):
     """One ring step. Forward: this K/V block goes to rank r+1 and rank r−1's arrives — the
     transfer is posted *before* this step's block attention and waited for after it (overlap,
     Liu et al. §3), so forward only attaches the received block to the graph. Backward: the
     gradient of the received block goes back to rank r−1 and, from r+1, the gradient of the
-    block sent there arrives (dK, dV accumulate as they travel round)."""
+    block sent there arrives (dK, dV accumulate as they travel round). Overlapped as the forward:
+    backward only posts the exchange; `ArriveGrad`, the node where this step's block entered,
+    waits for it after autograd has run this step's block-attention backward in between."""
 
     @staticmethod
-    def forward(ctx, kv, received, comm):
-        ctx.comm = comm
+    def forward(ctx, kv, received, comm, inflight):
+        ctx.comm, ctx.inflight = comm, inflight
         return received.view_as(received)  # (2, B, nh, Tl, hs) from rank r−1
 
     @staticmethod
     def backward(ctx, grad):
-        comm = ctx.comm
+        comm, inflight = ctx.comm, ctx.inflight
         n, r = comm.size, comm.rank
-        handles = _start_exchange(grad.contiguous(), comm, (r - 1) % n, (r + 1) % n, "cp-backward")
-        return _finish_exchange(handles), None, None  # (2, B, nh, Tl, hs) from rank r+1
+        inflight.grad = grad.contiguous()  # (2, B, nh, Tl, hs) to rank r−1
+        inflight.handles = _start_exchange(inflight.grad, comm, (r - 1) % n, (r + 1) % n,
+                                           "cp-backward")
+        return None, None, None, None  # the block's gradient arrives in ArriveGrad.backward
+
+
+class ArriveGrad(torch.autograd.Function):
+    """Identity on the block a ring step holds. Its backward runs after every use of the block,
+    RingPass's included (RingPass takes this node's output), so the gradient exchange RingPass
+    posted is in flight while autograd runs this step's block-attention backward; here it is
+    waited for and added."""
+
+    @staticmethod
+    def forward(ctx, kv, inflight):
+        ctx.inflight = inflight
+        return kv.view_as(kv)  # (2, B, nh, Tl, hs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        inflight = ctx.inflight
+        if inflight.handles is None:  # the last step: nothing was sent from this block
+            return grad, None
+        arrived = _finish_exchange(inflight.handles)  # (2, B, nh, Tl, hs) from rank r+1
+        inflight.handles = inflight.grad = None
+        return grad + arrived, None
 
 
 def _causal_relation(q_chunk: int, k_chunk: int) -> str:
@@ -192,6 +224,8 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = 
     unused = []  # received blocks no query of this rank attends to (causal, contiguous split)
     kv = torch.stack([k, v])  # (2, B, nh, Tl, hs): one message per ring step
     for step in range(n):
+        inflight = _InFlight()
+        kv = ArriveGrad.apply(kv, inflight) if n > 1 else kv  # (2, B, nh, Tl, hs)
         if step < n - 1:  # post the next block's transfer, then compute on this one
             pending = _start_exchange(kv.detach(), comm, (me + 1) % n, (me - 1) % n, "cp-forward")
         src = (me - step) % n  # whose block this rank holds now
@@ -221,7 +255,8 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = 
         if computed == 0:
             unused.append(kv)
         if step < n - 1:
-            kv = RingPass.apply(kv, _finish_exchange(pending), comm)  # (2, B, nh, Tl, hs)
+            kv = RingPass.apply(kv, _finish_exchange(pending), comm,
+                                inflight)  # (2, B, nh, Tl, hs)
     out = torch.cat([p[0] for p in partial], dim=2)  # (B, nh, Tl, hs)
     for block in unused:
         # Every rank must run every RingPass backward, in step with its neighbours, or the one
@@ -252,3 +287,12 @@ def ring_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_
     block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
     per_pass = (cp - 1) * block * n_layer
     return {"cp-forward": per_pass, "cp-backward": per_pass, "messages_per_layer": 2 * (cp - 1)}
+
+
+def critical_path(layout: str, cp: int) -> dict:
+    """Ring time in score blocks: each step lasts as long as its busiest rank."""
+    work = causal_work(layout, cp)
+    per_step = [max(work[r][s] for r in range(cp)) for s in range(cp)]
+    total = sum(map(sum, work))
+    return {"per_rank": [sum(row) for row in work], "critical_path": sum(per_step),
+            "efficiency": total / (cp * sum(per_step))}

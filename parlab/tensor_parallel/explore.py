@@ -9,8 +9,6 @@ import statistics
 
 import torch
 
-from parlab.exercises import Exercise, find, numeric
-
 PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
          ("replicated", "replicated")]
 
@@ -334,64 +332,5 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3) -> list[di
     return rows
 
 
-# ----------------------------------------------------------------------------- exercises
-def _forward_bytes(tp: int) -> int:
-    """tp-forward bytes rank 0 sends per step at the default model and batch."""
-    from parlab.engine.runner import make_config
-    from parlab.tensor_parallel.cost import closed_form_bytes
-
-    cfg = make_config("tp", world_size=tp)
-    return closed_form_bytes(cfg.model_config, cfg.batch_size, tp, 0, 1, False)["tp-forward"]
-
-
-_GPT3 = {"s": 2048, "b": 1, "h": 12288, "a": 96, "tp": 8}
-
-EXERCISES = [
-    Exercise("gpt3-tp-bytes",
-             "GPT-3 175B (C = 12,288, T = 2,048), micro-batch of 1 sequence, bf16 activations, "
-             "tp = 8 with ring all-reduces. How many MB (10^6 B) does one GPU send per transformer "
-             "block per training step (forward and backward)?",
-             numeric(4 * 2 * 7 / 8 * 2048 * 12288 * 2 / 1e6, rtol=0.01),
-             "Per block: 2 all-reduces forward (g) and 2 backward (f), each of B·T·C elements; a "
-             "ring all-reduce sends 2(N−1)/N of the buffer.",
-             "4 · 2 · 7/8 · (2,048 · 12,288 · 2 B) = 4 · 1.75 · 50.3 MB = 352 MB per block and step."),
-    Exercise("gpt3-sp-activations",
-             "Korthikanti et al.'s count of activation memory per layer with TP + SP is "
-             "sbh/t · (34 + 5as/h) bytes (fp16, with dropout). For GPT-3 (s = 2,048, b = 1, "
-             "h = 12,288, a = 96) at t = 8, how many MB per layer?",
-             numeric(_GPT3["s"] * _GPT3["b"] * _GPT3["h"] / _GPT3["tp"]
-                     * (34 + 5 * _GPT3["a"] * _GPT3["s"] / _GPT3["h"]) / 1e6, rtol=0.01),
-             "5as/h = 5 · 96 · 2,048 / 12,288 = 80.",
-             "sbh = 25.2 M; (34 + 80) / 8 = 14.25; 25.2 M · 14.25 = 358.6 MB (without SP: "
-             "sbh(10 + 24/8 + 80/8) = 578.8 MB)."),
-    Exercise("sp-bytes-ratio",
-             "With the re-gathering backward (regather=True) and leaving out the small all-reduce "
-             "of replicated gradients, what is tp-sp's bytes per step divided by tp's, at any tp?",
-             numeric(1.25, rtol=0.005),
-             "Forward: the same bytes. Backward: the same plus 2 all-gathers per block; an "
-             "all-gather sends half of what an all-reduce sends.",
-             "tp: 4 all-reduces = 8 halves per block. tp-sp: 8 halves + 2 all-gathers = 10 halves: "
-             "10/8 = 1.25 (the ledger's 1.27 adds the gradient all-reduce)."),
-    Exercise("tp-forward-bytes",
-             "Run on this machine: how many bytes does rank 0 send in `tp-forward` per step at "
-             "tp = 2 for the default GPT and batch (12 rows; 4 blocks, T = 32, C = 32)? Check "
-             "afterwards with parlab.run('tp', world_size=2, steps=1).bytes_per_rank(phase='tp-forward')[0].",
-             numeric(_forward_bytes(2), rtol=0, atol=0.5),
-             "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
-             "S = 12·32·32 = 12,288 floats; a ring all-reduce on 2 ranks sends 2·(1/2)·S: "
-             "4 blocks · 2 · 12,288 · 4 B = 393,216 B."),
-    Exercise("balanced-reshard",
-             "A (128, 128) fp32 tensor replicated on 2 source ranks is needed replicated on 2 "
-             "destination ranks. With AlpaComm's load-balanced broadcast, how many bytes does the "
-             "busiest source send?",
-             numeric(128 * 128 * 4 / 2, rtol=0, atol=0.5),
-             "Each cell leaves the sources once and travels down the chain of destinations; the "
-             "replicas split the cells between them.",
-             "The 64 KiB tensor leaves the sources once, split over 2 replicas: 32,768 B each "
-             "(send-recv: one source sends it to both destinations, 131,072 B)."),
-]
-
-
-def exercise(name: str) -> Exercise:
-    """The chapter's exercise `name` (`EXERCISES`)."""
-    return find(EXERCISES, name)
+# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
+from parlab.tensor_parallel.explore_exercises import EXERCISES, exercise  # noqa: E402, F401
