@@ -256,3 +256,49 @@ def test_edge_bad_input_fails_before_any_process(no_launch, net, kwargs, match):
 def test_exchange_refuses_backward():
     with pytest.raises(RuntimeError, match="inference"):
         edge.ExchangeChannels.backward(None, torch.zeros(1))
+
+
+# ----------------------------------------------------------------------------- exercises, bench
+RIGHT = {"job-bytes": 50_112, "balanced": 2.0, "compute-bound": 1.2, "edge-bytes": 7_720,
+         "break-even": 40_000 / (0.010 - 0.003)}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_exercises_check_without_telling(name, capsys):
+    from parlab.serving import explore
+
+    ex = explore.exercise(name)
+    assert ex.check(RIGHT[name]) and not ex.check(RIGHT[name] * 1.5) and not ex.check("?")
+    out = capsys.readouterr().out
+    assert f"{RIGHT[name]:g}" not in out and f"{RIGHT[name]:,}" not in out
+
+
+def test_bench_runs_small(capsys):
+    from parlab.serving import bench
+
+    assert bench.main(["--world-sizes", "2", "--links", "loopback", "--steps", "2", "--repeats", "1",
+                       "--skip-edge"]) == 0
+    out = capsys.readouterr().out
+    assert "crossover" in out and "vs seq" in out
+
+
+def test_a_failing_thread_is_raised_without_waiting_for_the_others():
+    """A job whose peer failed would block on its collective: the rank must not wait for it."""
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Blocked:
+        def run(self, hook, step):
+            release.wait(30)
+
+    class Broken:
+        def run(self, hook, step):
+            raise RuntimeError("job B broke")
+
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="job B broke"):
+        sharing._run_threads(schedules.concurrent(["A", "B"], 1), {"A": Blocked(), "B": Broken()})
+    assert time.perf_counter() - t0 < 10
+    release.set()

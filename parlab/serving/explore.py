@@ -120,6 +120,17 @@ def model_table(results: dict, link: str = "1GbE") -> dict:
     return {"compute": compute, "comm": comm}
 
 
+def bytes_formula() -> None:
+    """Each job's parameters, buckets and the bytes rank 0 sends per step (ring all-reduce)."""
+    for n in (2, 4):
+        for spec in jobs(n):
+            cfg = spec.config(n, 1)
+            buckets = cost.job_messages(cfg)
+            print(f"N={n} job {spec.name} ({spec.model}): Ψ = {sum(buckets):,} in {len(buckets)} "
+                  f"bucket(s), {cost.job_bytes(cfg)[0]:,} bytes per step from rank 0 "
+                  f"(2(N-1)/N·Ψ·4 = {2 * (n - 1) / n * sum(buckets) * 4:,.0f})")
+
+
 # ----------------------------------------------------------------------------- 4. correctness
 def print_exact(results: dict, references: dict) -> None:
     for schedule, result in results.items():

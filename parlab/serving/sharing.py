@@ -141,20 +141,26 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
 
 
 def _run_threads(plan, jobs: dict[str, Job]) -> None:
-    """One thread per entry of `plan`; the first exception of any thread is raised here."""
+    """One thread per entry of `plan`. The first exception of any thread is raised here at once,
+    without waiting for the others (a job whose peer failed would wait on its collective until
+    the timeout): the rank then reports it and `launch` stops every rank."""
     errors: list[BaseException] = []
+    changed = threading.Event()
 
     def body(thread):
         try:
             execute(thread, jobs)
         except BaseException as err:  # noqa: BLE001 - re-raised in the rank's main thread
             errors.append(err)
+        finally:
+            changed.set()
 
     threads = [threading.Thread(target=body, args=(t,), name=f"job-thread-{i}", daemon=True)
                for i, t in enumerate(plan)]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
+    while any(t.is_alive() for t in threads) and not errors:
+        changed.wait(timeout=1.0)
+        changed.clear()
     if errors:
         raise errors[0]
