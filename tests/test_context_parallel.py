@@ -205,3 +205,25 @@ def test_default_cp_is_the_largest_that_fits():
     assert degrees(make_config("cp-ring", 4), "ring") == {"dp": 1, "cp": 4}
     assert degrees(make_config("cp-ring", 3), "ring") == {"dp": 3, "cp": 1}  # 32 % 6 != 0
     assert degrees(make_config("cp-ulysses", 8, batch_size=16), "ulysses") == {"dp": 2, "cp": 4}
+
+
+def test_overlap_fraction_counts_link_time_covered_before_the_wait():
+    from types import SimpleNamespace
+
+    from parlab.core.link import Link
+    from parlab.engine.bench_all import overlap_fraction
+
+    link = Link(0.0, 1e6)  # 1000 bytes: 1 ms
+
+    def message(t_post, t_wait, phase="cp-backward"):
+        return [{"rank": 0, "kind": "wait", "name": "wait send", "t0": t_wait, "t1": t_wait,
+                 "args": {}},
+                {"rank": 0, "kind": "comm", "name": "send", "t0": t_post, "t1": t_wait,
+                 "args": {"bytes": 1000, "phase": phase}}]
+
+    step1 = {"rank": 0, "kind": "compute", "name": "forward", "t0": 1.0, "t1": 1.1,
+             "args": {"step": 1}}
+    events = ([*message(0.0, 0.0)] + [step1] + message(1.0, 1.002) + message(1.01, 1.0105)
+              + message(1.02, 1.02, phase="grad-sync"))
+    result = SimpleNamespace(timeline=events)  # step 0's message and other phases are ignored
+    assert overlap_fraction(result, link, "cp-backward") == pytest.approx((1e-3 + 0.5e-3) / 2e-3)
