@@ -190,3 +190,25 @@ def test_exercises_check_without_telling(name, answer, capsys):
     assert exercise.check(answer)
     assert not exercise.check("biased" if isinstance(answer, str) else answer + 1)
     assert str(answer) not in capsys.readouterr().out.replace(name, "")
+
+
+def test_a_slow_rank_stretches_the_data_parallel_forward_too():
+    """GradSync's pausable forward span (not ctx.span) also honours speeds=: every segment lasts
+    at least its CPU time ÷ speed (a bound by construction, whatever the machine's load)."""
+    import time
+
+    import torch
+
+    from parlab.core.trace import Timeline
+    from parlab.data_parallel.sync import ComputeSpan
+
+    timeline = Timeline(0)
+    span = ComputeSpan(timeline, "forward", 0.25, step=0)
+    cpu0 = time.thread_time()
+    with span:
+        torch.randn(200, 200) @ torch.randn(200, 200)  # some real compute
+    cpu = time.thread_time() - cpu0
+    (event,) = timeline.records()
+    assert event["t1"] - event["t0"] >= cpu / 0.25 - 1e-3  # the span's own bookkeeping
+    assert parlab.run("ddp-naive", world_size=2, steps=2, speeds=[1, 0.25]).compare(
+        parlab.run("single", steps=2)).match  # time changes, results do not

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from parlab.core import speeds
 from parlab.core.memory import model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.engine.loop import Strategy, make_optimizer
 
@@ -28,17 +29,22 @@ class ComputeSpan:
     A deferred update (DeAR, priority) waits for communication *inside* the next forward; pausing
     the forward's span there keeps the timeline honest: compute segments, then the wait, then
     the optimizer, then compute again.
+
+    `speed` (`parlab.core.speeds`, the run's `speeds=`): each segment lasts its CPU time ÷ speed,
+    as every compute span of a slow rank does.
     """
 
-    def __init__(self, timeline, name: str, **args):
-        self.timeline, self.name, self.args = timeline, name, args
-        self.t0 = None
+    def __init__(self, timeline, name: str, speed: float = 1.0, **args):
+        self.timeline, self.name, self.speed, self.args = timeline, name, speed, args
+        self.t0 = self.cpu0 = None
 
     def resume(self) -> None:
-        self.t0 = time.perf_counter()
+        self.t0, self.cpu0 = time.perf_counter(), time.thread_time()
 
     def pause(self) -> None:
         if self.t0 is not None:
+            if self.speed != 1.0:
+                speeds.sleep_until(self.t0 + (time.thread_time() - self.cpu0) / self.speed)
             self.timeline.add("compute", self.name, self.t0, time.perf_counter(), **self.args)
             self.t0 = None
 
@@ -74,12 +80,14 @@ class GradSync(Strategy):
         self.accum_steps = accum_steps or ctx.cfg.options.get("accum_steps", 1)
         self.forward_span: ComputeSpan | None = None  # the forward running now (see ComputeSpan)
         self.last_micro = True
+        self.speed = speeds.speed_of(ctx.cfg, ctx.rank)  # an emulated device's speed (speeds=)
 
     def forward_backward(self, step: int, batch) -> float:
         ctx, total = self.ctx, 0.0
         for micro, (x, y) in enumerate(micro_batches(batch, self.accum_steps)):
             self.before_micro(last=micro == self.accum_steps - 1)
-            self.forward_span = ComputeSpan(ctx.timeline, "forward", step=step, micro=micro)
+            self.forward_span = ComputeSpan(ctx.timeline, "forward", self.speed, step=step,
+                                            micro=micro)
             with self.forward_span, self.meter:
                 loss = self.model.loss(x, y)  # (B/N/accum, ...) rows of this micro-step
             self.forward_span = None
