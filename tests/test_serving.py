@@ -90,6 +90,18 @@ def test_each_job_ledger_equals_the_closed_form(runs, schedule, world_size):
     assert all(r["bytes_sent"] == 0 for r in result.clock_ledger)
 
 
+@pytest.mark.parametrize("schedule", ["crossover", "concurrent"])
+def test_each_job_memory_equals_the_formula(runs, schedule):
+    result = runs(schedule, 2)
+    for spec in (A, B):
+        formula = cost.job_memory(spec.config(2, STEPS))
+        for memory in result.jobs[spec.name].memory:
+            assert {k: memory[k] for k in formula} == formula
+    adamw = cost.job_memory(A.config(2, STEPS))
+    assert adamw["optimizer"] == 2 * adamw["params"]
+    assert cost.job_memory(B.config(2, STEPS))["optimizer"] == 0  # SGD keeps no state
+
+
 def test_result_reports_spans_and_timeline(runs):
     result = runs("crossover", 2)
     assert result.wall_s > 0 and result.throughput() == pytest.approx(2 * STEPS / result.wall_s)

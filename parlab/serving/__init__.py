@@ -18,5 +18,6 @@ Reading order:
   edge.py        the network split by groups over ranks: all features or selected channels
   masks.py       which channels cross devices: a saliency search, then fine-tuning
   cost.py        closed forms: job bytes, schedule times, edge bytes and latency, break-even
-  explore.py     what notebooks/12_serving.ipynb runs; bench.py: `python -m parlab bench serving`
+  explore.py     what notebooks/12_serving.ipynb runs on the two jobs (explore_edge.py: the edge
+                 split); bench.py: `python -m parlab bench serving`
 """

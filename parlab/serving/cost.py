@@ -50,6 +50,15 @@ def job_bytes(cfg) -> list[int]:
                             for s in job_messages(cfg)) for rank in range(n)]
 
 
+def job_memory(cfg) -> dict:
+    """Bytes a rank of a job holds at its peak: Ψ fp32 parameters and gradients, AdamW's two
+    moments (none for SGD), and the flat buckets its all-reduces run on — 16Ψ + 4Ψ with AdamW."""
+    psi = sum(param_numels(cfg))
+    return {"params": FP32 * psi, "grads": FP32 * psi,
+            "optimizer": 2 * FP32 * psi if cfg.optimizer == "adamw" else 0,
+            "comm_buffers": FP32 * sum(job_messages(cfg))}
+
+
 def sync_seconds(cfg, link) -> float:
     """C: seconds of one step's all-reduces on `link` (rank 0, k·α + bytes/β each, in a row)."""
     if link is None or cfg.world_size == 1:

@@ -150,6 +150,16 @@ def ledger_table(results: dict) -> None:
                   f"equal: {measured == formula}  groups: {groups}")
 
 
+def memory_table(results: dict, schedule: str = "crossover") -> None:
+    """Each job's peak bytes on every rank (params, grads, optimizer, buckets) against the formula:
+    sharing the ranks adds the jobs' memories, whatever the schedule."""
+    for name, job in results[schedule].jobs.items():
+        formula = cost.job_memory(job.config)
+        measured = [{k: m[k] for k in formula} for m in job.memory]
+        print(f"job {name}: {formula} per rank, measured equal on every rank: "
+              f"{all(m == formula for m in measured)}")
+
+
 def throughput_table(results: dict, model: dict | None = None) -> dict:
     """Job-steps per second of each schedule and the ratio to sequential (one run each), each
     job's span and its slowdown against its own span when it had the cluster alone."""

@@ -21,10 +21,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-import torch
-
 from parlab.core.comm import Comm
 from parlab.core.ledger import Ledger
+from parlab.core.memory import tensor_bytes
 from parlab.core.trace import Timeline
 from parlab.data_parallel.buckets import Buckets
 from parlab.engine.loop import Strategy, build_model, make_optimizer
@@ -138,5 +137,8 @@ class Job(Strategy):
             if step == self.ctx.cfg.steps - 1:
                 self.marks.append(time.perf_counter())
 
-    def comm_buffers(self) -> list[torch.Tensor]:
-        return [b.buffer for b in self.buckets]
+    def memory(self) -> dict:
+        """Measured bytes held now: params, grads, optimizer state, the flat bucket buffers."""
+        memory = super().memory()
+        memory["comm_buffers"] = tensor_bytes(b.buffer for b in self.buckets)
+        return memory
