@@ -335,3 +335,41 @@ def test_eager_1f1b_holds_more_activations_than_1f1b_by_the_closed_form(runs):
     assert eager.memory[0]["activations"] > 1.4 * base.memory[0]["activations"]  # 6 vs 4 micro-batches
     with pytest.raises(ValueError, match="schedule='dualpipe'"):
         cost.in_flight_peak("dualpipe", 2, 2, 0)
+
+
+# ----------------------------------------------------------------------------- resharding boundaries
+RESHARD = [("eager-1f1b", "send-recv"), ("eager-1f1b", "broadcast"), ("eager-1f1b", "balanced"),
+           ("1f1b", "balanced")]
+
+
+@pytest.mark.parametrize("schedule,method", RESHARD, ids=[f"{s}-{m}" for s, m in RESHARD])
+def test_reshard_boundaries_match_single_and_send_the_closed_form(references, runs, schedule,
+                                                                   method):
+    from parlab.pipeline.boundary import forward_bytes, source_bytes
+    m, pp, width = 4, 2, 2
+    result = runs("pp-reshard", pp * width, schedule=schedule, method=method, microbatches=m)
+    comparison = result.compare(references())
+    assert comparison.match, comparison.problems
+    numel, steps = _boundary_numel(result, result.config.batch_size // m), result.config.steps
+    for rank in range(pp * width):
+        stage, member = rank % pp, rank // pp
+        # forward: stage 0 is a source, stage 1 a destination; backward the other way round
+        expect = {"pp-fwd": source_bytes(numel, width, method, member) if stage == 0
+                  else forward_bytes(numel, width, method, member),
+                  "pp-bwd": source_bytes(numel, width, method, member) if stage == 1
+                  else forward_bytes(numel, width, method, member)}
+        for phase, per_message in expect.items():
+            assert result.bytes_per_rank(op="send", phase=phase)[rank] == steps * m * per_message
+        assert result.outputs[rank].extras["in_flight_peak"] == cost.in_flight_peak(schedule, pp, m,
+                                                                                    stage)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(world_size=4, mesh=3), r"world_size=4 is not divisible by mesh=3"),
+    (dict(world_size=4, schedule="interleaved"), r"schedule='interleaved'"),
+    (dict(world_size=4, method="scatter"), r"method='scatter'"),
+    (dict(world_size=4, pp=1), r"pp=1 × mesh=2 must be world_size=4"),
+])
+def test_reshard_bad_input_is_a_value_error_before_any_process(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        parlab.run("pp-reshard", **kwargs)

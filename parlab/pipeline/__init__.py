@@ -4,7 +4,8 @@ executed with `parlab.core.comm.Comm` send/recv, drawn, and costed by the same c
 Papers: Huang et al., "GPipe" (NeurIPS 2019); Narayanan et al., "PipeDream" (SOSP 2019) and
 "Memory-Efficient Pipeline-Parallel DNN Training" (ICML 2021: 1F1B, PipeDream-Flush); Narayanan
 et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
-(SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhu et
+(SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhuang
+et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023: AlpaComm); Zhu et
 al., "LAMP" (MICCAI 2020); "Layer-wise partitioning and merging for efficient and scalable deep
 learning".
 
@@ -12,12 +13,15 @@ Reading order:
 
 - `schedules`: generators for naive model parallelism, GPipe (Huang et al. 2019), 1F1B
   (PipeDream-Flush, Narayanan et al. 2019/2021), interleaved 1F1B (Narayanan et al., SC 2021) and
-  zero-bubble ZB-H1 (Qi et al., ICLR 2024).
+  zero-bubble ZB-H1 (Qi et al., ICLR 2024) and eager 1F1B (Zhuang et al., "On Optimizing the
+  Communication of Model Parallelism", MLSys 2023: AlpaComm).
 - `validate`: the checker and list-scheduling simulator (dependencies, matched messages, deadlock).
 - `cost`: ideal timelines and bubble fractions; the closed forms of the bytes a pipeline sends.
 - `stages`: a stage of the reference model (its embed / blocks / head), so exactness follows.
 - `partition`: per-layer profiling and dynamic-programming balancing of stages.
 - `executor`: runs one rank's action list for one training step.
+- `boundary`: a stage boundary that is a cross-mesh resharding (AlpaComm), with the link at the
+  sender, so an early send (eager 1F1B) can hide its transfer.
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes`, `torch_pp`: the registered schemes; `explore` and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.

@@ -16,20 +16,24 @@ averaged over dp ("grad-sync"), then each rank steps the optimizer on its own pa
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from parlab.core.checks import Choice, Int
+from parlab.core.comm import Comm
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.pipeline import boundary as boundary_mod
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
 from parlab.pipeline.validate import check
+from parlab.tensor_parallel.reshard import METHODS
 
 
 @dataclass(frozen=True)
@@ -179,6 +183,73 @@ class Pipeline(PipelineStages):
                 "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
 
 
+class ReshardPipeline(PipelineStages):
+    """Every stage on a mesh of `mesh` replicas (the replicated layout a tensor-parallel block
+    leaves), every boundary a cross-mesh resharding by `method` (`parlab.pipeline.boundary`):
+    AlpaComm's setting (Zhuang et al., MLSys 2023). The replicas compute the same micro-batches,
+    so their gradients are equal and need no sync; member 0 of the last mesh reports the loss."""
+
+    def __init__(self, ctx, schedule_name: str):
+        o, width = ctx.cfg.options, ctx.cfg.options["mesh"]
+        plan = reshard_plan(ctx.cfg, schedule_name)
+        super().__init__(ctx, plan)
+        self.shard, self.shards = 0, 1  # every replica trains on the pipeline's whole batch
+        self.member = self.mesh.coords["dp"]
+        self.reports_loss = self.reports_loss and self.member == 0
+        even, odd = boundary_mod.boundary_groups(plan.pp, width)
+        stage = self.mesh.coords["pp"]
+        channels = {}
+        for kind in ("F", "B"):
+            comms = {}
+            for parity, groups in enumerate((even, odd)):
+                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
+                tx.link = None  # the boundary applies the link at the sender
+                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
+                          name=f"pp-{kind}{parity}-rx")  # the same group, receive side
+                for k in (stage - 1, stage):
+                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
+                        comms[k] = (tx, rx)
+            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, width, o["method"],
+                                                   ctx.cfg.link, o["chunks"])
+        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
+        self.meter = ActivationMeter(exclude=self.params)
+        self.executor = PipelineExecutor(
+            ctx, schedule, stage, self.stages, channels["F"], channels["B"],
+            lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
+
+    def sync(self, step: int) -> None:
+        if self.tied is not None and self.tie_comm.size > 1:
+            with self.ctx.ledger.label(phase="embed-tie"):
+                self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) first + last
+
+    def micro_batches(self, batch):
+        x, y = batch  # (B, T) each: every replica holds the whole batch
+        return list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
+
+    def forward_backward(self, step: int, batch) -> float:
+        xs, ys = self.micro_batches(batch)  # m × (B/m, T)
+        mb_losses = self.executor.run_step(step, xs, ys)
+        return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
+
+    def extras(self) -> dict:
+        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
+                "member": self.member}
+
+
+def reshard_plan(cfg, schedule: str) -> Plan:
+    """The plan of `pp-reshard`: pp meshes of `mesh` replicas; ValueError names what is wrong."""
+    width, world = cfg.options["mesh"], cfg.world_size
+    if world % width:
+        raise ValueError(f"world_size={world} is not divisible by mesh={width} (ranks per stage)")
+    if schedule not in RESHARD_SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: pp-reshard runs one of {RESHARD_SCHEDULES}")
+    plan = resolve(dataclasses.replace(cfg, world_size=world // width), schedule)
+    if plan.dp != 1 or plan.pp < 2:
+        raise ValueError(f"pp={plan.pp} × mesh={width} must be world_size={world} with pp >= 2")
+    return dataclasses.replace(plan, dp=width)
+
+
 def assemble(outputs: list, cfg) -> dict:
     """The full state: the union of the stages' parameters (the tied copies are equal)."""
     state = {}
@@ -196,6 +267,9 @@ SUMMARIES = {
     "eager-1f1b": "AlpaComm eager 1F1B: 2(p-s-1) warm-up forwards so sends overlap compute; "
                   "<= 2(p-s)-1 micro-batches in flight",
 }
+
+
+RESHARD_SCHEDULES = tuple(s for s in SUMMARIES if s != "interleaved")  # one stage per mesh
 
 
 def _register(name: str, schedule: str | None) -> None:
@@ -227,3 +301,19 @@ def _register(name: str, schedule: str | None) -> None:
 for _schedule in SUMMARIES:
     _register(f"pp-{_schedule}", _schedule)
 _register("pp", None)
+
+
+def _reshard_validate(cfg):
+    plan = reshard_plan(cfg, cfg.options["schedule"])
+    check(make_schedule(plan.schedule, plan.pp, plan.microbatches))
+
+
+@register("pp-reshard", summary="pipeline whose stages are meshes of replicas and whose boundaries "
+          "are cross-mesh reshardings (AlpaComm): send-recv, broadcast or load-balanced broadcast",
+          exact=True, validate=_reshard_validate, assemble=assemble,
+          options={"pp": Int(None, min=1, none=True), "partition": "even",
+                   "microbatches": Int(None, min=1, none=True), "mesh": Int(2, min=1),
+                   "method": Choice("broadcast", METHODS), "chunks": Int(4, min=1),
+                   "schedule": Choice("1f1b", RESHARD_SCHEDULES)})
+def pipeline_reshard(ctx):
+    return train(ctx, ReshardPipeline(ctx, ctx.cfg.options["schedule"]))

@@ -1,0 +1,130 @@
+"""A pipeline stage boundary that is a cross-mesh resharding (AlpaComm: Zhuang et al., "On Optimizing
+the Communication of Model Parallelism", MLSys 2023, §3–4).
+
+Each stage runs on a mesh of w ranks that hold its activation replicated — the layout a Megatron
+tensor-parallel block leaves after its all-reduce — so crossing a boundary moves a tensor from w
+holders to w needers: chapter 03's `parlab.tensor_parallel.reshard` with "send-recv" (the first
+holder sends it to every needer), "broadcast" (sent once, chained through the needers) or
+"balanced" (each holder sends 1/w of it, chained: AlpaComm's load-balanced broadcast).
+
+`Boundary` has the two methods the executor (`parlab.pipeline.executor`) calls on its channels,
+`isend(tensor, peer, phase)` and `recv(buf, peer, phase)` with pipeline ranks as peers, so a
+schedule runs unchanged over resharding boundaries. The source side runs on a background thread
+(the executor waits its handles at the end of the step), so a send overlaps the next compute.
+
+The emulated link is applied where a wire applies it, at the sender: a message leaves when the
+rank's outgoing link is free and arrives α + n/β later (`SenderLink`). The runtime's own emulation
+(`parlab.core.comm`) charges a receive from the moment it is posted, which cannot tell a message
+sent early — eager 1F1B's point — from one sent just in time; here the boundary's communicators
+carry no link of their own and the delay is the sender's.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from parlab.tensor_parallel import reshard as rs
+
+
+class SenderLink:
+    """A Comm whose sends are held until an emulated full-duplex link has carried them."""
+
+    def __init__(self, comm, link):
+        self.comm, self.link, self.rank = comm, link, comm.rank
+        self._free_at = 0.0
+
+    def isend(self, tensor, dst, phase=None):
+        if self.link is not None:
+            start = max(time.perf_counter(), self._free_at)
+            self._free_at = start + self.link.cost(tensor.numel() * tensor.element_size())
+            delay = self._free_at - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        return self.comm.isend(tensor, dst, phase=phase)  # (rows, cols) chunk, after the wire
+
+    def irecv(self, tensor, src, phase=None):
+        return self.comm.irecv(tensor, src, phase=phase)
+
+
+def boundary_groups(pp: int, width: int) -> tuple[list[list[int]], list[list[int]]]:
+    """World ranks of boundary k (stage mesh k ∪ mesh k+1), split into even and odd boundaries so
+    that each split is a partition (ranks on no boundary of a split get their own group).
+    Rank d·pp + s is member d of stage s's mesh (pp innermost, as `Mesh([("dp", w), ("pp", pp)])`)."""
+    splits = []
+    for parity in (0, 1):
+        groups, used = [], set()
+        for k in range(parity, pp - 1, 2):
+            g = sorted(d * pp + s for d in range(width) for s in (k, k + 1))
+            groups.append(g)
+            used |= set(g)
+        splits.append(groups + [[r] for r in range(pp * width) if r not in used])
+    return splits[0], splits[1]
+
+
+class _Sent:
+    """The executor's handle on a background send: `wait()` until the source side is done."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def wait(self):
+        return self.future.result()
+
+
+class Boundary:
+    """One direction (kind "F": activations down, "B": gradients up) of every boundary of a rank.
+
+    `comms[k]` = (tx, rx) on boundary k's group (`boundary_groups`); a message is a reshard plan
+    from the sending stage's mesh of `width` replicas to the receiving one's."""
+
+    def __init__(self, kind: str, comms: dict, pp: int, width: int, method: str, link,
+                 chunks: int = 4):
+        self.kind, self.pp, self.width, self.method, self.chunks = kind, pp, width, method, chunks
+        self.comms = {k: (SenderLink(tx, link), rx) for k, (tx, rx) in comms.items()}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pp-boundary-{kind}")
+
+    def _plan(self, src_stage: int, dst_stage: int, shape):
+        k = min(src_stage, dst_stage)
+        group = sorted(d * self.pp + s for d in range(self.width) for s in (k, k + 1))
+        src = [group.index(d * self.pp + src_stage) for d in range(self.width)]
+        dst = [group.index(d * self.pp + dst_stage) for d in range(self.width)]
+        rows = 1
+        for n in shape[:-1]:
+            rows *= n
+        return *self.comms[k], (rows, shape[-1]), src, dst
+
+    def isend(self, tensor, peer: int, phase=None):
+        """Send this rank's replica of `tensor` to stage `peer`'s mesh, on the background thread."""
+        tx, rx, shape, src, dst = self._plan(peer - 1 if self.kind == "F" else peer + 1, peer,
+                                             tensor.shape)
+        flat = tensor.detach().reshape(shape)  # (mb·T, C): reshard moves 2-D tensors
+        return _Sent(self._pool.submit(rs.reshard, tx, rx, flat, shape, "replicated", src,
+                                       "replicated", dst, self.method, self.chunks, phase))
+
+    def recv(self, buf, peer: int, phase=None):
+        """Receive stage `peer`'s tensor in this mesh's layout (replicated); return it."""
+        tx, rx, shape, src, dst = self._plan(peer, peer + 1 if self.kind == "F" else peer - 1,
+                                             buf.shape)
+        out = rs.reshard(tx, rx, buf.reshape(shape), shape, "replicated", src, "replicated", dst,
+                         self.method, self.chunks, phase)  # (mb·T, C)
+        return out.reshape(buf.shape)  # (mb, T, C)
+
+
+def source_bytes(numel: int, width: int, method: str, member: int, itemsize: int = 4) -> int:
+    """Closed form: bytes member `member` of a source mesh of w replicas sends per message (chunk
+    rows divisible by w): send-recv: the first holder sends it w times; broadcast: the first
+    holder once; balanced: every holder 1/w of it."""
+    if method == "send-recv":
+        return numel * width * itemsize if member == 0 else 0
+    if method == "broadcast":
+        return numel * itemsize if member == 0 else 0
+    return numel // width * itemsize
+
+
+def forward_bytes(numel: int, width: int, method: str, member: int, itemsize: int = 4) -> int:
+    """Closed form: bytes a destination forwards down the chain per message: the chain's members
+    but the last pass the whole tensor on (broadcast, balanced); send-recv forwards nothing."""
+    if method == "send-recv" or member == width - 1:
+        return 0
+    return numel * itemsize
