@@ -104,10 +104,14 @@ def test_zero3_holds_one_gathered_block_beside_the_root_two_with_prefetch(runs, 
     assert result.memory[0]["gathered_peak"] == 4 * (numels["root"] + (1 + prefetch) * largest_block)
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
-def test_zero3_prefetch_is_exact_and_moves_the_same_bytes(runs, world_size):
-    on, off = runs("zero3", world_size, prefetch=True), runs("zero3", world_size, prefetch=False)
-    assert on.compare(runs("single")).match and off.compare(runs("single")).match
+@pytest.mark.parametrize("world_size,options", [
+    (2, {}), (3, {}), (4, {"checkpoint": True}),
+    (4, dict(model="mlp", model_config=ODD_MLP, optimizer="sgd"))])
+def test_zero3_prefetch_is_exact_and_moves_the_same_bytes(runs, world_size, options):
+    on = runs("zero3", world_size, prefetch=True, **options)
+    off = runs("zero3", world_size, prefetch=False, **options)
+    single = runs("single", **{k: v for k, v in options.items() if k != "checkpoint"})
+    assert on.compare(single).match and off.compare(single).match
     assert on.bytes_per_rank() == off.bytes_per_rank()
     ops = [[(r["op"], r["phase"], r["numel"]) for r in res.ledger if r["rank"] == 0] for res in (on, off)]
     assert sorted(ops[0]) == sorted(ops[1])  # the same collectives, only issued earlier

@@ -151,13 +151,15 @@ def ring_attention_rows(repeats: int, steps: int, link: Link, model_config: dict
 def headline_pairs(link: str) -> list:
     gpt = {"model": "gpt"}
     return [
-        ("zero", "zero3 prefetch vs none, loopback N=2", dict(scheme="zero3", world_size=2, **gpt),
+        ("zero", "zero3 prefetch vs none, loopback N=2",
+         dict(scheme="zero3", world_size=2, prefetch=True, **gpt),
          dict(scheme="zero3", world_size=2, prefetch=False, **gpt)),
         ("zero", f"zero3 prefetch vs none, {link} N=2",
-         dict(scheme="zero3", world_size=2, link=link, **gpt),
+         dict(scheme="zero3", world_size=2, prefetch=True, link=link, **gpt),
          dict(scheme="zero3", world_size=2, prefetch=False, link=link, **gpt)),
         ("zero", "zero3 (prefetch) vs torch-fsdp, loopback N=2",
-         dict(scheme="zero3", world_size=2, **gpt), dict(scheme="torch-fsdp", world_size=2, **gpt)),
+         dict(scheme="zero3", world_size=2, prefetch=True, **gpt),
+         dict(scheme="torch-fsdp", world_size=2, **gpt)),
         ("data_parallel", f"WFBP (ddp-overlap) vs ddp-naive, {link} N=4",
          dict(scheme="ddp-overlap", world_size=4, link=link, **gpt),
          dict(scheme="ddp-naive", world_size=4, link=link, **gpt)),

@@ -7,7 +7,7 @@ between uses (zero3). Memory per rank is measured from the tensors each rank hol
 `grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
 `gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
 block, plus the next block with prefetch: `parlab.zero.engine.gathered_peak_bytes`) and `padding`
-(bytes of the zero padding of the flat units). zero3's `prefetch` (default True): FSDP's prefetch
+(bytes of the zero padding of the flat units). zero3's `prefetch` (default False): FSDP's prefetch
 of the next unit's all-gather and asynchronous gradient reduce-scatter, same bytes, same result.
 
 Options shared by the three stages:
@@ -38,8 +38,9 @@ OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
            "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
            "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0)}
-# zero3 only: FSDP's forward/backward prefetch and asynchronous gradient reduce-scatter (exact)
-ZERO3_OPTIONS = {**OPTIONS, "prefetch": Bool(True)}
+# zero3 only: FSDP's forward/backward prefetch and asynchronous gradient reduce-scatter (exact).
+# Off by default while chapter 02's golden cells show the one-block gathered peak.
+ZERO3_OPTIONS = {**OPTIONS, "prefetch": Bool(False)}
 
 
 def validate(cfg) -> None:
