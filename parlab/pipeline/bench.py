@@ -10,6 +10,8 @@ and waits for a core as well as for its neighbour: the 4-stage bubble is measure
     python -m parlab bench pp                      # the full table (~5–10 min on 2 cores)
     python -m parlab bench pp --quick              # pp=2, m in {2, 4}
     python -m parlab bench pp --json out.json      # raw numbers
+    python -m parlab bench pp --eager              # 1F1B vs eager 1F1B (AlpaComm) over resharding
+                                                   # boundaries, each method, on an emulated link
 """
 
 from __future__ import annotations
@@ -113,7 +115,16 @@ def main(argv) -> int:
     parser.add_argument("--quick", action="store_true", help="pp=2, m in {2, 4}, 3 steps")
     parser.add_argument("--no-partition", action="store_true")
     parser.add_argument("--json", help="write the raw rows here")
+    parser.add_argument("--eager", action="store_true",
+                        help="only 1F1B vs eager 1F1B over resharding boundaries (Zhuang et al. 2023)")
     args = parser.parse_args(argv)
+    if args.eager:
+        from parlab.pipeline.explore_eager import reshard_step_times
+        rows = reshard_step_times(steps=args.steps)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"eager": rows}, f, indent=1, default=str)
+        return 0
     if args.quick:
         args.pp, args.microbatches, args.steps = [2], [2, 4], 3
     print(f"model {MODEL}, global batch {args.batch}, {args.steps} steps (first left out); "

@@ -1,0 +1,74 @@
+"""Notebook 04's section on AlpaComm's eager 1F1B (Zhuang et al., "On Optimizing the Communication of
+Model Parallelism", MLSys 2023): the schedule drawn from its data beside 1F1B with a message
+latency, exactness vs the single process, activations in flight beside the closed form, and (bench)
+step time and activations of 1F1B vs eager 1F1B over resharding boundaries on an emulated link.
+"""
+
+from __future__ import annotations
+
+import parlab
+from parlab.core.link import Link
+from parlab.pipeline import cost
+from parlab.pipeline.draw import gantt
+from parlab.pipeline.schedules import make_schedule
+
+# stage compute of milliseconds beside a 64 KB boundary message (2 rows × 64 tokens × 128 channels)
+MODEL = {"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}
+
+
+def eager_schedules(pp: int, microbatches: int, latency: float = 0.5) -> None:
+    """1F1B and eager 1F1B, ideal (F = 1, B = 2) with a message latency L: their spans beside the
+    closed form (m+p−1)(f+b) + 2(p−1)L of eager 1F1B (L ≤ f)."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(10, 1.4 + 1.0 * pp))
+    for ax, name in zip(axes, ("1f1b", "eager-1f1b")):
+        events = cost.ideal_timeline(make_schedule(name, pp, microbatches), 1.0, 2.0, latency)
+        span = max(e["t1"] for e in events)
+        gantt(events, ax, f"{name} (p={pp}, m={microbatches}, message latency L={latency}): span "
+              f"{span:g}", unit=1.0, xlabel="time (units of one forward)")
+    fig.tight_layout()
+    print(make_schedule("eager-1f1b", pp, microbatches).text())
+    print(f"eager-1f1b closed form (m+p−1)(f+b) + 2(p−1)L = "
+          f"{cost.eager_step_time(pp, microbatches, 1.0, 2.0, latency):g}")
+
+
+def eager_check(world_size: int, microbatches: int, steps: int = 2) -> dict:
+    """pp-eager-1f1b and pp-1f1b vs the single process; per rank, the micro-batches in flight and
+    the activation bytes measured beside the closed forms min(2(p−r)−1, m) and min(p−r, m)."""
+    ref = parlab.run("single", steps=steps)
+    results = {}
+    for name in ("1f1b", "eager-1f1b"):
+        results[name] = r = parlab.run(f"pp-{name}", world_size=world_size, steps=steps,
+                                       microbatches=microbatches)
+        print(f"pp-{name:11} pp={world_size}, m={microbatches}: match: {r.compare(ref).match}")
+    print(f"{'rank':>4} {'1F1B in flight':>15} {'eager in flight':>16} {'eager / 1F1B activations':>25}")
+    for rank in range(world_size):
+        peaks = [results[n].outputs[rank].extras["in_flight_peak"] for n in ("1f1b", "eager-1f1b")]
+        forms = [cost.in_flight_peak(n, world_size, microbatches, rank) for n in ("1f1b", "eager-1f1b")]
+        acts = [results[n].memory[rank]["activations"] for n in ("1f1b", "eager-1f1b")]
+        print(f"{rank:>4} {peaks[0]:>6} (form {forms[0]}) {peaks[1]:>7} (form {forms[1]}) "
+              f"{acts[1] / acts[0]:>14.2f}× (form {forms[1] / forms[0]:.2f}×)")
+    return results
+
+
+def reshard_step_times(methods=("send-recv", "broadcast", "balanced"), link: Link | None = None,
+                       microbatches: int = 6, steps: int = 5, mesh: int = 2, pp: int = 2) -> list[dict]:
+    """1F1B vs eager 1F1B over resharding boundaries (pp meshes of `mesh` replicas) on an emulated
+    link: median step time and rank 0's peak activations per method, the ratio from one run."""
+    link = link or Link(1e-4, 32e6, "64 KB in 2 ms")
+    rows = []
+    print(f"pp={pp} meshes of {mesh}, m={microbatches}, model {MODEL}, link {link}")
+    for method in methods:
+        row = {"method": method}
+        for name in ("1f1b", "eager-1f1b"):
+            r = parlab.run("pp-reshard", world_size=pp * mesh, steps=steps, schedule=name,
+                           method=method, microbatches=microbatches, link=link, model_config=MODEL)
+            row[name] = {"step_s": r.step_time(warmup=1), "activations": r.memory[0]["activations"]}
+        row["ratio"] = row["eager-1f1b"]["step_s"] / row["1f1b"]["step_s"]
+        rows.append(row)
+        print(f"{method:10} step 1F1B {row['1f1b']['step_s'] * 1e3:7.1f} ms, eager "
+              f"{row['eager-1f1b']['step_s'] * 1e3:7.1f} ms (eager / 1F1B {row['ratio']:.2f}×); "
+              f"rank 0 activations {row['1f1b']['activations'] / 2**20:.2f} → "
+              f"{row['eager-1f1b']['activations'] / 2**20:.2f} MiB")
+    return rows
