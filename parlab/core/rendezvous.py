@@ -18,8 +18,8 @@ and a fresh namespace for every run under torchrun.
   whatever signal ended it.
 * `torchrun_launch`: under torchrun every `parlab.run` in a process joins the same env:// store;
   without a namespace per run a later run reads the previous run's rank addresses (it hung or failed
-  in 5 of 8 tries). Each run gets its own `PrefixStore("parlab/run<k>/", store)`, k counted per
-  process (every rank runs the same sequence of runs).
+  in 5 of 8 tries). Each run gets its own `PrefixStore("parlab/attempt<a>/run<k>/", store)`, k
+  counted per process (every rank runs the same sequence of runs), a the elastic restart attempt.
 """
 
 from __future__ import annotations
@@ -134,7 +134,10 @@ def _run_store(timeout: float):
     if _ENV_STORE is None:
         _ENV_STORE, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout)))
     _RUNS += 1
-    return dist.PrefixStore(f"parlab/run{_RUNS}/", _ENV_STORE)
+    # torchrun keeps its store across elastic restarts: a restarted worker counts its runs from 1
+    # again, so the attempt is part of the namespace, or it would read the dead attempt's keys
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    return dist.PrefixStore(f"parlab/attempt{attempt}/run{_RUNS}/", _ENV_STORE)
 
 
 def torchrun_launch(fn, world_size: int, args: tuple, timeout: float, set_current) -> list[Any]:
