@@ -116,7 +116,8 @@ def test_interrupt_stops_every_rank(tmp_path):
     code = ("from parlab.core.launch import launch\nfrom tests import workers\n"
             f"launch(workers.report_pid_then_hang, 2, {base!r}, timeout=120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(tmp_path.parent),
-                            env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)},
+                            env={**os.environ, "PYTHONFAULTHANDLER": "1",
+                                 "PYTHONPATH": str(pathlib.Path(__file__).parent.parent)},
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not all(os.path.exists(f"{base}.{r}") for r in range(2)):
@@ -125,7 +126,12 @@ def test_interrupt_stops_every_rank(tmp_path):
     time.sleep(0.2)
     pids = [int(open(f"{base}.{r}").read()) for r in range(2)]
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=90)  # generous: a loaded 2-core machine once needed more than 30 s
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)  # faulthandler prints where every thread is stuck
+        raise AssertionError("the launcher did not exit after Ctrl-C:\n"
+                             + proc.communicate()[1][-4000:]) from None
     assert "KeyboardInterrupt" in proc.stderr.read()
     time.sleep(0.3)
     assert not any(_alive(pid) for pid in pids)
