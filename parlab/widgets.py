@@ -18,7 +18,10 @@ from collections.abc import Callable
 
 
 def header(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    """The panel's first line: world_size first (readers and the browser test look for it there),
+    then the other controls in their order."""
+    ordered = sorted(values.items(), key=lambda item: item[0] != "world_size")  # stable
+    return ", ".join(f"{k}={v}" for k, v in ordered)
 
 
 def _capture(fn: Callable, values: dict) -> tuple[str, list[bytes]]:

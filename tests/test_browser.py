@@ -5,18 +5,22 @@ browser does can write back into the repository). For each chapter the test open
 Run ▸ Run All Cells, and checks: every code cell ran, no cell shows a traceback, the world-size
 panel (`parlab.widgets.experiment_panel`) renders and shows its current values, and clicking
 another world size re-runs the experiment: the panel's first line becomes the new value and what
-it shows below changes. A screenshot per chapter goes to build/screenshots/. A last test feeds
-the same harness a notebook with a failing cell, to prove it notices.
+it shows below changes; the notebook Run All produced is saved and its golden cells
+(`# NBVAL_CHECK_OUTPUT`) must show the stored outputs — nbval's check, on the same execution. A
+screenshot per chapter goes to build/screenshots/. A last test feeds the same harness a notebook
+with a failing cell, to prove it notices, and the golden check is shown to fail on a changed
+output.
 """
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
 
 import pytest
 
-from tools.browser import chromium, exercise_chapter, jupyterlab
+from tools.browser import chromium, exercise_chapter, golden_mismatches, jupyterlab
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -62,6 +66,10 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert not report["errors"], f"{path.name}: cells failed in JupyterLab: {report['errors']}"
     unexecuted = [i for i, p in enumerate(report["prompts"]) if not p.strip("[]: ").isdigit()]
     assert not unexecuted, f"{path.name}: code cells {unexecuted} did not run (prompts {report['prompts']})"
+    # the golden cells, checked on the notebook this run executed (what nbval checks, without
+    # executing every chapter a second time)
+    stored = json.loads(path.read_text())
+    assert golden_mismatches(stored, report["executed"]) == [], path.name
 
     assert report["panels"] >= 1, f"{path.name}: no experiment_panel with a world_size control rendered"
     assert report["before"].startswith("world_size="), report["before"][:200]
@@ -111,3 +119,16 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
     assert report["panels"] == 1 and report["clicked"] == "3", report
     assert report["after"].startswith("world_size=3") and report["after"] != report["before"]
     assert report["images"] == 1 and report["blank_plots"] == 0, report
+
+
+def test_golden_check_fails_on_a_changed_output():
+    """The golden comparison above can fail: a stored golden cell against a different execution."""
+    cell = {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\nprint(6 * 7)",
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "42\n"}]}
+    stored = {"cells": [cell]}
+    same = {"cells": [{**cell, "outputs": [{"output_type": "stream", "name": "stdout",
+                                             "text": ["4", "2  \n"]}]}]}
+    other = {"cells": [{**cell, "outputs": [{"output_type": "execute_result",
+                                              "data": {"text/plain": "43"}}]}]}
+    assert golden_mismatches(stored, same) == []
+    assert len(golden_mismatches(stored, other)) == 1

@@ -113,7 +113,10 @@ def test_interrupt_stops_every_rank(tmp_path):
     import sys
 
     base = str(tmp_path / "pid")
-    code = ("from parlab.core.launch import launch\nfrom tests import workers\n"
+    # Python leaves SIGINT ignored in a process started in the background by a non-interactive
+    # shell (as CI may start the suite); an interactive Ctrl-C raises KeyboardInterrupt: say so
+    code = ("import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "from parlab.core.launch import launch\nfrom tests import workers\n"
             f"launch(workers.report_pid_then_hang, 2, {base!r}, timeout=120)\n")
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=str(tmp_path.parent),
                             env={**os.environ, "PYTHONFAULTHANDLER": "1",

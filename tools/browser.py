@@ -187,6 +187,47 @@ def _menu(page, menu: str, item: str) -> None:
     page.locator(".lm-Menu-itemLabel", has_text=re.compile(f"^{re.escape(item)}$")).click()
 
 
+def _save(page, path: pathlib.Path, code_cells: int) -> dict:
+    """File ▸ Save Notebook, then the saved notebook once every code cell on disk has run."""
+    _menu(page, "File", "Save Notebook")
+
+    def saved():
+        try:
+            nb = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):  # being written
+            return None
+        counts = [c.get("execution_count") for c in nb["cells"] if c["cell_type"] == "code"]
+        return nb if len(counts) == code_cells and all(counts) else None
+
+    return _wait(saved, 30, f"{path.name} to be saved with its outputs")
+
+
+def output_text(cell: dict) -> str:
+    """A cell's text outputs as nbval compares them: streams and text/plain, in order, each line
+    stripped of trailing spaces (images, HTML and widget views are not compared)."""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            parts.append("".join(out.get("text", "")))
+        elif "text/plain" in out.get("data", {}):
+            parts.append("".join(out["data"]["text/plain"]) + "\n")
+    return "\n".join(line.rstrip() for line in "".join(parts).strip().splitlines())
+
+
+def golden_mismatches(stored: dict, executed: dict) -> list[str]:
+    """Golden cells (keep_output and `# NBVAL_CHECK_OUTPUT`) whose executed text differs from the
+    stored one: what `pytest --nbval-lax` checks, read from the notebook the browser ran."""
+    problems = []
+    for index, (want, got) in enumerate(zip(stored["cells"], executed["cells"])):
+        source = "".join(want.get("source", ""))
+        if want["cell_type"] != "code" or not source.lstrip().startswith("# NBVAL_CHECK_OUTPUT"):
+            continue
+        if output_text(want) != output_text(got):
+            problems.append(f"cell {index}: stored {output_text(want)[:300]!r}, "
+                            f"ran {output_text(got)[:300]!r}")
+    return problems
+
+
 def _panel_text(output) -> str:
     return output.evaluate("""e => e.innerText.trim() + '\\n' +
         [...e.querySelectorAll('img')].map(i => i.src.length + ':' + i.src.slice(-64)).join('\\n')""")
@@ -239,7 +280,9 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
               "before": None, "after": None, "clicked": None, "images": 0, "blank_plots": 0,
-              "screenshot": str(screenshot)}
+              "screenshot": str(screenshot), "executed": None}
+    if not report["errors"]:  # save what Run All produced: its golden cells are checked from it
+        report["executed"] = _save(page, lab.root_dir / relpath, code_cells)
     notebook = ".jp-NotebookPanel:not(.lm-mod-hidden)"
     panels = page.locator(f"{notebook} .parlab-panel:has(.parlab-control-world_size)")
     report["panels"] = panels.count()
