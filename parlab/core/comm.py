@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from parlab.core import collectives, cost
+from parlab.core.handle import Handle
 from parlab.core.launch import current as current_launch
 from parlab.core.ledger import Ledger, Traffic
 from parlab.core.link import Link
@@ -32,35 +33,6 @@ from parlab.core.trace import Timeline
 
 REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
               "min": dist.ReduceOp.MIN}
-
-
-class Handle:
-    """An op in flight. `wait()` blocks until it is done (and the emulated link has delivered)."""
-
-    def __init__(self, comm, record, ready_at, works=(), future=None, finish=None):
-        self.comm, self.record, self.ready_at = comm, record, ready_at
-        self.works, self.future, self.finish = list(works), future, finish
-        self.result = None
-        self.done = False
-
-    def wait(self):
-        if self.done:
-            return self.result
-        t0 = time.perf_counter()
-        for work in self.works:
-            work.wait()
-        value = self.future.result() if self.future is not None else None
-        if self.finish is not None:
-            value = self.finish(value)
-        self.comm._sleep_until(self.ready_at)
-        t1 = time.perf_counter()
-        self.record["t_end"] = t1
-        timeline = self.comm.timeline
-        timeline.add("wait", f"wait {self.record['op']}", t0, t1)
-        timeline.add("comm", self.record["op"], self.record["t_start"], t1,
-                     bytes=self.record["bytes_sent"], phase=self.record["phase"])
-        self.result, self.done = value, True
-        return value
 
 
 class Comm:

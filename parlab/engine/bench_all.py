@@ -104,7 +104,7 @@ def overlap_fraction(result, link: Link, phase_prefix: str, warmup: int = 1) -> 
     every rank's timeline after `warmup` steps (the first opens connections): a message's link
     time α + bytes/β runs from its post (the comm event's start) and is hidden up to the moment
     the rank starts waiting for it (the wait event recorded just before the comm event by
-    parlab.core.comm.Handle.wait): Σ min(link time, wait start − post) / Σ link time, over sends
+    parlab.core.handle.Handle.wait): Σ min(link time, wait start − post) / Σ link time, over sends
     (an exchange's receive travels the other direction at the same time). Waiting on a peer that
     is still computing (load imbalance) does not count against the overlap."""
     covered = planned = 0.0

@@ -1,0 +1,228 @@
+"""Chapter 01's measurement: every variant on a link dilated to an accelerator's compute ratio
+(`parlab.core.link.faithful`), exposed communication, the alpha-beta prediction beside each
+measured step with the diagnosis when they disagree, the ratio sweep and the bucket sweep
+(DeAR, Zhang et al., ICDCS 2023; MAD-Max, Hsia et al., ISCA 2024, for the exposed fraction).
+"""
+
+from __future__ import annotations
+
+import parlab
+from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
+from parlab.data_parallel import cost as dp_cost
+from parlab.data_parallel.bench import compute_profile, exposed_fraction
+from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.explore_exercises import param_numels
+
+VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
+OWN = VARIANTS[:5]
+
+
+# ----------------------------------------------------------------------------- 5. measurement
+# The measured regime: a GPT wide enough that this CPU computes efficiently (≈40 GFLOP/s, one
+# thread) and few enough messages that a dilated link's latency does not swamp the step.
+MEASURE = {"model_config": {"n_embd": 128, "n_layer": 2, "block_size": 64},
+           "batch_size": 24, "bucket_mb": 0.5, "partition_kb": 256.0}
+COMMON = ("model_config", "batch_size", "lr", "optimizer")
+
+
+def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, **options) -> dict:
+    """Run each variant with the options it takes (common ones such as model_config go to all)."""
+    out = {}
+    for variant in variants:
+        known = parlab.schemes()[variant].options
+        extra = {k: v for k, v in options.items() if k in known or k in COMMON}
+        out[variant] = parlab.run(variant, world_size=world_size, steps=steps, link=link, **extra)
+    return out
+
+
+def measure_regime(world_size: int, link: str = "NVLink", accelerator: str = "A100",
+                   steps: int = 4, options=None) -> dict:
+    """The chapter's measurement: the variants on loopback (the machine as it is), this machine's
+    compute rate from ddp-naive's own compute profile there, then every variant on the real `link`
+    dilated to `accelerator`'s compute rate (`parlab.core.link.faithful`)."""
+    options = dict(MEASURE if options is None else options)
+    loop = run_variants(world_size, None, steps, variants=OWN[:1] + OWN[2:], **options)
+    flops = achieved_flops(loop["ddp-naive"])
+    faithful_link = faithful(link, flops, accelerator)
+    runs = run_variants(world_size, faithful_link, steps, **options)
+    print(f"this machine: {flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured forward + "
+          f"backward); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} TFLOP/s")
+    print(f"link: {faithful_link}")
+    return {"loopback": loop, "faithful": runs, "link": faithful_link, "flops": flops,
+            "options": options}
+
+
+def plot_timelines(results: dict, steps: int, title: str = ""):
+    """One steady-state step of each variant (parlab.viz.timeline), one panel each, shared axis."""
+    import matplotlib.pyplot as plt
+
+    from parlab.viz import step_window, timeline
+
+    spans = [step_window(r.timeline) for r in results.values()]
+    t_max = max(hi - lo for lo, hi, _ in spans)
+    fig, axes = plt.subplots(len(results), 1, figsize=(10, 1.45 * len(results)), sharex=True)
+    for i, (ax, (variant, result)) in enumerate(zip(axes, results.items())):
+        timeline(result.timeline, ax=ax, title=f"{variant} — {title}", t_max=t_max, legend=i == 0)
+    fig.tight_layout()
+    return fig
+
+
+def exposed_table(results: dict, warmup: int = 1) -> dict:
+    """Median step time and exposed-communication fraction per variant (measured)."""
+    rows = {}
+    for variant, result in results.items():
+        rows[variant] = (result.step_time(warmup=warmup) * 1e3,
+                         exposed_fraction(result, warmup))
+        step_ms, share = rows[variant]
+        print(f"  {variant:<13} step {step_ms:7.1f} ms   blocked on communication "
+              f"{share * step_ms:7.1f} ms = {share:4.0%} of the step")
+    return rows
+
+
+def _alpha_beta(link, floor) -> tuple[float, float]:
+    resolved = resolve(link)
+    return (resolved.latency_s, resolved.bandwidth_Bps) if resolved else floor
+
+
+def messages_per_step(result) -> int:
+    """Collectives rank 0 issued per step (over the whole run, so work deferred past a step counts)."""
+    return round(sum(1 for r in result.ledger if r["rank"] == 0) / result.config.steps)
+
+
+def per_message_overhead(result, world_size: int, floor, warmup: int = 1) -> float:
+    """Seconds per message that the α-β model misses, measured: (measured − predicted step) of a
+    run whose messages cannot overlap compute (ddp-naive on loopback), per message. On this
+    machine it is the wake-ups of two processes per round on 2 cores shared with other work."""
+    t_f, t_b, t_o = compute_profile(result, warmup)
+    numels = [v.numel() for v in result.state.values()]
+    predicted = dp_cost.predict_step_time("ddp-naive", numels, world_size, t_f, t_b, t_o,
+                                          *floor)["step_s"]
+    return max(result.step_time(warmup) - predicted, 0.0) / max(messages_per_step(result), 1)
+
+
+def diagnosis(result, measured: float, predicted: float) -> str:
+    """Why a measured step misses the α-β prediction by more than 25%, from the measurement: the
+    gap per message, and whether the cores were oversubscribed (load average per core) or the
+    ranks outnumber the cores. Empty when the prediction holds."""
+    import os
+
+    gap = measured - predicted
+    if abs(gap) <= 0.25 * predicted:
+        return ""
+    msgs = messages_per_step(result)
+    text = (f"off by {gap * 1e3:+.1f} ms = {gap / max(msgs, 1) * 1e3:+.2f} ms per message ({msgs} "
+            f"messages)")
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0] / cores
+    if result.config.world_size > cores:
+        text += f"; {result.config.world_size} ranks on {cores} cores: oversubscribed"
+    elif gap > 0 and load > 1:
+        text += f"; the cores run {load:.1f} processes each (load average): oversubscribed"
+    elif gap < 0:
+        text += "; faster than the model: compute overlapped more than its measured median"
+    return text
+
+
+def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
+                          overhead_s: float = 0.0, floor=None) -> dict:
+    """Each variant's measured step beside the α-β prediction from ddp-naive's measured compute;
+    a gap over 25% is printed with its diagnosis, computed from the same measurement."""
+    naive = results["ddp-naive"]
+    t_f, t_b, t_o = compute_profile(naive, warmup)
+    numels = [v.numel() for v in naive.state.values()]
+    if floor is None:
+        gloo = dp_cost.measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta)
+    alpha, beta = _alpha_beta(link, floor)
+    print(f"link {resolve(link) or 'loopback'}; gloo floor α={floor[0] * 1e3:.2f} ms, "
+          f"β={floor[1] / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.1f} ms/step; "
+          f"per-message overhead {overhead_s * 1e3:.2f} ms (measured)")
+    out = {}
+    for variant, result in results.items():
+        kind = "ddp-overlap" if variant == "torch-ddp" else variant
+        predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
+                                              floor, overhead_s=overhead_s,
+                                              **result.config.options)["step_s"]
+        measured = result.step_time(warmup=warmup)
+        out[variant] = (measured, predicted)
+        line = (f"  {variant:<13} measured {measured * 1e3:7.1f} ms   predicted "
+                f"{predicted * 1e3:7.1f} ms   " + diagnosis(result, measured, predicted))
+        print(line)
+    return out
+
+
+def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
+                variants=("ddp-naive", "ddp-overlap", "ddp-priority", "dear"), floor=None,
+                overhead_s: float = 0.0):
+    """Step time ÷ compute time against communication ÷ compute (x: the link's busy time for one
+    step's gradient buckets, the same for every variant). Lines: the pure α-β model, the link's time
+    scaled from ×0.01 to ×20 (faster or slower accelerators, slower or faster links); points: the
+    measured runs on loopback (○) and on the faithful link (□). y = 1: all communication hidden;
+    dotted: 1 + x, nothing hidden."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    naive = regime["loopback"]["ddp-naive"]
+    t_f, t_b, t_o = compute_profile(naive, warmup)
+    compute = t_f + t_b + t_o
+    numels = [v.numel() for v in naive.state.values()]
+    link, options = regime["link"], regime["options"]
+    if floor is None:
+        gloo = dp_cost.measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta)
+
+    def predict(variant, alpha, beta):
+        return dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha, beta,
+                                         **options)
+
+    def ratio(alpha, beta):  # one step's buckets on the link, ÷ compute
+        return predict("ddp-bucketed", alpha, beta)["comm_s"] / compute
+
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    scales = np.logspace(-2, 1.3, 40)
+    xs = [ratio(link.latency_s * f, link.bandwidth_Bps / f) for f in scales]
+    ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="nothing hidden (1 + x)")
+    ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
+    points = {"loopback": (regime["loopback"], floor),
+              "faithful": (regime["faithful"], (link.latency_s, link.bandwidth_Bps))}
+    rows = []
+    for variant in variants:
+        ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
+              for f in scales]
+        line = ax.plot(xs, ys, "-", label=variant)[0]
+        for where, (runs, (alpha, beta)) in points.items():
+            if variant in runs:
+                x, y = ratio(alpha, beta), runs[variant].step_time(warmup) / compute
+                ax.plot([x], [y], "o" if where == "loopback" else "s", color=line.get_color())
+                model = dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha,
+                                                  beta, floor, overhead_s=overhead_s, **options)
+                why = diagnosis(runs[variant], runs[variant].step_time(warmup), model["step_s"])
+                rows.append((variant, where, x, y, model["step_s"] / compute, why))
+    ax.set(xscale="log", yscale="log", xlabel="communication ÷ compute (one step's buckets on the link)",
+           ylabel="step time ÷ compute time",
+           title=f"where hiding communication pays, N={world_size} (lines: α-β model; "
+                 f"○ loopback, □ {link.name.split(',')[0]})")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    for variant, where, x, y, model, why in rows:
+        print(f"  {variant:<13} {where:<9} comm/compute {x:5.2f}   step/compute: measured {y:5.2f}, "
+              f"model with this machine's floor and overhead {model:5.2f}  {why}")
+    return fig
+
+
+def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01, 0.05, 1.0),
+                  overhead_s: float = 0.0, floor=None, **options):
+    """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity),
+    beside the α-β prediction from each run's own compute profile."""
+    numels = param_numels(config=options.get("model_config"))
+    common = {k: v for k, v in options.items() if k in COMMON}
+    alpha, beta = _alpha_beta(link, floor or (0.0, float("inf")))
+    for bucket_mb in sizes:
+        result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, link=link,
+                            bucket_mb=bucket_mb, **common)
+        step = result.step_time(warmup=1)
+        predicted = dp_cost.predict_step_time("ddp-overlap", numels, world_size,
+                                              *compute_profile(result, 1), alpha, beta, floor,
+                                              overhead_s=overhead_s, bucket_mb=bucket_mb)["step_s"]
+        print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
+              f"step {step * 1e3:7.1f} ms (predicted {predicted * 1e3:7.1f})   exposed "
+              f"{exposed_fraction(result, 1):4.0%}   {diagnosis(result, step, predicted)}")
