@@ -1,0 +1,25 @@
+"""Chapter 13 — composing DP × TP × PP × CP (× EP) on one mesh, a calibrated cost model, and an
+automatic planner.
+
+Every dimension built in chapters 01–07 composes on one named mesh; the cost model predicts every
+composition from a measured per-layer compute profile, the α-β fit of chapter 00 and each
+chapter's closed forms; a planner picks a plan under a memory cap; an operator-level planner
+places the operators of a small branchy graph exactly.
+
+Papers: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM" (SC 2021: the PTD-P rules); Zheng et al., "Alpa: Automating Inter- and Intra-Operator
+Parallelism for Distributed Deep Learning" (OSDI 2022); Hsia et al., "MAD-Max Beyond Single-Node:
+Enabling Large Machine Learning Model Acceleration on Distributed Systems" (ISCA 2024); She et al.,
+operator-level MIP planning (2025); Go et al., power/performance characterization of distributed
+training (2025).
+
+Reading order:
+
+- `compose`: `apply_tp`, `apply_cp`, `split_pp`, `apply_dp` / `apply_zero` over one `Mesh`.
+- `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
+- `profile`, `costmodel`, `search`: the measured compute profile, the predicted step time and
+  peak memory of any plan, and the planner.
+- `graph`, `placement`: operator-level placement of a branchy graph, solved exactly and run.
+- `extrapolate`: the same model on real hardware and 1B–70B models.
+- `explore` and `bench`: notebook 13 and `python -m parlab bench planner`.
+"""
