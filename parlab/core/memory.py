@@ -35,8 +35,11 @@ def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:
 
 
 def optimizer_state_tensors(optimizer) -> list[torch.Tensor]:
+    """The optimizer's state tensors, and in mixed precision its fp32 master weights
+    (`parlab.core.precision.MasterWeights`: the ZeRO paper counts them as optimizer state, K=12)."""
+    masters = list(getattr(optimizer, "master_weights", {}).values())
     return [v for state in optimizer.state.values() for v in state.values()
-            if isinstance(v, torch.Tensor) and v.numel() > 1]  # skip scalar step counters
+            if isinstance(v, torch.Tensor) and v.numel() > 1] + masters  # skip scalar step counters
 
 
 def model_memory(params: Iterable[torch.Tensor], optimizer=None, extra_grads=()) -> dict:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from parlab import models
+from parlab.core import precision as mp
 from parlab.core.memory import ActivationMeter, model_memory
 from parlab.models import data
 
@@ -83,6 +84,8 @@ class RankResult:
     memory: dict[str, int]  # measured bytes by kind: params, grads, optimizer, activations, ...
     step_marks: list[float] = field(default_factory=list)  # step starts, then the end (perf_counter)
     extras: dict = field(default_factory=dict)  # what a scheme's assemble or explore needs
+    skipped: list[int] = field(default_factory=list)  # fp16-mixed: steps skipped on overflow
+    loss_scales: list[float] = field(default_factory=list)  # fp16-mixed: S of each step
 
 
 class Strategy:
@@ -93,25 +96,50 @@ class Strategy:
     (its data-parallel coordinate). reports_loss: whether this rank's loss counts (a tensor-parallel
     rank other than 0 computes the same loss as rank 0). holds_state: whether `state()` returns
     this rank's parameters.
+
+    Mixed precision (`precision=`, `parlab.core.precision`) happens here, once: `model`'s
+    parameters become the 16-bit compute copy (in place: the scheme's references and its
+    optimizer's stay valid), `optimizer.step` the fp32-master step, and with fp16 `model.loss`
+    scales its gradient. A scheme that builds flat buffers from the parameters before calling
+    this constructor casts the model first (`to_compute_dtype`) so the buffers are 16-bit too.
     """
 
     first_step = 0  # a resumed run starts later
     initial_losses: list[float] = []  # the resumed steps' loss shares
+    step_index = 0  # the loop's current step (set by `train`)
 
     def __init__(self, ctx, model, optimizer, shard: int = 0, shards: int = 1,
                  reports_loss: bool = True, holds_state: bool | None = None,
                  meter: ActivationMeter | None = None):
         self.ctx, self.model, self.optimizer = ctx, model, optimizer
+        self.scaler = None
+        self.masters = []
+        if precision_of(ctx.cfg) != "fp32":
+            to_compute_dtype(model, ctx.cfg)
+            if precision_of(ctx.cfg) == "fp16-mixed":
+                self.scaler = mp.LossScaler(ctx.cfg.loss_scale or mp.INIT_SCALE)
+                model.loss = self.scaler.wrap_loss(model.loss)
+            self.mixed_optimizer(optimizer)
         self.shard, self.shards = shard, shards
         self.reports_loss = reports_loss
         self.holds_state = shard == 0 if holds_state is None else holds_state
         self.meter = meter if meter is not None else ActivationMeter(exclude=model.parameters())
         self.peak_memory: dict[str, int] = {}
 
+    def mixed_optimizer(self, optimizer) -> None:
+        """Give `optimizer` (over 16-bit parameters) fp32 master weights: its `step` becomes the
+        mixed-precision step (fp16: skipped on overflow). Schemes with several optimizers call
+        it for each further one."""
+        self.masters.append(mp.MasterWeights(optimizer, self.ctx.comm, self.scaler,
+                                             lambda: self.step_index))
+
     # ------------------------------------------------------------------ the hooks
     def batch(self, step: int):
-        """This rank's rows of the step's global batch."""
-        return step_batch(self.ctx.cfg, step, self.shard, self.shards)
+        """This rank's rows of the step's global batch (floating inputs in the compute dtype)."""
+        batch = step_batch(self.ctx.cfg, step, self.shard, self.shards)
+        if precision_of(self.ctx.cfg) != "fp32":
+            batch = mp.cast_batch(batch, mp.compute_dtype(self.ctx.cfg.precision))
+        return batch
 
     def loss(self, batch):
         x, y = batch
@@ -151,10 +179,30 @@ class Strategy:
             self.peak_memory[kind] = max(self.peak_memory.get(kind, 0), nbytes)
 
     def state(self) -> dict | None:
-        return state_of(self.model) if self.holds_state else None
+        """The parameters this rank holds; in mixed precision their fp32 master weights."""
+        if not self.holds_state:
+            return None
+        state = state_of(self.model)
+        masters = {id(p): m for w in self.masters for p, m in w.masters.items()}
+        for name, p in self.model.named_parameters():
+            if id(p) in masters:
+                state[name] = masters[id(p)].detach().clone().view_as(p)
+        return state
 
     def extras(self) -> dict:
         return {}
+
+
+def precision_of(cfg) -> str:
+    return getattr(cfg, "precision", "fp32")
+
+
+def to_compute_dtype(model: torch.nn.Module, cfg) -> torch.nn.Module:
+    """Cast `model`'s floating parameters and buffers to the run's compute dtype, in place (the
+    Parameter objects stay: `Module.to` replaces their data). No-op in fp32 or when cast already."""
+    if precision_of(cfg) != "fp32":
+        model.to(mp.compute_dtype(cfg.precision))
+    return model
 
 
 def train(ctx, strategy: Strategy) -> RankResult:
@@ -163,6 +211,7 @@ def train(ctx, strategy: Strategy) -> RankResult:
     marks = []
     for step in range(strategy.first_step, ctx.cfg.steps):
         with ctx.step(step):
+            strategy.step_index = step
             marks.append(time.perf_counter())
             loss = strategy.forward_backward(step, strategy.batch(step))
             strategy.sync(step)
@@ -174,8 +223,10 @@ def train(ctx, strategy: Strategy) -> RankResult:
     strategy.observe_memory()
     memory = dict(strategy.peak_memory)
     memory["activations"] = strategy.meter.peak
+    scaler = strategy.scaler
     return RankResult(losses if strategy.reports_loss else None, strategy.state(), memory, marks,
-                      strategy.extras())
+                      strategy.extras(), list(scaler.skipped) if scaler else [],
+                      list(scaler.history) if scaler else [])
 
 
 def step_times(marks_per_rank: list[list[float]]) -> list[float]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parlab import models
-from parlab.core import checks, speeds, topology
+from parlab.core import checks, precision, speeds, topology
 from parlab.core.launch import launch, report_progress
 
 COMMON_OPTIONS = {
@@ -38,6 +38,8 @@ COMMON_OPTIONS = {
     "start_method": "forkserver",
     "checkpoint": False,  # activation checkpointing: recompute each block in backward
     "speeds": None,  # per-rank compute speed, e.g. [1, 1, 0.5, 0.25] (parlab.core.speeds)
+    "precision": "fp32",  # "bf16-mixed" | "fp16-mixed": 16-bit compute, fp32 master (core.precision)
+    "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
 }
 OPTIMIZERS = ("adamw", "sgd")
 MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
@@ -55,6 +57,7 @@ class Scheme:
     assemble: Callable | None = None
     models: tuple = ("gpt", "mlp")
     cost: Callable | None = None
+    precisions: tuple = tuple(precision.PRECISIONS)
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class SchemeInfo:
     exact: bool
     options: dict  # {name: default}
     cost: Callable | None = None  # cost(cfg) -> Prediction: the scheme's closed forms
+    precisions: tuple = tuple(precision.PRECISIONS)  # the precision= values it honours
 
 
 _REGISTRY: dict[str, Scheme] = {}
@@ -71,7 +75,8 @@ _DISCOVERED = False
 
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
-             models: tuple = ("gpt", "mlp"), cost: Callable | None = None):
+             models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
+             precisions: tuple = tuple(precision.PRECISIONS)):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -79,11 +84,12 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     scheme cannot run (what depends on several values). assemble(outputs, cfg): full state from
     the ranks' results (for sharded schemes). cost(cfg) -> `parlab.engine.prediction.Prediction`:
     what the chapter's closed forms predict for this configuration (bytes each rank sends), so a
-    planner can ask every scheme.
+    planner can ask every scheme. precisions: the `precision=` values the scheme honours (the
+    loop's mixed precision, `parlab.core.precision`; fp16 needs its loss through `model.loss`).
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost)
+                                 assemble, tuple(models), cost, tuple(precisions))
         return worker
     return decorate
 
@@ -124,7 +130,7 @@ def get_scheme(name: str) -> Scheme:
 def schemes() -> dict[str, SchemeInfo]:
     """{name: SchemeInfo(summary, exact, options)} of every registered scheme."""
     _discover()
-    return {n: SchemeInfo(s.summary, s.exact, checks.defaults(s.options), s.cost)
+    return {n: SchemeInfo(s.summary, s.exact, checks.defaults(s.options), s.cost, s.precisions)
             for n, s in sorted(_REGISTRY.items())}
 
 
@@ -146,6 +152,8 @@ class RunConfig:
     options: dict  # the scheme's own options, defaults filled in
     checkpoint: bool = False  # activation checkpointing (honoured by training.build_model)
     speeds: tuple | None = None  # per-rank compute speed (parlab.core.speeds); None: all 1
+    precision: str = "fp32"  # "bf16-mixed" | "fp16-mixed" (parlab.core.precision)
+    loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
 
     def option(self, name: str):
         return self.options[name]
@@ -192,6 +200,18 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
                          "fields (e.g. {'n_layer': 2}) or None")
     if not isinstance(common["checkpoint"], bool):
         raise ValueError(f"checkpoint={common['checkpoint']!r} must be True or False")
+    mixed = precision.check(common["precision"])
+    if mixed not in spec.precisions:
+        raise ValueError(f"precision={mixed!r} is not supported by scheme {scheme!r} (it honours "
+                         f"{list(spec.precisions)}" + (": fp16 needs dynamic loss scaling, which "
+                         "this scheme cannot apply to its loss; use 'bf16-mixed'"
+                         if mixed == "fp16-mixed" else "") + ")")
+    loss_scale = common["loss_scale"]
+    if loss_scale is not None and (mixed != "fp16-mixed" or isinstance(loss_scale, bool)
+                                   or not isinstance(loss_scale, (int, float))
+                                   or not 0 < loss_scale < math.inf):
+        raise ValueError(f"loss_scale={loss_scale!r} must be None or a finite number > 0, and only "
+                         f"with precision='fp16-mixed' (got precision={mixed!r})")
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -200,6 +220,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         start_method=common["start_method"],
         options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
+        precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
     )
     models.check_checkpointing(model, cfg.checkpoint)
     if spec.validate is not None:
@@ -259,6 +280,17 @@ class RunResult:
     step_times: list[float] = field(default_factory=list)  # seconds per step, the slowest rank's
     outputs: list = field(default_factory=list, repr=False)  # every rank's RankResult
 
+    @property
+    def skipped_steps(self) -> list[int]:
+        """fp16-mixed: the steps whose update was skipped (gradient overflow; the same on every
+        rank: the decision is all-reduced)."""
+        return list(self.outputs[0].skipped) if self.outputs else []
+
+    @property
+    def loss_scales(self) -> list[float]:
+        """fp16-mixed: the loss scale S each step used (empty otherwise)."""
+        return list(self.outputs[0].loss_scales) if self.outputs else []
+
     def bytes_per_rank(self, key: str = "bytes_sent", **match) -> list[int]:
         """Sum of `key` over ledger records matching `match` (op=..., phase=...), per rank."""
         totals = [0] * self.config.world_size
@@ -271,7 +303,7 @@ class RunResult:
         import pandas as pd
         return pd.DataFrame(self.ledger)
 
-    def compare(self, reference: RunResult, rtol: float = 1e-4):
+    def compare(self, reference: RunResult, rtol: float | None = None):
         from parlab.engine.verify import compare
         return compare(self, reference, rtol)
 

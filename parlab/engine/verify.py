@@ -4,6 +4,19 @@ Two runs match when every step's loss and every final parameter agree within `rt
 1e-4, fp32): |a - b| <= rtol·max(|b|, 1) for losses, and max|a - b| <= rtol·max(max|b|, 1e-3)
 per parameter tensor — relative to the tensor's scale, so that entries near zero do not demand
 more than float32 can give.
+
+Mixed precision (`precision="bf16-mixed" | "fp16-mixed"`, `parlab.core.precision`): a scheme is
+compared with `single` *of the same precision*, within the format's unit round-off u = 2^-p
+(p significand bits: bf16 8, u = 2^-8 ≈ 3.9e-3; fp16 11, u = 2^-11 ≈ 4.9e-4):
+  losses |a - b| <= u·max(|b|, 1): one 16-bit rounding of the loss, and
+  the whole parameter vector ‖θ - θ_ref‖₂ <= u·‖θ_ref‖₂: less than rounding every weight once.
+Why not per element: a scheme sums the 16-bit gradients in another order (per-rank partial
+gradients rounded to 16 bits, then an all-reduce that rounds each addition), so an element
+whose gradient cancels to round-off size gets a different small gradient, and Adam, which
+divides by √v, turns it into an update of up to ±lr either way — the same effect as fp32's, 2^16
+times larger (16 fewer significand bits), on the elements whose gradients cancel. The norm
+bound still fails for a wrong scheme: a lost or doubled micro-batch, a stale or unsynchronised
+gradient moves every weight by ~lr, far above u·‖θ‖ (`tests/test_precision.py` checks both).
 """
 
 from __future__ import annotations
@@ -44,7 +57,41 @@ def compare_states(state, reference, rtol: float = 1e-4):
     return worst, worst_name, problems
 
 
-def compare(result, reference, rtol: float = 1e-4) -> Comparison:
+def mixed_tolerance(precision: str) -> float:
+    """u = 2^-p of the compute format (see the module docstring): bf16 2^-8, fp16 2^-11."""
+    from parlab.core.precision import unit_roundoff
+    return unit_roundoff(precision)
+
+
+def compare_norm(state, reference, rtol: float):
+    """(‖a - b‖₂ / ‖b‖₂ over every parameter, problems): the mixed-precision bound."""
+    problems = []
+    if set(state) != set(reference):
+        return float("inf"), [f"parameter names differ: missing "
+                              f"{sorted(set(reference) - set(state))}, extra "
+                              f"{sorted(set(state) - set(reference))}"]
+    num = den = 0.0
+    for name in sorted(reference):
+        a, b = state[name].double(), reference[name].double()
+        if a.shape != b.shape:
+            problems.append(f"{name}: shape {tuple(a.shape)} != {tuple(b.shape)}")
+            continue
+        num += ((a - b) ** 2).sum().item()
+        den += (b ** 2).sum().item()
+    diff = (num / den) ** 0.5 if den else num ** 0.5
+    if not diff <= rtol:
+        problems.append(f"parameters: relative L2 diff {diff:.2e} > {rtol:g}")
+    return diff, problems
+
+
+def compare(result, reference, rtol: float | None = None) -> Comparison:
+    """`result` against `reference`: elementwise within rtol (default 1e-4) in fp32; in mixed
+    precision losses and the parameter vector's norm within the format's u (module docstring)."""
+    precision = getattr(result.config, "precision", "fp32")
+    ref_precision = getattr(reference.config, "precision", "fp32")
+    if precision != "fp32" or ref_precision != "fp32":
+        return _compare_mixed(result, reference, precision, ref_precision, rtol)
+    rtol = 1e-4 if rtol is None else rtol
     problems = []
     if len(result.losses) != len(reference.losses):
         problems.append(f"{len(result.losses)} losses vs {len(reference.losses)}")
@@ -57,3 +104,23 @@ def compare(result, reference, rtol: float = 1e-4) -> Comparison:
     worst, worst_name, state_problems = compare_states(result.state, reference.state, rtol)
     problems += state_problems
     return Comparison(not problems, loss_diff, worst, worst_name, problems)
+
+
+def _compare_mixed(result, reference, precision, ref_precision, rtol) -> Comparison:
+    problems = []
+    if precision != ref_precision:
+        problems.append(f"precision={precision!r} compared with a {ref_precision!r} reference: "
+                        "compare with single of the same precision")
+    rtol = mixed_tolerance(precision if precision != "fp32" else ref_precision) \
+        if rtol is None else rtol
+    if len(result.losses) != len(reference.losses):
+        problems.append(f"{len(result.losses)} losses vs {len(reference.losses)}")
+    loss_diff = 0.0
+    for i, (a, b) in enumerate(zip(result.losses, reference.losses)):
+        diff = abs(a - b)
+        loss_diff = max(loss_diff, diff)
+        if not diff <= rtol * max(abs(b), 1.0):
+            problems.append(f"step {i}: loss {a:.8f} vs {b:.8f}")
+    diff, state_problems = compare_norm(result.state, reference.state, rtol)
+    return Comparison(not (problems + state_problems), loss_diff, diff, "‖θ‖₂ (all parameters)",
+                      problems + state_problems)

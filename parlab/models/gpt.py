@@ -153,5 +153,5 @@ class GPT(nn.Module):
         return self.head(x)  # (B, T, vocab)
 
     def loss(self, idx, targets):
-        logits = self(idx)  # (B, T, vocab)
+        logits = self(idx).float()  # (B, T, vocab) the loss in fp32 also in mixed precision
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))

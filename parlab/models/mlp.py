@@ -55,7 +55,7 @@ class MLP(nn.Module):
         return x
 
     def loss(self, x, targets):
-        return F.cross_entropy(self(x), targets)
+        return F.cross_entropy(self(x).float(), targets)  # fp32 loss also in mixed precision
 
 
 def _linear_gelu(layer, x):

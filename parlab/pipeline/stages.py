@@ -72,6 +72,7 @@ class Stage(nn.Module):
 
     def loss(self, output, targets):
         """The reference's loss on this micro-batch (the mean over its rows / tokens)."""
+        output = output.float()  # (mb, ..., vocab) the loss in fp32 also in mixed precision
         return F.cross_entropy(output.reshape(-1, output.size(-1)), targets.reshape(-1))
 
 

@@ -217,7 +217,7 @@ class TensorParallelGPT(nn.Module):
             losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), self.comm,
                                                      self.vocab_start)  # (B, T)
             return losses.sum() / (B * T)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/tp, vocab) tied head
+        logits = (self.ln_f(x) @ self.wte.weight.t()).float()  # (B, T/tp, vocab) tied head, fp32
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                                  targets[:, mine].reshape(-1).clone(), reduction="sum")
         return losses / (B * T)  # this rank's share of the mean over all B·T tokens

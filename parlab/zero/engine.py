@@ -118,7 +118,7 @@ class ZeroEngine:
                 unit.bind(flat)
                 unit.shard = flat[unit.lo:unit.hi]  # (padded/N,) a view: updating it updates flat
             if stage == 1:
-                unit.flat_grad = torch.zeros(unit.padded)  # (padded,)
+                unit.flat_grad = torch.zeros(unit.padded, dtype=flat.dtype)  # (padded,)
                 unit.bind_grads(unit.flat_grad)
             if stage >= 2:
                 for p in unit.params:
@@ -271,4 +271,4 @@ class ZeroEngine:
         return {"params": tensor_bytes(params), "grads": tensor_bytes(grads),
                 "optimizer": tensor_bytes(optimizer_state_tensors(optimizer)),
                 "gathered_peak": self.gathered_peak,
-                "padding": sum(u.padded - u.numel for u in self.units) * FP32_BYTES}
+                "padding": sum((u.padded - u.numel) * u.shard.element_size() for u in self.units)}

@@ -28,7 +28,7 @@ from functools import partial
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.memory import ActivationMeter, storage_key
 from parlab.engine import loop
-from parlab.engine.loop import Strategy, build_model, make_optimizer
+from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
 from parlab.zero.engine import ZeroEngine
@@ -63,6 +63,10 @@ def validate(cfg) -> None:
     rank = o["fail_rank"]
     if rank >= cfg.world_size:
         raise ValueError(f"fail_rank={rank!r} must be an int in [0, world_size={cfg.world_size})")
+    if cfg.precision != "fp32" and (every or o["resume"]):
+        raise ValueError(f"save_every={every!r} / resume={o['resume']!r} with precision="
+                         f"{cfg.precision!r}: the sharded checkpoint keeps the 16-bit shards, not "
+                         "the fp32 master weights; checkpoint in fp32")
     ckpt_mod.check_resume(cfg)
 
 
@@ -92,7 +96,7 @@ class Zero(Strategy):
 
     def __init__(self, ctx, stage: int):
         cfg, comm, o = ctx.cfg, ctx.comm, ctx.cfg.options
-        model = build_model(cfg)
+        model = to_compute_dtype(build_model(cfg), cfg)  # 16-bit flat units in mixed precision
         meter = ActivationMeter()
         self.engine = ZeroEngine(model, comm, stage,
                                  on_gather=lambda t: meter.excluded.add(storage_key(t)),
@@ -141,7 +145,9 @@ class Zero(Strategy):
         return self.engine.memory(self.optimizer)
 
     def extras(self) -> dict:
-        return {"shards": {u.name: u.shard.detach().clone() for u in self.engine.units},
+        masters = self.masters[0].masters if self.masters else {}  # mixed precision: fp32 masters
+        return {"shards": {u.name: masters.get(u.shard, u.shard).detach().clone()
+                           for u in self.engine.units},
                 "layouts": [u.layout.to_meta() for u in self.engine.units],
                 "resumed_from": self.resumed_from, "first_step": self.first_step}
 

@@ -127,9 +127,10 @@ class FlatUnit:
 
     def flatten(self, tensors) -> torch.Tensor:
         """Concatenate (params or grads; None → zeros) and pad: (padded,)."""
-        parts = [t.detach().reshape(-1) if t is not None else torch.zeros(p.numel())
+        dtype = self.params[0].dtype  # the compute copy's: fp32, or bf16/fp16 in mixed precision
+        parts = [t.detach().reshape(-1) if t is not None else torch.zeros(p.numel(), dtype=dtype)
                  for t, p in zip(tensors, self.params)]
-        parts.append(torch.zeros(self.padded - self.numel))
+        parts.append(torch.zeros(self.padded - self.numel, dtype=dtype))
         return torch.cat(parts)  # (padded,)
 
     def bind(self, flat: torch.Tensor) -> None:

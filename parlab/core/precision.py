@@ -1,0 +1,151 @@
+"""Mixed-precision training: a 16-bit compute copy of the weights, fp32 master weights and
+optimizer state, and dynamic loss scaling for fp16 (Micikevicius et al., "Mixed Precision
+Training", ICLR 2018; the 2 + 2 + 12 bytes per parameter of Rajbhandari et al., "ZeRO", SC 2020,
+§3.1; bf16: Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training", 2019).
+
+`parlab.run(..., precision="bf16-mixed")` (a common option) makes the one training loop
+(`parlab.engine.loop.Strategy`) do, for every scheme:
+
+* the model's parameters *are* the compute copy: cast to bf16/fp16 in place (same Parameter
+  objects, so a scheme's references stay valid), so forward and backward run in 16 bits, the
+  activations saved for backward take 2 bytes an element, and every gradient is 16-bit — every
+  gradient collective moves half the bytes of fp32, through `Comm`, whose ledger counts the dtype;
+* `MasterWeights` wraps the optimizer's `step`: for each parameter it swaps in an fp32 master copy
+  and an fp32 (unscaled) copy of the gradient, runs the real step (so Adam's moments are created
+  and kept in fp32), then writes the master back into the 16-bit parameter. Master weights
+  count as optimizer state (K = 4 + 4 + 4 = 12 bytes per parameter with Adam, as in the paper);
+* fp16 only (5 exponent bits: gradients below 2^-24 flush to zero): `LossScaler` multiplies the
+  gradient of the loss by S (`ScaleGrad`, identity in forward), the step divides by S, and a
+  step whose gradients hold inf/NaN on *any* rank is skipped on every rank (one 1-element
+  all-reduce (max) through `Comm`, the only extra byte mixed precision sends), S halves; after
+  `GROWTH_INTERVAL` clean steps S doubles (PyTorch's `torch.amp.GradScaler` policy and defaults).
+
+`fp32` changes nothing: no cast, no wrapper, bit for bit the loop of before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PRECISIONS = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
+INIT_SCALE = 2.0 ** 16  # torch.amp.GradScaler's defaults
+GROWTH_FACTOR, BACKOFF_FACTOR, GROWTH_INTERVAL = 2.0, 0.5, 2000
+MANTISSA_BITS = {"fp32": 24, "bf16-mixed": 8, "fp16-mixed": 11}  # significand bits, implicit 1 included
+
+
+def check(precision) -> str:
+    """`precision` if known; ValueError naming it otherwise (before any process starts)."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(f"precision={precision!r} must be one of {tuple(PRECISIONS)}")
+    return precision
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    return PRECISIONS[precision]
+
+
+def element_bytes(precision: str) -> int:
+    """Bytes of one parameter / gradient / activation element in the compute copy: 4 or 2."""
+    return torch.empty((), dtype=PRECISIONS[precision]).element_size()
+
+
+def unit_roundoff(precision: str) -> float:
+    """u = 2^-p: the largest relative error of one rounding to the format (p significand bits)."""
+    return 2.0 ** -MANTISSA_BITS[precision]
+
+
+def cast_batch(batch, dtype: torch.dtype):
+    """Floating inputs in the compute dtype (token ids and labels stay integers)."""
+    return tuple(t.to(dtype) if torch.is_floating_point(t) else t for t in batch)
+
+
+class ScaleGrad(torch.autograd.Function):
+    """Loss scaling. Forward: identity on the (fp32) loss, so the reported loss is unscaled.
+    Backward: the incoming gradient times the scaler's current S, so every gradient of the
+    backward pass is S times too large (and fp16's small gradients stay representable)."""
+
+    @staticmethod
+    def forward(ctx, loss, scaler):
+        ctx.scaler = scaler
+        return loss.view_as(loss)  # () unchanged
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scaler.scale, None
+
+
+class LossScaler:
+    """Dynamic loss scale S (fp16): halve on overflow (the step is skipped), double after
+    `growth_interval` clean steps."""
+
+    def __init__(self, scale: float = INIT_SCALE, growth_interval: int = GROWTH_INTERVAL):
+        self.scale, self.growth_interval = float(scale), growth_interval
+        self.clean = 0
+        self.skipped: list[int] = []  # loop steps whose update was skipped (overflow)
+        self.history: list[float] = []  # S used by each step
+
+    def update(self, step: int, overflow: bool) -> None:
+        self.history.append(self.scale)
+        if overflow:
+            self.skipped.append(step)
+            self.scale *= BACKOFF_FACTOR
+            self.clean = 0
+        else:
+            self.clean += 1
+            if self.clean == self.growth_interval:
+                self.scale *= GROWTH_FACTOR
+                self.clean = 0
+
+    def wrap_loss(self, loss_fn):
+        """`loss_fn` whose loss scales its gradient by S (see ScaleGrad)."""
+        def scaled_loss(*args, **kwargs):
+            return ScaleGrad.apply(loss_fn(*args, **kwargs), self)
+        return scaled_loss
+
+
+class MasterWeights:
+    """fp32 master copies of an optimizer's (16-bit) parameters; `optimizer.step` becomes the
+    mixed-precision step. The masters are attached to the optimizer (`optimizer.master_weights`)
+    so `parlab.core.memory.optimizer_state_tensors` counts them as optimizer state."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, comm, scaler: LossScaler | None,
+                 step_of=lambda: 0):
+        self.optimizer, self.comm, self.scaler, self.step_of = optimizer, comm, scaler, step_of
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.masters = {p: p.detach().float().clone() for p in self.params}  # (param shape,) fp32
+        self.inner_step = optimizer.step
+        optimizer.master_weights = self.masters
+        optimizer.step = self.step
+
+    def overflow(self) -> bool:
+        """Whether any rank's gradient holds inf/NaN (every rank gets the same answer)."""
+        bad = any(not torch.isfinite(p.grad).all() for p in self.params if p.grad is not None)
+        flag = torch.tensor([1.0 if bad else 0.0])  # (1,) fp32
+        self.comm.all_reduce(flag, op="max", phase="overflow-check")  # (1,) over all ranks
+        return bool(flag.item())
+
+    def step(self, *args, **kwargs):
+        if self.scaler is not None:
+            overflow = self.overflow()
+            self.scaler.update(self.step_of(), overflow)
+            if overflow:
+                return None  # skipped: master, moments and Adam's step count unchanged
+        inv = 1.0 / self.scaler.history[-1] if self.scaler is not None else 1.0  # S of this step
+        swapped = []
+        for p in self.params:
+            low, grad = p.data, p.grad
+            p.grad = None
+            p.data = self.masters[p]  # fp32 master: Adam's moments are created in fp32
+            if grad is not None:
+                p.grad = grad.float() * inv if inv != 1.0 else grad.float()  # unscaled, fp32
+            swapped.append((p, low, grad))
+        try:
+            out = self.inner_step(*args, **kwargs)
+        finally:
+            for p, low, grad in swapped:
+                self.masters[p] = p.data
+                p.grad = None
+                p.data = low  # back onto the 16-bit storage (a view into a flat buffer stays one)
+                low.copy_(self.masters[p])  # round the updated master to the compute copy
+                p.grad = grad
+        return out
