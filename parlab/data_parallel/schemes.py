@@ -20,6 +20,7 @@ splits each rank's rows into micro-batches and communicates only on the last one
 """
 
 from parlab.core.checks import Choice, Float, Int
+from parlab.core.precision import PRECISIONS
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
 from parlab.data_parallel.cost import DataParallelCost
@@ -36,6 +37,7 @@ BUCKET_MB = 0.05  # MiB; the models here hold ~0.05-0.2 MiB, DDP's 25 MiB would 
 ACCUM = Int(1, min=1)  # micro-batches per rank per step (communication on the last only)
 ALGO = Choice("gloo", ALGOS)
 BUCKET = Float(BUCKET_MB, min=0, unit="MiB")
+MIXED = tuple(PRECISIONS)  # precision= these schemes honour (tests/test_precision.py)
 
 
 def _validate(cfg):
@@ -54,7 +56,7 @@ def _run(ctx, make_sync):
 
 @register("ddp-naive", summary="all-reduce every gradient after backward", exact=True,
           options={"algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.naive_messages))
+          cost=DataParallelCost(dp_cost.naive_messages), precisions=MIXED)
 def ddp_naive(ctx):
     return _run(ctx, lambda ctx, model: NaiveSync(ctx, model, ctx.cfg.options["algo"]))
 
@@ -62,7 +64,7 @@ def ddp_naive(ctx):
 @register("ddp-bucketed", summary="flat buckets of bucket_mb, all-reduced after backward",
           exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM},
           validate=_validate,
-          cost=DataParallelCost(dp_cost.bucketed_messages))
+          cost=DataParallelCost(dp_cost.bucketed_messages), precisions=MIXED)
 def ddp_bucketed(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: BucketedSync(ctx, model, o["bucket_mb"], o["algo"]))
@@ -70,7 +72,7 @@ def ddp_bucketed(ctx):
 
 @register("ddp-overlap", summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
           options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.bucketed_messages))
+          cost=DataParallelCost(dp_cost.bucketed_messages), precisions=MIXED)
 def ddp_overlap(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: OverlapSync(ctx, model, o["bucket_mb"], o["algo"]))

@@ -7,7 +7,10 @@ losses and final parameters (`"single"`). Run it at world_size=1. It is the one 
 
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import no_communication
+from parlab.core.precision import PRECISIONS
 from parlab.engine.runner import register
+
+MIXED = tuple(PRECISIONS)  # fp32, bf16-mixed, fp16-mixed (parlab.core.precision)
 
 
 def _validate(cfg):
@@ -16,7 +19,8 @@ def _validate(cfg):
 
 
 @register("single", summary="one process, the whole batch: the reference", exact=True,
-          validate=_validate, cost=no_communication, models=("gpt", "mlp", "gpt-moe"))
+          validate=_validate, cost=no_communication, models=("gpt", "mlp", "gpt-moe"),
+          precisions=MIXED)
 def single(ctx):
     model = build_model(ctx.cfg)
     return train(ctx, Strategy(ctx, model, make_optimizer(model.parameters(), ctx.cfg)))

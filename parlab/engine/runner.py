@@ -57,7 +57,7 @@ class Scheme:
     assemble: Callable | None = None
     models: tuple = ("gpt", "mlp")
     cost: Callable | None = None
-    precisions: tuple = tuple(precision.PRECISIONS)
+    precisions: tuple = ("fp32",)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ _DISCOVERED = False
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = tuple(precision.PRECISIONS)):
+             precisions: tuple = ("fp32",)):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -84,8 +84,10 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     scheme cannot run (what depends on several values). assemble(outputs, cfg): full state from
     the ranks' results (for sharded schemes). cost(cfg) -> `parlab.engine.prediction.Prediction`:
     what the chapter's closed forms predict for this configuration (bytes each rank sends), so a
-    planner can ask every scheme. precisions: the `precision=` values the scheme honours (the
-    loop's mixed precision, `parlab.core.precision`; fp16 needs its loss through `model.loss`).
+    planner can ask every scheme. precisions: the `precision=` values the scheme honours: the
+    loop's mixed precision (`parlab.core.precision`) applies to any Strategy, but a scheme
+    declares it only once a test holds it against `single` of that precision (fp16 also needs
+    its loss through `model.loss`, where the loss scale is applied); the others refuse it.
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,

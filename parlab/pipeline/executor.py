@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
+from parlab.core.precision import compute_dtype
 from parlab.pipeline.schedules import Schedule
 
 
@@ -87,6 +88,8 @@ class PipelineExecutor:
         self.actions = schedule.lowered()[pp_rank]
         self.comm_f, self.comm_b = comm_f, comm_b
         self.boundary_shape = boundary_shape  # rows -> activation shape between stages
+        # activations between stages travel in the compute dtype (16 bits in mixed precision)
+        self.dtype = compute_dtype(getattr(ctx.cfg, "precision", "fp32"))
         self.meter = meter
         self.in_flight_peak = 0  # most micro-batches whose activations were alive at once
         self.microbatch_bytes: dict[int, int] = {}  # stage -> activation bytes one F saved
@@ -104,10 +107,10 @@ class PipelineExecutor:
         for a in self.actions:
             s, i = a.stage, a.mb
             if a.op == "RECV_F":
-                buf = torch.empty(self.boundary_shape(rows))  # (mb, T, C)
+                buf = torch.empty(self.boundary_shape(rows), dtype=self.dtype)  # (mb, T, C)
                 box[("F", s, i)] = self.comm_f.recv(buf, sched.rank_of(s - 1), phase="pp-fwd")
             elif a.op == "RECV_B":
-                buf = torch.empty(self.boundary_shape(rows))  # (mb, T, C)
+                buf = torch.empty(self.boundary_shape(rows), dtype=self.dtype)  # (mb, T, C)
                 box[("B", s, i)] = self.comm_b.recv(buf, sched.rank_of(s + 1), phase="pp-bwd")
             elif a.op == "SEND_F":
                 out = saved[(s, i)][1].detach()  # (mb, T, C)

@@ -294,8 +294,10 @@ def _register(name: str, schedule: str | None) -> None:
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(
         SUMMARIES)
+    # bf16: the executor's boundary buffers take the compute dtype; no fp16 (its loss is taken
+    # inside the schedule, where the loop's loss scale does not reach)
     register(name, summary=summary, exact=True, options=options, validate=validate,
-             assemble=assemble)(worker)
+             assemble=assemble, precisions=("fp32", "bf16-mixed"))(worker)
 
 
 for _schedule in SUMMARIES:

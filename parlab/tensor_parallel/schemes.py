@@ -22,6 +22,7 @@ import torch
 
 from parlab.core.checks import Bool, Int
 from parlab.core.mesh import Mesh, validate_degrees
+from parlab.core.precision import PRECISIONS
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.tensor_parallel.layers import TensorParallelGPT, assemble_state
@@ -124,13 +125,13 @@ class TensorParallel(Strategy):
 @register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
           exact=True, options={"tp": TP, "vocab_parallel": Bool(False)}, validate=_validator(False),
           assemble=_assemble,
-          models=("gpt",))
+          models=("gpt",), precisions=tuple(PRECISIONS))
 def tp_scheme(ctx):
     return train(ctx, TensorParallel(ctx, sequence_parallel=False))
 
 
 @register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
           exact=True, options={"tp": TP, "regather": Bool(True)}, validate=_validator(True),
-          assemble=_assemble, models=("gpt",))
+          assemble=_assemble, models=("gpt",), precisions=tuple(PRECISIONS))
 def tp_sp_scheme(ctx):
     return train(ctx, TensorParallel(ctx, sequence_parallel=True))

@@ -27,6 +27,7 @@ from functools import partial
 
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.memory import ActivationMeter, storage_key
+from parlab.core.precision import PRECISIONS
 from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
@@ -156,7 +157,8 @@ def train(ctx, stage: int):
     return loop.train(ctx, Zero(ctx, stage))
 
 
-_REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble)
+_REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble,
+                 precisions=tuple(PRECISIONS))
 
 
 @register("zero1", summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
