@@ -35,6 +35,13 @@ REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.Re
               "min": dist.ReduceOp.MIN}
 
 
+
+def predivide(tensor) -> bool:
+    """Whether an average divides by N *before* summing: for 16-bit tensors (mixed precision),
+    as PyTorch DDP's all-reduce hook does, so that the sum of N fp16 gradients cannot overflow
+    (max 65504) where their mean does not. fp32 sums first, then divides (unchanged)."""
+    return tensor.dtype in (torch.float16, torch.bfloat16)
+
 class Comm:
     """Collectives and messages on one process group, recorded in a ledger."""
 
@@ -79,6 +86,9 @@ class Comm:
         """Reduce `tensor` over the group, in place, on every rank. op: sum, avg, max, min."""
         if op not in REDUCE_OPS:
             raise ValueError(f"op={op!r} must be one of {sorted(REDUCE_OPS)}")
+        if op == "avg" and predivide(tensor):
+            tensor.div_(self.size)  # (same shape) 16-bit: divide first, then sum (no overflow)
+            op = "sum"
         scale = (lambda _: tensor.div_(self.size) if op == "avg" else tensor)
         if algo == "gloo":
             sent, recv, rounds = cost.ring_all_reduce(tensor.numel(), self.size, self.rank)
@@ -103,6 +113,8 @@ class Comm:
         inner = tensor.numel() // max(rows, 1)
         sizes = [s * inner for s in cost.shard_sizes(rows, self.size)]
         flat = tensor.movedim(dim, 0).contiguous().reshape(-1)  # (rows·inner,) chunks in order
+        if op == "avg" and predivide(tensor):
+            flat, op = flat / self.size, "sum"  # (rows·inner,) 16-bit: divide first, then sum
         out_shape = list(tensor.movedim(dim, 0).shape)
         out_shape[0] = cost.shard_sizes(rows, self.size)[self.rank]
 

@@ -20,7 +20,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-FP32_BYTES = 4  # bytes of one float32 element: every scheme here trains in fp32
+FP32_BYTES = 4  # bytes of one float32 element (fp32 runs; mixed precision: `element_bytes`)
+
+
+def element_bytes(precision: str = "fp32") -> int:
+    """Bytes of one parameter / gradient / activation element as a scheme moves it: 4 in fp32, 2 in
+    bf16-mixed and fp16-mixed (`parlab.core.precision`): every gradient and activation collective
+    of a mixed-precision run sends half the bytes of fp32."""
+    return 4 if precision == "fp32" else 2
+
+
+def overflow_check_bytes(precision: str, n: int, rank: int) -> int:
+    """Bytes `rank` sends per step for fp16's loss scaling: one 1-element fp32 all-reduce (max)
+    of the overflow flag, so every rank skips the same steps (`parlab.core.precision`); 0 else."""
+    return ring_all_reduce(1, n, rank)[0] * FP32_BYTES if precision == "fp16-mixed" else 0
 
 
 def round_up(numel: int, multiple: int) -> int:

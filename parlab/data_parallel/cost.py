@@ -29,9 +29,12 @@ VARIANTS = ("ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear")
 LOOPBACK_ALPHA, LOOPBACK_BETA = 1e-4, 1e9
 
 
-def bucket_numels(numels: list[int], bucket_mb: float, multiple_of: int = 1) -> list[int]:
-    """Elements in each bucket's flat buffer, in communication order (padding included)."""
-    return [padded(sum(numels[i] for i in b), multiple_of) for b in plan_buckets(numels, bucket_mb)]
+def bucket_numels(numels: list[int], bucket_mb: float, multiple_of: int = 1,
+                  element_size: int = 4) -> list[int]:
+    """Elements in each bucket's flat buffer, in communication order (padding included); buckets
+    are cut by bytes, so 16-bit gradients fit twice as many elements in one."""
+    return [padded(sum(numels[i] for i in b), multiple_of)
+            for b in plan_buckets(numels, bucket_mb, element_size)]
 
 
 def scheme_options(variant: str, **options) -> dict:
@@ -49,7 +52,8 @@ def naive_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, 
 
 
 def bucketed_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
-    return [("all_reduce", s) for s in bucket_numels(numels, options["bucket_mb"])]
+    return [("all_reduce", s) for s in bucket_numels(numels, options["bucket_mb"],
+                                                     element_size=options.get("element_size", 4))]
 
 
 def priority_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
@@ -71,8 +75,10 @@ class DataParallelCost:
 
     def __call__(self, cfg) -> Prediction:
         numels, n = param_numels(cfg), cfg.world_size
-        per_rank = [sum(bytes_per_step(self.messages, numels, n, rank, **cfg.options).values())
-                    for rank in range(n)]
+        precision = getattr(cfg, "precision", "fp32")  # 16-bit gradients: half the bytes
+        per_rank = [sum(bytes_per_step(self.messages, numels, n, rank,
+                                       cost.element_bytes(precision), **cfg.options).values())
+                    + cost.overflow_check_bytes(precision, n, rank) for rank in range(n)]
         return Prediction([cfg.steps * b for b in per_rank],
                           f"parlab.data_parallel.cost.{self.messages.__name__}, ring counts")
 
@@ -83,7 +89,8 @@ def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[s
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
     from parlab.engine.runner import schemes
-    return schemes()[variant].cost.messages(numels, n, scheme_options(variant, **options))
+    return schemes()[variant].cost.messages(numels, n, {**scheme_options(variant, **options),
+                                                        "element_size": options.get("element_size", 4)})
 
 
 def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
@@ -91,6 +98,7 @@ def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_si
     """{op: bytes sent by `rank` in one step} — what the ledger must show (ring counts).
     `variant`: a scheme name or a messages closed form."""
     totals: dict[str, int] = {}
+    options = {**options, "element_size": element_size}  # buckets are cut by bytes
     issued = (messages(variant, numels, n, **options) if isinstance(variant, str)
               else variant(numels, n, options))
     for op, size in issued:

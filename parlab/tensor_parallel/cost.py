@@ -22,7 +22,8 @@ FP32 = FP32_BYTES
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,
                       sequence_parallel: bool, regather: bool = True,
-                      vocab_parallel: bool = False, checkpoint: bool = False) -> dict[str, int]:
+                      vocab_parallel: bool = False, checkpoint: bool = False,
+                      element_size: int = FP32) -> dict[str, int]:
     """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only).
 
     S = batch_rows·T·C elements per activation message (batch_rows = batch / dp).
@@ -37,12 +38,14 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     and with it its collectives (labelled tp-forward) — all but the last one, because PyTorch's
     non-reentrant checkpoint stops recomputing once every saved tensor is back ("early stop"),
     and nothing saved depends on the MLP's closing all-reduce / reduce-scatter.
+    element_size: bytes of an activation / gradient element, 4 in fp32, 2 in bf16-mixed and
+    fp16-mixed (`parlab.core.cost.element_bytes`; the 16-bit activations move half the bytes).
     """
     zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
     if tp == 1:
         return zero
     S = batch_rows * cfg_model.block_size * cfg_model.n_embd
-    per_block = steps * cfg_model.n_layer * FP32
+    per_block = steps * cfg_model.n_layer * element_size
     ar = cost.ring_all_reduce(S, tp, tp_rank)[0]
     ag = cost.ring_all_gather(S, tp, tp_rank)[0]
     rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
@@ -52,14 +55,14 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
                "tp-backward": per_block * 2 * ar}
         if vocab_parallel:
             tokens = cost.ring_all_reduce(batch_rows * cfg_model.block_size, tp, tp_rank)[0]
-            out["tp-forward"] += steps * FP32 * (ar + 3 * tokens)
-            out["tp-backward"] += steps * FP32 * ar
+            out["tp-forward"] += steps * element_size * (ar + 3 * tokens)
+            out["tp-backward"] += steps * element_size * ar
         return out
     sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket
     recompute = per_block * (2 * ag + rs) if checkpoint else 0  # all but the MLP's reduce-scatter
     return {"tp-forward": per_block * 2 * (ag + rs) + recompute,
             "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
-            "sp-grad-sync": steps * FP32 * sync}
+            "sp-grad-sync": steps * element_size * sync}
 
 
 def replicated_numels(cfg_model) -> list[int]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from parlab.core.cost import round_up
+from parlab.core.cost import element_bytes, overflow_check_bytes, round_up
 from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 
@@ -178,7 +178,10 @@ def predict(stage: int, cfg) -> Prediction:
     """Bytes each rank sends over the run (`step_bytes` of the model's flat units, every step)."""
     units = [sum(p.numel() for _, p in params if p.requires_grad)
              for _, _, params in unit_modules(build_model(cfg))]
-    return Prediction([cfg.steps * step_bytes(stage, units, cfg.world_size)] * cfg.world_size,
+    precision, n = getattr(cfg, "precision", "fp32"), cfg.world_size  # 16 bits: half the bytes
+    per_step = [step_bytes(stage, units, n, element_bytes(precision))
+                + overflow_check_bytes(precision, n, rank) for rank in range(n)]
+    return Prediction([cfg.steps * b for b in per_step],
                       f"parlab.zero.shard.step_bytes(stage={stage}), ZeRO paper §7.2.2")
 
 

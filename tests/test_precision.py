@@ -1,0 +1,160 @@
+"""Mixed precision (`precision=`): each scheme equals `single` of the same precision within the
+format's round-off, memory is the ZeRO paper's 2 + 2 + 12 bytes per parameter exactly, ledger
+bytes are the closed forms at 2 bytes an element, fp16 skips the overflowing steps on every rank."""
+
+import pytest
+
+import parlab
+from parlab.core import cost
+from parlab.core.precision import LossScaler, unit_roundoff
+from parlab.engine.runner import make_config
+from parlab.tensor_parallel.cost import closed_form_bytes
+from parlab.zero.shard import FlatLayout, mixed_precision_formula
+
+BF16, FP16 = "bf16-mixed", "fp16-mixed"
+ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # ZeRO units of 111, 1406, 114 parameters: padding
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, **options):
+        options.setdefault("steps", STEPS)
+        key = (scheme, world_size, repr(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, **options)
+        return cache[key]
+    return get
+
+
+EXACT = [("ddp-naive", 1), ("ddp-naive", 2), ("ddp-naive", 4), ("ddp-bucketed", 2),
+         ("ddp-bucketed", 4), ("zero1", 2), ("zero1", 4), ("zero2", 2), ("zero2", 4),
+         ("zero3", 1), ("zero3", 2), ("zero3", 4), ("tp", 2), ("tp", 4)]
+
+
+@pytest.mark.parametrize("scheme,world_size", EXACT)
+def test_bf16_schemes_equal_single_in_bf16(runs, scheme, world_size):
+    comparison = runs(scheme, world_size, precision=BF16).compare(runs("single", precision=BF16))
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("scheme,world_size", [("ddp-naive", 2), ("zero2", 4), ("zero3", 2),
+                                               ("tp", 2)])
+def test_fp16_schemes_equal_single_in_fp16(runs, scheme, world_size):
+    comparison = runs(scheme, world_size, precision=FP16).compare(runs("single", precision=FP16))
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("scheme,world_size", [("pp-1f1b", 2), ("pp-gpipe", 4)])
+def test_pipelines_in_bf16_equal_single_and_send_16_bit_activations(runs, scheme, world_size):
+    result = runs(scheme, world_size, precision=BF16)
+    assert result.compare(runs("single", precision=BF16)).match
+    fp32 = runs(scheme, world_size)
+    for phase in ("pp-fwd", "pp-bwd"):
+        assert 2 * sum(result.bytes_per_rank(phase=phase)) == sum(fp32.bytes_per_rank(phase=phase))
+
+
+def test_the_mixed_bound_fails_for_a_wrong_run_and_across_precisions(runs):
+    ref = runs("single", precision=BF16)
+    half_batch = runs("single", precision=BF16, batch_size=6)  # a lost half of the batch
+    assert not half_batch.compare(ref).match
+    wrong_reference = runs("ddp-naive", 2, precision=BF16).compare(runs("single"))
+    assert not wrong_reference.match and "same precision" in wrong_reference.problems[0]
+    assert unit_roundoff(BF16) == 2.0 ** -8 and unit_roundoff(FP16) == 2.0 ** -11
+
+
+def test_fp32_is_untouched(runs):
+    result = runs("ddp-naive", 2)
+    assert result.config.precision == "fp32" and result.skipped_steps == []
+    assert all(r["dtype"] == "torch.float32" or "float32" in str(r["dtype"]) for r in result.ledger)
+    assert not [r for r in result.ledger if r["phase"] == "overflow-check"]
+
+
+# ----------------------------------------------------------------------------- memory
+def unit_numels(result) -> list[int]:
+    return [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
+
+
+@pytest.mark.parametrize("scheme,stage", [("ddp-naive", 0), ("zero1", 1), ("zero2", 2),
+                                          ("zero3", 3)])
+def test_memory_is_the_zero_papers_2_2_12_exactly(runs, scheme, stage):
+    n = 4
+    result = runs(scheme, n, model="mlp", model_config=ODD_MLP, precision=BF16)
+    if stage:
+        psi = sum(-(-u // n) * n for u in unit_numels(result))  # padded flat units
+    else:
+        psi = sum(p.numel() for p in result.state.values())
+    expect = mixed_precision_formula(stage, psi, n)  # 2Ψ, 2Ψ, 12Ψ at DDP; ÷N by stage
+    for mem in result.memory:
+        for kind in ("params", "grads", "optimizer"):
+            assert mem[kind] == expect[kind], (kind, mem[kind], expect[kind])
+
+
+def test_activations_are_about_halved(runs):
+    fp32, bf16 = runs("single"), runs("single", precision=BF16)
+    ratio = bf16.memory[0]["activations"] / fp32.memory[0]["activations"]
+    # 16-bit activations, but the loss's logits are taken in fp32: a little above one half
+    assert 0.5 <= ratio < 0.55, ratio
+
+
+# ----------------------------------------------------------------------------- bytes
+@pytest.mark.parametrize("scheme,world_size,precision", [
+    ("ddp-naive", 3, BF16), ("ddp-bucketed", 2, BF16), ("ddp-overlap", 4, FP16),
+    ("zero1", 3, BF16), ("zero2", 2, FP16), ("zero3", 4, BF16), ("zero3", 3, FP16)])
+def test_mixed_prediction_equals_the_ledger(runs, scheme, world_size, precision):
+    cfg = make_config(scheme, world_size=world_size, steps=STEPS, precision=precision)
+    predicted = parlab.schemes()[scheme].cost(cfg)
+    assert predicted.bytes_sent == runs(scheme, world_size, precision=precision).bytes_per_rank()
+
+
+def test_16_bit_gradients_move_half_the_bytes_and_fp16_adds_one_flag(runs):
+    fp32, bf16, fp16 = (runs("ddp-naive", 2, precision=p) for p in ("fp32", BF16, FP16))
+    assert bf16.bytes_per_rank() == [b // 2 for b in fp32.bytes_per_rank()]
+    flag = [STEPS * cost.overflow_check_bytes(FP16, 2, r) for r in range(2)]
+    assert fp16.bytes_per_rank(phase="overflow-check") == flag and flag[0] > 0
+    assert fp16.bytes_per_rank() == [b + f for b, f in zip(bf16.bytes_per_rank(), flag)]
+
+
+@pytest.mark.parametrize("scheme", ["tp", "tp-sp"])
+def test_tensor_parallel_bytes_at_two_bytes_an_element(runs, scheme):
+    result = runs(scheme, 2, precision=BF16)
+    cfg = result.config
+    expect = closed_form_bytes(cfg.model_config, cfg.batch_size, 2, 0, STEPS, scheme == "tp-sp",
+                               element_size=2)
+    for phase, nbytes in expect.items():
+        assert result.bytes_per_rank(phase=phase)[0] == nbytes, phase
+
+
+# ----------------------------------------------------------------------------- fp16 loss scaling
+def test_fp16_overflow_skips_the_same_steps_on_every_rank_and_in_single(runs):
+    scale = 2.0 ** 20  # too large for these gradients: steps 0, 1 and 3 overflow fp16 (max 65504)
+    single = runs("single", precision=FP16, loss_scale=scale, steps=5)
+    ddp = runs("ddp-naive", 2, precision=FP16, loss_scale=scale, steps=5)
+    assert single.skipped_steps == ddp.skipped_steps == [0, 1, 3]
+    assert all(out.skipped == [0, 1, 3] for out in ddp.outputs)  # one all-reduced decision
+    assert ddp.loss_scales == [scale, scale / 2, scale / 4, scale / 4, scale / 8]
+    assert ddp.compare(single).match
+
+
+def test_loss_scaler_backs_off_and_grows():
+    scaler = LossScaler(8.0, growth_interval=2)
+    for step, overflow in enumerate([True, False, False, False]):
+        scaler.update(step, overflow)
+    assert scaler.skipped == [0] and scaler.history == [8.0, 4.0, 4.0, 8.0] and scaler.scale == 8.0
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("scheme,kwargs,match", [
+    ("single", {"precision": "fp8"}, "precision='fp8'"),
+    ("single", {"precision": "bf16"}, "precision='bf16'"),
+    ("pp-1f1b", {"precision": FP16}, "loss scaling"),
+    ("dear", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme 'dear'"),
+    ("single", {"precision": BF16, "loss_scale": 1024.0}, "loss_scale=1024.0"),
+    ("single", {"precision": FP16, "loss_scale": -1}, "loss_scale=-1"),
+    ("zero2", {"precision": BF16, "save_dir": "/tmp", "save_every": 1}, "save_every=1"),
+])
+def test_bad_precision_is_a_value_error_before_spawn(scheme, kwargs, match):
+    with pytest.raises(ValueError, match=match.replace("(", r"\(")):
+        make_config(scheme, world_size=2 if scheme != "single" else 1, **kwargs)
