@@ -5,9 +5,9 @@ losses and final parameters (`"single"`). Run it at world_size=1. It is the one 
 (`parlab.engine.loop.train`) with the default strategy and nothing else.
 """
 
+from parlab.core.precision import PRECISIONS
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import no_communication
-from parlab.core.precision import PRECISIONS
 from parlab.engine.runner import register
 
 MIXED = tuple(PRECISIONS)  # fp32, bf16-mixed, fp16-mixed (parlab.core.precision)
