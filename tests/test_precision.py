@@ -31,7 +31,8 @@ def runs():
 
 EXACT = [("ddp-naive", 1), ("ddp-naive", 2), ("ddp-naive", 4), ("ddp-bucketed", 2),
          ("ddp-bucketed", 4), ("zero1", 2), ("zero1", 4), ("zero2", 2), ("zero2", 4),
-         ("zero3", 1), ("zero3", 2), ("zero3", 4), ("tp", 2), ("tp", 4)]
+         ("zero3", 1), ("zero3", 2), ("zero3", 4), ("tp", 2), ("tp", 4), ("tp-sp", 2),
+         ("ddp-overlap", 2), ("dear", 2), ("ddp-priority", 2), ("torch-ddp", 2)]
 
 
 @pytest.mark.parametrize("scheme,world_size", EXACT)
@@ -72,6 +73,22 @@ def test_fp32_is_untouched(runs):
     assert not [r for r in result.ledger if r["phase"] == "overflow-check"]
 
 
+@pytest.mark.parametrize("reduce_dtype", ["compute", "fp32"])
+def test_torch_fsdp_mixed_precision_policy(runs, reduce_dtype):
+    """FSDP2 does it itself: bf16 gathers, gradients reduced in reduce_dtype, fp32 shards as the
+    master weights (4 + 4 + 8 bytes per parameter ÷ N, where our zero3 holds 2 + 2 + 12 ÷ N)."""
+    result = runs("torch-fsdp", 2, precision=BF16, reduce_dtype=reduce_dtype)
+    assert result.compare(runs("single", precision=BF16)).match
+    fp32 = runs("torch-fsdp", 2)
+    assert 2 * result.bytes_per_rank(op="all_gather")[0] == fp32.bytes_per_rank(op="all_gather")[0]
+    factor = 2 if reduce_dtype == "compute" else 1
+    assert factor * result.bytes_per_rank(op="reduce_scatter")[0] == \
+        fp32.bytes_per_rank(op="reduce_scatter")[0]
+    psi = sum(p.numel() for p in result.state.values())
+    assert [result.memory[0][k] for k in ("params", "grads", "optimizer")] == \
+        [4 * psi // 2, 4 * psi // 2, 8 * psi // 2]
+
+
 # ----------------------------------------------------------------------------- memory
 def unit_numels(result) -> list[int]:
     return [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
@@ -102,7 +119,8 @@ def test_activations_are_about_halved(runs):
 # ----------------------------------------------------------------------------- bytes
 @pytest.mark.parametrize("scheme,world_size,precision", [
     ("ddp-naive", 3, BF16), ("ddp-bucketed", 2, BF16), ("ddp-overlap", 4, FP16),
-    ("zero1", 3, BF16), ("zero2", 2, FP16), ("zero3", 4, BF16), ("zero3", 3, FP16)])
+    ("zero1", 3, BF16), ("zero2", 2, FP16), ("zero3", 4, BF16), ("zero3", 3, FP16),
+    ("dear", 3, BF16), ("ddp-priority", 2, BF16)])
 def test_mixed_prediction_equals_the_ledger(runs, scheme, world_size, precision):
     cfg = make_config(scheme, world_size=world_size, steps=STEPS, precision=precision)
     predicted = parlab.schemes()[scheme].cost(cfg)
@@ -150,7 +168,9 @@ def test_loss_scaler_backs_off_and_grows():
     ("single", {"precision": "fp8"}, "precision='fp8'"),
     ("single", {"precision": "bf16"}, "precision='bf16'"),
     ("pp-1f1b", {"precision": FP16}, "loss scaling"),
-    ("dear", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme 'dear'"),
+    ("dear", {"precision": FP16}, "loss scaling"),
+    ("torch-zero", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme"),
+    ("torch-fsdp", {"reduce_dtype": "fp16"}, "reduce_dtype='fp16'"),
     ("single", {"precision": BF16, "loss_scale": 1024.0}, "loss_scale=1024.0"),
     ("single", {"precision": FP16, "loss_scale": -1}, "loss_scale=-1"),
     ("zero2", {"precision": BF16, "save_dir": "/tmp", "save_every": 1}, "save_every=1"),

@@ -104,18 +104,26 @@ class LossScaler:
 
 
 class MasterWeights:
-    """fp32 master copies of an optimizer's (16-bit) parameters; `optimizer.step` becomes the
-    mixed-precision step. The masters are attached to the optimizer (`optimizer.master_weights`)
-    so `parlab.core.memory.optimizer_state_tensors` counts them as optimizer state."""
+    """fp32 master copies of an optimizer's (16-bit) parameters.
+
+    The optimizer's param_groups are pointed at the masters (so Adam's moments are created and
+    kept in fp32, keyed by them), `optimizer.step` becomes the mixed-precision step and
+    `optimizer.zero_grad` also clears the 16-bit gradients. The 16-bit parameters themselves keep
+    their storage and dtype (never `.data =`: autograd would drop their gradient accumulators and
+    the hooks that wrappers such as DDP put on them). The masters are attached to the optimizer
+    (`optimizer.master_weights`) so `parlab.core.memory.optimizer_state_tensors` counts them as
+    optimizer state (K = 12 with Adam)."""
 
     def __init__(self, optimizer: torch.optim.Optimizer, comm, scaler: LossScaler | None,
                  step_of=lambda: 0):
         self.optimizer, self.comm, self.scaler, self.step_of = optimizer, comm, scaler, step_of
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
         self.masters = {p: p.detach().float().clone() for p in self.params}  # (param shape,) fp32
-        self.inner_step = optimizer.step
+        for group in optimizer.param_groups:
+            group["params"] = [self.masters[p] for p in group["params"]]
+        self.inner_step, self.inner_zero_grad = optimizer.step, optimizer.zero_grad
         optimizer.master_weights = self.masters
-        optimizer.step = self.step
+        optimizer.step, optimizer.zero_grad = self.step, self.zero_grad
 
     def overflow(self) -> bool:
         """Whether any rank's gradient holds inf/NaN (every rank gets the same answer)."""
@@ -131,21 +139,20 @@ class MasterWeights:
             if overflow:
                 return None  # skipped: master, moments and Adam's step count unchanged
         inv = 1.0 / self.scaler.history[-1] if self.scaler is not None else 1.0  # S of this step
-        swapped = []
-        for p in self.params:
-            low, grad = p.data, p.grad
-            p.grad = None
-            p.data = self.masters[p]  # fp32 master: Adam's moments are created in fp32
-            if grad is not None:
-                p.grad = grad.float() * inv if inv != 1.0 else grad.float()  # unscaled, fp32
-            swapped.append((p, low, grad))
-        try:
-            out = self.inner_step(*args, **kwargs)
-        finally:
-            for p, low, grad in swapped:
-                self.masters[p] = p.data
-                p.grad = None
-                p.data = low  # back onto the 16-bit storage (a view into a flat buffer stays one)
-                low.copy_(self.masters[p])  # round the updated master to the compute copy
-                p.grad = grad
+        for p, master in self.masters.items():
+            if p.grad is not None:  # fp32, unscaled (S is a power of two: exact)
+                master.grad = p.grad.float() * inv if inv != 1.0 else p.grad.float()
+        out = self.inner_step(*args, **kwargs)
+        for p, master in self.masters.items():
+            master.grad = None  # transient: the fp32 gradient lives only inside the step
+            with torch.no_grad():
+                p.copy_(master)  # round the updated master into the 16-bit compute copy
         return out
+
+    def zero_grad(self, set_to_none: bool = True):
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+        self.inner_zero_grad(set_to_none)

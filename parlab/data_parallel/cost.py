@@ -57,7 +57,7 @@ def bucketed_messages(numels: list[int], n: int, options: dict) -> list[tuple[st
 
 
 def priority_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
-    per_part = max(1, int(options["partition_kb"] * 1024) // 4)
+    per_part = max(1, int(options["partition_kb"] * 1024) // options.get("element_size", 4))
     return [("all_reduce", hi - lo) for s in bucket_numels(numels, options["bucket_mb"])
             for lo, hi in partition(s, per_part)]
 

@@ -28,7 +28,7 @@ class DeARSync(OverlapSync):
         self.buckets = Buckets(self.params, bucket_mb, multiple_of=self.comm.size)
         self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
                                          self._prepare, lambda: self.forward_span)
-        self.optimizers = self.layerwise.optimizers
+        self.set_optimizers(self.layerwise.optimizers)
         self.gathers: dict[int, object] = {}
         # the next forward meets the last bucket first (buckets are packed from the back)
         self.forward_order = [b.index for b in reversed(self.buckets.buckets)]

@@ -42,7 +42,7 @@ class PrioritySync(OverlapSync):
         self.priority = [min(index_of[id(p)] for p in b.params) for b in self.buckets]
         self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
                                          self._prepare, lambda: self.forward_span)
-        self.optimizers = self.layerwise.optimizers
+        self.set_optimizers(self.layerwise.optimizers)
         self.queue: list[tuple[int, int, int, int]] = []  # (priority, start, bucket, end)
         self.in_flight: dict[int, list] = {}
         self.forward_order = sorted(range(len(self.buckets)), key=lambda b: self.priority[b])

@@ -38,6 +38,7 @@ ACCUM = Int(1, min=1)  # micro-batches per rank per step (communication on the l
 ALGO = Choice("gloo", ALGOS)
 BUCKET = Float(BUCKET_MB, min=0, unit="MiB")
 MIXED = tuple(PRECISIONS)  # precision= these schemes honour (tests/test_precision.py)
+BF16 = ("fp32", "bf16-mixed")  # layer-wise deferred updates: no fp16 loss scaling per group
 
 
 def _validate(cfg):
@@ -82,7 +83,7 @@ def ddp_overlap(ctx):
           exact=True, options={"bucket_mb": BUCKET,
                                "partition_kb": Float(32, min=4 / 1024, unit="KiB: >= one float32"),
                                "credit": Int(1, min=1), "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.priority_messages))
+          cost=DataParallelCost(dp_cost.priority_messages), precisions=BF16)
 def ddp_priority(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: PrioritySync(ctx, model, o["bucket_mb"],
@@ -91,6 +92,6 @@ def ddp_priority(ctx):
 
 @register("dear", summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
           exact=True, options={"bucket_mb": BUCKET, "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.dear_messages))
+          cost=DataParallelCost(dp_cost.dear_messages), precisions=BF16)
 def dear(ctx):
     return _run(ctx, lambda ctx, model: DeARSync(ctx, model, ctx.cfg.options["bucket_mb"]))

@@ -101,6 +101,15 @@ class GradSync(Strategy):
         with self.ctx.ledger.label(phase=self.phase):
             self.after_backward()
 
+    def set_optimizers(self, optimizers: list) -> None:
+        """Replace the optimizers (layer-wise deferred updates: one per group); in mixed precision
+        each gets its fp32 master weights (`Strategy.mixed_optimizer`)."""
+        self.optimizers = optimizers
+        if self.masters:
+            self.masters = []
+            for optimizer in optimizers:
+                self.mixed_optimizer(optimizer)
+
     def before_micro(self, last: bool) -> None:
         """Called before each micro-step's forward; `last`: this backward must communicate."""
         self.last_micro = last

@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 from parlab.core.checks import Choice
 from parlab.core.comm import Comm
 from parlab.core.trace import Timeline
-from parlab.data_parallel.schemes import ACCUM, BUCKET, _validate
+from parlab.data_parallel.schemes import ACCUM, BUCKET, MIXED, _validate
 from parlab.data_parallel.sync import GradSync, micro_batches
 from parlab.engine.loop import LossModule, build_model, train
 from parlab.engine.runner import register
@@ -112,6 +112,6 @@ class TorchDDP(GradSync):
 
 @register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.comm)",
           exact=True, options={"bucket_mb": BUCKET, "comm": Choice("parlab", COMMS),
-                               "accum_steps": ACCUM}, validate=_validate)
+                               "accum_steps": ACCUM}, validate=_validate, precisions=MIXED)
 def torch_ddp(ctx):
     return train(ctx, TorchDDP(ctx, build_model(ctx.cfg)))

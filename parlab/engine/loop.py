@@ -107,6 +107,7 @@ class Strategy:
     first_step = 0  # a resumed run starts later
     initial_losses: list[float] = []  # the resumed steps' loss shares
     step_index = 0  # the loop's current step (set by `train`)
+    native_precision = False  # True: the scheme's wrapper does mixed precision itself (FSDP2)
 
     def __init__(self, ctx, model, optimizer, shard: int = 0, shards: int = 1,
                  reports_loss: bool = True, holds_state: bool | None = None,
@@ -114,7 +115,7 @@ class Strategy:
         self.ctx, self.model, self.optimizer = ctx, model, optimizer
         self.scaler = None
         self.masters = []
-        if precision_of(ctx.cfg) != "fp32":
+        if precision_of(ctx.cfg) != "fp32" and not self.native_precision:
             to_compute_dtype(model, ctx.cfg)
             if precision_of(ctx.cfg) == "fp16-mixed":
                 self.scaler = mp.LossScaler(ctx.cfg.loss_scale or mp.INIT_SCALE)
@@ -137,7 +138,7 @@ class Strategy:
     def batch(self, step: int):
         """This rank's rows of the step's global batch (floating inputs in the compute dtype)."""
         batch = step_batch(self.ctx.cfg, step, self.shard, self.shards)
-        if precision_of(self.ctx.cfg) != "fp32":
+        if precision_of(self.ctx.cfg) != "fp32" and not self.native_precision:
             batch = mp.cast_batch(batch, mp.compute_dtype(self.ctx.cfg.precision))
         return batch
 

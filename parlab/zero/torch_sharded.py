@@ -4,7 +4,14 @@
   Adam moments of a subset of *whole* parameters and broadcasts them after its step; Rajbhandari
   et al. SC 2020; PyTorch docs "Shard Optimizer States with ZeroRedundancyOptimizer").
 * `torch-fsdp`: FSDP2 `torch.distributed.fsdp.fully_shard` on every block and on the root (ZeRO-3;
-  Zhao et al., "PyTorch FSDP", VLDB 2023), parameters as DTensors sharded on dim 0.
+  Zhao et al., "PyTorch FSDP", VLDB 2023), parameters as DTensors sharded on dim 0. With
+  `precision="bf16-mixed"` FSDP2 does the mixed precision itself (`MixedPrecisionPolicy`:
+  parameters gathered and computed in bf16, gradients reduce-scattered in `reduce_dtype` —
+  "compute" (bf16) or "fp32"); its sharded fp32 parameters are the master weights and it casts
+  the reduced gradients back to fp32, so a rank holds 4 + 4 + 8 bytes per parameter ÷ N (our
+  zero3: 2 + 2 + 12 ÷ N): the same 16Ψ/N, split differently. No fp16 (it would need FSDP's
+  sharded grad scaler); `torch-zero` (ZeroRedundancyOptimizer partitions its own parameter list)
+  and PyTorch's tensor parallel (DTensor parameters) stay fp32.
 
 Their communication goes through torch.distributed directly, so their bytes cannot be observed:
 the ledger holds one nominal record per collective a ZeRO stage performs per step
@@ -17,7 +24,9 @@ from __future__ import annotations
 
 import torch
 
+from parlab.core.checks import Choice
 from parlab.core.memory import ActivationMeter, optimizer_state_tensors, tensor_bytes
+from parlab.core.precision import compute_dtype
 from parlab.engine.loop import (
     LossModule,
     Strategy,
@@ -56,12 +65,17 @@ class TorchSharded(Strategy):
     marked `nominal=True`."""
 
     def __init__(self, ctx, model, optimizer, loss_fn, local_optimizer, stage: int, meter=None,
-                 full_state=None):
+                 full_state=None, native_precision: bool = False):
+        self.native_precision = native_precision  # FSDP2's MixedPrecisionPolicy, not the loop's
         super().__init__(ctx, model, optimizer, shard=ctx.rank, shards=ctx.world_size,
                          meter=meter)
         self.loss_fn, self.local_optimizer, self.stage = loss_fn, local_optimizer, stage
         self.full_state = full_state
         self.flat = torch.empty(sum(p.numel() for p in model.parameters()))  # (Ψ,) for the record
+        policy = mixed_precision_policy(ctx.cfg) if native_precision else None
+        self.flat_of = {} if policy is None else {  # FSDP2's mixed precision: what each op moves
+            "all_gather": self.flat.to(policy.param_dtype),  # (Ψ,) 16-bit parameters
+            "reduce_scatter": self.flat.to(policy.reduce_dtype)}  # (Ψ,) gradients, reduce_dtype
 
     def loss(self, batch):
         x, y = batch
@@ -76,7 +90,8 @@ class TorchSharded(Strategy):
                else ["all_gather", "all_gather", "reduce_scatter"])
         with self.ctx.ledger.label(phase="grad-sync"):
             for op in ops:
-                self.ctx.comm.record_nominal(op, self.flat, algo=f"torch-zero{self.stage}")
+                self.ctx.comm.record_nominal(op, self.flat_of.get(op, self.flat),
+                                             algo=f"torch-zero{self.stage}")
 
     def memory(self) -> dict:
         return _memory(self.model, self.local_optimizer or self.optimizer)
@@ -100,8 +115,22 @@ def torch_zero(ctx):
     return train(ctx, TorchSharded(ctx, model, optimizer, ddp, optimizer.optim, stage=1))
 
 
+def mixed_precision_policy(cfg):
+    """FSDP2's MixedPrecisionPolicy for the run's precision (None in fp32): parameters in the
+    compute dtype, gradients reduced in it or, with reduce_dtype="fp32", in fp32."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if cfg.precision == "fp32":
+        return None
+    dtype = compute_dtype(cfg.precision)
+    reduce = torch.float32 if cfg.options["reduce_dtype"] == "fp32" else dtype
+    return MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=reduce)
+
+
 @register("torch-fsdp", summary="PyTorch FSDP2 fully_shard per block (nominal bytes in the ledger)",
-          exact=True, validate=_validate)
+          exact=True, validate=_validate, options={"reduce_dtype": Choice("compute",
+                                                                          ("compute", "fp32"))},
+          precisions=("fp32", "bf16-mixed"))
 def torch_fsdp(ctx):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -109,10 +138,11 @@ def torch_fsdp(ctx):
     model = build_model(ctx.cfg)
     mesh = init_device_mesh("cpu", (ctx.world_size,))
     meter = ActivationMeter()
+    policy = {"mp_policy": p} if (p := mixed_precision_policy(ctx.cfg)) is not None else {}
     for _, module, _ in unit_modules(model):
         if module is not model:
-            fully_shard(module, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+            fully_shard(module, mesh=mesh, **policy)
+    fully_shard(model, mesh=mesh, **policy)
     for _, module, _ in unit_modules(model):  # runs after FSDP's unshard: the gathered params
         module.register_forward_pre_hook(
             lambda m, args: meter.exclude(_local(p) for p in m.parameters()))
@@ -122,4 +152,4 @@ def torch_fsdp(ctx):
         return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
     return train(ctx, TorchSharded(ctx, model, optimizer, model.loss, None, stage=3, meter=meter,
-                                   full_state=full_state))
+                                   full_state=full_state, native_precision=True))
