@@ -29,7 +29,8 @@ def memory_row(result, warmup: int = 1) -> dict:
     """One row: the largest measured bytes of each kind over ranks, the formula, the step time."""
     scheme, n = result.config.scheme, result.config.world_size
     psi = psi_of(result)
-    formula = memory_formula(STAGE_OF.get(scheme, 0), psi, n)
+    mixed = result.config.precision != "fp32" and not scheme.startswith("torch-")  # FSDP2: 4+4+8
+    formula = (mixed_precision_formula if mixed else memory_formula)(STAGE_OF.get(scheme, 0), psi, n)
     row = {"scheme": scheme + ("+ckpt" if result.config.checkpoint else ""), "world_size": n,
            "psi": psi}
     for kind in KINDS:
@@ -193,21 +194,25 @@ def checkpoint_demo(directory: str, before: int = 4, after: int = 2, steps: int 
             "clean": clean, "resumed": resumed, "comparison": resumed.compare(clean)}
 
 
-def panel(world_size: int = 2, stage: str = "zero3", checkpoint: str = "off") -> None:
-    """Widget callback: one run; measured bytes per rank beside the formula (depends on N)."""
+def panel(world_size: int = 2, stage: str = "zero3", checkpoint: str = "off",
+          precision: str = "fp32") -> None:
+    """Widget callback: one run; measured bytes per rank beside the formula (depends on N) of
+    the precision (fp32: 4 + 4 + 8 bytes per parameter; bf16-mixed: the paper's 2 + 2 + 12)."""
     scheme = stage if stage.startswith("zero") else "ddp-naive"
-    result = parlab.run(scheme, world_size=world_size, steps=2, checkpoint=checkpoint == "on")
+    result = parlab.run(scheme, world_size=world_size, steps=2, checkpoint=checkpoint == "on",
+                        precision=precision)
     row = memory_row(result, warmup=0)
-    formula = memory_formula(STAGE_OF[scheme], row["psi"], world_size)
+    formula = (memory_formula if precision == "fp32" else mixed_precision_formula)(
+        STAGE_OF[scheme], row["psi"], world_size)
     print(f"{scheme} on {world_size} rank(s), Ψ = {row['psi']:,} parameters, checkpointing "
-          f"{checkpoint}")
+          f"{checkpoint}, {precision}")
     for r, mem in enumerate(result.memory):
         print(f"  rank {r}: params {mem['params']:>8,}  grads {mem['grads']:>8,}  optimizer "
               f"{mem['optimizer']:>8,}  activations {mem['activations']:>9,} B")
     print(f"  formula: params {formula['params']:>8,.0f}  grads {formula['grads']:>8,.0f}  "
           f"optimizer {formula['optimizer']:>8,.0f}")
     print(f"  bytes sent per step per rank: {max(result.bytes_per_rank()) / 2:,.0f}; "
-          f"{result.compare(parlab.run('single', steps=2))}")
+          f"{result.compare(parlab.run('single', steps=2, precision=precision))}")
 
 
 def predicted_comm_s(result, link) -> float:

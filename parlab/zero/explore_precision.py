@@ -1,0 +1,138 @@
+"""Chapter 02 in mixed precision: the ZeRO paper's 2 + 2 + 12 bytes per parameter measured, and
+what 16-bit training does to the loss curve and the step time on this machine.
+
+Rajbhandari et al., "ZeRO", SC 2020, §3.1 and Fig. 1 (mixed-precision Adam: fp16 parameters and
+gradients, K = 12 bytes of fp32 master weights, momentum and variance per parameter);
+Micikevicius et al., "Mixed Precision Training", ICLR 2018 (master weights, loss scaling);
+Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training", 2019. The mechanism is
+`parlab.core.precision`, applied by the one training loop to every scheme that declares it.
+"""
+
+from __future__ import annotations
+
+import parlab
+from parlab.core.cost import element_bytes
+from parlab.zero.explore import STAGE_OF, psi_of
+from parlab.zero.shard import FlatLayout, memory_formula, mixed_precision_formula, step_bytes
+
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+SYMBOLS = {"fp32": ("16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"),
+           "bf16-mixed": ("16Ψ", "4Ψ + 12Ψ/N", "2Ψ + 14Ψ/N", "16Ψ/N")}
+
+
+def padded_psi(result) -> int:
+    """Ψ as a rank holds it: the flat units padded to a multiple of N (ZeRO), or the parameters."""
+    n = result.config.world_size
+    layouts = result.outputs[0].extras.get("layouts")
+    if not layouts:
+        return psi_of(result)
+    return sum(-(-FlatLayout.from_meta(m).numel // n) * n for m in layouts)
+
+
+def formula_of(result) -> dict:
+    """The ZeRO paper's bytes per rank for the run's stage and precision (padded Ψ)."""
+    stage = STAGE_OF.get(result.config.scheme, 0)
+    psi, n = padded_psi(result), result.config.world_size
+    if result.config.precision == "fp32":
+        return memory_formula(stage, psi, n)
+    return mixed_precision_formula(stage, psi, n)
+
+
+def precision_memory(world_size: int = 4, steps: int = 2, model: str = "gpt",
+                     schemes=("ddp-naive", "zero1", "zero2", "zero3"), **options) -> list[dict]:
+    """Measured model states per rank (largest rank) in fp32 and bf16-mixed, each beside the
+    paper's formula for that precision, and the bytes each rank sends per step."""
+    rows = []
+    for scheme in schemes:
+        stage = STAGE_OF[scheme]
+        row = {"scheme": scheme, "world_size": world_size}
+        for precision in ("fp32", "bf16-mixed"):
+            result = parlab.run(scheme, world_size=world_size, steps=steps, model=model,
+                                precision=precision, **options)
+            formula = formula_of(result)
+            key = "fp32" if precision == "fp32" else "bf16"
+            for kind in ("params", "grads", "optimizer", "activations"):
+                row[f"{key}_{kind}"] = max(m.get(kind, 0) for m in result.memory)
+            row[f"{key}_states"] = sum(row[f"{key}_{k}"] for k in ("params", "grads", "optimizer"))
+            row[f"{key}_formula"] = int(sum(formula.values()))
+            row[f"{key}_symbol"] = SYMBOLS[precision][stage]
+            row[f"{key}_sent"] = max(result.bytes_per_rank()) // steps
+            if stage:
+                numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
+                row[f"{key}_sent_formula"] = step_bytes(stage, numels, world_size,
+                                                        element_bytes(precision))
+            row["psi"] = psi_of(result)
+        rows.append(row)
+    return rows
+
+
+def print_precision_memory(rows: list[dict]) -> None:
+    """The two columns side by side; `match` when measured states equal the formula exactly."""
+    print(f"{'':10s} {'fp32: 4 + 4 + 8 bytes/param':>42s}   {'bf16-mixed: 2 + 2 + 12 (ZeRO paper)':>42s}")
+    for r in rows:
+        cells = []
+        for key in ("fp32", "bf16"):
+            cells.append(f"{r[f'{key}_symbol']:>11s} {r[f'{key}_states']:>10,} B "
+                         f"match: {r[f'{key}_states'] == r[f'{key}_formula']!s:5s}")
+        print(f"{r['scheme']:10s} N={r['world_size']} {cells[0]:>38s}   {cells[1]:>38s}")
+    for r in rows:
+        print(f"{r['scheme']:10s} sends per step: fp32 {r['fp32_sent']:>9,} B, bf16 "
+              f"{r['bf16_sent']:>9,} B (×{r['bf16_sent'] / max(r['fp32_sent'], 1):.2f}); "
+              f"activations ×{r['bf16_activations'] / max(r['fp32_activations'], 1):.2f}")
+
+
+def precision_curves(steps: int = 200, world_size: int = 1, scheme: str = "single",
+                     precisions=PRECISIONS, warmup: int = 5, **options) -> dict:
+    """Train the same model from the same seed in each precision; losses, step time, skipped
+    steps and the loss scale (fp16)."""
+    out = {}
+    for precision in precisions:
+        result = parlab.run(scheme, world_size=world_size, steps=steps, precision=precision,
+                            **options)
+        out[precision] = {"losses": result.losses, "step_s": result.step_time(warmup),
+                          "skipped": result.skipped_steps, "scales": result.loss_scales,
+                          "memory": result.memory[0]}
+    return out
+
+
+def curve_summary(curves: dict, window: int = 20) -> list[str]:
+    """How close the curves are, what each step costs, what fp16 skipped — each computed from
+    the runs, beside the format's round-off that explains it."""
+    from parlab.core.precision import unit_roundoff
+
+    ref = curves["fp32"]["losses"]
+    lines = []
+    for precision, c in curves.items():
+        losses = c["losses"]
+        gap = max(abs(a - b) for a, b in zip(losses, ref))
+        tail = sum(losses[-window:]) / min(window, len(losses))
+        ref_tail = sum(ref[-window:]) / min(window, len(ref))
+        u = unit_roundoff(precision)
+        lines.append(f"{precision:10s} final loss (mean of last {window}) {tail:.4f} "
+                     f"(fp32 {ref_tail:.4f}, diff {tail - ref_tail:+.4f}); largest step gap "
+                     f"{gap:.4f}; u = {u:.1e}; step {1e3 * c['step_s']:.1f} ms "
+                     f"(×{c['step_s'] / curves['fp32']['step_s']:.2f} fp32)"
+                     + (f"; skipped steps {c['skipped']}" if precision == "fp16-mixed" else ""))
+    slower = [p for p, c in curves.items() if c["step_s"] > curves["fp32"]["step_s"]]
+    if slower:
+        lines.append(f"measured: {', '.join(slower)} slower than fp32 on this CPU (16-bit matmuls "
+                     "without native units, plus the casts and the master-weight copy); the "
+                     "bytes and the memory are what carry over to a GPU")
+    else:
+        lines.append("measured: 16-bit steps no slower than fp32 on this CPU")
+    return lines
+
+
+def plot_curves(curves: dict, ax=None):
+    import matplotlib.pyplot as plt
+
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    for precision, c in curves.items():
+        ax.plot(c["losses"], label=precision, lw=1)
+        for s in c["skipped"]:
+            ax.axvline(s, color="grey", lw=0.3)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.set_title("the same run in three precisions (grey: fp16 steps skipped on overflow)")
+    ax.legend()
+    return ax
