@@ -76,8 +76,10 @@ def print_precision_memory(rows: list[dict]) -> None:
                          f"match: {r[f'{key}_states'] == r[f'{key}_formula']!s:5s}")
         print(f"{r['scheme']:10s} N={r['world_size']} {cells[0]:>38s}   {cells[1]:>38s}")
     for r in rows:
+        form = (f" (closed form {r['bf16_sent_formula']:,}: match: "
+                f"{r['bf16_sent'] == r['bf16_sent_formula']})" if "bf16_sent_formula" in r else "")
         print(f"{r['scheme']:10s} sends per step: fp32 {r['fp32_sent']:>9,} B, bf16 "
-              f"{r['bf16_sent']:>9,} B (×{r['bf16_sent'] / max(r['fp32_sent'], 1):.2f}); "
+              f"{r['bf16_sent']:>9,} B{form} ×{r['bf16_sent'] / max(r['fp32_sent'], 1):.2f}; "
               f"activations ×{r['bf16_activations'] / max(r['fp32_activations'], 1):.2f}")
 
 
