@@ -41,8 +41,11 @@ def formula_of(result) -> dict:
 def precision_memory(world_size: int = 4, steps: int = 2, model: str = "gpt",
                      schemes=("ddp-naive", "zero1", "zero2", "zero3"), **options) -> list[dict]:
     """Measured model states per rank (largest rank) in fp32 and bf16-mixed, each beside the
-    paper's formula for that precision, and the bytes each rank sends per step."""
+    paper's formula for that precision, the bytes each rank sends per step, and whether each run
+    equals `single` of its precision (`bf16_match`, `fp32_match`)."""
     rows = []
+    refs = {p: parlab.run("single", steps=steps, model=model, precision=p, **options)
+            for p in ("fp32", "bf16-mixed")}
     for scheme in schemes:
         stage = STAGE_OF[scheme]
         row = {"scheme": scheme, "world_size": world_size}
@@ -57,6 +60,7 @@ def precision_memory(world_size: int = 4, steps: int = 2, model: str = "gpt",
             row[f"{key}_formula"] = int(sum(formula.values()))
             row[f"{key}_symbol"] = SYMBOLS[precision][stage]
             row[f"{key}_sent"] = max(result.bytes_per_rank()) // steps
+            row[f"{key}_match"] = result.compare(refs[precision]).match
             if stage:
                 numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
                 row[f"{key}_sent_formula"] = step_bytes(stage, numels, world_size,
@@ -81,6 +85,9 @@ def print_precision_memory(rows: list[dict]) -> None:
         print(f"{r['scheme']:10s} sends per step: fp32 {r['fp32_sent']:>9,} B, bf16 "
               f"{r['bf16_sent']:>9,} B{form} ×{r['bf16_sent'] / max(r['fp32_sent'], 1):.2f}; "
               f"activations ×{r['bf16_activations'] / max(r['fp32_activations'], 1):.2f}")
+    for r in rows:
+        print(f"{r['scheme']:10s} equals single of the same precision: fp32 match: "
+              f"{r['fp32_match']}, bf16-mixed match: {r['bf16_match']}")
 
 
 def precision_curves(steps: int = 200, world_size: int = 1, scheme: str = "single",
