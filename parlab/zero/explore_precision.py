@@ -91,44 +91,64 @@ def print_precision_memory(rows: list[dict]) -> None:
 
 
 def precision_curves(steps: int = 200, world_size: int = 1, scheme: str = "single",
-                     precisions=PRECISIONS, warmup: int = 5, **options) -> dict:
+                     precisions=PRECISIONS, warmup: int = 5, other_seed: bool = False,
+                     **options) -> dict:
     """Train the same model from the same seed in each precision; losses, step time, skipped
-    steps and the loss scale (fp16)."""
+    steps and the loss scale (fp16). `other_seed`: also fp32 from seed + 1 ("fp32 seed+1"), the
+    spread that a precision's difference is measured against."""
     out = {}
-    for precision in precisions:
+    runs = [(p, p, options.get("seed", 0)) for p in precisions]
+    if other_seed:
+        runs.append(("fp32 seed+1", "fp32", options.get("seed", 0) + 1))
+    options = {k: v for k, v in options.items() if k != "seed"}
+    for name, precision, seed in runs:
         result = parlab.run(scheme, world_size=world_size, steps=steps, precision=precision,
-                            **options)
-        out[precision] = {"losses": result.losses, "step_s": result.step_time(warmup),
+                            seed=seed, **options)
+        out[name] = {"losses": result.losses, "step_s": result.step_time(warmup),
                           "skipped": result.skipped_steps, "scales": result.loss_scales,
                           "memory": result.memory[0]}
     return out
 
 
-def curve_summary(curves: dict, window: int = 20) -> list[str]:
-    """How close the curves are, what each step costs, what fp16 skipped — each computed from
-    the runs, beside the format's round-off that explains it."""
+def curve_summary(curves: dict, window: int = 20, early: int = 10) -> list[str]:
+    """How close the curves are (over the first `early` steps, and the mean of the last
+    `window`), what each step costs, what fp16 skipped — computed from the runs, beside the
+    format's round-off u. With `curves["fp32 seed+1"]` (another seed in fp32) the precision gap
+    is put beside the seed-to-seed spread."""
     from parlab.core.precision import unit_roundoff
 
     ref = curves["fp32"]["losses"]
+    ref_tail = sum(ref[-window:]) / min(window, len(ref))
     lines = []
-    for precision, c in curves.items():
+    for name, c in curves.items():
         losses = c["losses"]
-        gap = max(abs(a - b) for a, b in zip(losses, ref))
+        gap_early = max(abs(a - b) for a, b in zip(losses[:early], ref[:early]))
         tail = sum(losses[-window:]) / min(window, len(losses))
-        ref_tail = sum(ref[-window:]) / min(window, len(ref))
-        u = unit_roundoff(precision)
-        lines.append(f"{precision:10s} final loss (mean of last {window}) {tail:.4f} "
-                     f"(fp32 {ref_tail:.4f}, diff {tail - ref_tail:+.4f}); largest step gap "
-                     f"{gap:.4f}; u = {u:.1e}; step {1e3 * c['step_s']:.1f} ms "
-                     f"(×{c['step_s'] / curves['fp32']['step_s']:.2f} fp32)"
+        precision = name.split()[0]
+        lines.append(f"{name:16s} first {early} steps within {gap_early:.4f} of fp32 "
+                     f"(u = {unit_roundoff(precision):.1e}); mean of the last {window} {tail:.4f} "
+                     f"({tail - ref_tail:+.4f}); step {1e3 * c['step_s']:.1f} ms "
+                     f"(×{c['step_s'] / curves['fp32']['step_s']:.2f})"
                      + (f"; skipped steps {c['skipped']}" if precision == "fp16-mixed" else ""))
-    slower = [p for p, c in curves.items() if c["step_s"] > curves["fp32"]["step_s"]]
-    if slower:
-        lines.append(f"measured: {', '.join(slower)} slower than fp32 on this CPU (16-bit matmuls "
-                     "without native units, plus the casts and the master-weight copy); the "
-                     "bytes and the memory are what carry over to a GPU")
-    else:
-        lines.append("measured: 16-bit steps no slower than fp32 on this CPU")
+    if "fp32 seed+1" in curves:
+        seed_gap = abs(sum(curves["fp32 seed+1"]["losses"][-window:]) / window - ref_tail)
+        worst = max(abs(sum(c["losses"][-window:]) / window - ref_tail)
+                    for n, c in curves.items() if n.split()[0] != "fp32")
+        verdict = "within" if worst <= seed_gap else "beyond"
+        lines.append(f"measured: the 16-bit runs end {worst:.4f} from fp32, {verdict} the "
+                     f"{seed_gap:.4f} between two fp32 seeds: the first steps agree to about u·loss, "
+                     "then each step's rounding moves the run onto another trajectory of the same "
+                     "training, not a worse one" if verdict == "within" else
+                     f"measured: the 16-bit runs end {worst:.4f} from fp32, beyond the {seed_gap:.4f} "
+                     "between two fp32 seeds: precision changes the outcome here")
+    for name, c in curves.items():
+        ratio = c["step_s"] / curves["fp32"]["step_s"]
+        if name.split()[0] != "fp32":
+            lines.append(f"measured: {name} steps take ×{ratio:.2f} the fp32 time on this CPU "
+                         + ("(16-bit arithmetic without fast units for it here, plus the casts and "
+                            "the master-weight copy)" if ratio > 1 else
+                            "(its 16-bit matrix products run faster here)")
+                         + "; on a GPU the bytes and the memory carry over, the time does not")
     return lines
 
 
