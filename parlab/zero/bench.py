@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--precision", action="store_true",
                         help="mixed precision: memory in both precisions, loss curves, step time")
     parser.add_argument("--curve-steps", type=int, default=200)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the loss curves")
     args = parser.parse_args(argv)
     if args.precision:
         return precision_main(args)
@@ -107,10 +108,11 @@ def precision_main(args) -> int:
         ep.print_precision_memory(rows)
         print()
         out[f"memory_{n}"] = rows
-    curves = ep.precision_curves(steps=args.curve_steps, other_seed=True)  # the tiny GPT
-    for line in ep.curve_summary(curves):
+    curves = ep.precision_curves(steps=args.curve_steps, seeds=range(args.seeds))  # tiny GPT
+    ratios = ep.step_time_ratios(repeats=args.repeats + 2)
+    for line in ep.curve_summary(curves, ratios=ratios):
         print(line)
-    out["curves"] = curves
+    out["curves"], out["step_time_ratios"] = curves, ratios
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

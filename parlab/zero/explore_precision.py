@@ -90,61 +90,77 @@ def print_precision_memory(rows: list[dict]) -> None:
               f"{r['fp32_match']}, bf16-mixed match: {r['bf16_match']}")
 
 
-def precision_curves(steps: int = 200, world_size: int = 1, scheme: str = "single",
-                     precisions=PRECISIONS, warmup: int = 5, other_seed: bool = False,
-                     **options) -> dict:
-    """Train the same model from the same seed in each precision; losses, step time, skipped
-    steps and the loss scale (fp16). `other_seed`: also fp32 from seed + 1 ("fp32 seed+1"), the
-    spread that a precision's difference is measured against."""
+def precision_curves(steps: int = 200, seeds=(0,), precisions=PRECISIONS, window: int = 20,
+                     warmup: int = 5, **options) -> dict:
+    """Train `single` from each seed in each precision. Per precision: the first seed's losses
+    (to plot), skipped steps and loss scales (fp16), its step time, and per seed the mean loss
+    of the last `window` steps (`finals`)."""
     out = {}
-    runs = [(p, p, options.get("seed", 0)) for p in precisions]
-    if other_seed:
-        runs.append(("fp32 seed+1", "fp32", options.get("seed", 0) + 1))
-    options = {k: v for k, v in options.items() if k != "seed"}
-    for name, precision, seed in runs:
-        result = parlab.run(scheme, world_size=world_size, steps=steps, precision=precision,
-                            seed=seed, **options)
-        out[name] = {"losses": result.losses, "step_s": result.step_time(warmup),
-                          "skipped": result.skipped_steps, "scales": result.loss_scales,
-                          "memory": result.memory[0]}
+    for precision in precisions:
+        for k, seed in enumerate(seeds):
+            result = parlab.run("single", steps=steps, precision=precision, seed=seed, **options)
+            final = sum(result.losses[-window:]) / min(window, steps)
+            if k == 0:
+                out[precision] = {"losses": result.losses, "step_s": result.step_time(warmup),
+                                  "skipped": result.skipped_steps, "scales": result.loss_scales,
+                                  "finals": [], "skipped_by_seed": []}
+            out[precision]["finals"].append(final)
+            out[precision]["skipped_by_seed"].append(result.skipped_steps)
     return out
 
 
-def curve_summary(curves: dict, window: int = 20, early: int = 10) -> list[str]:
-    """How close the curves are (over the first `early` steps, and the mean of the last
-    `window`), what each step costs, what fp16 skipped — computed from the runs, beside the
-    format's round-off u. With `curves["fp32 seed+1"]` (another seed in fp32) the precision gap
-    is put beside the seed-to-seed spread."""
+def step_time_ratios(steps: int = 12, repeats: int = 3, precisions=PRECISIONS,
+                     **options) -> dict:
+    """{precision: median over `repeats` round-robin rounds of (its step time ÷ fp32's in the
+    same round)}: each ratio taken between neighbouring runs, so the shared machine's noise
+    falls on both."""
+    import statistics
+
+    ratios: dict = {p: [] for p in precisions}
+    for _ in range(repeats):
+        times = {p: parlab.run("single", steps=steps, precision=p, **options).step_time(2)
+                 for p in precisions}
+        for p in precisions:
+            ratios[p].append(times[p] / times["fp32"])
+    return {p: statistics.median(r) for p, r in ratios.items()}
+
+
+def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> list[str]:
+    """How close the curves are (the first `early` steps of the first seed; the final loss per
+    seed), what a step costs, what fp16 skipped — computed from the runs, beside the format's
+    round-off u. With several seeds the precision gap is put beside fp32's seed-to-seed spread.
+    `ratios` (`step_time_ratios`) replace the curves' own step-time ratios."""
     from parlab.core.precision import unit_roundoff
 
-    ref = curves["fp32"]["losses"]
-    ref_tail = sum(ref[-window:]) / min(window, len(ref))
+    ref = curves["fp32"]
     lines = []
-    for name, c in curves.items():
-        losses = c["losses"]
-        gap_early = max(abs(a - b) for a, b in zip(losses[:early], ref[:early]))
-        tail = sum(losses[-window:]) / min(window, len(losses))
-        precision = name.split()[0]
-        lines.append(f"{name:16s} first {early} steps within {gap_early:.4f} of fp32 "
-                     f"(u = {unit_roundoff(precision):.1e}); mean of the last {window} {tail:.4f} "
-                     f"({tail - ref_tail:+.4f}); step {1e3 * c['step_s']:.1f} ms "
-                     f"(×{c['step_s'] / curves['fp32']['step_s']:.2f})"
-                     + (f"; skipped steps {c['skipped']}" if precision == "fp16-mixed" else ""))
-    if "fp32 seed+1" in curves:
-        seed_gap = abs(sum(curves["fp32 seed+1"]["losses"][-window:]) / window - ref_tail)
-        worst = max(abs(sum(c["losses"][-window:]) / window - ref_tail)
-                    for n, c in curves.items() if n.split()[0] != "fp32")
-        verdict = "within" if worst <= seed_gap else "beyond"
-        lines.append(f"measured: the 16-bit runs end {worst:.4f} from fp32, {verdict} the "
-                     f"{seed_gap:.4f} between two fp32 seeds: the first steps agree to about u·loss, "
-                     "then each step's rounding moves the run onto another trajectory of the same "
-                     "training, not a worse one" if verdict == "within" else
-                     f"measured: the 16-bit runs end {worst:.4f} from fp32, beyond the {seed_gap:.4f} "
-                     "between two fp32 seeds: precision changes the outcome here")
-    for name, c in curves.items():
-        ratio = c["step_s"] / curves["fp32"]["step_s"]
-        if name.split()[0] != "fp32":
-            lines.append(f"measured: {name} steps take ×{ratio:.2f} the fp32 time on this CPU "
+    for precision, c in curves.items():
+        gap_early = max(abs(a - b) for a, b in zip(c["losses"][:early], ref["losses"][:early]))
+        diffs = [a - b for a, b in zip(c["finals"], ref["finals"])]
+        lines.append(f"{precision:10s} first {early} steps within {gap_early:.4f} of fp32 "
+                     f"(u = {unit_roundoff(precision):.1e}); final loss by seed "
+                     f"{', '.join(f'{x:.4f}' for x in c['finals'])} (vs fp32 "
+                     f"{', '.join(f'{d:+.4f}' for d in diffs)})"
+                     + (f"; skipped steps {c['skipped_by_seed']}" if precision == "fp16-mixed"
+                        else ""))
+    if len(ref["finals"]) > 1:
+        spread = max(ref["finals"]) - min(ref["finals"])
+        for precision, c in curves.items():
+            if precision == "fp32":
+                continue
+            mean_diff = sum(a - b for a, b in zip(c["finals"], ref["finals"])) / len(c["finals"])
+            verdict = ("within" if abs(mean_diff) <= spread else "beyond")
+            lines.append(f"measured: {precision} ends {mean_diff:+.4f} from fp32 on average over "
+                         f"{len(c['finals'])} seeds, {verdict} fp32's own seed-to-seed spread "
+                         f"{spread:.4f}: " + (
+                             "the first steps agree to about u·loss, then each step's rounding "
+                             "moves the run onto another trajectory of the same training, no "
+                             "worse on average" if verdict == "within" else
+                             "the precision changes the outcome of this training"))
+    for precision, c in curves.items():
+        ratio = (ratios or {}).get(precision, c["step_s"] / ref["step_s"])
+        if precision != "fp32":
+            lines.append(f"measured: {precision} steps take ×{ratio:.2f} the fp32 time on this CPU "
                          + ("(16-bit arithmetic without fast units for it here, plus the casts and "
                             "the master-weight copy)" if ratio > 1 else
                             "(its 16-bit matrix products run faster here)")
