@@ -81,3 +81,19 @@ CASES += LOCAL_CASES
 @pytest.mark.parametrize("scheme,world_size,options", LOCAL_CASES)
 def test_local_learning_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# mixed precision (parlab/core/precision.py): 16-bit gradients, 2 bytes an element, buckets cut by
+# bytes; fp16 adds one 1-element fp32 all-reduce per step (the overflow flag)
+MIXED_CASES = [("ddp-naive", 3, {"precision": "bf16-mixed"}),
+               ("ddp-bucketed", 2, {"precision": "bf16-mixed"}),
+               ("ddp-overlap", 4, {"precision": "fp16-mixed"}),
+               ("ddp-priority", 2, {"precision": "bf16-mixed"}),
+               ("dear", 3, {"precision": "bf16-mixed"}),
+               ("zero1", 3, {"precision": "bf16-mixed"}), ("zero2", 2, {"precision": "fp16-mixed"}),
+               ("zero3", 4, {"precision": "bf16-mixed"}), ("zero3", 3, {"precision": "fp16-mixed"})]
+
+
+@pytest.mark.parametrize("scheme,world_size,options", MIXED_CASES)
+def test_mixed_precision_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)

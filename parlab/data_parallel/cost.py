@@ -58,12 +58,14 @@ def bucketed_messages(numels: list[int], n: int, options: dict) -> list[tuple[st
 
 def priority_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
     per_part = max(1, int(options["partition_kb"] * 1024) // options.get("element_size", 4))
-    return [("all_reduce", hi - lo) for s in bucket_numels(numels, options["bucket_mb"])
+    return [("all_reduce", hi - lo) for s in bucket_numels(numels, options["bucket_mb"],
+                                                           element_size=options.get("element_size", 4))
             for lo, hi in partition(s, per_part)]
 
 
 def dear_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
-    sizes = bucket_numels(numels, options["bucket_mb"], multiple_of=n)
+    sizes = bucket_numels(numels, options["bucket_mb"], multiple_of=n,
+                          element_size=options.get("element_size", 4))
     return [("reduce_scatter", s) for s in sizes] + [("all_gather", s // n) for s in sizes]
 
 

@@ -154,8 +154,9 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
                          f"{len(c['finals'])} seeds, {verdict} fp32's own seed-to-seed spread "
                          f"{spread:.4f}: " + (
                              "the first steps agree to about u·loss, then each step's rounding "
-                             "moves the run onto another trajectory of the same training, no "
-                             "worse on average" if verdict == "within" else
+                             "moves the run onto another trajectory, and the difference is not "
+                             f"distinguishable from fp32's own with {len(c['finals'])} seeds"
+                             if verdict == "within" else
                              "the precision changes the outcome of this training"))
     for precision, c in curves.items():
         ratio = (ratios or {}).get(precision, c["step_s"] / ref["step_s"])
