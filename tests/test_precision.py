@@ -8,7 +8,7 @@ import parlab
 from parlab.core import cost
 from parlab.core.precision import LossScaler, unit_roundoff
 from parlab.engine.runner import make_config
-from parlab.tensor_parallel.cost import closed_form_bytes
+from parlab.tensor_parallel.cost import activation_bytes, closed_form_bytes
 from parlab.zero.shard import FlatLayout, mixed_precision_formula
 
 BF16, FP16 = "bf16-mixed", "fp16-mixed"
@@ -107,6 +107,15 @@ def test_memory_is_the_zero_papers_2_2_12_exactly(runs, scheme, stage):
     for mem in result.memory:
         for kind in ("params", "grads", "optimizer"):
             assert mem[kind] == expect[kind], (kind, mem[kind], expect[kind])
+
+
+@pytest.mark.parametrize("scheme", ["tp", "tp-sp"])
+def test_tensor_parallel_activations_are_the_closed_form_at_two_bytes(runs, scheme):
+    result = runs(scheme, 2, precision=BF16)
+    cfg = result.config
+    for mem in result.memory:
+        assert mem["activations"] == activation_bytes(cfg.model_config, cfg.batch_size, 2,
+                                                      scheme == "tp-sp", element_size=2)
 
 
 def test_activations_are_about_halved(runs):

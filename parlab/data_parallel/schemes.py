@@ -14,9 +14,10 @@ al., ICDCS 2023) and its baselines:
   updated just before the next forward needs it.
 - `dear`: reduce-scatter in backward, all-gather overlapped with the next forward.
 
-Per step each rank sends 2(N-1)/N·Ψ·4 bytes in every variant (Ψ parameters, fp32, ring; ·2 in
-mixed precision, `precision="bf16-mixed"`: 16-bit gradients); only the number of messages and their timing change (closed forms: `parlab.data_parallel.cost`). `accum_steps`
-splits each rank's rows into micro-batches and communicates only on the last one (`no_sync`).
+Per step each rank sends 2(N-1)/N·Ψ·4 bytes in every variant (Ψ parameters, fp32, ring; half
+that in mixed precision, `precision="bf16-mixed"`: 16-bit gradients); only the number of messages
+and their timing change (closed forms: `parlab.data_parallel.cost`). `accum_steps` splits each
+rank's rows into micro-batches and communicates only on the last one (`no_sync`).
 """
 
 from parlab.core.checks import Choice, Float, Int

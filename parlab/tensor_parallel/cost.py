@@ -83,7 +83,7 @@ def block_times(batch_rows: int, seq_len: int, n_embd: int, tp: int, flops_per_s
 
 
 def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: bool,
-                     regather: bool = True) -> int:
+                     regather: bool = True, element_size: int = FP32) -> int:
     """Bytes of tensors saved for backward at the peak (end of forward) on one tp rank (tp and
     tp-sp with the replicated head; vocab_parallel's head is not counted here).
 
@@ -98,14 +98,18 @@ def activation_bytes(cfg_model, batch_rows: int, tp: int, sequence_parallel: boo
     8·bsh, the softmax output a·bs² floats; and the causal mask, s² bools (one byte each).
     Outside the blocks (÷ tp only with SP): token ids, positions and targets (int64), the final
     LayerNorm's input, output and stats, the log-softmax over the vocabulary.
+    element_size: 4 (fp32) or 2 (`precision="bf16-mixed"`/"fp16-mixed": every saved activation,
+    LayerNorm statistics included, is 16-bit — except the log-softmax over the vocabulary and
+    the loss weight, which the loss computes in fp32).
     """
     b, s, h, a, V = batch_rows, cfg_model.block_size, cfg_model.n_embd, cfg_model.n_head, \
         cfg_model.vocab_size
     ln_div = tp if sequence_parallel else 1  # what SP shards on top of TP
     gathered = 2 * b * s * h if sequence_parallel and not regather else 0  # full column inputs
-    per_block = FP32 * ((4 * b * s * h + 4 * b * s) / ln_div + gathered * (1 - 1 / tp)
-                        + (12 * b * s * h + a * b * s * s) / tp) + s * s
+    per_block = element_size * ((4 * b * s * h + 4 * b * s) / ln_div + gathered * (1 - 1 / tp)
+                                + (12 * b * s * h + a * b * s * s) / tp) + s * s
     tokens = b * s / ln_div  # tokens this rank embeds and scores
     ids = 8 * (tokens + s / ln_div + tokens)  # token ids, positions, targets (int64)
-    outside = ids + FP32 * (2 * tokens * h + 2 * tokens + tokens * V + 1)  # + the loss weight
+    outside = (ids + element_size * (2 * tokens * h + 2 * tokens)
+               + FP32 * (tokens * V + 1))  # fp32 log-softmax and loss weight
     return int(cfg_model.n_layer * per_block + outside)
