@@ -137,12 +137,14 @@ def test_16_bit_gradients_move_half_the_bytes_and_fp16_adds_one_flag(runs):
     assert fp16.bytes_per_rank() == [b + f for b, f in zip(bf16.bytes_per_rank(), flag)]
 
 
-@pytest.mark.parametrize("scheme", ["tp", "tp-sp"])
-def test_tensor_parallel_bytes_at_two_bytes_an_element(runs, scheme):
-    result = runs(scheme, 2, precision=BF16)
+@pytest.mark.parametrize("scheme,options", [("tp", {}), ("tp-sp", {}),
+                                            ("tp", {"vocab_parallel": True})])
+def test_tensor_parallel_bytes_at_two_bytes_an_element(runs, scheme, options):
+    result = runs(scheme, 2, precision=FP16, **options)
+    assert result.compare(runs("single", precision=FP16)).match
     cfg = result.config
     expect = closed_form_bytes(cfg.model_config, cfg.batch_size, 2, 0, STEPS, scheme == "tp-sp",
-                               element_size=2)
+                               vocab_parallel=bool(options), element_size=2)
     for phase, nbytes in expect.items():
         assert result.bytes_per_rank(phase=phase)[0] == nbytes, phase
 

@@ -39,7 +39,8 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
     non-reentrant checkpoint stops recomputing once every saved tensor is back ("early stop"),
     and nothing saved depends on the MLP's closing all-reduce / reduce-scatter.
     element_size: bytes of an activation / gradient element, 4 in fp32, 2 in bf16-mixed and
-    fp16-mixed (`parlab.core.cost.element_bytes`; the 16-bit activations move half the bytes).
+    fp16-mixed (`parlab.core.cost.element_bytes`; the 16-bit activations move half the bytes,
+    the vocab-parallel cross-entropy's three all-reduces stay fp32: the loss is computed in fp32).
     """
     zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
     if tp == 1:
@@ -55,7 +56,7 @@ def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: 
                "tp-backward": per_block * 2 * ar}
         if vocab_parallel:
             tokens = cost.ring_all_reduce(batch_rows * cfg_model.block_size, tp, tp_rank)[0]
-            out["tp-forward"] += steps * element_size * (ar + 3 * tokens)
+            out["tp-forward"] += steps * (element_size * ar + FP32 * 3 * tokens)  # fp32 loss
             out["tp-backward"] += steps * element_size * ar
         return out
     sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket

@@ -213,7 +213,7 @@ class TensorParallelGPT(nn.Module):
             x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T[/tp], C)
         if self.vocab_parallel:
             h = CopyToTensorParallel.apply(self.ln_f(x), self.comm)  # (B, T, C) f before the head
-            logits = h @ self.wte.weight.t()  # (B, T, V/tp) this rank's words
+            logits = (h @ self.wte.weight.t()).float()  # (B, T, V/tp) this rank's words, fp32 loss
             losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), self.comm,
                                                      self.vocab_start)  # (B, T)
             return losses.sum() / (B * T)
