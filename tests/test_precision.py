@@ -176,6 +176,7 @@ def test_loss_scaler_backs_off_and_grows():
     ("torch-zero", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme"),
     ("torch-fsdp", {"reduce_dtype": "fp16"}, "reduce_dtype='fp16'"),
     ("single", {"precision": BF16, "loss_scale": 1024.0}, "loss_scale=1024.0"),
+    ("single", {"precision": BF16, "model": "gpt-moe"}, "model='gpt-moe'"),
     ("single", {"precision": FP16, "loss_scale": -1}, "loss_scale=-1"),
     ("zero2", {"precision": BF16, "save_dir": "/tmp", "save_every": 1}, "save_every=1"),
 ])

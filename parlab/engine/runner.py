@@ -42,6 +42,7 @@ COMMON_OPTIONS = {
     "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
 }
 OPTIMIZERS = ("adamw", "sgd")
+MIXED_MODELS = ("gpt", "mlp")  # models whose loss is taken in fp32 and tested in mixed precision
 MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
 MIN_TIMEOUT = 1.0  # seconds: a rank's first rendezvous alone takes ~0.1-4 s
 
@@ -208,6 +209,9 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
                          f"{list(spec.precisions)}" + (": fp16 needs dynamic loss scaling, which "
                          "this scheme cannot apply to its loss; use 'bf16-mixed'"
                          if mixed == "fp16-mixed" else "") + ")")
+    if mixed != "fp32" and model not in MIXED_MODELS:
+        raise ValueError(f"precision={mixed!r} is not supported for model={model!r} (mixed "
+                         f"precision is tested on {list(MIXED_MODELS)})")
     loss_scale = common["loss_scale"]
     if loss_scale is not None and (mixed != "fp16-mixed" or isinstance(loss_scale, bool)
                                    or not isinstance(loss_scale, (int, float))
