@@ -48,10 +48,11 @@ def test_fp16_schemes_equal_single_in_fp16(runs, scheme, world_size):
     assert comparison.match, comparison.problems
 
 
-@pytest.mark.parametrize("scheme,world_size", [("pp-1f1b", 2), ("pp-gpipe", 4)])
-def test_pipelines_in_bf16_equal_single_and_send_16_bit_activations(runs, scheme, world_size):
-    result = runs(scheme, world_size, precision=BF16)
-    assert result.compare(runs("single", precision=BF16)).match
+@pytest.mark.parametrize("scheme,world_size,precision", [("pp-1f1b", 2, BF16), ("pp-gpipe", 4, BF16),
+                                                         ("pp-zb", 2, FP16)])
+def test_pipelines_equal_single_and_send_16_bit_activations(runs, scheme, world_size, precision):
+    result = runs(scheme, world_size, precision=precision)
+    assert result.compare(runs("single", precision=precision)).match
     fp32 = runs(scheme, world_size)
     for phase in ("pp-fwd", "pp-bwd"):
         assert 2 * sum(result.bytes_per_rank(phase=phase)) == sum(fp32.bytes_per_rank(phase=phase))
@@ -171,7 +172,6 @@ def test_loss_scaler_backs_off_and_grows():
 @pytest.mark.parametrize("scheme,kwargs,match", [
     ("single", {"precision": "fp8"}, "precision='fp8'"),
     ("single", {"precision": "bf16"}, "precision='bf16'"),
-    ("pp-1f1b", {"precision": FP16}, "loss scaling"),
     ("dear", {"precision": FP16}, "loss scaling"),
     ("torch-zero", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme"),
     ("torch-fsdp", {"reduce_dtype": "fp16"}, "reduce_dtype='fp16'"),

@@ -141,6 +141,9 @@ class PipelineStages(Strategy):
         super().__init__(ctx, model, make_optimizer(self.params, ctx.cfg),
                          shard=mesh.coords["dp"], shards=plan.dp,
                          reports_loss=plan.pp * plan.chunks - 1 in self.stage_ids)
+        if self.scaler is not None:  # fp16-mixed: the last stage's loss scales its gradient
+            for stage in self.stages.values():
+                stage.loss = self.scaler.wrap_loss(stage.loss)
 
     def sync(self, step: int) -> None:
         if self.tied is not None and self.tie_comm.size > 1:
@@ -294,10 +297,10 @@ def _register(name: str, schedule: str | None) -> None:
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(
         SUMMARIES)
-    # bf16: the executor's boundary buffers take the compute dtype; no fp16 (its loss is taken
-    # inside the schedule, where the loop's loss scale does not reach)
+    # mixed precision: the executor's boundary buffers take the compute dtype, and with fp16 the
+    # last stage's loss carries the loop's loss scale (PipelineStages)
     register(name, summary=summary, exact=True, options=options, validate=validate,
-             assemble=assemble, precisions=("fp32", "bf16-mixed"))(worker)
+             assemble=assemble, precisions=("fp32", "bf16-mixed", "fp16-mixed"))(worker)
 
 
 for _schedule in SUMMARIES:
