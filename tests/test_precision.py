@@ -90,6 +90,16 @@ def test_torch_fsdp_mixed_precision_policy(runs, reduce_dtype):
         [4 * psi // 2, 4 * psi // 2, 8 * psi // 2]
 
 
+def test_torch_zero_under_autocast_keeps_fp32_states_and_bytes(runs):
+    result = runs("torch-zero", 2, precision=BF16)
+    fp32 = runs("torch-zero", 2)
+    assert result.compare(runs("single", precision=BF16)).match
+    assert result.bytes_per_rank() == fp32.bytes_per_rank()  # autocast: gradients stay fp32
+    for kind in ("params", "grads", "optimizer"):
+        assert result.memory[0][kind] == fp32.memory[0][kind]
+    assert result.memory[0]["activations"] < fp32.memory[0]["activations"]
+
+
 # ----------------------------------------------------------------------------- memory
 def unit_numels(result) -> list[int]:
     return [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
@@ -173,7 +183,7 @@ def test_loss_scaler_backs_off_and_grows():
     ("single", {"precision": "fp8"}, "precision='fp8'"),
     ("single", {"precision": "bf16"}, "precision='bf16'"),
     ("dear", {"precision": FP16}, "loss scaling"),
-    ("torch-zero", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme"),
+    ("torch-tp", {"precision": BF16}, "precision='bf16-mixed' is not supported by scheme"),
     ("torch-fsdp", {"reduce_dtype": "fp16"}, "reduce_dtype='fp16'"),
     ("single", {"precision": BF16, "loss_scale": 1024.0}, "loss_scale=1024.0"),
     ("single", {"precision": BF16, "model": "gpt-moe"}, "model='gpt-moe'"),
