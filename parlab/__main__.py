@@ -86,7 +86,8 @@ def _run(args) -> int:
     if args.compare:
         reference = parlab.run("single", model=args.model, steps=args.steps, seed=args.seed,
                                **{k: v for k, v in options.items()
-                                  if k in ("batch_size", "lr", "optimizer", "model_config")})
+                                  if k in ("batch_size", "lr", "optimizer", "model_config",
+                                           "precision", "loss_scale")})  # same precision
         comparison = result.compare(reference)
         print(comparison)
         return 0 if comparison.match else 1

@@ -316,7 +316,9 @@ class RunResult:
     def summary(self) -> str:
         sent = self.bytes_per_rank()
         lines = [f"{self.config.scheme} on {self.config.world_size} rank(s), model "
-                 f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"]
+                 f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"
+                 + ("" if self.config.precision == "fp32" else
+                    f", {self.config.precision} (skipped steps: {self.skipped_steps})")]
         lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
         lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
                   " comm ops" for r, b in enumerate(sent)]
