@@ -12,6 +12,7 @@ import torch
 
 import parlab
 from parlab import models
+from parlab.core.cost import element_bytes
 from parlab.core.link import achieved_flops, faithful
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import exposed_fraction
@@ -69,15 +70,16 @@ def gradient_average_demo(world_size: int, model: str = "gpt", batch_size: int =
 
 
 # ----------------------------------------------------------------------------- 2. math
-def bytes_table(world_size: int, model: str = "gpt") -> None:
-    """Messages and bytes per rank per step of every variant (closed forms, parlab.data_parallel.cost)."""
+def bytes_table(world_size: int, model: str = "gpt", precision: str = "fp32") -> None:
+    """Messages and bytes per rank per step of every variant (closed forms, parlab.data_parallel.cost);
+    `precision`: the gradients' element size (4 bytes in fp32, 2 in bf16-mixed / fp16-mixed)."""
     numels = param_numels(model)
-    psi = sum(numels)
-    print(f"Ψ = {psi:,} parameters; ring all-reduce 2(N-1)/N·Ψ·4 = "
-          f"{2 * (world_size - 1) / world_size * psi * 4:,.0f} bytes per rank per step")
+    psi, size = sum(numels), element_bytes(precision)
+    print(f"Ψ = {psi:,} parameters; ring all-reduce 2(N-1)/N·Ψ·{size} = "
+          f"{2 * (world_size - 1) / world_size * psi * size:,.0f} bytes per rank per step")
     for variant in OWN:
-        msgs = dp_cost.messages(variant, numels, world_size)
-        sent = dp_cost.bytes_per_step(variant, numels, world_size, 0)
+        msgs = dp_cost.messages(variant, numels, world_size, element_size=size)
+        sent = dp_cost.bytes_per_step(variant, numels, world_size, 0, size)
         parts = ", ".join(f"{op} {b:,}" for op, b in sent.items())
         print(f"  {variant:<13} {len(msgs):>3} messages  rank 0 sends {parts}")
 
@@ -100,19 +102,25 @@ def predicted_table(world_size: int, t_forward=0.01, t_backward=0.02, t_optimize
 
 
 # ----------------------------------------------------------------------------- 4. correctness
-def check_all(world_size: int, steps: int = 3, model: str = "gpt", accum_steps: int = 1) -> dict:
-    """Run every variant and "single"; print `match` and the ledger vs the closed form."""
-    ref = parlab.run("single", model=model, steps=steps)
+def check_all(world_size: int, steps: int = 3, model: str = "gpt", accum_steps: int = 1,
+              precision: str = "fp32") -> dict:
+    """Run every variant and "single" (in `precision`, where the variant honours it); print
+    `match` and the ledger vs the closed form."""
+    ref = parlab.run("single", model=model, steps=steps, precision=precision)
     numels = param_numels(model)
     results = {}
     for variant in VARIANTS:
+        if precision not in parlab.schemes()[variant].precisions:
+            print(f"{variant:<13} does not run in {precision}")
+            continue
         result = parlab.run(variant, world_size=world_size, model=model, steps=steps,
-                            accum_steps=accum_steps)
+                            accum_steps=accum_steps, precision=precision)
         results[variant] = result
         ok = result.compare(ref).match
         line = f"{variant:<13} match: {ok}"
         if variant in OWN:
             expect = sum(dp_cost.bytes_per_step(variant, numels, world_size, 0,
+                                                element_bytes(precision),
                                                 **result.config.options).values())
             got = sum(r["bytes_sent"] for r in result.ledger if r["rank"] == 0 and r["step"] == 0)
             msgs = sum(1 for r in result.ledger if r["rank"] == 0 and r["step"] == 0)

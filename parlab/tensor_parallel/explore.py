@@ -222,6 +222,7 @@ def ledger_vs_formula(result) -> list[dict]:
     """Bytes each rank sent per training step and ledger phase beside
     `parlab.tensor_parallel.cost.closed_form_bytes` (the run's totals ÷ its steps; equal means the
     totals are equal to the byte)."""
+    from parlab.core.cost import element_bytes
     from parlab.tensor_parallel.cost import closed_form_bytes
 
     cfg = result.config
@@ -229,7 +230,8 @@ def ledger_vs_formula(result) -> list[dict]:
     for rank, out in enumerate(result.outputs):
         expect = closed_form_bytes(cfg.model_config, cfg.batch_size // out.extras["dp"], out.extras["tp"],
                                    rank % out.extras["tp"], cfg.steps, cfg.scheme != "tp",
-                                   cfg.options.get("regather", False))
+                                   cfg.options.get("regather", False),
+                                   element_size=element_bytes(cfg.precision))
         for phase, formula in expect.items():
             measured = result.bytes_per_rank(phase=phase)[rank]
             rows.append({"rank": rank, "phase": phase, "ledger_bytes": measured // cfg.steps,
