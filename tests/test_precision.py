@@ -29,9 +29,11 @@ def runs():
     return get
 
 
-EXACT = [("ddp-naive", 1), ("ddp-naive", 2), ("ddp-naive", 4), ("ddp-bucketed", 2),
-         ("ddp-bucketed", 4), ("zero1", 2), ("zero1", 4), ("zero2", 2), ("zero2", 4),
-         ("zero3", 1), ("zero3", 2), ("zero3", 4), ("tp", 2), ("tp", 4), ("tp-sp", 2),
+EXACT = [("ddp-naive", 1), ("ddp-naive", 2), ("ddp-naive", 3), ("ddp-naive", 4),
+         ("ddp-bucketed", 1), ("ddp-bucketed", 2), ("ddp-bucketed", 4), ("zero1", 1), ("zero1", 2),
+         ("zero1", 4), ("zero2", 1), ("zero2", 2), ("zero2", 3), ("zero2", 4), ("zero3", 1),
+         ("zero3", 2), ("zero3", 4), ("tp", 1), ("tp", 2), ("tp", 4), ("tp-sp", 2),
+         ("pp-1f1b", 1), ("pp-1f1b", 4),
          ("ddp-overlap", 2), ("dear", 2), ("ddp-priority", 2), ("torch-ddp", 2)]
 
 
