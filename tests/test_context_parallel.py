@@ -256,8 +256,9 @@ def test_overlap_regime_measures_the_ring_on_the_link():
 def test_explain_regime_says_when_the_share_does_not_rise(capsys):
     from parlab.context_parallel import explore_regime as regime
 
-    def row(t, ratio, hidden, blocked, link_ms):
+    def row(t, ratio, hidden, blocked, link_ms, measured=None):
         return {"tokens/rank": t, "predicted block compute/transfer": ratio,
+                "measured block compute/transfer": ratio if measured is None else measured,
                 "hidden share": hidden, "blocked ms/step": blocked, "ring link ms/step": link_ms}
 
     regime.explain_regime([row(64, 0.1, 0.0, 10, 9), row(128, 0.3, 0.5, 5, 10)], 667)
@@ -265,3 +266,5 @@ def test_explain_regime_says_when_the_share_does_not_rise(capsys):
     regime.explain_regime([row(64, 0.1, 0.6, 4, 10), row(128, 0.3, 0.0, 12, 10)], 667)
     out = capsys.readouterr().out
     assert "Not monotone" in out and "128 tokens/rank the rank was blocked longer" in out
+    regime.explain_regime([row(64, 0.1, 0.0, 10, 9, measured=0.4), row(128, 0.3, 0.9, 1, 10, 1.2)], 667)
+    assert "128 tokens/rank more is hidden than predicted" in capsys.readouterr().out
