@@ -12,8 +12,11 @@ dimension that talks most (tp: four collectives per block) holds neighbouring ra
 parallelism borrows its ranks from dp (as DeepSpeed-MoE and Megatron do): an ep group is a
 sub-group of a dp group, so ep must divide dp.
 
-`Plan.problems` names every factor a plan fails, before any process starts; `enumerate_plans`
-lists every valid plan of a world size, which is what the planner searches.
+`Plan.problems` names every factor a plan fails, before any process starts — the degrees that do
+not divide the model or the batch, and the combinations the composition (`parlab.planner.compose`)
+cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
+micro-batch); `enumerate_plans` lists every valid plan of a world size, which is what the planner
+searches.
 """
 
 from __future__ import annotations
@@ -99,6 +102,14 @@ class Plan:
         elif (batch_size // self.dp) % self.microbatches:
             out.append(f"rows per dp replica batch_size/dp={batch_size // self.dp} are not divisible "
                        f"by microbatches={self.microbatches}")
+        if self.zero >= 2 and self.pp > 1:
+            out.append(f"zero={self.zero} with pp={self.pp}: ZeRO-{self.zero} reduce-scatters a "
+                       "unit's gradients as soon as they arrive, before the pipeline's other "
+                       "micro-batches and the tied embedding's sum (use zero=1 or pp=1)")
+        elif self.zero >= 2 and self.microbatches > 1:
+            out.append(f"zero={self.zero} with microbatches={self.microbatches}: ZeRO-{self.zero} "
+                       "reduce-scatters a unit's gradients after the first micro-batch's backward "
+                       "(use zero=1 or microbatches=1)")
         if self.ep > 1:
             if n_experts is None:
                 out.append(f"ep={self.ep} needs a mixture-of-experts model (model='gpt-moe')")
