@@ -10,11 +10,12 @@ volumes (side 64) are for whole-volume vs sliding-window inference; their noise 
 from __future__ import annotations
 
 import functools
+import pathlib
 
 import numpy as np
 import torch
 
-from parlab.models.data import DATA_DIR
+DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"  # as parlab.models.data
 
 NOISE = 0.15  # standard deviation of the voxel noise (intensities in [0, 1])
 

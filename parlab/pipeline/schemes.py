@@ -30,8 +30,10 @@ from parlab.engine.runner import register
 from parlab.pipeline import boundary as boundary_mod
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
+from parlab.pipeline import unet_stages
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
+from parlab.pipeline.unet_executor import UNetExecutor
 from parlab.pipeline.validate import check
 from parlab.tensor_parallel.reshard import METHODS
 
@@ -51,6 +53,8 @@ class Plan:
 
 def n_layers(cfg) -> int:
     mc = cfg.model_config
+    if cfg.model == "unet3d":
+        return unet_stages.n_layers(mc)  # Down × (L-1), Bottom, Up × (L-1), Head
     return mc.n_layer if cfg.model == "gpt" else mc.n_layer + 1  # the MLP has n_layer+1 linears
 
 
@@ -71,7 +75,7 @@ def resolve(cfg, schedule: str) -> Plan:
     dp = degrees["dp"]
     if pp * chunks > layers:
         raise ValueError(f"pp={pp} × chunks={chunks} = {pp * chunks} stages > {layers} layers "
-                         f"(model={cfg.model!r}, n_layer={cfg.model_config.n_layer}): more stages "
+                         f"(model={cfg.model!r}, {layers} layers): more stages "
                          "than layers")
     if cfg.batch_size % dp:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by dp={dp} "
@@ -237,6 +241,52 @@ class ReshardPipeline(PipelineStages):
                 "member": self.member}
 
 
+class UNetPipeline(PipelineStages):
+    """The 3-D U-Net cut into stages (`parlab.pipeline.unet_stages`): the main path on the
+    pipeline's channels, every skip connection straight from its producer stage to its consumer
+    stage on its own channels ("pp-skip" forward, "pp-skip-bwd" backward) — LAMP's setting (Zhu et
+    al., MICCAI 2020). The executor is `parlab.pipeline.unet_executor`."""
+
+    def __init__(self, ctx, schedule_name: str):
+        plan = resolve(ctx.cfg, schedule_name)
+        super().__init__(ctx, plan)
+        self.stages = unet_stages.build_stages(self.model, self.stage_ids, self.counts)
+        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
+        groups = self.mesh.groups("pp")
+        comm_b = ctx.comm.split(groups, "pp-bwd")
+        skip_f, skip_b = ctx.comm.split(groups, "pp-skip"), ctx.comm.split(groups, "pp-skip-bwd")
+        self.meter = ActivationMeter(exclude=self.params)
+        self.executor = UNetExecutor(ctx, schedule, self.mesh.coords["pp"], self.stages,
+                                     self.mesh["pp"], comm_b, skip_f, skip_b,
+                                     ctx.cfg.model_config, self.meter)
+
+    def forward_backward(self, step: int, batch) -> float:
+        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), 1, S, S, S), m × (B/(dp·m), S, S, S)
+        mb_losses = self.executor.run_step(step, xs, ys)
+        return sum(mb_losses) / self.plan.microbatches / self.plan.dp if self.reports_loss else 0.0
+
+    def extras(self) -> dict:
+        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
+                "skip_routes": unet_stages.skip_routes(self.ctx.cfg.model_config.levels,
+                                                       self.counts)}
+
+
+UNET_SCHEDULES = ("naive", "gpipe", "1f1b", "eager-1f1b")  # one stage per rank, one backward
+
+
+def check_unet(cfg, schedule: str) -> None:
+    """ValueError for what the U-Net pipeline does not run (before any process starts)."""
+    if cfg.model != "unet3d":
+        return
+    if schedule not in UNET_SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} with model='unet3d': the U-Net pipeline runs one "
+                         f"of {UNET_SCHEDULES}")
+    if cfg.options.get("partition", "even") == "balanced":
+        raise ValueError("partition='balanced' profiles GPT/MLP layers; with model='unet3d' give "
+                         "'even' or a list of layers per stage")
+
+
 def reshard_plan(cfg, schedule: str) -> Plan:
     """The plan of `pp-reshard`: pp meshes of `mesh` replicas; ValueError names what is wrong."""
     width, world = cfg.options["mesh"], cfg.world_size
@@ -285,17 +335,21 @@ def _register(name: str, schedule: str | None) -> None:
         return schedule or cfg.options["schedule"]
 
     def validate(cfg):
+        check_unet(cfg, chosen(cfg))
         plan = resolve(cfg, chosen(cfg))
         check(make_schedule(plan.schedule, plan.pp, plan.microbatches, plan.chunks))
 
     def worker(ctx):
+        if ctx.cfg.model == "unet3d":
+            return train(ctx, UNetPipeline(ctx, chosen(ctx.cfg)))
         return train(ctx, Pipeline(ctx, chosen(ctx.cfg)))
 
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(
         SUMMARIES)
+    models = ("gpt", "mlp", "unet3d") if schedule in UNET_SCHEDULES + (None,) else ("gpt", "mlp")
     register(name, summary=summary, exact=True, options=options, validate=validate,
-             assemble=assemble)(worker)
+             assemble=assemble, models=models)(worker)
 
 
 for _schedule in SUMMARIES:

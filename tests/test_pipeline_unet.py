@@ -1,0 +1,118 @@
+"""Chapter 04, the pipelined 3-D U-Net (LAMP, Zhu et al., MICCAI 2020): the data is the script's,
+every pipeline schedule trains exactly like the single process (pp 2, 3, 4 and dp2×pp2), the
+skips travel straight from producer to consumer stage through Comm with exactly the closed form's
+bytes, and bad input fails before any process starts."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+import parlab
+from parlab.models import UNet3D, UNet3DConfig, volumes
+from parlab.pipeline import unet_cost
+from parlab.pipeline.unet_stages import skip_routes
+
+BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return parlab.run("single", model="unet3d", steps=3, batch_size=BATCH)
+
+
+def test_volumes_file_is_what_the_script_draws():
+    path = volumes.DATA_DIR / "make_volumes.py"
+    spec = importlib.util.spec_from_file_location("make_volumes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    x, y = module.draw(*module.TRAIN, seed=0)
+    with np.load(volumes.DATA_DIR / "volumes.npz") as data:
+        assert np.array_equal(data["train_x"], x) and np.array_equal(data["train_y"], y)
+        assert set(np.unique(data["test_y"])) == {0, 1, 2}
+
+
+def test_volume_batch_is_a_function_of_seed_and_step():
+    a, b = volumes.volume_batch(3, 4, 0, 16), volumes.volume_batch(3, 4, 0, 16)
+    c = volumes.volume_batch(4, 4, 0, 16)
+    assert a[0].shape == (4, 1, 16, 16, 16) and a[1].shape == (4, 16, 16, 16)
+    assert a[0].equal(b[0]) and a[1].equal(b[1]) and not a[0].equal(c[0])
+
+
+def test_parameter_closed_form_is_the_model():
+    for levels, base in ((2, 2), (3, 4), (4, 3)):
+        cfg = UNet3DConfig(levels=levels, base=base, block_size=16)
+        model = UNet3D(cfg)
+        assert unet_cost.layer_params(cfg) == [sum(p.numel() for p in layer.parameters())
+                                               for layer in model.layers]
+
+
+def test_skip_routes_cross_stages():
+    assert skip_routes(3, [2, 2, 1, 1]) == [(0, 0, 2), (1, 0, 1)]
+    assert skip_routes(4, [2, 2, 2, 2]) == [(0, 0, 3), (1, 0, 2), (2, 1, 2)]
+    assert skip_routes(3, [6]) == []
+
+
+@pytest.mark.parametrize("scheme,world,options", [
+    ("pp-gpipe", 2, {}),
+    ("pp-1f1b", 4, {}),
+    ("pp-gpipe", 3, {}),
+    ("pp-1f1b", 4, {"pp": 2}),  # dp2 × pp2
+    ("pp-eager-1f1b", 4, {}),
+    ("pp", 2, {"schedule": "gpipe", "pp": 1}),  # dp2: no stage boundary at all
+])
+def test_unet_pipeline_equals_single_and_ledger_equals_closed_form(reference, scheme, world,
+                                                                     options):
+    r = parlab.run(scheme, world_size=world, model="unet3d", steps=3, batch_size=BATCH, **options)
+    assert r.compare(reference).match
+    cfg, out = r.config.model_config, r.outputs
+    pp = options.get("pp", world)
+    dp = world // pp
+    counts = out[0].extras["layers_per_stage"]
+    rows = BATCH // dp
+    for rank in range(world):
+        stage = rank % pp  # mesh (dp, pp): pp innermost
+        main_f, main_b = unet_cost.main_bytes_per_step(cfg, counts, rows, stage)
+        skip_f, skip_b = unet_cost.skip_bytes_per_step(cfg, counts, rows, stage)
+        got = {ph: r.bytes_per_rank(phase=ph)[rank] for ph in
+               ("pp-fwd", "pp-bwd", "pp-skip", "pp-skip-bwd")}
+        assert got == {"pp-fwd": 3 * main_f, "pp-bwd": 3 * main_b, "pp-skip": 3 * skip_f,
+                       "pp-skip-bwd": 3 * skip_b}, (rank, got)
+    if pp > 1:
+        skips = [e for e in r.timeline if e["kind"] == "comm"
+                 and e["args"].get("phase", "").startswith("pp-skip")]
+        assert skips, "skip messages are on the timeline"
+
+
+def test_skip_sent_once_not_relayed():
+    cfg = UNet3DConfig(levels=4, base=2, block_size=16)
+    direct, relayed = unet_cost.relayed_skip_bytes(cfg, [2, 2, 2, 2], 4)
+    one = [4 * 4 * cfg.channels(k) * (16 // 2 ** k) ** 3 for k in range(3)]
+    assert direct == sum(one) and relayed == 3 * one[0] + 2 * one[1] + one[2]
+
+
+def test_stage_activations_shrink_with_pp():
+    """Each stage holds a part of the activations of the whole network (LAMP's point)."""
+    single = parlab.run("single", model="unet3d", steps=1, batch_size=4)
+    pipe = parlab.run("pp-gpipe", world_size=2, model="unet3d", steps=1, batch_size=4,
+                      microbatches=1)
+    whole = single.memory[0]["activations"]
+    assert max(m["activations"] for m in pipe.memory) < whole
+    assert math.isclose(sum(m["params"] for m in pipe.memory), single.memory[0]["params"])
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    ({"scheme": "pp-zb"}, "unet3d"),
+    ({"scheme": "pp-interleaved"}, "unet3d"),
+    ({"scheme": "pp", "schedule": "zb"}, "zb"),
+    ({"scheme": "pp-1f1b", "partition": "balanced"}, "balanced"),
+    ({"scheme": "pp-1f1b", "model_config": {"block_size": 10}}, "block_size=10"),
+    ({"scheme": "pp-1f1b", "model_config": {"levels": 1}}, "levels=1"),
+    ({"scheme": "pp-1f1b", "partition": [1, 1, 1, 2]}, "partition"),
+])
+def test_bad_input_is_named(kwargs, word):
+    kwargs = dict(kwargs)
+    scheme = kwargs.pop("scheme")
+    with pytest.raises(ValueError, match=word):
+        parlab.run(scheme, world_size=4, model="unet3d", steps=1, batch_size=BATCH, **kwargs)
