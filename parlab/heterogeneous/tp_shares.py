@@ -1,0 +1,108 @@
+"""Uneven tensor-parallel shards: one sharding ratio per device, by HAP's LP, cut into heads,
+MLP columns and sequence positions.
+
+Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
+Synthesis" (EuroSys 2024) give device r a sharding ratio w_r (Σ w_r = 1) and cut every sharded
+tensor of the program by those ratios; a linear program picks w from the device speeds and the
+link bandwidths. Here the program is Megatron's tensor + sequence parallel block
+(`parlab.heterogeneous.tp_layers`), and every sharded dimension follows the same w:
+
+    heads h_r ≈ w_r·n_head,   MLP columns c_r ≈ w_r·4C,   sequence positions t_r ≈ w_r·T
+
+(largest remainders, `parlab.heterogeneous.shares.proportional`), so rank r's compute is about
+(f + w_r)·W/s_r: W the whole step's sharded work at speed 1 and f the work every rank does
+whatever its share (the replicated parameters' update, each kernel's fixed cost), as a fraction
+of W. The collectives between the blocks (`parlab.heterogeneous.uneven`) move bytes that also
+follow w, so the link enters the LP too. With κ = the collectives' seconds per step on the link
+for a whole (B, T, C) message per collective, divided by W:
+
+    padded:   every rank sends (N−1)·max_k w_k of each message   → comm = κ·(N−1)·M,  M ≥ w_k
+    exact:    the ring's slowest rank sends (1 − min_k w_k) of it → comm = κ·(1 − m),  m ≤ w_k
+
+    minimise T  subject to  (f + w_r)/s_r + comm ≤ T for every r,   Σ_r w_r = 1,   w_r ≥ 0
+
+solved with `scipy.optimize.linprog` (HiGHS). With κ = 0 it is `shares.solve_lp` on one unit of
+work. Padding pulls the shares towards even (it pays for the largest); the exact ring pulls the
+smallest share up (its slowest sender lacks only that one).
+"""
+
+from __future__ import annotations
+
+from parlab.heterogeneous import shares as shares_mod
+
+VARIANTS = ("padded", "exact")
+DIMENSIONS = ("heads", "columns", "tokens")
+
+
+def solve(speeds, fixed: float, kappa: float = 0.0, variant: str = "exact"):
+    """HAP's LP above: (ratios w, T* in units of W)."""
+    from scipy.optimize import linprog
+
+    n = len(speeds)
+    if kappa == 0.0 or n == 1:
+        ratios, t_star = shares_mod.solve_lp(1, speeds, fixed)  # no link (or one rank)
+        return [float(w) for w in ratios], t_star
+    # variables: w_0 .. w_{n-1}, y (M for padded, m for exact), T
+    cost = [0.0] * (n + 1) + [1.0]
+    a_ub, b_ub = [], []
+    for r in range(n):
+        row = [1.0 / speeds[r] if j == r else 0.0 for j in range(n)]
+        if variant == "padded":  # (f + w_r)/s_r + κ(N−1)M − T ≤ 0
+            a_ub.append(row + [kappa * (n - 1), -1.0])
+            b_ub.append(-fixed / speeds[r])
+        else:  # (f + w_r)/s_r + κ(1 − m) − T ≤ 0
+            a_ub.append(row + [-kappa, -1.0])
+            b_ub.append(-fixed / speeds[r] - kappa)
+    for r in range(n):  # padded: w_r − M ≤ 0; exact: m − w_r ≤ 0
+        sign = 1.0 if variant == "padded" else -1.0
+        a_ub.append([sign if j == r else 0.0 for j in range(n)] + [-sign, 0.0])
+        b_ub.append(0.0)
+    result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=[[1.0] * n + [0.0, 0.0]], b_eq=[1.0],
+                     bounds=[(0, None)] * (n + 1) + [(None, None)], method="highs")
+    if not result.success:
+        raise ValueError(f"the sharding LP failed for speeds={list(speeds)}: {result.message}")
+    return [float(w) for w in result.x[:n]], float(result.x[-1])
+
+
+def ratios(sharding: str, speeds, fixed: float = 0.0, kappa: float = 0.0,
+           variant: str = "exact") -> list[float]:
+    """w under `sharding`: "even" (1/N each), "proportional" (∝ speed) or "lp" (HAP's LP)."""
+    n = len(speeds)
+    if sharding == "even":
+        return [1.0 / n] * n
+    if sharding == "proportional":
+        return [s / sum(speeds) for s in speeds]
+    if sharding == "lp":
+        return solve(speeds, fixed, kappa, variant)[0]
+    raise ValueError(f"shard={sharding!r} must be one of {shares_mod.SHARDINGS}")
+
+
+def cut(size: int, weights) -> list[int]:
+    """`size` units cut by `weights`: whole units, largest remainders (even weights: B/N each,
+    the first ranks one more, as `shares.even`)."""
+    if len(set(weights)) == 1:
+        return shares_mod.even(size, len(weights))
+    return shares_mod.proportional(size, weights)
+
+
+def split(cfg_model, weights) -> dict[str, list[int]]:
+    """Heads, MLP columns and sequence positions of each rank for ratios `weights`."""
+    return {"heads": cut(cfg_model.n_head, weights),
+            "columns": cut(4 * cfg_model.n_embd, weights),
+            "tokens": cut(cfg_model.block_size, weights)}
+
+
+def problems(parts: dict[str, list[int]], speeds, sharding: str) -> list[str]:
+    """Every dimension that leaves some rank with nothing, as readable phrases."""
+    out = []
+    for name, sizes in parts.items():
+        empty = [r for r, s in enumerate(sizes) if s == 0]
+        if empty:
+            out.append(f"{name} split {sizes} leaves rank(s) {empty} with zero {name} "
+                       f"(shard={sharding!r}, speeds={list(speeds)})")
+    return out
+
+
+def bounds(sizes: list[int]) -> list[tuple[int, int]]:
+    """[start, end) of each rank's units, in rank order."""
+    return shares_mod.bounds(sizes)
