@@ -233,8 +233,11 @@ def compute_per_microbatch(m, plan, profile, batch_size: int) -> tuple[float, fl
     out = outside_flops(rows, seq, m.n_embd, m.vocab_size)
     fwd += profile.outside_fwd(out) if plan.pp == 1 else profile.outside_fwd(out) / 2
     bwd += profile.outside_bwd(out) if plan.pp == 1 else profile.outside_bwd(out) / 2
+    if plan.cp > 1:  # ring attention merges 2cp+1 score blocks per rank, not 1 (zigzag)
+        extra = blocks * 2 * plan.cp * profile.attn_chunk_s
+        fwd, bwd = fwd + extra / 3, bwd + 2 * extra / 3  # backward ≈ 2 × forward
     if plan.checkpoint:
-        bwd += blocks * profile.block_fwd(flops)  # recomputed forward (Chen et al. 2016)
+        bwd += fwd - (profile.outside_fwd(out) if plan.pp == 1 else 0)  # recomputed forward
     return fwd, bwd
 
 

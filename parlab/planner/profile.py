@@ -63,6 +63,7 @@ class Profile:
     opt_per_element_s: float
     cores: int
     model_config: object
+    attn_chunk_s: float = 0.0  # forward + backward of one more score block merged (ring attention)
 
     def optimizer(self, tensors: float, elements: float) -> float:
         return tensors * self.opt_per_tensor_s + elements * self.opt_per_element_s
@@ -114,6 +115,23 @@ def _outside_times(model, rows: int, seq: int, repeats: int) -> tuple[float, flo
     return fwd, max(total - fwd, 1e-9)
 
 
+def _chunk_overhead(rows: int, cfg, repeats: int) -> float:
+    """Seconds (forward + backward) one more merged score block costs: blockwise attention
+    (chapter 06's online-softmax rule) over 8 key blocks vs over 1, per extra block."""
+    from parlab.context_parallel.ring_attention import blockwise_attention
+    shape = (rows, cfg.n_head, cfg.block_size, cfg.n_embd // cfg.n_head)  # (B, nh, T, hs)
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    blocks = 8 if cfg.block_size % 8 == 0 else 1
+    if blocks == 1:
+        return 0.0
+
+    def run(block):
+        return lambda: blockwise_attention(q, k, v, block).sum().backward()
+    many = _median_time(run(cfg.block_size // blocks), repeats)
+    one = _median_time(run(cfg.block_size), repeats)
+    return max(many - one, 0.0) / (blocks - 1)
+
+
 def measure(model_config, rows: int = 12, repeats: int = 9) -> Profile:
     """Measure the profile of `model_config` (a GPTConfig) once per process (cached), one thread
     like each rank (`parlab.core.launch`)."""
@@ -152,7 +170,8 @@ def measure(model_config, rows: int = 12, repeats: int = 9) -> Profile:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         prof = Profile(_fit(x, (f_small, f_big)), _fit(x, (b_small, b_big)),
                        _fit(xo, (of_small, of_big)), _fit(xo, (ob_small, ob_big)),
-                       per_tensor, per_element, int(cores or 1), cfg)
+                       per_tensor, per_element, int(cores or 1), cfg,
+                       _chunk_overhead(rows, cfg, repeats))
     finally:
         torch.set_num_threads(threads)
     _CACHE[key] = prof
