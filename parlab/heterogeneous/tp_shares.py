@@ -80,6 +80,7 @@ def ratios(sharding: str, speeds, fixed: float = 0.0, kappa: float = 0.0,
 def cut(size: int, weights) -> list[int]:
     """`size` units cut by `weights`: whole units, largest remainders (even weights: B/N each,
     the first ranks one more, as `shares.even`)."""
+    weights = [round(float(w), 12) for w in weights]  # an LP's equal shares are equal
     if len(set(weights)) == 1:
         return shares_mod.even(size, len(weights))
     return shares_mod.proportional(size, weights)

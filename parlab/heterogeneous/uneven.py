@@ -14,6 +14,12 @@ gloo's single-tensor) all-gather and reduce-scatter need equal chunks; two ways 
   point-to-point messages: `Comm.reduce_scatter` cuts only near-even chunks). Σ_r sends = (N−1)·S
   either way, against N(N−1)·M padded.
 
+Time. A pipelined ring (segments in flight on every hop at once, as `parlab.core.collectives`
+streams them) lasts about as long as its busiest sender needs: (N−1)·M rows padded, S − min_r S_r
+exact. Exact is faster when one shard is much larger than the rest (shards [6, 2, 2, 2]: 10 rows
+against 18), and no faster when a single shard is the small one, the usual heterogeneous case
+(one slow device, [3, 3, 3, 1]: 9 rows either way): it saves bytes, not the critical path.
+
 Both variants use the hand-written ring (`Comm`'s algo="ring" for the even collectives), so a
 difference in time is the padding's alone. Bytes: `parlab.heterogeneous.cost.uneven_bytes`.
 Every message goes through `Comm` and lands in the ledger.

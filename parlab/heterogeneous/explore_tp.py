@@ -1,0 +1,199 @@
+"""What notebook 11 runs for `hetero-tp`: uneven tensor-parallel shards by speed (Zhang et al.,
+"HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys
+2024): the split of heads / columns / positions, exactness against `single`, the uneven
+collectives padded vs exact (bytes beside `cost.uneven_bytes`, time beside the α-β model), and
+the step time of LP vs even shares beside `cost.tp_step_time`, with the diagnosis where the
+measured ordering disagrees with the model.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+import parlab
+from parlab.core.launch import launch
+from parlab.core.link import resolve
+from parlab.engine.runner import make_config
+from parlab.exercises import Exercise, numeric
+from parlab.heterogeneous import cost, tp_shares
+from parlab.heterogeneous.shares import SHARDINGS
+from parlab.heterogeneous.uneven import VARIANTS, GatherUneven
+
+SCALE = 0.125  # every device at 1/8 of a core, as in parlab.heterogeneous.explore (shared cores)
+
+
+# ----------------------------------------------------------------------------- 1. the split
+def split_table(world_size: int, speeds, fixed: float = 0.1, collective: str = "exact") -> dict:
+    """Ratios and the heads / columns / positions of each rank under every sharding."""
+    out = {}
+    for sharding in SHARDINGS:
+        cfg = make_config("hetero-tp", world_size=world_size, speeds=speeds, shard=sharding,
+                          fixed=fixed, collective=collective)
+        w = tp_shares.ratios(sharding, cost.speeds_of(cfg), fixed, cost.tp_kappa(cfg), collective)
+        out[sharding] = split = cost.tp_split(cfg)
+        print(f"{sharding:<13} w {[round(x, 3) for x in w]}  heads {split['heads']}  "
+              f"columns {split['columns']}  positions {split['tokens']}")
+    return out
+
+
+# ----------------------------------------------------------------------------- 2. exact, bytes
+def check_tp_exact(world_size: int, speeds, steps: int = 2) -> dict:
+    """hetero-tp (even and LP shares, padded and exact collectives) against `single`, and each
+    rank's bytes beside the closed form."""
+    ref = parlab.run("single", steps=steps)
+    results = {}
+    for sharding in ("even", "lp"):
+        for collective in VARIANTS:
+            r = parlab.run("hetero-tp", world_size=world_size, steps=steps, speeds=speeds,
+                           shard=sharding, collective=collective)
+            results[(sharding, collective)] = r
+            predicted = cost.hetero_tp_prediction(r.config).bytes_sent
+            print(f"{sharding:<5} {collective:<7} positions {r.outputs[0].extras['split']['tokens']}  "
+                  f"match: {r.compare(ref).match}  bytes {r.bytes_per_rank()}  closed form {predicted}  "
+                  f"equal: {r.bytes_per_rank() == predicted}")
+    return results
+
+
+# ----------------------------------------------------------------------------- 3. the collectives
+def collective_rank(rank: int, world_size: int, sizes: list[int], inner: int, repeats: int) -> dict:
+    """On each rank: all-gather (forward) + reduce-scatter (backward) of `GatherUneven`, padded and
+    exact, on known data; checks the values, returns bytes sent per op and the median seconds."""
+    from parlab.core.comm import Comm
+
+    comm = Comm()
+    total = sum(sizes)
+    lo = sum(sizes[:rank])
+    full = torch.arange(total * inner, dtype=torch.float32).view(1, total, inner)  # (1, S, inner)
+    grad = torch.ones(1, total, inner)  # (1, S, inner) every rank's gradient
+    out = {}
+    for variant in VARIANTS:
+        seconds = []
+        for _ in range(repeats):
+            comm.drop_records()
+            shard = full[:, lo:lo + sizes[rank]].clone().requires_grad_()  # (1, S_r, inner)
+            t0 = time.perf_counter()
+            gathered = GatherUneven.apply(shard, comm, sizes, 1, variant)  # (1, S, inner)
+            gathered.backward(grad)  # reduce-scatter: (1, S, inner) -> (1, S_r, inner)
+            seconds.append(time.perf_counter() - t0)
+        ok = torch.equal(gathered.detach(), full) and bool((shard.grad == world_size).all())
+        sent = {op: sum(r["bytes_sent"] for r in comm.ledger.records if r["op"] in ops)
+                for op, ops in (("all_gather", ("all_gather",)),
+                                ("reduce_scatter", ("reduce_scatter", "send")))}
+        out[variant] = {"ok": ok, "sent": sent, "seconds": statistics.median(seconds)}
+    return out
+
+
+def measure_collectives(sizes: list[int], inner: int = 4096, repeats: int = 5, link=None) -> list[dict]:
+    """Padded vs exact uneven all-gather + reduce-scatter of row chunks `sizes` × `inner` fp32:
+    bytes per rank (ledger beside `cost.uneven_bytes`) and time (measured beside k·α + max bytes/β
+    on the link)."""
+    n = len(sizes)
+    per_rank = launch(collective_rank, n, sizes, inner, repeats, link=link)
+    link_obj = resolve(link)
+    rows = []
+    for variant in VARIANTS:
+        measured = [per_rank[r][variant]["sent"] for r in range(n)]
+        closed = [{op: cost.uneven_bytes(op, variant, sizes, inner, r)
+                   for op in ("all_gather", "reduce_scatter")} for r in range(n)]
+        model_s = None
+        if link_obj is not None and n > 1:
+            model_s = sum(link_obj.cost(max(c[op] for c in closed), n - 1)
+                          for op in ("all_gather", "reduce_scatter"))
+        rows.append({"variant": variant, "ok": all(per_rank[r][variant]["ok"] for r in range(n)),
+                     "sent": [sum(m.values()) for m in measured], "closed": [sum(c.values()) for c in closed],
+                     "ms": 1e3 * max(per_rank[r][variant]["seconds"] for r in range(n)),
+                     "model_ms": None if model_s is None else 1e3 * model_s})
+    print(f"shards {sizes} rows × {inner} fp32, {link_obj or 'loopback'}; all-gather + reduce-scatter")
+    for r in rows:
+        model = "" if r["model_ms"] is None else f"  model {r['model_ms']:.2f} ms"
+        print(f"  {r['variant']:<7} correct: {r['ok']}  bytes/rank {r['sent']}  closed form {r['closed']}  "
+              f"equal: {r['sent'] == r['closed']}  time {r['ms']:.2f} ms{model}")
+    saved = 1 - sum(rows[1]["sent"]) / max(1, sum(rows[0]["sent"]))
+    print(f"  exact sends {100 * saved:.0f}% fewer bytes in all; padded/exact time "
+          f"{rows[0]['ms'] / rows[1]['ms']:.2f}×")
+    return rows
+
+
+# ----------------------------------------------------------------------------- 4. step time
+def measure_tp_shardings(world_size: int, ratios, steps: int = 4, scale: float = SCALE,
+                         collective: str = "exact", model_config=None, link=None,
+                         fixed: float = 0.1) -> list[dict]:
+    """Step time of hetero-tp under each sharding (one run each) beside `cost.tp_step_time`."""
+    speeds = [r * scale for r in ratios]
+    out = []
+    for sharding in SHARDINGS:
+        r = parlab.run("hetero-tp", world_size=world_size, steps=steps, speeds=speeds, shard=sharding,
+                       collective=collective, model_config=model_config, link=link, fixed=fixed)
+        split = r.outputs[0].extras["split"]
+        work = cost.work_shares(r.config.model_config, split)
+        out.append({"shard": sharding, "columns": split["columns"], "tokens": split["tokens"],
+                    "work": [round(w, 3) for w in work], "step_ms": 1e3 * r.step_time(warmup=1),
+                    "model_ms": 1e3 * cost.tp_step_time(r.config, split, fixed),
+                    "W_ms": 1e3 * cost.tp_work_seconds(r.config), "speeds": speeds})
+    for row in out:
+        row["speedup"] = out[0]["step_ms"] / row["step_ms"]
+        row["model_speedup"] = out[0]["model_ms"] / row["model_ms"]
+    return out
+
+
+def print_tp_measurement(rows: list[dict], fixed: float = 0.1) -> None:
+    """The table, then a diagnosis computed from the measurement where it disagrees with the model."""
+    print(f"{'shard':<13} {'MLP columns':<18} {'positions':<14} {'step ms':>8} {'model ms':>9} "
+          f"{'vs even':>8} {'model':>7}")
+    for r in rows:
+        print(f"{r['shard']:<13} {str(r['columns']):<18} {str(r['tokens']):<14} {r['step_ms']:>8.1f} "
+              f"{r['model_ms']:>9.1f} {r['speedup']:>7.2f}× {r['model_speedup']:>6.2f}×")
+    print(diagnosis(rows, fixed))
+
+
+def diagnosis(rows: list[dict], fixed: float = 0.1) -> str:
+    """Whether the measured ordering of the shardings is the model's, and what the measurement says
+    about the gap: measured ÷ model per sharding. The same factor everywhere means the shares act
+    as modelled and only the rate is off (W is flops ÷ F, F measured for the whole GPT on one
+    thread; here each rank's small matmuls, and the collectives' own CPU work inside the forward
+    and backward spans, which speeds= stretches with the compute, run slower). A factor that grows
+    as the shares get more uneven means work that does not shrink with the share: f is larger than
+    assumed; the implied f comes from the even and LP runs' slowest ranks."""
+    measured = [r["shard"] for r in sorted(rows, key=lambda r: r["step_ms"])]
+    modelled = [r["shard"] for r in sorted(rows, key=lambda r: r["model_ms"])]
+    factors = [r["step_ms"] / r["model_ms"] for r in rows]
+    lines = [f"measured order (fastest first) {measured}; model {modelled}: "
+             + ("the same" if measured == modelled else "they DISAGREE"),
+             "measured ÷ model: " + ", ".join(f"{r['shard']} {k:.1f}×" for r, k in zip(rows, factors))]
+    spread = max(factors) / min(factors)
+    if spread < 1.25:
+        achieved = cost.CPU_FLOPS / 1e9 / statistics.mean(factors)
+        lines.append(f"one factor for every sharding (spread {spread:.2f}): the shares change the step as "
+                     f"the model says; the absolute gap is the rate: ≈ {achieved:.2g} GFLOP/s achieved, "
+                     f"not the {cost.CPU_FLOPS / 1e9:g} of the closed form")
+    else:
+        lines.append(f"the factor varies (spread {spread:.2f}): work that does not shrink with the share "
+                     f"(f > {fixed:g}) or timing noise on shared cores; compare the ratios, not the ms")
+    if measured != modelled:
+        lines.append("the ordering disagrees: near-equal rows swap under noise, or f is larger than "
+                     "assumed (every rank pays f/s_r whatever its share, so shares matter less)")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- 5. exercises
+TP_EXERCISES = [
+    Exercise("padded-bytes", "hetero-tp's all-gather of shards of [6, 2, 2, 2] rows, padded: how many rows "
+             "does each rank send (ring)?", numeric(18, rtol=0, atol=0),
+             "Every shard is padded to the largest; a ring rank forwards N−1 chunks.",
+             "(N−1)·M = 3·6 = 18 rows, though the data is only 12."),
+    Exercise("exact-bytes", "The same all-gather, exact-size ring: how many rows does rank 3 send? "
+             "(it forwards every chunk but rank 0's)", numeric(6, rtol=0, atol=0),
+             "S − S_{r+1} for r = 3: the next rank is 0.", "12 − 6 = 6 rows."),
+    Exercise("tp-shares", "hetero-tp puts one ratio per device on heads, columns and positions. For "
+             "speeds [1, 0.5] and f = 0, what fraction of the MLP columns does rank 1 get?",
+             numeric(1 / 3, rtol=0.01), "f = 0: the LP is proportional to speed.",
+             "w = 0.5 / 1.5 = 1/3 (43 of 128 columns)."),
+    Exercise("zero-heads", "hetero-tp on the default GPT (4 heads) at speeds [1, 1, 1, 0.05], proportional "
+             "shares: how many heads would rank 3 get? (parlab then refuses the run, naming the split)",
+             numeric(0, rtol=0, atol=0), "w_3 = 0.05 / 3.05; whole heads by largest remainders.",
+             "4·w = [1.31, 1.31, 1.31, 0.07]: floors [1, 1, 1, 0], the leftover head to rank 0: "
+             "[2, 1, 1, 0]."),
+]
