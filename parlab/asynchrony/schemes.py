@@ -13,9 +13,14 @@ reproducible), `straggler` (the last worker's compute is that many times slower,
 `jitter` (every computation up to (1 + jitter)× slower, seeded), `servers` (k server ranks, each
 holding a contiguous slice of the flat parameters; exact wherever k = 1 is). The protocol:
 `parlab.asynchrony.server`; the bookkeeping: `parlab.asynchrony.versions`.
+
+- `ps-dualbatch`: `ps-async` with the last `small_workers` workers computing `small_batch` rows and
+  the others `large_batch`, learning rate ∝ rows, sequence length growing in `cycles` (Lu et al.
+  2025; `parlab.asynchrony.dualbatch`). With equal batches and no cycles: `ps-async`, exactly.
 """
 
 from parlab.asynchrony.cost import PSCost, schedule_of
+from parlab.asynchrony.dualbatch import DualServer, DualWorker, batches, dual_schedule
 from parlab.asynchrony.server import ParameterServer, Worker, assemble
 from parlab.asynchrony.versions import Book
 from parlab.core.checks import Choice, Float, Int
@@ -81,3 +86,34 @@ def ps_ssp(ctx):
           assemble=assemble)
 def ps_async(ctx):
     return parameter_server(ctx, "asp")
+
+
+def _validate_dual(cfg):
+    _validate(cfg)
+    o = cfg.options
+    large, small = batches(cfg)
+    workers = cfg.world_size - o["servers"]
+    if small > large:
+        raise ValueError(f"small_batch={small} is above large_batch={large}")
+    if o["small_workers"] > workers:
+        raise ValueError(f"small_workers={o['small_workers']} is more than the {workers} workers "
+                         f"(world_size={cfg.world_size} - servers={o['servers']})")
+    block = getattr(cfg.model_config, "block_size", 0)
+    if o["cycles"] and not block:
+        raise ValueError(f"cycles={o['cycles']} needs a model with a sequence length (gpt), not "
+                         f"model={cfg.model!r}")
+    if o["cycles"] > cfg.steps:
+        raise ValueError(f"cycles={o['cycles']} is more than steps={cfg.steps}")
+    if block and o["min_seq"] > block:
+        raise ValueError(f"min_seq={o['min_seq']} is above the model's block_size={block}")
+
+
+@register("ps-dualbatch", summary="asynchronous parameter server, large- and small-batch workers "
+          "(lr ∝ rows), sequence length growing in cycles", exact=False,
+          options={**OPTIONS, "large_batch": Int(None, min=1, none=True),
+                   "small_batch": Int(None, min=1, none=True), "small_workers": Int(1, min=0),
+                   "cycles": Int(0, min=0), "min_seq": Int(8, min=1), "snapshot_every": Int(0, min=0)},
+          validate=_validate_dual, assemble=assemble)
+def ps_dualbatch(ctx):
+    return parameter_server(ctx, "asp", server_class=DualServer, worker_class=DualWorker,
+                            clock_schedule=dual_schedule(ctx.cfg))
