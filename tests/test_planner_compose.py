@@ -1,7 +1,8 @@
 """Chapter 13, composition: the scheme `nd` equals the single process for every plan of world sizes
-1, 2, 4 (and 3 where a plan fits; 3-D at 8), with ZeRO and micro-batch variants; every rank's
-ledger bytes per phase equal `nd_closed_form_bytes`; bad plans are refused before any process
-starts, with every failing factor named."""
+1, 2, 4 (and 3 where a plan fits; 3-D at 8), with ZeRO and micro-batch variants, and on the
+mixture-of-experts GPT with ep; every rank's ledger bytes per phase equal `nd_closed_form_bytes`
+(+ `nd_routing_bytes` for the routing-dependent all-to-alls); bad plans are refused before any
+process starts, with every failing factor named."""
 
 from collections import defaultdict
 from dataclasses import fields, replace
@@ -11,7 +12,7 @@ import pytest
 import parlab
 from parlab.engine.runner import make_config
 from parlab.models import GPTConfig
-from parlab.planner.compose_cost import nd_closed_form_bytes
+from parlab.planner.compose_cost import nd_closed_form_bytes, nd_routing_bytes
 from parlab.planner.plan import Plan, enumerate_plans
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}  # pp=4, cp=4 (2·cp | T) fit
@@ -90,6 +91,29 @@ def test_3d_at_world_size_8(reference, plan):
     check_plan(plan, reference)
 
 
+MOE_KW = {**KW, "model": "gpt-moe", "model_config": {**MC, "n_layer": 2}}  # E=4, top-2, capacity
+
+
+@pytest.fixture(scope="module")
+def moe_reference():
+    return parlab.run("single", **MOE_KW)
+
+
+@pytest.mark.parametrize("plan", [Plan(dp=2), Plan(dp=2, ep=2), Plan(dp=2, tp=2, ep=2),
+                                  Plan(dp=4, ep=2), Plan(dp=4, ep=4), Plan(dp=2, zero=1)],
+                         ids=lambda p: p.describe())
+def test_moe_plans_match_single_and_bytes_are_closed_form(moe_reference, plan):
+    result = parlab.run("nd", world_size=plan.world_size, **plan.options(), **MOE_KW)
+    comparison = result.compare(moe_reference)
+    assert comparison.match, comparison.problems
+    want = {**nd_closed_form_bytes(plan, result.config),
+            **nd_routing_bytes(plan, result.config, result.outputs)}
+    assert ledger_by_phase(result) == want
+    if plan.ep > 1:  # tokens really crossed ranks, and the capacity dropped some
+        assert want["dispatch"] and any(log["dropped"] for layer in result.outputs[0].extras["routing"]
+                                        for log in layer)
+
+
 def test_options_are_the_plans_fields():
     declared = set(parlab.schemes()["nd"].options) | {"checkpoint"}  # checkpoint: a common option
     assert declared == {f.name for f in fields(Plan)}
@@ -130,6 +154,19 @@ def test_bad_option_is_named(options, named):
     assert named in _refused(4, **options)
 
 
+@pytest.mark.parametrize("world_size,options,named", [
+    (4, {"dp": 2, "pp": 2, "ep": 2}, "pp=2 > 1 with a mixture-of-experts model"),
+    (4, {"dp": 2, "cp": 2}, "cp=2 > 1 with a mixture-of-experts model"),
+    (4, {"dp": 4, "ep": 2, "zero": 1}, "zero=1 with ep=2"),
+    (3, {"dp": 3, "ep": 3}, "n_experts=4 is not divisible by ep=3"),
+    (2, {"dp": 2, "ep": 4}, "ep=4 must divide dp=2"),
+])
+def test_bad_moe_plan_is_named(world_size, options, named):
+    with pytest.raises(ValueError) as err:
+        make_config("nd", world_size, **{**MOE_KW, "batch_size": 12, **options})
+    assert named in str(err.value)
+
+
 def test_unsupported_model_is_named():
-    with pytest.raises(ValueError, match="gpt-moe"):
-        make_config("nd", 2, model="gpt-moe", dp=2)
+    with pytest.raises(ValueError, match="mlp"):
+        make_config("nd", 2, model="mlp", dp=2)

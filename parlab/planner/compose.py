@@ -37,7 +37,9 @@ import torch.nn.functional as F
 
 from parlab.context_parallel import ring_attention as ring
 from parlab.core.mesh import Mesh
+from parlab.expert_parallel.layer import AllToAllMoE, ShardedMoE
 from parlab.models.gpt import attention, maybe_checkpoint
+from parlab.models.gpt_moe import MoE
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import check
@@ -135,6 +137,8 @@ class MeshGPT(nn.Module):
         self.pipeline = None  # split_pp's PipelineParts
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
         self.zero = None  # apply_zero's ZeroEngine
+        self.expert_comm = None  # apply_ep: the ranks holding the same experts (dp / ep of them)
+        self.dp = 1  # apply_ep: the dp degree its expert gradients are divided by
 
     def embed(self, idx):
         return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions
@@ -151,7 +155,11 @@ class MeshGPT(nn.Module):
     def loss(self, idx, targets):
         """Mean cross-entropy of this rank's tokens (its share: / (dp·cp), see the module doc)."""
         logits = self(idx)  # (B, T/cp, vocab)
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        for block in self.blocks:  # mixture-of-experts: + the load-balancing terms (gpt-moe)
+            if isinstance(block.mlp, MoE) and block.mlp.aux is not None:
+                loss = loss + block.mlp.aux
+        return loss
 
 
 def gpt_on_mesh(model) -> MeshGPT:
@@ -175,8 +183,59 @@ def apply_tp(model: MeshGPT, mesh: Mesh) -> MeshGPT:
         attend = a.attend
         block.attn = MeshAttention(c_attn, c_proj, a.n_head // tp, a.head_dim)
         block.attn.attend = attend
-        block.mlp = ParallelMLP(block.mlp, comm, rank, tp)
+        if not isinstance(block.mlp, MoE):  # experts stay whole on every tp rank (apply_ep)
+            block.mlp = ParallelMLP(block.mlp, comm, rank, tp)
     return model
+
+
+def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
+    """Expert parallelism (GShard, Lepikhin et al. 2020) borrowing its ranks from dp: dp
+    coordinate d is ep rank d mod ep of ep group ⌊d/ep⌋ (DeepSpeed-MoE's layout). Every MoE keeps
+    E/ep experts and dispatches rows by all-to-all within its ep group
+    (`parlab.expert_parallel.layer`); the routing counts are all-gathered over the dp group, so
+    capacity and dropping follow the single process's global rule. Nothing to do without MoE
+    layers or with one data-parallel rank. The tp ranks hold the experts whole (the same
+    routing, the same rows)."""
+    moes = [b for b in model.blocks if isinstance(b.mlp, MoE)]
+    dp = degree(mesh, "dp")
+    if not moes or dp == 1:
+        return model
+    data = group_over(mesh, ("dp",), "moe-counts")  # every rank whose tokens share the capacity
+    d = coord(mesh, "dp")
+    ep_groups: dict[tuple, list[int]] = {}
+    replica_groups: dict[tuple, list[int]] = {}
+    for rank in range(mesh.world.size):
+        c = dict(zip(mesh.names, mesh.coordinate(rank)))
+        rest = tuple(v for n, v in c.items() if n != "dp")
+        ep_groups.setdefault(rest + (c["dp"] // ep,), []).append(rank)
+        replica_groups.setdefault(rest + (c["dp"] % ep,), []).append(rank)
+    if ep > 1:
+        ep_comm = mesh.world.split(sorted(ep_groups.values()), "ep")
+        if dp > ep:
+            model.expert_comm = mesh.world.split(sorted(replica_groups.values()), "expert-replicas")
+    else:  # experts whole here: only the counts travel
+        ep_comm = _OneRank(mesh.world.global_rank(mesh.world.rank))
+    for block in moes:
+        layer = (AllToAllMoE if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
+        layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
+        block.mlp = layer
+    model.dp, model.ep_rank = dp, d % ep
+    return model
+
+
+class _OneRank:
+    """The ep group of one rank (ep=1): what ShardedMoE reads of it."""
+
+    size, rank = 1, 0
+
+    def __init__(self, global_rank: int):
+        self.ranks = [global_rank]
+
+
+def expert_parameters(model: nn.Module) -> list:
+    """The expert weights sharded over ep (apply_ep with ep > 1), whose gradients sum over ep."""
+    return [p for b in model.blocks if isinstance(getattr(b, "mlp", None), AllToAllMoE)
+            for p in (b.mlp.w_in, b.mlp.w_out)]
 
 
 def apply_cp(model: MeshGPT, mesh: Mesh) -> MeshGPT:
@@ -275,8 +334,19 @@ def sync_gradients(model: MeshGPT) -> None:
         return
     if model.data_comm is None:
         return
-    params = [p for p in model.parameters() if p.grad is not None]
+    experts = {id(p) for p in expert_parameters(model)}
+    dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
+    _all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
+    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
+        sharded = expert_parameters(model)
+        if model.expert_comm is not None:
+            _all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
+        for p in sharded:
+            p.grad.div_(model.dp)
+
+
+def _all_reduce_flat(comm, params, op: str, phase: str) -> None:
     flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
-    model.data_comm.all_reduce(flat, op="avg", phase="dp-grad-sync")  # (Σ numel,) over dp × cp
+    comm.all_reduce(flat, op=op, phase=phase)  # (Σ numel,)
     for p, part in zip(params, flat.split([p.numel() for p in params])):
         p.grad.copy_(part.view_as(p))

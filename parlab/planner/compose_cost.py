@@ -8,7 +8,8 @@ C the width, L_s the layers of its stage:
 
 * tp ("tp-forward", "tp-backward"): Megatron's 2 + 2 all-reduces per block of one micro-batch's
   activations (B/(dp·m), T/cp, C) over tp, for the L_s local blocks, m times a step —
-  `parlab.tensor_parallel.cost.closed_form_bytes` (activation checkpointing included);
+  `parlab.tensor_parallel.cost.closed_form_bytes` (activation checkpointing included); an MoE
+  block (gpt-moe) splits only its attention: 1 + 1;
 * cp ("cp-forward", "cp-backward"): ring attention sends each local layer's K/V block of the
   rank's nh/tp heads cp−1 times forward and dK/dV cp−1 times back —
   `parlab.context_parallel.ring_attention.ring_bytes`; with activation checkpointing the
@@ -20,7 +21,11 @@ C the width, L_s the layers of its stage:
   stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
   `parlab.data_parallel.cost.bytes_per_step`; or with ZeRO ("grad-reduce-scatter",
   "param-all-gather"; stage 3 "param-gather-fwd", "param-gather-bwd") the reduce-scatter and
-  all-gathers of the padded flat units of `parlab.zero.shard.step_bytes`, per phase.
+  all-gathers of the padded flat units of `parlab.zero.shard.step_bytes`, per phase;
+* ep (gpt-moe, ep ⊂ dp): each MoE layer all-gathers the dp ranks' routing counts ("counts",
+  `parlab.expert_parallel.cost.counts_bytes`); the expert weights, E/ep per rank, are summed over
+  their dp/ep replicas ("expert-grad-sync") instead of joining "dp-grad-sync"; the all-to-all's
+  rows depend on the routing, so `nd_routing_bytes` counts them from the run's routing log.
 
 Ring counts per rank are `parlab.core.cost`'s (exact for uneven chunks); every number here is
 tested equal to the ledger of a real run (tests/test_planner_compose.py).
@@ -36,13 +41,15 @@ from parlab.core import cost
 from parlab.core.cost import FP32_BYTES, round_up
 from parlab.data_parallel.cost import bytes_per_step
 from parlab.engine.prediction import Prediction
+from parlab.expert_parallel.cost import all_to_all_layer_bytes, counts_bytes
 from parlab.pipeline.cost import p2p_bytes_per_step
 from parlab.pipeline.stages import even_partition
 from parlab.tensor_parallel.cost import closed_form_bytes as tp_bytes
 
 PHASES = ("tp-forward", "tp-backward", "cp-forward", "cp-backward", "pp-fwd", "pp-bwd",
           "embed-tie", "dp-grad-sync", "grad-reduce-scatter", "param-all-gather",
-          "param-gather-fwd", "param-gather-bwd")
+          "param-gather-fwd", "param-gather-bwd", "counts", "expert-grad-sync")
+ROUTING_PHASES = ("dispatch", "combine", "dispatch-backward", "combine-backward")
 
 
 def coordinates(plan, rank: int) -> dict[str, int]:
@@ -55,15 +62,34 @@ def coordinates(plan, rank: int) -> dict[str, int]:
     return out
 
 
+def is_moe_block(model_config, index: int) -> bool:
+    """Whether block `index` holds a mixture of experts (gpt-moe: every `moe_every`-th)."""
+    every = getattr(model_config, "moe_every", None)
+    return every is not None and (index + 1) % every == 0
+
+
+def block_numels(plan, model_config, index: int) -> tuple[int, int]:
+    """(dense, expert) elements of block `index` on one rank: LayerNorms, attention (÷ tp), a
+    dense MLP (÷ tp) or a router (+ shared expert) and E/ep experts (held whole by the tp ranks)."""
+    C = model_config.n_embd
+    dense = 4 * C + 4 * C * C // plan.tp  # ln_1, ln_2; c_attn + c_proj
+    if not is_moe_block(model_config, index):
+        return dense + 8 * C * C // plan.tp, 0  # c_fc + c_proj
+    E = model_config.n_experts
+    dense += C * E + (8 * C * C if model_config.shared_expert else 0)
+    return dense, E // plan.ep * 2 * C * model_config.hidden
+
+
 def unit_numels(plan, model_config, pp_rank: int) -> list[int]:
     """Elements of each parameter unit this rank holds (ZeRO's units: one per local block, then
     the root): its stage's blocks, tp-sliced, and the embeddings / final norm of its stage."""
     C, V, T = model_config.n_embd, model_config.vocab_size, model_config.block_size
-    blocks = even_partition(model_config.n_layer, plan.pp)[pp_rank]
-    block = 4 * C + 12 * C * C // plan.tp  # 2 LayerNorms + (3C² + C² + 4C² + 4C²)/tp
+    counts = even_partition(model_config.n_layer, plan.pp)
+    lo = sum(counts[:pp_rank])
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
     root = (V * C if first or last else 0) + (T * C if first else 0) + (2 * C if last else 0)
-    return [block] * blocks + ([root] if root else [])
+    return [sum(block_numels(plan, model_config, i)) for i in range(lo, lo + counts[pp_rank])] \
+        + ([root] if root else [])
 
 
 def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
@@ -78,7 +104,13 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
     stage_cfg = dataclasses.replace(mc, n_layer=layers, block_size=T_local)
     tp = tp_bytes(stage_cfg, rows, plan.tp, c["tp"], steps * m, sequence_parallel=False,
                   checkpoint=plan.checkpoint)
-    out["tp-forward"], out["tp-backward"] = tp["tp-forward"], tp["tp-backward"]
+    lo = sum(even_partition(mc.n_layer, plan.pp)[:c["pp"]])
+    moe_local = sum(is_moe_block(mc, i) for i in range(lo, lo + layers))
+    # an MoE block splits only its attention: one f and one g, half a dense block's
+    moe = tp_bytes(dataclasses.replace(stage_cfg, n_layer=moe_local), rows, plan.tp, c["tp"],
+                   steps * m, sequence_parallel=False) if moe_local else dict.fromkeys(tp, 0)
+    for phase in ("tp-forward", "tp-backward"):
+        out[phase] = tp[phase] - moe[phase] // 2
     # cp: ring attention on this rank's heads
     if plan.cp > 1:
         ring = ring_bytes(rows, mc.n_head // plan.tp, mc.block_size, mc.head_dim, plan.cp, layers)
@@ -99,9 +131,17 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
         data_rank = c["dp"] * plan.cp + c["cp"]
         units = unit_numels(plan, mc, c["pp"])
         if plan.zero == 0:
+            experts = sum(block_numels(plan, mc, i)[1] for i in range(mc.n_layer)) \
+                if plan.ep > 1 else 0  # sharded experts sync apart (gpt-moe: pp = 1)
             flat = bytes_per_step(lambda numels, n, options: [("all_reduce", sum(numels))],
                                   units, n, data_rank)
-            out["dp-grad-sync"] = steps * flat["all_reduce"]
+            out["dp-grad-sync"] = steps * (flat["all_reduce"] if not experts else FP32_BYTES
+                                           * cost.ring_all_reduce(sum(units) - experts, n,
+                                                                  data_rank)[0])
+            replicas = plan.dp // plan.ep
+            if experts and replicas > 1:  # the same experts on dp/ep ranks: summed
+                out["expert-grad-sync"] = steps * FP32_BYTES * cost.ring_all_reduce(
+                    experts, replicas, c["dp"] // plan.ep)[0]
         else:
             padded = sum(round_up(u, n) for u in units)
             one = steps * cost.ring_reduce_scatter(padded, n, data_rank)[0] * FP32_BYTES
@@ -110,7 +150,31 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
                 out["param-gather-fwd"] = out["param-gather-bwd"] = one
             else:
                 out["param-all-gather"] = one
+    # gpt-moe: every MoE layer all-gathers the dp ranks' (k, E) routing counts (int64)
+    moe_layers = sum(is_moe_block(mc, i) for i in range(mc.n_layer))
+    if moe_layers and plan.dp > 1:
+        out["counts"] = steps * moe_layers * counts_bytes(plan.dp, c["dp"], mc.top_k, mc.n_experts)
     return out
+
+
+def nd_routing_bytes(plan, cfg, outputs) -> dict[str, list[int]]:
+    """gpt-moe with ep > 1: what the all-to-alls sent, per rank and phase, from the routing each
+    rank logged (extras "routing": per MoE layer, per step, the kept (dp, E) counts) —
+    `parlab.expert_parallel.cost.all_to_all_layer_bytes`, which depends on the routing."""
+    table = {phase: [0] * plan.world_size for phase in ROUTING_PHASES}
+    for rank, out in enumerate(outputs):
+        c = coordinates(plan, rank)
+        if plan.ep == 1 or plan.dp == 1:
+            continue
+        first = c["dp"] // plan.ep * plan.ep
+        group = list(range(first, first + plan.ep))  # ep peers' rows in the dp-ordered counts
+        for layer in out.extras["routing"]:
+            for log in layer:
+                sent = all_to_all_layer_bytes(log["kept"], c["dp"], group, cfg.model_config.n_embd,
+                                              cfg.model_config.top_k)
+                for phase in ROUTING_PHASES:
+                    table[phase][rank] += sent[phase]
+    return {phase: row for phase, row in table.items() if any(row)}
 
 
 def nd_closed_form_bytes(plan, cfg, steps: int | None = None) -> dict[str, list[int]]:

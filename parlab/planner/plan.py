@@ -110,6 +110,16 @@ class Plan:
             out.append(f"zero={self.zero} with microbatches={self.microbatches}: ZeRO-{self.zero} "
                        "reduce-scatters a unit's gradients after the first micro-batch's backward "
                        "(use zero=1 or microbatches=1)")
+        if n_experts is not None:  # a mixture-of-experts model: what its global routing allows
+            moe = [f"{name}={getattr(self, name)} > 1" for name in ("pp", "cp", "microbatches")
+                   if getattr(self, name) > 1]
+            if moe:
+                out.append(f"{', '.join(moe)} with a mixture-of-experts model: capacity and "
+                           "dropping follow the whole batch's token order in one forward (use "
+                           "pp=cp=microbatches=1)")
+            if self.ep > 1 and self.zero:
+                out.append(f"zero={self.zero} with ep={self.ep}: ZeRO would average the expert "
+                           "shards over dp (use zero=0)")
         if self.ep > 1:
             if n_experts is None:
                 out.append(f"ep={self.ep} needs a mixture-of-experts model (model='gpt-moe')")

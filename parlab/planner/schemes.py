@@ -11,8 +11,9 @@ or ZeRO); this strategy only runs it in the one loop:
     update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather).
 
 The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
-option of every scheme), so `parlab.run("nd", world_size=plan.world_size, **plan.options())` runs
-any plan; `Plan.problems` names every factor a plan fails before any process starts.
+option of every scheme; `ep=` needs `model="gpt-moe"`), so
+`parlab.run("nd", world_size=plan.world_size, **plan.options())` runs any plan; `Plan.problems`
+names every factor a plan fails before any process starts.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
 from parlab.engine.loop import Strategy, build_model, make_optimizer, state_of, step_batch, train
 from parlab.engine.runner import register
+from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
 from parlab.planner.plan import DEGREES, SCHEDULES, ZERO_STAGES, Plan
@@ -54,6 +56,7 @@ class ND(Strategy):
         model = compose.gpt_on_mesh(build_model(cfg))
         model = compose.apply_tp(model, mesh)
         model = compose.apply_cp(model, mesh)
+        model = compose.apply_ep(model, mesh, plan.ep)
         model = compose.split_pp(model, mesh, plan.schedule, plan.microbatches)
         meter = ActivationMeter()
         if plan.zero:
@@ -64,12 +67,14 @@ class ND(Strategy):
         params = zero.shards if zero is not None else list(model.parameters())
         meter.exclude(list(model.parameters()) + (zero.shards if zero is not None else []))
         self.coords = {name: compose.coord(mesh, name) for name in ("pp", "dp", "cp", "tp")}
+        self.coords["ep"] = self.coords["dp"] % plan.ep  # ep borrows its ranks from dp
         self.replicas = plan.dp * plan.cp  # ranks averaging one parameter slice's gradients
         parts = model.pipeline
         super().__init__(ctx, model, make_optimizer(params, cfg), shard=self.coords["dp"],
                          shards=plan.dp,
                          reports_loss=self.coords["tp"] == 0 and (parts is None or parts.last),
-                         holds_state=zero is None and self.coords["dp"] == self.coords["cp"] == 0,
+                         holds_state=zero is None and self.coords["dp"] < plan.ep
+                         and self.coords["cp"] == 0,
                          meter=meter)
         self.executor = None
         if parts is not None:
@@ -124,7 +129,12 @@ class ND(Strategy):
         return state_of(self.model) if self.holds_state else None
 
     def extras(self) -> dict:
-        out = {**self.coords, "plan": self.plan.options()}
+        out = {**self.coords, "plan": self.plan.options(),
+               "expert_names": [n for n, p in self.model.named_parameters()
+                                if any(p is q for q in compose.expert_parameters(self.model))]}
+        moes = [b.mlp for b in self.model.blocks if hasattr(b, "mlp") and hasattr(b.mlp, "log")]
+        if moes:
+            out["routing"] = [moe.log for moe in moes]
         zero = self.model.zero
         if zero is not None:
             out["data_rank"] = self.model.data_comm.rank
@@ -134,18 +144,22 @@ class ND(Strategy):
 
 
 def assemble(outputs, cfg) -> dict:
-    """The reference-named full state: ZeRO shards glued over dp × cp, tp slices over tp, the
-    stages' parameters united over pp (the tied copies are equal)."""
+    """The reference-named full state: ZeRO shards glued over dp × cp, experts over ep, tp
+    slices over tp, the stages' parameters united over pp (the tied copies are equal)."""
     plan = plan_of(cfg)
     slices: dict[tuple, dict] = {}  # (pp, tp) -> this slice's full parameters
     sharded: dict[tuple, list] = {}
+    by_ep: dict[tuple, list] = {}
     for out in outputs:
         e = out.extras
         key = (e["pp"], e["tp"])
         if "shards" in e:
             sharded.setdefault(key, []).append(e)
         elif out.state is not None:
-            slices[key] = out.state
+            by_ep.setdefault(key, []).append((e["ep"], out.state, e["expert_names"]))
+    for key, states in by_ep.items():
+        states.sort(key=lambda t: t[0])
+        slices[key] = ep_assemble([s for _, s, _ in states], states[0][2])
     for key, group in sharded.items():
         group.sort(key=lambda e: e["data_rank"])
         layouts = [FlatLayout.from_meta(m) for m in group[0]["layouts"]]
@@ -158,6 +172,6 @@ def assemble(outputs, cfg) -> dict:
 
 @register("nd", summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
           "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
-          validate=validate, assemble=assemble, models=("gpt",))
+          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"))
 def nd_scheme(ctx):
     return train(ctx, ND(ctx))
