@@ -118,12 +118,16 @@ def uneven_bytes(op: str, variant: str, sizes: list[int], inner: int, rank: int)
     return rows * inner * core_cost.FP32_BYTES
 
 
+def tp_ratios(cfg) -> list[float]:
+    """w: each rank's sharding ratio under the configuration's `shard`, `fixed`, `collective`."""
+    o = cfg.options
+    return tp_shares.ratios(o.get("shard", "lp"), speeds_of(cfg), o.get("fixed", 0.0),
+                            tp_kappa(cfg), o.get("collective", "exact"))
+
+
 def tp_split(cfg) -> dict[str, list[int]]:
     """Heads, MLP columns and sequence positions per rank under the configuration's options."""
-    o = cfg.options
-    w = tp_shares.ratios(o.get("shard", "lp"), speeds_of(cfg), o.get("fixed", 0.0),
-                         tp_kappa(cfg), o.get("collective", "exact"))
-    return tp_shares.split(cfg.model_config, w)
+    return tp_shares.split(cfg.model_config, tp_ratios(cfg))
 
 
 def tp_bytes(cfg, split: dict | None = None) -> list[dict[str, int]]:

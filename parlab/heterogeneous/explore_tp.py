@@ -191,9 +191,8 @@ TP_EXERCISES = [
              "speeds [1, 0.5] and f = 0, what fraction of the MLP columns does rank 1 get?",
              numeric(1 / 3, rtol=0.01), "f = 0: the LP is proportional to speed.",
              "w = 0.5 / 1.5 = 1/3 (43 of 128 columns)."),
-    Exercise("zero-heads", "hetero-tp on the default GPT (4 heads) at speeds [1, 1, 1, 0.05], proportional "
-             "shares: how many heads would rank 3 get? (parlab then refuses the run, naming the split)",
-             numeric(0, rtol=0, atol=0), "w_3 = 0.05 / 3.05; whole heads by largest remainders.",
-             "4·w = [1.31, 1.31, 1.31, 0.07]: floors [1, 1, 1, 0], the leftover head to rank 0: "
-             "[2, 1, 1, 0]."),
+    Exercise("lp-zero", "hetero-tp at speeds [1, 1, 1, 0.05] with f = 0.1: what ratio w_3 does the LP "
+             "give the slow rank? (parlab then refuses the run, naming it)", numeric(0, rtol=0, atol=1e-9),
+             "Rank 3 alone needs f/s_3 = 2 units of W's time before any share; what do the others need "
+             "if they take everything?", "(0.1 + 1/3)/1 ≈ 0.43 < 2: the LP's T* is below f/s_3, so w_3 = 0."),
 ]

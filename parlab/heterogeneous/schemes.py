@@ -29,6 +29,7 @@ from parlab.heterogeneous.backup import BackupWorkers
 from parlab.heterogeneous.shares import SHARDINGS, even
 from parlab.heterogeneous.tp_layers import UnevenTensorParallelGPT
 from parlab.heterogeneous.tp_shares import VARIANTS, problems
+from parlab.heterogeneous.tp_shares import split as tp_split
 from parlab.heterogeneous.weighted import WeightedShards
 from parlab.tensor_parallel.layers import assemble_state
 
@@ -79,11 +80,12 @@ FIXED_TP = 0.1
 
 
 def _validate_tp(cfg):
-    split = cost.tp_split(cfg)
-    found = problems(split, cost.speeds_of(cfg), cfg.options["shard"])
+    weights = cost.tp_ratios(cfg)
+    found = problems(tp_split(cfg.model_config, weights), cost.speeds_of(cfg), cfg.options["shard"],
+                     weights)
     if found:
-        raise ValueError("; ".join(found) + ": every rank needs at least one head, one MLP column "
-                         "and one position (fewer ranks, or shard='even')")
+        raise ValueError("; ".join(found) + ": every rank needs some work and at least one head, "
+                         "MLP column and position (fewer or faster ranks, or shard='even')")
 
 
 class UnevenTensorParallel(Strategy):
