@@ -307,3 +307,9 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
                      memory(m, plan, batch_size), per_dim, msgs)
     out.raw_compute_s, out.raw_comm_s = raw_compute, raw_comm
     return out
+
+
+def predict_bytes(plan, cfg_model, batch_size: int = 12) -> dict:
+    """{dim: bytes per step} of the busiest rank (no profile, no fit needed)."""
+    return max((bytes_per_dim(messages(cfg_model, plan, batch_size, s), plan.microbatches)
+                for s in range(plan.pp)), key=lambda d: sum(d.values()))

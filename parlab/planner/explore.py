@@ -193,3 +193,24 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
         got = search.measure_plan(plan, 4, link)
         print(f"measured step {1e3 * got['step_s']:.1f} ms, peak {got['peak_bytes'] / 1e6:.2f} MB,"
               f" bytes per step {got['bytes']:,}")
+
+
+def closed_form_table(world_size: int, batch_size: int = 12):
+    """Every plan's bytes per step of its busiest rank: the cost model's message list against
+    `compose_cost.nd_closed_form_bytes` (the scheme's registered closed form), without a run."""
+    import pandas as pd
+
+    from parlab.planner.compose_cost import nd_closed_form_bytes
+
+    cfg = model_config()
+    run_cfg = type("Cfg", (), {"model_config": cfg, "batch_size": batch_size, "steps": 1})()
+    rows = []
+    for plan in search.candidate_plans(world_size, cfg, batch_size):
+        ours = costmodel.predict_bytes(plan, cfg, batch_size)
+        per_rank = nd_closed_form_bytes(plan, run_cfg, steps=1)
+        theirs = max(sum(v[r] for v in per_rank.values()) for r in range(world_size))
+        rows.append({"plan": plan.describe(), **{d: ours.get(d, 0) for d in
+                                                 ("dp", "tp", "pp", "cp", "tie")},
+                     "busiest rank": sum(ours.values()), "nd closed form": theirs,
+                     "equal": sum(ours.values()) == theirs})
+    return pd.DataFrame(rows)
