@@ -34,13 +34,17 @@ __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print
            "run_both"]
 
 
+SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "cv", "merge": "mg",
+         "head": "hd"}
+
+
 def _gantt(ax, bars, ranks, title):
     colors = {"F": "#4C72B0", "B": "#55A868"}
     for rank, t0, t1, task in bars:
         ax.broken_barh([(t0 * 1e3, (t1 - t0) * 1e3)], (rank - 0.3, 0.6),
                        facecolors=colors[task[0]], edgecolor="white")
         if (t1 - t0) * 1e3 > 0:
-            ax.text((t0 + t1) / 2 * 1e3, rank, f"{task[1][:4]}{task[2]}", ha="center",
+            ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}", ha="center",
                     va="center", fontsize=6, color="white", clip_on=True)
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
     ax.invert_yaxis()
