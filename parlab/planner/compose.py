@@ -10,6 +10,7 @@ returning the model:
     model = gpt_on_mesh(build_model(cfg))     # the reference's modules, same parameter names
     model = apply_tp(model, mesh)             # Megatron column/row slices of every block (ch. 03)
     model = apply_cp(model, mesh)             # this rank's zigzag tokens, ring attention (ch. 06)
+    model = apply_ep(model, mesh, ep)         # gpt-moe: experts over ep ⊂ dp, all-to-all (ch. 07)
     model = split_pp(model, mesh, ...)        # keep this rank's stage, schedule it (ch. 04)
     model = apply_dp(model, mesh)             # or apply_zero(model, mesh, stage) (ch. 01, 02)
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
+from types import SimpleNamespace
 
 import torch
 import torch.nn as nn
@@ -66,18 +68,21 @@ def coord(mesh: Mesh, name: str) -> int:
     return mesh.coords.get(name, 0)
 
 
+def groups_by(mesh: Mesh, key) -> list[list[int]]:
+    """The world's ranks grouped by key(rank, {name: coordinate}), each group sorted."""
+    groups: dict = {}
+    for rank in range(mesh.world.size):
+        groups.setdefault(key(rank, dict(zip(mesh.names, mesh.coordinate(rank)))), []).append(rank)
+    return sorted(groups.values())
+
+
 def group_over(mesh: Mesh, names: tuple, label: str):
     """The Comm of the ranks that differ only along `names` (e.g. dp × cp), or None if one rank.
-
     Collective: every rank of the mesh calls it, with the same names."""
-    along = [n for n in mesh.names if n in names]
-    if not along:
+    if not any(n in mesh.names for n in names):
         return None
-    groups: dict[tuple, list[int]] = {}
-    for rank in range(mesh.world.size):
-        c = dict(zip(mesh.names, mesh.coordinate(rank)))
-        groups.setdefault(tuple(c[n] for n in mesh.names if n not in along), []).append(rank)
-    return mesh.world.split(sorted(groups.values()), label)
+    return mesh.world.split(groups_by(mesh, lambda r, c: tuple(v for n, v in c.items()
+                                                                if n not in names)), label)
 
 
 # ----------------------------------------------------------------------------- the model
@@ -201,35 +206,22 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
     if not moes or dp == 1:
         return model
     data = group_over(mesh, ("dp",), "moe-counts")  # every rank whose tokens share the capacity
-    d = coord(mesh, "dp")
-    ep_groups: dict[tuple, list[int]] = {}
-    replica_groups: dict[tuple, list[int]] = {}
-    for rank in range(mesh.world.size):
-        c = dict(zip(mesh.names, mesh.coordinate(rank)))
-        rest = tuple(v for n, v in c.items() if n != "dp")
-        ep_groups.setdefault(rest + (c["dp"] // ep,), []).append(rank)
-        replica_groups.setdefault(rest + (c["dp"] % ep,), []).append(rank)
-    if ep > 1:
-        ep_comm = mesh.world.split(sorted(ep_groups.values()), "ep")
+    def rest(c):
+        return tuple(v for n, v in c.items() if n != "dp")
+
+    if ep > 1:  # ep groups: dp coordinates ⌊d/ep⌋·ep ... ; replicas: the same d mod ep
+        ep_comm = mesh.world.split(groups_by(mesh, lambda r, c: rest(c) + (c["dp"] // ep,)), "ep")
         if dp > ep:
-            model.expert_comm = mesh.world.split(sorted(replica_groups.values()), "expert-replicas")
+            model.expert_comm = mesh.world.split(
+                groups_by(mesh, lambda r, c: rest(c) + (c["dp"] % ep,)), "expert-replicas")
     else:  # experts whole here: only the counts travel
-        ep_comm = _OneRank(mesh.world.global_rank(mesh.world.rank))
+        ep_comm = SimpleNamespace(size=1, rank=0, ranks=[mesh.world.global_rank(mesh.world.rank)])
     for block in moes:
         layer = (AllToAllMoE if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
         layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
         block.mlp = layer
-    model.dp, model.ep_rank = dp, d % ep
+    model.dp = dp
     return model
-
-
-class _OneRank:
-    """The ep group of one rank (ep=1): what ShardedMoE reads of it."""
-
-    size, rank = 1, 0
-
-    def __init__(self, global_rank: int):
-        self.ranks = [global_rank]
 
 
 def expert_parameters(model: nn.Module) -> list:
@@ -281,15 +273,9 @@ def split_pp(model: MeshGPT, mesh: Mesh, schedule: str = "1f1b", microbatches: i
         return model
     stage = coord(mesh, "pp")
     counts = stages_mod.even_partition(len(model.blocks), pp)
-    # the tie groups: (first, last) stage of every pipeline, everyone else alone
-    groups = {}
-    for rank in range(mesh.world.size):
-        c = dict(zip(mesh.names, mesh.coordinate(rank)))
-        if c["pp"] in (0, pp - 1):
-            groups.setdefault(tuple(v for n, v in c.items() if n != "pp"), []).append(rank)
-        else:
-            groups[("alone", rank)] = [rank]
-    tie_comm = mesh.world.split(sorted(groups.values()), "embed-tie")
+    tie = groups_by(mesh, lambda r, c: tuple(v for n, v in c.items() if n != "pp")
+                    if c["pp"] in (0, pp - 1) else ("alone", r))  # first + last stage of a pipeline
+    tie_comm = mesh.world.split(tie, "embed-tie")
     comm_b = mesh.world.split(mesh.groups("pp"), "pp-bwd")
     stages = stages_mod.build_stages(model, [stage], counts)
     model.pipeline = PipelineParts(stage, counts, stages,
@@ -300,7 +286,7 @@ def split_pp(model: MeshGPT, mesh: Mesh, schedule: str = "1f1b", microbatches: i
 
 def apply_dp(model: MeshGPT, mesh: Mesh) -> MeshGPT:
     """Data parallelism over every rank that holds the same parameter slice (dp × cp): the
-    gradients of those ranks are averaged after backward (`sync_gradients`)."""
+    gradients of those ranks are averaged after backward (`parlab.planner.schemes.sync_gradients`)."""
     model.data_comm = group_over(mesh, ("dp", "cp"), "dp×cp")
     return model
 
@@ -319,34 +305,3 @@ def apply_zero(model: MeshGPT, mesh: Mesh, stage: int, meter=None) -> MeshGPT:
                  "on_release": lambda t: meter.excluded.discard(storage_key(t))}
     model.zero = ZeroEngine(model, model.data_comm, stage, **hooks)
     return model
-
-
-def sync_gradients(model: MeshGPT) -> None:
-    """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
-    over dp × cp — one flat bucket all-reduced (apply_dp), or ZeRO's reduce-scatter (apply_zero).
-    Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own "grad-reduce-scatter")."""
-    parts = model.pipeline
-    if parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte"):
-        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
-                                  phase="embed-tie")  # (vocab, C) first + last stage
-    if model.zero is not None:
-        model.zero.end_backward()
-        return
-    if model.data_comm is None:
-        return
-    experts = {id(p) for p in expert_parameters(model)}
-    dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
-    _all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
-    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
-        sharded = expert_parameters(model)
-        if model.expert_comm is not None:
-            _all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
-        for p in sharded:
-            p.grad.div_(model.dp)
-
-
-def _all_reduce_flat(comm, params, op: str, phase: str) -> None:
-    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
-    comm.all_reduce(flat, op=op, phase=phase)  # (Σ numel,)
-    for p, part in zip(params, flat.split([p.numel() for p in params])):
-        p.grad.copy_(part.view_as(p))

@@ -3,8 +3,8 @@
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 Megatron-LM" (SC 2021): PTD-P composes pipeline, tensor and data parallelism; here context
 parallelism (ring attention, Liu et al. ICLR 2024) and ZeRO (Rajbhandari et al. SC 2020) join
-them. The model is built by `parlab.planner.compose` in torchtitan's order (tp, cp, pp, then dp
-or ZeRO); this strategy only runs it in the one loop:
+them. The model is built by `parlab.planner.compose` in torchtitan's order (tp, cp, ep, pp, then
+dp or ZeRO); this strategy only runs it in the one loop:
 
     forward_backward — the pipeline schedule (pp > 1) or m accumulated micro-batches;
     sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp;
@@ -17,6 +17,8 @@ names every factor a plan fails before any process starts.
 """
 
 from __future__ import annotations
+
+import torch
 
 from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
@@ -43,6 +45,37 @@ def validate(cfg) -> None:
     """One ValueError naming every factor the plan fails (`Plan.problems`)."""
     n_experts = getattr(cfg.model_config, "n_experts", None)
     plan_of(cfg).validate(cfg.world_size, cfg.model_config, cfg.batch_size, n_experts)
+
+
+def sync_gradients(model: compose.MeshGPT) -> None:
+    """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
+    over dp × cp — one flat bucket all-reduced (apply_dp), or ZeRO's reduce-scatter (apply_zero).
+    Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own "grad-reduce-scatter")."""
+    parts = model.pipeline
+    if parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte"):
+        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
+                                  phase="embed-tie")  # (vocab, C) first + last stage
+    if model.zero is not None:
+        model.zero.end_backward()
+        return
+    if model.data_comm is None:
+        return
+    experts = {id(p) for p in compose.expert_parameters(model)}
+    dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
+    _all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
+    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
+        sharded = compose.expert_parameters(model)
+        if model.expert_comm is not None:
+            _all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
+        for p in sharded:
+            p.grad.div_(model.dp)
+
+
+def _all_reduce_flat(comm, params, op: str, phase: str) -> None:
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
+    comm.all_reduce(flat, op=op, phase=phase)  # (Σ numel,)
+    for p, part in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(part.view_as(p))
 
 
 class ND(Strategy):
@@ -106,7 +139,7 @@ class ND(Strategy):
         return total / m / self.replicas
 
     def sync(self, step: int) -> None:
-        compose.sync_gradients(self.model)
+        sync_gradients(self.model)
 
     def update(self, step: int) -> None:
         zero = self.model.zero
