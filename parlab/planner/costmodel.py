@@ -257,13 +257,16 @@ class Calibration:
 
 
 def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
-    """Non-negative least squares of relative error over (raw prediction, measured step)."""
+    """Non-negative least squares of relative error over (raw prediction, measured step); the
+    overhead is fitted only from 6 plans on (with the 2–4 single-dimension plans of a world size,
+    three free numbers would follow the noise of one run)."""
     import numpy as np
     from scipy.optimize import nnls
     if len(predictions) != len(measured_s) or not predictions:
         raise ValueError(f"need as many measured steps ({len(measured_s)}) as predictions "
                          f"({len(predictions)}), at least one")
-    a = np.array([[p.raw_compute_s, p.raw_comm_s, 1.0] for p in predictions])
+    columns = 3 if len(predictions) >= 6 else 2  # a per-step overhead only with enough plans
+    a = np.array([[p.raw_compute_s, p.raw_comm_s, 1.0][:columns] for p in predictions])
     t = np.asarray(measured_s, dtype=float)
     solution, _ = nnls(a / t[:, None], np.ones_like(t))
     return Calibration(*map(float, solution))
