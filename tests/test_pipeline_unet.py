@@ -116,3 +116,20 @@ def test_bad_input_is_named(kwargs, word):
     scheme = kwargs.pop("scheme")
     with pytest.raises(ValueError, match=word):
         parlab.run(scheme, world_size=4, model="unet3d", steps=1, batch_size=BATCH, **kwargs)
+
+
+def test_sliding_window_one_window_is_the_whole_volume_and_scores_count():
+    import torch
+
+    from parlab.pipeline import explore_unet
+
+    model = UNet3D(UNet3DConfig(levels=2, base=2, block_size=8))
+    x = torch.randn(1, 1, 16, 16, 16)
+    with torch.no_grad():
+        whole = model(x)
+        assert torch.allclose(explore_unet.sliding_window(model, x, 16, 16), whole)
+        tiled = explore_unet.sliding_window(model, x, 8, 8)  # 8 windows: borders differ
+        assert tiled.shape == whole.shape and not torch.allclose(tiled, whole)
+    y = whole.argmax(1)
+    assert explore_unet._scores(whole, y) == {"accuracy": 1.0, "dice": 1.0}
+    assert explore_unet._scores(whole, (y + 1) % 3)["accuracy"] == 0.0
