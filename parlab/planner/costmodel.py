@@ -135,13 +135,14 @@ def activation_memory(m, plan, stage: int, batch_size: int) -> int:
     blocks = shard_sizes(m.n_layer, plan.pp)[stage]
     ids = 8 * (rows * seq + seq)  # token ids and positions on the first stage
     outside = (none - ids if stage == plan.pp - 1 else 0) + (ids if stage == 0 else 0)
+    shared = 8 * seq if stage == 0 else 0  # the positions: one tensor for every micro-batch
     if plan.checkpoint:  # each block's input stays (measured at the end of forward)
         per_mb = blocks * FP32 * rows * seq * m.n_embd + outside
     else:
         per_mb = blocks * per_block + outside
     in_flight = in_flight_peak(plan.schedule if plan.pp > 1 else "naive", plan.pp,
                                plan.microbatches, stage) if plan.pp > 1 else 1
-    return int(in_flight * per_mb)
+    return int(in_flight * (per_mb - shared) + shared)
 
 
 def memory(m, plan, batch_size: int) -> dict:
