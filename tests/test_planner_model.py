@@ -149,3 +149,14 @@ def test_exercises_check_right_and_wrong(name, capsys):
     assert ex.check("not a number") is False
     out = capsys.readouterr().out
     assert str(RIGHT[name]) not in out  # says right or wrong, never the answer
+
+
+def test_bad_input_names_the_value():
+    from parlab.planner.profile import calibrate_comm
+    with pytest.raises(ValueError, match="world_size=0"):
+        calibrate_comm(0)
+    with pytest.raises(ValueError, match="hw_name='TPU'"):
+        extrapolate.megatron_table("TPU")
+    cfg, prof, fit = _synthetic()
+    with pytest.raises(ValueError, match="fit.world_size=4"):
+        costmodel.predict(Plan(dp=2), cfg, prof, fit)

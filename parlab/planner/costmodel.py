@@ -281,6 +281,9 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     emulated `parlab.core.link.Link` or None (loopback); calibration: `fit_calibration` of a
     few measured plans (None: the raw model)."""
     from parlab.core.link import resolve
+    if plan.world_size > 1 and fit.world_size != plan.world_size:
+        raise ValueError(f"fit.world_size={fit.world_size} was measured for another world size "
+                         f"than plan {plan.describe()} (world_size={plan.world_size})")
     link = resolve(link)
     cal = calibration or Calibration()
     m = cfg_model

@@ -159,6 +159,8 @@ def best(shape: Shape, gpus: int, batch: int, hw: Hardware) -> tuple:
 def megatron_table(hw_name: str = "A100") -> list[dict]:
     """One row per Table 1 shape: Megatron's (tp, pp) and measured TFLOP/s beside this model's
     prediction for that very plan (micro-batch 1) and this model's own pick, with the verdict."""
+    if hw_name not in HARDWARE:
+        raise ValueError(f"hw_name={hw_name!r} is unknown; choose one of {sorted(HARDWARE)}")
     hw = HARDWARE[hw_name]
     rows = []
     for shape, gpus, batch, tp, pp, published in MEGATRON:

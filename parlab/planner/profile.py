@@ -211,7 +211,7 @@ def _time_groups(rank, world_size, sizes, repeats):
             for _ in range(repeats + 1):
                 comm.barrier()
                 t0 = time.perf_counter()
-                sub.all_reduce(tensor)
+                sub.all_reduce(tensor)  # (numel,) summed over a group of g
                 times.append(time.perf_counter() - t0)
             rows.append(sorted(times[1:])[len(times[1:]) // 2])
         out[g] = rows
@@ -225,11 +225,11 @@ def _time_groups(rank, world_size, sizes, repeats):
                 t0 = time.perf_counter()
                 if peer != rank:
                     if rank % 2 == 0:
-                        comm.send(tensor, peer)
-                        comm.recv(tensor, peer)
+                        comm.send(tensor, peer)  # (numel,) to the pair's other rank
+                        comm.recv(tensor, peer)  # (numel,) back
                     else:
-                        comm.recv(tensor, peer)
-                        comm.send(tensor, peer)
+                        comm.recv(tensor, peer)  # (numel,) from the pair's other rank
+                        comm.send(tensor, peer)  # (numel,) back
                 times.append((time.perf_counter() - t0) / 2)
             p2p.append(sorted(times[1:])[len(times[1:]) // 2])
     return out, p2p
@@ -240,6 +240,8 @@ def calibrate_comm(world_size: int, repeats: int = 7) -> CommFit:
     from parlab.core.cost import fit_alpha_beta
     from parlab.core.launch import launch
 
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
     if ("comm", world_size) in _CACHE:
         return _CACHE[("comm", world_size)]
     if world_size == 1:
