@@ -12,7 +12,7 @@ import pytest
 import parlab
 from parlab.engine.runner import make_config
 from parlab.models import GPTConfig
-from parlab.planner.compose_cost import nd_closed_form_bytes, nd_routing_bytes
+from parlab.planner.compose_cost import by_dimension, nd_closed_form_bytes, nd_prediction, nd_routing_bytes
 from parlab.planner.plan import Plan, enumerate_plans
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}  # pp=4, cp=4 (2·cp | T) fit
@@ -59,7 +59,12 @@ def check_plan(plan: Plan, reference) -> None:
     result = parlab.run("nd", world_size=plan.world_size, **plan.options(), **KW)
     comparison = result.compare(reference)
     assert comparison.match, (plan.describe(), comparison.problems)
-    assert ledger_by_phase(result) == nd_closed_form_bytes(plan, result.config), plan.describe()
+    table = nd_closed_form_bytes(plan, result.config)
+    assert ledger_by_phase(result) == table, plan.describe()
+    assert nd_prediction(result.config).bytes_sent == result.bytes_per_rank()
+    talking = {d for d in ("tp", "pp", "cp") if getattr(plan, d) > 1}
+    talking |= {"dp"} if plan.dp * plan.cp > 1 else set()  # dp × cp ranks share a slice
+    assert set(by_dimension(table)) == talking
 
 
 def test_every_plan_of_four_is_enumerated():

@@ -50,6 +50,21 @@ PHASES = ("tp-forward", "tp-backward", "cp-forward", "cp-backward", "pp-fwd", "p
           "embed-tie", "dp-grad-sync", "grad-reduce-scatter", "param-all-gather",
           "param-gather-fwd", "param-gather-bwd", "counts", "expert-grad-sync")
 ROUTING_PHASES = ("dispatch", "combine", "dispatch-backward", "combine-backward")
+DIMENSION = {"tp-forward": "tp", "tp-backward": "tp", "cp-forward": "cp", "cp-backward": "cp",
+             "pp-fwd": "pp", "pp-bwd": "pp", "embed-tie": "pp", "dp-grad-sync": "dp",
+             "grad-reduce-scatter": "dp", "param-all-gather": "dp", "param-gather-fwd": "dp",
+             "param-gather-bwd": "dp", "counts": "ep", "expert-grad-sync": "ep",
+             **dict.fromkeys(ROUTING_PHASES, "ep")}  # ledger phase -> the dimension that sent it
+
+
+def by_dimension(table: dict[str, list[int]]) -> dict[str, list[int]]:
+    """{phase: per-rank bytes} (a ledger's or `nd_closed_form_bytes`) -> {dimension: per-rank
+    bytes}; dp includes ZeRO's collectives, pp the tied embedding's all-reduce."""
+    out: dict[str, list[int]] = {}
+    for phase, row in table.items():
+        dim = DIMENSION[phase]
+        out[dim] = [a + b for a, b in zip(out.get(dim, [0] * len(row)), row)]
+    return out
 
 
 def coordinates(plan, rank: int) -> dict[str, int]:
