@@ -211,14 +211,16 @@ def draw_race(runs: dict):
 
 # ----------------------------------------------------------------------------- 6. asynchronous iterations
 def jacobi_runs(ranks: int, sweeps: int = 200, straggler: float = 3.0, delay_ms: float = 1.0,
-                n: int = 16, sigma_h2: float = 0.4) -> dict:
-    """Synchronous, asynchronous, and asynchronous with injected delays, the last rank slow."""
+                n: int = 16, sigma_h2: float = 0.4, inner: int = 4) -> dict:
+    """Synchronous, asynchronous (also with injected delays) and flexible communication, the last
+    rank slow; every update `inner` relaxations with frozen halos."""
     ranks = max(ranks, 2)
-    base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2)
+    base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2, inner=inner)
     return {"sync": jacobi.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
             "async": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
             "async + delays": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
-                                                                      **base))}
+                                                                      **base)),
+            "flexible": jacobi.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
 
 
 def jacobi_table(runs: dict, tol: float = 1e-6) -> None:
