@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import parlab
 from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
 from parlab.asynchrony import explore_dualbatch as dual
@@ -37,6 +38,24 @@ def measure_ps(world_size: int, steps: int, straggler: float, staleness: int) ->
                      "max_staleness": ex.staleness_stats(r)["max"], "heldout_loss": loss,
                      "loss_ratio": loss / single_loss, "server_in_per_update": into,
                      "formula_in_per_update": cost.server_bytes_per_update(numel, world_size - 1, mode)[0]})
+    return rows
+
+
+def measure_sharded(world_size: int, steps: int) -> list[dict]:
+    """ps-sync with 1 and 2 servers: seconds per update, the busiest server's bytes in per update
+    (ledger) and the closed form."""
+    rows = []
+    for k in (1, 2):
+        if world_size - k < 1:
+            continue
+        r = parlab.run("ps-sync", world_size=world_size, steps=steps, servers=k)
+        numel = sum(v.numel() for v in r.state.values())
+        pairs = cost.server_bytes_per_update(numel, world_size - k, "ssp", k)
+        pairs = [pairs] if k == 1 else pairs
+        into = r.bytes_per_rank("bytes_recv", phase="push")[:k]
+        rows.append({"servers": k, "workers": world_size - k, "seconds_per_update": r.step_time(),
+                     "busiest_in_per_update": max(into) / steps,
+                     "formula_busiest_in": max(i for i, _ in pairs)})
     return rows
 
 
@@ -68,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['scheme']:<9} {r['seconds']:>8.2f} {r['speedup']:>7.2f}× {r['max_staleness']:>9} "
               f"{r['heldout_loss']:>9.4f} {r['loss_ratio']:>8.3f} {r['server_in_per_update']:>19,.0f} "
               f"{r['formula_in_per_update']:>10,}")
+    sharded = measure_sharded(args.world_size, args.steps)
+    print(f"\nsharded servers (Li et al. 2014), ps-sync, world size {args.world_size}")
+    print(f"{'servers':>7} {'workers':>7} {'s/update':>9} {'busiest server B in/update':>27} {'formula':>10}")
+    for r in sharded:
+        print(f"{r['servers']:>7} {r['workers']:>7} {r['seconds_per_update']:>9.4f} "
+              f"{r['busiest_in_per_update']:>27,.0f} {r['formula_busiest_in']:>10,}")
     jac = measure_jacobi(args.world_size, args.sweeps, args.straggler, args.tol)
     print(f"\nblock-Jacobi on {args.world_size} ranks, last rank {args.straggler:g}× slower: time to "
           f"residual {args.tol:g}")
@@ -84,6 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     print("one run, ratios within it; the machine is shared and noisy")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ps": ps, "jacobi": jac, "dual": dual_rows, "dual_time_change": change,
-                       "dual_target": measured["target"]}, f, indent=1)
+            json.dump({"ps": ps, "sharded": sharded, "jacobi": jac, "dual": dual_rows,
+                       "dual_time_change": change, "dual_target": measured["target"]}, f, indent=1)
     return 0
