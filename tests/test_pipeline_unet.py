@@ -133,3 +133,56 @@ def test_sliding_window_one_window_is_the_whole_volume_and_scores_count():
     y = whole.argmax(1)
     assert explore_unet._scores(whole, y) == {"accuracy": 1.0, "dice": 1.0}
     assert explore_unet._scores(whole, (y + 1) % 3)["accuracy"] == 0.0
+
+
+# ------------------------------------------- eager 1F1B over meshes of different widths (AlpaComm)
+WIDTHS = [([2, 1], "send-recv"), ([2, 1], "broadcast"), ([2, 1], "balanced"), ([1, 2], "balanced"),
+          ([2, 1, 1], "broadcast")]
+
+
+@pytest.fixture(scope="module")
+def gpt_reference():
+    return parlab.run("single", steps=2)
+
+
+@pytest.mark.parametrize("widths,method", WIDTHS, ids=[f"{w}-{m}" for w, m in WIDTHS])
+def test_reshard_between_meshes_of_different_widths(gpt_reference, widths, method):
+    """tp=2 → tp=1 (and back): every replica computes what single computes; every rank sends the
+    closed form's bytes (`boundary.source_bytes` with n needers, `forward_bytes`)."""
+    from parlab.pipeline import cost
+    from parlab.pipeline.boundary import forward_bytes, source_bytes, stage_ranks
+    m = 4
+    r = parlab.run("pp-reshard", world_size=sum(widths), steps=2, widths=widths, method=method,
+                   microbatches=m, schedule="eager-1f1b")
+    assert r.compare(gpt_reference).match
+    mc = r.config.model_config
+    numel = r.config.batch_size // m * mc.block_size * mc.n_embd
+    ranks, pp = stage_ranks(widths), len(widths)
+    for s, group in enumerate(ranks):
+        for member, rank in enumerate(group):
+            want = {"pp-fwd": 0, "pp-bwd": 0}
+            if s < pp - 1:  # source forward, forwarder of the gradient coming back
+                want["pp-fwd"] += source_bytes(numel, widths[s], method, member,
+                                               needers=widths[s + 1])
+                want["pp-bwd"] += forward_bytes(numel, widths[s], method, member)
+            if s > 0:  # forwarder of the activation, source of the gradient
+                want["pp-fwd"] += forward_bytes(numel, widths[s], method, member)
+                want["pp-bwd"] += source_bytes(numel, widths[s], method, member,
+                                               needers=widths[s - 1])
+            for phase, per_message in want.items():
+                assert r.bytes_per_rank(op="send", phase=phase)[rank] == 2 * m * per_message, \
+                    (s, member, phase)
+            assert r.outputs[rank].extras["in_flight_peak"] == cost.in_flight_peak(
+                "eager-1f1b", pp, m, s)
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    (dict(world_size=3, widths=[2, 2]), "sum to 4"),
+    (dict(world_size=3, widths=[3]), "widths"),
+    (dict(world_size=3, widths=[2, 0, 1]), "widths"),
+    (dict(world_size=3, widths=[2, 1], pp=3), "pp=3"),
+    (dict(world_size=3, widths=[2, 1], schedule="interleaved"), "interleaved"),
+])
+def test_widths_bad_input_is_named(kwargs, word):
+    with pytest.raises(ValueError, match=word):
+        parlab.run("pp-reshard", **kwargs)
