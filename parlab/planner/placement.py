@@ -223,6 +223,46 @@ def exhaustive(graph: Graph, ranks: int, link: Link | None = None) -> Plan:
                             solve_s=time.perf_counter() - t0)
 
 
+def list_schedule(graph: Graph, place: dict, link: Link | None = None) -> dict[Task, float]:
+    """Start times of a greedy list schedule for one placement: repeatedly start the task that can
+    start earliest (ties: the longest path still ahead of it first). Not optimal; fast."""
+    dur, prec = durations(graph), precedences(graph)
+    preds = {t: [] for t in dur}
+    succs = {t: [] for t in dur}
+    for a, b, n in prec:
+        c = message_seconds(n, link) if n is not None and place[a.op] != place[b.op] else 0.0
+        preds[b].append((a, c))
+        succs[a].append((b, c))
+    ahead: dict[Task, float] = {}
+    for t in reversed(tasks(graph)):  # the longest path from t's start to the end of the step
+        ahead[t] = dur[t] + max((c + ahead[b] for b, c in succs[t]), default=0.0)
+    free, start, end = {}, {}, {}
+
+    def earliest(t):
+        return max([free.get(place[t.op], 0.0)] + [end[p] + c for p, c in preds[t]])
+
+    while len(start) < len(dur):
+        ready = [t for t in dur if t not in start and all(p in end for p, _ in preds[t])]
+        t = min(ready, key=lambda t: (earliest(t), -ahead[t]))
+        start[t] = earliest(t)
+        end[t] = free[place[t.op]] = start[t] + dur[t]
+    return start
+
+
+def greedy(graph: Graph, ranks: int, link: Link | None = None) -> Plan:
+    """The best greedy list schedule over every placement (up to renaming ranks): an upper bound
+    on the optimum, and the MILP's big-M."""
+    best, dur = None, durations(graph)
+    for assign in _placements(len(graph.names), ranks):
+        place = dict(zip(graph.names, assign))
+        start = list_schedule(graph, place, link)
+        span = max(start[t] + d for t, d in dur.items())
+        if best is None or span < best[0]:
+            best = (span, place, start)
+    return plan_from_starts(graph, "greedy", ranks, best[1], best[2], objective=best[0],
+                            status="list schedule (an upper bound)")
+
+
 # ----------------------------------------------------------------------------- the MILP
 class MilpModel:
     """A MILP written as readable rows: variables with bounds, constraints lo ≤ Σ c·v ≤ hi.
@@ -288,12 +328,16 @@ def _reachable(all_tasks: list, prec) -> dict:
     return after
 
 
-def build_milp(graph: Graph, ranks: int, link: Link | None = None):
-    """The placement-and-order MILP; returns (model, x[op][r], s[task], C)."""
+def build_milp(graph: Graph, ranks: int, link: Link | None = None, upper: Plan | None = None):
+    """The placement-and-order MILP; returns (model, x[op][r], s[task], C). `upper`: a plan
+    whose makespan bounds the optimum (default: `greedy`)."""
     all_tasks, dur, prec = tasks(graph), durations(graph), precedences(graph)
     ms = {t: 1e3 * d for t, d in dur.items()}
     msg = {(a, b): 1e3 * message_seconds(n, link) for a, b, n in prec if n is not None}
-    horizon = sum(ms.values()) + sum(msg.values())  # no optimal schedule is longer: big-M
+    # Big-M: the best greedy schedule (`greedy`) ends by H, so an optimal one does too; bounding
+    # every start and C by H keeps the optimum and tightens the relaxation.
+    upper = greedy(graph, ranks, link) if upper is None else upper
+    horizon = 1e3 * upper.objective * (1 + 1e-9)
     m = MilpModel()
     x = {n: [m.var(f"x[{n},r{r}]", 0, 1, True) for r in range(ranks)] for n in graph.names}
     s = {t: m.var(f"s[{t}]", 0, horizon) for t in all_tasks}
@@ -340,18 +384,21 @@ def milp_plan(graph: Graph, ranks: int, link: Link | None = None,
               time_limit: float = 30.0) -> Plan:
     """Solve the MILP with scipy.optimize.milp (HiGHS); the plan orders each rank by start time."""
     t0 = time.perf_counter()
-    model, x, s, cmax = build_milp(graph, ranks, link)
+    upper = greedy(graph, ranks, link)
+    model, x, s, cmax = build_milp(graph, ranks, link, upper)
     res = model.solve(cmax, time_limit)
-    if res.x is None:
-        raise RuntimeError(f"scipy.optimize.milp found no solution: {res.message}")
+    info = dict(solve_s=time.perf_counter() - t0, model=model.text())
+    if res.x is None or res.status != 0 and res.x[cmax] / 1e3 >= upper.objective:
+        # stopped at the time limit before it beat the greedy plan: keep that one, say so
+        return Plan("milp", ranks, upper.place, upper.order, upper.objective,
+                    f"stopped at {time_limit:g} s ({res.message}): the greedy plan", **info)
     place = {n: int(np.argmax([res.x[i] for i in x[n]])) for n in graph.names}
     start = {t: res.x[i] / 1e3 for t, i in s.items()}
     gap = getattr(res, "mip_gap", None)
-    status = ("optimal" if res.status == 0 else f"stopped ({res.message})") + (
+    status = ("optimal" if res.status == 0 else f"stopped at {time_limit:g} s") + (
         f", gap {gap:.1e}" if gap is not None else "")
     return plan_from_starts(graph, "milp", ranks, place, start, objective=res.x[cmax] / 1e3,
-                            status=status, solve_s=time.perf_counter() - t0,
-                            model=model.text())
+                            status=status, **info)
 
 
 def solve(graph: Graph, ranks: int, link: Link | str | None = None, method: str = "milp",
