@@ -133,9 +133,10 @@ def main(argv) -> int:
     if args.eager:
         from parlab.pipeline.explore_eager import reshard_step_times
         rows = reshard_step_times(steps=args.steps)
+        narrow = reshard_step_times(steps=args.steps, widths=[2, 1])  # tp=2 → tp=1
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"eager": rows}, f, indent=1, default=str)
+                json.dump({"eager": rows, "eager_2_to_1": narrow}, f, indent=1, default=str)
         return 0
     if args.quick:
         args.pp, args.microbatches, args.steps = [2], [2, 4], 3
