@@ -212,8 +212,8 @@ def test_jacobi_bad_input_names_the_value(kwargs, message):
 
 
 # ----------------------------------------------------------------------------- exercises
-RIGHT = {"server-bytes": 28_000_112, "asp-staleness": 3, "ssp-ahead": 3, "macroiterations": 284,
-         "chaotic": "no"}
+RIGHT = {"server-bytes": 28_000_112, "sharded-bytes": 6_000_096, "asp-staleness": 3, "ssp-ahead": 3,
+         "macroiterations": 284, "chaotic": "no"}
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

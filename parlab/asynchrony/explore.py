@@ -302,6 +302,11 @@ EXERCISES = [
              numeric(7 * cost.message_bytes(1_000_000), rtol=1e-9),
              "Every worker pushes one header (two int64) and Ψ float32 per update.",
              "W·(16 + 4Ψ) = 7 · 4,000,016 = 28,000,112 bytes"),
+    Exercise("sharded-bytes", "ps-sync with W = 6 workers, Ψ = 1,000,000 parameters and servers = 4: how "
+             "many bytes go INTO server 0 per update (headers included)?",
+             numeric(cost.server_bytes_per_update(1_000_000, 6, "ssp", 4)[0][0], rtol=1e-9),
+             "Server i holds Ψ/k elements; every worker pushes it one header and its shard of the gradient.",
+             "W·(16 + 4Ψ/k) = 6 · 1,000,016 = 6,000,096 bytes"),
     Exercise("asp-staleness", "ps-async with 4 equally fast workers and no jitter: in the steady state, how "
              "many versions behind is almost every gradient?",
              numeric(_asp_steady_staleness(4), rtol=0),

@@ -122,3 +122,30 @@ def draw_dual(measured: dict):
 def sequence_schedule(steps: int = 36, cycles: int = 3, min_seq: int = 8, block: int = 32) -> list[int]:
     """The cyclic progressive sequence lengths of jobs 0..steps−1."""
     return [dualbatch.seq_len_at(j, steps, cycles, min_seq, block) for j in range(steps)]
+
+
+def check_dual(world_size: int, steps: int = 6) -> None:
+    """Seeded runs: equal batches and no cycles = ps-async (match, schedule, bytes); the hybrid's
+    every job applied once, its batch size per update and lr factor, its sequence lengths."""
+    options = dict(world_size=max(world_size, 2), steps=steps, delays="seeded", straggler=3.0, jitter=0.5)
+    plain = parlab.run("ps-async", **options)
+    large = plain.config.batch_size
+    same = parlab.run("ps-dualbatch", large_batch=large, small_batch=large, **options)
+    key = ("worker", "job", "version")
+    schedule = [tuple(g[k] for k in key) for g in same.outputs[0].extras["log"]] == \
+        [tuple(g[k] for k in key) for g in plain.outputs[0].extras["log"]]
+    print(f"ps-dualbatch, large = small = {large}, no cycles vs ps-async: "
+          f"match: {same.compare(plain).match}; same schedule: {schedule}; "
+          f"same bytes: {same.bytes_per_rank() == plain.bytes_per_rank()}")
+    small = max(large // 3, 1)
+    hybrid = parlab.run("ps-dualbatch", small_batch=small, cycles=2, **options)
+    extras = hybrid.outputs[0].extras
+    jobs = sorted(g["job"] for g in extras["log"])
+    print(f"hybrid (small_batch={small} on the last worker, 2 cycles): every job applied exactly once: "
+          f"{jobs == list(range(steps))}")
+    print(f"  rows per update  {extras['update_batches']}")
+    print(f"  lr factor        {[round(b / large, 3) for b in extras['update_batches']]}")
+    print(f"  versions         {[g['version'] for g in extras['log']]} (applied at 0..{steps - 1})")
+    block = getattr(hybrid.config.model_config, "block_size", 0)
+    lengths = sequence_schedule(steps, 2, hybrid.config.options["min_seq"], block)
+    print(f"  sequence length  {lengths} (job 0..{steps - 1})")
