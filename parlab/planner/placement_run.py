@@ -31,8 +31,8 @@ from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.link import Link, resolve
 from parlab.pipeline.schedules import one_f_one_b
-from parlab.planner.graph import DATA, Graph, forward, reference
-from parlab.planner.placement import Plan, Task, durations
+from parlab.planner.graph import DATA, Graph, reference
+from parlab.planner.placement import Plan, Task
 
 
 class Message(NamedTuple):
@@ -168,24 +168,24 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: Plan, steps: int, lr
                 torch.empty(graph.shape(m.op)), m.src, phase=m.kind) for m in incoming}
             leaves, outs, gacc, loss = {}, {}, {}, 0.0
             for t in plan.order[rank]:
-                t0 = time.perf_counter()
-                if t.kind == "F":
-                    xs = []
-                    for u in graph.op(t.op).inputs:
-                        v = (micro[t.mb][u] if u in DATA else outs[u, t.mb].detach()
-                             if place[u] == rank else posted[("act", u, t.mb, place[u])].wait())
-                        xs.append(v.detach().requires_grad_(u not in DATA))
+                if t.kind == "F":  # inputs first: a wait for a message is not compute
+                    xs = [(micro[t.mb][u] if u in DATA else outs[u, t.mb].detach()
+                           if place[u] == rank else posted[("act", u, t.mb, place[u])].wait())
+                          .detach().requires_grad_(u not in DATA)
+                          for u in graph.op(t.op).inputs]  # (B/m, T, ·) each
+                    t0 = time.perf_counter()
                     out = modules[t.op](*xs)
                     leaves[t.op, t.mb], outs[t.op, t.mb] = xs, out
                     if t.op == "head":
                         loss += out.item() / graph.microbatches
                 else:
-                    grad = gacc.pop((t.op, t.mb), None)
+                    grad = gacc.pop((t.op, t.mb), None)  # local consumers' share, (B/m, T, ·)
                     for d in sorted({place[v] for v in graph.consumers(t.op)} - {rank}):
-                        g = posted[("grad", t.op, t.mb, d)].wait()  # (B/m, T, ·)
+                        g = posted[("grad", t.op, t.mb, d)].wait()  # (B/m, T, ·) from rank d
                         grad = g if grad is None else grad + g
                     if t.op == "head":
-                        grad = torch.tensor(1.0 / graph.microbatches)
+                        grad = torch.tensor(1.0 / graph.microbatches)  # d(mean over m)/d(loss_k)
+                    t0 = time.perf_counter()
                     outs.pop((t.op, t.mb)).backward(grad)
                     for u, x in zip(graph.op(t.op).inputs, leaves.pop((t.op, t.mb))):
                         if u not in DATA:
@@ -194,7 +194,7 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: Plan, steps: int, lr
                 t1 = time.perf_counter()
                 events.append({"rank": rank, "kind": "compute",
                                "name": "forward" if t.kind == "F" else "backward",
-                               "t0": t0, "t1": t1, "args": {"step": step, "task": str(t)}})
+                               "t0": t0, "t1": t1, "args": {"step": step, "task": tuple(t)}})
                 for msg in after.get(t, ()):  # (B/m, T, ·) activation or gradient
                     sender.send((outs[t.op, t.mb] if msg.kind == "act" else gacc.pop(
                         (msg.op, msg.mb))).detach(), msg)
@@ -212,7 +212,7 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: Plan, steps: int, lr
         marks.append((t_start, t_end))
     state = {f"{n}.{k}": p.detach().clone() for n in mine for k, p in modules[n].named_parameters()}
     return {"losses": losses, "state": state, "grads": grads, "events": events, "marks": marks,
-            "ledger": comm.ledger.records}
+            "ledger": comm.ledger.records, "comm_events": comm.timeline.records()}
 
 
 @dataclass
@@ -228,6 +228,7 @@ class PlacementRun:
     ledger: list
     makespans: list  # seconds, per step
     busy: list  # per step: per rank, seconds of compute
+    comm_events: list  # Comm's "comm" (issue to completion) and "wait" (blocked) events
 
     @property
     def makespan(self) -> float:
@@ -240,6 +241,20 @@ class PlacementRun:
         steps = range(1, len(self.makespans)) if len(self.makespans) > 1 else range(1)
         return [statistics.median(1 - self.busy[s][r] / self.makespans[s] for s in steps)
                 for r in range(self.plan.ranks)]
+
+    @property
+    def timeline(self) -> list[dict]:
+        """Compute, communication and wait events of every rank, for `parlab.viz.timeline`."""
+        return self.events + self.comm_events
+
+    def task_seconds(self) -> dict[Task, float]:
+        """Each task's duration in this run: the median over the steps after the first."""
+        first = 1 if len(self.makespans) > 1 else 0
+        seen: dict[Task, list] = {}
+        for e in self.events:
+            if e["args"]["step"] >= first:
+                seen.setdefault(Task(*e["args"]["task"]), []).append(e["t1"] - e["t0"])
+        return {t: statistics.median(v) for t, v in seen.items()}
 
     def sent_bytes(self, step: int = 0) -> list[int]:
         """Bytes each rank sent in `step`, from the ledger."""
@@ -258,7 +273,6 @@ def run_placement(graph: Graph, plan: Plan, steps: int = 3, lr: float = 0.1,
     if set(plan.placement) != set(graph.names):
         raise ValueError(f"plan {plan.name!r} places {sorted(plan.placement)}, "
                          f"not the graph's ops {sorted(graph.names)}")
-    durations(graph) if graph.profiled else None
     results = launch(_worker, plan.ranks, graph, plan, steps, lr, resolve(link), timeout=timeout)
     losses = [sum(r["losses"][s] for r in results if r["losses"][s] is not None)
               for s in range(steps)]
@@ -271,7 +285,8 @@ def run_placement(graph: Graph, plan: Plan, steps: int = 3, lr: float = 0.1,
     merged = lambda key: {k: v for r in results for k, v in r[key].items()}  # noqa: E731
     return PlacementRun(plan, losses, merged("state"), merged("grads"),
                         [e for r in results for e in r["events"]],
-                        [rec for r in results for rec in r["ledger"]], makespans, busy)
+                        [rec for r in results for rec in r["ledger"]], makespans, busy,
+                        [e for r in results for e in r["comm_events"]])
 
 
 def check_against_reference(graph: Graph, run: PlacementRun, lr: float = 0.1) -> dict:
@@ -285,4 +300,4 @@ def check_against_reference(graph: Graph, run: PlacementRun, lr: float = 0.1) ->
 
 
 __all__ = ["Message", "messages", "message_bytes", "pipeline_plan", "run_placement",
-           "PlacementRun", "check_against_reference", "forward"]
+           "PlacementRun", "check_against_reference"]
