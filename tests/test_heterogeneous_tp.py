@@ -109,11 +109,17 @@ def test_tp_exercises_check_without_telling(name, answer, capsys):
     assert str(answer) not in capsys.readouterr().out.replace(name, "")
 
 
-def test_diagnosis_names_a_disagreement():
-    rows = [{"shard": "even", "step_ms": 100.0, "model_ms": 10.0},
-            {"shard": "proportional", "step_ms": 80.0, "model_ms": 9.0},
-            {"shard": "lp", "step_ms": 90.0, "model_ms": 8.0}]
+def test_diagnosis_names_a_disagreement_and_fits_f():
+    speeds = [1, 1, 1, 0.5]
+    base = {"speeds": speeds, "fixed": 0.1}
+    even, lp = [0.25] * 4, [0.3, 0.3, 0.3, 0.1]
+    rows = [{**base, "shard": "even", "work": even, "step_ms": 100.0, "model_ms": 10.0, "speedup": 1.0},
+            {**base, "shard": "proportional", "work": even, "step_ms": 80.0, "model_ms": 9.0,
+             "speedup": 1.25},
+            {**base, "shard": "lp", "work": lp, "step_ms": 90.0, "model_ms": 8.0, "speedup": 100 / 90}]
     text = explore_tp.diagnosis(rows)
-    assert "DISAGREE" in text and "ordering disagrees" in text
-    rows[2]["step_ms"] = 72.0
+    assert "DISAGREE" in text and "why they disagree" in text
+    rows[2].update(step_ms=100 / 1.75, speedup=1.75)  # (f + .25)/.5 ÷ (f + .1)/.5 = 1.75 at f = 0.1
+    rows[1].update(step_ms=90.0, speedup=100 / 90, work=[0.28, 0.28, 0.28, 0.16])
+    assert explore_tp.implied_fixed(rows[::2]) == pytest.approx(0.1)
     assert "the same" in explore_tp.diagnosis(rows)

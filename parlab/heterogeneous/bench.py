@@ -37,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inter", default="1GbE", help="the link between the two nodes")
     parser.add_argument("--tp-ratios", type=float, nargs="+", default=[1, 1, 1, 0.5],
                         help="relative speeds for hetero-tp, one per rank")
-    parser.add_argument("--tp-model", default=None,
-                        help="GPT config for hetero-tp as a dict literal, e.g. \"{'n_embd': 64}\"")
+    parser.add_argument("--tp-model", default="{'n_embd': 384, 'n_head': 8}",
+                        help="GPT config for hetero-tp as a dict literal: wide enough that the matmuls, "
+                        "not per-op overhead, are most of a rank's work ('{}': the default tiny GPT)")
+    parser.add_argument("--tp-scale", type=float, default=1 / 16,
+                        help="hetero-tp: speed of a ratio-1 device as a fraction of one core here")
     parser.add_argument("--repeats", type=int, default=3,
                         help="hetero-tp: interleaved rounds of one run per sharding (median)")
     parser.add_argument("--part", choices=("all", "dp", "tp"), default="all")
@@ -79,9 +82,9 @@ def _tensor_parallel(args) -> dict:
     from parlab.heterogeneous import cost
 
     n = len(args.tp_ratios)
-    model_config = ast.literal_eval(args.tp_model) if args.tp_model else None
-    print(f"\nhetero-tp: N={n}, speeds {args.tp_ratios} × {args.scale}, GPT {model_config or 'default'}")
-    rows = explore_tp.measure_tp_shardings(n, args.tp_ratios, args.steps, args.scale,
+    model_config = ast.literal_eval(args.tp_model) or None
+    print(f"\nhetero-tp: N={n}, speeds {args.tp_ratios} × {args.tp_scale:g}, GPT {model_config or 'default'}")
+    rows = explore_tp.measure_tp_shardings(n, args.tp_ratios, args.steps, args.tp_scale,
                                            model_config=model_config, repeats=args.repeats)
     explore_tp.print_tp_measurement(rows)
     out = {"tp": rows, "collectives": []}
