@@ -211,7 +211,9 @@ def message_time(msg: Message, fit, link) -> float:
     """max(gloo here, emulated link) of one message: k·α + bytes/β each (Thakur et al. 2005)."""
     if msg.n == 1:
         return 0.0
-    if msg.op == "p2p":
+    if msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
+        here = fit.ring_alpha + msg.sent() / fit.ring_beta
+    elif msg.op == "p2p":
         here = fit.p2p_alpha + msg.sent() / fit.p2p_beta
     else:
         ab = fit.all_reduce.get(msg.n) or fit.all_reduce[max(fit.all_reduce)]
@@ -301,10 +303,21 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     if plan.zero and plan.dp * plan.cp > 1:
         elements = elements / (plan.dp * plan.cp)
     opt = profile.optimizer(tensors, elements) * stretch
-    per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs if x.pipelined)
+    per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs
+                      if x.pipelined and x.dim not in ("pp", "cp"))
     per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs if not x.pipelined)
     raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
-    raw_comm = slots * per_mb_comm + per_step_comm  # every message blocks: all exposed
+    raw_comm = slots * per_mb_comm + per_step_comm  # every blocking message is exposed
+    for x in msgs:
+        if x.dim == "cp":  # posted before a pass's attention, waited after: the link overlaps it
+            per_pass = (fwd + bwd) * stretch / max(x.count, 1)
+            exposed = max(message_time(x, fit, None), message_time(x, fit, link) - per_pass)
+            raw_comm += slots * x.count * exposed
+        elif x.dim == "pp":  # the sender waits out the link; the receiver computes meanwhile:
+            # 2(p−1) messages fill and drain the pipeline (gloo's time only), the 2(m−1) of the
+            # steady state keep the sender from its next micro-batch (the link's time too)
+            raw_comm += (2 * (plan.pp - 1) * message_time(x, fit, None)
+                         + 2 * (plan.microbatches - 1) * message_time(x, fit, link))
     compute = cal.compute_scale * raw_compute
     comm = cal.comm_scale * raw_comm
     step = compute + comm + cal.overhead_s

@@ -174,6 +174,10 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
     """Widget callback: the plan's predicted step, memory and bytes; a measured run on demand."""
     from parlab.core.link import resolve
     cfg = model_config()
+    rest = tp * pp * cp
+    if dp * rest != world_size and world_size % rest == 0:  # dp takes the ranks left over
+        print(f"dp={dp} → {world_size // rest}: dp takes the ranks tp·pp·cp leave")
+        dp = world_size // rest
     plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, microbatches=microbatches if pp > 1 else 1)
     problems = plan.problems(world_size, cfg, 12)
     if problems:

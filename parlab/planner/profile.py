@@ -189,6 +189,8 @@ class CommFit:
     all_reduce: dict  # {group size: parlab.core.cost.AlphaBeta}
     p2p_alpha: float
     p2p_beta: float
+    ring_alpha: float = 0.0  # one ring exchange (isend to r+1, irecv from r−1, wait both), as
+    ring_beta: float = float("inf")  # ring attention passes K/V (async: a thread per message)
 
     def fit(self, n: int):
         return self.all_reduce[n]
@@ -232,7 +234,20 @@ def _time_groups(rank, world_size, sizes, repeats):
                         comm.send(tensor, peer)  # (numel,) back
                 times.append((time.perf_counter() - t0) / 2)
             p2p.append(sorted(times[1:])[len(times[1:]) // 2])
-    return out, p2p
+    ring = []
+    if world_size > 1:
+        for numel in sizes:
+            tensor, incoming, times = torch.ones(numel), torch.empty(numel), []
+            for _ in range(repeats + 1):
+                comm.barrier()
+                t0 = time.perf_counter()
+                send = comm.isend(tensor, (rank + 1) % world_size)  # (numel,) to r+1
+                recv = comm.irecv(incoming, (rank - 1) % world_size)  # (numel,) from r−1
+                send.wait()
+                recv.wait()
+                times.append(time.perf_counter() - t0)
+            ring.append(sorted(times[1:])[len(times[1:]) // 2])
+    return out, p2p, ring
 
 
 def calibrate_comm(world_size: int, repeats: int = 7) -> CommFit:
@@ -253,8 +268,11 @@ def calibrate_comm(world_size: int, repeats: int = 7) -> CommFit:
         for g in per_rank[0][0]:
             seconds = [max(r[0][g][i] for r in per_rank) for i in range(len(SIZES))]
             fits[g] = fit_alpha_beta(nbytes, seconds, g, "ring")
-        p2p = [max(r[1][i] for r in per_rank) for i in range(len(SIZES))]
-        slope = max((p2p[-1] - p2p[0]) / (nbytes[-1] - nbytes[0]), 1e-12)
-        fit = CommFit(world_size, fits, max(p2p[0] - slope * nbytes[0], 0.0), 1.0 / slope)
+        lines = []
+        for k in (1, 2):  # point-to-point, ring exchange: α + n/β through two sizes' ends
+            t = [max(r[k][i] for r in per_rank) for i in range(len(SIZES))]
+            slope = max((t[-1] - t[0]) / (nbytes[-1] - nbytes[0]), 1e-12)
+            lines += [max(t[0] - slope * nbytes[0], 0.0), 1.0 / slope]
+        fit = CommFit(world_size, fits, *lines)
     _CACHE[("comm", world_size)] = fit
     return fit
