@@ -197,3 +197,30 @@ def test_precedences_cover_both_directions():
     assert (Task("F", "stem", 0), Task("F", "attn", 0)) in prec
     assert (Task("B", "attn", 0), Task("B", "stem", 0)) in prec
     assert torch.is_tensor(demo_graph(measure=False).data(0)["x"])
+
+
+def test_report_rows_and_drawings(capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from parlab.planner.explore_placement import (
+        draw,
+        draw_run,
+        placement_report,
+        print_report,
+        run_both,
+    )
+
+    g = graph(m=2, **TINY)
+    runs = run_both(g, 2, steps=1)
+    rows = placement_report(g, 2, runs=runs)
+    assert [r["plan"] for r in rows] == ["planned (MILP)", "1F1B pipeline"]
+    for r in rows:
+        assert r["match"] and r["bytes_ledger"] == r["bytes_closed_form"]
+        assert r["measured_ms"] > 0 and len(r["measured_bubble"]) == 2
+    assert rows[0]["predicted_ms"] <= rows[1]["predicted_ms"] + 1e-9  # optimal ≤ 1F1B, same model
+    print_report(rows)
+    out = capsys.readouterr().out
+    assert "1F1B closed form" in out and out.count("match: True") == 2
+    assert draw(g, solve(g, 2)).get_title().startswith("milp predicted")
+    assert "measured" in draw_run(runs["1F1B pipeline"][1]).get_title()

@@ -19,7 +19,10 @@ API for notebook 13:
 
 from __future__ import annotations
 
+import os
+
 from parlab.core.link import Link, resolve
+from parlab.pipeline.cost import theory_bubble
 from parlab.planner.graph import Graph, demo_graph
 from parlab.planner.placement import Plan, evaluate, solve
 from parlab.planner.placement_run import (
@@ -107,6 +110,7 @@ def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, s
                      "predicted_bubble": list(model.bubble), "measured_bubble": run.bubble,
                      "bytes_closed_form": message_bytes(graph, plan),
                      "bytes_ledger": run.sent_bytes(0), "match": check["match"],
+                     "ranks": plan.ranks, "microbatches": graph.microbatches,
                      "max_diff": max(check["loss"], check["grad"], check["param"])})
     return rows
 
@@ -127,6 +131,16 @@ def print_report(rows: list[dict]) -> None:
               f"   match: {r['match']}")
     print("predicted: the α-β model with op times profiled once; replay: the same plan timed with "
           "the task times this run measured (compute drift removed, messages still modelled)")
+    for r in rows:
+        if r["plan"].startswith("1F1B") and r["ranks"] > 1:
+            p, m = r["ranks"], r["microbatches"]
+            mean = sum(r["predicted_bubble"]) / p
+            print(f"1F1B closed form (p−1)/(m+p−1) = {theory_bubble('1f1b', p, m):.0%} for equal "
+                  f"stages with F = B (Narayanan et al., ICML 2021); with these unequal stages the "
+                  f"model gives {mean:.0%} on average, the run {sum(r['measured_bubble']) / p:.0%}")
+    if rows and rows[0]["ranks"] > (os.cpu_count() or 1):
+        print(f"note: {rows[0]['ranks']} ranks share {os.cpu_count()} cores here, so branches the "
+              "plan runs at once cannot all compute at once: measured times exceed the model")
     if len(rows) < 2:
         return
     a, b = rows[0], rows[1]
