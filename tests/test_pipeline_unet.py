@@ -79,6 +79,12 @@ def test_unet_pipeline_equals_single_and_ledger_equals_closed_form(reference, sc
                ("pp-fwd", "pp-bwd", "pp-skip", "pp-skip-bwd")}
         assert got == {"pp-fwd": 3 * main_f, "pp-bwd": 3 * main_b, "pp-skip": 3 * skip_f,
                        "pp-skip-bwd": 3 * skip_b}, (rank, got)
+    from parlab.pipeline import cost
+    from parlab.pipeline.schemes import resolve
+    name = options.get("schedule", scheme.removeprefix("pp-"))
+    m = resolve(r.config, name).microbatches
+    for rank in range(world):
+        assert out[rank].extras["in_flight_peak"] == cost.in_flight_peak(name, pp, m, rank % pp)
     if pp > 1:
         skips = [e for e in r.timeline if e["kind"] == "comm"
                  and e["args"].get("phase", "").startswith("pp-skip")]

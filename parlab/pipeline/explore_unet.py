@@ -212,8 +212,11 @@ def inference_compare(model, index: int = 0, side: int = 64, window: int = 16,
                f"than {window}³ windows are")
     print(f"diagnosis: whole-volume Dice {w['dice']:.3f} vs tiled {t['dice']:.3f} "
           f"({w['dice'] - t['dice']:+.3f}): {why}")
+    cache = (f"; the whole volume is slower here: a {window}³ window's feature maps "
+             f"({cfg.base * window ** 3 * 4 // 1024} KiB per map at level 0) stay in this CPU's "
+             "cache, the whole volume's do not" if w["seconds"] > t["seconds"] else "")
     print(f"whole / tiled time {w['seconds'] / t['seconds']:.2f}× (one call vs "
-          f"{(side // window) ** 3} calls on the same voxels); overlapping windows "
+          f"{(side // window) ** 3} calls on the same voxels{cache}); overlapping windows "
           f"{o['seconds'] / t['seconds']:.1f}× the tiled time (closed form "
           f"{len(range(0, side - window + 1, window // 2)) ** 3 / (side // window) ** 3:.1f}× the "
           f"windows), Dice {o['dice']:.3f}")
