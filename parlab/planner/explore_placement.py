@@ -41,18 +41,17 @@ SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "
          "head": "hd"}
 
 
-def _gantt(ax, bars, ranks, title):
-    colors = {"F": "#4C72B0", "B": "#55A868"}
+def _gantt(ax, bars, ranks, title, comm=()):
+    """`parlab.viz.timeline` of the bars (rank, t0, t1, task), each labelled with its op and
+    micro-batch; `comm`: the run's communication and wait events, drawn above and below."""
+    from parlab.viz import timeline
+    events = [{"rank": r, "kind": "compute", "name": "forward" if task[0] == "F" else "backward",
+               "t0": t0, "t1": t1, "args": {}} for r, t0, t1, task in bars] + list(comm)
+    ax = timeline(events, ax=ax, title=title, step=None)
     for rank, t0, t1, task in bars:
-        ax.broken_barh([(t0 * 1e3, (t1 - t0) * 1e3)], (rank - 0.3, 0.6),
-                       facecolors=colors[task[0]], edgecolor="white")
-        if (t1 - t0) * 1e3 > 0:
-            ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}", ha="center",
-                    va="center", fontsize=6, color="white", clip_on=True)
+        ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}",
+                ha="center", va="center", fontsize=6, color="white", clip_on=True)
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
-    ax.invert_yaxis()
-    ax.set_xlabel("time (ms)")
-    ax.set_title(title)
     return ax
 
 
@@ -78,8 +77,11 @@ def draw_run(run: PlacementRun, step: int | None = None, ax=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.6 + 0.6 * run.plan.ranks))
     bars = [(e["rank"], e["t0"] - t0, e["t1"] - t0, e["args"]["task"]) for e in events]
+    t1 = max(e["t1"] for e in events)
+    comm = [{**e, "t0": max(e["t0"], t0) - t0, "t1": min(e["t1"], t1) - t0}
+            for e in run.comm_events if e["t1"] > t0 and e["t0"] < t1]
     return _gantt(ax, bars, run.plan.ranks, f"{run.plan.name} measured, step {step}: "
-                  f"{run.makespans[step] * 1e3:.2f} ms")
+                  f"{run.makespans[step] * 1e3:.2f} ms", comm)
 
 
 def run_both(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
