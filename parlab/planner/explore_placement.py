@@ -2,10 +2,10 @@
 
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
 Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) report about half the pipeline bubble
-of a hand-made pipeline schedule at equal memory. Here the same claim is checked on one small
-branchy graph (`parlab.planner.graph`): the exact plan (`parlab.planner.placement.solve`) against
-1F1B of the same graph cut into stages (`parlab.planner.placement_run.pipeline_plan`), each
-predicted from measured op times and the α-β link, and each run for real.
+of DualPipe at equal memory. Here the same question is asked of one small branchy graph
+(`parlab.planner.graph`): the exact plan (`parlab.planner.placement.solve`) against 1F1B of the
+same graph cut into stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from
+measured op times and the α-β link, and each run for real.
 
 API for notebook 13:
 
@@ -15,6 +15,11 @@ API for notebook 13:
     rows = placement_report(graph, ranks=2)          # both plans solved, run, compared: printable rows
     print_report(rows)                               # the table, and a diagnosis where the
                                                      # measured order of the plans differs from the model
+    show(ranks=2, microbatches=2, link="loopback")   # all of it for one setting (a widget callback)
+
+`build_milp(graph, ranks)[0].text()` prints the model without solving it; `exhaustive(graph, ranks)`
+(≤ 16 tasks: microbatches=1) is the check the MILP must agree with; `parlab.viz.timeline(run.timeline)`
+draws a run with its communication and waits.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from parlab.planner.placement_run import (
 )
 
 __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
-           "run_both"]
+           "run_both", "show"]
 
 
 SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "cv", "merge": "mg",
@@ -159,3 +164,28 @@ def print_report(rows: list[dict]) -> None:
                  "ran slower in one plan")
               + f"; measured / replay = {ratio[0]:.2f} and {ratio[1]:.2f} (what messages and "
                 "waits cost beyond the α-β model)")
+
+
+def show(ranks: int = 2, microbatches: int = 2, link: Link | str | None = "loopback",
+         steps: int = 3, graph: Graph | None = None) -> list[dict]:
+    """One setting end to end: the op times, the MILP's size, both plans predicted and drawn, both
+    run, the report. Returns the report's rows."""
+    import matplotlib.pyplot as plt
+    graph = demo_graph(microbatches=microbatches) if graph is None else graph
+    fwd, bwd = graph.times()
+    print("measured op times (ms, forward / backward, one micro-batch): " + ", ".join(
+        f"{n} {fwd[n] * 1e3:.2f}/{bwd[n] * 1e3:.2f}" for n in graph.names))
+    print("edges (bytes per micro-batch): " + ", ".join(f"{u}→{v} {b:,}" for u, v, b in graph.edges()))
+    runs = run_both(graph, ranks, link, steps)
+    plan = runs["planned (MILP)"][0]
+    print(f"MILP: {plan.status}, solved in {plan.solve_s:.1f} s")
+    print(plan.model.splitlines()[0] if plan.model else "")
+    print(plan.text())
+    _, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 1.2 * ranks), sharex=True)
+    for ax, (plan, _) in zip(axes, runs.values()):
+        draw(graph, plan, link, ax=ax)
+    plt.tight_layout()
+    plt.show()
+    rows = placement_report(graph, ranks, link, steps, runs=runs)
+    print_report(rows)
+    return rows
