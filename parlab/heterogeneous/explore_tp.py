@@ -41,12 +41,12 @@ def split_table(world_size: int, speeds, fixed: float = 0.1, collective: str = "
 
 
 # ----------------------------------------------------------------------------- 2. exact, bytes
-def check_tp_exact(world_size: int, speeds, steps: int = 2) -> dict:
-    """hetero-tp (even and LP shares, padded and exact collectives) against `single`, and each
-    rank's bytes beside the closed form."""
+def check_tp_exact(world_size: int, speeds, steps: int = 2, shardings=("even", "lp")) -> dict:
+    """hetero-tp (each sharding, padded and exact collectives) against `single`, and each rank's
+    bytes beside the closed form."""
     ref = parlab.run("single", steps=steps)
     results = {}
-    for sharding in ("even", "lp"):
+    for sharding in shardings:
         for collective in VARIANTS:
             r = parlab.run("hetero-tp", world_size=world_size, steps=steps, speeds=speeds,
                            shard=sharding, collective=collective)
@@ -147,15 +147,15 @@ def print_collective_times(rows: list[dict]) -> None:
 # ----------------------------------------------------------------------------- 4. step time
 def measure_tp_shardings(world_size: int, ratios, steps: int = 4, scale: float = SCALE,
                          collective: str = "exact", model_config=None, link=None,
-                         fixed: float = 0.1, repeats: int = 1) -> list[dict]:
-    """Step time of hetero-tp under each sharding beside `cost.tp_step_time`: `repeats` rounds of
-    one run per sharding, interleaved (so a burst of load on the shared cores hits all of them),
-    the median step of each."""
+                         fixed: float = 0.1, repeats: int = 1, shardings=SHARDINGS) -> list[dict]:
+    """Step time of hetero-tp under each sharding (even first) beside `cost.tp_step_time`:
+    `repeats` rounds of one run per sharding, interleaved (so a burst of load on the shared cores
+    hits all of them), the median step of each."""
     speeds = [r * scale for r in ratios]
-    times: dict[str, list[float]] = {s: [] for s in SHARDINGS}
+    times: dict[str, list[float]] = {s: [] for s in shardings}
     out = {}
     for _ in range(repeats):
-        for sharding in SHARDINGS:
+        for sharding in shardings:
             r = parlab.run("hetero-tp", world_size=world_size, steps=steps, speeds=speeds,
                            shard=sharding, collective=collective, model_config=model_config,
                            link=link, fixed=fixed)
