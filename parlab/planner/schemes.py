@@ -22,7 +22,7 @@ import torch
 
 from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
-from parlab.engine.loop import Strategy, build_model, make_optimizer, state_of, step_batch, train
+from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.pipeline.executor import PipelineExecutor
@@ -157,9 +157,6 @@ class ND(Strategy):
         if self.model.zero is not None:
             return self.model.zero.memory(self.optimizer)
         return super().memory()
-
-    def state(self) -> dict | None:
-        return state_of(self.model) if self.holds_state else None
 
     def extras(self) -> dict:
         out = {**self.coords, "plan": self.plan.options(),
