@@ -54,7 +54,8 @@ class UNetExecutor:
                 buf = torch.empty(self._main_shape(s, rows))  # (mb, c, s, s, s)
                 box[("F", s, i)] = self.comm_f.recv(buf, sched.rank_of(s - 1), phase="pp-fwd")
             elif a.op == "RECV_B":
-                buf = torch.empty(layer_output_shape(self.cfg, self.stages[s].hi - 1, rows))
+                shape = layer_output_shape(self.cfg, self.stages[s].hi - 1, rows)  # (mb, c, s, s, s)
+                buf = torch.empty(shape)  # ∂L/∂(this stage's output)
                 box[("B", s, i)] = self.comm_b.recv(buf, sched.rank_of(s + 1), phase="pp-bwd")
             elif a.op == "SEND_F":
                 out = saved[(s, i)][2].detach()  # (mb, c, s, s, s)
@@ -84,7 +85,7 @@ class UNetExecutor:
             buf = torch.empty(skip_shape(self.cfg, k, rows))  # (mb, c_k, S/2^k, ., .)
             src = sched.rank_of(stage.producer[k])
             got = box.pop(("S", k, i)) if src == self.pp_rank else \
-                self.skip_f.recv(buf, src, phase="pp-skip")
+                self.skip_f.recv(buf, src, phase="pp-skip")  # (mb, c_k, S/2^k, ., .) from stage p
             skips_in[k] = got.detach().requires_grad_()
         before = self.meter.current
         losses = []
@@ -114,7 +115,7 @@ class UNetExecutor:
             src = sched.rank_of(stage.consumer[k])
             buf = torch.empty(skip_shape(self.cfg, k, rows))  # (mb, c_k, S/2^k, ., .)
             g = box.pop(("SB", k, i)) if src == self.pp_rank else \
-                self.skip_b.recv(buf, src, phase="pp-skip-bwd")
+                self.skip_b.recv(buf, src, phase="pp-skip-bwd")  # ∂L/∂skip (mb, c_k, ...) from t
             roots.append(skips_out[k])
             grads.append(g)
         with self.ctx.span("B", stage=s, mb=i, step=step), self.meter:
