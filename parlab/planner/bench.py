@@ -57,7 +57,7 @@ def run_sweeps(world_size: int, links: list, steps: int, cap_mb: float, subset8:
         out.append(s)
     if subset8:
         cfg = explore.model_config()
-        plans = search.candidate_plans(8, cfg, zero_stages=(0,), microbatches=(2,))
+        plans = search.candidate_plans(8, cfg, zero_stages=(0, 1), microbatches=(2,))
         pure = search.pure_plans(plans)
         rest = [p for p in plans if p not in pure]
         chosen = pure + rest[:: max(1, len(rest) // max(1, subset8 - len(pure)))][
@@ -71,9 +71,10 @@ def main(argv=None) -> int:
     parser.add_argument("--world-size", type=int, default=4)
     parser.add_argument("--links", default="loopback,10GbE",
                         help="comma-separated links (loopback or a parlab.core.link preset)")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=6,
+                        help="steps per run (the step time is the median after the first)")
     parser.add_argument("--cap-mb", type=float, default=1.7, help="memory cap per rank (MB)")
-    parser.add_argument("--subset8", type=int, default=6,
+    parser.add_argument("--subset8", type=int, default=8,
                         help="plans to run at world size 8 (0: none)")
     parser.add_argument("--json", default=None, help="write the numbers here")
     args = parser.parse_args(argv)

@@ -260,9 +260,9 @@ class Calibration:
 
 
 def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
-    """Non-negative least squares of relative error over (raw prediction, measured step); the
-    overhead is fitted only from 6 plans on (with the 2–4 single-dimension plans of a world size,
-    three free numbers would follow the noise of one run)."""
+    """Non-negative least absolute relative error over (raw prediction, measured step); the
+    overhead is fitted only from 6 plans on (three free numbers on fewer plans would follow the
+    noise of one run)."""
     import numpy as np
     from scipy.optimize import nnls
     if len(predictions) != len(measured_s) or not predictions:
@@ -271,7 +271,12 @@ def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
     columns = 3 if len(predictions) >= 6 else 2  # a per-step overhead only with enough plans
     a = np.array([[p.raw_compute_s, p.raw_comm_s, 1.0][:columns] for p in predictions])
     t = np.asarray(measured_s, dtype=float)
-    solution, _ = nnls(a / t[:, None], np.ones_like(t))
+    a = a / t[:, None]  # each row relative to its measured step
+    weights = np.ones_like(t)
+    for _ in range(30):  # least absolute relative error (IRLS, as parlab.core.cost's α-β fit):
+        sw = np.sqrt(weights)  # one plan stalled by the machine's load moves the fit less
+        solution, _ = nnls(a * sw[:, None], sw)
+        weights = 1.0 / np.maximum(np.abs(a @ solution - 1.0), 1e-3)
     return Calibration(*map(float, solution))
 
 

@@ -27,15 +27,16 @@ def candidate_plans(world_size: int, model_config, batch_size: int = 12, zero_st
 
 
 def pure_plans(plans: list[Plan]) -> list[Plan]:
-    """The single-dimension plans among `plans` (one degree = the world size, no ZeRO, first
-    micro-batch count): what the calibration is fitted on."""
-    out, seen = [], set()
-    for p in plans:
-        degrees = [d for d in ("dp", "tp", "pp", "cp") if getattr(p, d) > 1]
-        if len(degrees) == 1 and not p.zero and not p.checkpoint and degrees[0] not in seen:
-            seen.add(degrees[0])
-            out.append(p)
-    return out
+    """The one-dimensional plans among `plans` (one degree = the world size; any ZeRO stage,
+    micro-batches): what the calibration is fitted on — every composition of two or more
+    dimensions stays a held-out prediction."""
+    one = [p for p in plans if sum(getattr(p, d) > 1 for d in ("dp", "tp", "pp", "cp")) == 1]
+    if len(one) < len(plans):
+        return one
+    # nothing composed (world size 2 or a prime): calibrate on each dimension's plain variant,
+    # hold its ZeRO and micro-batch variants out
+    return [p for p in one if not p.zero and not p.checkpoint
+            and p.microbatches == min(q.microbatches for q in one if q.pp == p.pp)]
 
 
 def choose(predictions: list, memory_cap: float | None = None):
