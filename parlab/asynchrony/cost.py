@@ -22,6 +22,10 @@ Sharded over k servers (server i holds Ψ_i elements, `shard_sizes(Ψ, k)`; M_i 
 hears each worker's STOP header). Server i's link carries W·M_i each way per ssp update: k servers
 cut the busiest link by k.
 
+`ps-dualbatch` (Lu et al. 2025) moves the same messages as ps-async (a small batch's gradient is
+still Ψ floats): `async_bytes` with the job counts of its own seeded schedule
+(`async_jobs(cfg, parlab.asynchrony.dualbatch.dual_schedule(cfg))`).
+
 Which worker does how many async jobs depends on timing; with `delays="seeded"` it is the seeded
 schedule's, computed here exactly by running the server's book without processes
 (`parlab.asynchrony.versions.simulate`). Without it, the prediction splits the jobs evenly, which
