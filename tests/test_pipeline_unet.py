@@ -192,3 +192,12 @@ def test_reshard_between_meshes_of_different_widths(gpt_reference, widths, metho
 def test_widths_bad_input_is_named(kwargs, word):
     with pytest.raises(ValueError, match=word):
         parlab.run("pp-reshard", **kwargs)
+
+
+def test_activation_checkpointing_recomputes_unet_layers_exactly(reference):
+    """Every U-Net layer is a pure function (skips kept outside it), so checkpointing recomputes
+    it in backward; the pipeline with checkpoint=True is still the single process."""
+    r = parlab.run("pp-1f1b", world_size=2, model="unet3d", steps=3, batch_size=BATCH,
+                   checkpoint=True)
+    assert r.compare(reference).match
+    assert max(m["activations"] for m in r.memory) < reference.memory[0]["activations"] / 2

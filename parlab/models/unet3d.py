@@ -2,10 +2,11 @@
 `parlab.models.volumes`: the model LAMP pipelines (Zhu et al., "LAMP: Large Deep Nets with
 Automated Model Parallelism for Image Segmentation", MICCAI 2020).
 
-The network is a flat list of `layers`, each `layer(x, skips) -> x`, so a pipeline cuts it into
-contiguous stages as it cuts a transformer — with one difference a transformer never has: an encoder
-layer `Down(k)` leaves its feature map in `skips[k]`, and the decoder layer `Up(k)`, 2(L−1−k)
-layers later, concatenates it. Cut into stages, skip k crosses from the stage of `Down(k)` to the
+The network is a flat list of `layers`, each a pure `layer(x, skip) -> (x, skip made)`, so a
+pipeline cuts it into contiguous stages as it cuts a transformer (and activation checkpointing can
+recompute any layer) — with one difference a transformer never has: an encoder layer `Down(k)`
+makes a feature map that `run_layers` keeps in `skips[k]`, and the decoder layer `Up(k)`,
+2(L−1−k) layers later, concatenates it. Cut into stages, skip k crosses from the stage of `Down(k)` to the
 stage of `Up(k)`, possibly over several stages in between (`parlab.pipeline.unet_stages`).
 
     Down(0) … Down(L−2)  Bottom  Up(L−2) … Up(0)  Head     (2L layers, L = levels)
@@ -70,29 +71,34 @@ class ConvBlock(nn.Module):
 
 
 class Down(nn.Module):
-    """Encoder level k: convolve, leave the result in skips[k], halve the side."""
+    """Encoder level k: convolve (the result is skip k), halve the side."""
+
+    makes, takes = True, False
 
     def __init__(self, level: int, c_in: int, c_out: int):
         super().__init__()
         self.level, self.block = level, ConvBlock(c_in, c_out)
 
-    def forward(self, x, skips: dict):
+    def forward(self, x, skip=None):
         h = self.block(x)  # (B, c_k, S/2^k, ., .)
-        skips[self.level] = h
-        return F.max_pool3d(h, 2)  # (B, c_k, S/2^(k+1), ., .)
+        return F.max_pool3d(h, 2), h  # (B, c_k, S/2^(k+1), ., .), skip k
 
 
 class Bottom(nn.Module):
+    makes, takes = False, False
+
     def __init__(self, c_in: int, c_out: int):
         super().__init__()
         self.block = ConvBlock(c_in, c_out)
 
-    def forward(self, x, skips: dict):
-        return self.block(x)  # (B, c_{L-1}, S/2^(L-1), ., .)
+    def forward(self, x, skip=None):
+        return self.block(x), None  # (B, c_{L-1}, S/2^(L-1), ., .)
 
 
 class Up(nn.Module):
-    """Decoder level k: double the side, concatenate skips[k], convolve."""
+    """Decoder level k: double the side, concatenate skip k, convolve."""
+
+    makes, takes = False, True
 
     def __init__(self, level: int, c_in: int, c_out: int):
         super().__init__()
@@ -100,18 +106,20 @@ class Up(nn.Module):
         self.up = nn.ConvTranspose3d(c_in, c_out, 2, stride=2)
         self.block = ConvBlock(2 * c_out, c_out)
 
-    def forward(self, x, skips: dict):
+    def forward(self, x, skip=None):
         x = self.up(x)  # (B, c_k, S/2^k, ., .)
-        return self.block(torch.cat([x, skips.pop(self.level)], dim=1))  # (B, 2c_k → c_k, ...)
+        return self.block(torch.cat([x, skip], dim=1)), None  # (B, 2c_k → c_k, S/2^k, ., .)
 
 
 class Head(nn.Module):
+    makes, takes = False, False
+
     def __init__(self, c_in: int, classes: int):
         super().__init__()
         self.conv = nn.Conv3d(c_in, classes, 1)
 
-    def forward(self, x, skips: dict):
-        return self.conv(x)  # (B, classes, S, S, S)
+    def forward(self, x, skip=None):
+        return self.conv(x), None  # (B, classes, S, S, S)
 
 
 class UNet3D(nn.Module):
@@ -144,7 +152,10 @@ class UNet3D(nn.Module):
     def run_layers(self, x, skips: dict, lo: int, hi: int):
         """Layers [lo, hi) on x with the skips in flight (a pipeline stage's forward)."""
         for layer in self.layers[lo:hi]:
-            x = maybe_checkpoint(layer, self.activation_checkpointing, x, skips)
+            skip = skips.pop(layer.level) if layer.takes else None  # (B, c_k, S/2^k, ., .)
+            x, made = maybe_checkpoint(layer, self.activation_checkpointing, x, skip)
+            if layer.makes:
+                skips[layer.level] = made  # (B, c_k, S/2^k, ., .) until Up(k)
         return x
 
     def forward(self, x):
