@@ -86,6 +86,7 @@ def test_uneven_bytes_closed_form():
     ({"world_size": 2, "collective": "ragged"}, "collective='ragged'"),
     ({"world_size": 2, "fixed": -0.5}, "fixed=-0.5"),
     ({"world_size": 2, "model": "mlp"}, "model='mlp'"),
+    ({"world_size": 2, "checkpoint": True}, "checkpoint=True"),
 ])
 def test_bad_input_is_named_before_launch(kwargs, named):
     with pytest.raises(ValueError) as info:

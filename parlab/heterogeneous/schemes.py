@@ -80,6 +80,9 @@ FIXED_TP = 0.1
 
 
 def _validate_tp(cfg):
+    if cfg.checkpoint:
+        raise ValueError("checkpoint=True is not supported by hetero-tp: backward would recompute the "
+                         "blocks' uneven collectives, which its closed forms (cost.tp_bytes) do not count")
     weights = cost.tp_ratios(cfg)
     found = problems(tp_split(cfg.model_config, weights), cost.speeds_of(cfg), cfg.options["shard"],
                      weights)
