@@ -138,6 +138,11 @@ def print_collective_times(rows: list[dict]) -> None:
         if (ratio > 1.1) != (modelled > 1.1):
             line += (" — measured and modelled disagree on whether exact is faster: the link's time is "
                      "not the whole op here (the hand-written ring's per-message CPU work is)")
+        slow = rows[1]["ms"] / rows[1]["model_ms"]
+        if slow > 1.15:
+            line += (f"\n  exact took {slow:.2f}× its model: each ring step of the reduce-scatter waits for "
+                     "its predecessor's message, so a large chunk delays the steps behind it; the "
+                     "busiest-sender model counts bytes, not that chain")
     elif ratio < 1:
         line += (" — no emulated link: the bytes cost almost nothing on the loopback, and the exact "
                  "reduce-scatter's N−1 separate messages cost more CPU than padding saves")
