@@ -15,8 +15,9 @@ sub-group of a dp group, so ep must divide dp.
 `Plan.problems` names every factor a plan fails, before any process starts — the degrees that do
 not divide the model or the batch, and the combinations the composition (`parlab.planner.compose`)
 cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
-micro-batch); `enumerate_plans` lists every valid plan of a world size, which is what the planner
-searches.
+micro-batch), and on a mixture-of-experts model pp, cp or micro-batches (its capacity rule orders
+the whole batch's tokens in one forward) and ZeRO with ep; `enumerate_plans` lists every valid
+plan of a world size, which is what the planner searches.
 """
 
 from __future__ import annotations
