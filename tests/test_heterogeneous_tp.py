@@ -57,6 +57,9 @@ def test_lp_ratios_balance_the_devices_and_a_slow_link_moves_them():
     free, _ = tp_shares.solve(halves, f)
     padded, _ = tp_shares.solve(halves, f, kappa=1.0, variant="padded")
     assert max(padded) < max(free) - 0.1  # padding pays for the largest share: the LP shrinks it
+    # on the tiny GPT a 1GbE link's collectives outweigh the compute (κ ≫ 1): balance the messages
+    slow_link = make_config("hetero-tp", world_size=4, speeds=[1, 1, 1, 0.5], link="1GbE")
+    assert cost.tp_kappa(slow_link) > 10 and cost.tp_split(slow_link)["tokens"] == [8, 8, 8, 8]
 
 
 @pytest.mark.parametrize("sizes", [[6, 2, 2, 2], [3, 3, 3, 1], [2, 1, 3]])
