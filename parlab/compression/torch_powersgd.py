@@ -29,6 +29,9 @@ for the models here.
 
 from __future__ import annotations
 
+import sys
+import time
+
 import torch
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
 from torch.nn.parallel import DistributedDataParallel
@@ -38,6 +41,8 @@ from parlab.core.checks import Bool, Float, Int
 from parlab.data_parallel.sync import GradSync
 from parlab.engine.loop import LossModule, build_model, train
 from parlab.engine.runner import register
+
+WORKER_DRAIN_S = 10.0  # at most this long for gloo's workers to drop the last step's callbacks
 
 
 def serialized_powersgd_hook(comm, buckets_seen: list):
@@ -88,6 +93,7 @@ class TorchPowerSGD(GradSync):
         self.buckets_seen: list = []  # this step's (compressed?, shapes) per bucket
         self.buckets_per_step: list = []
         self.ddp.register_comm_hook(self.powersgd, serialized_powersgd_hook(ctx.comm, self.buckets_seen))
+        self.idle_refs = sys.getrefcount(self.powersgd)  # no callback chain alive
 
     def forward_backward(self, step: int, batch) -> float:
         x, y = batch
@@ -100,12 +106,28 @@ class TorchPowerSGD(GradSync):
         self.buckets_seen.clear()
         return loss.item() / self.shards
 
+    def finish(self) -> None:
+        """Return only once the last step's callbacks are gone from gloo's worker threads.
+
+        DDP's wait ends when the hook's last callback sets the bucket's future; the worker thread
+        then still has to free the callbacks (each needs the GIL), and they hold the process
+        group. If the rank meanwhile returned and destroyed the group, the worker frees the last
+        reference, runs the group's destructor, joins itself, and C++ aborts the rank with
+        "Resource deadlock avoided". Every callback holds the hook's state, so its reference count
+        back at its idle value means none is left."""
+        start = time.monotonic()
+        while sys.getrefcount(self.powersgd) > self.idle_refs \
+                and time.monotonic() < start + WORKER_DRAIN_S:
+            time.sleep(1e-3)  # lets the worker take the GIL
+        self.drain = {"drained": sys.getrefcount(self.powersgd) <= self.idle_refs,
+                      "seconds": time.monotonic() - start}
+
     def comm_buffers(self):
         kept = (self.powersgd.error_dict, self.powersgd.p_memory_dict, self.powersgd.q_memory_dict)
         return [t for d in kept for t in d.values()]
 
     def extras(self) -> dict:
-        return {"buckets": self.buckets_per_step}  # per step: [(compressed?, [shapes]), ...]
+        return {"buckets": self.buckets_per_step, "drain": self.drain}  # per step: (compressed?, shapes)
 
 
 def _validate(cfg) -> None:
