@@ -63,7 +63,8 @@ def test_heterogeneous_prediction_equals_the_ledger(scheme, world_size, options)
 
 # chapter 09 (parlab/asynchrony): the parameter server; async per-worker jobs from the seeded schedule
 PS_CASES = [("ps-sync", 2, {}), ("ps-ssp", 4, {"staleness": 1, "delays": "seeded"}),
-            ("ps-async", 4, {"delays": "seeded", "straggler": 3.0})]
+            ("ps-async", 4, {"delays": "seeded", "straggler": 3.0}),
+            ("ps-dualbatch", 4, {"delays": "seeded", "straggler": 3.0, "small_batch": 4})]
 CASES += PS_CASES
 
 

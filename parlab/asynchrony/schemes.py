@@ -19,13 +19,13 @@ holding a contiguous slice of the flat parameters; exact wherever k = 1 is). The
   2025; `parlab.asynchrony.dualbatch`). With equal batches and no cycles: `ps-async`, exactly.
 """
 
-from parlab.asynchrony.cost import PSCost, schedule_of
+from parlab.asynchrony.cost import PSCost, async_bytes, async_jobs, schedule_of
 from parlab.asynchrony.dualbatch import DualServer, DualWorker, batches, dual_schedule
 from parlab.asynchrony.server import ParameterServer, Worker, assemble
 from parlab.asynchrony.versions import Book
 from parlab.core.checks import Choice, Float, Int
 from parlab.engine.loop import build_model, train
-from parlab.engine.prediction import param_numels
+from parlab.engine.prediction import Prediction, param_numels
 from parlab.engine.runner import register
 
 OPTIONS = {"delays": Choice("none", ("none", "seeded")), "straggler": Float(1.0, min=1.0),
@@ -108,12 +108,23 @@ def _validate_dual(cfg):
         raise ValueError(f"min_seq={o['min_seq']} is above the model's block_size={block}")
 
 
+def _dual_cost(cfg) -> Prediction:
+    """ps-async's closed form on the dual-batch run's own jobs: the seeded virtual clock, whose
+    durations scale with each worker's batch, decides who computes how many (every message holds
+    the parameters, whatever the batch or sequence length)."""
+    numel, servers = sum(param_numels(cfg)), cfg.options["servers"]
+    jobs, exact = async_jobs(cfg, dual_schedule(cfg))
+    how = "the seeded schedule's jobs" if exact else "jobs split evenly (timing decides)"
+    return Prediction(async_bytes(numel, jobs, cfg.steps, servers),
+                      f"ps-async's S·M_0 + 16·W, (S + W)·M_i, J_w·Σ M_i + 16(k − 1); {how}")
+
+
 @register("ps-dualbatch", summary="asynchronous parameter server, large- and small-batch workers "
           "(lr ∝ rows), sequence length growing in cycles", exact=False,
           options={**OPTIONS, "large_batch": Int(None, min=1, none=True),
                    "small_batch": Int(None, min=1, none=True), "small_workers": Int(1, min=0),
                    "cycles": Int(0, min=0), "min_seq": Int(8, min=1), "snapshot_every": Int(0, min=0)},
-          validate=_validate_dual, assemble=assemble)
+          validate=_validate_dual, assemble=assemble, cost=_dual_cost)
 def ps_dualbatch(ctx):
     return parameter_server(ctx, "asp", server_class=DualServer, worker_class=DualWorker,
                             clock_schedule=dual_schedule(ctx.cfg))
