@@ -14,7 +14,8 @@ import json
 
 import parlab
 
-SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "local-sgd", "diloco"]
+SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "torch-powersgd",
+           "local-sgd", "diloco"]  # torch-powersgd: PyTorch's hook, its gloo not link-delayed
 
 
 def measure(world_size: int, link: str, steps: int, schemes: list[str]) -> list[dict]:

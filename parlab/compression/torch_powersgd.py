@@ -13,18 +13,26 @@ numpy generator, error feedback is kept per bucket, and the first `start_iter` s
 Its collectives go through torch.distributed directly, so the ledger holds nominal records
 (`Comm.record_nominal`, ring bytes) computed from the same rule, bucket by bucket.
 
-Why the hook is wrapped (the "Resource deadlock avoided" abort): the hook issues its P and Q
-all-reduces from `Future.then` callbacks, which on gloo run on the process group's worker
-threads, while the autograd thread goes on issuing the next buckets' first all-reduce. Gloo
-pairs collectives by the order each rank issues them, and that order now differs between ranks:
-rank 0's P all-reduce (128 floats) meets rank 1's uncompressed one (64 floats) — gloo aborts
-("op.preamble.length <= op.nbytes. 128 vs 64"), or, when sizes coincide, mixes tensors or hangs.
-It needs two or more buckets (one bucket: one chain, no race), so it struck our loop (chapter 01's
-0.05 MiB buckets) and not a plain one-bucket script; error feedback and warm start were not the
-cause (the abort reproduces with both off). The wrapper waits for the previous bucket's future
-before starting the next bucket's hook, so every rank issues the same collectives in the same
-order (at the price of overlap between buckets). Default `bucket_mb`=25 (PyTorch's): one bucket
-for the models here.
+Two traps, both in how the hook meets gloo, both handled here:
+
+1. Collective order. The hook issues its P and Q all-reduces from `Future.then` callbacks, which on
+   gloo run on the process group's worker threads, while the autograd thread goes on issuing the
+   next buckets' first all-reduce. Gloo pairs collectives by the order each rank issues them, and
+   that order then differs between ranks: rank 0's P all-reduce (128 floats) meets rank 1's
+   uncompressed one (64 floats) and gloo aborts ("op.preamble.length <= op.nbytes. 128 vs 64"),
+   or, when sizes coincide, mixes tensors or hangs. It takes two or more buckets (chapter 01's
+   0.05 MiB; one bucket is one chain), with or without error feedback and warm start. The
+   wrapper waits for the previous bucket's future before starting the next bucket's hook, so
+   every rank issues the same collectives in the same order (losing overlap between buckets).
+2. Teardown. The callbacks hold the process group, and a worker frees them only after it has
+   set the future DDP waits for — and after taking the GIL. A rank that meanwhile finished and
+   destroyed the group leaves the last reference to the worker, which runs the group's
+   destructor, joins its own thread, and C++ aborts the rank with "Resource deadlock avoided"
+   (seen by faulthandler: a thread with no Python frame, the main thread already past
+   `destroy_process_group`). Three of four full test runs aborted so; `finish` now waits until
+   the callbacks are gone (none of four since).
+
+Default `bucket_mb`=25 (PyTorch's): one bucket for the models here.
 """
 
 from __future__ import annotations
