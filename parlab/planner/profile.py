@@ -72,14 +72,16 @@ class Profile:
         return self.block_fwd.rate
 
 
-def _median_time(fn, repeats: int) -> float:
+def _fastest_time(fn, repeats: int) -> float:
+    """Fastest of `repeats` timed calls after a warm-up: on a shared machine other jobs only ever
+    add time, so the fastest call is the uncontended cost (as `parlab.pipeline.partition`)."""
+    fn()
     times = []
-    for _ in range(repeats + 1):
+    for _ in range(repeats):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    times = sorted(times[1:])  # the first is a warm-up
-    return times[len(times) // 2]
+    return min(times)
 
 
 def _fit(x: tuple[float, float], t: tuple[float, float]) -> Line:
@@ -91,11 +93,11 @@ def _fit(x: tuple[float, float], t: tuple[float, float]) -> Line:
 def _block_times(block, rows: int, seq: int, n_embd: int, repeats: int) -> tuple[float, float]:
     x = torch.randn(rows, seq, n_embd, requires_grad=True)  # (B, T, C)
     grad = torch.randn(rows, seq, n_embd)  # (B, T, C)
-    fwd = _median_time(lambda: block(x), repeats)
+    fwd = _fastest_time(lambda: block(x), repeats)
 
     def both():
         block(x).backward(grad)
-    total = _median_time(both, repeats)
+    total = _fastest_time(both, repeats)
     return fwd, max(total - fwd, 1e-9)
 
 
@@ -110,8 +112,8 @@ def _outside_times(model, rows: int, seq: int, repeats: int) -> tuple[float, flo
         logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
             model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
         return emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
-    fwd = _median_time(forward, repeats)
-    total = _median_time(lambda: forward().backward(), repeats)
+    fwd = _fastest_time(forward, repeats)
+    total = _fastest_time(lambda: forward().backward(), repeats)
     return fwd, max(total - fwd, 1e-9)
 
 
@@ -127,8 +129,8 @@ def _chunk_overhead(rows: int, cfg, repeats: int) -> float:
 
     def run(block):
         return lambda: blockwise_attention(q, k, v, block).sum().backward()
-    many = _median_time(run(cfg.block_size // blocks), repeats)
-    one = _median_time(run(cfg.block_size), repeats)
+    many = _fastest_time(run(cfg.block_size // blocks), repeats)
+    one = _fastest_time(run(cfg.block_size), repeats)
     return max(many - one, 0.0) / (blocks - 1)
 
 
@@ -161,9 +163,9 @@ def measure(model_config, rows: int = 12, repeats: int = 9) -> Profile:
         for p in params:
             p.grad = torch.randn_like(p)
         opt_all = torch.optim.AdamW(params, lr=1e-3)
-        t_all = _median_time(opt_all.step, repeats)
+        t_all = _fastest_time(opt_all.step, repeats)
         opt_one = torch.optim.AdamW([params[0]], lr=1e-3)
-        t_one = _median_time(opt_one.step, repeats)
+        t_one = _fastest_time(opt_one.step, repeats)
         n_all, e_all, e_one = len(params), sum(p.numel() for p in params), params[0].numel()
         per_element = max((t_all - t_one) - (n_all - 1) * t_one * 0.5, 0.0) / max(e_all - e_one, 1)
         per_tensor = max((t_all - per_element * e_all) / n_all, 0.0)
@@ -215,7 +217,7 @@ def _time_groups(rank, world_size, sizes, repeats):
                 t0 = time.perf_counter()
                 sub.all_reduce(tensor)  # (numel,) summed over a group of g
                 times.append(time.perf_counter() - t0)
-            rows.append(sorted(times[1:])[len(times[1:]) // 2])
+            rows.append(min(times[1:]))  # the first is a warm-up
         out[g] = rows
     p2p = []
     if world_size > 1:
@@ -233,7 +235,7 @@ def _time_groups(rank, world_size, sizes, repeats):
                         comm.recv(tensor, peer)  # (numel,) from the pair's other rank
                         comm.send(tensor, peer)  # (numel,) back
                 times.append((time.perf_counter() - t0) / 2)
-            p2p.append(sorted(times[1:])[len(times[1:]) // 2])
+            p2p.append(min(times[1:]))
     ring = []
     if world_size > 1:
         for numel in sizes:
@@ -246,7 +248,7 @@ def _time_groups(rank, world_size, sizes, repeats):
                 send.wait()
                 recv.wait()
                 times.append(time.perf_counter() - t0)
-            ring.append(sorted(times[1:])[len(times[1:]) // 2])
+            ring.append(min(times[1:]))
     return out, p2p, ring
 
 
