@@ -40,7 +40,10 @@ def test_diagnosis_names_the_flip():
                 "dense": {"seconds": 0.05, "link_s": 0.0, "predicted": 0.05}}
     link = {"ep": {"seconds": 0.30, "link_s": 0.01, "predicted": 0.06},
             "dense": {"seconds": 0.25, "link_s": 0.02, "predicted": 0.07}}
+    lines = explore_dense.diagnose(link, loopback)  # ep is slower on loopback by 150 ms
+    assert len(lines) == 1 and lines[0].startswith("dense < ep") and "150.0 ms" in lines[0]
+    loopback["ep"]["seconds"] = 0.04  # now the link must explain it
     lines = explore_dense.diagnose(link, loopback)
-    assert len(lines) == 1 and "ep vs dense" in lines[0] and "+150.0 ms" in lines[0]
+    assert len(lines) == 1 and "the link added 260.0 ms to ep" in lines[0]
     link["ep"]["seconds"] = 0.2
     assert explore_dense.diagnose(link, loopback) == []

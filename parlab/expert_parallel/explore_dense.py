@@ -98,26 +98,29 @@ def compare(world_size: int, link: str = "1GbE", steps: int = 4, top_k: int = 2)
 
 
 def diagnose(rows: dict, loopback: dict) -> list[str]:
-    """Every pair whose measured order contradicts the predicted one, explained by the measured
-    loopback overhead (each run's loopback step minus the dense one's: work the model omits)."""
+    """Every pair whose measured order on the link contradicts the predicted one, split into the
+    two measured parts of the gap: the loopback difference (compute, routing, gloo — the model
+    says 0) and what the link added to each run (the model says its α-β sum)."""
     lines = []
     names = list(rows)
-    overhead = {n: loopback[n]["seconds"] - loopback["dense"]["seconds"] for n in names}
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            predicted = rows[a]["predicted"] < rows[b]["predicted"]
-            measured = rows[a]["seconds"] < rows[b]["seconds"]
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            predicted = rows[first]["predicted"] < rows[second]["predicted"]
+            measured = rows[first]["seconds"] < rows[second]["seconds"]
             if predicted == measured:
                 continue
-            comm_gap = rows[b]["link_s"] - rows[a]["link_s"]  # what the link adds to b over a
-            extra = overhead[a] - overhead[b]  # what a's machinery costs over b's on loopback
-            why = (f"{a}'s measured loopback overhead over {b} ({1e3 * extra:+.1f} ms) outweighs "
-                   f"the link's {1e3 * comm_gap:+.1f} ms" if abs(extra) >= abs(comm_gap) else
-                   f"the gap ({1e3 * abs(rows[a]['seconds'] - rows[b]['seconds']):.1f} ms) is "
-                   f"not explained by the loopback overhead ({1e3 * extra:+.1f} ms): noise of "
-                   "the shared machine, or overlap the α-β sum does not model")
-            lines.append(f"{a} vs {b}: predicted {a} {'<' if predicted else '>'} {b}, measured "
-                         f"{'<' if measured else '>'} — {why}")
+            a, b = (second, first) if measured else (first, second)  # a: measured slower
+            loop_gap = loopback[a]["seconds"] - loopback[b]["seconds"]
+            added = {n: rows[n]["seconds"] - loopback[n]["seconds"] for n in (a, b)}
+            link_gap, model_gap = added[a] - added[b], rows[a]["link_s"] - rows[b]["link_s"]
+            cause = (f"{a}'s loopback step is slower by {1e3 * loop_gap:.1f} ms (work the FLOP "
+                     "model leaves out)" if loop_gap >= link_gap - model_gap else
+                     f"the link added {1e3 * added[a]:.1f} ms to {a} against α-β's "
+                     f"{1e3 * rows[a]['link_s']:.1f} ms, and {1e3 * added[b]:.1f} ms to {b} against "
+                     f"{1e3 * rows[b]['link_s']:.1f} ms: the α-β sum misses "
+                     f"{1e3 * (link_gap - model_gap):.1f} ms of the difference")
+            lines.append(f"{b} < {a} measured ({1e3 * (rows[a]['seconds'] - rows[b]['seconds']):.1f}"
+                         f" ms), predicted the other way ({1e3 * -model_gap:.1f} ms): {cause}")
     return lines
 
 
