@@ -82,3 +82,15 @@ CASES += LOCAL_CASES
 @pytest.mark.parametrize("scheme,world_size,options", LOCAL_CASES)
 def test_local_learning_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# chapter 13 (parlab/planner): every dimension's closed form composed (ep's routing-dependent
+# all-to-alls are read from the run's routing log, so only dense plans are predicted here)
+ND_CASES = [("nd", 4, {"dp": 2, "tp": 2}), ("nd", 4, {"pp": 2, "cp": 2, "microbatches": 2}),
+            ("nd", 4, {"dp": 2, "pp": 2, "zero": 1})]
+CASES += ND_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", ND_CASES)
+def test_nd_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)

@@ -27,6 +27,7 @@ from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
+from parlab.planner.compose_cost import nd_prediction
 from parlab.planner.plan import DEGREES, SCHEDULES, ZERO_STAGES, Plan
 from parlab.tensor_parallel.layers import assemble_state as tp_assemble
 from parlab.zero.shard import FlatLayout
@@ -202,6 +203,6 @@ def assemble(outputs, cfg) -> dict:
 
 @register("nd", summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
           "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
-          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"))
+          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction)
 def nd_scheme(ctx):
     return train(ctx, ND(ctx))
