@@ -201,3 +201,12 @@ def test_activation_checkpointing_recomputes_unet_layers_exactly(reference):
                    checkpoint=True)
     assert r.compare(reference).match
     assert max(m["activations"] for m in r.memory) < reference.memory[0]["activations"] / 2
+
+
+def test_stage_ranks_keep_the_equal_width_layout():
+    from parlab.pipeline.boundary import boundary_groups, stage_ranks
+    assert stage_ranks([2, 2]) == [[0, 2], [1, 3]]  # d·pp + s, as Mesh([("dp", 2), ("pp", 2)])
+    assert stage_ranks([2, 1]) == [[0, 2], [1]]
+    assert stage_ranks([1, 2, 1]) == [[0], [1, 3], [2]]
+    assert boundary_groups(2, 2) == boundary_groups(2, [2, 2]) == ([[0, 1, 2, 3]], [[0], [1], [2], [3]])
+    assert boundary_groups(3, [1, 2, 1]) == ([[0, 1, 3], [2]], [[1, 2, 3], [0]])
