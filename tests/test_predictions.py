@@ -52,7 +52,9 @@ def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, option
 # chapter 11 (parlab/heterogeneous): one all-reduce of Ψ per step whatever the shares; backup workers
 # add the all-gather of N arrival times
 HETERO_CASES = [("hetero-dp", 2, {"shard": "lp", "speeds": [1, 0.5]}), ("hetero-dp", 3, {"shard": "even"}),
-                ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1})]
+                ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1}),
+                ("hetero-tp", 3, {"speeds": [1, 1, 0.5], "collective": "padded"}),
+                ("hetero-tp", 4, {"speeds": [1, 1, 1, 0.5]})]
 CASES += HETERO_CASES
 
 

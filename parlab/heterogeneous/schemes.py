@@ -125,6 +125,7 @@ def _assemble_tp(outputs, cfg):
           "proportional | HAP's LP), uneven all-gather / reduce-scatter padded or exact", exact=True,
           options={"shard": Choice("lp", SHARDINGS), "collective": Choice("exact", VARIANTS),
                    "fixed": Float(FIXED_TP, min=0)},
-          validate=_validate_tp, assemble=_assemble_tp, models=("gpt",))
+          validate=_validate_tp, assemble=_assemble_tp, models=("gpt",),
+          cost=cost.hetero_tp_prediction)
 def hetero_tp(ctx):
     return train(ctx, UnevenTensorParallel(ctx))
