@@ -184,9 +184,12 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
         print(f"plan {plan.describe()} does not fit world size {world_size}: " + "; ".join(problems))
         return
     link = None if link == "loopback" else link
+    calibration = _CALIBRATIONS.get((world_size, link)) or _CALIBRATIONS.get((world_size, None))
     p = costmodel.predict(plan, cfg, profile.measure(cfg), profile.calibrate_comm(world_size),
-                          resolve(link), 12, _CALIBRATIONS.get((world_size, link)))
+                          resolve(link), 12, calibration)
     cap = memory_cap_mb * 1e6
+    print("(calibrated by this world size's sweep)" if calibration else
+          "(the raw model: no sweep of this world size has run yet)")
     print(f"{plan.describe()}: predicted step {1e3 * p.step_s:.1f} ms (compute {1e3 * p.compute_s:.1f},"
           f" exposed communication {1e3 * p.exposed_comm_s:.1f}, fraction {p.exposed_fraction:.0%},"
           f" bubble {p.bubble_fraction:.0%})")
