@@ -31,7 +31,7 @@ def _synthetic():
 
 @pytest.mark.parametrize("plan", [Plan(dp=2, zero=1), Plan(tp=2, checkpoint=True),
                                   Plan(pp=2, microbatches=2, schedule="gpipe"),
-                                  Plan(pp=2, microbatches=2)],
+                                  Plan(pp=2, microbatches=2), Plan(cp=2)],
                          ids=lambda p: p.describe())
 def test_memory_and_bytes_equal_measured(plan):
     """Peak rank's params, grads, moments and activations = the closed forms, byte for byte;

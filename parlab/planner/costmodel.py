@@ -19,10 +19,11 @@ cores: every rank is a process on this machine.
 
 Memory per rank: parameters, gradients and AdamW's two moments of the rank's slice (tp divides the
 block matrices, pp keeps its stage's blocks — the first stage the embeddings, the last the final
-norm and the tied head — ZeRO stage s divides over dp what the ZeRO paper's §5 divides, padded per
-unit as `parlab.zero.shard` pads); activations per micro-batch from the tensor-parallel chapter's
-tensor-by-tensor count (`parlab.tensor_parallel.cost.activation_bytes`) times the micro-batches in
-flight (`parlab.pipeline.cost.in_flight_peak`); with checkpointing only each block's input stays.
+norm and the tied head — ZeRO stage s divides over dp × cp what the ZeRO paper's §5 divides,
+padded per unit as `parlab.zero.shard` pads); activations per micro-batch from the tensor-parallel
+chapter's tensor-by-tensor count (`parlab.tensor_parallel.cost.activation_bytes`; ring attention's
+own graph with cp, `ring_attention_extra`) times the micro-batches in flight
+(`parlab.pipeline.cost.in_flight_peak`); with checkpointing only each block's input stays.
 """
 
 from __future__ import annotations
@@ -130,8 +131,8 @@ def activation_memory(m, plan, stage: int, batch_size: int) -> int:
     one = activation_bytes(dataclasses.replace(sub, n_layer=1), rows, plan.tp, False)
     none = activation_bytes(dataclasses.replace(sub, n_layer=0), rows, plan.tp, False)
     per_block = one - none
-    if plan.cp > 1:  # scores of T/cp queries over the (causal, zigzag) half of T keys
-        per_block += FP32 * rows * m.n_head * seq * (m.block_size // 2 - seq) // plan.tp
+    if plan.cp > 1:
+        per_block += ring_attention_extra(m, plan, rows, seq)
     blocks = shard_sizes(m.n_layer, plan.pp)[stage]
     ids = 8 * (rows * seq + seq)  # token ids and positions on the first stage
     outside = (none - ids if stage == plan.pp - 1 else 0) + (ids if stage == 0 else 0)
@@ -143,6 +144,22 @@ def activation_memory(m, plan, stage: int, batch_size: int) -> int:
     in_flight = in_flight_peak(plan.schedule if plan.pp > 1 else "naive", plan.pp,
                                plan.microbatches, stage) if plan.pp > 1 else 1
     return int(in_flight * (per_mb - shared) + shared)
+
+
+def ring_attention_extra(m, plan, rows: int, seq: int) -> int:
+    """Bytes ring attention (chapter 06, zigzag, causal) saves per layer beyond the plain
+    attention that `activation_bytes` counts, counted tensor by tensor from its autograd graph:
+    the same q, k, v storage 3·bsh, plus cp received K/V buffers 2·bsh each, the probabilities
+    of the 2cp+1 chunk blocks a rank computes (b·nh·(T/2cp)² each) instead of one b·nh·s² score
+    matrix, and per merge (2cp−1 of them, the online-softmax rule) the block outputs, log-sum-
+    exps and their two weights — (4cp−2)·(b·nh·c·hs + 2·b·nh·c); no s² causal mask."""
+    b, s, cp = rows, seq, plan.cp
+    nh, hs, c = m.n_head // plan.tp, m.n_embd // m.n_head, seq // 2
+    bsh = b * s * m.n_embd // plan.tp
+    ring = (3 * bsh + 2 * cp * bsh + (2 * cp + 1) * b * nh * c * c
+            + (4 * cp - 2) * (b * nh * c * hs + 2 * b * nh * c))
+    plain = 3 * bsh + nh * b * s * s
+    return FP32 * (ring - plain) - s * s
 
 
 def memory(m, plan, batch_size: int) -> dict:
