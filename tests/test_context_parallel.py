@@ -227,3 +227,44 @@ def test_overlap_fraction_counts_link_time_covered_before_the_wait():
               + message(1.02, 1.02, phase="grad-sync"))
     result = SimpleNamespace(timeline=events)  # step 0's message and other phases are ignored
     assert overlap_fraction(result, link, "cp-backward") == pytest.approx((1e-3 + 0.5e-3) / 2e-3)
+
+
+# ----------------------------------------------------------------------------- the overlap regime
+def test_crossover_and_block_ratio_are_the_closed_forms():
+    from parlab.context_parallel import explore_regime as regime
+    from parlab.core.link import Link
+
+    assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(2 * 150e12 / 450e9)
+    link = Link(1e-3, 2e6, "test", dilation=1e4)
+    flops = 4 * 8 * 64 ** 2 * 32
+    expected = (flops / 150e12 * 1e4) / (1e-3 + 8 * 8 * 64 * 32 / 2e6)
+    assert regime.block_ratio(link, 64, 8, 32, "A100") == pytest.approx(expected)
+
+
+def test_overlap_regime_measures_the_ring_on_the_link():
+    from parlab.context_parallel import explore_regime as regime
+    from parlab.core.link import Link
+
+    link = Link(1e-4, 50e6, "test", dilation=100.0)
+    rows = regime.overlap_regime(2, (16,), link=link, steps=2)
+    (row,) = rows
+    assert row["T"] == 32 and 0.0 <= row["hidden share"] <= 1.0
+    # the ring's link time is what the link charges its sends: one K,V block per layer per pass
+    assert row["ring link ms/step"] > 0 and row["fwd+bwd ms/step"] >= row["blocked ms/step"]
+
+
+def test_explain_regime_says_when_the_share_does_not_rise(capsys):
+    from parlab.context_parallel import explore_regime as regime
+
+    def row(t, ratio, hidden, blocked, link_ms, measured=None):
+        return {"tokens/rank": t, "predicted block compute/transfer": ratio,
+                "measured block compute/transfer": ratio if measured is None else measured,
+                "hidden share": hidden, "blocked ms/step": blocked, "ring link ms/step": link_ms}
+
+    regime.explain_regime([row(64, 0.1, 0.0, 10, 9), row(128, 0.3, 0.5, 5, 10)], 667)
+    assert "As predicted" in capsys.readouterr().out
+    regime.explain_regime([row(64, 0.1, 0.6, 4, 10), row(128, 0.3, 0.0, 12, 10)], 667)
+    out = capsys.readouterr().out
+    assert "Not monotone" in out and "128 tokens/rank the rank was blocked longer" in out
+    regime.explain_regime([row(64, 0.1, 0.0, 10, 9, measured=0.4), row(128, 0.3, 0.9, 1, 10, 1.2)], 667)
+    assert "128 tokens/rank more is hidden than predicted" in capsys.readouterr().out

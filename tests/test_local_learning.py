@@ -161,3 +161,16 @@ def test_exercises_check_without_telling(capsys):
         assert ex.check(answer) and not ex.check(None) and not ex.check("backward")
     out = capsys.readouterr().out
     assert "98304" not in out and "98,304" not in out and "right" in out
+
+
+def test_explain_idle_names_the_link_bound_stage(capsys):
+    from parlab.local_learning import explore
+
+    rows = explore.compare_schemes(2, steps=2, link="1GbE", microbatches=2,
+                                   schemes=(("pp-1f1b", {}), ("local", {})), quiet=True)
+    explore.explain_idle(rows, 2, cores=2)
+    out = capsys.readouterr().out
+    # the 1GbE preset (10 Mbit/s) carries a boundary's activations far slower than the tiny
+    # model computes them: both schemes are link-bound, and the diagnosis says so with numbers
+    assert out.count("link-bound") == 2 and "ms per step on 1GbE" in out
+    assert "share" not in out  # 2 ranks on 2 cores: no oversubscription claimed

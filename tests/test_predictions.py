@@ -52,7 +52,9 @@ def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, option
 # chapter 11 (parlab/heterogeneous): one all-reduce of Ψ per step whatever the shares; backup workers
 # add the all-gather of N arrival times
 HETERO_CASES = [("hetero-dp", 2, {"shard": "lp", "speeds": [1, 0.5]}), ("hetero-dp", 3, {"shard": "even"}),
-                ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1})]
+                ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1}),
+                ("hetero-tp", 3, {"speeds": [1, 1, 0.5], "collective": "padded"}),
+                ("hetero-tp", 4, {"speeds": [1, 1, 1, 0.5]})]
 CASES += HETERO_CASES
 
 
@@ -63,7 +65,8 @@ def test_heterogeneous_prediction_equals_the_ledger(scheme, world_size, options)
 
 # chapter 09 (parlab/asynchrony): the parameter server; async per-worker jobs from the seeded schedule
 PS_CASES = [("ps-sync", 2, {}), ("ps-ssp", 4, {"staleness": 1, "delays": "seeded"}),
-            ("ps-async", 4, {"delays": "seeded", "straggler": 3.0})]
+            ("ps-async", 4, {"delays": "seeded", "straggler": 3.0}),
+            ("ps-dualbatch", 4, {"delays": "seeded", "straggler": 3.0, "small_batch": 4})]
 CASES += PS_CASES
 
 
@@ -80,6 +83,18 @@ CASES += LOCAL_CASES
 
 @pytest.mark.parametrize("scheme,world_size,options", LOCAL_CASES)
 def test_local_learning_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# chapter 13 (parlab/planner): every dimension's closed form composed (ep's routing-dependent
+# all-to-alls are read from the run's routing log, so only dense plans are predicted here)
+ND_CASES = [("nd", 4, {"dp": 2, "tp": 2}), ("nd", 4, {"pp": 2, "cp": 2, "microbatches": 2}),
+            ("nd", 4, {"dp": 2, "pp": 2, "zero": 1})]
+CASES += ND_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", ND_CASES)
+def test_nd_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)
 
 

@@ -26,6 +26,9 @@ def reference():
     ("tp", 2, {"vocab_parallel": True}), ("tp", 4, {"vocab_parallel": True}),
     ("tp", 4, {"tp": 2, "vocab_parallel": True}),
     ("tp", 2, {"checkpoint": True}), ("tp-sp", 4, {"checkpoint": True}),  # recompute redoes comm
+    # async TP: the all-gathers and dx's reduce-scatter as overlapped ring steps, same bytes
+    ("tp-sp", 2, {"async_tp": True}), ("tp-sp", 4, {"async_tp": True}),
+    ("tp-sp", 4, {"tp": 2, "async_tp": True}),
 ])
 def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size, options):
     result = parlab.run(scheme, world_size=world_size, steps=2, **options)
@@ -39,6 +42,9 @@ def test_matches_single_and_ledger_is_closed_form(reference, scheme, world_size,
                                    options.get("checkpoint", False))
         got = {phase: result.bytes_per_rank(phase=phase)[rank] for phase in PHASES}
         assert got == expect, (rank, got, expect)
+        if options.get("async_tp") and out.extras["tp"] > 1:  # ring steps, not collectives
+            ops = {x["op"] for x in result.ledger if x["rank"] == rank and x["phase"] == "tp-forward"}
+            assert ops == {"send", "recv", "reduce_scatter"}, ops
         assert vocab or options.get("checkpoint") or result.memory[rank]["activations"] == activation_bytes(
             result.config.model_config, 12 // out.extras["dp"], out.extras["tp"], sp,
             options.get("regather", True))
@@ -94,6 +100,8 @@ def test_default_tp_uses_every_rank_when_heads_divide():
     (dict(scheme="tp", world_size=2, tp=0), r"tp=0 must be an int"),
     (dict(scheme="tp-sp", world_size=2, regather="yes"), r"regather='yes'"),
     (dict(scheme="tp", world_size=2, model="mlp"), r"model='mlp'"),
+    (dict(scheme="tp-sp", world_size=2, async_tp=True, regather=False),
+     r"async_tp=True .* needs regather=True, got regather=False"),
     (dict(scheme="tp", world_size=2, tp=2, vocab_parallel=True, model_config={"vocab_size": 97}),
      r"vocab_size=97 is not divisible by tp=2"),
     (dict(scheme="tp-sp", world_size=2, vocab_parallel=True), r"\['vocab_parallel'\] are unknown"),

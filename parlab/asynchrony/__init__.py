@@ -14,12 +14,15 @@ Server" (NeurIPS 2013, SSP); Lu et al., "Hybrid Dual-Batch and Cyclic Progressiv
 Efficient Distributed Training" (2025); Chazan & Miranker, "Chaotic relaxation" (1969); Baudet,
 "Asynchronous iterative methods for multiprocessors" (JACM 1978); Bertsekas & Tsitsiklis,
 "Parallel and Distributed Computation: Numerical Methods" (1989, totally asynchronous
-iterations, macroiterations).
+iterations, macroiterations); Miellou, El Baz & Spiteri, "A new class of asynchronous iterative
+algorithms with order intervals" (Math. Comp. 1998, flexible communication).
 
 Reading order: `delays` (a seeded delay schedule: reproducible asynchrony), `versions` (the
 server's bookkeeping: which version each gradient was computed on, staleness control, job
 assignment; pure, no processes), `server` (the server and worker strategies over non-blocking
-send/recv through `Comm`), `jacobi` (block-Jacobi for a 2-D Poisson problem: synchronous and
-totally asynchronous, macroiterations); `cost` (closed forms), `schemes`; `explore` and `bench`
-(what notebook 09 and `python -m parlab bench asynchrony` run).
+send/recv through `Comm`, the parameters sharded over `servers` ranks), `dualbatch` (large- and
+small-batch workers, cyclic progressive sequence lengths), `jacobi` (block-Jacobi for a 2-D
+Poisson problem: synchronous, totally asynchronous and flexible communication, macroiterations);
+`cost` (closed forms), `schemes`; `explore`, `explore_sharded`, `explore_dualbatch`,
+`explore_flexible` and `bench` (what notebook 09 and `python -m parlab bench asynchrony` run).
 """

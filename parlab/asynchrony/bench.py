@@ -7,6 +7,8 @@ Parameter server (Dean et al. 2012; Ho et al. 2013): world size 4 (3 workers), t
 gain and its loss penalty), server bytes per update against the closed form. Jacobi (Bertsekas &
 Tsitsiklis 1989): time to a 1e-6 residual, synchronous vs asynchronous with the same straggler and
 with injected delays (the issue's goal: asynchronous ≥ 1.3× sooner), and macroiteration counts.
+Dual-batch (Lu et al. 2025): time to a common held-out loss, one batch size vs dual-batch vs the
+hybrid with cyclic progressive learning, the straggler small-batch, beside the paper's −10.1%.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 
+import parlab
 from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
+from parlab.asynchrony import explore_dualbatch as dual
 
 
 def measure_ps(world_size: int, steps: int, straggler: float, staleness: int) -> list[dict]:
@@ -37,6 +41,24 @@ def measure_ps(world_size: int, steps: int, straggler: float, staleness: int) ->
     return rows
 
 
+def measure_sharded(world_size: int, steps: int) -> list[dict]:
+    """ps-sync with 1 and 2 servers: seconds per update, the busiest server's bytes in per update
+    (ledger) and the closed form."""
+    rows = []
+    for k in (1, 2):
+        if world_size - k < 1:
+            continue
+        r = parlab.run("ps-sync", world_size=world_size, steps=steps, servers=k)
+        numel = sum(v.numel() for v in r.state.values())
+        pairs = cost.server_bytes_per_update(numel, world_size - k, "ssp", k)
+        pairs = [pairs] if k == 1 else pairs
+        into = r.bytes_per_rank("bytes_recv", phase="push")[:k]
+        rows.append({"servers": k, "workers": world_size - k, "seconds_per_update": r.step_time(),
+                     "busiest_in_per_update": max(into) / steps,
+                     "formula_busiest_in": max(i for i, _ in pairs)})
+    return rows
+
+
 def measure_jacobi(ranks: int, sweeps: int, straggler: float, tol: float) -> list[dict]:
     runs = ex.jacobi_runs(ranks, sweeps, straggler)
     base = runs["sync"].time_to(tol)
@@ -53,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--staleness", type=int, default=2)
     parser.add_argument("--sweeps", type=int, default=300)
     parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--dual-steps", type=int, default=60, help="jobs of each dual-batch run")
     parser.add_argument("--json", default=None, help="save the rows here")
     args = parser.parse_args(argv)
     ps = measure_ps(args.world_size, args.steps, args.straggler, args.staleness)
@@ -64,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['scheme']:<9} {r['seconds']:>8.2f} {r['speedup']:>7.2f}× {r['max_staleness']:>9} "
               f"{r['heldout_loss']:>9.4f} {r['loss_ratio']:>8.3f} {r['server_in_per_update']:>19,.0f} "
               f"{r['formula_in_per_update']:>10,}")
+    sharded = measure_sharded(args.world_size, args.steps)
+    print(f"\nsharded servers (Li et al. 2014), ps-sync, world size {args.world_size}")
+    print(f"{'servers':>7} {'workers':>7} {'s/update':>9} {'busiest server B in/update':>27} {'formula':>10}")
+    for r in sharded:
+        print(f"{r['servers']:>7} {r['workers']:>7} {r['seconds_per_update']:>9.4f} "
+              f"{r['busiest_in_per_update']:>27,.0f} {r['formula_busiest_in']:>10,}")
     jac = measure_jacobi(args.world_size, args.sweeps, args.straggler, args.tol)
     print(f"\nblock-Jacobi on {args.world_size} ranks, last rank {args.straggler:g}× slower: time to "
           f"residual {args.tol:g}")
@@ -71,8 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in jac:
         print(f"{r['mode']:<15} {r['time_to_tol']:>8.2f} {r['speedup']:>7.2f}× {r['macroiterations']:>16}  "
               f"{r['sweeps']}")
+    print(f"\ndual-batch on {args.world_size} ranks, {args.dual_steps} jobs, the last worker "
+          f"{args.straggler:g}× slower (small-batch in dual and hybrid)")
+    measured = dual.measure(dual.dual_runs(args.world_size, args.dual_steps, args.straggler))
+    change = dual.dual_table(measured)
+    dual_rows = [{"variant": name, **{k: v for k, v in r.items() if k != "curve"}}
+                 for name, r in measured["rows"].items()]
     print("one run, ratios within it; the machine is shared and noisy")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"ps": ps, "jacobi": jac}, f, indent=1)
+            json.dump({"ps": ps, "sharded": sharded, "jacobi": jac, "dual": dual_rows,
+                       "dual_time_change": change, "dual_target": measured["target"]}, f, indent=1)
     return 0

@@ -12,6 +12,20 @@ link carries W·M in and W·M out under ssp (one gradient from every worker, the
 every worker) but only M each way under async: a server's bandwidth grows with W under
 synchronous schemes, which is why Li et al. (OSDI 2014) shard the parameters over several servers.
 
+Sharded over k servers (server i holds Ψ_i elements, `shard_sizes(Ψ, k)`; M_i = 16 + 4Ψ_i):
+
+    ssp / sync   server i sends S·W·M_i      each worker sends S·Σ_i M_i = S·(16k + 4Ψ)
+    async        server 0 sends S·M_0 + 16·W;  follower i sends (S + W)·M_i;
+                 worker w sends J_w·Σ_i M_i + 16·(k − 1)
+
+(async: server 0 schedules the jobs; a follower answers every push, the last one drained, and
+hears each worker's STOP header). Server i's link carries W·M_i each way per ssp update: k servers
+cut the busiest link by k.
+
+`ps-dualbatch` (Lu et al. 2025) moves the same messages as ps-async (a small batch's gradient is
+still Ψ floats): `async_bytes` with the job counts of its own seeded schedule
+(`async_jobs(cfg, parlab.asynchrony.dualbatch.dual_schedule(cfg))`).
+
 Which worker does how many async jobs depends on timing; with `delays="seeded"` it is the seeded
 schedule's, computed here exactly by running the server's book without processes
 (`parlab.asynchrony.versions.simulate`). Without it, the prediction splits the jobs evenly, which
@@ -27,6 +41,7 @@ import torch
 
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
+from parlab.core.cost import shard_sizes
 from parlab.engine.prediction import Prediction, param_numels
 
 HEADER_BYTES = 16  # [version, job] as int64
@@ -38,36 +53,44 @@ def message_bytes(numel: int) -> int:
     return HEADER_BYTES + FLOAT_BYTES * numel
 
 
-def ssp_bytes(numel: int, workers: int, steps: int) -> list[int]:
-    """Bytes each rank sends over a ps-sync / ps-ssp run: [server, worker 1, ..., worker W]."""
-    m = message_bytes(numel)
-    return [steps * workers * m] + [steps * m] * workers
+def shard_messages(numel: int, servers: int = 1) -> list[int]:
+    """M_i of each server i: one header and its Ψ_i float32 (`shard_sizes(Ψ, k)`)."""
+    return [message_bytes(size) for size in shard_sizes(numel, servers)]
 
 
-def async_bytes(numel: int, jobs: dict[int, int], steps: int) -> list[int]:
+def ssp_bytes(numel: int, workers: int, steps: int, servers: int = 1) -> list[int]:
+    """Bytes each rank sends over a ps-sync / ps-ssp run: [server 0..k−1, worker 1, ..., worker W]."""
+    ms = shard_messages(numel, servers)
+    return [steps * workers * m for m in ms] + [steps * sum(ms)] * workers
+
+
+def async_bytes(numel: int, jobs: dict[int, int], steps: int, servers: int = 1) -> list[int]:
     """Bytes each rank sends over a ps-async run, given each worker's job count."""
-    m = message_bytes(numel)
-    return [steps * m + HEADER_BYTES * len(jobs)] + [jobs[w] * m for w in sorted(jobs)]
+    ms, workers = shard_messages(numel, servers), len(jobs)
+    return ([steps * ms[0] + HEADER_BYTES * workers] + [(steps + workers) * m for m in ms[1:]]
+            + [jobs[w] * sum(ms) + HEADER_BYTES * (servers - 1) for w in sorted(jobs)])
 
 
-def server_bytes_per_update(numel: int, workers: int, mode: str) -> tuple[int, int]:
-    """(bytes into the server, bytes out of it) per update, in the steady state."""
-    m = message_bytes(numel)
-    return (workers * m, workers * m) if mode == "ssp" else (m, m)
+def server_bytes_per_update(numel: int, workers: int, mode: str, servers: int = 1):
+    """(bytes into a server, bytes out of it) per update, in the steady state: one pair with
+    servers=1, else a list of one pair per server."""
+    pairs = [(workers * m, workers * m) if mode == "ssp" else (m, m) for m in shard_messages(numel, servers)]
+    return pairs[0] if servers == 1 else pairs
 
 
 def schedule_of(cfg) -> DelaySchedule:
     o = cfg.options
-    return DelaySchedule(cfg.world_size - 1, cfg.seed, o["straggler"], o["jitter"])
+    return DelaySchedule(cfg.world_size - o.get("servers", 1), cfg.seed, o["straggler"], o["jitter"])
 
 
-def async_jobs(cfg) -> tuple[dict[int, int], bool]:
-    """(jobs per worker, exact?) of a ps-async run: exact with one worker or seeded delays."""
-    workers = cfg.world_size - 1
+def async_jobs(cfg, schedule: DelaySchedule | None = None) -> tuple[dict[int, int], bool]:
+    """(jobs per worker, exact?) of a ps-async run: exact with one worker or seeded delays
+    (`schedule`: the virtual clock's, when it is not `schedule_of(cfg)`)."""
+    workers = cfg.world_size - cfg.options.get("servers", 1)
     if workers == 1:
         return {1: cfg.steps}, True
     if cfg.options["delays"] == "seeded":
-        book = simulate(Book(workers, cfg.steps, "asp"), VirtualClock(schedule_of(cfg)))
+        book = simulate(Book(workers, cfg.steps, "asp"), VirtualClock(schedule or schedule_of(cfg)))
         return book.jobs_per_worker(), True
     return {w: cfg.steps // workers + (w <= cfg.steps % workers) for w in range(1, workers + 1)}, False
 
@@ -79,15 +102,16 @@ class PSCost:
         self.mode = mode
 
     def __call__(self, cfg) -> Prediction:
-        numel = sum(param_numels(cfg))
+        numel, servers = sum(param_numels(cfg)), cfg.options.get("servers", 1)
         if self.mode == "ssp":
-            return Prediction(ssp_bytes(numel, cfg.world_size - 1, cfg.steps),
-                              "S·W·(16 + 4Ψ) from the server, S·(16 + 4Ψ) from each worker")
+            return Prediction(ssp_bytes(numel, cfg.world_size - servers, cfg.steps, servers),
+                              "S·W·(16 + 4Ψ_i) from server i, S·(16k + 4Ψ) from each worker")
         jobs, exact = async_jobs(cfg)
         how = ("the seeded schedule's jobs" if exact
                else "jobs split evenly (timing decides: only the sum is exact)")
-        return Prediction(async_bytes(numel, jobs, cfg.steps),
-                          f"S·(16 + 4Ψ) + 16·W from the server, J_w·(16 + 4Ψ) from worker w; {how}")
+        return Prediction(async_bytes(numel, jobs, cfg.steps, servers),
+                          f"S·M_0 + 16·W from server 0, (S + W)·M_i from server i > 0, "
+                          f"J_w·Σ M_i + 16(k − 1) from worker w (M_i = 16 + 4Ψ_i); {how}")
 
 
 def halo_bytes(n: int, messages: int) -> int:

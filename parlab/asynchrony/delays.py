@@ -29,9 +29,11 @@ class DelaySchedule:
     seed: int = 0
     straggler: float = 1.0  # factor of the last worker's compute time
     jitter: float = 0.0  # each computation takes up to (1 + jitter)× longer, seeded
+    ratios: tuple | None = None  # per worker 1..W: its work relative to a full job (dual-batch)
 
     def factor(self, worker: int) -> float:
-        return self.straggler if worker == self.workers else 1.0
+        ratio = self.ratios[worker - 1] if self.ratios else 1.0
+        return ratio * (self.straggler if worker == self.workers else 1.0)
 
     def slowdown(self, worker: int, k: int) -> float:
         """How many times its plain compute time worker `worker`'s k-th gradient takes."""

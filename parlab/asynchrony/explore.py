@@ -1,6 +1,6 @@
 """What notebooks/09_asynchrony.ipynb runs: the server's schedule drawn with versions, closed
 forms, exactness, staleness properties, BSP / SSP / ASP with a straggler, asynchronous Jacobi,
-the widget callback and the exercises' checks.
+and the widget callback (the exercises' checks: `explore_exercises`).
 
 Parameter servers after Dean et al. (Downpour SGD, 2012) and Li et al. (OSDI 2014); bounded
 staleness after Ho et al. (SSP, NeurIPS 2013); asynchronous iterations after Chazan & Miranker
@@ -19,7 +19,6 @@ from parlab import models
 from parlab.asynchrony import cost, jacobi
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
-from parlab.exercises import Exercise, numeric, one_of
 from parlab.models.data import global_batch
 
 SCHEMES = ["ps-sync", "ps-ssp", "ps-async"]
@@ -211,14 +210,16 @@ def draw_race(runs: dict):
 
 # ----------------------------------------------------------------------------- 6. asynchronous iterations
 def jacobi_runs(ranks: int, sweeps: int = 200, straggler: float = 3.0, delay_ms: float = 1.0,
-                n: int = 16, sigma_h2: float = 0.4) -> dict:
-    """Synchronous, asynchronous, and asynchronous with injected delays, the last rank slow."""
+                n: int = 16, sigma_h2: float = 0.4, inner: int = 4) -> dict:
+    """Synchronous, asynchronous (also with injected delays) and flexible communication, the last
+    rank slow; every update `inner` relaxations with frozen halos."""
     ranks = max(ranks, 2)
-    base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2)
+    base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2, inner=inner)
     return {"sync": jacobi.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
             "async": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
             "async + delays": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
-                                                                      **base))}
+                                                                      **base)),
+            "flexible": jacobi.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
 
 
 def jacobi_table(runs: dict, tol: float = 1e-6) -> None:
@@ -281,48 +282,3 @@ def panel(world_size: int, scheme: str, straggler: float, steps: int = 8) -> Non
     print(f"{steps} updates in {t:.2f} s ({steps / t:.1f} updates/s); staleness {stats['histogram']}")
     print(f"final step's loss {result.losses[-1]:.4f} (single {ref.losses[-1]:.4f}); held-out "
           f"{eval_loss(result.state):.4f} (single {eval_loss(ref.state):.4f})")
-
-
-# ----------------------------------------------------------------------------- 7. exercises
-def _asp_steady_staleness(workers: int = 4) -> int:
-    book, _ = schedule("asp", workers, 40, straggler=1.0)
-    hist = book.staleness_histogram()
-    return max(hist, key=hist.get)
-
-
-def _macro_needed(sigma_h2: float = 0.2, tol: float = 1e-6) -> int:
-    return math.ceil(math.log(tol) / math.log(4 / (4 + sigma_h2)))
-
-
-EXERCISES = [
-    Exercise("server-bytes", "ps-sync with W = 7 workers and Ψ = 1,000,000 parameters: how many bytes go "
-             "INTO the server per update (headers included)?",
-             numeric(7 * cost.message_bytes(1_000_000), rtol=1e-9),
-             "Every worker pushes one header (two int64) and Ψ float32 per update.",
-             "W·(16 + 4Ψ) = 7 · 4,000,016 = 28,000,112 bytes"),
-    Exercise("asp-staleness", "ps-async with 4 equally fast workers and no jitter: in the steady state, how "
-             "many versions behind is almost every gradient?",
-             numeric(_asp_steady_staleness(4), rtol=0),
-             "While one worker computes, each of the others pushes once.",
-             "W − 1 = 3: the other three workers' gradients are applied while it computes"),
-    Exercise("ssp-ahead", "ps-ssp with staleness s = 3: while the slowest worker is still computing "
-             "clock c, up to which clock may the fastest worker already be computing? (answer c + ?)",
-             numeric(3, rtol=0),
-             "Starting clock c' needs version ≥ c' − s, and the version is c while clock c is unfinished.",
-             "c' − c ≤ s: the fastest may run s = 3 clocks ahead, on clock c + 3"),
-    Exercise("macroiterations", "Jacobi on −Δu + σu = f with σh² = 0.2: how many macroiterations guarantee "
-             "‖u − u*‖∞ ≤ 1e-6·‖u₀ − u*‖∞, whatever the delays?",
-             numeric(_macro_needed(), rtol=0),
-             "Each macroiteration contracts the max-norm error by γ = 4/(4 + σh²).",
-             "⌈ln 1e-6 / ln(4/4.2)⌉ = 284"),
-    Exercise("chaotic", "M = [[0.6, 0.6], [−0.6, 0.6]] has ρ(M) ≈ 0.85. Does x ← Mx + c converge under every "
-             "pattern of bounded delays? (yes / no)",
-             one_of("no"),
-             "Chazan–Miranker: the condition is on |M|, the matrix of absolute values.",
-             "No: ρ(|M|) = 1.2 > 1, so some delay pattern makes it diverge"),
-]
-
-
-def exercise(name: str) -> Exercise:
-    from parlab.exercises import find
-    return find(EXERCISES, name)

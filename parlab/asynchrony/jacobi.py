@@ -1,4 +1,4 @@
-"""Asynchronous iterations: block-Jacobi on ranks, synchronous and totally asynchronous.
+"""Asynchronous iterations: block-Jacobi on ranks: synchronous, totally asynchronous, flexible.
 
 The problem: −Δu + σu = 1 on the unit square, zero on the boundary, an n×n interior grid with the
 5-point stencil (h = 1/(n+1)). One Jacobi sweep sets every unknown to
@@ -17,7 +17,16 @@ in the max norm. Rank r owns a strip of rows and needs one halo row from each ne
   distributed time (seeded, unbounded) before it leaves. The run ends when the last rank has done
   `sweeps` sweeps; the others keep sweeping until they hear so (a `final` flag on the halos).
 
-Every sweep costs `work_ms` (an emulated larger strip), `straggler`× that on the last rank.
+- "flexible" (flexible communication: Miellou, El Baz & Spiteri, "A new class of asynchronous
+  iterative algorithms with order intervals", Math. Comp. 1998): asynchronous, and a rank sends
+  partial updates: the values of an update still under way. An update is `inner` relaxations of
+  the strip with its halos frozen (a two-stage block method); "sync" and "async" send after the
+  last of them, "flexible" after every one (inner = 1: the same as "async"). For M ≥ 0 and u₀ = 0
+  every value only grows toward u*, so every partial value lies in the order interval
+  [u₀, u*] the theory asks for, and the max-norm contraction bound below still holds.
+
+Every sweep (relaxation) costs `work_ms` (an emulated larger strip), `straggler`× that on the last
+rank; `sweeps` counts relaxations.
 
 Macroiterations. Every block value carries a generation: 1 + the smallest generation among the
 values its sweep read (its own previous block and both halos); the initial guess has generation
@@ -43,7 +52,7 @@ import torch
 
 from parlab.core.cost import chunk_bounds, shard_sizes
 
-MODES = ("sync", "async")
+MODES = ("sync", "async", "flexible")
 META = 4  # [stamp, generation, final, unused] before the row
 
 
@@ -57,6 +66,7 @@ class JacobiConfig:
     straggler: float = 1.0  # the last rank's sweeps take that many times longer
     delay_ms: float = 0.0  # async: mean injected delay of a message (exponential: unbounded)
     seed: int = 0
+    inner: int = 1  # relaxations per update with the halos frozen (flexible: a send after each)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -65,6 +75,8 @@ class JacobiConfig:
             raise ValueError(f"n={self.n!r} must be an int >= 2")
         if not (isinstance(self.sweeps, int) and self.sweeps >= 1):
             raise ValueError(f"sweeps={self.sweeps!r} must be an int >= 1")
+        if not (isinstance(self.inner, int) and self.inner >= 1):
+            raise ValueError(f"inner={self.inner!r} must be an int >= 1")
         if not (isinstance(self.straggler, (int, float)) and math.isfinite(self.straggler)
                 and self.straggler >= 1):
             raise ValueError(f"straggler={self.straggler!r} must be a finite number >= 1")
@@ -188,14 +200,15 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
                 return
 
     threads = []
-    if cfg.mode == "async":
+    if cfg.mode != "sync":
         threads = [threading.Thread(target=f, args=(p,), daemon=True)
                    for p in neighbours for f in (receive_all, send_all)]
         for thread in threads:
             thread.start()
     done, k = False, 0
     while not done:
-        reads = {p: halos[p].read() for p in neighbours}
+        if k % cfg.inner == 0:  # a new update: the newest halos, frozen for its relaxations
+            reads = {p: halos[p].read() for p in neighbours}
         top = reads[rank - 1][0] if rank - 1 in reads else zero
         bottom = reads[rank + 1][0] if rank + 1 in reads else zero
         t_start = time.perf_counter()
@@ -211,11 +224,13 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
         log["generation"].append(generation)
         log["blocks"].append(block.clone())
         log["used"].append({p: reads[p][1] for p in neighbours})
+        if not (done or k % cfg.inner == 0 or cfg.mode == "flexible"):
+            continue  # mid-update: only flexible communication sends the partial values
         for peer in neighbours:
             row = block[0] if peer < rank else block[-1]  # (n,) the row the neighbour needs
             meta = torch.tensor([k, generation, float(done), 0.0], dtype=torch.float64)
             message = torch.cat([meta, row])  # (4 + n,)
-            if cfg.mode == "async":
+            if cfg.mode != "sync":
                 outboxes[peer].put(message)
             else:
                 handle = comm.isend(message, peer)  # (4 + n,) to the neighbour

@@ -1,21 +1,28 @@
 """A parameter server and its workers as strategies of the one training loop.
 
-Rank 0 serves: it holds the parameters and the optimizer. Ranks 1..W work: they pull the
-parameters, compute a gradient, push it (Dean et al., DistBelief / Downpour SGD, 2012; Li et al.,
-"Parameter Server", OSDI 2014). Every message goes through `Comm` (so every byte is in the
-ledger), one header and one flat tensor each way:
+Ranks 0..k−1 serve (k = `servers`): the flat parameter vector (Ψ,) is cut into k contiguous
+shards (`parlab.core.cost.shard_sizes`), server i holds shard i and an optimizer over it alone
+(Li et al., "Scaling Distributed Machine Learning with the Parameter Server", OSDI 2014: key ranges
+over server nodes). Ranks k..k+W−1 work: they pull every shard, compute a gradient, push each
+shard of it to its server (Dean et al., DistBelief / Downpour SGD, 2012). Every message goes
+through `Comm` (so every byte is in the ledger), one header and one flat tensor each way:
 
-    server -> worker ("pull"): header (2,) int64 [version, job], then params (Ψ,) float32
-    worker -> server ("push"): header (2,) int64 [version, job], then grad (Ψ,) float32
+    server i -> worker ("pull"): header (2,) int64 [version_i, job], then shard i (Ψ_i,) float32
+    worker -> server i ("push"): header (2,) int64 [version_i, job], then grad shard i (Ψ_i,)
 
-The version travels with the gradient: the server logs which version each gradient was computed
-on (`parlab.asynchrony.versions.Book`), and the book decides when each worker may start its next
-job (staleness control) and when an update is applied. A job of STOP (-1) has no params after it.
+Books: the worker ids of `parlab.asynchrony.versions.Book` are 1..W; worker w is world rank
+k − 1 + w. Every server runs its own book over the same pushes, so under "ssp" (clocks fixed by the
+worker) all k agree; each logs the version of its own shard every gradient was computed on.
+Under "asp" server 0 (the leader) is the task scheduler: its book decides each worker's next job
+and its STOP; a follower (i > 0) applies every push on arrival and answers each push with its
+shard (header job ignored), and a worker told STOP by the leader drains that last shard and
+sends each follower a STOP header (2,) so it can stop listening.
 
-Which message the server takes next: with `delays="seeded"` the one the virtual clock says
-(`parlab.asynchrony.delays`: blocking recv from that worker, a reproducible run); otherwise the one
-that arrives first: a header irecv is posted for every worker computing, each waited in a thread,
-the first to complete is served (ties: the lowest rank).
+Which message a server takes next: with `delays="seeded"` the one the virtual clock says
+(`parlab.asynchrony.delays`: blocking recv from that worker, a reproducible run; every server's
+clock is the same, so followers mirror the leader); otherwise the one that arrives first: a
+header irecv is posted for every worker computing, each waited in a thread, the first to complete
+is served (ties: the lowest rank).
 
 The loop's hooks by role. Server: `sync(step)` serves messages until update `step` is applied (so
 its step time is the time per update); `update` only observes memory. Worker: `forward_backward`
@@ -36,7 +43,8 @@ import torch
 
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import STOP, Book
-from parlab.engine.loop import Strategy, step_batch
+from parlab.core.cost import chunk_bounds, shard_sizes
+from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch
 
 HEADER = 2  # int64 elements: [version, job]
 
@@ -61,22 +69,51 @@ def load_flat(model, flat: torch.Tensor, into: str = "data") -> None:
                 p.grad = piece.view_as(p).clone()  # (Ψ_p,) -> p's shape
 
 
-class ParameterServer(Strategy):
-    """Rank 0: serve pushes until every update is applied; see the module docstring."""
+def shard_bounds(numel: int, servers: int) -> list[tuple[int, int]]:
+    """[lo, hi) of each server's slice of the flat parameter vector."""
+    return chunk_bounds(shard_sizes(numel, servers))
 
-    def __init__(self, ctx, model, optimizer, book: Book, schedule: DelaySchedule | None):
-        super().__init__(ctx, model, optimizer, reports_loss=False, holds_state=True)
-        self.book = book
+
+class Shard(torch.nn.Module):
+    """What a server holds: its slice (Ψ_i,) of the flat parameters, as one trainable tensor."""
+
+    def __init__(self, values: torch.Tensor):
+        super().__init__()
+        self.flat = torch.nn.Parameter(values.clone())  # (Ψ_i,)
+
+
+def assemble(outputs, cfg) -> dict:
+    """The full state from the servers' shards, in server order, cut back into named tensors."""
+    flat = torch.cat([out.state["flat"] for out in outputs if out.state is not None])  # (Ψ,)
+    names = [(name, p.shape) for name, p in build_model(cfg).named_parameters()]
+    pieces = flat.split([shape.numel() for _, shape in names])
+    return {name: piece.view(shape).clone() for (name, shape), piece in zip(names, pieces)}
+
+
+class ParameterServer(Strategy):
+    """Server rank i < k: serve pushes until every update is applied; see the module docstring."""
+
+    def __init__(self, ctx, model, book: Book, schedule: DelaySchedule | None, servers: int = 1):
+        lo, hi = shard_bounds(sum(p.numel() for p in model.parameters()), servers)[ctx.rank]
+        shard = Shard(flat_params(model)[lo:hi])  # (Ψ_i,)
+        super().__init__(ctx, shard, make_optimizer(shard.parameters(), ctx.cfg), reports_loss=False,
+                         holds_state=True)
+        self.book, self.servers = book, servers
+        self.leader = ctx.rank == 0
         self.clock = VirtualClock(schedule) if schedule is not None else None
-        self.numel = sum(p.numel() for p in model.parameters())
-        self.grads: dict[int, dict[int, torch.Tensor]] = {}  # job -> worker -> (Ψ,) gradient
+        self.numel = hi - lo
+        self.grads: dict[int, dict[int, torch.Tensor]] = {}  # job -> worker -> (Ψ_i,) gradient
         self.pool = (ThreadPoolExecutor(book.workers, thread_name_prefix="ps-recv")
                      if schedule is None else None)
         self.pending: dict = {}  # future of a header -> worker (real arrival order)
+        self.stopped: set[int] = set()  # asp followers: workers whose STOP header came
         self.t0 = None
         self.received: list[float] = []  # seconds since start at which each logged gradient arrived
         self.update_times: list[float] = []  # seconds since start at which update i was applied
         self.update_jobs: list[int] = []  # the job (step) whose gradient(s) update i applied
+
+    def rank_of(self, worker: int) -> int:
+        return self.servers - 1 + worker
 
     def batch(self, step):
         return None
@@ -97,8 +134,11 @@ class ParameterServer(Strategy):
     def serve_one(self) -> None:
         worker, header = self.next_arrival()
         version, job = header.tolist()
+        if job == STOP:  # an asp follower: this worker is done
+            self.stopped.add(worker)
+            return
         grad = torch.empty(self.numel)
-        self.ctx.comm.recv(grad, worker, phase="push")  # (Ψ,) the worker's gradient
+        self.ctx.comm.recv(grad, self.rank_of(worker), phase="push")  # (Ψ_i,) the worker's gradient
         self.received.append(time.perf_counter() - self.t0)
         self.grads.setdefault(job, {})[worker] = grad
         apply, replies = self.book.receive(worker, job, version)
@@ -110,18 +150,25 @@ class ParameterServer(Strategy):
         if self.clock is not None:  # the schedule's order
             worker = self.clock.next()
             header = torch.empty(HEADER, dtype=torch.long)
-            return worker, self.ctx.comm.recv(header, worker, phase="push")  # (2,) [version, job]
+            return worker, self.ctx.comm.recv(header, self.rank_of(worker), phase="push")  # (2,)
         done, _ = wait_any(list(self.pending), timeout=self.ctx.cfg.timeout, return_when=FIRST_COMPLETED)
         if not done:
             raise TimeoutError(f"no worker pushed a gradient within timeout={self.ctx.cfg.timeout} s")
         future = min(done, key=lambda f: self.pending[f])
         return self.pending.pop(future), future.result()  # (2,) [version, job]
 
+    def lr_scale(self, by_worker: dict) -> float:
+        """The factor on the learning rate of an update (1; `ps-dualbatch` scales by batch size)."""
+        return 1.0
+
     def apply(self, job: int) -> None:
         """One optimizer step with the mean of the job's gradients, summed in rank order."""
         by_worker = self.grads.pop(job)
-        mean = sum(by_worker[w] for w in sorted(by_worker)) / len(by_worker)  # (Ψ,)
-        load_flat(self.model, mean, into="grad")
+        mean = sum(by_worker[w] for w in sorted(by_worker)) / len(by_worker)  # (Ψ_i,)
+        self.model.flat.grad = mean
+        scale = self.lr_scale(by_worker)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.ctx.cfg.lr * scale
         with self.ctx.span("optimizer", step=len(self.update_times)):
             self.optimizer.step()
         self.observe_memory()
@@ -130,39 +177,54 @@ class ParameterServer(Strategy):
         self.update_jobs.append(job)
 
     def reply(self, pairs) -> None:
-        """Send each (worker, job): the header, and the current parameters unless STOP."""
+        """Send each (worker, job): the header, and this shard unless the leader's STOP (an asp
+        follower always sends its shard: the leader decides who stops)."""
+        comm = self.ctx.comm
+        follower_asp = not self.leader and self.book.mode == "asp"
         for worker, job in pairs:
-            comm = self.ctx.comm
-            comm.send(torch.tensor([self.book.version, job]), worker, phase="pull")  # (2,) int64
-            if job == STOP:
+            rank = self.rank_of(worker)
+            comm.send(torch.tensor([self.book.version, job]), rank, phase="pull")  # (2,) int64
+            if job == STOP and not follower_asp:
                 continue
-            comm.send(flat_params(self.model), worker, phase="pull")  # (Ψ,) version book.version
+            comm.send(self.model.flat.detach(), rank, phase="pull")  # (Ψ_i,) version book.version
             if self.clock is not None:
-                self.clock.dispatch(worker)
+                if job != STOP:  # seeded: every book agrees with the leader's
+                    self.clock.dispatch(worker)
             else:
                 header = torch.empty(HEADER, dtype=torch.long)
-                handle = comm.irecv(header, worker, phase="push")  # (2,) its next push's header
+                handle = comm.irecv(header, rank, phase="push")  # (2,) its next push's header (or STOP)
                 self.pending[self.pool.submit(handle.wait)] = worker
 
     def finish(self) -> None:
+        if not self.leader and self.book.mode == "asp":  # every worker's STOP header
+            if self.clock is not None:
+                for worker in range(1, self.book.workers + 1):
+                    header = torch.empty(HEADER, dtype=torch.long)
+                    self.ctx.comm.recv(header, self.rank_of(worker), phase="push")  # (2,) STOP
+            while self.pending:
+                worker, header = self.next_arrival()
+                if header[1].item() != STOP:
+                    raise RuntimeError(f"server {self.ctx.rank}: worker {worker} pushed after the end")
         if self.pool is not None:
             self.pool.shutdown(wait=True)
 
     def extras(self) -> dict:
         log = [dict(asdict(g), staleness=g.staleness, t=t) for g, t in zip(self.book.log, self.received)]
         return {"role": "server", "mode": self.book.mode, "staleness_bound": self.book.staleness,
-                "workers": self.book.workers, "log": log, "update_times": self.update_times,
-                "update_jobs": self.update_jobs}
+                "workers": self.book.workers, "servers": self.servers, "log": log,
+                "update_times": self.update_times, "update_jobs": self.update_jobs}
 
 
 class Worker(Strategy):
-    """Ranks 1..W: pull, compute, push, once per loop iteration, until stopped."""
+    """Ranks k..k+W−1: pull, compute, push, once per loop iteration, until stopped."""
 
-    def __init__(self, ctx, model, mode: str, schedule: DelaySchedule):
-        workers = ctx.world_size - 1
-        super().__init__(ctx, model, None, shard=ctx.rank - 1, shards=workers, holds_state=False)
-        self.mode, self.schedule, self.workers = mode, schedule, workers
-        self.numel = sum(p.numel() for p in model.parameters())
+    def __init__(self, ctx, model, mode: str, schedule: DelaySchedule, servers: int = 1):
+        workers = ctx.world_size - servers
+        super().__init__(ctx, model, None, shard=ctx.rank - servers, shards=workers, holds_state=False)
+        self.mode, self.schedule, self.workers, self.servers = mode, schedule, workers, servers
+        self.id = ctx.rank - servers + 1  # the book's worker id
+        self.bounds = shard_bounds(sum(p.numel() for p in model.parameters()), servers)
+        self.versions = [0] * servers  # the version of each shard last pulled
         self.shares = [0.0] * ctx.cfg.steps  # this rank's share of the loss of each step (job)
         self.computed = 0  # gradients computed so far (k of the delay schedule)
         self.stopped = False
@@ -170,38 +232,52 @@ class Worker(Strategy):
     def batch(self, step):
         return None
 
-    def pull(self) -> tuple[int, int]:
-        header = torch.empty(HEADER, dtype=torch.long)
-        version, job = self.ctx.comm.recv(header, 0, phase="pull").tolist()  # (2,) [version, job]
+    def pull(self) -> int:
+        """Every server's header and shard (the leader's header says the job); returns the job."""
+        comm, flat = self.ctx.comm, flat_params(self.model)  # (Ψ,)
+        job = None
+        for server, (lo, hi) in enumerate(self.bounds):
+            header = torch.empty(HEADER, dtype=torch.long)
+            version, told = comm.recv(header, server, phase="pull").tolist()  # (2,) [version, job]
+            job = told if server == 0 else job
+            if job == STOP and server == 0:
+                continue
+            self.versions[server] = version
+            flat[lo:hi] = comm.recv(torch.empty(hi - lo), server, phase="pull")  # (Ψ_i,) shard
+            if job == STOP:  # an asp follower's last shard, drained: tell it this worker is done
+                comm.send(torch.tensor([version, STOP]), server, phase="push")  # (2,) int64
         if job != STOP:
-            flat = self.ctx.comm.recv(torch.empty(self.numel), 0, phase="pull")  # (Ψ,) parameters
             load_flat(self.model, flat)
-        return version, job
+        return job
+
+    def job_batch(self, job: int):
+        """The rows this worker computes for `job` (ssp: its shard of step job; asp: the whole)."""
+        if self.mode == "ssp":
+            return step_batch(self.ctx.cfg, job, self.shard, self.shards)
+        return step_batch(self.ctx.cfg, job)
 
     def forward_backward(self, step: int, batch) -> float:
         if self.stopped:
             return 0.0
-        version, job = self.pull()
+        job = self.pull()
         if job == STOP:
             self.stopped = True
             return 0.0
-        if self.mode == "ssp":  # shard w of step `job`'s batch
-            x, y = step_batch(self.ctx.cfg, job, self.shard, self.shards)
-        else:  # the whole batch of step `job`
-            x, y = step_batch(self.ctx.cfg, job)
+        x, y = self.job_batch(job)
         t0 = time.perf_counter()
         with self.ctx.span("forward", step=job), self.meter:
             loss = self.model.loss(x, y)
         with self.ctx.span("backward", step=job), self.meter:
             loss.backward()
-        slowdown = self.schedule.slowdown(self.ctx.rank, self.computed)
+        slowdown = self.schedule.slowdown(self.id, self.computed)
         self.computed += 1
         if slowdown > 1:
             with self.ctx.span("injected delay", step=job):
                 time.sleep((slowdown - 1) * (time.perf_counter() - t0))
-        comm = self.ctx.comm
-        comm.send(torch.tensor([version, job]), 0, phase="push")  # (2,) int64 [version, job]
-        comm.send(flat_grads(self.model), 0, phase="push")  # (Ψ,) this gradient
+        comm, grads = self.ctx.comm, flat_grads(self.model)  # (Ψ,)
+        for server, (lo, hi) in enumerate(self.bounds):
+            comm.send(torch.tensor([self.versions[server], job]), server, phase="push")  # (2,) int64
+            comm.send(grads[lo:hi].contiguous(), server, phase="push")  # (Ψ_i,) this gradient's shard
         share = loss.item() / (self.workers if self.mode == "ssp" else 1)
         self.shares[job] += share
         return share
@@ -212,7 +288,7 @@ class Worker(Strategy):
 
     def finish(self) -> None:
         if self.mode == "asp" and not self.stopped:  # it computed every job: the STOP is due
-            _, job = self.pull()
+            job = self.pull()
             if job != STOP:
                 raise RuntimeError(f"worker {self.ctx.rank} expected STOP, got job {job}")
             self.stopped = True

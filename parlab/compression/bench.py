@@ -14,7 +14,8 @@ import json
 
 import parlab
 
-SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "local-sgd", "diloco"]
+SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "torch-powersgd",
+           "local-sgd", "diloco"]  # torch-powersgd: PyTorch's hook, its gloo not link-delayed
 
 
 def measure(world_size: int, link: str, steps: int, schemes: list[str]) -> list[dict]:
@@ -51,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['scheme']:<13} {r['bytes_per_step']:>11,.0f} {r['bytes_ratio']:>6.1f}× "
               f"{r['final_loss']:>8.4f} {r['loss_ratio']:>9.3f} {r['step_ms']:>8.1f} {r['speedup']:>7.2f}×")
     print("median step after the first; the machine is shared and noisy — compare within a run")
+    if "torch-powersgd" in args.schemes and args.link != "loopback":
+        print(f"torch-powersgd's gloo all-reduces are PyTorch's: {args.link} does not delay them "
+              "(nominal bytes); compare its step time on loopback")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

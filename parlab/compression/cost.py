@@ -10,6 +10,9 @@ A message of P bytes all-gathered over N ranks (ring) costs each rank (N-1)·P s
     signsgd    P = ⌈n/8⌉ + 4                     (packed sign bits, float32 scale; Karimireddy 2019)
     powersgd   all-reduce (n + m)·r floats per matrix, the vectors whole (Vogels et al. 2019)
     local-sgd  all-reduce Ψ floats after every H-th step and the last (Stich 2019); DiLoCo alike
+    torch-powersgd  PyTorch's hook, per DDP bucket: before `start_iter` one all-reduce of the bucket;
+               then three — the tensors `_should_compress` rejects whole, Σ n·r, Σ m·r
+               (r = min(n, m, rank); compress iff (n + m)·r·min_compression_rate < n·m)
 
 The all-gather grows with N while the all-reduce does not: top-k's ratio to DDP is
 2/N·Ψ·4 / P per rank per step — sparsification pays most on few ranks (the survey's caveat,
@@ -67,6 +70,34 @@ def powersgd_elements(shapes, rank: int) -> tuple[int, int]:
             first += shape[0] * r
             second += numel // shape[0] * r
     return first, second
+
+
+def torch_powersgd_elements(shapes, rank: int, min_compression_rate: float) -> tuple[int, int, int]:
+    """Floats in the three all-reduces of PyTorch's `powerSGD_hook` for one bucket of gradients
+    of `shapes`: (uncompressed, Σ n·r, Σ m·r), following its `_should_compress` rule (every tensor
+    viewed as (shape[0], -1); a vector is (n, 1): r = 1, never worth it at a rate ≥ 1)."""
+    whole = ps = qs = 0
+    for shape in shapes:
+        rows = shape[0] if shape else 1
+        cols = math.prod(shape) // rows
+        r = min(rows, cols, rank)
+        if (rows + cols) * r * min_compression_rate < rows * cols:
+            ps, qs = ps + rows * r, qs + cols * r
+        else:
+            whole += rows * cols
+    return whole, ps, qs
+
+
+def torch_powersgd_bytes(buckets, n: int, sender: int = 0, compressed: bool = True,
+                         rank: int = 4, min_compression_rate: float = 2.0) -> int:
+    """Bytes rank `sender` sends in one step of `torch-powersgd` (ring all-reduces, nominal):
+    `buckets` is DDP's buckets as lists of gradient shapes; `compressed`: step ≥ start_iter."""
+    if not compressed:
+        sizes = [sum(math.prod(s) for s in bucket) for bucket in buckets]
+    else:
+        sizes = [x for bucket in buckets
+                 for x in torch_powersgd_elements(bucket, rank, min_compression_rate)]
+    return FLOAT_BYTES * sum(cost.ring_all_reduce(x, n, sender)[0] for x in sizes)
 
 
 def bytes_per_step(scheme: str, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,

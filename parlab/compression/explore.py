@@ -129,25 +129,57 @@ def check_properties(trials: int = 1000) -> None:
 
 # ----------------------------------------------------------------------------- 5. measurement
 def run_all(world_size: int, steps: int, link: str | None = None) -> dict:
-    """`single`, `ddp-naive` and every scheme at default options, on the same link."""
+    """`single`, `ddp-naive`, every scheme at default options and PyTorch's `torch-powersgd`, on
+    the same link (PyTorch's own collectives are not delayed by it: nominal records)."""
     link = None if link == "loopback" else link
     runs = {"single": parlab.run("single", steps=steps)}
-    for scheme in ["ddp-naive"] + SCHEMES:
+    for scheme in ["ddp-naive"] + SCHEMES + ["torch-powersgd"]:
         runs[scheme] = parlab.run(scheme, world_size=world_size, steps=steps, link=link)
     return runs
 
 
 def ledger_table(runs: dict) -> None:
     """Rank 0's ledger bytes over the run against the closed form, per scheme."""
-    print(f"{'scheme':<10} {'ledger bytes':>13} {'closed form':>12}  equal")
+    print(f"{'scheme':<14} {'ledger bytes':>13} {'closed form':>12}  equal")
     for scheme, result in runs.items():
         if scheme == "single":
             continue
         n, steps = result.config.world_size, result.config.steps
         shapes = [tuple(t.shape) for t in result.state.values()]
-        formula = cost.total_bytes(scheme, shapes, n, steps, **result.config.options)
+        formula = torch_powersgd_total(result) if scheme == "torch-powersgd" else \
+            cost.total_bytes(scheme, shapes, n, steps, **result.config.options)
         measured = result.bytes_per_rank()[0]
-        print(f"{scheme:<10} {measured:>13,} {formula:>12,}  {measured == formula}")
+        print(f"{scheme:<14} {measured:>13,} {formula:>12,}  {measured == formula}")
+
+
+def torch_powersgd_total(result, rank: int = 0) -> int:
+    """`cost.torch_powersgd_bytes` summed over the run, on the buckets DDP made (rank's extras)."""
+    o, n = result.config.options, result.config.world_size
+    return sum(cost.torch_powersgd_bytes([shapes for _, shapes in buckets], n, rank,
+                                         step >= o["start_iter"], o["rank"],
+                                         o["min_compression_rate"])
+               for step, buckets in enumerate(result.outputs[rank].extras["buckets"]))
+
+
+def torch_side_by_side(world_size: int, steps: int, runs: dict | None = None) -> None:
+    """PyTorch's PowerSGD hook beside ours: exact before `start_iter`, then bytes and loss."""
+    ref = runs["single"] if runs else parlab.run("single", steps=steps)
+    plain = parlab.run("torch-powersgd", world_size=world_size, steps=steps,
+                       start_iter=steps + 1)
+    print(f"torch-powersgd with start_iter > steps (a plain all-reduce): {plain.compare(ref)}")
+    ours = runs["powersgd"] if runs else parlab.run("powersgd", world_size=world_size, steps=steps)
+    theirs = runs["torch-powersgd"] if runs else parlab.run("torch-powersgd",
+                                                            world_size=world_size, steps=steps)
+    o = theirs.config.options
+    print(f"rank {o['rank']}: {'step':>4} {'ours B':>9} {'torch B':>9} {'ours loss':>10} "
+          f"{'torch loss':>10}")
+    for step in range(steps):
+        print(f"{'':<8}{step:>4} {ours.bytes_per_rank(step=step)[0]:>9,} "
+              f"{theirs.bytes_per_rank(step=step)[0]:>9,} {ours.losses[step]:>10.4f} "
+              f"{theirs.losses[step]:>10.4f}")
+    print(f"torch compresses from step start_iter={o['start_iter']} (plain all-reduce before), "
+          f"only matrices with (n + m)·r·{o['min_compression_rate']:g} < n·m; ours from step 0, "
+          "every matrix")
 
 
 def loss_vs_bytes(runs: dict):
@@ -156,14 +188,14 @@ def loss_vs_bytes(runs: dict):
 
     ref = runs["single"].losses[-1]
     base = runs["ddp-naive"].bytes_per_rank()[0]
-    print(f"{'scheme':<10} {'bytes sent':>11} {'÷ ddp':>7} {'final loss':>11} {'/ single':>9} {'step ms':>8}")
+    print(f"{'scheme':<14} {'bytes sent':>11} {'÷ ddp':>7} {'final loss':>11} {'/ single':>9} {'step ms':>8}")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     for scheme, result in runs.items():
         if scheme == "single":
             continue
         sent = result.bytes_per_rank()[0]
         step_ms = 1e3 * sorted(result.step_times)[len(result.step_times) // 2]
-        print(f"{scheme:<10} {sent:>11,} {base / max(sent, 1):>6.1f}× {result.losses[-1]:>11.4f} "
+        print(f"{scheme:<14} {sent:>11,} {base / max(sent, 1):>6.1f}× {result.losses[-1]:>11.4f} "
               f"{result.losses[-1] / ref:>9.3f} {step_ms:>8.1f}")
         left.scatter(max(sent, 1), result.losses[-1], label=scheme)
         right.plot(list(_cumulative(result.step_times)), result.losses, marker=".", label=scheme)

@@ -2,10 +2,12 @@
 dense model of equal active parameters, on loopback and an emulated link, and load balance over
 training with no balancing, Switch's auxiliary loss and DeepSeek-V3's bias — measured in one run.
 
-Dense of equal active parameters: gpt-moe with one expert of width k·hidden, no capacity, trained
-data parallel (`ep` at ep=1) — the same FLOPs per token as the MoE's k experts (Shazeer et al.
-2017: the MoE adds parameters, not FLOPs). Each row prints ratios within this run: the machine is
-shared and noisy, compare within a run only.
+Dense of equal active parameters: the tiny GPT itself against a gpt-moe whose experts are
+h = (8C − E)/(2k) wide, so that router + k experts hold exactly the dense MLP's parameters
+(`parlab.expert_parallel.explore_dense`; Shazeer et al. 2017: the MoE adds parameters, not FLOPs).
+Each row prints the measured step time beside the α-β prediction (equal compute + the link's cost
+of the run's own ledger) and ratios within this run: the machine is shared and noisy, compare
+within a run only.
 """
 
 from __future__ import annotations
@@ -13,27 +15,7 @@ from __future__ import annotations
 import argparse
 
 import parlab
-
-
-def dense_equivalent(overrides: dict | None = None) -> dict:
-    """Model overrides of a dense gpt-moe with the active parameters of `overrides`' MoE."""
-    m = parlab.models.model_config("gpt-moe", overrides)
-    return {"n_experts": 1, "top_k": 1, "capacity_factor": None, "aux_loss": 0.0,
-            "expert_hidden": m.top_k * m.hidden, "shared_expert": m.shared_expert,
-            "moe_every": m.moe_every}
-
-
-def step_times(world_size: int, link: str, steps: int, top_k: int) -> dict:
-    link_arg = None if link == "loopback" else link
-    overrides = {"top_k": top_k, "n_experts": max(4, world_size)}
-    runs = {"ep": ("ep", overrides, {}), "ep-allgather": ("ep-allgather", overrides, {}),
-            "dense": ("ep", dense_equivalent(overrides), {"ep": 1})}
-    out = {}
-    for name, (scheme, mc, options) in runs.items():
-        result = parlab.run(scheme, world_size=world_size, model="gpt-moe", steps=steps,
-                            model_config=mc, link=link_arg, **options)
-        out[name] = {"ms": 1e3 * result.step_time(), "bytes": result.bytes_per_rank()[0] // steps}
-    return out
+from parlab.expert_parallel import explore_dense
 
 
 def balance(steps: int, world_size: int) -> dict:
@@ -62,17 +44,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--balance-steps", type=int, default=100)
     args = parser.parse_args(argv)
-    print(f"{'N':>2} {'link':<9} {'k':>2} {'ep ms':>7} {'gather ms':>9} {'dense ms':>8} "
-          f"{'gather/ep':>9} {'ep/dense':>8} {'ep B/step':>10} {'gather B/step':>13}")
+    for k in args.top_k:
+        counts = explore_dense.active_parameters(explore_dense.moe_overrides(k))
+        print(f"k={k}: gpt-moe active {counts['moe_active']:,} of {counts['moe_total']:,} "
+              f"parameters; dense gpt {counts['dense']:,}")
+    print(f"{'N':>2} {'link':<9} {'k':>2} {'ep ms':>13} {'gather ms':>13} {'dense ms':>13} "
+          f"{'gather/ep':>9} {'ep/dense':>8} {'ep B/step':>10} {'gather B/step':>13}  "
+          "(measured/predicted)")
     for world_size in args.world_sizes:
-        for link in args.links:
-            for k in args.top_k:
-                t = step_times(world_size, link, args.steps, k)
-                print(f"{world_size:>2} {link:<9} {k:>2} {t['ep']['ms']:>7.1f} "
-                      f"{t['ep-allgather']['ms']:>9.1f} {t['dense']['ms']:>8.1f} "
-                      f"{t['ep-allgather']['ms'] / t['ep']['ms']:>8.2f}× "
-                      f"{t['ep']['ms'] / t['dense']['ms']:>7.2f}× {t['ep']['bytes']:>10,} "
-                      f"{t['ep-allgather']['bytes']:>13,}")
+        links = [link for link in args.links if link != "loopback"] or ["1GbE"]
+        for k in args.top_k:
+            for link in links:  # loopback and this link in one run: ratios comparable
+                out = explore_dense.compare(world_size, link, args.steps, k)
+                for name_link, t in out.items():
+                    if name_link == "loopback" and "loopback" not in args.links:
+                        continue
+                    cell = {n: f"{1e3 * r['seconds']:.1f}/{1e3 * r['predicted']:.1f}"
+                            for n, r in t.items()}
+                    print(f"{world_size:>2} {name_link:<9} {k:>2} {cell['ep']:>13} "
+                          f"{cell['ep-allgather']:>13} {cell['dense']:>13} "
+                          f"{t['ep-allgather']['seconds'] / t['ep']['seconds']:>8.2f}× "
+                          f"{t['ep']['seconds'] / t['dense']['seconds']:>7.2f}× "
+                          f"{t['ep']['bytes']:>10,} {t['ep-allgather']['bytes']:>13,}")
+                    for line in explore_dense.diagnose(t, out["loopback"]) \
+                            if name_link != "loopback" else []:
+                        print("   diagnosis:", line)
     if args.balance_steps:
         print(f"\nload balance, ep on 1 rank, {args.balance_steps} steps (means of the last 10)")
         for mode, row in balance(args.balance_steps, 1).items():

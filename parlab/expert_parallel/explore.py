@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import parlab
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.expert_parallel import cost
-from parlab.expert_parallel.bench import dense_equivalent
+from parlab.expert_parallel.explore_dense import print_comparison
 from parlab.models import build_model, model_config
 from parlab.models.data import global_batch
 
@@ -216,22 +216,10 @@ def summarize_balance(runs: dict, last: int = 5) -> None:
               f"{100 * dropped:.1f}%, loss {loss:.4f}")
 
 
-def time_table(world_size: int, link: str, steps: int = 4, top_k: int = 2) -> None:
-    """Median step time of ep, ep-allgather and a dense model of equal active parameters."""
-    link_arg = None if link == "loopback" else link
-    overrides = {"top_k": top_k}
-    rows = [("ep", "ep", overrides), ("ep-allgather", "ep-allgather", overrides),
-            ("dense (same active)", "ep", dense_equivalent(overrides))]
-    times = {}
-    for name, scheme, mc in rows:
-        result = parlab.run(scheme, world_size=world_size, model="gpt-moe", steps=steps,
-                            model_config=mc, link=link_arg, **({"ep": 1} if name.startswith("dense")
-                                                               else {}))
-        times[name] = result.step_time()
-        print(f"{name:<20} {1e3 * times[name]:7.1f} ms/step  rank 0 sent "
-              f"{result.bytes_per_rank()[0] // steps:>9,} B/step")
-    print(f"ep-allgather / ep: {times['ep-allgather'] / times['ep']:.2f}×; ep / dense: "
-          f"{times['ep'] / times['dense (same active)']:.2f}× (one run, {link})")
+def time_table(world_size: int, link: str, steps: int = 4, top_k: int = 2) -> dict:
+    """Step time of ep, ep-allgather and the dense GPT of equal active parameters, on loopback
+    and `link` in one run, beside the α-β prediction (`parlab.expert_parallel.explore_dense`)."""
+    return print_comparison(world_size, link, steps, top_k)
 
 
 def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):

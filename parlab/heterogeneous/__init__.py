@@ -7,6 +7,9 @@ bandwidths. Chen, Pan, Monga, Bengio & Jozefowicz, "Revisiting Distributed Synch
 
 Reading order: `parlab.core.speeds` (a slow device, emulated) and `parlab.core.topology` (two nodes,
 fast inside, slow between), then `shares.py` (even, proportional, the LP), `weighted.py` (uneven
-shares, exact), `backup.py` (drop the stragglers), `cost.py` (bytes and step time), `schemes.py`,
-`explore.py` (what the notebook runs), `bench.py`.
+shares, exact), `backup.py` (drop the stragglers), then tensor parallelism on unequal devices:
+`tp_shares.py` (one sharding ratio per device by HAP's LP, cut into heads, columns, positions),
+`uneven.py` (uneven all-gather / reduce-scatter, padded or exact), `tp_layers.py` (the uneven
+Megatron block); `cost.py` (bytes and step time), `schemes.py`, `explore.py` and `explore_tp.py`
+(what the notebook runs), `bench.py`.
 """

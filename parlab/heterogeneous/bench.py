@@ -8,6 +8,12 @@ emulated speeds, not the neighbours' compute, set the pace. Each row: the rows p
 step after the first (measured), the model's step (`parlab.heterogeneous.cost.step_time`), the LP's
 bound T*, the speedup over even (measured and modelled, in one run each), and each rank's time
 blocked in communication per step (the straggler's victims).
+
+`hetero-tp` (`--tp-ratios`, default 1:1:1:0.5): step time of uneven tensor + sequence parallelism with
+even, proportional and LP shares beside `cost.tp_step_time`, and the diagnosis where the measured
+ordering disagrees; then the uneven collectives, padded vs exact: bytes per rank (ledger = closed
+form) and time, on the loopback and on an emulated link, for the LP's positions and a skewed split.
+`--part dp|tp|all` picks what runs.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import argparse
 import json
 
 from parlab.core import topology
-from parlab.heterogeneous import explore
+from parlab.heterogeneous import explore, explore_tp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,8 +35,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=12)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--inter", default="1GbE", help="the link between the two nodes")
+    parser.add_argument("--tp-ratios", type=float, nargs="+", default=[1, 1, 1, 0.5],
+                        help="relative speeds for hetero-tp, one per rank")
+    parser.add_argument("--tp-model", default="{'n_embd': 384, 'n_head': 8}",
+                        help="GPT config for hetero-tp as a dict literal: wide enough that the matmuls, "
+                        "not per-op overhead, are most of a rank's work ('{}': the default tiny GPT)")
+    parser.add_argument("--tp-scale", type=float, default=1 / 16,
+                        help="hetero-tp: speed of a ratio-1 device as a fraction of one core here")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="hetero-tp: interleaved rounds of one run per sharding (median)")
+    parser.add_argument("--part", choices=("all", "dp", "tp"), default="all")
     parser.add_argument("--json", default=None, help="save the rows here")
     args = parser.parse_args(argv)
+    out = {}
+    if args.part in ("all", "dp"):
+        out.update(_data_parallel(args))
+    if args.part in ("all", "tp"):
+        out.update(_tensor_parallel(args))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 0
+
+
+def _data_parallel(args) -> dict:
     n = len(args.ratios)
     speeds = [r * args.scale for r in args.ratios]
     out = {}
@@ -44,7 +72,30 @@ def main(argv: list[str] | None = None) -> int:
     print("\nbackup workers (even shares; the step uses the first N−b gradients):")
     out["backup"] = explore.backup_sweep(n, args.steps, backups=(0, 1, 2), speeds=speeds)
     print("median step after the first; the machine is shared and noisy — compare within a run")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1, default=str)
-    return 0
+    return out
+
+
+def _tensor_parallel(args) -> dict:
+    import ast
+
+    from parlab.engine.runner import make_config
+    from parlab.heterogeneous import cost
+
+    n = len(args.tp_ratios)
+    model_config = ast.literal_eval(args.tp_model) or None
+    print(f"\nhetero-tp: N={n}, speeds {args.tp_ratios} × {args.tp_scale:g}, GPT {model_config or 'default'}")
+    rows = explore_tp.measure_tp_shardings(n, args.tp_ratios, args.steps, args.tp_scale,
+                                           model_config=model_config, repeats=args.repeats)
+    explore_tp.print_tp_measurement(rows)
+    out = {"tp": rows, "collectives": []}
+    cfg = make_config("hetero-tp", world_size=n, speeds=list(args.tp_ratios), shard="lp")
+    lp_tokens = cost.tp_split(cfg)["tokens"]
+    print("\nuneven collectives (hetero-tp's all-gather / reduce-scatter; B·C = 4096 fp32 per position)")
+    for sizes in (lp_tokens, [3 * (n - 1)] + [1] * (n - 1)):
+        for link in (None, "1GbE"):
+            coll = explore_tp.measure_collectives(sizes, inner=4096, repeats=5, link=link)
+            if link is None:
+                explore_tp.print_collective_bytes(coll)
+            explore_tp.print_collective_times(coll)
+            out["collectives"].append(coll)
+    return out

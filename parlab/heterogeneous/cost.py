@@ -10,6 +10,15 @@ computes (f + b_r)·t/s_r, then the all-reduce takes c on the run's link (the gr
 for a topology), so a step lasts max_r (f + b_r)·t/s_r + c. t = 6·Ψ·T / F: forward 2Ψ and backward
 4Ψ FLOPs per token (Kaplan et al., "Scaling Laws for Neural Language Models", 2020) at F = 9 GFLOP/s,
 the rate docs/measurements.md measured for the default GPT on one thread.
+
+`hetero-tp` (uneven tensor + sequence parallelism, `parlab.heterogeneous.tp_layers`). Per block
+and step: 2 all-gathers and 2 reduce-scatters of the (B, T, C) activations along the sequence in
+forward, 2 reduce-scatters and 2 all-gathers in backward, each cut into the ranks' positions t_r
+(S_r = B·t_r·C elements of S = B·T·C): `uneven_bytes` gives each rank's bytes, padded ((N−1)·M,
+M = max_r S_r) or exact (all-gather S − S_{r+1}, reduce-scatter S − S_r; Zhang et al., "HAP",
+EuroSys 2024, §5); plus one ring all-reduce of the replicated parameters' gradients (embeddings,
+LayerNorms: they saw only the rank's tokens). Its step: max_r (f + w_r)·W/s_r + the collectives'
+time on the link, a ring collective as slow as its largest sender (`tp_step_time`).
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ from parlab.core.link import Link
 from parlab.core.topology import Topology
 from parlab.engine.prediction import Prediction, param_numels
 from parlab.heterogeneous import shares as shares_mod
+from parlab.heterogeneous import tp_shares
+from parlab.tensor_parallel.cost import replicated_numels
 
 CPU_FLOPS = 9e9  # FLOP/s of forward + backward of the default GPT here (docs/measurements.md)
 TIME_BYTES = 8  # an arrival time travels as one float64
@@ -88,3 +99,108 @@ def backup_prediction(cfg) -> Prediction:
     psi, n = sum(param_numels(cfg)), cfg.world_size
     return Prediction([cfg.steps * (grad_sync_bytes(psi, n, r) + arrival_bytes(n, r)) for r in range(n)],
                       "steps × (ring all-reduce of Ψ fp32 + all-gather of N fp64 arrival times)")
+
+
+# ----------------------------------------------------------------------------- hetero-tp
+def uneven_bytes(op: str, variant: str, sizes: list[int], inner: int, rank: int) -> int:
+    """Bytes rank `rank` sends in one ring all-gather / reduce-scatter of chunks of `sizes` rows of
+    `inner` fp32 elements: padded (N−1)·M·inner, exact S − S_{r+1} (all-gather) or S − S_r
+    (reduce-scatter) rows. One rank: nothing."""
+    n = len(sizes)
+    if n == 1:
+        return 0
+    if variant == "padded":
+        rows = (n - 1) * max(sizes)
+    elif op == "all_gather":
+        rows = sum(sizes) - sizes[(rank + 1) % n]
+    else:
+        rows = sum(sizes) - sizes[rank]
+    return rows * inner * core_cost.FP32_BYTES
+
+
+def tp_ratios(cfg) -> list[float]:
+    """w: each rank's sharding ratio under the configuration's `shard`, `fixed`, `collective`."""
+    o = cfg.options
+    return tp_shares.ratios(o.get("shard", "lp"), speeds_of(cfg), o.get("fixed", 0.0),
+                            tp_kappa(cfg), o.get("collective", "exact"))
+
+
+def tp_split(cfg) -> dict[str, list[int]]:
+    """Heads, MLP columns and sequence positions per rank under the configuration's options."""
+    return tp_shares.split(cfg.model_config, tp_ratios(cfg))
+
+
+def tp_bytes(cfg, split: dict | None = None) -> list[dict[str, int]]:
+    """Bytes each rank sends over the run, by ledger phase (tp-forward, tp-backward, sp-grad-sync)."""
+    split = split or tp_split(cfg)
+    m, n, variant = cfg.model_config, cfg.world_size, cfg.options.get("collective", "exact")
+    inner = cfg.batch_size * m.n_embd  # a position's elements: B·C
+    per = cfg.steps * m.n_layer * 2  # attention and MLP: one all-gather and one reduce-scatter each
+    out = []
+    for r in range(n):
+        ag = uneven_bytes("all_gather", variant, split["tokens"], inner, r)
+        rs = uneven_bytes("reduce_scatter", variant, split["tokens"], inner, r)
+        sync = core_cost.ring_all_reduce(sum(replicated_numels(m)), n, r)[0] if n > 1 else 0
+        out.append({"tp-forward": per * (ag + rs), "tp-backward": per * (ag + rs),
+                    "sp-grad-sync": cfg.steps * sync * core_cost.FP32_BYTES})
+    return out
+
+
+def hetero_tp_prediction(cfg) -> Prediction:
+    return Prediction([sum(b.values()) for b in tp_bytes(cfg)],
+                      "steps × (4·n_layer uneven all-gathers / reduce-scatters of B·t_r·C fp32, "
+                      "padded (N−1)·M or exact S − S_{r±1}, + ring all-reduce of the replicated "
+                      "gradients)")
+
+
+def tp_work_seconds(cfg) -> float:
+    """W: the whole step's forward + backward at speed 1, 6·Ψ·B·T / F (Kaplan et al. 2020)."""
+    return cfg.batch_size * row_seconds(cfg)
+
+
+def tp_comm_seconds(cfg, split: dict | None = None) -> float:
+    """The step's collectives on the run's link, each ring as slow as its largest sender:
+    4·n_layer × (k·α + max_r all-gather bytes/β) + the same for the reduce-scatters, + the
+    replicated gradients' all-reduce; 0 without a link."""
+    link, n = all_reduce_link(cfg), cfg.world_size
+    if link is None or n == 1:
+        return 0.0
+    split = split or tp_split(cfg)
+    m, variant = cfg.model_config, cfg.options.get("collective", "exact")
+    inner = cfg.batch_size * m.n_embd
+    ag, rs = (max(uneven_bytes(op, variant, split["tokens"], inner, r) for r in range(n))
+              for op in ("all_gather", "reduce_scatter"))
+    sync = max(core_cost.ring_all_reduce(sum(replicated_numels(m)), n, r)[0] for r in range(n))
+    return (4 * m.n_layer * (link.cost(ag, n - 1) + link.cost(rs, n - 1))
+            + link.cost(sync * core_cost.FP32_BYTES, 2 * (n - 1)))
+
+
+def tp_kappa(cfg) -> float:
+    """κ of `parlab.heterogeneous.tp_shares`: the collectives' β-seconds per step for whole (B, T, C)
+    messages, over W (0 without a link)."""
+    link = all_reduce_link(cfg)
+    if link is None or cfg.world_size == 1:
+        return 0.0
+    m = cfg.model_config
+    whole = cfg.batch_size * m.block_size * m.n_embd * core_cost.FP32_BYTES
+    return 8 * m.n_layer * link.cost(whole, 0) / tp_work_seconds(cfg)
+
+
+def tp_step_time(cfg, split: dict, fixed: float) -> float:
+    """Predicted seconds per step of `hetero-tp` for `split`: max_r (f + w_r)·W/s_r + comm, w_r the
+    rank's share of the heads, columns and positions weighted by the work each carries."""
+    W = tp_work_seconds(cfg)
+    return max((fixed + w) * W / s for w, s in zip(work_shares(cfg.model_config, split),
+                                                     speeds_of(cfg))) + tp_comm_seconds(cfg, split)
+
+
+def work_shares(m, split: dict) -> list[float]:
+    """Each rank's fraction of the step's flops: per token and block 4C² (q, k, v, output: heads),
+    8C² (MLP: columns), 2·T·C (scores and their product with v: heads); per token V·C for the
+    tied head (positions)."""
+    C, T = m.n_embd, m.block_size
+    parts = [(m.n_layer * (4 * C * C + 2 * T * C), split["heads"]),
+             (m.n_layer * 8 * C * C, split["columns"]), (m.vocab_size * C, split["tokens"])]
+    total = sum(weight for weight, _ in parts)
+    n = len(split["heads"])
+    return [sum(weight * sizes[r] / sum(sizes) for weight, sizes in parts) / total for r in range(n)]

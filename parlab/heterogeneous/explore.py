@@ -11,6 +11,7 @@ from parlab.core import topology
 from parlab.engine.runner import make_config
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.heterogeneous import cost, shares
+from parlab.heterogeneous.explore_tp import TP_EXERCISES
 from parlab.heterogeneous.schemes import FIXED_ROWS
 
 # Every emulated device runs at SCALE of one core here: N ranks share this machine's 2 cores with
@@ -228,7 +229,7 @@ EXERCISES = [
              numeric(cost.grad_sync_bytes(53824, 2, 0), rtol=0, atol=0),
              "The all-reduce moves the gradient, whose size does not depend on the shares.",
              "2(N−1)/N·Ψ·4 = 215,296 bytes, as with even shares."),
-]
+] + TP_EXERCISES  # hetero-tp's (parlab.heterogeneous.explore_tp)
 
 
 def exercise(name: str) -> Exercise:

@@ -8,17 +8,30 @@
   "Revisiting Distributed Synchronous SGD", 2016; `parlab.heterogeneous.backup`). Not exact: an
   unbiased gradient of a smaller batch; b = 0 equals `single`.
 
-Both run under any `speeds=` (parlab.core.speeds) and any link or two-node topology
+- `hetero-tp`: Megatron tensor + sequence parallelism on the tiny GPT with uneven shards: each
+  rank's heads, MLP columns and sequence positions follow one sharding ratio, even, ∝ speed or by
+  HAP's LP over speeds and the link (`parlab.heterogeneous.tp_shares`); uneven all-gathers and
+  reduce-scatters padded or exact (`parlab.heterogeneous.uneven`, option `collective=`). Exact:
+  equals `single` for every split. The GPT, not the MLP, because it is the model chapter 03 cuts
+  (heads and columns, positions between the blocks), so the uneven collectives are Megatron's own.
+
+All run under any `speeds=` (parlab.core.speeds) and any link or two-node topology
 (parlab.core.topology).
 """
 
+import torch
+
 from parlab.core.checks import Choice, Float, Int
-from parlab.engine.loop import build_model, make_optimizer, train
+from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.heterogeneous import cost
 from parlab.heterogeneous.backup import BackupWorkers
 from parlab.heterogeneous.shares import SHARDINGS, even
+from parlab.heterogeneous.tp_layers import UnevenTensorParallelGPT
+from parlab.heterogeneous.tp_shares import VARIANTS, problems
+from parlab.heterogeneous.tp_shares import split as tp_split
 from parlab.heterogeneous.weighted import WeightedShards
+from parlab.tensor_parallel.layers import assemble_state
 
 # f of the step-time model in rows' worth: the default GPT's forward + backward + AdamW step at one
 # row costs about as much as 1.5 more rows (measured on the 2-core machine, one thread per rank)
@@ -57,3 +70,62 @@ def backup_workers(ctx):
     rows = even(ctx.cfg.batch_size, ctx.world_size)
     return train(ctx, BackupWorkers(ctx, model, make_optimizer(model.parameters(), ctx.cfg), rows,
                                     ctx.cfg.options["backups"]))
+
+
+# ----------------------------------------------------------------------------- hetero-tp
+# f of hetero-tp's step model, as a fraction of the step's sharded work W: what every rank does
+# whatever its share (the replicated parameters' AdamW step, every kernel's and collective's fixed
+# cost); 0.1 keeps the LP's shares near proportional while still trimming the slowest rank's
+FIXED_TP = 0.1
+
+
+def _validate_tp(cfg):
+    if cfg.checkpoint:
+        raise ValueError("checkpoint=True is not supported by hetero-tp: backward would recompute the "
+                         "blocks' uneven collectives, which its closed forms (cost.tp_bytes) do not count")
+    weights = cost.tp_ratios(cfg)
+    found = problems(tp_split(cfg.model_config, weights), cost.speeds_of(cfg), cfg.options["shard"],
+                     weights)
+    if found:
+        raise ValueError("; ".join(found) + ": every rank needs some work and at least one head, "
+                         "MLP column and position (fewer or faster ranks, or shard='even')")
+
+
+class UnevenTensorParallel(Strategy):
+    """One replica cut unevenly over every rank: after backward the replicated parameters'
+    gradients (each rank saw only its positions) are summed over the group in one flat bucket."""
+
+    def __init__(self, ctx):
+        cfg = ctx.cfg
+        self.split = cost.tp_split(cfg)
+        model = UnevenTensorParallelGPT(build_model(cfg), self.split, ctx.comm,
+                                        cfg.options["collective"])
+        super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), holds_state=True)
+        self.replicated = model.replicated_parameters()
+
+    def sync(self, step: int) -> None:
+        if self.ctx.world_size == 1:
+            return
+        with self.ctx.ledger.label(phase="sp-grad-sync"):
+            flat = torch.cat([p.grad.reshape(-1) for p in self.replicated])  # (Σ numel,)
+            self.ctx.comm.all_reduce(flat)  # (Σ numel,) summed over the ranks' positions
+            for p, part in zip(self.replicated, flat.split([p.numel() for p in self.replicated])):
+                p.grad.copy_(part.view_as(p))  # (param shape,)
+
+    def extras(self) -> dict:
+        return {"tp_rank": self.ctx.rank, "split": self.split}
+
+
+def _assemble_tp(outputs, cfg):
+    shards = sorted((o for o in outputs if o.state is not None), key=lambda o: o.extras["tp_rank"])
+    return assemble_state([o.state for o in shards])
+
+
+@register("hetero-tp", summary="tensor + sequence parallelism with uneven shards by speed (even | "
+          "proportional | HAP's LP), uneven all-gather / reduce-scatter padded or exact", exact=True,
+          options={"shard": Choice("lp", SHARDINGS), "collective": Choice("exact", VARIANTS),
+                   "fixed": Float(FIXED_TP, min=0)},
+          validate=_validate_tp, assemble=_assemble_tp, models=("gpt",),
+          cost=cost.hetero_tp_prediction)
+def hetero_tp(ctx):
+    return train(ctx, UnevenTensorParallel(ctx))

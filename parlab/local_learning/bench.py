@@ -18,7 +18,7 @@ import argparse
 import json
 
 from parlab.local_learning import cost
-from parlab.local_learning.explore import compare_schemes
+from parlab.local_learning.explore import compare_schemes, explain_idle
 
 MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
 
@@ -53,6 +53,7 @@ def main(argv=None) -> int:
             rows = compare_schemes(pp, steps=args.steps, model_config=MODEL, batch_size=args.batch,
                                    link=None if link == "loopback" else link,
                                    microbatches=args.microbatches, schemes=schemes_for(pp))
+            explain_idle(rows, args.microbatches)
             for row in rows:
                 r = row.pop("result")
                 row.update(pp=pp, link=link, samples_per_s=args.batch / row["step_s"])

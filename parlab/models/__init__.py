@@ -1,4 +1,5 @@
-"""The models every scheme trains, by name: `gpt` (a tiny nanoGPT), `mlp` (spirals), and the video
+"""The models every scheme trains, by name: `gpt` (a tiny nanoGPT), `mlp` (spirals), `unet3d` (a 3-D
+U-Net on synthetic volumes, `parlab.models.volumes`), and the video
 denoiser of chapter 06 (`parlab.context_parallel.video_denoiser`); `data` makes every step's global batch.
 
 `build_model(name, cfg, seed)` creates parameters in a fixed order from the seed, so every rank of
@@ -14,11 +15,14 @@ import torch.nn as nn
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, attention, maybe_checkpoint
 from parlab.models.gpt_moe import GPTMoE, GPTMoEConfig
 from parlab.models.mlp import MLP, MLPConfig
+from parlab.models.unet3d import UNet3D, UNet3DConfig
 
 __all__ = ["GPT", "GPTMoE", "GPTMoEConfig", "MLP", "MODELS", "Block", "CausalSelfAttention", "GPTConfig",
-           "MLPConfig", "attention", "build_model", "maybe_checkpoint", "model_config"]
+           "MLPConfig", "UNet3D", "UNet3DConfig", "attention", "build_model", "maybe_checkpoint",
+           "model_config"]
 
-MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig), "gpt-moe": (GPTMoE, GPTMoEConfig)}
+MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig), "gpt-moe": (GPTMoE, GPTMoEConfig),
+          "unet3d": (UNet3D, UNet3DConfig)}
 
 
 def model_config(name: str, overrides: dict | None = None):

@@ -41,6 +41,9 @@ def decode(ids) -> str:
 
 def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int = 32):
     """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,)."""
+    if model == "unet3d":  # the volumes: seq_len is the block side (UNet3DConfig.block_size)
+        from parlab.models.volumes import volume_batch
+        return volume_batch(step, batch_size, seed, seq_len)  # (B, 1, S, S, S), (B, S, S, S)
     g = torch.Generator().manual_seed(seed * 1_000_003 + step)
     if model in ("gpt", "gpt-moe"):  # the text dataset
         tokens = text_tokens()

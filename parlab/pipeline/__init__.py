@@ -22,7 +22,11 @@ Reading order:
 - `executor`: runs one rank's action list for one training step.
 - `boundary`: a stage boundary that is a cross-mesh resharding (AlpaComm), with the link at the
   sender, so an early send (eager 1F1B) can hide its transfer.
+- `unet_stages`, `unet_executor`, `unet_cost`: the 3-D U-Net (LAMP) cut into stages whose skip
+  connections travel from an early stage straight to a late one, on their own channels, and
+  the closed forms of those bytes.
 - `draw`: Gantt charts of ideal and measured timelines.
-- `schemes`, `torch_pp`: the registered schemes; `explore` and `bench`: notebook 04 and
+- `schemes`, `torch_pp`: the registered schemes; `explore` (with `explore_eager`,
+  `explore_exercises`, `explore_unet`) and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """

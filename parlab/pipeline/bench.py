@@ -12,6 +12,9 @@ and waits for a core as well as for its neighbour: the 4-stage bubble is measure
     python -m parlab bench pp --json out.json      # raw numbers
     python -m parlab bench pp --eager              # 1F1B vs eager 1F1B (AlpaComm) over resharding
                                                    # boundaries, each method, on an emulated link
+    python -m parlab bench pp --unet               # the pipelined 3-D U-Net (LAMP): GPipe vs 1F1B,
+                                                   # memory per stage vs model and input size,
+                                                   # whole-volume vs sliding-window inference
 """
 
 from __future__ import annotations
@@ -117,13 +120,23 @@ def main(argv) -> int:
     parser.add_argument("--json", help="write the raw rows here")
     parser.add_argument("--eager", action="store_true",
                         help="only 1F1B vs eager 1F1B over resharding boundaries (Zhuang et al. 2023)")
+    parser.add_argument("--unet", action="store_true",
+                        help="only the pipelined 3-D U-Net (Zhu et al., LAMP, MICCAI 2020)")
     args = parser.parse_args(argv)
+    if args.unet:
+        from parlab.pipeline.explore_unet import bench as unet_bench
+        rows = unet_bench(steps=max(args.steps, 3))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"unet": rows}, f, indent=1, default=str)
+        return 0
     if args.eager:
         from parlab.pipeline.explore_eager import reshard_step_times
         rows = reshard_step_times(steps=args.steps)
+        narrow = reshard_step_times(steps=args.steps, widths=[2, 1])  # tp=2 → tp=1
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"eager": rows}, f, indent=1, default=str)
+                json.dump({"eager": rows, "eager_2_to_1": narrow}, f, indent=1, default=str)
         return 0
     if args.quick:
         args.pp, args.microbatches, args.steps = [2], [2, 4], 3

@@ -1,7 +1,8 @@
 """A pipeline stage boundary that is a cross-mesh resharding (AlpaComm: Zhuang et al., "On Optimizing
 the Communication of Model Parallelism", MLSys 2023, §3–4).
 
-Each stage runs on a mesh of w ranks that hold its activation replicated — the layout a Megatron
+Each stage runs on a mesh of w ranks (w may differ per stage: `widths`, e.g. [2, 1] for a tp=2
+stage feeding a tp=1 stage) that hold its activation replicated — the layout a Megatron
 tensor-parallel block leaves after its all-reduce — so crossing a boundary moves a tensor from w
 holders to w needers: chapter 03's `parlab.tensor_parallel.reshard` with "send-recv" (the first
 holder sends it to every needer), "broadcast" (sent once, chained through the needers) or
@@ -47,18 +48,38 @@ class SenderLink:
         return self.comm.irecv(tensor, src, phase=phase)
 
 
-def boundary_groups(pp: int, width: int) -> tuple[list[list[int]], list[list[int]]]:
+def _widths(pp: int, width) -> list[int]:
+    return [width] * pp if isinstance(width, int) else list(width)
+
+
+def stage_ranks(widths: list[int]) -> list[list[int]]:
+    """World ranks of every stage's mesh: members numbered member-major, stages inner, absent
+    members skipped — so with equal widths w member d of stage s is rank d·pp + s (pp innermost,
+    as `Mesh([("dp", w), ("pp", pp)])`), and [2, 1] gives stage 0 ranks [0, 2], stage 1 [1]."""
+    out: list[list[int]] = [[] for _ in widths]
+    rank = 0
+    for d in range(max(widths)):
+        for s, w in enumerate(widths):
+            if d < w:
+                out[s].append(rank)
+                rank += 1
+    return out
+
+
+def boundary_groups(pp: int, width) -> tuple[list[list[int]], list[list[int]]]:
     """World ranks of boundary k (stage mesh k ∪ mesh k+1), split into even and odd boundaries so
     that each split is a partition (ranks on no boundary of a split get their own group).
-    Rank d·pp + s is member d of stage s's mesh (pp innermost, as `Mesh([("dp", w), ("pp", pp)])`)."""
+    `width`: ranks per stage, one int or a list per stage (`stage_ranks`)."""
+    ranks = stage_ranks(_widths(pp, width))
+    world = sum(len(r) for r in ranks)
     splits = []
     for parity in (0, 1):
         groups, used = [], set()
         for k in range(parity, pp - 1, 2):
-            g = sorted(d * pp + s for d in range(width) for s in (k, k + 1))
+            g = sorted(ranks[k] + ranks[k + 1])
             groups.append(g)
             used |= set(g)
-        splits.append(groups + [[r] for r in range(pp * width) if r not in used])
+        splits.append(groups + [[r] for r in range(world) if r not in used])
     return splits[0], splits[1]
 
 
@@ -76,19 +97,21 @@ class Boundary:
     """One direction (kind "F": activations down, "B": gradients up) of every boundary of a rank.
 
     `comms[k]` = (tx, rx) on boundary k's group (`boundary_groups`); a message is a reshard plan
-    from the sending stage's mesh of `width` replicas to the receiving one's."""
+    from the sending stage's mesh of replicas to the receiving one's (`width`: ranks per stage, one
+    int or a list per stage)."""
 
-    def __init__(self, kind: str, comms: dict, pp: int, width: int, method: str, link,
+    def __init__(self, kind: str, comms: dict, pp: int, width, method: str, link,
                  chunks: int = 4):
         self.kind, self.pp, self.width, self.method, self.chunks = kind, pp, width, method, chunks
+        self.ranks = stage_ranks(_widths(pp, width))
         self.comms = {k: (SenderLink(tx, link), rx) for k, (tx, rx) in comms.items()}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"pp-boundary-{kind}")
 
     def _plan(self, src_stage: int, dst_stage: int, shape):
         k = min(src_stage, dst_stage)
-        group = sorted(d * self.pp + s for d in range(self.width) for s in (k, k + 1))
-        src = [group.index(d * self.pp + src_stage) for d in range(self.width)]
-        dst = [group.index(d * self.pp + dst_stage) for d in range(self.width)]
+        group = sorted(self.ranks[k] + self.ranks[k + 1])
+        src = [group.index(r) for r in self.ranks[src_stage]]
+        dst = [group.index(r) for r in self.ranks[dst_stage]]
         rows = 1
         for n in shape[:-1]:
             rows *= n
@@ -111,12 +134,13 @@ class Boundary:
         return out.reshape(buf.shape)  # (mb, T, C)
 
 
-def source_bytes(numel: int, width: int, method: str, member: int, itemsize: int = 4) -> int:
-    """Closed form: bytes member `member` of a source mesh of w replicas sends per message (chunk
-    rows divisible by w): send-recv: the first holder sends it w times; broadcast: the first
-    holder once; balanced: every holder 1/w of it."""
+def source_bytes(numel: int, width: int, method: str, member: int, itemsize: int = 4,
+                 needers: int | None = None) -> int:
+    """Closed form: bytes member `member` of a source mesh of w replicas sends per message to n
+    needers (n = `needers`, default w; chunk rows divisible by w): send-recv: the first holder
+    sends it n times; broadcast: the first holder once; balanced: every holder 1/w of it."""
     if method == "send-recv":
-        return numel * width * itemsize if member == 0 else 0
+        return numel * (needers or width) * itemsize if member == 0 else 0
     if method == "broadcast":
         return numel * itemsize if member == 0 else 0
     return numel // width * itemsize

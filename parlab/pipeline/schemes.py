@@ -30,8 +30,10 @@ from parlab.engine.runner import register
 from parlab.pipeline import boundary as boundary_mod
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
+from parlab.pipeline import unet_stages
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
+from parlab.pipeline.unet_executor import UNetExecutor
 from parlab.pipeline.validate import check
 from parlab.tensor_parallel.reshard import METHODS
 
@@ -51,6 +53,8 @@ class Plan:
 
 def n_layers(cfg) -> int:
     mc = cfg.model_config
+    if cfg.model == "unet3d":
+        return unet_stages.n_layers(mc)  # Down × (L-1), Bottom, Up × (L-1), Head
     return mc.n_layer if cfg.model == "gpt" else mc.n_layer + 1  # the MLP has n_layer+1 linears
 
 
@@ -71,7 +75,7 @@ def resolve(cfg, schedule: str) -> Plan:
     dp = degrees["dp"]
     if pp * chunks > layers:
         raise ValueError(f"pp={pp} × chunks={chunks} = {pp * chunks} stages > {layers} layers "
-                         f"(model={cfg.model!r}, n_layer={cfg.model_config.n_layer}): more stages "
+                         f"(model={cfg.model!r}, {layers} layers): more stages "
                          "than layers")
     if cfg.batch_size % dp:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by dp={dp} "
@@ -240,6 +244,136 @@ class ReshardPipeline(PipelineStages):
                 "member": self.member}
 
 
+class UNetPipeline(PipelineStages):
+    """The 3-D U-Net cut into stages (`parlab.pipeline.unet_stages`): the main path on the
+    pipeline's channels, every skip connection straight from its producer stage to its consumer
+    stage on its own channels ("pp-skip" forward, "pp-skip-bwd" backward) — LAMP's setting (Zhu et
+    al., MICCAI 2020). The executor is `parlab.pipeline.unet_executor`."""
+
+    def __init__(self, ctx, schedule_name: str):
+        plan = resolve(ctx.cfg, schedule_name)
+        super().__init__(ctx, plan)
+        self.stages = unet_stages.build_stages(self.model, self.stage_ids, self.counts)
+        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
+        groups = self.mesh.groups("pp")
+        comm_b = ctx.comm.split(groups, "pp-bwd")
+        skip_f, skip_b = ctx.comm.split(groups, "pp-skip"), ctx.comm.split(groups, "pp-skip-bwd")
+        self.meter = ActivationMeter(exclude=self.params)
+        self.executor = UNetExecutor(ctx, schedule, self.mesh.coords["pp"], self.stages,
+                                     self.mesh["pp"], comm_b, skip_f, skip_b,
+                                     ctx.cfg.model_config, self.meter)
+
+    def forward_backward(self, step: int, batch) -> float:
+        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), 1, S, S, S), m × (B/(dp·m), S, S, S)
+        mb_losses = self.executor.run_step(step, xs, ys)
+        return sum(mb_losses) / self.plan.microbatches / self.plan.dp if self.reports_loss else 0.0
+
+    def extras(self) -> dict:
+        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
+                "skip_routes": unet_stages.skip_routes(self.ctx.cfg.model_config.levels,
+                                                       self.counts)}
+
+
+UNET_SCHEDULES = ("naive", "gpipe", "1f1b", "eager-1f1b")  # one stage per rank, one backward
+
+
+def check_unet(cfg, schedule: str) -> None:
+    """ValueError for what the U-Net pipeline does not run (before any process starts)."""
+    if cfg.model != "unet3d":
+        return
+    if schedule not in UNET_SCHEDULES:
+        raise ValueError(f"schedule={schedule!r} with model='unet3d': the U-Net pipeline runs one "
+                         f"of {UNET_SCHEDULES}")
+    if cfg.options.get("partition", "even") == "balanced":
+        raise ValueError("partition='balanced' profiles GPT/MLP layers; with model='unet3d' give "
+                         "'even' or a list of layers per stage")
+
+
+class WidthsPipeline(Strategy):
+    """`pp-reshard` with `widths=`: stage s on a mesh of widths[s] replicas, e.g. [2, 1] — a tp=2
+    stage's replicated output resharded onto a tp=1 stage and its gradient back (AlpaComm's
+    cross-mesh resharding between meshes of different shapes: Zhuang et al., MLSys 2023, §3).
+    Ranks: `boundary.stage_ranks`. Every replica trains on the whole batch; the tied embedding's
+    gradient is each copy's share (÷ its stage's width) summed over both end meshes."""
+
+    def __init__(self, ctx, schedule_name: str):
+        cfg = ctx.cfg
+        self.widths = widths = list(cfg.options["widths"])
+        self.plan = plan = widths_plan(cfg, schedule_name)
+        ranks = boundary_mod.stage_ranks(widths)
+        self.stage = stage = next(s for s, group in enumerate(ranks) if ctx.rank in group)
+        self.member = ranks[stage].index(ctx.rank)
+        ends = sorted(set(ranks[0] + ranks[-1]))
+        self.tie_comm = ctx.comm.split([ends] + [[r] for r in range(ctx.world_size)
+                                                 if r not in ends], "embed-tie")
+        model = build_model(cfg)
+        self.counts = (list(plan.partition) if isinstance(plan.partition, tuple)
+                       else stages_mod.even_partition(plan.n_layers, plan.pp))
+        self.stages = stages_mod.build_stages(model, [stage], self.counts)
+        self.params = list(model.parameters())
+        self.tied = stages_mod.tied_parameter(model)
+        super().__init__(ctx, model, make_optimizer(self.params, cfg), shard=0, shards=1,
+                         reports_loss=stage == plan.pp - 1 and self.member == 0, holds_state=True)
+        even, odd = boundary_mod.boundary_groups(plan.pp, widths)
+        channels = {}
+        for kind in ("F", "B"):
+            comms = {}
+            for parity, groups in enumerate((even, odd)):
+                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
+                tx.link = None  # the boundary applies the link at the sender
+                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
+                          name=f"pp-{kind}{parity}-rx")
+                for k in (stage - 1, stage):
+                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
+                        comms[k] = (tx, rx)
+            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, widths,
+                                                   cfg.options["method"], cfg.link,
+                                                   cfg.options["chunks"])
+        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
+        self.meter = ActivationMeter(exclude=self.params)
+        self.executor = PipelineExecutor(
+            ctx, schedule, stage, self.stages, channels["F"], channels["B"],
+            lambda rows: stages_mod.boundary_shape(cfg.model_config, rows), self.meter)
+
+    def sync(self, step: int) -> None:
+        if self.tied is not None and self.tie_comm.size > 1:
+            with self.ctx.ledger.label(phase="embed-tie"):
+                self.tied.grad.div_(self.widths[self.stage])  # each mesh's copies: one gradient
+                self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) over both ends
+
+    def forward_backward(self, step: int, batch) -> float:
+        x, y = batch  # (B, T) each: every replica holds the whole batch
+        xs, ys = list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
+        mb_losses = self.executor.run_step(step, xs, ys)
+        return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
+
+    def extras(self) -> dict:
+        return {"stages": [self.stage], "layers_per_stage": self.counts, "member": self.member,
+                "widths": self.widths, "in_flight_peak": self.executor.in_flight_peak,
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
+
+
+def widths_plan(cfg, schedule: str) -> Plan:
+    """The plan of `pp-reshard` with `widths=`; ValueError names what is wrong."""
+    widths, world = cfg.options["widths"], cfg.world_size
+    if not isinstance(widths, (list, tuple)) or len(widths) < 2 or not all(
+            _is_int(w) and w >= 1 for w in widths):
+        raise ValueError(f"widths={widths!r} must list >= 2 stages' ranks, each an int >= 1")
+    if sum(widths) != world:
+        raise ValueError(f"widths={list(widths)} sum to {sum(widths)}, not world_size={world}")
+    pp = cfg.options.get("pp")
+    if pp is not None and pp != len(widths):
+        raise ValueError(f"pp={pp} != len(widths={list(widths)}) = {len(widths)}")
+    if schedule not in RESHARD_SCHEDULES:
+        raise ValueError(f"schedule={schedule!r}: pp-reshard runs one of {RESHARD_SCHEDULES}")
+    if cfg.model != "gpt" and cfg.model != "mlp":
+        raise ValueError(f"model={cfg.model!r}: pp-reshard runs 'gpt' or 'mlp'")
+    options = {**cfg.options, "pp": len(widths)}
+    plan = resolve(dataclasses.replace(cfg, world_size=len(widths), options=options), schedule)
+    return dataclasses.replace(plan, dp=1)
+
+
 def reshard_plan(cfg, schedule: str) -> Plan:
     """The plan of `pp-reshard`: pp meshes of `mesh` replicas; ValueError names what is wrong."""
     width, world = cfg.options["mesh"], cfg.world_size
@@ -288,19 +422,24 @@ def _register(name: str, schedule: str | None) -> None:
         return schedule or cfg.options["schedule"]
 
     def validate(cfg):
+        check_unet(cfg, chosen(cfg))
         plan = resolve(cfg, chosen(cfg))
         check(make_schedule(plan.schedule, plan.pp, plan.microbatches, plan.chunks))
 
     def worker(ctx):
+        if ctx.cfg.model == "unet3d":
+            return train(ctx, UNetPipeline(ctx, chosen(ctx.cfg)))
         return train(ctx, Pipeline(ctx, chosen(ctx.cfg)))
 
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(
         SUMMARIES)
+    models = ("gpt", "mlp", "unet3d") if schedule in UNET_SCHEDULES + (None,) else ("gpt", "mlp")
     # mixed precision: the executor's boundary buffers take the compute dtype, and with fp16 the
     # last stage's loss carries the loop's loss scale (PipelineStages)
     register(name, summary=summary, exact=True, options=options, validate=validate,
-             assemble=assemble, precisions=("fp32", "bf16-mixed", "fp16-mixed"))(worker)
+             assemble=assemble, models=models,
+             precisions=("fp32", "bf16-mixed", "fp16-mixed"))(worker)
 
 
 for _schedule in SUMMARIES:
@@ -309,6 +448,10 @@ _register("pp", None)
 
 
 def _reshard_validate(cfg):
+    if cfg.options.get("widths") is not None:
+        plan = widths_plan(cfg, cfg.options["schedule"])
+        check(make_schedule(plan.schedule, plan.pp, plan.microbatches))
+        return
     plan = reshard_plan(cfg, cfg.options["schedule"])
     check(make_schedule(plan.schedule, plan.pp, plan.microbatches))
 
@@ -319,6 +462,9 @@ def _reshard_validate(cfg):
           options={"pp": Int(None, min=1, none=True), "partition": "even",
                    "microbatches": Int(None, min=1, none=True), "mesh": Int(2, min=1),
                    "method": Choice("broadcast", METHODS), "chunks": Int(4, min=1),
-                   "schedule": Choice("1f1b", RESHARD_SCHEDULES)})
+                   "schedule": Choice("1f1b", RESHARD_SCHEDULES),
+                   "widths": None})  # ranks per stage, e.g. [2, 1]: overrides mesh
 def pipeline_reshard(ctx):
+    if ctx.cfg.options.get("widths") is not None:
+        return train(ctx, WidthsPipeline(ctx, ctx.cfg.options["schedule"]))
     return train(ctx, ReshardPipeline(ctx, ctx.cfg.options["schedule"]))

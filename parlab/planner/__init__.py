@@ -15,11 +15,16 @@ training (2025).
 
 Reading order:
 
-- `compose`: `apply_tp`, `apply_cp`, `split_pp`, `apply_dp` / `apply_zero` over one `Mesh`.
+- `plan`: a `Plan` (degrees and knobs), its problems named up front, every valid plan.
+- `compose`: `apply_tp`, `apply_cp`, `apply_ep`, `split_pp`, `apply_dp` / `apply_zero` over one
+  `Mesh`; `compose_cost`: every dimension's closed-form bytes composed.
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
 - `profile`, `costmodel`, `search`: the measured compute profile, the predicted step time and
   peak memory of any plan, and the planner.
-- `graph`, `placement`: operator-level placement of a branchy graph, solved exactly and run.
+- `graph`, `placement`, `placement_run`: operator-level placement of a branchy graph, solved
+  exactly (MILP, checked by exhaustive search) and run with send/recv beside a 1F1B pipeline.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
-- `explore` and `bench`: notebook 13 and `python -m parlab bench planner`.
+- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_exercises`,
+  `explore_placement`) and `bench`: notebook 13 and
+  `python -m parlab bench planner`.
 """

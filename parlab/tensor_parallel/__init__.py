@@ -3,9 +3,11 @@
 Papers: Shoeybi et al., "Megatron-LM" (2019: f and g); Korthikanti et al., "Reducing Activation
 Recomputation in Large Transformer Models" (MLSys 2023: sequence parallelism); Zhuang et al.,
 "On Optimizing the Communication of Model Parallelism" (AlpaComm, MLSys 2023: cross-mesh
-resharding).
+resharding); Wang et al., "Overlap Communication with Dependent Computation via Decomposition in
+Large Deep Learning Models" (ASPLOS 2023: async TP).
 
-Reading order: `ops` (the named autograd Functions), `layers` (column/row-parallel layers and
+Reading order: `ops` (the named autograd Functions), `async_ops` (the same, overlapped ring
+steps), `layers` (column/row-parallel layers and
 the parallel GPT), `vocab` (vocabulary-parallel embedding and cross-entropy), `cost`,
 `reshard`, `schemes`, `torch_tp`; `explore`, `explore_figures` and `bench`.
 """

@@ -12,7 +12,12 @@ by its own running RMS, so the few weights whose gradient is ~1e-9 (a sum that c
 float-rounding differences of the split matmuls into visible update differences (~1e-5) at this
 larger width; SGD keeps the `match` column a check of the gradients themselves.
 
-Part 2 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
+Part 2 — async TP (Wang et al., ASPLOS 2023): tp-sp against tp-sp with `async_tp=True` (the
+all-gathers and dx's reduce-scatter cut into ring steps overlapped with the matmuls) at tp = 2 on
+NVLink as an A100 sees it (`parlab.core.link.faithful`, dilated by this machine's measured rate)
+with a wider model (C = 256, T = 128), where a chunk's matmul and its transfer are comparable.
+
+Part 3 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
 pairs with send-recv, chained broadcast and load-balanced broadcast, on loopback and on emulated
 links, beside the α-β prediction of each plan; `speedup` is over send-recv on the same pair.
 """
@@ -21,6 +26,25 @@ from __future__ import annotations
 
 import argparse
 import json
+
+
+def async_tp_rows(repeats: int) -> list[dict]:
+    """tp-sp with and without async TP at tp = 2 on a faithful NVLink, printed with the ratio."""
+    import parlab
+    from parlab.core.link import achieved_flops, faithful
+    from parlab.tensor_parallel.explore import print_rows, tp_rows
+
+    model_config = {"n_embd": 256, "block_size": 128, "n_head": 4}
+    probe = parlab.run("single", steps=3, model_config=model_config, batch_size=8)
+    link = faithful("NVLink", achieved_flops(probe), "A100")
+    print(f"\n# async TP, GPT n_embd=256 T=128 batch=8, tp=2, link {link}")
+    rows = tp_rows(("tp-sp", "tp-sp:async_tp"), (2,), 3, link, model_config, 8, repeats, "sgd")
+    print_rows(rows)
+    plain, overlapped = (next(r["step_ms"] for r in rows if r["scheme"] == s)
+                         for s in ("tp-sp", "tp-sp:async_tp"))
+    print(f"async TP: {plain / overlapped:.2f}× tp-sp's throughput (same bytes: "
+          f"{rows[0]['tp_MB_per_step']:.3f} MB per step each)")
+    return rows
 
 
 def main(argv: list[str]) -> int:
@@ -43,10 +67,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reshard-repeats", type=int, default=3)
     parser.add_argument("--skip-tp", action="store_true")
     parser.add_argument("--skip-reshard", action="store_true")
+    parser.add_argument("--skip-async", action="store_true")
     parser.add_argument("--json", help="save every row here")
     args = parser.parse_args(argv)
 
-    out = {"tp": [], "reshard": []}
+    out = {"tp": [], "async_tp": [], "reshard": []}
     if not args.skip_tp:
         model_config = {"n_embd": args.n_embd, "block_size": args.block_size, "n_head": 4}
         print(f"# tensor parallelism, GPT n_embd={args.n_embd} T={args.block_size} "
@@ -54,6 +79,8 @@ def main(argv: list[str]) -> int:
         out["tp"] = tp_rows(args.schemes, args.degrees, args.steps, None, model_config,
                             args.batch_size, args.repeats, args.optimizer)
         print_rows(out["tp"])
+    if not args.skip_async:
+        out["async_tp"] = async_tp_rows(args.repeats)
     if not args.skip_reshard:
         for world in args.reshard_worlds:
             for link in args.reshard_links:

@@ -24,6 +24,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.models.gpt import attention, maybe_checkpoint
+from parlab.tensor_parallel.async_ops import RingGatherMatmul
 from parlab.tensor_parallel.ops import (
     CopyToTensorParallel,
     GatheredColumnMatmul,
@@ -77,7 +78,11 @@ class ColumnParallelLinear(nn.Module):
     """y_i = x·A_iᵀ for this rank's rows A_i of the weight (out/tp, in), no bias.
 
     Input: the full x (B, T, C) through f, or with sequence parallelism the shard (B, T/tp, C),
-    all-gathered (ḡ); `regather=True` saves only the shard and gathers again in backward."""
+    all-gathered (ḡ); `regather=True` saves only the shard and gathers again in backward;
+    `ring_overlap` (set by `parlab.tensor_parallel.async_ops.apply_async_tp`) overlaps that
+    all-gather with the matmul, chunk by chunk."""
+
+    ring_overlap = False
 
     def __init__(self, weight: torch.Tensor, comm, sequence_parallel=False, regather=True):
         super().__init__()
@@ -87,6 +92,8 @@ class ColumnParallelLinear(nn.Module):
     def forward(self, x):
         if not self.sequence_parallel:
             return F.linear(CopyToTensorParallel.apply(x, self.comm), self.weight)  # (B, T, out/tp)
+        if self.regather and self.ring_overlap:
+            return RingGatherMatmul.apply(x, self.weight, self.comm)  # (B, T, out/tp)
         if self.regather:
             return GatheredColumnMatmul.apply(x, self.weight, self.comm)  # (B, T, out/tp)
         full = GatherFromSequenceParallel.apply(x, self.comm)  # (B, T/tp, C) -> (B, T, C)

@@ -12,7 +12,9 @@ embedding / head by vocabulary rows (`parlab.tensor_parallel.vocab`).
 Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
 tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
 reduce-scatters forward, the same backward, plus (regather=True) 2 all-gathers that rebuild the
-saved inputs. `parlab.tensor_parallel.cost.closed_form_bytes` gives the exact per-rank numbers the
+saved inputs; `async_tp=True` runs those all-gathers and the input gradient's reduce-scatter as
+ring steps overlapped with the matmuls (`parlab.tensor_parallel.async_ops`), same bytes.
+`parlab.tensor_parallel.cost.closed_form_bytes` gives the exact per-rank numbers the
 tests check.
 """
 
@@ -25,6 +27,7 @@ from parlab.core.mesh import Mesh, validate_degrees
 from parlab.core.precision import PRECISIONS
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.tensor_parallel.async_ops import apply_async_tp
 from parlab.tensor_parallel.layers import TensorParallelGPT, assemble_state
 
 TP = Int(None, min=1, none=True)  # None: the largest degree that fits
@@ -36,6 +39,9 @@ def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
     checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
     if sequence_parallel:
         checks.append(("sequence length block_size", m.block_size))
+    if cfg.options.get("async_tp") and not cfg.options.get("regather", True):
+        return [f"async_tp=True overlaps the regathered all-gather: it needs regather=True, got "
+                f"regather={cfg.options['regather']}"]
     if cfg.options.get("vocab_parallel"):
         checks.append(("vocab_size", m.vocab_size))
     problems = [f"{name}={value} is not divisible by tp={tp}" for name, value in checks if value % tp]
@@ -96,6 +102,8 @@ class TensorParallel(Strategy):
                                                  sequence_parallel,
                                                  cfg.options.get("regather", True),
                                                  cfg.options.get("vocab_parallel", False))
+        if cfg.options.get("async_tp"):
+            apply_async_tp(model)
         tp_rank = self.mesh.coords["tp"]
         # without SP every tp rank computes the same loss: rank 0 of the tp group reports it
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
@@ -131,7 +139,8 @@ def tp_scheme(ctx):
 
 
 @register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
-          exact=True, options={"tp": TP, "regather": Bool(True)}, validate=_validator(True),
+          exact=True, options={"tp": TP, "regather": Bool(True), "async_tp": Bool(False)},
+          validate=_validator(True),
           assemble=_assemble, models=("gpt",), precisions=tuple(PRECISIONS))
 def tp_sp_scheme(ctx):
     return train(ctx, TensorParallel(ctx, sequence_parallel=True))

@@ -1,0 +1,152 @@
+"""Sparse against dense at equal *active* parameters: `ep`, `ep-allgather` and the tiny GPT.
+
+Shazeer et al. 2017: an MoE layer adds parameters, not FLOPs per token. The fair dense baseline
+therefore has exactly the parameters each token uses in the MoE: per MoE block the router (C·E)
+and k experts of width h (k·2·C·h, no biases), against the dense GPT's MLP of width 4C (2·C·4C).
+They are equal when
+
+    C·E + 2·C·k·h = 8·C²   ⇔   h = (8C − E) / (2k)      (C = 32, E = 4: h = 63 at k = 2, 126 at k = 1)
+
+so the dense model is the tiny GPT itself (`model="gpt"`, same embeddings, attention, norms) and
+the MoE takes experts of width h; both counts are computed from the built models and printed.
+Equal active parameters mean equal FLOPs per token (Kaplan et al. 2020: ≈ 6 per parameter per
+token in training), so the cost model predicts the same compute for the three runs — the dense GPT's
+measured loopback step — plus each one's communication: on a link of latency α and bandwidth β,
+Σ (rounds·α + bytes/β) over rank 0's collectives (`parlab.core.link.Link.cost`; bytes from the
+ledger, which the tests hold equal to `parlab.expert_parallel.cost`). On loopback it predicts
+three equal step times; what the measurement adds is what the model leaves out (routing, the
+all-to-all's index work, gloo's per-op overhead), printed as the diagnosis.
+The dense GPT trains with `ddp-bucketed` in one bucket: one flat all-reduce, as `ep` syncs its
+dense weights.
+"""
+
+from __future__ import annotations
+
+import parlab
+from parlab.core.link import resolve
+from parlab.models import build_model, model_config
+
+DENSE_SCHEME = ("ddp-bucketed", {"bucket_mb": 25.0})  # one flat all-reduce of every gradient
+
+
+def equal_active_width(top_k: int, n_experts: int, n_embd: int) -> int:
+    """h with C·E + 2·C·k·h = 8·C² (the dense MLP); ValueError when no integer h exists."""
+    twice = 8 * n_embd - n_experts
+    if twice <= 0 or twice % (2 * top_k):
+        raise ValueError(f"no integer expert width gives top_k={top_k} experts of n_experts="
+                         f"{n_experts} the active parameters of a dense MLP of width 4·n_embd="
+                         f"{4 * n_embd}: (8·{n_embd} − {n_experts}) / (2·{top_k}) is not a "
+                         "positive int")
+    return twice // (2 * top_k)
+
+
+def moe_overrides(top_k: int, n_experts: int = 4) -> dict:
+    """gpt-moe overrides whose active parameters equal the tiny GPT's (no capacity: no drops)."""
+    n_embd = model_config("gpt-moe").n_embd
+    return {"top_k": top_k, "n_experts": n_experts, "capacity_factor": None,
+            "expert_hidden": equal_active_width(top_k, n_experts, n_embd)}
+
+
+def active_parameters(overrides: dict) -> dict[str, int]:
+    """Parameters counted on the built models: the MoE's total and active (all but E − k experts
+    per MoE block), and the dense GPT's."""
+    m = model_config("gpt-moe", overrides)
+    moe = build_model("gpt-moe", m, seed=0)
+    total = sum(p.numel() for p in moe.parameters())
+    experts = sum(p.numel() for name, p in moe.named_parameters()
+                  if name.endswith(("mlp.w_in", "mlp.w_out")))  # (E, C, h), (E, h, C) stacks
+    active = total - experts * (m.n_experts - m.top_k) // m.n_experts
+    dense = sum(p.numel() for p in build_model("gpt", model_config("gpt"), seed=0).parameters())
+    return {"moe_total": total, "moe_active": active, "dense": dense}
+
+
+def _run(name: str, world_size: int, steps: int, overrides: dict, link):
+    if name == "dense":
+        scheme, options = DENSE_SCHEME
+        return parlab.run(scheme, world_size=world_size, model="gpt", steps=steps, link=link,
+                          **options)
+    return parlab.run(name, world_size=world_size, model="gpt-moe", steps=steps,
+                      model_config=overrides, link=link)
+
+
+def link_seconds(result, link, steps: int, rank: int = 0) -> float:
+    """Σ Link.cost(bytes, rounds) over `rank`'s collectives, per step (the α-β prediction)."""
+    if link is None:
+        return 0.0
+    records = [r for r in result.ledger if r["rank"] == rank]
+    return sum(link.cost(r["bytes_sent"], r["rounds"]) for r in records) / steps
+
+
+def compare(world_size: int, link: str = "1GbE", steps: int = 4, top_k: int = 2) -> dict:
+    """Run the three on loopback and on `link` in one go: {link: {name: {...}}}."""
+    overrides = moe_overrides(top_k)
+    out = {}
+    for name_link in ("loopback", link):
+        emulated = resolve(name_link)
+        rows = {}
+        for name in ("ep", "ep-allgather", "dense"):
+            result = _run(name, world_size, steps, overrides, emulated)
+            rows[name] = {"seconds": result.step_time(),
+                          "bytes": result.bytes_per_rank()[0] // steps,
+                          "link_s": link_seconds(result, emulated, steps)}
+        out[name_link] = rows
+    compute = out["loopback"]["dense"]["seconds"]  # equal FLOPs: the dense step's compute
+    for rows in out.values():
+        for row in rows.values():
+            row["predicted"] = compute + row["link_s"]
+    return out
+
+
+def diagnose(rows: dict, loopback: dict) -> list[str]:
+    """Every pair whose measured order on the link contradicts the predicted one, split into the
+    two measured parts of the gap: the loopback difference (compute, routing, gloo — the model
+    says 0) and what the link added to each run (the model says its α-β sum)."""
+    lines = []
+    names = list(rows)
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            predicted = rows[first]["predicted"] < rows[second]["predicted"]
+            measured = rows[first]["seconds"] < rows[second]["seconds"]
+            if predicted == measured:
+                continue
+            a, b = (second, first) if measured else (first, second)  # a: measured slower
+            loop_gap = loopback[a]["seconds"] - loopback[b]["seconds"]
+            added = {n: rows[n]["seconds"] - loopback[n]["seconds"] for n in (a, b)}
+            link_gap, model_gap = added[a] - added[b], rows[a]["link_s"] - rows[b]["link_s"]
+            cause = (f"{a}'s loopback step is slower by {1e3 * loop_gap:.1f} ms (work the FLOP "
+                     "model leaves out)" if loop_gap >= link_gap - model_gap else
+                     f"the link added {1e3 * added[a]:.1f} ms to {a} against α-β's "
+                     f"{1e3 * rows[a]['link_s']:.1f} ms, and {1e3 * added[b]:.1f} ms to {b} against "
+                     f"{1e3 * rows[b]['link_s']:.1f} ms: the α-β sum misses "
+                     f"{1e3 * (link_gap - model_gap):.1f} ms of the difference")
+            lines.append(f"{b} < {a} measured ({1e3 * (rows[a]['seconds'] - rows[b]['seconds']):.1f}"
+                         f" ms), predicted the other way ({1e3 * -model_gap:.1f} ms): {cause}")
+    return lines
+
+
+def print_comparison(world_size: int, link: str = "1GbE", steps: int = 4, top_k: int = 2) -> dict:
+    """Parameter counts, then each link's step times beside the prediction, ratios, diagnosis."""
+    counts = active_parameters(moe_overrides(top_k))
+    h = moe_overrides(top_k)["expert_hidden"]
+    print(f"gpt-moe (E=4, k={top_k}, expert width {h}): {counts['moe_total']:,} parameters, "
+          f"{counts['moe_active']:,} active per token; dense gpt: {counts['dense']:,} — "
+          f"{'equal' if counts['moe_active'] == counts['dense'] else 'NOT equal'}")
+    out = compare(world_size, link, steps, top_k)
+    for name_link, rows in out.items():
+        dense = rows["dense"]["seconds"]
+        print(f"\n{name_link}, {world_size} ranks: {'':<13} {'measured':>9} {'predicted':>10} "
+              f"{'vs dense':>9} {'B/step':>9}")
+        for name, row in rows.items():
+            print(f"{'':<20}{name:<13} {1e3 * row['seconds']:>7.1f}ms {1e3 * row['predicted']:>8.1f}ms "
+                  f"{row['seconds'] / dense:>8.2f}× {row['bytes']:>9,}")
+        if name_link == "loopback":
+            print("  equal FLOPs predict equal steps; measured excess over dense: " + ", ".join(
+                f"{n} {1e3 * (r['seconds'] - dense):+.1f} ms" for n, r in rows.items()
+                if n != "dense") + " (routing, all-to-all index work, gloo's per-op overhead)")
+        else:
+            lines = diagnose(rows, out["loopback"])
+            for line in lines:
+                print("  diagnosis:", line)
+            if not lines:
+                print("  measured order = predicted order")
+    return out

@@ -1,0 +1,357 @@
+"""Predicted step time, peak memory per rank and bytes per dimension of any `Plan`.
+
+The recipe is MAD-Max's (Hsia et al., ISCA 2024, §4): measured per-layer compute (`profile`),
+a message model per collective (chapter 00's α-β fit, Thakur et al. 2005) and each chapter's
+closed forms for what moves, composed on one step's critical path. The step is
+
+    step = slots · (compute per micro-batch + tp, cp and pp messages per micro-batch)
+           + dp / ZeRO gradient and parameter collectives + optimizer,
+
+with slots = m + pp − 1 for GPipe and 1F1B (equal stages: Huang et al., NeurIPS 2019, §2.3;
+Narayanan et al., SC 2021, §2.2.1), so the bubble is (pp − 1)/(m + pp − 1) of the pipelined part.
+Every message here is blocking (the schemes wait for it), so the exposed communication is all of
+it; MAD-Max's exposed-communication fraction is exposed seconds / step seconds.
+
+A message costs the larger of what gloo takes on this machine (the fit) and what the emulated link
+takes (`parlab.core.link`: it only ever slows a message down; `parlab.data_parallel.cost.
+message_time` takes the same max). Compute is stretched when more ranks compute than there are
+cores: every rank is a process on this machine.
+
+Memory per rank: parameters, gradients and AdamW's two moments of the rank's slice (tp divides the
+block matrices, pp keeps its stage's blocks — the first stage the embeddings, the last the final
+norm and the tied head — ZeRO stage s divides over dp × cp what the ZeRO paper's §5 divides,
+padded per unit as `parlab.zero.shard` pads); activations per micro-batch from the tensor-parallel
+chapter's tensor-by-tensor count (`parlab.tensor_parallel.cost.activation_bytes`; ring attention's
+own graph with cp, `ring_attention_extra`) times the micro-batches in flight
+(`parlab.pipeline.cost.in_flight_peak`); with checkpointing only each block's input stays.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from parlab.core import cost as core_cost
+from parlab.core.cost import FP32_BYTES, round_up, shard_sizes
+from parlab.pipeline.cost import in_flight_peak
+from parlab.tensor_parallel.cost import activation_bytes
+
+FP32 = FP32_BYTES
+
+
+@dataclass(frozen=True)
+class Message:
+    """`count` messages of one kind per rank and step: op over a group of `n` of `elements` fp32."""
+
+    dim: str  # "dp", "tp", "pp", "cp", "tie"
+    op: str  # all_reduce, reduce_scatter (full tensor given), all_gather (full tensor), p2p
+    n: int
+    elements: int
+    count: float
+    pipelined: bool  # inside the pipeline's slots (per micro-batch) or once per step
+
+    def sent(self) -> int:
+        """Bytes this rank sends per message (ring counts, `parlab.core.cost`)."""
+        if self.op == "p2p":
+            return self.elements * FP32
+        fn = {"all_reduce": core_cost.ring_all_reduce, "all_gather": core_cost.ring_all_gather,
+              "reduce_scatter": core_cost.ring_reduce_scatter}[self.op]
+        return fn(self.elements, self.n, 0)[0] * FP32
+
+    def rounds(self) -> int:
+        if self.op == "p2p":
+            return 1
+        return 2 * (self.n - 1) if self.op == "all_reduce" else self.n - 1
+
+
+@dataclass
+class Prediction:
+    plan: object
+    step_s: float
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+    bubble_fraction: float
+    memory: dict  # the peak rank's bytes: params, grads, optimizer, activations, total
+    bytes_per_dim: dict  # bytes the busiest rank sends per step, by dimension
+    messages: list = field(repr=False, default_factory=list)
+    raw_compute_s: float = 0.0  # before calibration
+    raw_comm_s: float = 0.0
+
+    @property
+    def exposed_fraction(self) -> float:
+        """MAD-Max's exposed-communication fraction: communication not hidden ÷ step time."""
+        return self.exposed_comm_s / self.step_s if self.step_s > 0 else 0.0
+
+    def row(self) -> dict:
+        return {"plan": self.plan.describe(), "step_ms": 1e3 * self.step_s,
+                "compute_ms": 1e3 * self.compute_s, "exposed_comm_ms": 1e3 * self.exposed_comm_s,
+                "bubble": self.bubble_fraction, "exposed_fraction": self.exposed_fraction,
+                "peak_MB": self.memory["total"] / 1e6,
+                "bytes_per_step": sum(self.bytes_per_dim.values())}
+
+
+# ----------------------------------------------------------------------------- layout
+def block_numels(m, tp: int) -> list[int]:
+    """Elements of one block's 8 tensors on a tp rank: LayerNorms whole, matrices ÷ tp."""
+    C = m.n_embd
+    return [C, C, 3 * C * C // tp, C * C // tp, C, C, 4 * C * C // tp, 4 * C * C // tp]
+
+
+def stage_numels(m, plan, stage: int) -> dict[str, list[int]]:
+    """{unit: tensor numels} held by pipeline stage `stage` (blocks, then the root unit)."""
+    counts = shard_sizes(m.n_layer, plan.pp)
+    units = {f"block{i}": block_numels(m, plan.tp) for i in range(counts[stage])}
+    root = []
+    if stage == 0:
+        root += [m.vocab_size * m.n_embd, m.block_size * m.n_embd]  # wte, wpe
+    if stage == plan.pp - 1:
+        root += [m.n_embd, m.n_embd] + ([m.vocab_size * m.n_embd] if plan.pp > 1 else [])
+    units["root"] = root
+    return units
+
+
+def state_memory(m, plan, stage: int) -> dict[str, int]:
+    """Bytes of params, grads, AdamW moments on one rank of `stage` (ZeRO paper §5, padded)."""
+    units = stage_numels(m, plan, stage)
+    group = plan.dp * plan.cp  # ZeRO shards over every rank holding the same slice (dp × cp)
+    full = sum(sum(u) for u in units.values())
+    shard = sum(round_up(sum(u), group) // group for u in units.values() if u)
+    z = plan.zero if group > 1 else 0
+    return {"params": FP32 * (shard if z >= 3 else full),
+            "grads": FP32 * (shard if z >= 2 else full),
+            "optimizer": 2 * FP32 * (shard if z >= 1 else full)}
+
+
+def activation_memory(m, plan, stage: int, batch_size: int) -> int:
+    """Bytes saved for backward at the peak on one rank of `stage` (tensor counts of chapter 03)."""
+    rows = batch_size // (plan.dp * plan.microbatches)
+    seq = m.block_size // plan.cp
+    sub = dataclasses.replace(m, block_size=seq)
+    one = activation_bytes(dataclasses.replace(sub, n_layer=1), rows, plan.tp, False)
+    none = activation_bytes(dataclasses.replace(sub, n_layer=0), rows, plan.tp, False)
+    per_block = one - none
+    if plan.cp > 1:
+        per_block += ring_attention_extra(m, plan, rows, seq)
+    blocks = shard_sizes(m.n_layer, plan.pp)[stage]
+    ids = 8 * (rows * seq + seq)  # token ids and positions on the first stage
+    outside = (none - ids if stage == plan.pp - 1 else 0) + (ids if stage == 0 else 0)
+    shared = 8 * seq if stage == 0 else 0  # the positions: one tensor for every micro-batch
+    if plan.checkpoint:  # each block's input stays (measured at the end of forward)
+        per_mb = blocks * FP32 * rows * seq * m.n_embd + outside
+    else:
+        per_mb = blocks * per_block + outside
+    in_flight = in_flight_peak(plan.schedule if plan.pp > 1 else "naive", plan.pp,
+                               plan.microbatches, stage) if plan.pp > 1 else 1
+    return int(in_flight * (per_mb - shared) + shared)
+
+
+def ring_attention_extra(m, plan, rows: int, seq: int) -> int:
+    """Bytes ring attention (chapter 06, zigzag, causal) saves per layer beyond the plain
+    attention that `activation_bytes` counts, counted tensor by tensor from its autograd graph:
+    the same q, k, v storage 3·bsh, plus cp received K/V buffers 2·bsh each, the probabilities
+    of the 2cp+1 chunk blocks a rank computes (b·nh·(T/2cp)² each) instead of one b·nh·s² score
+    matrix, and per merge (2cp−1 of them, the online-softmax rule) the block outputs, log-sum-
+    exps and their two weights — (4cp−2)·(b·nh·c·hs + 2·b·nh·c); no s² causal mask."""
+    b, s, cp = rows, seq, plan.cp
+    nh, hs, c = m.n_head // plan.tp, m.n_embd // m.n_head, seq // 2
+    bsh = b * s * m.n_embd // plan.tp
+    ring = (3 * bsh + 2 * cp * bsh + (2 * cp + 1) * b * nh * c * c
+            + (4 * cp - 2) * (b * nh * c * hs + 2 * b * nh * c))
+    plain = 3 * bsh + nh * b * s * s
+    return FP32 * (ring - plain) - s * s
+
+
+def memory(m, plan, batch_size: int) -> dict:
+    """The peak rank's bytes by kind (the rank with the largest total)."""
+    best = None
+    for stage in range(plan.pp):
+        row = state_memory(m, plan, stage)
+        row["activations"] = activation_memory(m, plan, stage, batch_size)
+        row["total"] = sum(row.values())
+        if best is None or row["total"] > best["total"]:
+            best = row
+    return best
+
+
+# ----------------------------------------------------------------------------- messages
+def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
+    """What a rank of pipeline `stage` sends per step, per dimension (the chapters' closed
+    forms): tp 4 all-reduces per block (Megatron, Shoeybi et al. 2019 §3; one more recomputed
+    with checkpointing), cp the ring's K/V and dK/dV passes (Liu et al. 2023 §3), pp one
+    activation down and one gradient back per micro-batch and boundary (Narayanan et al. 2021
+    §2.2), the tied embedding summed over first and last stage, and dp × cp one flat all-reduce
+    or ZeRO's collectives per unit (Rajbhandari et al. SC 2020 §7.2.2)."""
+    out = []
+    rows = batch_size // (plan.dp * plan.microbatches)
+    seq = m.block_size // plan.cp
+    blocks = max(shard_sizes(m.n_layer, plan.pp))
+    act = rows * seq * m.n_embd  # (b, T/cp, C) elements
+    if plan.tp > 1:  # Megatron: 2 all-reduces forward, 2 backward per block (+1 recomputed)
+        per_mb = blocks * (4 + (1 if plan.checkpoint else 0))
+        out.append(Message("tp", "all_reduce", plan.tp, act, per_mb, True))
+    if plan.cp > 1:  # ring attention: K, V cp−1 times forward, dK, dV cp−1 times back
+        kv = 2 * act // plan.tp
+        passes = 2 * (plan.cp - 1) * (1.5 if plan.checkpoint else 1)
+        out.append(Message("cp", "p2p", plan.cp, kv, blocks * passes, True))
+    first, last = stage == 0, stage == plan.pp - 1
+    if plan.pp > 1:  # an activation down and a gradient back per micro-batch and boundary
+        out.append(Message("pp", "p2p", 2, act, 2 - first - last, True))
+        if first or last:
+            out.append(Message("tie", "all_reduce", 2, m.vocab_size * m.n_embd, 1, False))
+    group = plan.dp * plan.cp  # every rank holding the same slice (dp × cp)
+    if group > 1:
+        units = stage_numels(m, plan, stage)
+        if plan.zero:  # ZeRO per unit: reduce-scatter, all-gather (×2 at stage 3), §7.2.2
+            for unit in units.values():
+                if unit:
+                    padded = round_up(sum(unit), group)
+                    out.append(Message("dp", "reduce_scatter", group, padded, 1, False))
+                    out.append(Message("dp", "all_gather", group, padded,
+                                       2 if plan.zero == 3 else 1, False))
+        else:  # one flat bucket all-reduced (chapter 01's bucketing, one bucket)
+            total = sum(sum(u) for u in units.values())
+            out.append(Message("dp", "all_reduce", group, total, 1, False))
+    return out
+
+
+def bytes_per_dim(msgs: list[Message], microbatches: int) -> dict:
+    """{dim: bytes sent per step} of one rank's messages."""
+    out: dict = {}
+    for x in msgs:
+        out[x.dim] = out.get(x.dim, 0) + int(x.sent() * x.count *
+                                             (microbatches if x.pipelined else 1))
+    return out
+
+
+def message_time(msg: Message, fit, link) -> float:
+    """max(gloo here, emulated link) of one message: k·α + bytes/β each (Thakur et al. 2005)."""
+    if msg.n == 1:
+        return 0.0
+    if msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
+        here = fit.ring_alpha + msg.sent() / fit.ring_beta
+    elif msg.op == "p2p":
+        here = fit.p2p_alpha + msg.sent() / fit.p2p_beta
+    else:
+        ab = fit.all_reduce.get(msg.n) or fit.all_reduce[max(fit.all_reduce)]
+        scale = 0.5 if msg.op != "all_reduce" else 1.0  # RS / AG: half a ring all-reduce
+        here = scale * ab.predict(msg.elements * FP32)
+    emulated = link.cost(msg.sent(), msg.rounds()) if link is not None else 0.0
+    return max(here, emulated)
+
+
+# ----------------------------------------------------------------------------- time
+def compute_per_microbatch(m, plan, profile, batch_size: int) -> tuple[float, float]:
+    """(forward, backward) seconds of one micro-batch on the busiest stage, unstretched."""
+    from parlab.planner.profile import block_flops, outside_flops
+    rows = batch_size // (plan.dp * plan.microbatches)
+    seq = m.block_size // plan.cp
+    flops = block_flops(rows, seq, m.n_embd, keys=m.block_size) / plan.tp
+    blocks = max(shard_sizes(m.n_layer, plan.pp))
+    fwd = blocks * profile.block_fwd(flops)
+    bwd = blocks * profile.block_bwd(flops)
+    out = outside_flops(rows, seq, m.n_embd, m.vocab_size)
+    fwd += profile.outside_fwd(out) if plan.pp == 1 else profile.outside_fwd(out) / 2
+    bwd += profile.outside_bwd(out) if plan.pp == 1 else profile.outside_bwd(out) / 2
+    if plan.cp > 1:  # ring attention merges 2cp+1 score blocks per rank, not 1 (zigzag)
+        extra = blocks * 2 * plan.cp * profile.attn_chunk_s
+        fwd, bwd = fwd + extra / 3, bwd + 2 * extra / 3  # backward ≈ 2 × forward
+    if plan.checkpoint:
+        bwd += fwd - (profile.outside_fwd(out) if plan.pp == 1 else 0)  # recomputed forward
+    return fwd, bwd
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """step = compute_scale · compute + comm_scale · communication + overhead_s.
+
+    The raw model (scales 1, overhead 0) is the α-β fit and the profile as measured alone; on a
+    busy machine every rank shares its core with other jobs and the loop adds bookkeeping, so a
+    few plans measured in the same sweep fix these three numbers (least relative error,
+    non-negative) and the model then predicts every other plan (MAD-Max, Hsia et al. ISCA 2024
+    §5, validates its model against measured runs in the same way)."""
+
+    compute_scale: float = 1.0
+    comm_scale: float = 1.0
+    overhead_s: float = 0.0
+
+
+def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
+    """Non-negative least absolute relative error over (raw prediction, measured step); the
+    overhead is fitted only from 6 plans on (three free numbers on fewer plans would follow the
+    noise of one run)."""
+    import numpy as np
+    from scipy.optimize import nnls
+    if len(predictions) != len(measured_s) or not predictions:
+        raise ValueError(f"need as many measured steps ({len(measured_s)}) as predictions "
+                         f"({len(predictions)}), at least one")
+    columns = 3 if len(predictions) >= 6 else 2  # a per-step overhead only with enough plans
+    a = np.array([[p.raw_compute_s, p.raw_comm_s, 1.0][:columns] for p in predictions])
+    t = np.asarray(measured_s, dtype=float)
+    a = a / t[:, None]  # each row relative to its measured step
+    weights = np.ones_like(t)
+    for _ in range(30):  # least absolute relative error (IRLS, as parlab.core.cost's α-β fit):
+        sw = np.sqrt(weights)  # one plan stalled by the machine's load moves the fit less
+        solution, _ = nnls(a * sw[:, None], sw)
+        weights = 1.0 / np.maximum(np.abs(a @ solution - 1.0), 1e-3)
+    return Calibration(*map(float, solution))
+
+
+def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
+            calibration: Calibration | None = None) -> Prediction:
+    """Predicted step, peak memory and bytes of `plan` for the GPT `cfg_model` (see module doc).
+
+    profile: `parlab.planner.profile.measure`; fit: `calibrate_comm(world_size)`; link: an
+    emulated `parlab.core.link.Link` or None (loopback); calibration: `fit_calibration` of a
+    few measured plans (None: the raw model)."""
+    from parlab.core.link import resolve
+    if plan.world_size > 1 and fit.world_size != plan.world_size:
+        raise ValueError(f"fit.world_size={fit.world_size} was measured for another world size "
+                         f"than plan {plan.describe()} (world_size={plan.world_size})")
+    link = resolve(link)
+    cal = calibration or Calibration()
+    m = cfg_model
+    # time: stage 0's messages, a micro-batch crossing each boundary twice on the critical path
+    msgs = [dataclasses.replace(x, count=2) if x.dim == "pp" else x
+            for x in messages(m, plan, batch_size, 0)]
+    fwd, bwd = compute_per_microbatch(m, plan, profile, batch_size)
+    slots = plan.microbatches + plan.pp - 1
+    bubble = (plan.pp - 1) / slots  # GPipe and 1F1B alike (Narayanan et al. 2021 §2.2.1)
+    active = plan.world_size * (1 - bubble)
+    stretch = max(1.0, active / profile.cores)  # ranks beyond the cores share them
+    units = stage_numels(m, plan, 0)
+    tensors = sum(len(u) for u in units.values())
+    elements = sum(sum(u) for u in units.values())
+    if plan.zero and plan.dp * plan.cp > 1:
+        elements = elements / (plan.dp * plan.cp)
+    opt = profile.optimizer(tensors, elements) * stretch
+    per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs
+                      if x.pipelined and x.dim not in ("pp", "cp"))
+    per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs if not x.pipelined)
+    raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
+    raw_comm = slots * per_mb_comm + per_step_comm  # every blocking message is exposed
+    for x in msgs:
+        if x.dim == "cp":  # posted before a pass's attention, waited after: the link overlaps it
+            per_pass = (fwd + bwd) * stretch / max(x.count, 1)
+            exposed = max(message_time(x, fit, None), message_time(x, fit, link) - per_pass)
+            raw_comm += slots * x.count * exposed
+        elif x.dim == "pp":  # the sender waits out the link; the receiver computes meanwhile:
+            # 2(p−1) messages fill and drain the pipeline (gloo's time only), the 2(m−1) of the
+            # steady state keep the sender from its next micro-batch (the link's time too)
+            raw_comm += (2 * (plan.pp - 1) * message_time(x, fit, None)
+                         + 2 * (plan.microbatches - 1) * message_time(x, fit, link))
+    compute = cal.compute_scale * raw_compute
+    comm = cal.comm_scale * raw_comm
+    step = compute + comm + cal.overhead_s
+    per_dim = max((bytes_per_dim(messages(m, plan, batch_size, s), plan.microbatches)
+                   for s in range(plan.pp)), key=lambda d: sum(d.values()))
+    out = Prediction(plan, step, compute, comm, bubble * (compute + comm), bubble,
+                     memory(m, plan, batch_size), per_dim, msgs)
+    out.raw_compute_s, out.raw_comm_s = raw_compute, raw_comm
+    return out
+
+
+def predict_bytes(plan, cfg_model, batch_size: int = 12) -> dict:
+    """{dim: bytes per step} of the busiest rank (no profile, no fit needed)."""
+    return max((bytes_per_dim(messages(cfg_model, plan, batch_size, s), plan.microbatches)
+                for s in range(plan.pp)), key=lambda d: sum(d.values()))

@@ -1,0 +1,223 @@
+"""What notebook 13 runs: every plan of a world size measured beside its prediction, the exactness
+of every plan, the planner under a memory cap, the widget.
+
+The cost model (`costmodel`, MAD-Max's recipe: Hsia et al., ISCA 2024) predicts every plan from a
+compute profile and an α-β fit measured once (`profile`), calibrated on the single-dimension plans
+of the same sweep (`search.calibrate`); every other plan is a held-out prediction. A sweep runs
+each plan once with the scheme `nd` and keeps its `RunResult`, so exactness against `single`,
+bytes against the closed forms, memory against the closed forms and step time against the model
+all come from the same runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from parlab.planner import costmodel, profile, search
+from parlab.planner.plan import DEGREES, Plan
+
+_CALIBRATIONS: dict = {}  # (world_size, link name) -> the last sweep's Calibration (the widget)
+
+
+def model_config(overrides: dict | None = None):
+    from parlab.models import model_config as make
+    return make("gpt", overrides)
+
+
+@dataclass
+class Sweep:
+    world_size: int
+    link: str | None
+    rows: list  # one dict per plan
+    judgement: search.Judgement
+    calibration: costmodel.Calibration
+    results: dict  # {plan: RunResult}
+    predictions: list
+    measured: dict
+    load: str  # `uptime`'s load average when the sweep ran
+
+    def frame(self):
+        import pandas as pd
+        return pd.DataFrame(self.rows)
+
+
+def _load() -> str:
+    import os
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def sweep(world_size: int, link: str | None = None, steps: int = 4, plans: list | None = None,
+          memory_cap: float | None = None, batch_size: int = 12, **plan_space) -> Sweep:
+    """Run every plan (default: `search.candidate_plans`) once with `nd`, predict each with the
+    calibrated model; the judge compares them under `memory_cap` bytes (None: no cap)."""
+    cfg = model_config()
+    prof = profile.measure(cfg)
+    fit = profile.calibrate_comm(world_size)
+    plans = plans or search.candidate_plans(world_size, cfg, batch_size, **plan_space)
+    load = _load()
+    measured = {p: search.measure_plan(p, steps, link, batch_size) for p in plans}
+    calibration, _ = search.calibrate(plans, cfg, prof, fit, link, batch_size, steps, measured)
+    _CALIBRATIONS[(world_size, link)] = calibration
+    preds = [costmodel.predict(p, cfg, prof, fit, link, batch_size, calibration) for p in plans]
+    base = set(search.pure_plans(plans))
+    rows = []
+    for p in preds:
+        got = measured[p.plan]
+        rows.append({"plan": p.plan.describe(), "calibration": p.plan in base,
+                     "predicted_ms": round(1e3 * p.step_s, 1),
+                     "measured_ms": round(1e3 * got["step_s"], 1),
+                     "error": round((p.step_s - got["step_s"]) / got["step_s"], 3),
+                     "exposed_fraction": round(p.exposed_fraction, 3),
+                     "bubble": round(p.bubble_fraction, 3),
+                     "predicted_bytes": sum(p.bytes_per_dim.values()), "measured_bytes": got["bytes"],
+                     "predicted_peak": p.memory["total"], "measured_peak": got["peak_bytes"]})
+    judgement = search.judge(preds, measured, memory_cap)
+    return Sweep(world_size, link, rows, judgement, calibration,
+                 {p: m["result"] for p, m in measured.items()}, preds, measured, load)
+
+
+def exactness(s: Sweep, steps: int = 4, batch_size: int = 12) -> list:
+    """Every plan of the sweep against `single` (losses and final parameters, 1e-4): prints
+    `match` per plan (deterministic), returns the comparisons (their differences vary in the
+    last float bits)."""
+    from parlab.engine.runner import run
+    ref = run("single", steps=steps, batch_size=batch_size)
+    out = []
+    for plan, result in s.results.items():
+        c = result.compare(ref)
+        print(f"{plan.describe():<24} match: {c.match}")
+        out.append((plan.describe(), c))
+    return out
+
+
+def bytes_and_memory(s: Sweep) -> None:
+    """Ledger bytes and measured peak memory per rank against the closed forms, plan by plan."""
+    for r in s.rows:
+        print(f"{r['plan']:<24} bytes/step {r['measured_bytes']:>9,} closed form "
+              f"{r['predicted_bytes']:>9,} equal: {r['measured_bytes'] == r['predicted_bytes']}   "
+              f"peak {r['measured_peak']:>9,} closed form {r['predicted_peak']:>9,}")
+
+
+def goals_report(s: Sweep) -> None:
+    """The judge beside the issue's goals, and a diagnosis computed from the sweep where one is
+    missed (never hidden)."""
+    j = s.judgement
+    held = [r for r in s.rows if not r["calibration"]]
+    held_err = statistics.median(abs(r["error"]) for r in held) if held else float("nan")
+    print(f"world size {s.world_size}, link {s.link or 'loopback'}, load average {s.load}")
+    print(f"calibration: compute ×{s.calibration.compute_scale:.2f}, communication "
+          f"×{s.calibration.comm_scale:.2f}, + {1e3 * s.calibration.overhead_s:.1f} ms per step")
+    print(f"median |error| {j.median_error:.0%} (held-out plans only: {held_err:.0%})   goal ≤ 25%")
+    print(f"Spearman rank correlation {j.spearman:.2f}   goal ≥ 0.8")
+    print(f"planner's pick {j.choice}, best measured {j.best}: regret {j.regret:.0%}   goal ≤ 10%")
+    for goal, ok in j.goals().items():
+        print(f"  {goal}: {'met' if ok else 'MISSED'}")
+    if not all(j.goals().values()):
+        print(diagnose(s))
+
+
+def diagnose(s: Sweep) -> str:
+    """Which dimension the model misjudges most: the median measured/predicted ratio of the
+    plans that use each dimension, from this sweep."""
+    ratios = {}
+    for r, p in zip(s.rows, s.predictions):
+        for d in DEGREES:
+            if getattr(p.plan, d) > 1:
+                ratios.setdefault(d, []).append(r["measured_ms"] / max(r["predicted_ms"], 1e-9))
+    if not ratios:
+        return "diagnosis: nothing to compare"
+    med = {d: statistics.median(v) for d, v in ratios.items()}
+    worst = max(med, key=lambda d: abs(med[d] - 1) if med[d] >= 1 else abs(1 / med[d] - 1))
+    spread = max(abs(r["error"]) for r in s.rows)
+    return (f"diagnosis: plans with {worst} > 1 measured {med[worst]:.2f}× their prediction "
+            f"(median; per dimension: " + ", ".join(f"{d} {v:.2f}×" for d, v in med.items())
+            + f"); the largest single error is {spread:.0%}. On this shared machine (load "
+            f"{s.load}) each rank is a process competing for 2 cores, so a step's time depends on "
+            "the operating system's scheduling as much as on the plan.")
+
+
+def planner_table(s: Sweep, caps_mb: list[float]):
+    """The planner's pick under each cap beside the best measured plan under it."""
+    import pandas as pd
+    rows = []
+    for cap in caps_mb:
+        j = search.judge(s.predictions, s.measured, cap * 1e6)
+        pick = search.choose(s.predictions, cap * 1e6)
+        rows.append({"cap_MB": cap, "pick": j.choice, "pick_predicted_MB":
+                     round(pick.memory["total"] / 1e6, 2) if pick else None,
+                     "best_measured": j.best, "regret": round(j.regret, 3)})
+    return pd.DataFrame(rows)
+
+
+def scatter(s: Sweep, ax=None):
+    """Predicted vs measured step, one point per plan (calibration plans hollow)."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 5))
+    for calib, style in ((False, dict(c="C0")), (True, dict(facecolors="none", edgecolors="C1"))):
+        pts = [r for r in s.rows if r["calibration"] == calib]
+        ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
+                   label="calibration plans" if calib else "held-out plans", **style)
+        for r in pts:
+            ax.annotate(r["plan"], (r["measured_ms"], r["predicted_ms"]), fontsize=6)
+    top = max(max(r["measured_ms"], r["predicted_ms"]) for r in s.rows) * 1.1
+    ax.plot([0, top], [0, top], "k--", lw=0.8)
+    ax.set(xlabel="measured step (ms)", ylabel="predicted step (ms)", xlim=(0, top), ylim=(0, top),
+           title=f"{s.world_size} ranks, {s.link or 'loopback'}: Spearman {s.judgement.spearman:.2f}")
+    ax.legend(fontsize=8)
+    return ax.figure
+
+
+def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int, link: str,
+          memory_cap_mb: int, measure: str = "no") -> None:
+    """Widget callback: the plan's predicted step, memory and bytes; a measured run on demand."""
+    from parlab.core.link import resolve
+    cfg = model_config()
+    rest = tp * pp * cp
+    if dp * rest != world_size and world_size % rest == 0:  # dp takes the ranks left over
+        print(f"dp={dp} → {world_size // rest}: dp takes the ranks tp·pp·cp leave")
+        dp = world_size // rest
+    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, microbatches=microbatches if pp > 1 else 1)
+    problems = plan.problems(world_size, cfg, 12)
+    if problems:
+        print(f"plan {plan.describe()} does not fit world size {world_size}: " + "; ".join(problems))
+        return
+    link = None if link == "loopback" else link
+    calibration = _CALIBRATIONS.get((world_size, link)) or _CALIBRATIONS.get((world_size, None))
+    p = costmodel.predict(plan, cfg, profile.measure(cfg), profile.calibrate_comm(world_size),
+                          resolve(link), 12, calibration)
+    cap = memory_cap_mb * 1e6
+    print("(calibrated by this world size's sweep)" if calibration else
+          "(the raw model: no sweep of this world size has run yet)")
+    print(f"{plan.describe()}: predicted step {1e3 * p.step_s:.1f} ms (compute {1e3 * p.compute_s:.1f},"
+          f" exposed communication {1e3 * p.exposed_comm_s:.1f}, fraction {p.exposed_fraction:.0%},"
+          f" bubble {p.bubble_fraction:.0%})")
+    print(f"peak memory per rank {p.memory['total'] / 1e6:.2f} MB "
+          f"({'fits' if p.memory['total'] <= cap else 'over'} the {memory_cap_mb} MB cap); "
+          f"bytes per step by dimension {p.bytes_per_dim}")
+    if measure == "yes":
+        got = search.measure_plan(plan, 4, link)
+        print(f"measured step {1e3 * got['step_s']:.1f} ms, peak {got['peak_bytes'] / 1e6:.2f} MB,"
+              f" bytes per step {got['bytes']:,}")
+
+
+def closed_form_table(world_size: int, batch_size: int = 12):
+    """Every plan's bytes per step of its busiest rank: the cost model's message list against
+    `compose_cost.nd_closed_form_bytes` (the scheme's registered closed form), without a run."""
+    import pandas as pd
+
+    from parlab.planner.compose_cost import nd_closed_form_bytes
+
+    cfg = model_config()
+    run_cfg = type("Cfg", (), {"model_config": cfg, "batch_size": batch_size, "steps": 1})()
+    rows = []
+    for plan in search.candidate_plans(world_size, cfg, batch_size):
+        ours = costmodel.predict_bytes(plan, cfg, batch_size)
+        per_rank = nd_closed_form_bytes(plan, run_cfg, steps=1)
+        theirs = max(sum(v[r] for v in per_rank.values()) for r in range(world_size))
+        rows.append({"plan": plan.describe(), **{d: ours.get(d, 0) for d in
+                                                 ("dp", "tp", "pp", "cp", "tie")},
+                     "busiest rank": sum(ours.values()), "nd closed form": theirs,
+                     "equal": sum(ours.values()) == theirs})
+    return pd.DataFrame(rows)

@@ -1,0 +1,191 @@
+"""Operator-level placement in the notebook: solve, draw, run, and compare with a 1F1B pipeline.
+
+She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
+Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) report about half the pipeline bubble
+of DualPipe at equal memory. Here the same question is asked of one small branchy graph
+(`parlab.planner.graph`): the exact plan (`parlab.planner.placement.solve`) against 1F1B of the
+same graph cut into stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from
+measured op times and the α-β link, and each run for real.
+
+API for notebook 13:
+
+    graph = demo_graph(microbatches=2)              # op times measured once, here
+    plan = solve(graph, ranks=2, link=None)          # MILP (scipy.optimize.milp); print(plan.model)
+    draw(graph, plan)                                # the predicted schedule, one row per rank
+    rows = placement_report(graph, ranks=2)          # both plans solved, run, compared: printable rows
+    print_report(rows)                               # the table, and a diagnosis where the
+                                                     # measured order of the plans differs from the model
+    show(ranks=2, microbatches=2, link="loopback")   # all of it for one setting (a widget callback)
+
+`build_milp(graph, ranks)[0].text()` prints the model without solving it; `exhaustive(graph, ranks)`
+(≤ 16 tasks: microbatches=1) is the check the MILP must agree with; `parlab.viz.timeline(run.timeline)`
+draws a run with its communication and waits.
+"""
+
+from __future__ import annotations
+
+import os
+
+from parlab.core.link import Link, resolve
+from parlab.pipeline.cost import theory_bubble
+from parlab.planner.graph import Graph, demo_graph
+from parlab.planner.placement import Plan, evaluate, solve
+from parlab.planner.placement_run import (
+    PlacementRun,
+    check_against_reference,
+    message_bytes,
+    pipeline_plan,
+    run_placement,
+)
+
+__all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
+           "run_both", "show"]
+
+
+SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "cv", "merge": "mg",
+         "head": "hd"}
+
+
+def _gantt(ax, bars, ranks, title, comm=()):
+    """`parlab.viz.timeline` of the bars (rank, t0, t1, task), each labelled with its op and
+    micro-batch; `comm`: the run's communication and wait events, drawn above and below."""
+    from parlab.viz import timeline
+    events = [{"rank": r, "kind": "compute", "name": "forward" if task[0] == "F" else "backward",
+               "t0": t0, "t1": t1, "args": {}} for r, t0, t1, task in bars] + list(comm)
+    ax = timeline(events, ax=ax, title=title, step=None)
+    for rank, t0, t1, task in bars:
+        ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}",
+                ha="center", va="center", fontsize=6, color="white", clip_on=True)
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
+    return ax
+
+
+def draw(graph: Graph, plan: Plan, link: Link | str | None = None, ax=None):
+    """The plan's predicted schedule (α-β messages, measured op times): F blue, B green."""
+    import matplotlib.pyplot as plt
+    timing = evaluate(graph, plan, resolve(link))
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.6 + 0.6 * plan.ranks))
+    place = plan.placement
+    bars = [(place[t.op], timing.start[t], timing.end[t], tuple(t)) for t in timing.start]
+    bubble = ", ".join(f"{b:.0%}" for b in timing.bubble)
+    return _gantt(ax, bars, plan.ranks, f"{plan.name} predicted: {timing.makespan * 1e3:.2f} ms, "
+                  f"idle per rank {bubble}")
+
+
+def draw_run(run: PlacementRun, step: int | None = None, ax=None):
+    """One measured step of a run (default: the last), drawn like `draw`."""
+    import matplotlib.pyplot as plt
+    step = len(run.makespans) - 1 if step is None else step
+    events = [e for e in run.events if e["args"]["step"] == step]
+    t0 = min(e["t0"] for e in events)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 0.6 + 0.6 * run.plan.ranks))
+    bars = [(e["rank"], e["t0"] - t0, e["t1"] - t0, e["args"]["task"]) for e in events]
+    t1 = max(e["t1"] for e in events)
+    comm = [{**e, "t0": max(e["t0"], t0) - t0, "t1": min(e["t1"], t1) - t0}
+            for e in run.comm_events if e["t1"] > t0 and e["t0"] < t1]
+    return _gantt(ax, bars, run.plan.ranks, f"{run.plan.name} measured, step {step}: "
+                  f"{run.makespans[step] * 1e3:.2f} ms", comm)
+
+
+def run_both(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
+             time_limit: float = 30.0) -> dict[str, tuple[Plan, PlacementRun]]:
+    """The solved plan and the 1F1B plan of the same graph, each run for `steps` steps."""
+    link = resolve(link)
+    plans = {"planned (MILP)": solve(graph, ranks, link, time_limit=time_limit),
+             "1F1B pipeline": pipeline_plan(graph, ranks)}
+    return {name: (plan, run_placement(graph, plan, steps=steps, link=link))
+            for name, plan in plans.items()}
+
+
+def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
+                     runs: dict | None = None) -> list[dict]:
+    """Printable rows, one per plan: makespan and idle fraction per rank predicted (α-β model,
+    measured op times) beside measured, the same plan replayed with the run's own task times, the
+    ledger's bytes beside the closed form, and whether losses and gradients match `single`."""
+    link = resolve(link)
+    runs = run_both(graph, ranks, link, steps) if runs is None else runs
+    rows = []
+    for name, (plan, run) in runs.items():
+        model = evaluate(graph, plan, link)
+        replay = evaluate(graph, plan, link, dur=run.task_seconds())
+        check = check_against_reference(graph, run)
+        rows.append({"plan": name, "placement": " ".join(f"{op}→{r}" for op, r in plan.place),
+                     "predicted_ms": model.makespan * 1e3, "measured_ms": run.makespan * 1e3,
+                     "replay_ms": replay.makespan * 1e3,
+                     "predicted_bubble": list(model.bubble), "measured_bubble": run.bubble,
+                     "bytes_closed_form": message_bytes(graph, plan),
+                     "bytes_ledger": run.sent_bytes(0), "match": check["match"],
+                     "ranks": plan.ranks, "microbatches": graph.microbatches,
+                     "max_diff": max(check["loss"], check["grad"], check["param"])})
+    return rows
+
+
+def _pct(values) -> str:
+    return " ".join(f"{v:4.0%}" for v in values)
+
+
+def print_report(rows: list[dict]) -> None:
+    """The table of `placement_report`, and what the measurement says where it disagrees."""
+    print(f"{'plan':<16}{'predicted':>11}{'measured':>10}{'replay':>9}   "
+          f"{'idle/rank predicted':<22}{'idle/rank measured':<22}bytes/rank (ledger = closed form)")
+    for r in rows:
+        same = "=" if r["bytes_ledger"] == r["bytes_closed_form"] else "≠"
+        print(f"{r['plan']:<16}{r['predicted_ms']:>9.2f}ms{r['measured_ms']:>8.2f}ms"
+              f"{r['replay_ms']:>7.2f}ms   {_pct(r['predicted_bubble']):<22}"
+              f"{_pct(r['measured_bubble']):<22}{r['bytes_ledger']} {same} {r['bytes_closed_form']}"
+              f"   match: {r['match']}")
+    print("predicted: the α-β model with op times profiled once; replay: the same plan timed with "
+          "the task times this run measured (compute drift removed, messages still modelled)")
+    for r in rows:
+        if r["plan"].startswith("1F1B") and r["ranks"] > 1:
+            p, m = r["ranks"], r["microbatches"]
+            mean = sum(r["predicted_bubble"]) / p
+            print(f"1F1B closed form (p−1)/(m+p−1) = {theory_bubble('1f1b', p, m):.0%} for equal "
+                  f"stages with F = B (Narayanan et al., ICML 2021); with these unequal stages the "
+                  f"model gives {mean:.0%} on average, the run {sum(r['measured_bubble']) / p:.0%}")
+    if rows and rows[0]["ranks"] > (os.cpu_count() or 1):
+        print(f"note: {rows[0]['ranks']} ranks share {os.cpu_count()} cores here, so branches the "
+              "plan runs at once cannot all compute at once: measured times exceed the model")
+    if len(rows) < 2:
+        return
+    a, b = rows[0], rows[1]
+    for key, what in (("predicted_ms", "the model"), ("measured_ms", "the measurement")):
+        faster = a if a[key] <= b[key] else b
+        print(f"{what}: {faster['plan']} is faster ({a[key]:.2f} vs {b[key]:.2f} ms)")
+    if (a["predicted_ms"] <= b["predicted_ms"]) != (a["measured_ms"] <= b["measured_ms"]):
+        agrees = (a["replay_ms"] <= b["replay_ms"]) == (a["predicted_ms"] <= b["predicted_ms"])
+        ratio = [r["measured_ms"] / r["replay_ms"] for r in (a, b)]
+        print("the measurement disagrees with the model: "
+              + ("with this run's own task times the model's order holds, so the tasks ran at "
+                 "other speeds than profiled (a shared, loaded machine)" if agrees else
+                 "even with this run's own task times the order flips, so the tasks themselves "
+                 "ran slower in one plan")
+              + f"; measured / replay = {ratio[0]:.2f} and {ratio[1]:.2f} (what messages and "
+                "waits cost beyond the α-β model)")
+
+
+def show(ranks: int = 2, microbatches: int = 2, link: Link | str | None = "loopback",
+         steps: int = 3, graph: Graph | None = None) -> list[dict]:
+    """One setting end to end: the op times, the MILP's size, both plans predicted and drawn, both
+    run, the report. Returns the report's rows."""
+    import matplotlib.pyplot as plt
+    graph = demo_graph(microbatches=microbatches) if graph is None else graph
+    fwd, bwd = graph.times()
+    print("measured op times (ms, forward / backward, one micro-batch): " + ", ".join(
+        f"{n} {fwd[n] * 1e3:.2f}/{bwd[n] * 1e3:.2f}" for n in graph.names))
+    print("edges (bytes per micro-batch): " + ", ".join(f"{u}→{v} {b:,}" for u, v, b in graph.edges()))
+    runs = run_both(graph, ranks, link, steps)
+    plan = runs["planned (MILP)"][0]
+    print(f"MILP: {plan.status}, solved in {plan.solve_s:.1f} s")
+    print(plan.model.splitlines()[0] if plan.model else "")
+    print(plan.text())
+    _, axes = plt.subplots(2, 1, figsize=(10, 1.6 + 1.2 * ranks), sharex=True)
+    for ax, (plan, _) in zip(axes, runs.values()):
+        draw(graph, plan, link, ax=ax)
+    plt.tight_layout()
+    plt.show()
+    rows = placement_report(graph, ranks, link, steps, runs=runs)
+    print_report(rows)
+    return rows

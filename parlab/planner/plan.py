@@ -1,0 +1,162 @@
+"""A parallel plan: how many ways each dimension of the mesh cuts one training step.
+
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM" (SC 2021) name the dimensions PTD-P: pipeline (pp), tensor (tp) and data (dp)
+parallelism; context parallelism (cp) cuts the sequence (chapter 06), expert parallelism (ep) the
+experts of a mixture-of-experts layer (chapter 07). A `Plan` is the degrees plus the knobs that
+change time and memory without changing the math: ZeRO stage, micro-batches, pipeline schedule,
+activation checkpointing.
+
+The mesh order follows torchtitan's `ParallelDims` (pp outermost, then dp, cp, tp innermost): the
+dimension that talks most (tp: four collectives per block) holds neighbouring ranks. Expert
+parallelism borrows its ranks from dp (as DeepSpeed-MoE and Megatron do): an ep group is a
+sub-group of a dp group, so ep must divide dp.
+
+`Plan.problems` names every factor a plan fails, before any process starts — the degrees that do
+not divide the model or the batch, and the combinations the composition (`parlab.planner.compose`)
+cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
+micro-batch), and on a mixture-of-experts model pp, cp or micro-batches (its capacity rule orders
+the whole batch's tokens in one forward) and ZeRO with ep; `enumerate_plans` lists every valid
+plan of a world size, which is what the planner searches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import asdict, dataclass, fields
+
+DEGREES = ("dp", "tp", "pp", "cp", "ep")
+MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbouring ranks)
+ZERO_STAGES = (0, 1, 2, 3)
+SCHEDULES = ("gpipe", "1f1b")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Degrees dp × tp × pp × cp (= world size; ep ⊂ dp) and the knobs of one training step."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    zero: int = 0            # 0: gradients all-reduced over dp; 1, 2, 3: ZeRO stage over dp
+    microbatches: int = 1    # per pipeline step (pp > 1)
+    schedule: str = "1f1b"   # pipeline schedule (pp > 1)
+    checkpoint: bool = False  # recompute each block's activations in backward
+
+    @property
+    def world_size(self) -> int:
+        return self.dp * self.tp * self.pp * self.cp
+
+    def mesh_dims(self) -> list[tuple[str, int]]:
+        """(name, size) outermost first, every dimension present (size 1 included)."""
+        return [(name, getattr(self, name)) for name in MESH_ORDER]
+
+    def options(self) -> dict:
+        """This plan as `parlab.run(..., options=...)` of the scheme `nd`."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """Short name: the degrees > 1 (e.g. `dp2·tp2`), then the knobs that differ from default."""
+        parts = [f"{d}{getattr(self, d)}" for d in DEGREES if getattr(self, d) > 1] or ["single"]
+        name = "·".join(parts)
+        if self.zero:
+            name += f" z{self.zero}"
+        if self.pp > 1:
+            name += f" m{self.microbatches} {self.schedule}"
+        if self.checkpoint:
+            name += " ckpt"
+        return name
+
+    def problems(self, world_size: int, model_config, batch_size: int,
+                 n_experts: int | None = None) -> list[str]:
+        """Every reason this plan cannot run, as readable phrases naming the values (empty: fits)."""
+        out = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in DEGREES + ("microbatches",):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    out.append(f"{f.name}={value!r} must be an int >= 1")
+        if out:
+            return out
+        if self.zero not in ZERO_STAGES:
+            out.append(f"zero={self.zero!r} must be one of {ZERO_STAGES}")
+        if self.schedule not in SCHEDULES:
+            out.append(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
+        if self.world_size != world_size:
+            out.append(f"world_size={world_size} != dp={self.dp} × tp={self.tp} × pp={self.pp} × "
+                       f"cp={self.cp} = {self.world_size}")
+        m = model_config
+        for name, value in (("n_head", m.n_head), ("n_embd", m.n_embd),
+                            ("MLP width 4·n_embd", 4 * m.n_embd)):
+            if value % self.tp:
+                out.append(f"{name}={value} is not divisible by tp={self.tp}")
+        if m.n_layer < self.pp:
+            out.append(f"n_layer={m.n_layer} < pp={self.pp}: a stage would hold no block")
+        if self.cp > 1 and m.block_size % (2 * self.cp):
+            out.append(f"block_size={m.block_size} is not divisible by 2·cp={2 * self.cp} "
+                       "(zigzag halves per rank)")
+        if batch_size % self.dp:
+            out.append(f"batch_size={batch_size} is not divisible by dp={self.dp}")
+        elif (batch_size // self.dp) % self.microbatches:
+            out.append(f"rows per dp replica batch_size/dp={batch_size // self.dp} are not divisible "
+                       f"by microbatches={self.microbatches}")
+        if self.zero >= 2 and self.pp > 1:
+            out.append(f"zero={self.zero} with pp={self.pp}: ZeRO-{self.zero} reduce-scatters a "
+                       "unit's gradients as soon as they arrive, before the pipeline's other "
+                       "micro-batches and the tied embedding's sum (use zero=1 or pp=1)")
+        elif self.zero >= 2 and self.microbatches > 1:
+            out.append(f"zero={self.zero} with microbatches={self.microbatches}: ZeRO-{self.zero} "
+                       "reduce-scatters a unit's gradients after the first micro-batch's backward "
+                       "(use zero=1 or microbatches=1)")
+        if n_experts is not None:  # a mixture-of-experts model: what its global routing allows
+            moe = [f"{name}={getattr(self, name)} > 1" for name in ("pp", "cp", "microbatches")
+                   if getattr(self, name) > 1]
+            if moe:
+                out.append(f"{', '.join(moe)} with a mixture-of-experts model: capacity and "
+                           "dropping follow the whole batch's token order in one forward (use "
+                           "pp=cp=microbatches=1)")
+            if self.ep > 1 and self.zero:
+                out.append(f"zero={self.zero} with ep={self.ep}: ZeRO would average the expert "
+                           "shards over dp (use zero=0)")
+        if self.ep > 1:
+            if n_experts is None:
+                out.append(f"ep={self.ep} needs a mixture-of-experts model (model='gpt-moe')")
+            elif n_experts % self.ep:
+                out.append(f"n_experts={n_experts} is not divisible by ep={self.ep}")
+            if self.dp % self.ep:
+                out.append(f"ep={self.ep} must divide dp={self.dp} (expert groups borrow dp ranks)")
+        return out
+
+    def validate(self, world_size: int, model_config, batch_size: int,
+                 n_experts: int | None = None) -> None:
+        problems = self.problems(world_size, model_config, batch_size, n_experts)
+        if problems:
+            raise ValueError(f"plan {self.describe()} does not fit: " + "; ".join(problems))
+
+
+def factorizations(world_size: int, dims: int) -> list[tuple[int, ...]]:
+    """Every ordered tuple of `dims` positive ints whose product is world_size."""
+    divisors = [d for d in range(1, world_size + 1) if world_size % d == 0]
+    return [combo for combo in itertools.product(divisors, repeat=dims)
+            if math.prod(combo) == world_size]
+
+
+def enumerate_plans(world_size: int, model_config, batch_size: int, *,
+                    zero_stages=(0,), microbatches=(1,), schedules=("1f1b",),
+                    checkpoint=(False,), n_experts: int | None = None,
+                    ep_degrees=(1,)) -> list[Plan]:
+    """Every valid plan of world_size over dp × tp × pp × cp and the knobs given."""
+    plans = []
+    for dp, tp, pp, cp in factorizations(world_size, 4):
+        for zero, m, schedule, ckpt, ep in itertools.product(
+                zero_stages, microbatches, schedules, checkpoint, ep_degrees):
+            if pp == 1 and (m != microbatches[0] or schedule != schedules[0]):
+                continue  # micro-batches and schedule only matter to a pipeline
+            plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, zero=zero,
+                        microbatches=m if pp > 1 else 1, schedule=schedule, checkpoint=ckpt)
+            if not plan.problems(world_size, model_config, batch_size, n_experts):
+                plans.append(plan)
+    return plans

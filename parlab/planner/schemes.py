@@ -1,0 +1,208 @@
+"""The scheme `nd`: any plan dp × tp × pp × cp (ZeRO stage, micro-batches, schedule) on one mesh.
+
+Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM" (SC 2021): PTD-P composes pipeline, tensor and data parallelism; here context
+parallelism (ring attention, Liu et al. ICLR 2024) and ZeRO (Rajbhandari et al. SC 2020) join
+them. The model is built by `parlab.planner.compose` in torchtitan's order (tp, cp, ep, pp, then
+dp or ZeRO); this strategy only runs it in the one loop:
+
+    forward_backward — the pipeline schedule (pp > 1) or m accumulated micro-batches;
+    sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp;
+    update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather).
+
+The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
+option of every scheme; `ep=` needs `model="gpt-moe"`), so
+`parlab.run("nd", world_size=plan.world_size, **plan.options())` runs any plan; `Plan.problems`
+names every factor a plan fails before any process starts.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.core.checks import Choice, Int
+from parlab.core.memory import ActivationMeter
+from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
+from parlab.engine.runner import register
+from parlab.expert_parallel.layer import assemble_state as ep_assemble
+from parlab.pipeline.executor import PipelineExecutor
+from parlab.planner import compose
+from parlab.planner.compose_cost import nd_prediction
+from parlab.planner.plan import DEGREES, SCHEDULES, ZERO_STAGES, Plan
+from parlab.tensor_parallel.layers import assemble_state as tp_assemble
+from parlab.zero.shard import FlatLayout
+from parlab.zero.shard import assemble_state as zero_assemble
+
+OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES),
+           "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES)}
+
+
+def plan_of(cfg) -> Plan:
+    """The run's Plan: the scheme's options and the common `checkpoint`."""
+    return Plan(**{name: cfg.options[name] for name in OPTIONS}, checkpoint=cfg.checkpoint)
+
+
+def validate(cfg) -> None:
+    """One ValueError naming every factor the plan fails (`Plan.problems`)."""
+    n_experts = getattr(cfg.model_config, "n_experts", None)
+    plan_of(cfg).validate(cfg.world_size, cfg.model_config, cfg.batch_size, n_experts)
+
+
+def sync_gradients(model: compose.MeshGPT) -> None:
+    """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
+    over dp × cp — one flat bucket all-reduced (apply_dp), or ZeRO's reduce-scatter (apply_zero).
+    Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own "grad-reduce-scatter")."""
+    parts = model.pipeline
+    if parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte"):
+        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
+                                  phase="embed-tie")  # (vocab, C) first + last stage
+    if model.zero is not None:
+        model.zero.end_backward()
+        return
+    if model.data_comm is None:
+        return
+    experts = {id(p) for p in compose.expert_parameters(model)}
+    dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
+    _all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
+    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
+        sharded = compose.expert_parameters(model)
+        if model.expert_comm is not None:
+            _all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
+        for p in sharded:
+            p.grad.div_(model.dp)
+
+
+def _all_reduce_flat(comm, params, op: str, phase: str) -> None:
+    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
+    comm.all_reduce(flat, op=op, phase=phase)  # (Σ numel,)
+    for p, part in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(part.view_as(p))
+
+
+class ND(Strategy):
+    """One rank of a composed plan: its tp slice of its pp stage, on its T/cp tokens of its
+    B/dp rows; see the module docstring for the step."""
+
+    def __init__(self, ctx):
+        cfg = ctx.cfg
+        self.plan = plan = plan_of(cfg)
+        self.mesh = mesh = compose.build_mesh(ctx.comm, plan)
+        model = compose.gpt_on_mesh(build_model(cfg))
+        model = compose.apply_tp(model, mesh)
+        model = compose.apply_cp(model, mesh)
+        model = compose.apply_ep(model, mesh, plan.ep)
+        model = compose.split_pp(model, mesh, plan.schedule, plan.microbatches)
+        meter = ActivationMeter()
+        if plan.zero:
+            model = compose.apply_zero(model, mesh, plan.zero, meter)
+        else:
+            model = compose.apply_dp(model, mesh)
+        zero = model.zero
+        params = zero.shards if zero is not None else list(model.parameters())
+        meter.exclude(list(model.parameters()) + (zero.shards if zero is not None else []))
+        self.coords = {name: compose.coord(mesh, name) for name in ("pp", "dp", "cp", "tp")}
+        self.coords["ep"] = self.coords["dp"] % plan.ep  # ep borrows its ranks from dp
+        self.replicas = plan.dp * plan.cp  # ranks averaging one parameter slice's gradients
+        parts = model.pipeline
+        super().__init__(ctx, model, make_optimizer(params, cfg), shard=self.coords["dp"],
+                         shards=plan.dp,
+                         reports_loss=self.coords["tp"] == 0 and (parts is None or parts.last),
+                         holds_state=zero is None and self.coords["dp"] < plan.ep
+                         and self.coords["cp"] == 0,
+                         meter=meter)
+        self.executor = None
+        if parts is not None:
+            T, C = len(model.positions), cfg.model_config.n_embd
+            self.executor = PipelineExecutor(ctx, parts.schedule, self.coords["pp"], parts.stages,
+                                             parts.comm_f, parts.comm_b,
+                                             lambda rows: (rows, T, C), meter)  # (mb, T/cp, C)
+
+    def batch(self, step: int):
+        x, y = step_batch(self.ctx.cfg, step, self.shard, self.shards)  # (B/dp, T)
+        mine = self.model.positions  # (T/cp,) this rank's tokens
+        return x[:, mine], y[:, mine]  # (B/dp, T/cp)
+
+    def forward_backward(self, step: int, batch) -> float:
+        m, model = self.plan.microbatches, self.model
+        if model.zero is not None:
+            model.zero.start_step()
+        xs, ys = batch[0].chunk(m), batch[1].chunk(m)  # m × (B/(dp·m), T/cp)
+        if self.executor is not None:
+            losses = self.executor.run_step(step, list(xs), list(ys))
+            return sum(losses) / m / self.replicas if self.reports_loss else 0.0
+        total = 0.0
+        for micro, (x, y) in enumerate(zip(xs, ys)):
+            with self.ctx.span("forward", step=step, micro=micro), self.meter:
+                loss = model.loss(x, y)  # this rank's tokens' mean
+            with self.ctx.span("backward", step=step, micro=micro), self.meter:
+                (loss / m).backward()
+            total += loss.item()
+        return total / m / self.replicas
+
+    def sync(self, step: int) -> None:
+        sync_gradients(self.model)
+
+    def update(self, step: int) -> None:
+        zero = self.model.zero
+        with self.ctx.span("optimizer", step=step):
+            self.optimizer.step()
+        if zero is not None:
+            zero.after_step()
+        self.observe_memory()
+        if zero is not None:
+            zero.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
+
+    def memory(self) -> dict:
+        if self.model.zero is not None:
+            return self.model.zero.memory(self.optimizer)
+        return super().memory()
+
+    def extras(self) -> dict:
+        out = {**self.coords, "plan": self.plan.options(),
+               "expert_names": [n for n, p in self.model.named_parameters()
+                                if any(p is q for q in compose.expert_parameters(self.model))]}
+        moes = [b.mlp for b in self.model.blocks if hasattr(b, "mlp") and hasattr(b.mlp, "log")]
+        if moes:
+            out["routing"] = [moe.log for moe in moes]
+        zero = self.model.zero
+        if zero is not None:
+            out["data_rank"] = self.model.data_comm.rank
+            out["shards"] = {u.name: u.shard.detach().clone() for u in zero.units}
+            out["layouts"] = [u.layout.to_meta() for u in zero.units]
+        return out
+
+
+def assemble(outputs, cfg) -> dict:
+    """The reference-named full state: ZeRO shards glued over dp × cp, experts over ep, tp
+    slices over tp, the stages' parameters united over pp (the tied copies are equal)."""
+    plan = plan_of(cfg)
+    slices: dict[tuple, dict] = {}  # (pp, tp) -> this slice's full parameters
+    sharded: dict[tuple, list] = {}
+    by_ep: dict[tuple, list] = {}
+    for out in outputs:
+        e = out.extras
+        key = (e["pp"], e["tp"])
+        if "shards" in e:
+            sharded.setdefault(key, []).append(e)
+        elif out.state is not None:
+            by_ep.setdefault(key, []).append((e["ep"], out.state, e["expert_names"]))
+    for key, states in by_ep.items():
+        states.sort(key=lambda t: t[0])
+        slices[key] = ep_assemble([s for _, s, _ in states], states[0][2])
+    for key, group in sharded.items():
+        group.sort(key=lambda e: e["data_rank"])
+        layouts = [FlatLayout.from_meta(m) for m in group[0]["layouts"]]
+        slices[key] = zero_assemble(layouts, [e["shards"] for e in group])
+    full = {}
+    for stage in range(plan.pp):
+        full.update(tp_assemble([slices[(stage, t)] for t in range(plan.tp)]))
+    return full
+
+
+@register("nd", summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
+          "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
+          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction)
+def nd_scheme(ctx):
+    return train(ctx, ND(ctx))

@@ -1,0 +1,110 @@
+"""Asynchronous tensor parallelism: the sequence-parallel all-gather and reduce-scatter cut into
+ring steps, each overlapped with the matmul of the chunk already at hand.
+
+Wang et al., "Overlap Communication with Dependent Computation via Decomposition in Large Deep
+Learning Models" (ASPLOS 2023, §3): a collective followed by a matmul that consumes it is
+decomposed into tp point-to-point steps; step s computes on the chunk that arrived at step s−1
+while the next chunk travels. PyTorch's "async TP" (torch.distributed._symmetric_memory's
+fused all-gather-matmul and matmul-reduce-scatter) is the same micro-pipelining.
+
+Sequence parallelism's column linear (`parlab.tensor_parallel.ops.GatheredColumnMatmul`) does, per
+rank r of tp ranks, with x_r its (B, T/tp, C) sequence shard:
+
+* forward  y = all_gather(x)·Wᵀ: ring step s holds x_{r−s}, sends it to r+1, receives x_{r−s−1}
+  from r−1, and meanwhile computes y[:, chunk r−s] = x_{r−s}·Wᵀ;
+* backward dW = Σ_c dy[:, c]ᵀ·x_c: the shards circulate again (regathered, as Megatron's SP
+  saves only the shard) and each step adds one chunk's product;
+  dx_r = Σ_q (dy_q·W_q)[:, chunk r] over the tp ranks q: a ring reduce-scatter whose accumulator
+  for chunk c starts at rank c+1 and gains each rank's partial on its way to rank c; a rank
+  computes its partial for the next chunk while the accumulator it just sent travels.
+
+Bytes are exactly those of the ring all-gather / reduce-scatter they replace — (tp−1) shards of
+B·T/tp·C floats per rank per collective — now as tp−1 sends and receives each, labelled with
+the same phases, so chapter 03's closed forms hold unchanged (`tests/test_tensor_parallel.py`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.tensor_parallel.ops import BACKWARD, FORWARD
+
+
+def _exchange(tensor, comm, phase):
+    """Post the send of `tensor` to rank r+1 and the receive of a like tensor from r−1."""
+    n, r = comm.size, comm.rank
+    incoming = torch.empty_like(tensor)
+    return (comm.isend(tensor, (r + 1) % n, phase=phase),  # (B, T/tp, ·) out
+            comm.irecv(incoming, (r - 1) % n, phase=phase))  # (B, T/tp, ·) in
+
+
+def _arrive(handles):
+    send, recv = handles
+    send.wait()
+    return recv.wait()
+
+
+def _chunk(tensor, index: int, width: int):
+    return tensor[:, index * width:(index + 1) * width]  # (B, T/tp, ·)
+
+
+class RingGatherMatmul(torch.autograd.Function):
+    """y = all_gather(x)·Wᵀ as tp ring steps, the transfer of step s overlapping the matmul of
+    the chunk already held. Forward moves x's shards round the ring (tp−1 sends of B·T/tp·C);
+    backward moves them round again for dW and ring-reduce-scatters dx (tp−1 sends each), every
+    transfer overlapped with one chunk's matmul."""
+
+    @staticmethod
+    def forward(ctx, shard, weight, comm):
+        ctx.comm = comm
+        ctx.save_for_backward(shard, weight)
+        n, r, width = comm.size, comm.rank, shard.size(1)
+        out = shard.new_empty(shard.size(0), n * width, weight.size(0))  # (B, T, out/tp)
+        held = shard.contiguous()  # (B, T/tp, C) x_r
+        for step in range(n):
+            handles = _exchange(held, comm, FORWARD) if step < n - 1 else None
+            _chunk(out, (r - step) % n, width).copy_(held @ weight.t())  # (B, T/tp, out/tp)
+            if handles:
+                held = _arrive(handles)  # (B, T/tp, C) x_{r−step−1}
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        shard, weight = ctx.saved_tensors
+        comm = ctx.comm
+        n, r, width = comm.size, comm.rank, shard.size(1)
+        grad = grad.contiguous()  # (B, T, out/tp)
+        grad_weight = torch.zeros_like(weight)  # (out/tp, C)
+
+        def partial(chunk):  # this rank's part of dL/dx for sequence chunk `chunk`
+            return _chunk(grad, chunk, width) @ weight  # (B, T/tp, C)
+
+        held = shard.contiguous()  # (B, T/tp, C) x_r, circulating again for dW
+        accumulator = partial((r - 1) % n)  # (B, T/tp, C) chunk r−1's sum starts here
+        for step in range(n):
+            gather = _exchange(held, comm, BACKWARD) if step < n - 1 else None
+            scatter = _exchange(accumulator, comm, BACKWARD) if step < n - 1 else None
+            source = (r - step) % n
+            g = _chunk(grad, source, width)  # (B, T/tp, out/tp)
+            grad_weight += g.reshape(-1, g.size(-1)).t() @ held.reshape(-1, held.size(-1))
+            if scatter:
+                mine = partial((r - step - 2) % n)  # overlapped with the accumulator's transfer
+                accumulator = _arrive(scatter) + mine  # (B, T/tp, C) chunk r−step−2 so far
+            if gather:
+                held = _arrive(gather)  # (B, T/tp, C) x_{r−step−1}
+        return accumulator, grad_weight, None  # accumulator: dL/dx_r, summed over the tp ranks
+
+
+def apply_async_tp(model):
+    """Every sequence-parallel column linear of a `TensorParallelGPT` computes through
+    `RingGatherMatmul` instead of all-gather-then-matmul; returns the model. The arithmetic is
+    the same (every chunk's matmul and sum), in another order: equal within fp32 round-off."""
+    for module in model.modules():
+        if hasattr(module, "ring_overlap"):  # a ColumnParallelLinear
+            if not (module.sequence_parallel and module.regather):
+                raise ValueError("async TP overlaps sequence parallelism's all-gather: it needs "
+                                 f"sequence_parallel=True and regather=True, got "
+                                 f"sequence_parallel={module.sequence_parallel}, "
+                                 f"regather={module.regather}")
+            module.ring_overlap = True
+    return model

@@ -1,0 +1,130 @@
+"""Chapter 09, sharded parameter servers (Li et al., OSDI 2014): exact where one server is, every
+rank's bytes and every server's bytes per update equal the closed forms, bad `servers` rejected."""
+
+import pytest
+
+import parlab
+from parlab.asynchrony import cost
+from parlab.asynchrony.delays import VirtualClock
+from parlab.asynchrony.versions import Book, simulate
+
+STEPS = 3
+
+
+@pytest.fixture(scope="module")
+def runs():
+    cache = {}
+
+    def get(scheme, world_size=1, model="gpt", optimizer="adamw", steps=STEPS, **options):
+        key = (scheme, world_size, model, optimizer, steps, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
+                                    optimizer=optimizer, timeout=120, **options)
+        return cache[key]
+    return get
+
+
+@pytest.mark.parametrize("world_size,servers,model,optimizer", [(3, 2, "gpt", "adamw"),
+                                                                (4, 2, "gpt", "adamw"),
+                                                                (4, 3, "mlp", "sgd")])
+def test_sharded_ps_sync_matches_single(runs, world_size, servers, model, optimizer):
+    comparison = runs("ps-sync", world_size, model, optimizer, servers=servers).compare(
+        runs("single", 1, model, optimizer))
+    assert comparison.match, comparison.problems
+
+
+def test_sharded_ps_ssp_with_staleness_zero_is_ps_sync(runs):
+    ssp = runs("ps-ssp", 4, servers=2, staleness=0, delays="seeded", straggler=3.0, jitter=1.0)
+    sync = runs("ps-sync", 4, servers=2)
+    assert ssp.compare(sync).match
+    assert ssp.bytes_per_rank() == sync.bytes_per_rank()
+    for out in ssp.outputs[:2]:  # each server logs its own shard's versions: all fresh
+        assert all(g["staleness"] == 0 for g in out.extras["log"])
+
+
+def test_sharded_ps_async_with_one_worker_matches_single(runs):
+    comparison = runs("ps-async", 3, servers=2).compare(runs("single"))
+    assert comparison.match, comparison.problems
+
+
+def test_sharded_async_servers_agree_on_the_seeded_schedule(runs):
+    """Every server logs the same (worker, job, version, applied_at): the simulated book's."""
+    result = runs("ps-async", 4, steps=8, servers=2, delays="seeded", straggler=3.0, jitter=0.5)
+    book = simulate(Book(2, 8, "asp"), VirtualClock(cost.schedule_of(result.config)))
+    expect = [(g.worker, g.job, g.version, g.applied_at) for g in book.log]
+    for out in result.outputs[:2]:
+        assert [(g["worker"], g["job"], g["version"], g["applied_at"]) for g in out.extras["log"]] == expect
+
+
+@pytest.mark.parametrize("scheme,world_size,options", [
+    ("ps-sync", 3, {"servers": 2}), ("ps-sync", 4, {"servers": 3}),
+    ("ps-ssp", 4, {"servers": 2, "staleness": 1, "delays": "seeded", "straggler": 3.0}),
+    ("ps-async", 4, {"servers": 2, "delays": "seeded", "straggler": 3.0}),
+    ("ps-async", 3, {"servers": 2})])
+def test_sharded_ledger_bytes_equal_closed_form(runs, scheme, world_size, options):
+    steps = 4
+    result = runs(scheme, world_size, steps=steps, **options)
+    numel = sum(v.numel() for v in result.state.values())
+    assert result.bytes_per_rank() == parlab.schemes()[scheme].cost(result.config).bytes_sent
+    k = options["servers"]
+    workers = world_size - k
+    mode = "asp" if scheme == "ps-async" else "ssp"
+    per_update = cost.server_bytes_per_update(numel, workers, mode, k)
+    into = result.bytes_per_rank("bytes_recv", phase="push")
+    out = result.bytes_per_rank(phase="pull")
+    for i, (m_in, m_out) in enumerate(per_update):
+        if mode == "ssp":  # every update: W shard gradients in, W shards out (last clock: none out)
+            assert into[i] == steps * m_in
+            assert out[i] == steps * m_out
+        else:  # one gradient shard per update; STOP headers beside
+            stops = 16 * workers if i > 0 else 0
+            assert into[i] == steps * m_in + stops
+            assert out[i] == steps * m_out + (16 * workers if i == 0 else workers * m_out)
+    assert sum(m for m, _ in per_update) == (cost.message_bytes(numel) + 16 * (k - 1)) * (
+        workers if mode == "ssp" else 1)
+
+
+def test_sharding_cuts_the_busiest_server_link():
+    numel, workers = 10_000, 6
+    one = cost.server_bytes_per_update(numel, workers, "ssp")
+    four = cost.server_bytes_per_update(numel, workers, "ssp", servers=4)
+    assert max(i for i, _ in four) * 4 == pytest.approx(one[0], rel=0.01)
+
+
+@pytest.mark.parametrize("scheme,kwargs,message", [
+    ("ps-sync", dict(world_size=3, servers=3), "servers=3"),
+    ("ps-async", dict(world_size=2, servers=2), "servers=2"),
+    ("ps-sync", dict(world_size=3, servers=0), "servers=0"),
+    ("ps-sync", dict(world_size=4, servers=2, batch_size=9), "batch_size=9"),
+    ("ps-ssp", dict(world_size=8, servers=5, model="mlp"), None)])
+def test_bad_servers_names_the_value(scheme, kwargs, message):
+    if message is None:  # a valid configuration passes the checks (no processes started)
+        from parlab.engine.runner import make_config
+        make_config(scheme, steps=1, **kwargs)
+        return
+    with pytest.raises(ValueError, match=message):
+        parlab.run(scheme, steps=1, **kwargs)
+
+
+def test_more_servers_than_parameter_elements_is_rejected(monkeypatch):
+    from parlab.asynchrony import schemes
+    from parlab.engine.runner import make_config
+
+    monkeypatch.setattr(schemes, "param_numels", lambda cfg: [2, 1])  # a model of Ψ = 3 elements
+    with pytest.raises(ValueError, match="servers=4 is more than the Ψ=3"):
+        make_config("ps-sync", world_size=8, steps=1, servers=4)
+
+
+def test_sharded_async_real_arrival_order(runs):
+    """Real timing: server 0 schedules, the follower applies what arrives; both apply every job
+    once, and the servers' bytes do not depend on who did what (closed form exactly)."""
+    steps = 8
+    result = runs("ps-async", 4, steps=steps, servers=2, straggler=2.0)
+    leader, follower = (out.extras["log"] for out in result.outputs[:2])
+    assert sorted(g["job"] for g in leader) == list(range(steps))
+    pairs = [sorted((g["worker"], g["job"]) for g in log) for log in (leader, follower)]
+    assert pairs[0] == pairs[1]
+    numel = sum(v.numel() for v in result.state.values())
+    predicted = cost.async_bytes(numel, {1: steps, 2: 0}, steps, servers=2)
+    assert result.bytes_per_rank()[:2] == predicted[:2]
+    assert sum(result.bytes_per_rank()[2:]) == sum(predicted[2:])

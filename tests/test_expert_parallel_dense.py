@@ -1,0 +1,49 @@
+"""Chapter 07: the dense baseline of equal active parameters — counts equal on the built models,
+the width rule refuses configurations with no integer width, and the α-β prediction is the dense
+step plus each run's own link cost."""
+
+import pytest
+
+from parlab.core.link import PRESETS
+from parlab.expert_parallel import explore_dense
+
+
+@pytest.mark.parametrize("top_k", [1, 2])
+def test_active_parameters_equal_the_dense_gpt(top_k):
+    counts = explore_dense.active_parameters(explore_dense.moe_overrides(top_k))
+    assert counts["moe_active"] == counts["dense"] < counts["moe_total"]
+
+
+def test_width_rule():
+    assert explore_dense.equal_active_width(2, 4, 32) == 63  # 4·32 + 2·2·32·63 = 8·32²
+    assert explore_dense.equal_active_width(1, 4, 32) == 126
+    with pytest.raises(ValueError, match="top_k=2 experts of n_experts=3"):
+        explore_dense.equal_active_width(2, 3, 32)
+
+
+def test_prediction_is_dense_compute_plus_link_cost():
+    out = explore_dense.compare(2, "1GbE", steps=2, top_k=2)
+    assert set(out) == {"loopback", "1GbE"}
+    compute = out["loopback"]["dense"]["seconds"]
+    for row in out["loopback"].values():
+        assert row["link_s"] == 0 and row["predicted"] == compute
+    for name, row in out["1GbE"].items():
+        assert row["link_s"] > 0 and row["predicted"] == pytest.approx(compute + row["link_s"])
+        assert row["bytes"] == out["loopback"][name]["bytes"]  # the link changes time, not bytes
+    # α-β: each run's link cost is at least its bytes over the link's bandwidth
+    for row in out["1GbE"].values():
+        assert row["link_s"] >= row["bytes"] / PRESETS["1GbE"].bandwidth_Bps
+
+
+def test_diagnosis_names_the_flip():
+    loopback = {"ep": {"seconds": 0.20, "link_s": 0.0, "predicted": 0.05},
+                "dense": {"seconds": 0.05, "link_s": 0.0, "predicted": 0.05}}
+    link = {"ep": {"seconds": 0.30, "link_s": 0.01, "predicted": 0.06},
+            "dense": {"seconds": 0.25, "link_s": 0.02, "predicted": 0.07}}
+    lines = explore_dense.diagnose(link, loopback)  # ep is slower on loopback by 150 ms
+    assert len(lines) == 1 and lines[0].startswith("dense < ep") and "150.0 ms" in lines[0]
+    loopback["ep"]["seconds"] = 0.04  # now the link must explain it
+    lines = explore_dense.diagnose(link, loopback)
+    assert len(lines) == 1 and "the link added 260.0 ms to ep" in lines[0]
+    link["ep"]["seconds"] = 0.2
+    assert explore_dense.diagnose(link, loopback) == []

@@ -1,0 +1,162 @@
+"""Chapter 13's cost model, planner and extrapolation: closed forms exact against measured runs
+(memory, ledger bytes), bytes equal to the scheme's registered closed form for every plan, the
+planner under a cap, the judge, the calibration, the hardware extrapolation, the exercises."""
+
+import math
+
+import pytest
+
+from parlab.core.cost import AlphaBeta
+from parlab.planner import costmodel, extrapolate, search
+from parlab.planner import explore_exercises as exx
+from parlab.planner.plan import Plan
+from parlab.planner.profile import CommFit, Line, Profile
+
+KINDS = ("params", "grads", "optimizer", "activations")
+
+
+def _config():
+    from parlab.models import model_config
+    return model_config("gpt", None)
+
+
+def _synthetic():
+    """A profile and a fit with round numbers: deterministic predictions without measuring."""
+    cfg = _config()
+    prof = Profile(Line(1e-4, 1e9), Line(2e-4, 5e8), Line(5e-5, 1e9), Line(5e-5, 5e8),
+                   1e-5, 1e-9, 2, cfg, 1e-4)
+    fits = {n: AlphaBeta(1e-4 * n, 1e9, "ring", n) for n in (2, 4)}
+    return cfg, prof, CommFit(4, fits, 1e-4, 1e9)
+
+
+@pytest.mark.parametrize("plan", [Plan(dp=2, zero=1), Plan(tp=2, checkpoint=True),
+                                  Plan(pp=2, microbatches=2, schedule="gpipe"),
+                                  Plan(pp=2, microbatches=2), Plan(cp=2)],
+                         ids=lambda p: p.describe())
+def test_memory_and_bytes_equal_measured(plan):
+    """Peak rank's params, grads, moments and activations = the closed forms, byte for byte;
+    the ledger's bytes per step of the busiest rank = the message list's."""
+    cfg = _config()
+    got = search.measure_plan(plan, steps=2)
+    r = got["result"]
+    predicted = costmodel.memory(cfg, plan, 12)
+    peak = max(r.memory, key=lambda m: sum(m.get(k, 0) for k in KINDS))
+    assert {k: peak.get(k, 0) for k in KINDS} == {k: predicted[k] for k in KINDS}
+    assert got["peak_bytes"] == predicted["total"]
+    assert got["bytes"] == sum(costmodel.predict_bytes(plan, cfg, 12).values())
+
+
+def test_bytes_equal_registered_closed_form_for_every_plan():
+    from parlab.planner.explore import closed_form_table
+    table = closed_form_table(4)
+    assert len(table) >= 20
+    assert table["equal"].all(), table[~table["equal"]]
+
+
+def test_prediction_structure():
+    cfg, prof, fit = _synthetic()
+    one = costmodel.predict(Plan(pp=4, microbatches=1), cfg, prof, fit)
+    more = costmodel.predict(Plan(pp=2, dp=2, microbatches=2), cfg, prof, fit)
+    assert one.bubble_fraction == pytest.approx(3 / 4)
+    assert more.bubble_fraction == pytest.approx(1 / 3)  # (p−1)/(m+p−1)
+    single = costmodel.predict(Plan(), cfg, prof, CommFit(1, {}, 0.0, math.inf))
+    assert single.exposed_comm_s == 0 and single.exposed_fraction == 0
+    tp = costmodel.predict(Plan(tp=4), cfg, prof, fit)
+    assert 0 < tp.exposed_fraction < 1
+    assert tp.step_s == pytest.approx(tp.compute_s + tp.exposed_comm_s)
+    # an emulated link only ever slows a message down
+    slow = costmodel.predict(Plan(tp=4), cfg, prof, fit, link="1GbE")
+    assert slow.exposed_comm_s > tp.exposed_comm_s
+    # ZeRO-3 holds a quarter of the model states of dp4
+    z0, z3 = (costmodel.state_memory(cfg, Plan(dp=4, zero=z), 0) for z in (0, 3))
+    assert sum(z3.values()) == pytest.approx(sum(z0.values()) / 4, rel=0.01)
+
+
+def test_planner_respects_the_cap_and_judge():
+    cfg, prof, fit = _synthetic()
+    plans = search.candidate_plans(4, cfg)
+    preds = [costmodel.predict(p, cfg, prof, fit) for p in plans]
+    peaks = sorted(p.memory["total"] for p in preds)
+    cap = peaks[len(peaks) // 2]
+    pick = search.choose(preds, cap)
+    assert pick.memory["total"] <= cap
+    assert pick.step_s == min(p.step_s for p in preds if p.memory["total"] <= cap)
+    assert search.choose(preds, peaks[0] - 1) is None
+    # measured exactly as predicted: no error, perfect ranking, no regret
+    measured = {p.plan: {"step_s": p.step_s, "peak_bytes": p.memory["total"]} for p in preds}
+    j = search.judge(preds, measured, cap)
+    assert j.median_error == 0 and j.spearman == pytest.approx(1.0) and j.regret == 0
+    assert all(j.goals().values())
+    # the pick measured twice as slow as predicted: regret shows it
+    measured[pick.plan] = {"step_s": 10 * pick.step_s, "peak_bytes": pick.memory["total"]}
+    assert search.judge(preds, measured, cap).regret > 0
+    with pytest.raises(ValueError, match="no prediction"):
+        search.judge(preds, {})
+
+
+def test_calibration_recovers_scales():
+    cfg, prof, fit = _synthetic()
+    plans = search.candidate_plans(4, cfg)[:8]
+    raw = [costmodel.predict(p, cfg, prof, fit) for p in plans]
+    measured = [2 * p.raw_compute_s + 3 * p.raw_comm_s + 0.01 for p in raw]
+    cal = costmodel.fit_calibration(raw, measured)
+    assert (cal.compute_scale, cal.comm_scale, cal.overhead_s) == pytest.approx((2, 3, 0.01),
+                                                                                rel=1e-6)
+    again = costmodel.predict(plans[0], cfg, prof, fit, calibration=cal)
+    assert again.step_s == pytest.approx(measured[0])
+    with pytest.raises(ValueError, match="measured steps"):
+        costmodel.fit_calibration(raw, measured[:2])
+
+
+def test_pure_plans_and_candidates():
+    cfg = _config()
+    plans = search.candidate_plans(4, cfg)
+    assert not any(p.zero and p.dp * p.cp == 1 for p in plans)
+    pure = search.pure_plans(plans)
+    assert {p.describe().split()[0] for p in pure} == {"dp4", "tp4", "pp4", "cp4"}
+
+
+def test_extrapolation_sanity():
+    rows = extrapolate.megatron_table("A100")
+    assert [r["model"] for r in rows] == ["1.7B", "3.6B", "7.5B", "18.4B", "39.1B", "76.1B"]
+    for (shape, *_), r in zip(extrapolate.MEGATRON, rows):
+        assert shape.params / 1e9 == pytest.approx(float(shape.name[:-1]), rel=0.05)
+        assert 0 < r["predicted_TFLOPs"] < extrapolate.HARDWARE["A100"].flops / 1e12
+        assert r["memory_GB"] <= 80
+        assert r["verdict"].startswith(("agrees", "disagrees"))
+    assert rows[0]["verdict"].startswith("agrees")  # 1.7B: one GPU per replica, as Megatron
+    h100 = extrapolate.megatron_table("H100")
+    assert all(h["predicted_TFLOPs"] > a["predicted_TFLOPs"] for h, a in zip(h100, rows))
+    assert all("not comparable" in h["verdict"] for h in h100)
+    # more micro-batches shrink the bubble of a pipeline
+    shape, hw = extrapolate.MEGATRON[5][0], extrapolate.HARDWARE["A100"]
+    few = extrapolate.predict(shape, hw, extrapolate.HwPlan(8, 4, 32, 8), 1792)
+    many = extrapolate.predict(shape, hw, extrapolate.HwPlan(8, 4, 32, 1), 1792)
+    assert many["bubble"] < few["bubble"]
+
+
+RIGHT = {"bubble": 3 / 7, "tp-bytes": 393216, "zero3-memory": 215296, "exposed": 0.2,
+         "model-parallel": 4}
+WRONG = {"bubble": 3 / 4, "tp-bytes": 196608, "zero3-memory": 861184, "exposed": 0.25,
+         "model-parallel": 8}
+
+
+@pytest.mark.parametrize("name", sorted(RIGHT))
+def test_exercises_check_right_and_wrong(name, capsys):
+    ex = exx.exercise(name)
+    assert ex.check(RIGHT[name]) is True
+    assert ex.check(WRONG[name]) is False
+    assert ex.check("not a number") is False
+    out = capsys.readouterr().out
+    assert str(RIGHT[name]) not in out  # says right or wrong, never the answer
+
+
+def test_bad_input_names_the_value():
+    from parlab.planner.profile import calibrate_comm
+    with pytest.raises(ValueError, match="world_size=0"):
+        calibrate_comm(0)
+    with pytest.raises(ValueError, match="hw_name='TPU'"):
+        extrapolate.megatron_table("TPU")
+    cfg, prof, fit = _synthetic()
+    with pytest.raises(ValueError, match="fit.world_size=4"):
+        costmodel.predict(Plan(dp=2), cfg, prof, fit)
