@@ -72,7 +72,7 @@ def test_the_mixed_bound_fails_for_a_wrong_run_and_across_precisions(runs):
 def test_fp32_is_untouched(runs):
     result = runs("ddp-naive", 2)
     assert result.config.precision == "fp32" and result.skipped_steps == []
-    assert all(r["dtype"] == "torch.float32" or "float32" in str(r["dtype"]) for r in result.ledger)
+    assert {r["dtype"] for r in result.ledger} == {"float32"}
     assert not [r for r in result.ledger if r["phase"] == "overflow-check"]
 
 
@@ -100,6 +100,16 @@ def test_torch_zero_under_autocast_keeps_fp32_states_and_bytes(runs):
     for kind in ("params", "grads", "optimizer"):
         assert result.memory[0][kind] == fp32.memory[0][kind]
     assert result.memory[0]["activations"] < fp32.memory[0]["activations"]
+
+
+@pytest.mark.parametrize("scheme", ["ddp-naive", "ddp-bucketed"])
+def test_reduce_dtype_fp32_sends_fp32_gradients(runs, scheme):
+    """DDP's `reduce_dtype`: 16-bit gradients reduced as fp32 copies, fp32's bytes, same result."""
+    result = runs(scheme, 2, precision=BF16, reduce_dtype="fp32")
+    assert result.compare(runs("single", precision=BF16)).match
+    assert result.bytes_per_rank() == runs(scheme, 2).bytes_per_rank()  # fp32's bytes
+    assert {r["dtype"] for r in result.ledger} == {"float32"}
+    assert {r["dtype"] for r in runs(scheme, 2, precision=BF16).ledger} == {"bfloat16"}
 
 
 # ----------------------------------------------------------------------------- memory

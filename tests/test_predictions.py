@@ -102,6 +102,7 @@ def test_nd_prediction_equals_the_ledger(scheme, world_size, options):
 # bytes; fp16 adds one 1-element fp32 all-reduce per step (the overflow flag)
 MIXED_CASES = [("ddp-naive", 3, {"precision": "bf16-mixed"}),
                ("ddp-bucketed", 2, {"precision": "bf16-mixed"}),
+               ("ddp-bucketed", 3, {"precision": "bf16-mixed", "reduce_dtype": "fp32"}),
                ("ddp-overlap", 4, {"precision": "fp16-mixed"}),
                ("ddp-priority", 2, {"precision": "bf16-mixed"}),
                ("dear", 3, {"precision": "bf16-mixed"}),

@@ -71,14 +71,15 @@ class Buckets:
 
     `multiple_of`: pad each buffer to a multiple of this many elements (DeAR pads to the world
     size so every rank's reduce-scatter shard has the same length); padding never changes which
-    parameters share a bucket.
+    parameters share a bucket. `dtype`: the buffers' dtype (default: the parameters'; fp32 to
+    reduce 16-bit gradients in fp32, `reduce_dtype="fp32"`).
     """
 
-    def __init__(self, params, bucket_mb: float, multiple_of: int = 1):
+    def __init__(self, params, bucket_mb: float, multiple_of: int = 1, dtype=None):
         self.params = list(params)
         numels = [p.numel() for p in self.params]
-        plan = plan_buckets(numels, bucket_mb, self.params[0].element_size() if self.params
-                            else 4)
+        dtype = dtype or (self.params[0].dtype if self.params else torch.float32)
+        plan = plan_buckets(numels, bucket_mb, torch.empty((), dtype=dtype).element_size())
         self.buckets: list[Bucket] = []
         self.bucket_of: dict[int, int] = {}  # id(param) -> bucket index
         for b, indices in enumerate(plan):
@@ -88,7 +89,7 @@ class Buckets:
                 offsets.append(total)
                 total += p.numel()
                 self.bucket_of[id(p)] = b
-            buffer = torch.zeros(padded(total, multiple_of), dtype=members[0].dtype)
+            buffer = torch.zeros(padded(total, multiple_of), dtype=dtype)
             self.buckets.append(Bucket(b, members, offsets, buffer))
 
     def __len__(self) -> int:
@@ -112,7 +113,7 @@ class Buckets:
         for p, offset in zip(bucket.params, bucket.offsets):
             grad = flat[offset:offset + p.numel()].view_as(p)  # (param shape)
             if p.grad is None:
-                p.grad = grad.clone()
+                p.grad = grad.to(p.dtype, copy=True)
             else:
                 p.grad.copy_(grad)
 

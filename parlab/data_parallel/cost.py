@@ -78,8 +78,9 @@ class DataParallelCost:
     def __call__(self, cfg) -> Prediction:
         numels, n = param_numels(cfg), cfg.world_size
         precision = getattr(cfg, "precision", "fp32")  # 16-bit gradients: half the bytes
+        reduce = "fp32" if cfg.options.get("reduce_dtype") == "fp32" else precision
         per_rank = [sum(bytes_per_step(self.messages, numels, n, rank,
-                                       cost.element_bytes(precision), **cfg.options).values())
+                                       cost.element_bytes(reduce), **cfg.options).values())
                     + cost.overflow_check_bytes(precision, n, rank) for rank in range(n)]
         return Prediction([cfg.steps * b for b in per_rank],
                           f"parlab.data_parallel.cost.{self.messages.__name__}, ring counts")

@@ -40,6 +40,8 @@ ALGO = Choice("gloo", ALGOS)
 BUCKET = Float(BUCKET_MB, min=0, unit="MiB")
 MIXED = tuple(PRECISIONS)  # precision= these schemes honour (tests/test_precision.py)
 BF16 = ("fp32", "bf16-mixed")  # layer-wise deferred updates: no fp16 loss scaling per group
+# mixed precision: reduce the gradients in the compute dtype (16 bits) or in fp32 (2× the bytes)
+REDUCE = Choice("compute", ("compute", "fp32"))
 
 
 def _validate(cfg):
@@ -57,19 +59,23 @@ def _run(ctx, make_sync):
 
 
 @register("ddp-naive", summary="all-reduce every gradient after backward", exact=True,
-          options={"algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.naive_messages), precisions=MIXED)
+          options={"algo": ALGO, "accum_steps": ACCUM, "reduce_dtype": REDUCE},
+          validate=_validate, cost=DataParallelCost(dp_cost.naive_messages), precisions=MIXED)
 def ddp_naive(ctx):
-    return _run(ctx, lambda ctx, model: NaiveSync(ctx, model, ctx.cfg.options["algo"]))
+    o = ctx.cfg.options
+    return _run(ctx, lambda ctx, model: NaiveSync(ctx, model, o["algo"],
+                                                  o["reduce_dtype"] == "fp32"))
 
 
 @register("ddp-bucketed", summary="flat buckets of bucket_mb, all-reduced after backward",
-          exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM},
+          exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM,
+                               "reduce_dtype": REDUCE},
           validate=_validate,
           cost=DataParallelCost(dp_cost.bucketed_messages), precisions=MIXED)
 def ddp_bucketed(ctx):
     o = ctx.cfg.options
-    return _run(ctx, lambda ctx, model: BucketedSync(ctx, model, o["bucket_mb"], o["algo"]))
+    return _run(ctx, lambda ctx, model: BucketedSync(ctx, model, o["bucket_mb"], o["algo"],
+                                                     o["reduce_dtype"] == "fp32"))
 
 
 @register("ddp-overlap", summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
