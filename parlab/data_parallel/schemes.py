@@ -18,6 +18,8 @@ Per step each rank sends 2(N-1)/N·Ψ·4 bytes in every variant (Ψ parameters, 
 that in mixed precision, `precision="bf16-mixed"`: 16-bit gradients); only the number of messages
 and their timing change (closed forms: `parlab.data_parallel.cost`). `accum_steps` splits each
 rank's rows into micro-batches and communicates only on the last one (`no_sync`).
+`reduce_dtype="fp32"` (ddp-naive, ddp-bucketed; PyTorch FSDP's `reduce_dtype`) reduces 16-bit
+gradients as fp32 copies: fp32's bytes, one rounding of the sum instead of one per addition.
 """
 
 from parlab.core.checks import Choice, Float, Int
