@@ -13,6 +13,11 @@ import parlab
 
 out_path, save_dir = sys.argv[1], sys.argv[2]
 attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+if attempt >= 2 and os.path.exists(out_path):
+    # the resumed attempt finished and wrote its result, then a worker died at exit (the rare
+    # teardown abort this test allows a second restart for): its checkpoint holds every step,
+    # so there is nothing left to resume; the written result is what the test checks
+    sys.exit(0)
 crash = {"fail_at_step": 3, "fail_rank": 1} if attempt == 0 else {}
 result = parlab.run("zero3", world_size=int(os.environ["WORLD_SIZE"]), model="mlp", steps=6,
                     save_dir=save_dir, save_every=1, resume=True, **crash)

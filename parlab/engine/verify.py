@@ -87,8 +87,9 @@ def compare_norm(state, reference, rtol: float):
 def compare(result, reference, rtol: float | None = None) -> Comparison:
     """`result` against `reference`: elementwise within rtol (default 1e-4) in fp32; in mixed
     precision losses and the parameter vector's norm within the format's u (module docstring)."""
-    precision = getattr(result.config, "precision", "fp32")
-    ref_precision = getattr(reference.config, "precision", "fp32")
+    # anything with losses and a state compares (a one-process emulation has no config)
+    precision = getattr(getattr(result, "config", None), "precision", "fp32")
+    ref_precision = getattr(getattr(reference, "config", None), "precision", "fp32")
     if precision != "fp32" or ref_precision != "fp32":
         return _compare_mixed(result, reference, precision, ref_precision, rtol)
     rtol = 1e-4 if rtol is None else rtol
