@@ -148,18 +148,31 @@ def torchrun_launch(fn, world_size: int, args: tuple, timeout: float, set_curren
     rank = int(os.environ["RANK"])
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     created = not dist.is_initialized()
+    store = None
     if created:
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        dist.init_process_group(backend, store=_run_store(timeout), rank=rank,
+        store = _run_store(timeout)
+        dist.init_process_group(backend, store=store, rank=rank,
                                 world_size=world_size, timeout=timedelta(seconds=timeout))
     set_current(rank)
     try:
         result = fn(rank, world_size, *args)
         gathered: list[Any] = [None] * world_size
         dist.all_gather_object(gathered, result)
+        if store is not None:
+            _leave_together(store, rank, world_size)
         return gathered
     finally:
         set_current(None)
         if created:
             dist.destroy_process_group()
+
+
+def _leave_together(store, rank: int, world_size: int) -> None:
+    """Wait, on the store, until every rank has finished its last collective. A rank that tears
+    its gloo pairs down while a peer still reads from them can abort that peer (a rare SIGABRT at
+    the end of an elastic attempt); the store is a separate connection, so after this wait no
+    gloo message is in flight when the process group is destroyed."""
+    store.set(f"left/{rank}", "1")
+    store.wait([f"left/{peer}" for peer in range(world_size)])
