@@ -8,6 +8,19 @@ the step, which is what makes the lowered lists deadlock-free (`validate.simulat
 each schedule). Activations travel on one communicator and gradients on another, so each kind is a
 FIFO channel between two ranks, matched in order.
 
+Receives are posted ahead (`RECEIVES_AHEAD` of them, in the list's order, so each channel stays
+FIFO): gloo's tcp transport hands a message over only once both sides have posted it, so a receive
+posted just in time costs a round trip through the sender's progress thread, which on a busy CPU
+waits for a core (1–3 ms per message measured here against ~1 ms of compute per micro-batch of the
+tiny GPT). Posted ahead, the receiver has already announced its buffer when the sender sends and
+the bytes move at once. Only on plain communicators without an emulated link: an emulated link
+charges a receive from its post (`parlab.core.comm`), so there it is posted when it is needed.
+
+Activation memory is metered on the first step this executor runs: a step's schedule and shapes
+are the same every step, so its peak is every step's, and the saved-tensor hooks (a Python call
+per tensor autograd saves, 61 per micro-batch forward of a tiny-GPT stage) cost 26% of that
+stage's compute here: paid on every step they would slow what the step times compare.
+
 Split backward (zero bubble: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2): every
 `nn.Linear` Y = X·Wᵀ (+b) has a backward in two parts, B: ∂L/∂X = ∂L/∂Y·W (on the critical path:
 the previous stage waits for it) and W: ∂L/∂W = ∂L/∂Yᵀ·X, ∂L/∂b = Σ ∂L/∂Y (needed only by the
@@ -19,6 +32,8 @@ would form.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 import torch.nn as nn
@@ -79,6 +94,15 @@ def weight_backward(stash) -> None:
             _accumulate(linear.bias, dy2.sum(0))  # (out,)
 
 
+RECEIVES_AHEAD = 2  # receives in flight before they are needed: enough to hide the handshake,
+# few enough that 1F1B's buffers stay bounded by the schedule, not by the micro-batch count
+
+
+def _posts_ahead(channel) -> bool:
+    """A plain `Comm` without an emulated link (a resharding `Boundary` receives synchronously)."""
+    return hasattr(channel, "irecv") and getattr(channel, "link", "none") is None
+
+
 class PipelineExecutor:
     """Executes this rank's lowered actions of `schedule` on its `stages` ({stage id: Stage})."""
 
@@ -91,6 +115,7 @@ class PipelineExecutor:
         # activations between stages travel in the compute dtype (16 bits in mixed precision)
         self.dtype = compute_dtype(getattr(ctx.cfg, "precision", "fp32"))
         self.meter = meter
+        self._metered = False  # the first step has been metered (module docstring)
         self.in_flight_peak = 0  # most micro-batches whose activations were alive at once
         self.microbatch_bytes: dict[int, int] = {}  # stage -> activation bytes one F saved
 
@@ -104,14 +129,17 @@ class PipelineExecutor:
         stash: dict[tuple, list] = {}  # (stage, mb) -> what W needs
         sends, losses, in_flight = [], [], 0
         rows = inputs[0].size(0)
+        receives = _Receives(self, rows)
+        metering = not self._metered
+        meter = self.meter if metering else contextlib.nullcontext()
+        self._metered = True
         for a in self.actions:
             s, i = a.stage, a.mb
+            receives.post_ahead()
             if a.op == "RECV_F":
-                buf = torch.empty(self.boundary_shape(rows), dtype=self.dtype)  # (mb, T, C)
-                box[("F", s, i)] = self.comm_f.recv(buf, sched.rank_of(s - 1), phase="pp-fwd")
+                box[("F", s, i)] = receives.take(a)  # (mb, T, C)
             elif a.op == "RECV_B":
-                buf = torch.empty(self.boundary_shape(rows), dtype=self.dtype)  # (mb, T, C)
-                box[("B", s, i)] = self.comm_b.recv(buf, sched.rank_of(s + 1), phase="pp-bwd")
+                box[("B", s, i)] = receives.take(a)  # (mb, T, C)
             elif a.op == "SEND_F":
                 out = saved[(s, i)][1].detach()  # (mb, T, C)
                 sends.append(self.comm_f.isend(out, sched.rank_of(s + 1), phase="pp-fwd"))
@@ -122,7 +150,7 @@ class PipelineExecutor:
                 stage = self.stages[s]
                 x = inputs[i] if s == 0 else box.pop(("F", s, i)).detach().requires_grad_()
                 before = self.meter.current
-                with self.ctx.span("F", stage=s, mb=i, step=step), self.meter:
+                with self.ctx.span("F", stage=s, mb=i, step=step), meter:
                     if sched.split_backward:
                         with LinearTape(stage) as tape:
                             out = stage(x)
@@ -132,7 +160,8 @@ class PipelineExecutor:
                         loss = stage.loss(out, targets[i])
                         losses.append(loss.item())
                         out = loss / m  # the global loss is the mean over equal micro-batches
-                self.microbatch_bytes.setdefault(s, self.meter.current - before)
+                if metering:
+                    self.microbatch_bytes.setdefault(s, self.meter.current - before)
                 saved[(s, i)] = (x, out, tape)
                 if s < last and sched.rank_of(s + 1) == self.pp_rank:
                     box[("F", s + 1, i)] = out.detach()
@@ -141,11 +170,11 @@ class PipelineExecutor:
             elif a.op == "B":
                 x, out, tape = saved.pop((s, i))
                 g = None if s == last else box.pop(("B", s, i))  # (mb, T, C) or None: the loss
-                with self.ctx.span("B", stage=s, mb=i, step=step), self.meter:
+                with self.ctx.span("B", stage=s, mb=i, step=step), meter:
                     if sched.split_backward:
                         dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
-                        for _, xin, dy in stash[(s, i)]:  # the stash holds activations until W
-                            self.meter.track(xin, dy)
+                        for _, xin, dy in stash[(s, i)] if metering else ():
+                            self.meter.track(xin, dy)  # the stash holds activations until W
                     else:
                         torch.autograd.backward(out, g)
                         dx = x.grad if s > 0 else None
@@ -163,3 +192,38 @@ class PipelineExecutor:
         for handle in sends:
             handle.wait()
         return losses
+
+
+class _Receives:
+    """This step's receives in list order: each kind posted up to `RECEIVES_AHEAD` ahead of its
+    use where its channel allows (module docstring), else posted and waited when taken."""
+
+    def __init__(self, executor, rows: int):
+        self.x, self.rows = executor, rows
+        self.pending = [a for a in executor.actions if a.op in ("RECV_F", "RECV_B")]
+        self.ahead = {"RECV_F": _posts_ahead(executor.comm_f), "RECV_B": _posts_ahead(executor.comm_b)}
+        self.posted: dict = {}  # action -> Handle of its receive
+        self.next = 0
+
+    def _start(self, a, ahead: bool):
+        """Post `a`'s receive (`irecv`, a handle) ahead, or receive it now (`recv`, the tensor)."""
+        x, sched = self.x, self.x.schedule
+        buf = torch.empty(x.boundary_shape(self.rows), dtype=x.dtype)  # (mb, T, C)
+        channel, peer, phase = ((x.comm_f, sched.rank_of(a.stage - 1), "pp-fwd") if a.op == "RECV_F"
+                                else (x.comm_b, sched.rank_of(a.stage + 1), "pp-bwd"))
+        return (channel.irecv if ahead else channel.recv)(buf, peer, phase=phase)
+
+    def post_ahead(self) -> None:
+        while (self.next < len(self.pending) and len(self.posted) < RECEIVES_AHEAD
+               and self.ahead[self.pending[self.next].op]):
+            a = self.pending[self.next]
+            self.posted[a] = self._start(a, ahead=True)
+            self.next += 1
+
+    def take(self, a):
+        """The tensor action `a` receives (waited here)."""
+        if a in self.posted:
+            return self.posted.pop(a).wait()
+        assert self.pending[self.next] is a, "receives are taken in list order"
+        self.next += 1
+        return self._start(a, ahead=False)
