@@ -94,7 +94,7 @@ def weight_backward(stash) -> None:
             _accumulate(linear.bias, dy2.sum(0))  # (out,)
 
 
-RECEIVES_AHEAD = 2  # receives in flight before they are needed: enough to hide the handshake,
+RECEIVES_AHEAD = 4  # receives in flight before they are needed: enough to hide the handshake
 # few enough that 1F1B's buffers stay bounded by the schedule, not by the micro-batch count
 
 
