@@ -8,9 +8,11 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
   2009) vs gloo's own, bus bandwidth (nccl-tests' definition) at 16 MB and 64 MB, world size 2
   and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster);
 * step-time ratios of scheme pairs (> 1: the first is faster): ZeRO-3 with FSDP's prefetch vs
-  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp, WFBP vs
-  all-reduce after backward and DeAR vs WFBP on an emulated link, our GPipe vs
-  torch.distributed.pipelining's;
+  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp, our
+  GPipe vs torch.distributed.pipelining's;
+* WFBP vs all-reduce after backward and DeAR vs WFBP, each on the emulated link where its overlap
+  pays most, chosen from the measured forward and backward, beside its ideal ceiling
+  (`dp_regime_rows`);
 * the overlap fraction of ring attention (Liu et al., ICLR 2024), forward and backward, measured
   from the timeline on an emulated link: the share of the K/V messages' link time that passed
   while the rank computed, before it waited (`overlap_fraction`).
@@ -147,6 +149,56 @@ def ring_attention_rows(repeats: int, steps: int, link: Link, model_config: dict
     return rows
 
 
+# ----------------------------------------------------------------------------- overlap regimes
+DP_MODEL = {"n_layer": 4, "n_embd": 64, "n_head": 4, "block_size": 64}  # F ≈ 15 ms at 24 rows
+
+
+def _median_span(result, name: str, warmup: int = 2) -> float:
+    return statistics.median(e["t1"] - e["t0"] for e in result.timeline
+                             if e["kind"] == "compute" and e["name"] == name and e["rank"] == 0
+                             and (e.get("args") or {}).get("step", 0) >= warmup)
+
+
+def dp_regime_rows(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 24) -> list:
+    """WFBP vs all-reduce after backward, and DeAR vs WFBP, each on the emulated link where its
+    overlap pays most, chosen from this machine's measured forward F and backward B (a loopback
+    run of ddp-overlap, hooks included) and the all-reduce bytes per rank of its ledger.
+
+    With an all-reduce of C seconds split evenly over the buckets, ideal overlap gives
+    (Zhang et al., "Poseidon", USENIX ATC 2017, for WFBP; Zhang et al., "DeAR", ICDCS 2023):
+    naive F + B + C;  WFBP F + max(B, C);  DeAR max(F, C/2) + max(B, C/2)
+    so WFBP's gain over naive peaks at C = B, (F + 2B)/(F + B), and DeAR's over WFBP at C = 2B,
+    1 + F/(2B): the forward it adds to the overlap, over the communication. Each row prints
+    that ceiling beside the measured ratio."""
+    from parlab.engine.runner import run
+
+    kw = dict(world_size=world_size, batch_size=rows_per_rank * world_size, model_config=DP_MODEL)
+    calib = run("ddp-overlap", steps=steps, **kw)
+    forward, backward = _median_span(calib, "forward"), _median_span(calib, "backward")
+    last = max(r["step"] for r in calib.ledger if r["step"] is not None)
+    nbytes = sum(r["bytes_sent"] for r in calib.ledger
+                 if r["rank"] == 0 and r["step"] == last and r["phase"] == "grad-sync")
+    rows = []
+    regimes = [("WFBP (ddp-overlap) vs ddp-naive", "ddp-overlap", "ddp-naive", backward,
+                (forward + 2 * backward) / (forward + backward), "C = B"),
+               ("DeAR vs WFBP (ddp-overlap)", "dear", "ddp-overlap", 2 * backward,
+                1 + forward / (2 * backward), "C = 2B")]
+    for name, a, b, comm_s, ceiling, where in regimes:
+        link = Link(20e-6, nbytes / comm_s, f"{nbytes / comm_s / 1e6:.1f} MB/s")
+        ratios = []
+        for _ in range(repeats):
+            t_a = _step(run(a, steps=steps, link=link, **kw))
+            t_b = _step(run(b, steps=steps, link=link, **kw))
+            ratios.append(t_b / t_a)
+        rows.append({"chapter": "data_parallel", "name": f"{name}, {where}, N={world_size}",
+                     "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+                     "ceiling": ceiling,
+                     "detail": f"step time B / A on {link.name}; ideal ceiling {ceiling:.2f} from "
+                     f"measured F {forward * 1e3:.1f} ms, B {backward * 1e3:.1f} ms, "
+                     f"C {comm_s * 1e3:.1f} ms"})
+    return rows
+
+
 # ----------------------------------------------------------------------------- main
 def headline_pairs(link: str) -> list:
     gpt = {"model": "gpt"}
@@ -160,12 +212,6 @@ def headline_pairs(link: str) -> list:
         ("zero", "zero3 (prefetch) vs torch-fsdp, loopback N=2",
          dict(scheme="zero3", world_size=2, prefetch=True, **gpt),
          dict(scheme="torch-fsdp", world_size=2, **gpt)),
-        ("data_parallel", f"WFBP (ddp-overlap) vs ddp-naive, {link} N=4",
-         dict(scheme="ddp-overlap", world_size=4, link=link, **gpt),
-         dict(scheme="ddp-naive", world_size=4, link=link, **gpt)),
-        ("data_parallel", f"DeAR vs WFBP, {link} N=4",
-         dict(scheme="dear", world_size=4, link=link, **gpt),
-         dict(scheme="ddp-overlap", world_size=4, link=link, **gpt)),
         ("pipeline", "pp-gpipe vs torch-pp gpipe, N=2, m=4",
          dict(scheme="pp-gpipe", world_size=2, microbatches=4, **gpt),
          dict(scheme="torch-pp", world_size=2, microbatches=4, schedule="gpipe", **gpt)),
@@ -180,8 +226,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--link", default="1GbE", help="emulated link of the scheme pairs")
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--only", nargs="+", choices=("collectives", "pairs", "ring-attention"),
-                        default=("collectives", "pairs", "ring-attention"))
+    parser.add_argument("--only", nargs="+",
+                        choices=("collectives", "pairs", "dp-regimes", "ring-attention"),
+                        default=("collectives", "pairs", "dp-regimes", "ring-attention"))
     parser.add_argument("--json", default="bench_all.json", help="write every row here")
     args = parser.parse_args(argv)
 
@@ -192,6 +239,8 @@ def main(argv: list[str]) -> int:
                                 args.collective_repeats)
     if "pairs" in args.only:
         rows += pair_rows(headline_pairs(args.link), args.repeats, args.steps)
+    if "dp-regimes" in args.only:
+        rows += dp_regime_rows(args.repeats, max(args.steps, 6))
     if "ring-attention" in args.only:
         # a K/V block of 2·B·(T/cp)·C·4 = 393 KB (T = 256, C = 32): ~2 ms on a 200 MB/s link,
         # slower than loopback's real transfer (so the emulated time is what is measured) and
