@@ -218,3 +218,23 @@ def test_bench_measures_steps_and_exposure(runs):
             assert 0 < compute <= seconds, (rank, step)
     assert 0.0 < exposed_fraction(result, warmup=0) < 1.0
     assert all(t > 0 for t in compute_profile(result, warmup=0))
+
+
+def test_bench_all_regime_rows_choose_the_link_from_measured_forward_and_backward():
+    """`bench all`'s WFBP and DeAR rows: the link makes C = B and C = 2B of the measured
+    backward, and each row carries the ideal ceiling computed from the same F and B."""
+    import re
+
+    from parlab.engine.bench_all import dp_regime_rows
+
+    rows = dp_regime_rows(repeats=1, steps=4)
+    assert [r["name"].split(",")[1].strip() for r in rows] == ["C = B", "C = 2B"]
+    for row in rows:
+        f, b, c = (float(x) for x in re.search(r"F ([\d.]+) ms, B ([\d.]+) ms, C ([\d.]+) ms",
+                                                 row["detail"]).groups())
+        assert row["ratio"] > 0 and row["low"] <= row["ratio"] <= row["high"]
+        if "C = 2B" in row["name"]:
+            assert abs(c - 2 * b) <= 0.11 and abs(row["ceiling"] - (1 + f / (2 * b))) < 0.01
+        else:
+            assert abs(c - b) <= 0.11 and abs(row["ceiling"] - (f + 2 * b) / (f + b)) < 0.01
+            assert "naive measured" in row["detail"]
