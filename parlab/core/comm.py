@@ -302,7 +302,10 @@ class Comm:
         # isend/irecv exchange) overlap instead of paying twice.
         ready = record["t_start"]
         for direction, nbytes in (("tx", record["bytes_sent"]), ("rx", record["bytes_recv"])):
-            if nbytes or direction == "tx":
+            # an op that moves nothing (a barrier) still pays its latency, on the outgoing side;
+            # a receive occupies only the incoming one, or a receive posted beside a send (an
+            # exchange) would queue that send behind its α
+            if nbytes or (direction == "tx" and record["op"] != "recv"):
                 start = max(record["t_start"], self._free_at[direction])
                 self._free_at[direction] = start + link.cost(nbytes, traffic.rounds)
                 ready = max(ready, self._free_at[direction])

@@ -31,11 +31,15 @@ from parlab.tensor_parallel.ops import BACKWARD, FORWARD
 
 
 def _exchange(tensor, comm, phase):
-    """Post the send of `tensor` to rank r+1 and the receive of a like tensor from r−1."""
+    """Post the receive of a like tensor from r−1, then the send of `tensor` to rank r+1. The
+    receive goes first: gloo hands a message over once both sides have posted it, and a send
+    posted before its peer's receive can block in the caller for milliseconds (measured here:
+    3–4 ms of a 4 ms transfer, which the overlap was meant to hide)."""
     n, r = comm.size, comm.rank
     incoming = torch.empty_like(tensor)
-    return (comm.isend(tensor, (r + 1) % n, phase=phase),  # (B, T/tp, ·) out
-            comm.irecv(incoming, (r - 1) % n, phase=phase))  # (B, T/tp, ·) in
+    recv = comm.irecv(incoming, (r - 1) % n, phase=phase)  # (B, T/tp, ·) in
+    send = comm.isend(tensor, (r + 1) % n, phase=phase)  # (B, T/tp, ·) out
+    return send, recv
 
 
 def _arrive(handles):

@@ -15,9 +15,10 @@ PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
 
 # ----------------------------------------------------------------------------- step times
 def _spec(name: str) -> tuple[str, dict]:
-    """'torch-tp:sp' -> ('torch-tp', {'sp': True}): a scheme with boolean options switched on."""
+    """'torch-tp:sp' -> ('torch-tp', {'sp': True}), 'tp-sp:algo=ring' -> ('tp-sp', {'algo':
+    'ring'}): a scheme with boolean options switched on or string options set."""
     scheme, *flags = name.split(":")
-    return scheme, {flag: True for flag in flags}
+    return scheme, dict(flag.split("=", 1) if "=" in flag else (flag, True) for flag in flags)
 
 
 def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), steps: int = 4,

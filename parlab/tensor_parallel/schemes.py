@@ -14,6 +14,9 @@ tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 
 reduce-scatters forward, the same backward, plus (regather=True) 2 all-gathers that rebuild the
 saved inputs; `async_tp=True` runs those all-gathers and the input gradient's reduce-scatter as
 ring steps overlapped with the matmuls (`parlab.tensor_parallel.async_ops`), same bytes.
+`algo="ring"` runs tp-sp's all-gathers and reduce-scatters as chapter 00's pipelined ring
+instead of gloo's (same bytes; gloo's all-gather moves ~0.3 GB/s here against the ring's ~1 GB/s,
+`python -m parlab bench all`), the fair synchronous baseline for async TP's point-to-point steps.
 `parlab.tensor_parallel.cost.closed_form_bytes` gives the exact per-rank numbers the
 tests check.
 """
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from parlab.core.checks import Bool, Int
+from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.core.precision import PRECISIONS
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
@@ -88,6 +91,25 @@ def _assemble(outputs, cfg):
     return assemble_state([o.state for o in shards], cfg.options.get("vocab_parallel", False))
 
 
+class CollectivesBy:
+    """A tp `Comm` whose all-gathers and reduce-scatters run by `algo` unless told otherwise;
+    everything else is the wrapped Comm's (so the ledger and link are the same)."""
+
+    def __init__(self, comm, algo: str):
+        self.comm, self.algo = comm, algo
+
+    def __getattr__(self, name):
+        return getattr(self.comm, name)
+
+    def all_gather(self, shard, *args, **kwargs):
+        kwargs.setdefault("algo", self.algo)
+        return self.comm.all_gather(shard, *args, **kwargs)
+
+    def reduce_scatter(self, tensor, *args, **kwargs):
+        kwargs.setdefault("algo", self.algo)
+        return self.comm.reduce_scatter(tensor, *args, **kwargs)
+
+
 class TensorParallel(Strategy):
     """One replica sliced over a tp group, replicas data parallel over dp: after backward the
     sequence-parallel replicated gradients are summed over tp, then every gradient averaged over
@@ -98,7 +120,10 @@ class TensorParallel(Strategy):
         degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
         self.mesh = Mesh(ctx.comm, [("dp", degrees["dp"]), ("tp", degrees["tp"])])
         self.sequence_parallel = sequence_parallel
-        model = TensorParallelGPT.from_reference(build_model(cfg), self.mesh["tp"],
+        tp_comm = self.mesh["tp"]
+        if cfg.options.get("algo", "gloo") != "gloo":
+            tp_comm = CollectivesBy(tp_comm, cfg.options["algo"])
+        model = TensorParallelGPT.from_reference(build_model(cfg), tp_comm,
                                                  sequence_parallel,
                                                  cfg.options.get("regather", True),
                                                  cfg.options.get("vocab_parallel", False))
@@ -139,7 +164,8 @@ def tp_scheme(ctx):
 
 
 @register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
-          exact=True, options={"tp": TP, "regather": Bool(True), "async_tp": Bool(False)},
+          exact=True, options={"tp": TP, "regather": Bool(True), "async_tp": Bool(False),
+                               "algo": Choice("gloo", ("gloo", "ring"))},
           validate=_validator(True),
           assemble=_assemble, models=("gpt",), precisions=tuple(PRECISIONS))
 def tp_sp_scheme(ctx):
