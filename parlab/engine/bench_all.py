@@ -13,6 +13,7 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
 * WFBP vs all-reduce after backward and DeAR vs WFBP, each on the emulated link where its overlap
   pays most, chosen from the measured forward and backward, beside its ideal ceiling
   (`dp_regime_rows`);
+* async TP vs tp-sp with the ring's collectives on a faithful NVLink (`async_tp_pairs`);
 * the overlap fraction of ring attention (Liu et al., ICLR 2024), forward and backward, measured
   from the timeline on an emulated link: the share of the K/V messages' link time that passed
   while the rank computed, before it waited (`overlap_fraction`).
@@ -215,6 +216,21 @@ def _blocking_comm_per_step(result, warmup: int = 2) -> float:
     return statistics.median(per_step.values())
 
 
+def async_tp_pairs() -> list:
+    """Async TP (Wang et al., ASPLOS 2023) vs tp-sp with the pipelined ring's collectives (the
+    same bytes synchronously), tp = 2, on NVLink as an A100 sees it (`parlab.core.link.faithful`)
+    with a model wide enough that a chunk's matmul is comparable to its transfer."""
+    from parlab.core.link import achieved_flops, faithful
+    from parlab.engine.runner import run
+
+    config = dict(model="gpt", model_config={"n_embd": 256, "block_size": 128, "n_head": 4},
+                  batch_size=8, optimizer="sgd")
+    link = faithful("NVLink", achieved_flops(run("single", steps=3, **config)), "A100")
+    return [("tensor_parallel", "async TP vs tp-sp (ring collectives), faithful NVLink, tp=2",
+             dict(scheme="tp-sp", world_size=2, async_tp=True, link=link, **config),
+             dict(scheme="tp-sp", world_size=2, algo="ring", link=link, **config))]
+
+
 # ----------------------------------------------------------------------------- main
 def headline_pairs(link: str) -> list:
     gpt = {"model": "gpt"}
@@ -246,8 +262,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--only", nargs="+",
-                        choices=("collectives", "pairs", "dp-regimes", "ring-attention"),
-                        default=("collectives", "pairs", "dp-regimes", "ring-attention"))
+                        choices=("collectives", "pairs", "dp-regimes", "async-tp", "ring-attention"),
+                        default=("collectives", "pairs", "dp-regimes", "async-tp", "ring-attention"))
     parser.add_argument("--json", default="bench_all.json", help="write every row here")
     args = parser.parse_args(argv)
 
@@ -260,6 +276,8 @@ def main(argv: list[str]) -> int:
         rows += pair_rows(headline_pairs(args.link), args.repeats, args.steps)
     if "dp-regimes" in args.only:
         rows += dp_regime_rows(args.repeats, max(args.steps, 6))
+    if "async-tp" in args.only:
+        rows += pair_rows(async_tp_pairs(), args.repeats, args.steps)
     if "ring-attention" in args.only:
         # a K/V block of 2·B·(T/cp)·C·4 = 393 KB (T = 256, C = 32): ~2 ms on a 200 MB/s link,
         # slower than loopback's real transfer (so the emulated time is what is measured) and
