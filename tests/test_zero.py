@@ -143,3 +143,18 @@ def test_units_and_formulas():
 def test_bad_input_is_a_value_error_naming_the_value(kwargs, match):
     with pytest.raises(ValueError, match=match):
         parlab.run(**kwargs)
+
+
+def test_bench_all_zero3_regime_row_sets_the_forward_gather_to_the_forward_compute():
+    """`bench all`'s prefetch row: the link makes the forward all-gathers last as long as the
+    measured forward compute, and the ceiling is the ideal-overlap formula of the same numbers."""
+    import re
+
+    from parlab.engine.bench_all import zero3_regime_row
+
+    row = zero3_regime_row(repeats=1, steps=4)
+    f, b, a_f, a_b, r = (float(x) for x in re.search(
+        r"F ([\d.]+) ms, B ([\d.]+) ms, A_f ([\d.]+) ms, A_b ([\d.]+) ms, R ([\d.]+) ms",
+        row["detail"]).groups())
+    assert abs(a_f - f) <= 0.11 and row["ratio"] > 0
+    assert abs(row["ceiling"] - (f + b + a_f + a_b + r) / (max(f, a_f) + max(b, a_b + r))) < 0.01

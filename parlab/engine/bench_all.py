@@ -216,6 +216,53 @@ def _blocking_comm_per_step(result, warmup: int = 2) -> float:
     return statistics.median(per_step.values())
 
 
+def _compute_per_step(result, name: str, warmup: int = 2) -> float:
+    """Median seconds of rank 0's `name` spans per step, less the waits on communication inside."""
+    events = [e for e in result.timeline if e["rank"] == 0]
+    spans = [e for e in events if e["kind"] == "compute" and e["name"] == name
+             and (e.get("args") or {}).get("step", 0) >= warmup]
+    waits = [e for e in events if e["kind"] == "wait"]
+    return statistics.median(
+        (s["t1"] - s["t0"]) - sum(w["t1"] - w["t0"] for w in waits
+                                  if s["t0"] <= w["t0"] and w["t1"] <= s["t1"]) for s in spans)
+
+
+def zero3_regime_row(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 24) -> dict:
+    """ZeRO-3 with FSDP's prefetch vs without (Zhao et al., "PyTorch FSDP", VLDB 2023, §3.4) on
+    the emulated link where the forward's all-gathers take as long as the forward computes,
+    chosen from this machine's measured compute (a loopback run, waits taken out) and the
+    ledger's bytes per phase. Ideal overlap, all-gathers A_f and A_b and reduce-scatter R:
+    without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R)."""
+    from parlab.engine.runner import run
+
+    kw = dict(world_size=world_size, batch_size=rows_per_rank * world_size, model="gpt",
+              model_config=DP_MODEL)
+    calib = run("zero3", steps=steps, prefetch=False, **kw)
+    forward, backward = (_compute_per_step(calib, n) for n in ("forward", "backward"))
+    last = max(r["step"] for r in calib.ledger if r["step"] is not None)
+    nbytes = {}
+    for r in calib.ledger:
+        if r["rank"] == 0 and r["step"] == last:
+            nbytes[r["phase"]] = nbytes.get(r["phase"], 0) + r["bytes_sent"]
+    beta = nbytes["param-gather-fwd"] / forward
+    gather_f, gather_b, scatter = (nbytes[p] / beta for p in
+                                   ("param-gather-fwd", "param-gather-bwd", "grad-reduce-scatter"))
+    ceiling = ((forward + backward + gather_f + gather_b + scatter)
+               / (max(forward, gather_f) + max(backward, gather_b + scatter)))
+    link = Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s")
+    ratios = []
+    for _ in range(repeats):
+        t_a = _step(run("zero3", steps=steps, prefetch=True, link=link, **kw))
+        t_b = _step(run("zero3", steps=steps, prefetch=False, link=link, **kw))
+        ratios.append(t_b / t_a)
+    return {"chapter": "zero", "name": f"zero3 prefetch vs none, A_f = F, N={world_size}",
+            "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+            "ceiling": ceiling,
+            "detail": f"step time B / A on {link.name}; ideal ceiling {ceiling:.2f} from measured "
+                      f"F {forward * 1e3:.1f} ms, B {backward * 1e3:.1f} ms, A_f {gather_f * 1e3:.1f}"
+                      f" ms, A_b {gather_b * 1e3:.1f} ms, R {scatter * 1e3:.1f} ms"}
+
+
 def async_tp_pairs() -> list:
     """Async TP (Wang et al., ASPLOS 2023) vs tp-sp with the pipelined ring's collectives (the
     same bytes synchronously), tp = 2, on NVLink as an A100 sees it (`parlab.core.link.faithful`)
@@ -276,6 +323,7 @@ def main(argv: list[str]) -> int:
         rows += pair_rows(headline_pairs(args.link), args.repeats, args.steps)
     if "dp-regimes" in args.only:
         rows += dp_regime_rows(args.repeats, max(args.steps, 6))
+        rows.append(zero3_regime_row(args.repeats, max(args.steps, 6)))
     if "async-tp" in args.only:
         rows += pair_rows(async_tp_pairs(), args.repeats, args.steps)
     if "ring-attention" in args.only:
