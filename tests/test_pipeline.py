@@ -373,3 +373,19 @@ def test_reshard_boundaries_match_single_and_send_the_closed_form(references, ru
 def test_reshard_bad_input_is_a_value_error_before_any_process(kwargs, match):
     with pytest.raises(ValueError, match=match):
         parlab.run("pp-reshard", **kwargs)
+
+
+def test_bench_diagnoses_a_schedule_that_beats_1f1b_on_paper_but_not_in_the_run():
+    from parlab.pipeline.bench import diagnose
+
+    base = {"scheme": "pp-1f1b", "theory": 0.111, "samples_per_s": 150.0, "bubble": 0.15,
+            "compute_ms": 80.0}
+    slower = {"scheme": "pp-zb", "theory": 0.04, "samples_per_s": 140.0, "bubble": 0.10,
+              "compute_ms": 90.0}
+    faster = {"scheme": "pp-interleaved", "theory": 0.059, "samples_per_s": 160.0,
+              "bubble": 0.09, "compute_ms": 80.0}
+    lines = diagnose([base, slower, faster])
+    assert len(lines) == 1 and "pp-zb" in lines[0] and "+12%" in lines[0]
+    assert "did not shrink" not in lines[0]  # its bubble did shrink: compute is the reason
+    stuck = dict(faster, samples_per_s=140.0, bubble=0.16)
+    assert "did not shrink (16.0% vs 15.0%" in diagnose([base, stuck])[0]

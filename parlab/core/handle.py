@@ -24,6 +24,7 @@ class Handle:
         if self.done:
             return self.result
         t0 = time.perf_counter()
+        self.record["t_wait"] = t0  # when the rank asked for it (a receive may be posted early)
         for work in self.works:
             work.wait()
         value = self.future.result() if self.future is not None else None

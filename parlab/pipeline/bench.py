@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 
 import parlab
 from parlab.pipeline import cost
@@ -45,9 +46,46 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
         latency = cost.measured_message_latency(r.ledger)
         ideal_lat = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
     return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
+            "compute_ms": 1e3 * busiest_compute(r.timeline) if scheme != "torch-pp" else float("nan"),
             "bubble": bubble, "bubble_least": least, "ideal_measured_costs": ideal,
             "latency_s": latency, "ideal_measured_costs_and_latency": ideal_lat,
             **{k: v for k, v in options.items() if k != "partition"}}
+
+
+def busiest_compute(timeline) -> float:
+    """Median over steps (the first left out) of the busiest rank's F + B + W seconds."""
+    per: dict = {}
+    for e in cost.pipeline_events(timeline):
+        step = e["args"]["step"]
+        if step:
+            key = (step, e["rank"])
+            per[key] = per.get(key, 0.0) + e["t1"] - e["t0"]
+    steps = sorted({s for s, _ in per})
+    return statistics.median(max(v for (s, _), v in per.items() if s == step) for step in steps)
+
+
+def diagnose(group) -> list[str]:
+    """Where a schedule with a smaller closed-form bubble than 1F1B ran slower, why, from the
+    same runs: its measured bubble and its busiest rank's compute per step against 1F1B's."""
+    base = next((r for r in group if r["scheme"] == "pp-1f1b"), None)
+    lines = []
+    for r in group:
+        if base is None or r["scheme"] not in ("pp-interleaved", "pp-zb"):
+            continue
+        if r["theory"] < base["theory"] and r["samples_per_s"] < base["samples_per_s"]:
+            why = []
+            if r["bubble"] >= base["bubble"]:
+                why.append(f"its measured bubble did not shrink ({r['bubble']:.1%} vs "
+                           f"{base['bubble']:.1%}: more messages, each a chance to wait)")
+            if r["compute_ms"] > base["compute_ms"]:
+                why.append(f"its busiest rank computed {r['compute_ms']:.1f} vs "
+                           f"{base['compute_ms']:.1f} ms per step "
+                           f"({r['compute_ms'] / base['compute_ms'] - 1:+.0%}: more, smaller "
+                           "actions" + (", and the split backward's own matmuls" if
+                                        r["scheme"] == "pp-zb" else "") + ")")
+            lines.append(f"  {r['scheme']} has the smaller closed-form bubble ({r['theory']:.1%}"
+                         f" vs 1F1B's {base['theory']:.1%}) but ran slower: " + "; ".join(why))
+    return lines
 
 
 def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
@@ -76,6 +114,8 @@ def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
                 r["vs_torch"] = r["samples_per_s"] / torch_best
             rows += group
             _print(group)
+            for line in diagnose(group):
+                print(line, flush=True)
     return rows
 
 

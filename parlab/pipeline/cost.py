@@ -172,16 +172,17 @@ def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float
 
 
 def measured_message_latency(ledger: list[dict]) -> float:
-    """Median delay of a pipeline message: the receiver's end minus the later of the send's and
-    the receive's start, pairing the k-th send on each (phase, src, dst) channel with the k-th
-    receive (channels are FIFO). All ranks read the same monotonic clock, so this is measured,
-    not modelled; on a loaded machine it includes the receiver's wait for a core."""
+    """Median delay of a pipeline message: the receiver's end minus the later of the send's start
+    and the moment the receiver asked for it (its wait; a receive the executor posted ahead
+    was asked for only then), pairing the k-th send on each (phase, src, dst) channel with the
+    k-th receive (channels are FIFO). All ranks read the same monotonic clock, so this is
+    measured, not modelled; on a loaded machine it includes the receiver's wait for a core."""
     sends: dict[tuple, list] = {}
     recvs: dict[tuple, list] = {}
     for r in ledger:
         if r["phase"] in ("pp-fwd", "pp-bwd") and r["op"] in ("send", "recv"):
             src, dst = (r["rank"], r["peers"][0]) if r["op"] == "send" else (r["peers"][0], r["rank"])
             (sends if r["op"] == "send" else recvs).setdefault((r["phase"], src, dst), []).append(r)
-    delays = [r["t_end"] - max(s["t_start"], r["t_start"])
+    delays = [r["t_end"] - max(s["t_start"], r.get("t_wait", r["t_start"]))
               for key, ss in sends.items() for s, r in zip(ss, recvs.get(key, []))]
     return statistics.median(delays) if delays else 0.0
