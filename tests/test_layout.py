@@ -2,7 +2,7 @@
 down the layers (CONTRIBUTING.md, "Layout").
 
     core (chapter 00, the runtime) ← models ← engine ← a chapter's building blocks
-        ← its schemes (`schemes.py`, `torch_*.py`) ← its explore / bench
+        ← its schemes (`schemes.py`, `schemes_*.py`, `torch_*.py`) ← its explore / bench
 
 A chapter may import another chapter's building blocks, never its schemes, explore or bench; no
 import cycles anywhere; building blocks never import matplotlib (plots live in explore, `viz`).
@@ -48,7 +48,7 @@ def layer_of(module: str) -> str:
         return "blocks" if top != "core" else "core"
     if leaf.startswith("explore") or leaf in ("bench", "draw"):  # presentation: may plot
         return "explore"
-    if leaf == "schemes" or leaf.startswith("torch_"):
+    if leaf == "schemes" or leaf.startswith(("schemes_", "torch_")):
         return "schemes"
     return "core" if top == "core" else "blocks"
 

@@ -105,13 +105,13 @@ def chapter_packages() -> list[str]:
 
 
 def scheme_modules() -> list[str]:
-    """The modules that register schemes: the reference, and each chapter's `schemes` and
-    `torch_*` baselines."""
+    """The modules that register schemes: the reference, and each chapter's `schemes` (or
+    `schemes_*`, where one file would grow too long) and `torch_*` baselines."""
     found = ["parlab.engine.reference"]
     for package in chapter_packages():
         path = importlib.import_module(f"parlab.{package}").__path__
         found += [f"parlab.{package}.{info.name}" for info in pkgutil.iter_modules(path)
-                  if info.name == "schemes" or info.name.startswith("torch_")]
+                  if info.name == "schemes" or info.name.startswith(("schemes_", "torch_"))]
     return found
 
 

@@ -26,7 +26,8 @@ Reading order:
   connections travel from an early stage straight to a late one, on their own channels, and
   the closed forms of those bytes.
 - `draw`: Gantt charts of ideal and measured timelines.
-- `schemes`, `torch_pp`: the registered schemes; `explore` (with `explore_eager`,
+- `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
+  the registered schemes; `explore` (with `explore_eager`,
   `explore_exercises`, `explore_unet`) and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """

@@ -4,7 +4,8 @@ One scheme per schedule — `pp-naive` (plain model parallelism), `pp-gpipe` (Hu
 NeurIPS 2019), `pp-1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021), `pp-interleaved`
 (Megatron-LM: Narayanan et al., SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024), `pp-eager-1f1b`
 (AlpaComm: Zhuang et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023)
-— and `pp` with `schedule=` to pick any of them. The schedule is data (`parlab.pipeline.schedules`), validated
+— and `pp` with `schedule=` to pick any of them (`pp-reshard`, whose stages are meshes of
+replicas: `parlab.pipeline.schemes_reshard`). The schedule is data (`parlab.pipeline.schedules`), validated
 before it runs and executed action by action (`parlab.pipeline.executor`).
 
 With world_size = dp × pp the pipeline is replicated dp times (mesh ("dp", "pp"), pp innermost);
@@ -16,18 +17,15 @@ averaged over dp ("grad-sync"), then each rank steps the optimizer on its own pa
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import torch
 
 from parlab.core.checks import Choice, Int
-from parlab.core.comm import Comm
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.pipeline import boundary as boundary_mod
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline import unet_stages
@@ -35,7 +33,6 @@ from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
 from parlab.pipeline.unet_executor import UNetExecutor
 from parlab.pipeline.validate import check
-from parlab.tensor_parallel.reshard import METHODS
 
 
 @dataclass(frozen=True)
@@ -190,60 +187,6 @@ class Pipeline(PipelineStages):
                 "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
 
 
-class ReshardPipeline(PipelineStages):
-    """Every stage on a mesh of `mesh` replicas (the replicated layout a tensor-parallel block
-    leaves), every boundary a cross-mesh resharding by `method` (`parlab.pipeline.boundary`):
-    AlpaComm's setting (Zhuang et al., MLSys 2023). The replicas compute the same micro-batches,
-    so their gradients are equal and need no sync; member 0 of the last mesh reports the loss."""
-
-    def __init__(self, ctx, schedule_name: str):
-        o, width = ctx.cfg.options, ctx.cfg.options["mesh"]
-        plan = reshard_plan(ctx.cfg, schedule_name)
-        super().__init__(ctx, plan)
-        self.shard, self.shards = 0, 1  # every replica trains on the pipeline's whole batch
-        self.member = self.mesh.coords["dp"]
-        self.reports_loss = self.reports_loss and self.member == 0
-        even, odd = boundary_mod.boundary_groups(plan.pp, width)
-        stage = self.mesh.coords["pp"]
-        channels = {}
-        for kind in ("F", "B"):
-            comms = {}
-            for parity, groups in enumerate((even, odd)):
-                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
-                tx.link = None  # the boundary applies the link at the sender
-                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
-                          name=f"pp-{kind}{parity}-rx")  # the same group, receive side
-                for k in (stage - 1, stage):
-                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
-                        comms[k] = (tx, rx)
-            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, width, o["method"],
-                                                   ctx.cfg.link, o["chunks"])
-        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
-        self.meter = ActivationMeter(exclude=self.params)
-        self.executor = PipelineExecutor(
-            ctx, schedule, stage, self.stages, channels["F"], channels["B"],
-            lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
-
-    def sync(self, step: int) -> None:
-        if self.tied is not None and self.tie_comm.size > 1:
-            with self.ctx.ledger.label(phase="embed-tie"):
-                self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) first + last
-
-    def micro_batches(self, batch):
-        x, y = batch  # (B, T) each: every replica holds the whole batch
-        return list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
-
-    def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/m, T)
-        mb_losses = self.executor.run_step(step, xs, ys)
-        return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
-
-    def extras(self) -> dict:
-        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
-                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
-                "member": self.member}
-
-
 class UNetPipeline(PipelineStages):
     """The 3-D U-Net cut into stages (`parlab.pipeline.unet_stages`): the main path on the
     pipeline's channels, every skip connection straight from its producer stage to its consumer
@@ -288,103 +231,6 @@ def check_unet(cfg, schedule: str) -> None:
     if cfg.options.get("partition", "even") == "balanced":
         raise ValueError("partition='balanced' profiles GPT/MLP layers; with model='unet3d' give "
                          "'even' or a list of layers per stage")
-
-
-class WidthsPipeline(Strategy):
-    """`pp-reshard` with `widths=`: stage s on a mesh of widths[s] replicas, e.g. [2, 1] — a tp=2
-    stage's replicated output resharded onto a tp=1 stage and its gradient back (AlpaComm's
-    cross-mesh resharding between meshes of different shapes: Zhuang et al., MLSys 2023, §3).
-    Ranks: `boundary.stage_ranks`. Every replica trains on the whole batch; the tied embedding's
-    gradient is each copy's share (÷ its stage's width) summed over both end meshes."""
-
-    def __init__(self, ctx, schedule_name: str):
-        cfg = ctx.cfg
-        self.widths = widths = list(cfg.options["widths"])
-        self.plan = plan = widths_plan(cfg, schedule_name)
-        ranks = boundary_mod.stage_ranks(widths)
-        self.stage = stage = next(s for s, group in enumerate(ranks) if ctx.rank in group)
-        self.member = ranks[stage].index(ctx.rank)
-        ends = sorted(set(ranks[0] + ranks[-1]))
-        self.tie_comm = ctx.comm.split([ends] + [[r] for r in range(ctx.world_size)
-                                                 if r not in ends], "embed-tie")
-        model = build_model(cfg)
-        self.counts = (list(plan.partition) if isinstance(plan.partition, tuple)
-                       else stages_mod.even_partition(plan.n_layers, plan.pp))
-        self.stages = stages_mod.build_stages(model, [stage], self.counts)
-        self.params = list(model.parameters())
-        self.tied = stages_mod.tied_parameter(model)
-        super().__init__(ctx, model, make_optimizer(self.params, cfg), shard=0, shards=1,
-                         reports_loss=stage == plan.pp - 1 and self.member == 0, holds_state=True)
-        even, odd = boundary_mod.boundary_groups(plan.pp, widths)
-        channels = {}
-        for kind in ("F", "B"):
-            comms = {}
-            for parity, groups in enumerate((even, odd)):
-                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
-                tx.link = None  # the boundary applies the link at the sender
-                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
-                          name=f"pp-{kind}{parity}-rx")
-                for k in (stage - 1, stage):
-                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
-                        comms[k] = (tx, rx)
-            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, widths,
-                                                   cfg.options["method"], cfg.link,
-                                                   cfg.options["chunks"])
-        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
-        self.meter = ActivationMeter(exclude=self.params)
-        self.executor = PipelineExecutor(
-            ctx, schedule, stage, self.stages, channels["F"], channels["B"],
-            lambda rows: stages_mod.boundary_shape(cfg.model_config, rows), self.meter)
-
-    def sync(self, step: int) -> None:
-        if self.tied is not None and self.tie_comm.size > 1:
-            with self.ctx.ledger.label(phase="embed-tie"):
-                self.tied.grad.div_(self.widths[self.stage])  # each mesh's copies: one gradient
-                self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) over both ends
-
-    def forward_backward(self, step: int, batch) -> float:
-        x, y = batch  # (B, T) each: every replica holds the whole batch
-        xs, ys = list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
-        mb_losses = self.executor.run_step(step, xs, ys)
-        return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
-
-    def extras(self) -> dict:
-        return {"stages": [self.stage], "layers_per_stage": self.counts, "member": self.member,
-                "widths": self.widths, "in_flight_peak": self.executor.in_flight_peak,
-                "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
-
-
-def widths_plan(cfg, schedule: str) -> Plan:
-    """The plan of `pp-reshard` with `widths=`; ValueError names what is wrong."""
-    widths, world = cfg.options["widths"], cfg.world_size
-    if not isinstance(widths, (list, tuple)) or len(widths) < 2 or not all(
-            _is_int(w) and w >= 1 for w in widths):
-        raise ValueError(f"widths={widths!r} must list >= 2 stages' ranks, each an int >= 1")
-    if sum(widths) != world:
-        raise ValueError(f"widths={list(widths)} sum to {sum(widths)}, not world_size={world}")
-    pp = cfg.options.get("pp")
-    if pp is not None and pp != len(widths):
-        raise ValueError(f"pp={pp} != len(widths={list(widths)}) = {len(widths)}")
-    if schedule not in RESHARD_SCHEDULES:
-        raise ValueError(f"schedule={schedule!r}: pp-reshard runs one of {RESHARD_SCHEDULES}")
-    if cfg.model != "gpt" and cfg.model != "mlp":
-        raise ValueError(f"model={cfg.model!r}: pp-reshard runs 'gpt' or 'mlp'")
-    options = {**cfg.options, "pp": len(widths)}
-    plan = resolve(dataclasses.replace(cfg, world_size=len(widths), options=options), schedule)
-    return dataclasses.replace(plan, dp=1)
-
-
-def reshard_plan(cfg, schedule: str) -> Plan:
-    """The plan of `pp-reshard`: pp meshes of `mesh` replicas; ValueError names what is wrong."""
-    width, world = cfg.options["mesh"], cfg.world_size
-    if world % width:
-        raise ValueError(f"world_size={world} is not divisible by mesh={width} (ranks per stage)")
-    if schedule not in RESHARD_SCHEDULES:
-        raise ValueError(f"schedule={schedule!r}: pp-reshard runs one of {RESHARD_SCHEDULES}")
-    plan = resolve(dataclasses.replace(cfg, world_size=world // width), schedule)
-    if plan.dp != 1 or plan.pp < 2:
-        raise ValueError(f"pp={plan.pp} × mesh={width} must be world_size={world} with pp >= 2")
-    return dataclasses.replace(plan, dp=width)
 
 
 def assemble(outputs: list, cfg) -> dict:
@@ -445,26 +291,3 @@ def _register(name: str, schedule: str | None) -> None:
 for _schedule in SUMMARIES:
     _register(f"pp-{_schedule}", _schedule)
 _register("pp", None)
-
-
-def _reshard_validate(cfg):
-    if cfg.options.get("widths") is not None:
-        plan = widths_plan(cfg, cfg.options["schedule"])
-        check(make_schedule(plan.schedule, plan.pp, plan.microbatches))
-        return
-    plan = reshard_plan(cfg, cfg.options["schedule"])
-    check(make_schedule(plan.schedule, plan.pp, plan.microbatches))
-
-
-@register("pp-reshard", summary="pipeline whose stages are meshes of replicas and whose boundaries "
-          "are cross-mesh reshardings (AlpaComm): send-recv, broadcast or load-balanced broadcast",
-          exact=True, validate=_reshard_validate, assemble=assemble,
-          options={"pp": Int(None, min=1, none=True), "partition": "even",
-                   "microbatches": Int(None, min=1, none=True), "mesh": Int(2, min=1),
-                   "method": Choice("broadcast", METHODS), "chunks": Int(4, min=1),
-                   "schedule": Choice("1f1b", RESHARD_SCHEDULES),
-                   "widths": None})  # ranks per stage, e.g. [2, 1]: overrides mesh
-def pipeline_reshard(ctx):
-    if ctx.cfg.options.get("widths") is not None:
-        return train(ctx, WidthsPipeline(ctx, ctx.cfg.options["schedule"]))
-    return train(ctx, ReshardPipeline(ctx, ctx.cfg.options["schedule"]))
