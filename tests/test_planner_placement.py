@@ -11,14 +11,13 @@ from parlab.planner.graph import Graph, demo_graph, profile, with_times
 from parlab.planner.placement import (
     Plan,
     Task,
-    build_milp,
     evaluate,
     exhaustive,
     greedy,
     precedences,
-    solve,
     tasks,
 )
+from parlab.planner.placement_milp import build_milp, solve
 from parlab.planner.placement_run import (
     check_against_reference,
     message_bytes,

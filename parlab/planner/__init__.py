@@ -21,7 +21,7 @@ Reading order:
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
 - `profile`, `costmodel`, `search`: the measured compute profile, the predicted step time and
   peak memory of any plan, and the planner.
-- `graph`, `placement`, `placement_run`: operator-level placement of a branchy graph, solved
+- `graph`, `placement`, `placement_milp`, `placement_run`: operator-level placement of a branchy graph, solved
   exactly (MILP, checked by exhaustive search) and run with send/recv beside a 1F1B pipeline.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
 - `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_exercises`,

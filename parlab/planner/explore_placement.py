@@ -3,7 +3,7 @@
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
 Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) report about half the pipeline bubble
 of DualPipe at equal memory. Here the same question is asked of one small branchy graph
-(`parlab.planner.graph`): the exact plan (`parlab.planner.placement.solve`) against 1F1B of the
+(`parlab.planner.graph`): the exact plan (`parlab.planner.placement_milp.solve`) against 1F1B of the
 same graph cut into stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from
 measured op times and the α-β link, and each run for real.
 
@@ -29,7 +29,8 @@ import os
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
 from parlab.planner.graph import Graph, demo_graph
-from parlab.planner.placement import Plan, evaluate, solve
+from parlab.planner.placement import Plan, evaluate
+from parlab.planner.placement_milp import solve
 from parlab.planner.placement_run import (
     PlacementRun,
     check_against_reference,
