@@ -225,7 +225,7 @@ def test_bench_all_regime_rows_choose_the_link_from_measured_forward_and_backwar
     backward, and each row carries the ideal ceiling computed from the same F and B."""
     import re
 
-    from parlab.engine.bench_all import dp_regime_rows
+    from parlab.engine.bench_regimes import dp_regime_rows
 
     rows = dp_regime_rows(repeats=1, steps=4)
     assert [r["name"].split(",")[1].strip() for r in rows] == ["C = B", "C = 2B"]

@@ -150,7 +150,7 @@ def test_bench_all_zero3_regime_row_sets_the_forward_gather_to_the_forward_compu
     measured forward compute, and the ceiling is the ideal-overlap formula of the same numbers."""
     import re
 
-    from parlab.engine.bench_all import zero3_regime_row
+    from parlab.engine.bench_regimes import zero3_regime_row
 
     row = zero3_regime_row(repeats=1, steps=4)
     f, b, a_f, a_b, r = (float(x) for x in re.search(
