@@ -158,3 +158,19 @@ def test_bench_all_zero3_regime_row_sets_the_forward_gather_to_the_forward_compu
         row["detail"]).groups())
     assert abs(a_f - f) <= 0.11 and row["ratio"] > 0
     assert abs(row["ceiling"] - (f + b + a_f + a_b + r) / (max(f, a_f) + max(b, a_b + r))) < 0.01
+
+
+def test_prefetch_report_prints_estimates_beside_measurements_and_diagnoses_a_shortfall():
+    from parlab.core.link import Link
+    from parlab.zero.explore_prefetch import report_lines
+
+    regime = {"link": Link(20e-6, 20e6, "20 MB/s"), "forward": 0.02, "backward": 0.035,
+              "gather_f": 0.02, "gather_b": 0.02, "scatter": 0.02}
+    ideal = {False: 0.115, True: 0.075}
+    good = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.12, True: 0.08}})
+    assert "1.50× faster measured, 1.53× at ideal overlap" in good[-1]
+    assert any("120.0 ms measured,  115.0 ms ideal" in line for line in good)
+    short = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.12, True: 0.11}})
+    assert "less than half the ideal gain" in short[-1]
+    slower = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.1, True: 0.11}})
+    assert "disagrees with the model" in slower[-1]

@@ -90,7 +90,7 @@ def _blocking_comm_per_step(result, warmup: int = 2) -> float:
     return statistics.median(per_step.values())
 
 
-def _compute_per_step(result, name: str, warmup: int = 2) -> float:
+def compute_per_step(result, name: str, warmup: int = 2) -> float:
     """Median seconds of rank 0's `name` spans per step, less the waits on communication inside."""
     events = [e for e in result.timeline if e["rank"] == 0]
     spans = [e for e in events if e["kind"] == "compute" and e["name"] == name
@@ -101,18 +101,19 @@ def _compute_per_step(result, name: str, warmup: int = 2) -> float:
                                   if s["t0"] <= w["t0"] and w["t1"] <= s["t1"]) for s in spans)
 
 
-def zero3_regime_row(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 24) -> dict:
-    """ZeRO-3 with FSDP's prefetch vs without (Zhao et al., "PyTorch FSDP", VLDB 2023, §3.4) on
-    the emulated link where the forward's all-gathers take as long as the forward computes,
-    chosen from this machine's measured compute (a loopback run, waits taken out) and the
-    ledger's bytes per phase. Ideal overlap, all-gathers A_f and A_b and reduce-scatter R:
-    without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R)."""
+def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24) -> dict:
+    """The emulated link where ZeRO-3's forward all-gathers take as long as the forward computes
+    (FSDP's prefetch: Zhao et al., "PyTorch FSDP", VLDB 2023, §3.4), chosen from this machine's
+    measured compute (a loopback run without prefetch, waits taken out) and the ledger's bytes
+    per phase, with the ideal-overlap step times of all-gathers A_f, A_b and reduce-scatter R:
+    without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R).
+    Returns the link, the run keywords, the measured F and B, A_f, A_b, R and both ideals (s)."""
     from parlab.engine.runner import run
 
     kw = dict(world_size=world_size, batch_size=rows_per_rank * world_size, model="gpt",
               model_config=DP_MODEL)
     calib = run("zero3", steps=steps, prefetch=False, **kw)
-    forward, backward = (_compute_per_step(calib, n) for n in ("forward", "backward"))
+    forward, backward = (compute_per_step(calib, n) for n in ("forward", "backward"))
     last = max(r["step"] for r in calib.ledger if r["step"] is not None)
     nbytes = {}
     for r in calib.ledger:
@@ -121,20 +122,31 @@ def zero3_regime_row(repeats: int, steps: int, world_size: int = 2, rows_per_ran
     beta = nbytes["param-gather-fwd"] / forward
     gather_f, gather_b, scatter = (nbytes[p] / beta for p in
                                    ("param-gather-fwd", "param-gather-bwd", "grad-reduce-scatter"))
-    ceiling = ((forward + backward + gather_f + gather_b + scatter)
-               / (max(forward, gather_f) + max(backward, gather_b + scatter)))
-    link = Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s")
+    return {"link": Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s"), "run": kw, "forward": forward,
+            "backward": backward, "gather_f": gather_f, "gather_b": gather_b, "scatter": scatter,
+            "ideal_none": forward + backward + gather_f + gather_b + scatter,
+            "ideal_prefetch": max(forward, gather_f) + max(backward, gather_b + scatter)}
+
+
+def zero3_regime_row(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 24) -> dict:
+    """ZeRO-3 with FSDP's prefetch vs without on `zero3_regime`'s link, beside the ideal ceiling."""
+    from parlab.engine.runner import run
+
+    regime = zero3_regime(steps, world_size, rows_per_rank)
+    link, kw = regime["link"], regime["run"]
+    ceiling = regime["ideal_none"] / regime["ideal_prefetch"]
     ratios = []
     for _ in range(repeats):
         t_a = step_seconds(run("zero3", steps=steps, prefetch=True, link=link, **kw))
         t_b = step_seconds(run("zero3", steps=steps, prefetch=False, link=link, **kw))
         ratios.append(t_b / t_a)
+    ms = {k: regime[k] * 1e3 for k in ("forward", "backward", "gather_f", "gather_b", "scatter")}
     return {"chapter": "zero", "name": f"zero3 prefetch vs none, A_f = F, N={world_size}",
             "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
             "ceiling": ceiling,
             "detail": f"step time B / A on {link.name}; ideal ceiling {ceiling:.2f} from measured "
-                      f"F {forward * 1e3:.1f} ms, B {backward * 1e3:.1f} ms, A_f {gather_f * 1e3:.1f}"
-                      f" ms, A_b {gather_b * 1e3:.1f} ms, R {scatter * 1e3:.1f} ms"}
+                      f"F {ms['forward']:.1f} ms, B {ms['backward']:.1f} ms, A_f {ms['gather_f']:.1f}"
+                      f" ms, A_b {ms['gather_b']:.1f} ms, R {ms['scatter']:.1f} ms"}
 
 
 def async_tp_pairs() -> list:
