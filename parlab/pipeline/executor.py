@@ -136,10 +136,8 @@ class PipelineExecutor:
         for a in self.actions:
             s, i = a.stage, a.mb
             receives.post_ahead()
-            if a.op == "RECV_F":
-                box[("F", s, i)] = receives.take(a)  # (mb, T, C)
-            elif a.op == "RECV_B":
-                box[("B", s, i)] = receives.take(a)  # (mb, T, C)
+            if a.op in ("RECV_F", "RECV_B"):
+                box[(a.op[-1], s, i)] = receives.take(a)  # (mb, T, C) activation or gradient
             elif a.op == "SEND_F":
                 out = saved[(s, i)][1].detach()  # (mb, T, C)
                 sends.append(self.comm_f.isend(out, sched.rank_of(s + 1), phase="pp-fwd"))
