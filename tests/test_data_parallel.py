@@ -220,21 +220,43 @@ def test_bench_measures_steps_and_exposure(runs):
     assert all(t > 0 for t in compute_profile(result, warmup=0))
 
 
+def test_dp_ideal_steps_reduce_to_the_textbook_peaks_and_charge_late_buckets():
+    """With every bucket handed over at the start of backward, the ideal steps are the textbook
+    ones (WFBP F + max(B, C) + O, DeAR max(F + O, C/2) + max(B, C/2)); a bucket handed over at
+    the end of backward keeps its whole transfer (all-reduce, or DeAR's reduce-scatter half)."""
+    from parlab.engine.bench_regimes import dp_ideal_steps
+
+    f, b, o = 1.0, 2.0, 0.25
+    early = [(0.0, 100), (0.0, 300)]
+    for c in (1.0, 2.0, 4.0, 6.0):
+        ideal = dp_ideal_steps(f, b, o, early, c)
+        assert ideal["ddp-naive"] == pytest.approx(f + b + c + o)
+        assert ideal["ddp-overlap"] == pytest.approx(f + max(b, c) + o)
+        assert ideal["dear"] == pytest.approx(max(f + o, c / 2) + max(b, c / 2))
+    late = [(0.0, 300), (b, 100)]  # a quarter of the bytes handed over when backward ends
+    ideal = dp_ideal_steps(f, b, o, late, 2.0)  # the late bucket: 0.5 s of all-reduce
+    assert ideal["ddp-overlap"] == pytest.approx(f + b + 0.5 + o)
+    assert ideal["dear"] == pytest.approx(max(f + o, 1.0) + b + 0.25)
+
+
 def test_bench_all_regime_rows_choose_the_link_from_measured_forward_and_backward():
-    """`bench all`'s WFBP and DeAR rows: the link makes C = B and C = 2B of the measured
-    backward, and each row carries the ideal ceiling computed from the same F and B."""
+    """`bench all`'s WFBP and DeAR rows: the link is where the ideal ceiling, computed from the
+    measured F, B, O and bucket hand-over times, peaks; each row carries that ceiling."""
     import re
 
     from parlab.engine.bench_regimes import dp_regime_rows
 
-    rows = dp_regime_rows(repeats=1, steps=4)
-    assert [r["name"].split(",")[1].strip() for r in rows] == ["C = B", "C = 2B"]
+    rows = dp_regime_rows(repeats=1, steps=4, rows_per_rank=24)
+    assert ["vs ddp-naive" in rows[0]["name"], "DeAR" in rows[1]["name"]] == [True, True]
     for row in rows:
-        f, b, c = (float(x) for x in re.search(r"F ([\d.]+) ms, B ([\d.]+) ms, C ([\d.]+) ms",
-                                                 row["detail"]).groups())
+        k = float(re.search(r"C = ([\d.]+)·B", row["name"]).group(1))
+        f, b, o, n, c = (float(x) for x in re.search(
+            r"F ([\d.]+) ms, B ([\d.]+) ms, O ([\d.]+) ms, (\d+) buckets, C ([\d.]+) ms",
+            row["detail"]).groups())
         assert row["ratio"] > 0 and row["low"] <= row["ratio"] <= row["high"]
-        if "C = 2B" in row["name"]:
-            assert abs(c - 2 * b) <= 0.11 and abs(row["ceiling"] - (1 + f / (2 * b))) < 0.01
-        else:
-            assert abs(c - b) <= 0.11 and abs(row["ceiling"] - (f + 2 * b) / (f + b)) < 0.01
+        assert abs(c - k * b) <= 0.01 * b + 0.11 and n >= 2
+        if "DeAR" in row["name"]:  # at most the textbook peak 1 + (F + O)/(2B), and above 1
+            assert 1.0 < row["ceiling"] <= 1 + (f + o) / (2 * b) + 0.01
+        else:  # at most (F + 2B + O)/(F + B + O)
+            assert 1.0 < row["ceiling"] <= (f + 2 * b + o) / (f + b + o) + 0.01
             assert "naive measured" in row["detail"]

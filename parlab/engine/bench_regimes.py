@@ -3,8 +3,8 @@ link: each measures this machine's forward F and backward B (waits taken out) an
 step from the ledger, picks the emulated link where the overlap can pay most, and prints the
 ideal-overlap ceiling of those same numbers beside the measured ratio.
 
-* WFBP (Zhang et al., "Poseidon", USENIX ATC 2017) vs all-reduce after backward, at C = B;
-* DeAR (Zhang et al., ICDCS 2023) vs WFBP, at C = 2B;
+* WFBP (Zhang et al., "Poseidon", USENIX ATC 2017) vs all-reduce after backward, near C = B;
+* DeAR (Zhang et al., ICDCS 2023) vs WFBP, near C = 2B (each where its ideal ceiling peaks);
 * ZeRO-3 with FSDP's prefetch (Zhao et al., VLDB 2023) vs without, where the forward's
   all-gathers take as long as the forward computes;
 * async TP (Wang et al., ASPLOS 2023) vs tp-sp with the ring's collectives, on NVLink as an A100
@@ -34,50 +34,97 @@ def _median_span(result, name: str, warmup: int = 2) -> float:
                              and (e.get("args") or {}).get("step", 0) >= warmup)
 
 
-def dp_regime_rows(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 24) -> list:
-    """WFBP vs all-reduce after backward, and DeAR vs WFBP, each on the emulated link where its
-    overlap pays most, chosen from this machine's measured forward F and backward B (a loopback
-    run of ddp-overlap, hooks included) and the all-reduce bytes per rank of its ledger.
+def _bucket_posts(result, warmup: int = 2) -> list:
+    """Rank 0's grad-sync posts of one step as (seconds into backward, bytes sent), the median
+    offset of each bucket over the steps after `warmup`: when backward hands each bucket over."""
+    per_step = []
+    for span in result.timeline:
+        if (span["rank"] == 0 and span["kind"] == "compute" and span["name"] == "backward"
+                and (span.get("args") or {}).get("step", 0) >= warmup):
+            per_step.append(sorted((e["t0"] - span["t0"], e["args"]["bytes"])
+                                   for e in result.timeline
+                                   if e["rank"] == 0 and e["kind"] == "comm"
+                                   and (e.get("args") or {}).get("phase") == "grad-sync"
+                                   and span["t0"] <= e["t0"] <= span["t1"] + 1e-3))
+    n = min(len(posts) for posts in per_step)
+    return [(statistics.median(posts[i][0] for posts in per_step), per_step[0][i][1])
+            for i in range(n)]
 
-    With an all-reduce of C seconds split evenly over the buckets, ideal overlap gives
-    (Zhang et al., "Poseidon", USENIX ATC 2017, for WFBP; Zhang et al., "DeAR", ICDCS 2023):
-    naive F + B + C;  WFBP F + max(B, C);  DeAR max(F, C/2) + max(B, C/2)
-    so WFBP's gain over naive peaks at C = B, (F + 2B)/(F + B), and DeAR's over WFBP at C = 2B,
-    1 + F/(2B): the forward it adds to the overlap, over the communication. Each row prints
-    that ceiling beside the measured ratio."""
+
+def _fifo_done(posts: list, seconds_per_byte: float) -> float:
+    """When a first-in first-out link that starts free has delivered every (time, bytes) post."""
+    free = 0.0
+    for t, nbytes in posts:
+        free = max(free, t) + nbytes * seconds_per_byte
+    return free
+
+
+def dp_ideal_steps(forward: float, backward: float, optimizer: float, posts: list,
+                   comm: float) -> dict:
+    """Ideal-overlap step times of all-reduce after backward, WFBP and DeAR when the all-reduce
+    takes `comm` seconds in all and each bucket goes on the link when backward hands it over
+    (`posts`, from `_bucket_posts`), first in first out:
+    naive F + B + C + O;  WFBP F + max(B, done(all-reduces)) + O (Zhang et al., "Poseidon",
+    USENIX ATC 2017);  DeAR max(F + O, C/2) + max(B, done(reduce-scatters)) (Zhang et al.,
+    "DeAR", ICDCS 2023: the reduce-scatter half, (N−1)/N·S of a bucket's 2(N−1)/N·S, in
+    backward; the all-gather half and the per-bucket updates in the next forward). The buckets
+    handed over last (the first layers) keep their transfer after backward in both."""
+    per_byte = comm / sum(nbytes for _, nbytes in posts)
+    f, b, o, c = forward, backward, optimizer, comm
+    return {"ddp-naive": f + b + c + o,
+            "ddp-overlap": f + max(b, _fifo_done(posts, per_byte)) + o,
+            "dear": max(f + o, c / 2) + max(b, _fifo_done(posts, per_byte / 2))}
+
+
+def dp_regime_rows(repeats: int, steps: int, world_size: int = 2, rows_per_rank: int = 96) -> list:
+    """WFBP vs all-reduce after backward, and DeAR vs WFBP, each on the emulated link where its
+    ideal overlap pays most (`dp_ideal_steps`), from this machine's measured forward F,
+    backward B, optimizer step O and bucket hand-over times (a loopback run of ddp-overlap,
+    hooks included) and the all-reduce bytes per rank of its ledger.
+
+    Without the bucket times the peaks are WFBP's at C = B, (F + 2B)/(F + B), and DeAR's at
+    C = 2B, 1 + F/(2B): the forward it adds to the overlap, over the communication. The
+    buckets handed over at the end of backward lower both; the row prints the ceiling of its
+    link beside the measured ratio. A large per-rank batch keeps the per-op overheads (hooks,
+    gloo's handshakes, per-bucket updates) small beside F and B, as on a GPU at scale."""
     from parlab.engine.runner import run
 
     kw = dict(world_size=world_size, batch_size=rows_per_rank * world_size, model_config=DP_MODEL)
     calib = run("ddp-overlap", steps=steps, **kw)
     forward, backward = _median_span(calib, "forward"), _median_span(calib, "backward")
-    last = max(r["step"] for r in calib.ledger if r["step"] is not None)
-    nbytes = sum(r["bytes_sent"] for r in calib.ledger
-                 if r["rank"] == 0 and r["step"] == last and r["phase"] == "grad-sync")
+    optimizer, posts = _median_span(calib, "optimizer"), _bucket_posts(calib)
+    nbytes = sum(nbytes for _, nbytes in posts)
     rows = []
-    regimes = [("WFBP (ddp-overlap) vs ddp-naive", "ddp-overlap", "ddp-naive", backward,
-                (forward + 2 * backward) / (forward + backward), "C = B"),
-               ("DeAR vs WFBP (ddp-overlap)", "dear", "ddp-overlap", 2 * backward,
-                1 + forward / (2 * backward), "C = 2B")]
-    for name, a, b, comm_s, ceiling, where in regimes:
+    for name, a, b in (("WFBP (ddp-overlap) vs ddp-naive", "ddp-overlap", "ddp-naive"),
+                       ("DeAR vs WFBP (ddp-overlap)", "dear", "ddp-overlap")):
+        def ceiling_at(comm_s, a=a, b=b):
+            ideal = dp_ideal_steps(forward, backward, optimizer, posts, comm_s)
+            return ideal[b] / ideal[a]
+
+        comm_s = max((backward * k / 20 for k in range(5, 61)), key=ceiling_at)
+        ideal = dp_ideal_steps(forward, backward, optimizer, posts, comm_s)
         link = Link(20e-6, nbytes / comm_s, f"{nbytes / comm_s / 1e6:.1f} MB/s")
         ratios = []
         for _ in range(repeats):
             t_a = step_seconds(run(a, steps=steps, link=link, **kw))
             result_b = run(b, steps=steps, link=link, **kw)
             ratios.append(step_seconds(result_b) / t_a)
-        detail = (f"step time B / A on {link.name}; ideal ceiling {ceiling:.2f} from measured "
-                  f"F {forward * 1e3:.1f} ms, B {backward * 1e3:.1f} ms, C {comm_s * 1e3:.1f} ms")
+        detail = (f"step time B / A on {link.name}; ideal ceiling {ceiling_at(comm_s):.2f} "
+                  f"(ideal steps {ideal[b] * 1e3:.0f} / {ideal[a] * 1e3:.0f} ms) from measured "
+                  f"F {forward * 1e3:.1f} ms, B {backward * 1e3:.1f} ms, O {optimizer * 1e3:.1f} "
+                  f"ms, {len(posts)} buckets, C {comm_s * 1e3:.1f} ms")
         if b == "ddp-naive":
             # naive issues one blocking all-reduce per parameter tensor: each pays the gloo
             # handshake between two processes on top of the link's charge, so its measured
             # communication exceeds C and the ratio can beat the ceiling; say by how much
             naive_comm = _blocking_comm_per_step(result_b)
-            predicted = (forward + backward + naive_comm) / (forward + max(backward, comm_s))
+            predicted = (forward + backward + naive_comm + optimizer) / ideal[a]
             detail += (f"; naive measured {naive_comm * 1e3:.1f} ms of blocking all-reduces per "
                        f"step (vs C), which predicts {predicted:.2f}")
-        rows.append({"chapter": "data_parallel", "name": f"{name}, {where}, N={world_size}",
+        rows.append({"chapter": "data_parallel",
+                     "name": f"{name}, C = {comm_s / backward:.2f}·B, N={world_size}",
                      "ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                     "ceiling": ceiling, "detail": detail})
+                     "ceiling": ceiling_at(comm_s), "detail": detail})
     return rows
 
 
