@@ -18,6 +18,7 @@ def test_collectives_match_torch_for_random_lengths(world_size):
     for rank, res in enumerate(results):
         bad = [e for e in res["errors"] if not e[3] <= 1e-9]
         assert not bad, f"rank {rank}: {bad}"
+        assert {e[1] for e in res["errors"] if e[0] != "all_reduce"} >= {"gloo+out", "ring+out"}
 
 
 @pytest.mark.parametrize("world_size", [2, 3, 4, 5, 8])
@@ -40,6 +41,13 @@ def test_ledger_bytes_equal_closed_forms(world_size):
         for rec in (r for r in res["ledger"] if r["op"] == "all_gather" and r["algo"] == "ring"):
             assert (rec["elements_sent"], rec["elements_recv"]) == cost.ring_all_gather(
                 rec["numel"], world_size, rank)[:2]
+
+
+def test_out_buffers_are_checked_before_anything_moves():
+    results = launch(workers.bad_out_buffers, 2)
+    for messages in results:
+        assert len(messages) == 3 and all("out must be a contiguous" in m for m in messages)
+        assert "of 3 elements" in messages[0] and "torch.float64" in messages[1]
 
 
 def test_ring_all_reduce_is_two_n_minus_one_over_n_when_divisible():

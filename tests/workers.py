@@ -64,6 +64,18 @@ def collectives_vs_torch(rank, world_size, lengths, algos, seed):
             ref = expect[lo:lo + shard.numel()]
             out.append(("reduce_scatter", algo, numel, (shard - ref).abs().max().item()
                         if shard.numel() else 0.0))
+            # into a caller's buffer (`out=`): the result is a view of it, the values the same;
+            # max as well as sum (the ring's last step writes straight into the buffer)
+            buffer = torch.full((shard.numel(),), float("nan"), dtype=data.dtype)
+            into = comm.reduce_scatter(data.clone(), algo=algo, out=buffer)
+            maxed = comm.reduce_scatter(data.clone(), op="max", algo=algo,
+                                        out=torch.empty_like(buffer))
+            peak = data.clone()
+            dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+            ok = into.data_ptr() == buffer.data_ptr() or not buffer.numel()
+            out.append(("reduce_scatter", algo + "+out", numel, max(
+                (into - ref).abs().max().item() if ok and into.numel() else (0.0 if ok else 1.0),
+                (maxed - peak[lo:lo + shard.numel()]).abs().max().item() if shard.numel() else 0.0)))
         for algo in algos["all_gather"]:
             piece = torch.tensor_split(data, world_size)[rank]
             sizes = [p.numel() for p in torch.tensor_split(data, world_size)]
@@ -76,7 +88,27 @@ def collectives_vs_torch(rank, world_size, lengths, algos, seed):
             ref = torch.cat([g[:s] for g, s in zip(gathered, sizes)])  # (numel,)
             error = (full - ref).abs().max().item() if full.shape == ref.shape else float("inf")
             out.append(("all_gather", algo, numel, error))
+            buffer = torch.full((numel,), float("nan"), dtype=data.dtype)
+            into = comm.all_gather(piece, sizes=sizes, algo=algo, out=buffer)
+            ok = into.data_ptr() == buffer.data_ptr()
+            out.append(("all_gather", algo + "+out", numel,
+                        (into - ref).abs().max().item() if ok else float("inf")))
     return {"errors": out, "ledger": comm.ledger.records}
+
+
+def bad_out_buffers(rank, world_size):
+    """The ValueError of each wrong `out=`: wrong length, wrong dtype, not contiguous."""
+    comm = Comm()
+    data = torch.ones(6)
+    messages = []
+    for call in (lambda: comm.reduce_scatter(data, out=torch.empty(4)),
+                 lambda: comm.all_gather(data, out=torch.empty(12, dtype=torch.float64)),
+                 lambda: comm.all_gather(data, out=torch.empty(12, 2)[:, 0])):
+        try:
+            call()
+        except ValueError as e:
+            messages.append(str(e))
+    return messages
 
 
 def profile_rank_main(rank, world_size, cfg):

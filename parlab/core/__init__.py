@@ -3,7 +3,9 @@
 Reading order:
 - `launch`: ranks over gloo from a notebook or a script (forkserver with torch preloaded; the
   parent owns the rendezvous store); runs unchanged under `torchrun`.
-- `ledger`, `comm`: every byte any scheme moves crosses `Comm` and lands in the ledger.
+- `ledger`, `comm`, `sharded`, `handle`: every byte any scheme moves crosses `Comm` and lands in
+  the ledger; `sharded` holds its reduce-scatter and all-gather (uneven shards, `out=` buffers),
+  `handle` an op in flight.
 - `collectives`: ring, tree, naive all-reduce, ring reduce-scatter / all-gather, pairwise
   all-to-all, written from send/recv (Patarasuk & Yuan, "Bandwidth optimal all-reduce
   algorithms for clusters of workstations", JPDC 2009; Thakur, Rabenseifner & Gropp,

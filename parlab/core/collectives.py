@@ -50,13 +50,15 @@ def _exchange(comm, traffic, send=None, dst=None, recv=None, src=None) -> None:
         work.wait()
 
 
-def _combine(op: str, acc: torch.Tensor, incoming: torch.Tensor) -> None:
+def _combine(op: str, acc: torch.Tensor, incoming: torch.Tensor, out=None) -> None:
+    """acc ⊕= incoming, or with `out` given out = acc ⊕ incoming (one pass, no copy after)."""
+    out = acc if out is None else out
     if op in ("sum", "avg"):
-        acc.add_(incoming)
+        torch.add(acc, incoming, out=out)
     elif op == "max":
-        torch.maximum(acc, incoming, out=acc)
+        torch.maximum(acc, incoming, out=out)
     else:
-        torch.minimum(acc, incoming, out=acc)
+        torch.minimum(acc, incoming, out=out)
 
 
 # A ring step's chunk travels as segments of about SEGMENT_BYTES (at most MAX_SEGMENTS), each its
@@ -83,7 +85,7 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
     into one of two scratch buffers (alternating per step, so the next receive is posted before
     this one is reduced) and reduces into `flat` in place; with `result` given, `flat` is read
     only and the partial sums travel in the scratch buffers instead (a reduce-scatter that must
-    not touch its input), and the last step's buffer is copied into `result`. A non-reducing step
+    not touch its input), and the last step writes its sums straight into `result`. A non-reducing step
     (all-gather) receives straight into `flat`. A receive into memory that a send still reads
     waits for that send first. Each step is one round of the ledger (its segments are in flight
     together, not one after another), so the closed forms' N-1 rounds per phase hold.
@@ -138,13 +140,14 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
                 key, target = region("flat", chunk, j)
                 _combine(op, target, view)  # (segment,) flat += what rank r-1 summed so far
                 view = target
-            elif reduce:
+            elif reduce and k + 1 < len(steps):
                 _combine(op, view, region("flat", chunk, j)[1])  # (segment,) partial += own input
+            elif reduce:  # the last step: the finished sum goes straight into `result`
+                lo = segs[chunk][j][0] - bounds[chunk][0]
+                _combine(op, view, region("flat", chunk, j)[1],
+                         out=result[lo:lo + view.numel()])  # (segment,) partial + own input
             if k + 1 < len(steps):
                 send(key, view, j)
-            elif result is not None:
-                lo = segs[chunk][j][0] - bounds[chunk][0]
-                result[lo:lo + view.numel()].copy_(view)  # (segment,) the finished sum
         traffic.rounds += 1
     for work in sending.values():
         work.wait()
@@ -192,25 +195,25 @@ def ring_all_reduce(comm, tensor, op, traffic):
     return tensor
 
 
-def ring_reduce_scatter(comm, flat, sizes, op, traffic):
-    """Ring reduce-scatter of the flat tensor cut into `sizes`; returns this rank's chunk. The input
-    is only read: partial sums travel in two scratch buffers of one chunk each."""
+def ring_reduce_scatter(comm, flat, sizes, op, traffic, out=None):
+    """Ring reduce-scatter of the flat tensor cut into `sizes`; returns this rank's chunk (in
+    `out` when given). The input is only read: partial sums travel in two scratch buffers."""
     n, r = comm.size, comm.rank
     bounds = chunk_bounds(sizes)
     lo, hi = bounds[r]
+    out = flat.new_empty(hi - lo) if out is None else out  # (S/N,)
     if n == 1 or not flat.numel():
         traffic.rounds = n - 1
-        return flat[lo:hi].clone()  # (S/N,)
-    out = flat.new_empty(hi - lo)  # (S/N,)
+        return out.copy_(flat[lo:hi])  # (S/N,)
     _ring_stream(comm, traffic, flat, bounds, _reduce_scatter_steps(n, r), op, result=out)
     return out
 
 
-def ring_all_gather(comm, shard, sizes, traffic):
-    """Ring all-gather of flat shards of `sizes`; returns the concatenation."""
+def ring_all_gather(comm, shard, sizes, traffic, out=None):
+    """Ring all-gather of flat shards of `sizes`; returns the concatenation (in `out` if given)."""
     n, r = comm.size, comm.rank
     bounds = chunk_bounds(sizes)
-    full = shard.new_empty(sum(sizes))  # (S,)
+    full = shard.new_empty(sum(sizes)) if out is None else out  # (S,)
     lo, hi = bounds[r]
     full[lo:hi] = shard
     if n > 1 and full.numel():

@@ -16,7 +16,6 @@ hand-written ones run on one background thread per Comm, so they stay in issue o
 
 from __future__ import annotations
 
-import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -28,21 +27,12 @@ from parlab.core.handle import Handle
 from parlab.core.launch import current as current_launch
 from parlab.core.ledger import Ledger, Traffic
 from parlab.core.link import Link
+from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
 
-REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-              "min": dist.ReduceOp.MIN}
 
-
-
-def predivide(tensor) -> bool:
-    """Whether an average divides by N *before* summing: for 16-bit tensors (mixed precision),
-    as PyTorch DDP's all-reduce hook does, so that the sum of N fp16 gradients cannot overflow
-    (max 65504) where their mean does not. fp32 sums first, then divides (unchanged)."""
-    return tensor.dtype in (torch.float16, torch.bfloat16)
-
-class Comm:
+class Comm(ShardedCollectives):
     """Collectives and messages on one process group, recorded in a ledger."""
 
     def __init__(self, group=None, *, ledger: Ledger | None = None,
@@ -102,79 +92,6 @@ class Comm:
             raise ValueError(f"algo={algo!r} for all_reduce must be gloo, ring, tree or naive")
         return self._handwritten("all_reduce", algo, tensor, phase, async_op,
                                  lambda traffic: scale(algorithm(self, tensor, op, traffic)))
-
-    def reduce_scatter(self, tensor, op="sum", dim=0, algo="gloo", async_op=False, phase=None):
-        """Reduce `tensor` over the group; return this rank's chunk along `dim` (shard_sizes)."""
-        if algo not in ("gloo", "ring"):
-            raise ValueError(f"algo={algo!r} for reduce_scatter must be gloo or ring")
-        if op not in REDUCE_OPS:
-            raise ValueError(f"op={op!r} must be one of {sorted(REDUCE_OPS)}")
-        rows = tensor.shape[dim]
-        inner = tensor.numel() // max(rows, 1)
-        sizes = [s * inner for s in cost.shard_sizes(rows, self.size)]
-        flat = tensor.movedim(dim, 0).contiguous().reshape(-1)  # (rows·inner,) chunks in order
-        if op == "avg" and predivide(tensor):
-            flat, op = flat / self.size, "sum"  # (rows·inner,) 16-bit: divide first, then sum
-        out_shape = list(tensor.movedim(dim, 0).shape)
-        out_shape[0] = cost.shard_sizes(rows, self.size)[self.rank]
-
-        def finish(shard):  # (rows/N·inner,) -> tensor's layout
-            shard = shard.reshape(out_shape).movedim(0, dim)
-            return shard.div_(self.size) if op == "avg" else shard
-
-        if algo == "ring":
-            return self._handwritten("reduce_scatter", "ring", tensor, phase, async_op,
-                                     lambda t: finish(collectives.ring_reduce_scatter(
-                                         self, flat, sizes, op, t)))
-        width = max(sizes)
-        padded = flat.new_zeros(width * self.size)  # (N·max chunk,) equal chunks for gloo
-        for i, (lo, hi) in enumerate(cost.chunk_bounds(sizes)):
-            padded[i * width:i * width + (hi - lo)] = flat[lo:hi]
-        out = flat.new_empty(width)
-        sent, recv, rounds = cost.ring_reduce_scatter(padded.numel(), self.size, self.rank)
-        traffic = Traffic(sent, recv, rounds, self._ring_peers())
-        return self._gloo("reduce_scatter", tensor, traffic, phase, async_op,
-                          lambda: [dist.reduce_scatter_single(out, padded, REDUCE_OPS[op],
-                                                              self.group, True)],
-                          finish=lambda _: finish(out[:sizes[self.rank]]))
-
-    def all_gather(self, shard, dim=0, sizes=None, algo="gloo", async_op=False, phase=None):
-        """Concatenate every rank's `shard` along `dim`. `sizes`: each rank's length along dim
-        (default: all equal to this shard's)."""
-        if algo not in ("gloo", "ring"):
-            raise ValueError(f"algo={algo!r} for all_gather must be gloo or ring")
-        sizes = list(sizes) if sizes is not None else [shard.shape[dim]] * self.size
-        if len(sizes) != self.size or sizes[self.rank] != shard.shape[dim]:
-            raise ValueError(f"sizes={sizes} do not match {self.size} ranks with this rank's "
-                             f"shard of {shard.shape[dim]} along dim {dim}")
-        moved = shard.movedim(dim, 0).contiguous()  # (rows_r, ...)
-        inner = math.prod(moved.shape[1:])
-        full_shape = [sum(sizes)] + list(moved.shape[1:])
-        flat_sizes = [s * inner for s in sizes]
-
-        def finish(flat):  # (Σ rows·inner,) -> gathered tensor in shard's layout
-            return flat.reshape(full_shape).movedim(0, dim)
-
-        if algo == "ring":
-            return self._handwritten("all_gather", "ring", shard, phase, async_op,
-                                     lambda t: finish(collectives.ring_all_gather(
-                                         self, moved.reshape(-1), flat_sizes, t)),
-                                     numel=sum(flat_sizes))
-        width = max(flat_sizes)
-        padded_in = moved.new_zeros(width)
-        padded_in[:flat_sizes[self.rank]] = moved.reshape(-1)
-        padded_out = moved.new_empty(width * self.size)  # (N·max chunk,)
-        sent, recv, rounds = cost.ring_all_gather(padded_out.numel(), self.size, self.rank)
-        traffic = Traffic(sent, recv, rounds, self._ring_peers())
-
-        def unpad(_):
-            parts = [padded_out[i * width:i * width + s] for i, s in enumerate(flat_sizes)]
-            return finish(torch.cat(parts))
-
-        return self._gloo("all_gather", shard, traffic, phase, async_op,
-                          lambda: [dist.all_gather_single(padded_out, padded_in, self.group,
-                                                          True)], finish=unpad,
-                          numel=sum(flat_sizes))
 
     def all_to_all(self, inputs, output_shapes=None, algo="gloo", async_op=False, phase=None):
         """Send inputs[j] to rank j; return the list of what each rank sent here."""

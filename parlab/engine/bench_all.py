@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -40,44 +41,86 @@ MB = 1 << 20
 
 # ----------------------------------------------------------------------------- collectives
 def collectives_worker(rank: int, world_size: int, sizes: list[int], repeats: int) -> dict:
-    """Per (op, bytes): per-repeat seconds of gloo and ring, interleaved, after a warm-up."""
+    """Per (op, bytes): per-repeat seconds of gloo and ring, interleaved, after a warm-up, with
+    the process CPU seconds each took (all threads: gloo's transport copies count); and per
+    bytes the ring-exchange ceiling: every rank sending S/N to its successor while receiving S/N
+    from its predecessor, the one message a bandwidth-optimal ring step moves."""
     comm = Comm()
     out = {}
+    nxt, prv = (comm.rank + 1) % world_size, (comm.rank - 1) % world_size
     for nbytes in sizes:
         full = torch.ones(nbytes // 4)  # (S,) float32
         shard = torch.ones(nbytes // 4 // world_size)  # (S/N,)
+        incoming = torch.empty_like(shard)  # (S/N,)
+
+        def exchange(incoming=incoming, shard=shard):
+            handles = [comm.irecv(incoming, prv), comm.isend(shard, nxt)]  # (S/N,) each way
+            for handle in handles:
+                handle.wait()
+
+        gathered = torch.empty_like(full)  # (S,) reused outputs, as FSDP's buffers are:
+        scattered = torch.empty_like(shard)  # (S/N,) fresh pages per call would be timed
         ops = {"all_reduce": lambda algo, t=full: comm.all_reduce(t, algo=algo),
-               "reduce_scatter": lambda algo, t=full: comm.reduce_scatter(t, algo=algo),
-               "all_gather": lambda algo, t=shard: comm.all_gather(t, algo=algo)}
+               "reduce_scatter": lambda algo, t=full, o=scattered: comm.reduce_scatter(
+                   t, algo=algo, out=o),
+               "all_gather": lambda algo, t=shard, o=gathered: comm.all_gather(t, algo=algo, out=o)}
         for op, fn in ops.items():
-            samples = {"gloo": [], "ring": []}
-            for algo in samples:
+            samples = {"gloo": [], "ring": [], "gloo cpu": [], "ring cpu": []}
+            for algo in ("gloo", "ring"):
                 fn(algo)  # warm-up: connections, buffers
             for _ in range(repeats):
-                for algo in samples:
+                for algo in ("gloo", "ring"):
                     comm.barrier()
-                    t0 = time.perf_counter()
+                    c0, t0 = time.process_time(), time.perf_counter()
                     fn(algo)
                     samples[algo].append(time.perf_counter() - t0)
+                    samples[algo + " cpu"].append(time.process_time() - c0)
             out[(op, nbytes)] = samples
             full.fill_(1.0)
+        if world_size > 1:
+            exchange()  # warm-up
+            ceiling = []
+            for _ in range(repeats):
+                comm.barrier()
+                t0 = time.perf_counter()
+                exchange()
+                ceiling.append(time.perf_counter() - t0)
+            out[("exchange", nbytes)] = ceiling
         comm.drop_records()
     return out
 
 
 def collective_rows(world_sizes, sizes, repeats) -> list[dict]:
+    """ring / gloo bus bandwidth per op, size and world size, with two diagnoses computed from
+    the same runs: the ring's fastest bus bandwidth against the ring-exchange ceiling (the pace
+    of one ring step with every rank sending at once: no ring algorithm can beat it), and how
+    busy the CPUs were (Σ process CPU over ranks ÷ (wall × cores)): near 1 the copies through
+    the loopback sockets, not the algorithm, set the pace, and both algorithms share it."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rows = []
     for n in world_sizes:
         per_rank = launch(collectives_worker, n, sizes, repeats, timeout=900)
         for (op, nbytes) in per_rank[0]:
+            if op == "exchange":
+                continue
             slow = {a: [max(r[(op, nbytes)][a][i] for r in per_rank) for i in range(repeats)]
                     for a in ("gloo", "ring")}  # the slowest rank of each repeat
+            cpu = {a: statistics.median(sum(r[(op, nbytes)][a + " cpu"][i] for r in per_rank)
+                                        for i in range(repeats)) for a in ("gloo", "ring")}
             ratios = [g / m for g, m in zip(slow["gloo"], slow["ring"])]
             busbw = cost.bus_bandwidth(nbytes, min(slow["ring"]), n, op) / 1e9
+            detail = (f"ring {busbw:.2f} GB/s (fastest), gloo "
+                      f"{cost.bus_bandwidth(nbytes, min(slow['gloo']), n, op) / 1e9:.2f}")
+            if ("exchange", nbytes) in per_rank[0]:
+                step = min(max(r[("exchange", nbytes)][i] for r in per_rank) for i in range(repeats))
+                ceiling = nbytes / n / step / 1e9  # GB/s one way per rank, all ranks at once
+                detail += f"; ring-exchange ceiling {ceiling:.2f} GB/s: ring at {busbw / ceiling:.0%}"
+            busy = cpu["ring"] / (statistics.median(slow["ring"]) * min(n, cores))
+            detail += (f"; CPUs {busy:.0%} busy during the ring, ring used "
+                       f"{cpu['ring'] / cpu['gloo']:.2f}× gloo's CPU time")
             rows.append({"chapter": "core", "name": f"ring/gloo busbw {op} {nbytes // MB} MB N={n}",
                          "ratio": statistics.median(ratios), "low": min(ratios),
-                         "high": max(ratios), "detail": f"ring {busbw:.2f} GB/s (fastest), gloo "
-                         f"{cost.bus_bandwidth(nbytes, min(slow['gloo']), n, op) / 1e9:.2f}"})
+                         "high": max(ratios), "detail": detail})
     return rows
 
 
