@@ -71,6 +71,19 @@ def test_dear_is_the_all_reduce_split_in_two(runs):
         assert scattered[rank] + gathered[rank] == ring
 
 
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_dear_on_the_ring_matches_single_with_the_same_bytes(runs, world_size):
+    """DeAR's halves on the hand-written ring (`algo="ring"`): the same values as `single`
+    and exactly the bytes of gloo's halves (its shards are padded to equal lengths)."""
+    ref = runs("single", model="gpt", optimizer="adamw")
+    ring = runs("dear", world_size, "gpt", "adamw", accum_steps=1, algo="ring")
+    comparison = ring.compare(ref)
+    assert comparison.match, comparison.problems
+    gloo = runs("dear", world_size, "gpt", "adamw", accum_steps=1)
+    for op in ("reduce_scatter", "all_gather"):
+        assert ring.bytes_per_rank(op=op) == gloo.bytes_per_rank(op=op)
+
+
 def test_torch_ddp_reduces_every_gradient_once(runs):
     result = runs("torch-ddp", 4, "mlp", "adamw", accum_steps=1)
     psi = sum(numels_of(result))
@@ -175,7 +188,7 @@ def test_cost_model_orders_the_variants():
     (dict(scheme="ddp-priority", credit=0), "credit=0"),
     (dict(scheme="ddp-overlap", algo="magic"), "algo='magic'"),
     (dict(scheme="torch-ddp", comm="nccl"), "comm='nccl'"),
-    (dict(scheme="dear", algo="ring"), r"options \['algo'\] are unknown"),
+    (dict(scheme="dear", algo="tree"), "algo='tree'"),
     (dict(scheme="ddp-naive", world_size=5), "batch_size=12 is not divisible by world_size=5"),
 ])
 def test_bad_input_is_a_value_error(kwargs, match):

@@ -11,6 +11,8 @@ update, and go on (`parlab.data_parallel.layerwise`). The second half of the com
 the forward pass, which WFBP cannot use. Same bytes as the all-reduce, split in two.
 
 Buffers are padded to a multiple of N elements so every rank's shard has the same length.
+`algo="ring"` runs both halves on the pipelined ring of `parlab.core.collectives` (the same
+bytes): gloo's own reduce-scatter runs at a fraction of its all-reduce's bus bandwidth on CPU.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from parlab.data_parallel.overlap import OverlapSync
 class DeARSync(OverlapSync):
     """Reduce-scatter in backward hooks; all-gather + update per bucket in the next forward."""
 
-    def __init__(self, ctx, model, bucket_mb: float):
-        super().__init__(ctx, model, bucket_mb)
+    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo"):
+        super().__init__(ctx, model, bucket_mb, algo)
         self.buckets = Buckets(self.params, bucket_mb, multiple_of=self.comm.size)
         self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
                                          self._prepare, lambda: self.forward_span)
@@ -35,13 +37,14 @@ class DeARSync(OverlapSync):
 
     def launch(self, bucket, flat) -> None:
         self.handles[bucket.index] = self.comm.reduce_scatter(
-            flat, op="avg", async_op=True)  # (S,) -> (S/N,) this rank's averaged shard
+            flat, op="avg", algo=self.algo, async_op=True)  # (S,) -> (S/N,) this rank's averaged shard
 
     def after_backward(self) -> None:
         self._launch_ready(force=True)
         shards = {b: handle.wait() for b, handle in self.handles.items()}  # (S/N,) each
         for b in self.forward_order:  # first layers first: the next forward needs them first
-            self.gathers[b] = self.comm.all_gather(shards[b], async_op=True)  # (S/N,) -> (S,)
+            self.gathers[b] = self.comm.all_gather(shards[b], algo=self.algo,
+                                                   async_op=True)  # (S/N,) -> (S,)
         self.layerwise.arm()
 
     def _prepare(self, g: int) -> None:

@@ -12,7 +12,8 @@ al., ICDCS 2023) and its baselines:
 - `ddp-overlap`: WFBP — each bucket's async all-reduce starts from the backward hooks.
 - `ddp-priority`: P3 / ByteScheduler — partitioned gradients sent front layers first, each layer
   updated just before the next forward needs it.
-- `dear`: reduce-scatter in backward, all-gather overlapped with the next forward.
+- `dear`: reduce-scatter in backward, all-gather overlapped with the next forward (`algo`: gloo
+  or ring halves).
 
 Per step each rank sends 2(N-1)/N·Ψ·4 bytes in every variant (Ψ parameters, fp32, ring; half
 that in mixed precision, `precision="bf16-mixed"`: 16-bit gradients); only the number of messages
@@ -100,7 +101,9 @@ def ddp_priority(ctx):
 
 
 @register("dear", summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
-          exact=True, options={"bucket_mb": BUCKET, "accum_steps": ACCUM}, validate=_validate,
+          exact=True, options={"bucket_mb": BUCKET, "accum_steps": ACCUM,
+                               "algo": Choice("gloo", ("gloo", "ring"))}, validate=_validate,
           cost=DataParallelCost(dp_cost.dear_messages), precisions=BF16)
 def dear(ctx):
-    return _run(ctx, lambda ctx, model: DeARSync(ctx, model, ctx.cfg.options["bucket_mb"]))
+    o = ctx.cfg.options
+    return _run(ctx, lambda ctx, model: DeARSync(ctx, model, o["bucket_mb"], o["algo"]))
