@@ -111,11 +111,11 @@ def test_alpha_beta_fit_bounds_beta_and_flags_a_bad_fit():
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_segmented_ring_is_exact_and_its_ledger_matches_closed_forms(world_size):
-    # 400,003 float64 elements: every chunk is cut into several segments of about
+    # 2,000,003 float64 elements: every chunk is cut into several segments of about
     # collectives.SEGMENT_BYTES, pipelined; values, bytes and rounds must not notice
     from parlab.core import collectives
 
-    numel = 400_003
+    numel = 2_000_003
     assert collectives.segment_count(cost.shard_bounds(numel, world_size), 8) > 1
     algos = {"all_reduce": ["ring"], "reduce_scatter": ["ring"], "all_gather": ["ring"]}
     results = launch(workers.collectives_vs_torch, world_size, [numel], algos, 3)
