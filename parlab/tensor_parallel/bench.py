@@ -51,22 +51,19 @@ def async_tp_rows(repeats: int, link=None) -> list[dict]:
 
     import parlab
     from parlab.core.link import achieved_flops, faithful
-    from parlab.tensor_parallel.explore import _spec, print_rows, tp_rows
+    from parlab.tensor_parallel.explore import print_rows, tp_rows
 
     model_config = {"n_embd": 256, "block_size": 128, "n_head": 4}
     if link is None:
         probe = parlab.run("single", steps=3, model_config=model_config, batch_size=8)
         link = faithful("NVLink", achieved_flops(probe), "A100")
     print(f"\n# async TP, GPT n_embd=256 T=128 batch=8, tp=2, link {link}")
-    rows = tp_rows(ASYNC_VARIANTS, (2,), 3, link, model_config, 8, repeats, "sgd")
+    runs: dict = {}
+    rows = tp_rows(ASYNC_VARIANTS, (2,), 3, link, model_config, 8, repeats, "sgd", runs=runs)
     print_rows(rows)
     split = {}
-    for variant in ASYNC_VARIANTS:
-        name, options = _spec(variant)
-        samples = [comm_and_compute(parlab.run(name, world_size=2, steps=4, link=link,
-                                               model_config=model_config, batch_size=8,
-                                               optimizer="sgd", **options))
-                   for _ in range(repeats)]
+    for variant in ASYNC_VARIANTS:  # the waiting / computing split of the same runs
+        samples = [comm_and_compute(result) for result in runs[(variant, 2)]]
         split[variant] = tuple(statistics.median(x[i] for x in samples) for i in (0, 1))
         print(f"{variant:16s} waiting {split[variant][0] * 1e3:6.1f} ms, computing "
               f"{split[variant][1] * 1e3:6.1f} ms per step (rank 0, inside forward + backward)")

@@ -24,9 +24,10 @@ def _spec(name: str) -> tuple[str, dict]:
 def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), steps: int = 4,
             link=None,
             model_config=None, batch_size: int = 8, repeats: int = 1,
-            optimizer: str = "adamw") -> list[dict]:
+            optimizer: str = "adamw", runs: dict | None = None) -> list[dict]:
     """Step time, tp bytes per step and activation memory of each scheme at each degree, all
-    round-robin in one run (ratios to `tp` at the same degree), and the check against single."""
+    round-robin in one run (ratios to `tp` at the same degree), and the check against single.
+    `runs`, when given, collects every RunResult: {(scheme, tp): [result per repeat]}."""
     import parlab
 
     common = dict(steps=steps + 1, link=link, model_config=model_config, batch_size=batch_size,
@@ -40,6 +41,8 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), 
                 result = parlab.run(name, world_size=tp, **common, **options)
                 samples.setdefault((scheme, tp), []).append(result.step_time())
                 results[(scheme, tp)] = result
+                if runs is not None:
+                    runs.setdefault((scheme, tp), []).append(result)
     rows = []
     for (scheme, tp), result in results.items():
         step = statistics.median(samples[(scheme, tp)])
