@@ -43,8 +43,8 @@ MB = 1 << 20
 def collectives_worker(rank: int, world_size: int, sizes: list[int], repeats: int) -> dict:
     """Per (op, bytes): per-repeat seconds of gloo and ring, interleaved, after a warm-up, with
     the process CPU seconds each took (all threads: gloo's transport copies count); and per
-    bytes the ring-exchange ceiling: every rank sending S/N to its successor while receiving S/N
-    from its predecessor, the one message a bandwidth-optimal ring step moves."""
+    bytes the point-to-point pace of a ring: 2(N-1) ring steps back to back, each rank sending
+    S/N to its successor while receiving S/N from its predecessor, with no reduction."""
     comm = Comm()
     out = {}
     nxt, prv = (comm.rank + 1) % world_size, (comm.rank - 1) % world_size
@@ -56,11 +56,12 @@ def collectives_worker(rank: int, world_size: int, sizes: list[int], repeats: in
         parts = collectives.segment_count([(0, shard.numel())], shard.element_size())
         pieces = list(zip(incoming.tensor_split(parts), shard.tensor_split(parts)))
 
-        def exchange(pieces=pieces):  # (S/N,) each way, cut in the ring's segments, all in flight
-            handles = [h for into, piece in pieces
-                       for h in (comm.irecv(into, prv), comm.isend(piece, nxt))]
-            for handle in handles:
-                handle.wait()
+        def exchange(pieces=pieces):  # 2(N-1) steps of (S/N,) each way, in the ring's segments
+            for _ in range(2 * (world_size - 1)):
+                handles = [h for into, piece in pieces
+                           for h in (comm.irecv(into, prv), comm.isend(piece, nxt))]
+                for handle in handles:
+                    handle.wait()
 
         gathered = torch.empty_like(full)  # (S,) reused outputs, as FSDP's buffers are:
         scattered = torch.empty_like(shard)  # (S/N,) fresh pages per call would be timed
@@ -96,12 +97,10 @@ def collectives_worker(rank: int, world_size: int, sizes: list[int], repeats: in
 
 def collective_rows(world_sizes, sizes, repeats) -> list[dict]:
     """ring / gloo bus bandwidth per op, size and world size, with two diagnoses computed from
-    the same runs: the ring's fastest bus bandwidth against the ring-exchange pace (one ring
-    step alone, every rank sending S/N in the ring's segments at once: the point-to-point
-    ceiling a ring runs against, measured as noisily as the ring, so a fast repeat of the ring
-    can land a few percent above it), and how
-    busy the CPUs were (Σ process CPU over ranks ÷ (wall × cores)): near 1 the copies through
-    the loopback sockets, not the algorithm, set the pace, and both algorithms share it."""
+    the same runs: the ring's fastest bus bandwidth against the pace of its bare point-to-point
+    steps (2(N-1) exchanges of S/N back to back, nothing reduced: what the messages alone cost),
+    and how busy the CPUs were (Σ process CPU over ranks ÷ (wall × cores)): near 1 the copies
+    through the loopback sockets, not the algorithm, set the pace, and both algorithms share it."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rows = []
     for n in world_sizes:
@@ -120,8 +119,10 @@ def collective_rows(world_sizes, sizes, repeats) -> list[dict]:
             if ("exchange", nbytes) in per_rank[0]:
                 step = min(max(r[("exchange", nbytes)][i] for r in per_rank)
                            for i in range(2 * repeats))
-                ceiling = nbytes / n / step / 1e9  # GB/s one way per rank, all ranks at once
-                detail += f"; ring-exchange pace {ceiling:.2f} GB/s: ring at {busbw / ceiling:.0%}"
+                pace = 2 * (n - 1) * nbytes / n / step / 1e9  # GB/s one way per rank
+                gloo_busbw = cost.bus_bandwidth(nbytes, min(slow["gloo"]), n, op) / 1e9
+                detail += (f"; bare ring steps {pace:.2f} GB/s: ring at {busbw / pace:.0%}, gloo "
+                           f"at {gloo_busbw / pace:.0%}")
             busy = cpu["ring"] / (statistics.median(slow["ring"]) * min(n, cores))
             detail += (f"; CPUs {busy:.0%} busy during the ring, ring used "
                        f"{cpu['ring'] / cpu['gloo']:.2f}× gloo's CPU time")
