@@ -128,3 +128,20 @@ def test_segmented_ring_is_exact_and_its_ledger_matches_closed_forms(world_size)
                 sent, recv, rounds = closed[rec["op"]](rec["numel"], world_size, rank)
                 assert (rec["elements_sent"], rec["elements_recv"], rec["rounds"]) == (
                     sent, recv, rounds), rec
+
+
+def test_bench_all_collective_rows_carry_the_pace_and_cpu_diagnoses():
+    """`bench all`'s collective rows: ring / gloo per op with the ring's and gloo's share of the
+    bare ring steps' pace and the CPUs' busy share, all measured in the same launch."""
+    import re
+
+    from parlab.engine.bench_all import MB, collective_rows
+
+    rows = collective_rows([2], [1 * MB], repeats=2)
+    assert [r["name"] for r in rows] == [f"ring/gloo busbw {op} 1 MB N=2"
+                                         for op in ("all_reduce", "reduce_scatter", "all_gather")]
+    for row in rows:
+        assert 0 < row["low"] <= row["ratio"] <= row["high"]
+        ring, gloo = (float(x) for x in re.search(r"ring at (\d+)%, gloo at (\d+)%",
+                                                  row["detail"]).groups())
+        assert ring > 0 and gloo > 0 and re.search(r"CPUs \d+% busy", row["detail"])
