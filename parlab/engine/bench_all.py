@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
     if "pairs" in args.only:
         rows += pair_rows(headline_pairs(args.link), args.repeats, args.steps)
     if "dp-regimes" in args.only:
-        rows += dp_regime_rows(args.repeats, max(args.steps, 6))
+        rows += dp_regime_rows(args.repeats, max(args.steps, 8))  # 7 measured steps per run
         rows.append(zero3_regime_row(args.repeats, max(args.steps, 6)))
     if "async-tp" in args.only:
         rows += pair_rows(async_tp_pairs(), args.repeats, args.steps)
