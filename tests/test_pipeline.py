@@ -379,13 +379,41 @@ def test_bench_diagnoses_a_schedule_that_beats_1f1b_on_paper_but_not_in_the_run(
     from parlab.pipeline.bench import diagnose
 
     base = {"scheme": "pp-1f1b", "theory": 0.111, "samples_per_s": 150.0, "bubble": 0.15,
-            "compute_ms": 80.0}
+            "compute_ms": 80.0, "overhead_s": 3e-4, "ideal_with_overhead": 0.14}
     slower = {"scheme": "pp-zb", "theory": 0.04, "samples_per_s": 140.0, "bubble": 0.10,
-              "compute_ms": 90.0}
+              "compute_ms": 90.0, "overhead_s": 2e-4, "ideal_with_overhead": 0.09}
     faster = {"scheme": "pp-interleaved", "theory": 0.059, "samples_per_s": 160.0,
-              "bubble": 0.09, "compute_ms": 80.0}
+              "bubble": 0.09, "compute_ms": 80.0, "overhead_s": 3e-4, "ideal_with_overhead": 0.08}
     lines = diagnose([base, slower, faster])
     assert len(lines) == 1 and "pp-zb" in lines[0] and "+12%" in lines[0]
     assert "did not shrink" not in lines[0]  # its bubble did shrink: compute is the reason
-    stuck = dict(faster, samples_per_s=140.0, bubble=0.16)
-    assert "did not shrink (16.0% vs 15.0%" in diagnose([base, stuck])[0]
+    assert "outside compute" not in lines[0]  # nor did its actions cost more outside compute
+    stuck = dict(faster, samples_per_s=140.0, bubble=0.16, overhead_s=6e-4,
+                 ideal_with_overhead=0.17)
+    line = diagnose([base, stuck])[0]
+    assert "did not shrink (16.0% vs 15.0%" in line
+    assert "0.60 ms outside compute and waits vs 1F1B's 0.30 ms" in line and "17.0% bubble" in line
+
+
+def test_measured_action_overhead_and_the_bubble_it_predicts():
+    """A two-rank timeline whose actions leave 1 ms gaps that are not receive waits: 1 ms of
+    overhead per action; the ideal schedule with that overhead counts it as idle."""
+    from parlab.pipeline import cost
+    from parlab.pipeline.schedules import make_schedule
+
+    def action(rank, name, stage, t0, t1, step=1):
+        return {"kind": "compute", "name": name, "rank": rank, "t0": t0, "t1": t1,
+                "args": {"step": step, "stage": stage, "mb": 0}}
+
+    # rank 0: F [0, 2] and B [3.5, 7.5] with a 0.5 ms receive wait between: 7.5 − 6 computing
+    # − 0.5 waiting = 1 ms over 2 actions, 0.5 per action; rank 1 computes without a gap: 0
+    timeline = [action(0, "F", 0, 0.0, 2.0), action(0, "B", 0, 3.5, 7.5),
+                {"kind": "wait", "name": "wait recv", "rank": 0, "t0": 2.5, "t1": 3.0},
+                action(1, "F", 1, 2.0, 4.0), action(1, "B", 1, 4.0, 8.0)]
+    assert cost.measured_action_overhead(timeline) == pytest.approx(0.25)  # ranks 0.5 and 0.0
+    schedule = make_schedule("1f1b", 2, 1)
+    steps = [dict(e, args=dict(e["args"], step=s)) for s in (0, 1) for e in timeline
+             if e["kind"] == "compute"]
+    free = cost.bubble_with_overhead(schedule, steps, 0.0, 0.0)
+    assert free == pytest.approx(cost.bubble_of(cost.ideal_from_measured(schedule, steps)))
+    assert cost.bubble_with_overhead(schedule, steps, 0.0, 0.5) > free

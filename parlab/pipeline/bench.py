@@ -35,7 +35,7 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
     r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
                    model_config=model_config, **options)
     step = r.step_time()
-    bubble = least = ideal = ideal_lat = latency = float("nan")
+    bubble = least = ideal = ideal_lat = latency = overhead = ideal_all = float("nan")
     if scheme != "torch-pp":
         from parlab.pipeline.schedules import make_schedule
         name = scheme.removeprefix("pp-")
@@ -45,10 +45,13 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
         ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
         latency = cost.measured_message_latency(r.ledger)
         ideal_lat = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
+        overhead = cost.measured_action_overhead(r.timeline)
+        ideal_all = cost.bubble_with_overhead(schedule, r.timeline, latency, overhead)
     return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
             "compute_ms": 1e3 * busiest_compute(r.timeline) if scheme != "torch-pp" else float("nan"),
             "bubble": bubble, "bubble_least": least, "ideal_measured_costs": ideal,
             "latency_s": latency, "ideal_measured_costs_and_latency": ideal_lat,
+            "overhead_s": overhead, "ideal_with_overhead": ideal_all,
             **{k: v for k, v in options.items() if k != "partition"}}
 
 
@@ -77,6 +80,13 @@ def diagnose(group) -> list[str]:
             if r["bubble"] >= base["bubble"]:
                 why.append(f"its measured bubble did not shrink ({r['bubble']:.1%} vs "
                            f"{base['bubble']:.1%}: more messages, each a chance to wait)")
+            if r["overhead_s"] > base["overhead_s"]:
+                why.append(f"each of its actions spent {r['overhead_s'] * 1e3:.2f} ms outside "
+                           f"compute and waits vs 1F1B's {base['overhead_s'] * 1e3:.2f} ms (a "
+                           "send and a receive beside most actions: every chunk boundary crosses "
+                           "ranks); the ideal schedule with that overhead has a "
+                           f"{r['ideal_with_overhead']:.1%} bubble vs 1F1B's "
+                           f"{base['ideal_with_overhead']:.1%}")
             if r["compute_ms"] > base["compute_ms"]:
                 why.append(f"its busiest rank computed {r['compute_ms']:.1f} vs "
                            f"{base['compute_ms']:.1f} ms per step "
@@ -126,7 +136,9 @@ def _print(group) -> None:
             f"bubble {r['bubble']:5.1%} (least {r['bubble_least']:5.1%}; theory {r['theory']:5.1%}: "
             f"{(r['bubble'] - r['theory']) * 100:+5.1f} / {(r['bubble_least'] - r['theory']) * 100:+5.1f}"
             f" pts; ideal at measured stage times {r['ideal_measured_costs']:5.1%}, + measured "
-            f"latency {r['latency_s'] * 1e3:.1f} ms: {r['ideal_measured_costs_and_latency']:5.1%})")
+            f"latency {r['latency_s'] * 1e3:.1f} ms: {r['ideal_measured_costs_and_latency']:5.1%}, "
+            f"+ measured {r['overhead_s'] * 1e3:.2f} ms per action outside compute and waits: "
+            f"{r['ideal_with_overhead']:5.1%})")
         print(f"pp={r['pp']} m={r['m']:<2} {name:18} {r['samples_per_s']:7.1f} samples/s  "
               f"×{r['vs_gpipe']:.2f} gpipe  ×{r['vs_torch']:.2f} torch-pp  {bubble}", flush=True)
 

@@ -153,8 +153,10 @@ def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
     return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
 
 
-def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0):
-    """The schedule's ideal timeline with each stage's measured median F, B and W times.
+def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0,
+                        overhead: float = 0.0):
+    """The schedule's ideal timeline with each stage's measured median F, B and W times, each
+    compute action lengthened by `overhead` seconds (its sends, receives and bookkeeping).
 
     What the schedule would do on this machine if nothing but compute took time: the gap between
     its bubble and the measured one is messages, overhead and — with more ranks than cores —
@@ -166,9 +168,45 @@ def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float
 
     def duration(a):
         if a.op == "F":
-            return fwd[a.stage]
-        return times[a.stage][a.op] if schedule.split_backward else bwd[a.stage]
+            return fwd[a.stage] + overhead
+        return (times[a.stage][a.op] if schedule.split_backward else bwd[a.stage]) + overhead
     return simulate(schedule, duration, latency)
+
+
+def measured_action_overhead(timeline: list[dict], skip_first: bool = True) -> float:
+    """Median seconds per compute action that a rank spent neither computing nor waiting for a
+    message, between its first and last action of a step: posting sends and receives, the
+    executor's bookkeeping, and (with no spare core) waiting to be scheduled."""
+    per: list[float] = []
+    for (step, rank), actions in _by_step_and_rank(pipeline_events(timeline)).items():
+        if skip_first and step == 0:
+            continue
+        t0, t1 = min(e["t0"] for e in actions), max(e["t1"] for e in actions)
+        waiting = sum(w["t1"] - w["t0"] for w in timeline if w["rank"] == rank
+                      and w["kind"] == "wait" and w["name"].startswith("wait recv")
+                      and t0 <= w["t0"] and w["t1"] <= t1)
+        computing = sum(e["t1"] - e["t0"] for e in actions)
+        per.append(max(0.0, t1 - t0 - computing - waiting) / len(actions))
+    return statistics.median(per) if per else 0.0
+
+
+def bubble_with_overhead(schedule: Schedule, timeline: list[dict], latency: float,
+                         overhead: float) -> float:
+    """The bubble the measurement would show if the ideal schedule's actions each cost `overhead`
+    outside compute and each message `latency`: idle over span, with the overhead idle (as the
+    measured bubble counts it)."""
+    events = ideal_from_measured(schedule, timeline, latency, overhead)
+    ranks = {e["rank"] for e in events}
+    span = max(e["t1"] for e in events) - min(e["t0"] for e in events)
+    computing = sum(e["t1"] - e["t0"] - overhead for e in events)
+    return 1.0 - computing / (len(ranks) * span) if span > 0 else 0.0
+
+
+def _by_step_and_rank(events: list[dict]) -> dict:
+    out: dict = {}
+    for e in events:
+        out.setdefault((e["args"]["step"], e["rank"]), []).append(e)
+    return out
 
 
 def measured_message_latency(ledger: list[dict]) -> float:
