@@ -128,6 +128,8 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
     latency = cost.measured_message_latency(r.ledger)
     ideal = cost.ideal_from_measured(schedule, r.timeline)
     with_latency = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
+    overhead = cost.measured_action_overhead(r.timeline)
+    with_overhead = cost.bubble_with_overhead(schedule, r.timeline, latency, overhead)
     last = cost.pipeline_events(r.timeline, step=steps - 1)
     measured, predicted = cost.measured_bubble(r.timeline), cost.bubble_of(ideal)
     least = cost.measured_bubble(r.timeline, stat="min")
@@ -135,14 +137,16 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
     print(f"{scheme} p={plan.pp} m={plan.microbatches} v={plan.chunks}: bubble measured "
           f"{measured:.1%} (least-disturbed step {least:.1%}); closed form {theory:.1%}; ideal at "
           f"the measured stage times {predicted:.1%}, and with the measured message latency "
-          f"{latency * 1e3:.2f} ms {with_latency:.1%}; step "
-          f"{r.step_time() * 1e3:.0f} ms")
+          f"{latency * 1e3:.2f} ms {with_latency:.1%}, and with the measured "
+          f"{overhead * 1e3:.2f} ms per action outside compute and waits (sends, receives, "
+          f"bookkeeping) {with_overhead:.1%}; step {r.step_time() * 1e3:.0f} ms")
     if schedule.split_backward:
         explain_zero_bubble(r, plan, measured)
     if draw:
         ideal_and_measured(ideal, last, f"{scheme}, p={plan.pp}, m={plan.microbatches}")
     return {"measured": measured, "least": least, "ideal": predicted, "theory": theory,
-            "latency": latency, "ideal_with_latency": with_latency, "result": r}
+            "latency": latency, "ideal_with_latency": with_latency, "overhead": overhead,
+            "ideal_with_overhead": with_overhead, "result": r}
 
 
 def explain_zero_bubble(result, plan, measured: float) -> None:
