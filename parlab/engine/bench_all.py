@@ -6,7 +6,8 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
 
 * collectives: the hand-written pipelined ring (parlab.core.collectives; Patarasuk & Yuan, JPDC
   2009) vs gloo's own, bus bandwidth (nccl-tests' definition) at 16 MB and 64 MB, world size 2
-  and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster);
+  and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster), with both
+  algorithms' share of the pace of the bare ring steps and how busy the CPUs were;
 * step-time ratios of scheme pairs (> 1: the first is faster): ZeRO-3 with FSDP's prefetch vs
   without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp, our
   GPipe vs torch.distributed.pipelining's;
