@@ -117,6 +117,17 @@ def test_zero3_prefetch_is_exact_and_moves_the_same_bytes(runs, world_size, opti
     assert sorted(ops[0]) == sorted(ops[1])  # the same collectives, only issued earlier
 
 
+@pytest.mark.parametrize("scheme,world_size,options", [
+    ("zero1", 2, {}), ("zero2", 3, {}), ("zero3", 2, {"prefetch": True}), ("zero3", 4, {})])
+def test_ring_collectives_are_exact_with_gloos_bytes(runs, scheme, world_size, options):
+    """algo="ring": the all-gathers and reduce-scatters on the pipelined ring give the same
+    result as `single` and move exactly the bytes of gloo's (flat units are padded to N)."""
+    ring = runs(scheme, world_size, algo="ring", **options)
+    assert ring.compare(runs("single")).match
+    assert ring.bytes_per_rank() == runs(scheme, world_size, **options).bytes_per_rank()
+    assert {r["algo"] for r in ring.ledger if r["phase"] != "loss"} <= {"ring"}
+
+
 def test_units_and_formulas():
     from parlab.models.gpt import GPT, GPTConfig
 

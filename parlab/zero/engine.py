@@ -90,10 +90,11 @@ class ZeroEngine:
     """Shard `model`'s states over `comm` at ZeRO `stage`; train with forward/backward/step."""
 
     def __init__(self, model: torch.nn.Module, comm, stage: int, on_gather=None, on_release=None,
-                 prefetch: bool = False):
+                 prefetch: bool = False, algo: str = "gloo"):
         if stage not in STAGES:
             raise ValueError(f"stage={stage!r} must be one of {STAGES}")
         self.model, self.comm, self.stage = model, comm, stage
+        self.algo = algo  # "gloo" or "ring": who runs the all-gathers and reduce-scatters
         self.prefetch = prefetch and stage == 3
         self.forward_order: list = []  # units by pre-forward, recorded in the first forward
         self._recording: list = []  # this forward's pre-forward order, while it is recorded
@@ -139,7 +140,7 @@ class ZeroEngine:
         """Issue the unit's all-gather; its (padded,) output counts as gathered from now on."""
         if unit.flat is not None or unit.gathering is not None:
             return
-        unit.gathering = self.comm.all_gather(unit.shard, phase=phase,
+        unit.gathering = self.comm.all_gather(unit.shard, phase=phase, algo=self.algo,
                                               async_op=True)  # (padded,) from N × (padded/N,)
         self.gathered_bytes += unit.shard.numel() * self.comm.size * unit.shard.element_size()
         self.gathered_peak = max(self.gathered_peak, self.gathered_bytes)
@@ -208,13 +209,14 @@ class ZeroEngine:
                                                                          unit.params])
         if self.prefetch:  # FSDP: the reduce-scatter travels while backward goes on
             unit.scattering = self.comm.reduce_scatter(flat_grad, op="avg", async_op=True,
+                                                       algo=self.algo,
                                                        phase="grad-reduce-scatter")  # (padded/N,)
             for p in unit.params:
                 p.grad = None
             unit.in_backward = False
             self.release(unit)
             return
-        shard_grad = self.comm.reduce_scatter(flat_grad, op="avg",
+        shard_grad = self.comm.reduce_scatter(flat_grad, op="avg", algo=self.algo,
                                               phase="grad-reduce-scatter")  # (padded/N,)
         if self.stage == 1:
             unit.flat_grad[unit.lo:unit.hi].copy_(shard_grad)  # (padded/N,) own chunk, averaged
@@ -253,7 +255,8 @@ class ZeroEngine:
         if self.stage == 3:
             return
         for unit in self.units:
-            full = self.comm.all_gather(unit.shard, phase="param-all-gather")  # (padded,)
+            full = self.comm.all_gather(unit.shard, phase="param-all-gather",
+                                        algo=self.algo)  # (padded,)
             unit.flat.copy_(full)
 
     def zero_grad(self) -> None:

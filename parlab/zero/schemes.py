@@ -16,7 +16,9 @@ Options shared by the three stages:
   ZeRO stage (a checkpoint of another run is refused, naming each differing field; no checkpoint:
   a warning, and resume="must" refuses); keep — the number of checkpoints kept (default 2);
   fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
-  and the launcher reports the dead rank (no hang, no orphans).
+  and the launcher reports the dead rank (no hang, no orphans);
+  algo — "gloo" (default) or "ring": the all-gathers and reduce-scatters on gloo's own collectives
+  or on the pipelined ring of `parlab.core.collectives` (the same bytes).
 """
 
 from __future__ import annotations
@@ -38,7 +40,10 @@ from parlab.zero.shard import FlatLayout, assemble_state, predict
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
            "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
-           "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0)}
+           "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0),
+           # who runs the all-gathers and reduce-scatters: gloo's own or the pipelined ring
+           # (parlab.core.collectives; the same bytes, gloo's reduce-scatter is slow on CPU)
+           "algo": Choice("gloo", ("gloo", "ring"))}
 # zero3 only: FSDP's forward/backward prefetch and asynchronous gradient reduce-scatter (exact).
 # Off by default while chapter 02's golden cells show the one-block gathered peak.
 ZERO3_OPTIONS = {**OPTIONS, "prefetch": Bool(False)}
@@ -102,7 +107,7 @@ class Zero(Strategy):
         self.engine = ZeroEngine(model, comm, stage,
                                  on_gather=lambda t: meter.excluded.add(storage_key(t)),
                                  on_release=lambda t: meter.excluded.discard(storage_key(t)),
-                                 prefetch=o.get("prefetch", False))
+                                 prefetch=o.get("prefetch", False), algo=o["algo"])
         meter.exclude(list(model.parameters()) + self.engine.shards)
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
