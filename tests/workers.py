@@ -96,6 +96,23 @@ def collectives_vs_torch(rank, world_size, lengths, algos, seed):
     return {"errors": out, "ledger": comm.ledger.records}
 
 
+def concurrent_ring_ops(rank, world_size, rounds):
+    """An async ring all-gather in flight on the Comm's background thread while this thread runs
+    a ring all-reduce whose messages have the same sizes: each must get its own messages."""
+    comm = Comm()
+    errors = []
+    for i in range(rounds):
+        shard = torch.full((1000,), float(rank + 1 + i))  # (S/N,)
+        gathering = comm.all_gather(shard, algo="ring", async_op=True)  # (N·S/N,) in flight
+        summed = torch.full((1000 * world_size,), 100.0 * (rank + 1))  # (S,) same chunk size
+        comm.all_reduce(summed, algo="ring")
+        gathered = gathering.wait()
+        want = torch.cat([torch.full((1000,), float(r + 1 + i)) for r in range(world_size)])
+        errors.append(max((gathered - want).abs().max().item(),
+                          (summed - 100.0 * sum(range(1, world_size + 1))).abs().max().item()))
+    return errors
+
+
 def bad_out_buffers(rank, world_size):
     """The ValueError of each wrong `out=`: wrong length, wrong dtype, not contiguous."""
     comm = Comm()

@@ -39,11 +39,12 @@ def _exchange(comm, traffic, send=None, dst=None, recv=None, src=None) -> None:
     """Send `send` to group rank dst while receiving into `recv` from src (either may be None)."""
     works = []
     if recv is not None and recv.numel():
-        works.append(dist.irecv(recv, comm.global_rank(src), comm.group))
+        works.append(dist.irecv(recv, comm.global_rank(src), comm.group, tag=traffic.tag))
         traffic.recv += recv.numel()
         traffic.peers.add(src)
     if send is not None and send.numel():
-        works.append(dist.isend(send.contiguous(), comm.global_rank(dst), comm.group))
+        works.append(dist.isend(send.contiguous(), comm.global_rank(dst), comm.group,
+                                tag=traffic.tag))
         traffic.sent += send.numel()
         traffic.peers.add(dst)
     for work in works:
@@ -64,14 +65,16 @@ def _combine(op: str, acc: torch.Tensor, incoming: torch.Tensor, out=None) -> No
 # A ring step's chunk travels as segments of about SEGMENT_BYTES (at most MAX_SEGMENTS), each its
 # own message with its own tag: segment j of step k+1 leaves as soon as segment j of step k has
 # arrived and been reduced, so the reduction of one segment overlaps the transfer of the next and
-# the whole ring streams (the pipelined ring of Patarasuk & Yuan, JPDC 2009, §4). Tags start at
-# TAG_BASE so the ring's messages never match a user's send/recv (tag 0) on the same group.
+# the whole ring streams (the pipelined ring of Patarasuk & Yuan, JPDC 2009, §4). Every op's tags
+# (`Traffic.tag`, from `Comm`) start at or above TAG_BASE, one range per op, so its messages
+# never match a user's send/recv (tag 0) nor another op's in flight on the same group.
 # 4 MB, not smaller: every message costs CPU in gloo's transport, and with as many ranks as cores
 # the CPU, not the socket, sets the pace; 4 MB segments beat 1 MB ones in 6 of 8 medians of two
 # interleaved 15-repeat runs here (16 and 64 MB, N = 2 and 4), by 0.06 of gloo's time on average.
 SEGMENT_BYTES = 4 << 20
 MAX_SEGMENTS = 16
 TAG_BASE = 1 << 16
+TAG_SLOTS = 1024  # hand-written ops in flight at once on one Comm, each with MAX_SEGMENTS tags
 
 
 def segment_count(bounds, itemsize: int) -> int:
@@ -112,7 +115,7 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
 
     def send(key, view, j):
         if view.numel():
-            sending[key] = dist.isend(view, nxt, comm.group, tag=TAG_BASE + j)
+            sending[key] = dist.isend(view, nxt, comm.group, tag=traffic.tag + j)
             traffic.sent += view.numel()
             traffic.peers.add((r + 1) % n)
 
@@ -123,7 +126,7 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
             sending.pop(key).wait()
         work = None
         if view.numel():
-            work = dist.irecv(view, prv, comm.group, tag=TAG_BASE + j)
+            work = dist.irecv(view, prv, comm.group, tag=traffic.tag + j)
             traffic.recv += view.numel()
             traffic.peers.add((r - 1) % n)
         recvs[j] = (work, key, view)

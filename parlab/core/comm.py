@@ -51,6 +51,7 @@ class Comm(ShardedCollectives):
         self.link = resolve(link)
         self._free_at = {"tx": 0.0, "rx": 0.0}  # full duplex: each direction queues alone
         self._executor: ThreadPoolExecutor | None = None
+        self._handwritten_ops = 0  # hand-written ops issued so far: their tag ranges
 
     # ------------------------------------------------------------------ groups
     def split(self, groups: list[list[int]], name: str) -> Comm:
@@ -236,7 +237,12 @@ class Comm(ShardedCollectives):
 
     def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
         record = self._record(op, algo, tensor, phase, numel)
-        traffic = Traffic()
+        # each op gets tags of its own, counted in issue order (the same on every rank, as the
+        # collectives themselves must be): a sync op on this thread and an async one on the
+        # background thread then never take each other's messages between the same two ranks
+        traffic = Traffic(tag=collectives.TAG_BASE
+                          + (self._handwritten_ops % collectives.TAG_SLOTS) * collectives.MAX_SEGMENTS)
+        self._handwritten_ops += 1
 
         def run():
             return body(traffic)

@@ -42,3 +42,4 @@ class Traffic:
     recv: int = 0
     rounds: int = 0
     peers: set = field(default_factory=set)
+    tag: int = 0  # a hand-written op's message tags start here (`Comm._handwritten`)
