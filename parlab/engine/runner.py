@@ -1,8 +1,8 @@
-"""`parlab.run`: the one entry point that notebooks, tests and the CLI share, and the scheme registry.
+"""`parlab.run`: the one entry point that notebooks, tests and the CLI share.
 
     r = parlab.run("ddp-naive", world_size=4, model="gpt", steps=5, seed=0, link=None, **options)
 
-A scheme is a worker function registered with `@register(...)` in a module of
+A scheme is a worker function registered with `@register(...)` (`parlab.engine.registry`) in
 a chapter's `schemes.py` or `torch_*.py` (found automatically). The worker runs on every rank and receives a
 `RankContext`: its rank, the world `Comm`, the ledger and timeline, and the validated `RunConfig`.
 It builds a strategy and returns `parlab.engine.loop.train(ctx, strategy)`: a `RankResult` with
@@ -18,8 +18,6 @@ a ValueError that names the offending value.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +26,15 @@ from typing import Any
 from parlab import models
 from parlab.core import checks, precision, speeds, topology
 from parlab.core.launch import launch, report_progress
+from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
+    Scheme,
+    SchemeInfo,
+    chapter_packages,
+    get_scheme,
+    register,
+    scheme_modules,
+    schemes,
+)
 
 COMMON_OPTIONS = {
     "batch_size": 12,  # global batch: divisible by 1, 2, 3, 4
@@ -45,96 +52,6 @@ OPTIMIZERS = ("adamw", "sgd")
 MIXED_MODELS = ("gpt", "mlp")  # models whose loss is taken in fp32 and tested in mixed precision
 MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
 MIN_TIMEOUT = 1.0  # seconds: a rank's first rendezvous alone takes ~0.1-4 s
-
-
-@dataclass
-class Scheme:
-    name: str
-    summary: str
-    exact: bool
-    worker: Callable
-    options: dict = field(default_factory=dict)
-    validate: Callable | None = None
-    assemble: Callable | None = None
-    models: tuple = ("gpt", "mlp")
-    cost: Callable | None = None
-    precisions: tuple = ("fp32",)
-
-
-@dataclass(frozen=True)
-class SchemeInfo:
-    summary: str
-    exact: bool
-    options: dict  # {name: default}
-    cost: Callable | None = None  # cost(cfg) -> Prediction: the scheme's closed forms
-    precisions: tuple = tuple(precision.PRECISIONS)  # the precision= values it honours
-
-
-_REGISTRY: dict[str, Scheme] = {}
-_DISCOVERED = False
-
-
-def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
-             validate: Callable | None = None, assemble: Callable | None = None,
-             models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = ("fp32",)):
-    """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
-
-    options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
-    by `make_config`) or plain defaults. validate(cfg): raise ValueError for a configuration the
-    scheme cannot run (what depends on several values). assemble(outputs, cfg): full state from
-    the ranks' results (for sharded schemes). cost(cfg) -> `parlab.engine.prediction.Prediction`:
-    what the chapter's closed forms predict for this configuration (bytes each rank sends), so a
-    planner can ask every scheme. precisions: the `precision=` values the scheme honours: the
-    loop's mixed precision (`parlab.core.precision`) applies to any Strategy, but a scheme
-    declares it only once a test holds it against `single` of that precision (fp16 also needs
-    its loss through `model.loss`, where the loss scale is applied); the others refuse it.
-    """
-    def decorate(worker):
-        _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost, tuple(precisions))
-        return worker
-    return decorate
-
-
-def chapter_packages() -> list[str]:
-    """Every chapter's package (`parlab/<slug>/`), chapter 00's `core` first."""
-    import parlab
-    return sorted((info.name for info in pkgutil.iter_modules(parlab.__path__) if info.ispkg
-                   and info.name not in ("engine", "models")), key=lambda n: (n != "core", n))
-
-
-def scheme_modules() -> list[str]:
-    """The modules that register schemes: the reference, and each chapter's `schemes` (or
-    `schemes_*`, where one file would grow too long) and `torch_*` baselines."""
-    found = ["parlab.engine.reference"]
-    for package in chapter_packages():
-        path = importlib.import_module(f"parlab.{package}").__path__
-        found += [f"parlab.{package}.{info.name}" for info in pkgutil.iter_modules(path)
-                  if info.name == "schemes" or info.name.startswith(("schemes_", "torch_"))]
-    return found
-
-
-def _discover() -> None:
-    global _DISCOVERED
-    if not _DISCOVERED:
-        for module in scheme_modules():
-            importlib.import_module(module)
-        _DISCOVERED = True
-
-
-def get_scheme(name: str) -> Scheme:
-    _discover()
-    if name not in _REGISTRY:
-        raise ValueError(f"scheme={name!r} is unknown; registered: {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
-
-
-def schemes() -> dict[str, SchemeInfo]:
-    """{name: SchemeInfo(summary, exact, options)} of every registered scheme."""
-    _discover()
-    return {n: SchemeInfo(s.summary, s.exact, checks.defaults(s.options), s.cost, s.precisions)
-            for n, s in sorted(_REGISTRY.items())}
 
 
 # ----------------------------------------------------------------------------- configuration
