@@ -111,7 +111,9 @@ def _bench(args) -> int:
     import importlib
 
     if args.name == "all":  # every chapter's headline comparison in one table (issue 21)
-        return importlib.import_module("parlab.engine.bench_all").main(args.rest) or 0
+        pipeline = importlib.import_module("parlab.pipeline.bench")
+        return importlib.import_module("parlab.engine.bench_all").main(
+            args.rest, sections={"pipeline": pipeline.headline_rows}) or 0
     name = BENCH_ALIASES.get(args.name, args.name)
     if name not in benchmarks():
         raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "

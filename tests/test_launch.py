@@ -138,3 +138,43 @@ def test_interrupt_stops_every_rank(tmp_path):
     assert "KeyboardInterrupt" in proc.stderr.read()
     time.sleep(0.3)
     assert not any(_alive(pid) for pid in pids)
+
+
+_MMAPPED_BYTES = """
+import ctypes, sys
+import torch
+libc = ctypes.CDLL("libc.so.6")
+class Info(ctypes.Structure):  # glibc's struct mallinfo2: hblkhd is the 5th field
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                 "uordblks", "fordblks", "keepcost")]
+libc.mallinfo2.restype = Info
+if sys.argv[1] == "keep":
+    from parlab.core.allocator import keep_freed_memory
+    assert keep_freed_memory()
+before = libc.mallinfo2().hblkhd
+block = torch.empty(8 << 20, dtype=torch.uint8)  # 8 MB: over glibc's 128 KB mmap threshold
+print(libc.mallinfo2().hblkhd - before)
+"""
+
+
+def test_ranks_keep_freed_memory_as_a_caching_allocator_does():
+    """glibc serves an 8 MB tensor from fresh mmapped pages (page faults on first touch, pages
+    returned when freed); after `keep_freed_memory`, which every launched rank calls, from the
+    heap, where a freed block waits for the next tensor."""
+    import ctypes.util
+    import subprocess
+    import sys
+
+    if not ctypes.util.find_library("c") or not hasattr(ctypes.CDLL(None), "mallinfo2"):
+        pytest.skip("no glibc (mallinfo2) here")
+    root = pathlib.Path(__file__).resolve().parent.parent
+
+    def mmapped(mode):
+        out = subprocess.run([sys.executable, "-c", _MMAPPED_BYTES, mode], cwd=root, check=True,
+                             capture_output=True, text=True)
+        return int(out.stdout.split()[-1])
+
+    assert mmapped("default") >= 8 << 20
+    assert mmapped("keep") == 0
+    assert launch(workers.mmapped_bytes_of_a_new_tensor, 2) == [0, 0]

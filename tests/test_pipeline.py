@@ -417,3 +417,37 @@ def test_measured_action_overhead_and_the_bubble_it_predicts():
     free = cost.bubble_with_overhead(schedule, steps, 0.0, 0.0)
     assert free == pytest.approx(cost.bubble_of(cost.ideal_from_measured(schedule, steps)))
     assert cost.bubble_with_overhead(schedule, steps, 0.0, 0.5) > free
+
+
+def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
+    """`bench all`'s pipeline rows: GPipe/1F1B bubble above the closed form in points, and
+    interleaved's and ZB's throughput over 1F1B's, per repeat, beside the closed form's promise;
+    a repeat lost to 1F1B carries its diagnosis. Runs faked here (the arithmetic); one real
+    run of every schedule below (the plumbing)."""
+    from parlab.pipeline import bench
+
+    speed = iter([100.0, 100.0, 110.0, 90.0] * 2)  # GPipe, 1F1B, interleaved, ZB per repeat
+    calls = []
+
+    def fake(scheme, pp, m, steps, batch, model_config, **options):
+        calls.append((scheme, pp, m, batch, options.get("chunks", 1)))
+        theory = cost.theory_bubble(scheme[3:], pp, m, options.get("chunks", 1))
+        return {"scheme": scheme, "samples_per_s": next(speed), "bubble": theory + 0.03,
+                "bubble_least": theory + 0.01, "overhead_s": 3e-4, "ideal_with_overhead": 0.2,
+                "compute_ms": 100.0 if scheme != "pp-zb" else 112.0}
+
+    monkeypatch.setattr(bench, "_measure", fake)
+    rows = {r["name"]: r for r in bench.headline_rows(2, 3, rows_per_microbatch=4, ms=(4,))}
+    assert calls[:4] == [("pp-gpipe", 2, 4, 16, 1), ("pp-1f1b", 2, 4, 16, 1),
+                         ("pp-interleaved", 2, 4, 16, 2), ("pp-zb", 2, 4, 16, 1)]
+    gpipe = rows["gpipe bubble − closed form (points), p=2 m=4"]
+    assert gpipe["ratio"] == pytest.approx(3.0) and "least-disturbed step +1.0 pts" in gpipe["detail"]
+    inter = rows["interleaved / 1f1b throughput, p=2 m=4"]
+    assert inter["ratio"] == pytest.approx(1.1) and "promise 1.11" in inter["detail"]
+    assert "lost" not in inter["detail"]
+    zb = rows["zb / 1f1b throughput, p=2 m=4"]
+    assert zb["ratio"] == pytest.approx(0.9) and "lost 2" in zb["detail"] and "+12%" in zb["detail"]
+
+    monkeypatch.undo()
+    real = bench.headline_rows(1, 2, rows_per_microbatch=1, ms=(2,))
+    assert len(real) == 4 and all(r["ratio"] == r["ratio"] for r in real)  # measured, not NaN

@@ -204,3 +204,19 @@ def duplex_exchange(rank, world_size):
     send.wait()
     recv.wait()
     return planned
+
+
+def mmapped_bytes_of_a_new_tensor(rank, world_size):
+    """Bytes glibc mmapped for a fresh 8 MB tensor in this rank (glibc's mallinfo2().hblkhd)."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in
+                    ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                     "uordblks", "fordblks", "keepcost")]
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = Info
+    before = libc.mallinfo2().hblkhd
+    block = torch.empty(8 << 20, dtype=torch.uint8)  # noqa: F841 - alive while measured
+    return libc.mallinfo2().hblkhd - before

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 
 from parlab.core import rendezvous
+from parlab.core.allocator import keep_freed_memory
 from parlab.core.rendezvous import under_torchrun
 
 START_METHODS = ("forkserver", "spawn", "fork")
@@ -289,6 +290,7 @@ def _child_main(reference, rank, world_size, args, port, conn, timeout, link, la
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
+    keep_freed_memory()  # freed tensors stay for the next, as a GPU's caching allocator keeps them
     _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
     _PROGRESS_CONN = conn if rank == 0 else None
     try:

@@ -16,7 +16,10 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
   backward, beside its ideal ceiling (`parlab.engine.bench_regimes`);
 * the overlap fraction of ring attention (Liu et al., ICLR 2024), forward and backward, measured
   from the timeline on an emulated link: the share of the K/V messages' link time that passed
-  while the rank computed, before it waited (`overlap_fraction`).
+  while the rank computed, before it waited (`overlap_fraction`);
+* the pipeline's rows (`parlab.pipeline.bench.headline_rows`, passed in by `python -m parlab`):
+  GPipe's and 1F1B's measured bubble above the closed form, and interleaved's and ZB's
+  throughput over 1F1B's beside what their closed forms promise.
 
 This module sits in the engine layer: it reaches the chapters only by scheme name (`run`).
 """
@@ -220,7 +223,10 @@ def headline_pairs(link: str) -> list:
     ]
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], sections: dict | None = None) -> int:
+    """`sections`: more rows by name, each a function (repeats, steps) -> rows, from the layers
+    above this one (`python -m parlab` passes the pipeline chapter's `headline_rows`)."""
+    sections = dict(sections or {})
     parser = argparse.ArgumentParser(prog="python -m parlab bench all")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per row")
     parser.add_argument("--collective-repeats", type=int, default=7)
@@ -228,9 +234,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--link", default="1GbE", help="emulated link of the scheme pairs")
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 64])
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--only", nargs="+",
-                        choices=("collectives", "pairs", "dp-regimes", "async-tp", "ring-attention"),
-                        default=("collectives", "pairs", "dp-regimes", "async-tp", "ring-attention"))
+    own = ("collectives", "pairs", "dp-regimes", "async-tp", "ring-attention")
+    parser.add_argument("--only", nargs="+", choices=own + tuple(sections),
+                        default=own + tuple(sections))
     parser.add_argument("--json", default="bench_all.json", help="write every row here")
     args = parser.parse_args(argv)
 
@@ -253,6 +259,9 @@ def main(argv: list[str]) -> int:
         link = Link(20e-6, 200e6, "200 MB/s, 20 µs")
         rows += ring_attention_rows(args.repeats, args.steps, link,
                                     {"block_size": 256, "n_embd": 32, "n_head": 4, "n_layer": 2})
+    for name, section in sections.items():
+        if name in args.only:
+            rows += section(args.repeats, max(args.steps, 5))
     width = max(len(r["name"]) for r in rows)
     print(f"{'chapter':16s} {'comparison':{width}s} {'ratio':>6s}  {'range':>13s}  detail")
     for r in rows:

@@ -160,13 +160,70 @@ def partitions(steps, batch, m=4) -> list[dict]:
     return rows
 
 
+HEADLINE_ROWS = 16  # rows per micro-batch (a global batch of 16·m, as Megatron fixes the micro-batch
+# and grows m): 20–40 ms of compute per action beside the ~0.2–0.4 ms each costs in sends,
+# receives and bookkeeping (`cost.measured_action_overhead`), the proportion a GPU's
+# milliseconds of compute keep beside NCCL's microseconds
+
+
+def headline_rows(repeats: int, steps: int, rows_per_microbatch: int = HEADLINE_ROWS,
+                  ms=(4, 8)) -> list[dict]:
+    """`python -m parlab bench all`'s pipeline rows at p=2, the four schedules interleaved
+    (GPipe, 1F1B, interleaved, ZB, GPipe, ...) `repeats` times: GPipe's and 1F1B's measured
+    bubble minus the closed form (p−1)/(m+p−1) in points (GPipe §2.3; Narayanan et al., SC 2021,
+    §2.2.1), and interleaved's and ZB-H1's throughput over 1F1B's beside what their closed-form
+    bubbles promise, (1 − bubble)/(1 − bubble₁F₁B) (Narayanan et al. §2.2.2; Qi et al., ICLR
+    2024, §3), with the measured per-action overhead and compute that explain any shortfall."""
+    rows = []
+    for m in ms:
+        batch = rows_per_microbatch * m
+        runs: dict = {name: [] for name in OURS}
+        for _ in range(repeats):
+            for name in OURS:
+                row = _measure(f"pp-{name}", 2, m, steps, batch, MODEL,
+                               **({"chunks": 2} if name == "interleaved" else {}))
+                row["theory"] = cost.theory_bubble(name, 2, m, 2 if name == "interleaved" else 1)
+                runs[name].append(row)
+        for name in ("gpipe", "1f1b"):
+            excess = [100 * (r["bubble"] - r["theory"]) for r in runs[name]]
+            least = statistics.median(100 * (r["bubble_least"] - r["theory"]) for r in runs[name])
+            modelled = statistics.median(r["ideal_with_overhead"] for r in runs[name])
+            rows.append({"chapter": "pipeline", "name": f"{name} bubble − closed form (points), "
+                         f"p=2 m={m}", "ratio": statistics.median(excess), "low": min(excess),
+                         "high": max(excess), "detail": (
+                             f"measured {statistics.median(r['bubble'] for r in runs[name]):.1%} vs "
+                             f"(p−1)/(m+p−1) = {runs[name][0]['theory']:.1%}; least-disturbed step "
+                             f"{least:+.1f} pts; ideal with the measured "
+                             f"{statistics.median(r['overhead_s'] for r in runs[name]) * 1e3:.2f} "
+                             f"ms per action outside compute and waits: {modelled:.1%}; batch "
+                             f"{batch}")})
+        for name in ("interleaved", "zb"):
+            ratios = [r["samples_per_s"] / b["samples_per_s"]
+                      for r, b in zip(runs[name], runs["1f1b"])]
+            promise = (1 - runs[name][0]["theory"]) / (1 - runs["1f1b"][0]["theory"])
+            compute = statistics.median(r["compute_ms"] / b["compute_ms"]
+                                        for r, b in zip(runs[name], runs["1f1b"]))
+            detail = (f"throughput over 1F1B's; closed-form bubbles {runs[name][0]['theory']:.1%}"
+                      f" vs {runs['1f1b'][0]['theory']:.1%} promise {promise:.2f}; its busiest "
+                      f"rank computes {compute:.2f}× 1F1B's per step")
+            slow = [r for r, ratio in zip(runs[name], ratios) if ratio < 1]
+            if slow:  # the repeats it lost, diagnosed from those same runs
+                detail += "; lost " + str(len(slow)) + ": " + " | ".join(
+                    line.split(": ", 1)[-1] for r, b in zip(runs[name], runs["1f1b"])
+                    if r["samples_per_s"] < b["samples_per_s"] for line in diagnose([b, r]))
+            rows.append({"chapter": "pipeline", "name": f"{name} / 1f1b throughput, p=2 m={m}",
+                         "ratio": statistics.median(ratios), "low": min(ratios),
+                         "high": max(ratios), "detail": detail})
+    return rows
+
+
 def main(argv) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench pp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pp", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--microbatches", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--quick", action="store_true", help="pp=2, m in {2, 4}, 3 steps")
     parser.add_argument("--no-partition", action="store_true")
     parser.add_argument("--json", help="write the raw rows here")
