@@ -2,12 +2,14 @@
 at 2 and 4 stages, with ratios to pp-gpipe and torch-pp measured in the same run; and even vs
 balanced stages on a model with a heavy head.
 
-Stage compute is made to dominate a message honestly: a wider model (C=128, T=64, so a stage
-computes for milliseconds while its 64 KB activation crosses loopback in ~0.1 ms) and no emulated
-link. At 4 stages, 4 ranks share this machine's 2 cores, so each rank computes at about half speed
-and waits for a core as well as for its neighbour: the 4-stage bubble is measured, not clean.
+Stage compute is made to dominate a message honestly: a wider model (C=128, T=64) and a global
+batch of 64 (16 rows per micro-batch at m=4: a stage computes for 10–40 ms while its 512 KB
+activation crosses loopback in ~0.2 ms, and each action costs ~0.2–0.4 ms in sends, receives and
+bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2 cores, so each
+rank computes at about half speed and waits for a core as well as for its neighbour: the 4-stage
+bubble is measured, not clean.
 
-    python -m parlab bench pp                      # the full table (~5–10 min on 2 cores)
+    python -m parlab bench pp                      # the full table (~2–4 min on 2 cores)
     python -m parlab bench pp --quick              # pp=2, m in {2, 4}
     python -m parlab bench pp --json out.json      # raw numbers
     python -m parlab bench pp --eager              # 1F1B vs eager 1F1B (AlpaComm) over resharding
