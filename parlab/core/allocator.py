@@ -26,6 +26,7 @@ import ctypes.util
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>: keep a free heap top up to this many bytes
 M_MMAP_THRESHOLD = -3  # serve blocks below this many bytes from the heap, not fresh mmaps
 KEEP_BYTES = 1 << 30  # every tensor under 1 GiB; what is freed stays for the next
+GLIBC_MMAP_THRESHOLD_MAX = 32 << 20  # the most some glibc versions accept (64-bit)
 
 
 def keep_freed_memory() -> bool:
@@ -40,5 +41,6 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, KEEP_BYTES)) and bool(mallopt(M_TRIM_THRESHOLD,
-                                                                           2 * KEEP_BYTES - 1))
+    served = mallopt(M_MMAP_THRESHOLD, KEEP_BYTES) or mallopt(M_MMAP_THRESHOLD,
+                                                              GLIBC_MMAP_THRESHOLD_MAX)
+    return bool(served) and bool(mallopt(M_TRIM_THRESHOLD, 2 * KEEP_BYTES - 1))
