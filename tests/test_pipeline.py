@@ -451,3 +451,29 @@ def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
     monkeypatch.undo()
     real = bench.headline_rows(1, 2, rows_per_microbatch=1, ms=(2,))
     assert len(real) == 4 and all(r["ratio"] == r["ratio"] for r in real)  # measured, not NaN
+
+
+def test_bench_all_carries_the_pipeline_rows(monkeypatch, tmp_path, capsys):
+    """`python -m parlab bench all --only pipeline` reaches the chapter's rows through the CLI
+    (the engine layer cannot import a chapter) and writes them to the table and the JSON."""
+    import json
+
+    from parlab import __main__ as cli
+    from parlab.pipeline import bench
+
+    seen = []
+
+    def fake(repeats, steps):
+        seen.append((repeats, steps))
+        return [{"chapter": "pipeline", "name": "zb / 1f1b throughput, p=2 m=4", "ratio": 1.08,
+                 "low": 1.04, "high": 1.09, "detail": "faked"}]
+
+    monkeypatch.setattr(bench, "headline_rows", fake)
+    out = tmp_path / "all.json"
+    assert cli.main(["bench", "all", "--only", "pipeline", "--repeats", "2", "--json",
+                     str(out)]) == 0
+    assert seen == [(2, 5)]  # at least 5 steps: 4 measured after the first
+    assert json.loads(out.read_text())[0]["name"] == "zb / 1f1b throughput, p=2 m=4"
+    printed = capsys.readouterr().out
+    assert "zb / 1f1b throughput, p=2 m=4   1.08  [1.04..1.09]  faked" in printed
+    assert "'(points)': percentage points" in printed

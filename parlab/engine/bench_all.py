@@ -268,7 +268,7 @@ def main(argv: list[str], sections: dict | None = None) -> int:
         print(f"{r['chapter']:16s} {r['name']:{width}s} {r['ratio']:6.2f}  "
               f"[{r['low']:.2f}..{r['high']:.2f}]  {r['detail']}")
     print(f"({time.perf_counter() - t0:.0f} s; ratios > 1: the first named is faster, or the "
-          "fraction of link time hidden)")
+          "fraction of link time hidden; rows named '(points)': percentage points)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
