@@ -422,15 +422,18 @@ def test_measured_action_overhead_and_the_bubble_it_predicts():
 def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
     """`bench all`'s pipeline rows: GPipe/1F1B bubble above the closed form in points, and
     interleaved's and ZB's throughput over 1F1B's, per repeat, beside the closed form's promise;
-    a repeat lost to 1F1B carries its diagnosis. Runs faked here (the arithmetic); one real
-    run of every schedule below (the plumbing)."""
+    a repeat lost to 1F1B carries its diagnosis; ours over torch-pp's on the same schedule. Runs
+    faked here (the arithmetic); one real run of every schedule below (the plumbing)."""
     from parlab.pipeline import bench
 
-    speed = iter([100.0, 100.0, 110.0, 90.0] * 2)  # GPipe, 1F1B, interleaved, ZB per repeat
+    # GPipe, 1F1B, interleaved, ZB, then torch-pp's GPipe and 1F1B, per repeat
+    speed = iter([100.0, 100.0, 110.0, 90.0, 80.0, 125.0] * 2)
     calls = []
 
     def fake(scheme, pp, m, steps, batch, model_config, **options):
-        calls.append((scheme, pp, m, batch, options.get("chunks", 1)))
+        calls.append((scheme, pp, m, batch, options.get("chunks", options.get("schedule", 1))))
+        if scheme == "torch-pp":
+            return {"scheme": scheme, "samples_per_s": next(speed)}
         theory = cost.theory_bubble(scheme[3:], pp, m, options.get("chunks", 1))
         return {"scheme": scheme, "samples_per_s": next(speed), "bubble": theory + 0.03,
                 "bubble_least": theory + 0.01, "overhead_s": 3e-4, "ideal_with_overhead": 0.2,
@@ -438,8 +441,9 @@ def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
 
     monkeypatch.setattr(bench, "_measure", fake)
     rows = {r["name"]: r for r in bench.headline_rows(2, 3, rows_per_microbatch=4, ms=(4,))}
-    assert calls[:4] == [("pp-gpipe", 2, 4, 16, 1), ("pp-1f1b", 2, 4, 16, 1),
-                         ("pp-interleaved", 2, 4, 16, 2), ("pp-zb", 2, 4, 16, 1)]
+    assert calls[:6] == [("pp-gpipe", 2, 4, 16, 1), ("pp-1f1b", 2, 4, 16, 1),
+                         ("pp-interleaved", 2, 4, 16, 2), ("pp-zb", 2, 4, 16, 1),
+                         ("torch-pp", 2, 4, 16, "gpipe"), ("torch-pp", 2, 4, 16, "1f1b")]
     gpipe = rows["gpipe bubble − closed form (points), p=2 m=4"]
     assert gpipe["ratio"] == pytest.approx(3.0) and "least-disturbed step +1.0 pts" in gpipe["detail"]
     inter = rows["interleaved / 1f1b throughput, p=2 m=4"]
@@ -447,10 +451,12 @@ def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
     assert "lost" not in inter["detail"]
     zb = rows["zb / 1f1b throughput, p=2 m=4"]
     assert zb["ratio"] == pytest.approx(0.9) and "lost 2" in zb["detail"] and "+12%" in zb["detail"]
+    assert rows["gpipe ours / torch-pp throughput, p=2 m=4"]["ratio"] == pytest.approx(1.25)
+    assert rows["1f1b ours / torch-pp throughput, p=2 m=4"]["ratio"] == pytest.approx(0.8)
 
     monkeypatch.undo()
     real = bench.headline_rows(1, 2, rows_per_microbatch=1, ms=(2,))
-    assert len(real) == 4 and all(r["ratio"] == r["ratio"] for r in real)  # measured, not NaN
+    assert len(real) == 6 and all(r["ratio"] == r["ratio"] for r in real)  # measured, not NaN
 
 
 def test_bench_all_carries_the_pipeline_rows(monkeypatch, tmp_path, capsys):

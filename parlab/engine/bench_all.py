@@ -9,8 +9,7 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
   and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster), with both
   algorithms' share of the pace of the bare ring steps and how busy the CPUs were;
 * step-time ratios of scheme pairs (> 1: the first is faster): ZeRO-3 with FSDP's prefetch vs
-  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp, our
-  GPipe vs torch.distributed.pipelining's;
+  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp;
 * WFBP vs all-reduce after backward, DeAR vs WFBP, ZeRO-3 prefetch vs none and async TP vs
   tp-sp, each in the regime where its overlap pays most, chosen from the measured forward and
   backward, beside its ideal ceiling (`parlab.engine.bench_regimes`);
@@ -19,7 +18,8 @@ and the row gives the median of the per-repeat ratios with their range. Rows:
   while the rank computed, before it waited (`overlap_fraction`);
 * the pipeline's rows (`parlab.pipeline.bench.headline_rows`, passed in by `python -m parlab`):
   GPipe's and 1F1B's measured bubble above the closed form, and interleaved's and ZB's
-  throughput over 1F1B's beside what their closed forms promise.
+  throughput over 1F1B's beside what their closed forms promise, and our GPipe's and 1F1B's
+  over torch.distributed.pipelining's on the same stages.
 
 This module sits in the engine layer: it reaches the chapters only by scheme name (`run`).
 """
@@ -214,12 +214,6 @@ def headline_pairs(link: str) -> list:
         ("zero", "zero3 (prefetch) vs torch-fsdp, loopback N=2",
          dict(scheme="zero3", world_size=2, prefetch=True, **gpt),
          dict(scheme="torch-fsdp", world_size=2, **gpt)),
-        ("pipeline", "pp-gpipe vs torch-pp gpipe, N=2, m=4",
-         dict(scheme="pp-gpipe", world_size=2, microbatches=4, **gpt),
-         dict(scheme="torch-pp", world_size=2, microbatches=4, schedule="gpipe", **gpt)),
-        ("pipeline", "pp-1f1b vs torch-pp 1f1b, N=2, m=4",
-         dict(scheme="pp-1f1b", world_size=2, microbatches=4, **gpt),
-         dict(scheme="torch-pp", world_size=2, microbatches=4, schedule="1f1b", **gpt)),
     ]
 
 

@@ -31,6 +31,7 @@ from parlab.pipeline import cost
 MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
 HEAVY_HEAD = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 32, "vocab_size": 8192}
 OURS = ("gpipe", "1f1b", "interleaved", "zb")
+TORCH = ("torch-gpipe", "torch-1f1b")
 
 
 def _measure(scheme, pp, m, steps, batch, model_config, **options):
@@ -175,17 +176,21 @@ def headline_rows(repeats: int, steps: int, rows_per_microbatch: int = HEADLINE_
     bubble minus the closed form (p−1)/(m+p−1) in points (GPipe §2.3; Narayanan et al., SC 2021,
     §2.2.1), and interleaved's and ZB-H1's throughput over 1F1B's beside what their closed-form
     bubbles promise, (1 − bubble)/(1 − bubble₁F₁B) (Narayanan et al. §2.2.2; Qi et al., ICLR
-    2024, §3), with the measured per-action overhead and compute that explain any shortfall."""
+    2024, §3), with the measured per-action overhead and compute that explain any shortfall; and
+    our GPipe's and 1F1B's throughput over torch.distributed.pipelining's on the same stages."""
     rows = []
     for m in ms:
         batch = rows_per_microbatch * m
-        runs: dict = {name: [] for name in OURS}
+        runs: dict = {name: [] for name in OURS + TORCH}
         for _ in range(repeats):
             for name in OURS:
                 row = _measure(f"pp-{name}", 2, m, steps, batch, MODEL,
                                **({"chunks": 2} if name == "interleaved" else {}))
                 row["theory"] = cost.theory_bubble(name, 2, m, 2 if name == "interleaved" else 1)
                 runs[name].append(row)
+            for name in TORCH:  # the same stages and schedule in torch.distributed.pipelining
+                runs[name].append(_measure("torch-pp", 2, m, steps, batch, MODEL,
+                                           schedule=name.removeprefix("torch-")))
         for name in ("gpipe", "1f1b"):
             excess = [100 * (r["bubble"] - r["theory"]) for r in runs[name]]
             least = statistics.median(100 * (r["bubble_least"] - r["theory"]) for r in runs[name])
@@ -216,6 +221,13 @@ def headline_rows(repeats: int, steps: int, rows_per_microbatch: int = HEADLINE_
             rows.append({"chapter": "pipeline", "name": f"{name} / 1f1b throughput, p=2 m={m}",
                          "ratio": statistics.median(ratios), "low": min(ratios),
                          "high": max(ratios), "detail": detail})
+        for name in ("gpipe", "1f1b"):
+            ratios = [r["samples_per_s"] / t["samples_per_s"]
+                      for r, t in zip(runs[name], runs[f"torch-{name}"])]
+            rows.append({"chapter": "pipeline", "name": f"{name} ours / torch-pp throughput, "
+                         f"p=2 m={m}", "ratio": statistics.median(ratios), "low": min(ratios),
+                         "high": max(ratios), "detail": "the same stages and schedule in "
+                         f"torch.distributed.pipelining; batch {batch}"})
     return rows
 
 
