@@ -5,9 +5,11 @@ ZeRO, FSDP, sequence parallelism and DeAR call the halves on their own. Shards f
 `parlab.core.cost.shard_sizes`, so any length works: gloo's collectives need equal shards, so
 uneven ones are padded to the largest (equal ones go to gloo as they are, with no copy), and the
 hand-written ring (`algo="ring"`) takes them exactly. `out=` writes the result into a caller's
-buffer, as `torch.distributed`'s `*_into_tensor` forms and FSDP's reused all-gather buffers do: a
-fresh 64 MB result faults in 16,384 new pages on every call (in `bench all` the ring's 64 MB
-all-gather ran at 0.52–0.69 GB/s with fresh results, 1.05–1.83 GB/s with reused ones).
+buffer, as `torch.distributed`'s `*_into_tensor` forms and FSDP's reused all-gather buffers do.
+Where the C library hands freed memory back to the kernel, a fresh 64 MB result faults in 16,384
+new pages on every call: measured so in `bench all` before launched ranks kept freed memory
+(`parlab.core.allocator`), the ring's 64 MB all-gather ran at 0.52–0.69 GB/s with fresh results,
+1.05–1.83 GB/s with reused ones.
 """
 
 from __future__ import annotations
