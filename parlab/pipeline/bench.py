@@ -3,9 +3,9 @@ at 2 and 4 stages, with ratios to pp-gpipe and torch-pp measured in the same run
 balanced stages on a model with a heavy head.
 
 Stage compute is made to dominate a message honestly: a wider model (C=128, T=64) and a global
-batch of 64 (16 rows per micro-batch at m=4: a stage computes for 10–40 ms while its 512 KB
-activation crosses loopback in ~0.2 ms, and each action costs ~0.2–0.4 ms in sends, receives and
-bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2 cores, so each
+batch of 64 (16 rows per micro-batch at m=4: a stage computes for 13–50 ms per action while its
+512 KB activation crosses loopback in ~0.2 ms, and each action costs ~0.2–0.4 ms in sends,
+receives and bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2 cores, so each
 rank computes at about half speed and waits for a core as well as for its neighbour: the 4-stage
 bubble is measured, not clean.
 
@@ -164,7 +164,7 @@ def partitions(steps, batch, m=4) -> list[dict]:
 
 
 HEADLINE_ROWS = 16  # rows per micro-batch (a global batch of 16·m, as Megatron fixes the micro-batch
-# and grows m): 20–40 ms of compute per action beside the ~0.2–0.4 ms each costs in sends,
+# and grows m): 13–50 ms of compute per action beside the ~0.2–0.4 ms each costs in sends,
 # receives and bookkeeping (`cost.measured_action_overhead`), the proportion a GPU's
 # milliseconds of compute keep beside NCCL's microseconds
 
