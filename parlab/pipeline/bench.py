@@ -5,9 +5,9 @@ balanced stages on a model with a heavy head.
 Stage compute is made to dominate a message honestly: a wider model (C=128, T=64) and a global
 batch of 64 (16 rows per micro-batch at m=4: a stage computes for 13–50 ms per action while its
 512 KB activation crosses loopback in ~0.2 ms, and each action costs ~0.2–0.4 ms in sends,
-receives and bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2 cores, so each
-rank computes at about half speed and waits for a core as well as for its neighbour: the 4-stage
-bubble is measured, not clean.
+receives and bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2
+cores, so each rank computes at about half speed and waits for a core as well as for its
+neighbour: the 4-stage bubble is measured, not clean.
 
     python -m parlab bench pp                      # the full table (~2–4 min on 2 cores)
     python -m parlab bench pp --quick              # pp=2, m in {2, 4}
