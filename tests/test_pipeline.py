@@ -476,7 +476,7 @@ def test_bench_all_carries_the_pipeline_rows(monkeypatch, tmp_path, capsys):
 
     monkeypatch.setattr(bench, "headline_rows", fake)
     out = tmp_path / "all.json"
-    assert cli.main(["bench", "all", "--only", "pipeline", "--repeats", "2", "--json",
+    assert cli.main(["bench", "all", "--only", "pipeline", "--section-repeats", "2", "--json",
                      str(out)]) == 0
     assert seen == [(2, 5)]  # at least 5 steps: 4 measured after the first
     assert json.loads(out.read_text())[0]["name"] == "zb / 1f1b throughput, p=2 m=4"

@@ -224,6 +224,9 @@ def main(argv: list[str], sections: dict | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench all")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per row")
     parser.add_argument("--collective-repeats", type=int, default=7)
+    parser.add_argument("--section-repeats", type=int, default=5,
+                        help="interleaved repeats of the rows passed in (the pipeline's: gains of "
+                        "5–10%% beside ±10%% noise per repeat on a shared machine)")
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--link", default="1GbE", help="emulated link of the scheme pairs")
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[16, 64])
@@ -255,7 +258,7 @@ def main(argv: list[str], sections: dict | None = None) -> int:
                                     {"block_size": 256, "n_embd": 32, "n_head": 4, "n_layer": 2})
     for name, section in sections.items():
         if name in args.only:
-            rows += section(args.repeats, max(args.steps, 5))
+            rows += section(args.section_repeats, max(args.steps, 5))
     width = max(len(r["name"]) for r in rows)
     print(f"{'chapter':16s} {'comparison':{width}s} {'ratio':>6s}  {'range':>13s}  detail")
     for r in rows:
