@@ -43,7 +43,7 @@ notebooks: $(STAMP)
 
 test: lint unit
 
-# For iteration (≤ 3 min): lint and the unit, equivalence and ledger tests; no notebooks, no
+# For iteration (~5 min on 2 cores): lint and the unit, equivalence and ledger tests; no notebooks, no
 # browser, no site, no torchrun.
 quick: lint
 	$(BIN)/python -m pytest tests -q -x -m "not slow and not browser" --ignore tests/test_notebooks.py \
