@@ -15,7 +15,8 @@ split backward, which stashes ∂L/∂Y of every linear until W, cost 1.15× the
 
 `keep_freed_memory()` sets glibc's `mallopt` so large blocks come from the heap and freed ones
 stay there: each rank's resident memory stays at its peak, as a GPU's reserved memory does. Every
-rank calls it at start (`parlab.core.launch`), so both sides of every comparison run alike.
+rank that `parlab.core.launch` starts calls it first, so both sides of every comparison run
+alike; under torchrun the process is the user's, and its allocator is left as it is.
 """
 
 from __future__ import annotations
