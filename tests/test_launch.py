@@ -141,20 +141,12 @@ def test_interrupt_stops_every_rank(tmp_path):
 
 
 _MMAPPED_BYTES = """
-import ctypes, sys
-import torch
-libc = ctypes.CDLL("libc.so.6")
-class Info(ctypes.Structure):  # glibc's struct mallinfo2: hblkhd is the 5th field
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                 "uordblks", "fordblks", "keepcost")]
-libc.mallinfo2.restype = Info
+import sys
 if sys.argv[1] == "keep":
     from parlab.core.allocator import keep_freed_memory
     assert keep_freed_memory()
-before = libc.mallinfo2().hblkhd
-block = torch.empty(8 << 20, dtype=torch.uint8)  # 8 MB: over glibc's 128 KB mmap threshold
-print(libc.mallinfo2().hblkhd - before)
+from tests.workers import mmapped_bytes_of_a_new_tensor
+print(mmapped_bytes_of_a_new_tensor(0, 1))
 """
 
 

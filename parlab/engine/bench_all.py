@@ -220,7 +220,7 @@ def headline_pairs(link: str) -> list:
 def main(argv: list[str], sections: dict | None = None) -> int:
     """`sections`: more rows by name, each a function (repeats, steps) -> rows, from the layers
     above this one (`python -m parlab` passes the pipeline chapter's `headline_rows`)."""
-    sections = dict(sections or {})
+    sections = sections or {}
     parser = argparse.ArgumentParser(prog="python -m parlab bench all")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per row")
     parser.add_argument("--collective-repeats", type=int, default=7)

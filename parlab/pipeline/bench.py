@@ -58,6 +58,15 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
             **{k: v for k, v in options.items() if k != "partition"}}
 
 
+def _measure_ours(name, pp, m, steps, batch, model_config) -> dict:
+    """`_measure` of our schedule `name` (interleaved with 2 chunks), with its closed-form bubble."""
+    chunks = 2 if name == "interleaved" else 1
+    row = _measure(f"pp-{name}", pp, m, steps, batch, model_config,
+                   **({"chunks": chunks} if chunks > 1 else {}))
+    row["theory"] = cost.theory_bubble(name, pp, m, chunks)
+    return row
+
+
 def busiest_compute(timeline) -> float:
     """Median over steps (the first left out) of the busiest rank's F + B + W seconds."""
     per: dict = {}
@@ -109,11 +118,7 @@ def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
             for name in OURS:
                 if name == "interleaved" and (m % pp or 2 * pp > model_config["n_layer"]):
                     continue
-                row = _measure(f"pp-{name}", pp, m, steps, batch, model_config,
-                               **({"chunks": 2} if name == "interleaved" else {}))
-                v = 2 if name == "interleaved" else 1
-                row["theory"] = cost.theory_bubble(name, pp, m, v)
-                group.append(row)
+                group.append(_measure_ours(name, pp, m, steps, batch, model_config))
             for sched in ("gpipe", "1f1b"):
                 if sched == "1f1b" and m < pp:
                     continue
@@ -184,10 +189,7 @@ def headline_rows(repeats: int, steps: int, rows_per_microbatch: int = HEADLINE_
         runs: dict = {name: [] for name in OURS + TORCH}
         for _ in range(repeats):
             for name in OURS:
-                row = _measure(f"pp-{name}", 2, m, steps, batch, MODEL,
-                               **({"chunks": 2} if name == "interleaved" else {}))
-                row["theory"] = cost.theory_bubble(name, 2, m, 2 if name == "interleaved" else 1)
-                runs[name].append(row)
+                runs[name].append(_measure_ours(name, 2, m, steps, batch, MODEL))
             for name in TORCH:  # the same stages and schedule in torch.distributed.pipelining
                 runs[name].append(_measure("torch-pp", 2, m, steps, batch, MODEL,
                                            schedule=name.removeprefix("torch-")))
