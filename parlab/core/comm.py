@@ -230,12 +230,17 @@ class Comm(ShardedCollectives):
         return ready
 
     def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None):
+        self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, "gloo", tensor, phase, numel)
         ready_at = self._account(record, traffic, tensor.element_size())
         handle = Handle(self, record, ready_at, works=start(), finish=finish)
-        return handle if async_op else handle.wait()
+        if async_op:
+            self.timeline.resume()
+            return handle
+        return handle.wait()
 
     def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
+        self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, algo, tensor, phase, numel)
         # each op gets tags of its own, counted in issue order (the same on every rank, as the
         # collectives themselves must be): a sync op on this thread and an async one on the
@@ -255,6 +260,7 @@ class Comm(ShardedCollectives):
             self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
             self.timeline.add("comm", op, record["t_start"], t1, bytes=record["bytes_sent"],
                               phase=record["phase"])
+            self.timeline.resume()
             return value
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
@@ -267,6 +273,7 @@ class Comm(ShardedCollectives):
             return value
 
         handle.finish = finish
+        self.timeline.resume()
         return handle
 
     def _link_for(self, op: str, peers) -> Link | None:

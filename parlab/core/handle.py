@@ -23,6 +23,7 @@ class Handle:
     def wait(self):
         if self.done:
             return self.result
+        self.comm.timeline.settle()  # paced time: the compute before the wait ends first
         t0 = time.perf_counter()
         self.record["t_wait"] = t0  # when the rank asked for it (a receive may be posted early)
         for work in self.works:
@@ -38,4 +39,5 @@ class Handle:
         timeline.add("comm", self.record["op"], self.record["t_start"], t1,
                      bytes=self.record["bytes_sent"], phase=self.record["phase"])
         self.result, self.done = value, True
+        timeline.resume()
         return value

@@ -36,18 +36,35 @@ class Event:
 class Timeline:
     """The events of one rank."""
 
-    def __init__(self, rank: int = 0):
+    def __init__(self, rank: int = 0, pacer=None):
         self.rank = rank
         self.events: list[Event] = []
         self.enabled = True
+        self.pacer = pacer  # parlab.core.clock.Pacer of a paced run: compute spans keep its time
 
     @contextmanager
     def span(self, name: str, kind: str = "compute", **args):
+        pacer = self.pacer if kind == "compute" else None
         t0 = time.perf_counter()
+        if pacer is not None:
+            pacer.enter()
         try:
             yield
         finally:
+            if pacer is not None:
+                pacer.exit()
             self.add(kind, name, t0, time.perf_counter(), **args)
+
+    def settle(self) -> None:
+        """A communication is about to leave: finish pacing the compute before it (paced runs)."""
+        if self.pacer is not None:
+            self.pacer.settle()
+
+    def resume(self) -> None:
+        """A communication returned or was issued asynchronously: the paced compute span's clock
+        restarts (the time it took was the link's or the issue's, not compute)."""
+        if self.pacer is not None:
+            self.pacer.resume()
 
     def add(self, kind: str, name: str, t0: float, t1: float, **args) -> None:
         if self.enabled:

@@ -86,6 +86,7 @@ class RankResult:
     extras: dict = field(default_factory=dict)  # what a scheme's assemble or explore needs
     skipped: list[int] = field(default_factory=list)  # fp16-mixed: steps skipped on overflow
     loss_scales: list[float] = field(default_factory=list)  # fp16-mixed: S of each step
+    pace: dict = field(default_factory=dict)  # paced clock: the pacer's stats (parlab.core.clock)
 
 
 class Strategy:

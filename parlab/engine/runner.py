@@ -25,6 +25,7 @@ from typing import Any
 
 from parlab import models
 from parlab.core import checks, precision, speeds, topology
+from parlab.core import clock as clocks
 from parlab.core.launch import launch, report_progress
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
     Scheme,
@@ -47,6 +48,7 @@ COMMON_OPTIONS = {
     "speeds": None,  # per-rank compute speed, e.g. [1, 1, 0.5, 0.25] (parlab.core.speeds)
     "precision": "fp32",  # "bf16-mixed" | "fp16-mixed": 16-bit compute, fp32 master (core.precision)
     "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
+    "clock": "wall",  # "wall" (this CPU, raw) or paced time: "A100", "H100", "V100" (core.clock)
 }
 OPTIMIZERS = ("adamw", "sgd")
 MIXED_MODELS = ("gpt", "mlp")  # models whose loss is taken in fp32 and tested in mixed precision
@@ -74,6 +76,11 @@ class RunConfig:
     speeds: tuple | None = None  # per-rank compute speed (parlab.core.speeds); None: all 1
     precision: str = "fp32"  # "bf16-mixed" | "fp16-mixed" (parlab.core.precision)
     loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
+    clock: Any = clocks.WALL  # parlab.core.clock.Clock: the wall clock or paced time
+
+    @property
+    def paced(self) -> bool:
+        return self.clock.paced
 
     def option(self, name: str):
         return self.options[name]
@@ -135,15 +142,18 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
                                    or not 0 < loss_scale < math.inf):
         raise ValueError(f"loss_scale={loss_scale!r} must be None or a finite number > 0, and only "
                          f"with precision='fp16-mixed' (got precision={mixed!r})")
+    clock = clocks.resolve(common["clock"], world_size)
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
-        link=topology.resolve(link, world_size), batch_size=batch_size, lr=float(lr),
+        link=clocks.pace_link(topology.resolve(link, world_size), clock), batch_size=batch_size,
+        lr=float(lr),
         optimizer=common["optimizer"], timeout=float(timeout),
         start_method=common["start_method"],
         options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
         precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
+        clock=clock,
     )
     models.check_checkpointing(model, cfg.checkpoint)
     if spec.validate is not None:
@@ -165,7 +175,10 @@ class RankContext:
 
     def span(self, name: str, kind: str = "compute", **args):
         """A span on this rank's timeline; a compute span lasts 1/speed as long on a slow rank
-        (`speeds=`, parlab.core.speeds)."""
+        (`speeds=`, parlab.core.speeds); on a paced clock the timeline's pacer keeps its time,
+        speed included (parlab.core.clock)."""
+        if self.timeline.pacer is not None:
+            return self.timeline.span(name, kind, **args)
         return speeds.span(self.timeline, name, kind, speeds.speed_of(self.cfg, self.rank), **args)
 
     def step(self, step: int):
@@ -179,13 +192,16 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig):
     from parlab.core.trace import Timeline
     from parlab.engine.loop import RankResult
 
-    ledger, timeline = Ledger(rank), Timeline(rank)
+    pacer = (clocks.Pacer(cfg.clock, speeds.speed_of(cfg, rank)) if cfg.clock.paced else None)
+    ledger, timeline = Ledger(rank), Timeline(rank, pacer)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
     ctx = RankContext(rank, world_size, cfg, comm, ledger, timeline)
     out = get_scheme(cfg.scheme).worker(ctx)
     if not isinstance(out, RankResult):
         raise TypeError(f"scheme {cfg.scheme!r} returned {type(out).__name__}, not a RankResult "
                         "(return parlab.engine.loop.train(ctx, strategy))")
+    if pacer is not None:
+        out.pace = pacer.stats()
     report_progress(cfg.steps, cfg.steps)
     return out, ledger.records, timeline.records()
 
@@ -241,6 +257,27 @@ class RunResult:
                   " comm ops" for r, b in enumerate(sent)]
         return "\n".join(lines)
 
+
+    @property
+    def clock(self):
+        """The run's `parlab.core.clock.Clock` (its `.label`: "A100 time ×N" or "this CPU, raw")."""
+        return self.config.clock
+
+    @property
+    def pace(self) -> dict:
+        """A paced run's honesty check, over all ranks: compute segments (stretches of compute
+        between communications), how many overran their paced time (real work, or this rank
+        descheduled, longer than the paced span: contention showing through), the seconds they
+        added, and that as a share of all paced compute (`overrun_share`). Empty on the wall clock."""
+        stats = [out.pace for out in self.outputs if getattr(out, "pace", None)]
+        if not stats:
+            return {}
+        paced = sum(s["paced_s"] for s in stats)
+        overrun = sum(s["overrun_s"] for s in stats)
+        return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
+                "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
+                "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
+                "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats)}
 
     def step_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first `warmup` steps (when there are more)."""

@@ -1,0 +1,258 @@
+"""Paced time: every timing lesson on a named accelerator's clock, whatever else this CPU is doing.
+
+Every chapter is about time, but a few shared CPU cores make a poor clock: four ranks of a tiny
+model contend with each other, with gloo's threads and with whatever else runs, so a bubble or an
+overlap shows one run and hides the next. `parlab.run(..., clock="A100")` replaces the CPU's clock
+by a deterministic one; `clock="wall"` (the default) keeps the raw machine.
+
+How a paced run keeps time
+- **Compute** (`Timeline.span(kind="compute")`, so every forward, backward, optimizer and pipeline
+  F/B/W span): while the span runs, a dispatch mode (`WorkMeter`) counts the aten operators it
+  executes and their FLOPs (`torch.utils.flop_counter`'s formulas: matmuls, convolutions,
+  attention). The span then lasts exactly
+
+      paced seconds = M × Σ_op (c0 + FLOPs_op / F_ref) / speed
+
+  — a *reference machine* that pays c0 = 30 µs per operator and computes F_ref = 20 GFLOP/s (a
+  conservative bound of what one core of this class of CPU does: measured 9 µs/op and 30–85
+  GFLOP/s on the tiny GPT, docs/measurements.md), times a margin M = max(2, world_size) so that
+  the real work stays well inside its paced span even with more ranks than cores. The real work
+  runs first, then the rank sleeps to the span's paced end. `speeds=` (chapter 11's stragglers)
+  divides on top. The count is a function of the operators and shapes alone: the same span lasts
+  the same time on an idle laptop, a busy CI machine, or beside two CPU-burning processes.
+- **Communication**: every emulated link is the real link dilated by the same N (α·N, β/N;
+  `parlab.core.link`), where N = M × F_acc / F_ref: the accelerator (`ACCELERATORS`, sustained
+  F_acc) is taken to run every operator F_acc / F_ref times faster than the reference machine, so
+  compute and communication are both N times slower than on the accelerator and their ratio is
+  the accelerator's on the real link ("A100 time ×N"). A preset name under a paced clock means the
+  real link (NVLink, 100Gb-IB, ...), not the teaching preset (real ÷ 100).
+- A communication issued inside a compute span first settles the compute done so far (the message
+  leaves when the paced computation that made it is over) and the span's clock restarts when it
+  returns, so a tensor-parallel all-reduce inside forward is paid once, on the link.
+
+Results (losses, parameters, bytes) never change: only time does. What is not paced: work outside
+compute spans (the loop's bookkeeping, well under a millisecond a step) and the real time of
+gloo's transfers where no link is emulated (`link=None`): pace a comparison on a link.
+
+Simplification, stated: the accelerator is modelled as uniformly F_acc / F_ref faster than the
+reference machine on every operator. A real A100 runs a model this small launch-bound, with its
+operators' fixed costs ~10× below a CPU's rather than 7,500×; what the paced clock keeps exact is
+the ratio of compute to communication for a model whose time is its FLOPs, the regime of the
+papers' clusters. `RunResult.pace` reports any span whose real work overran its paced time (the
+one way contention can still show), so a run can say it stayed honest.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from parlab.core.link import ACCELERATORS, PRESETS, REAL, Accelerator, Link
+
+OP_SECONDS = 30e-6  # c0: the reference machine's fixed cost per operator
+REFERENCE_FLOPS = 20e9  # F_ref: the reference machine's FLOP/s
+OVERRUN_TOLERANCE_S = 1e-3  # a span whose real work ends later than this past its paced end overran
+
+
+@dataclass(frozen=True)
+class Clock:
+    """What time a run keeps: the wall clock (`accelerator` None), or paced time on `accelerator`
+    with margin `margin` (M) and dilation N = M × F_acc / F_ref."""
+
+    accelerator: Accelerator | None = None
+    margin: float = 1.0
+
+    @property
+    def paced(self) -> bool:
+        return self.accelerator is not None
+
+    @property
+    def dilation(self) -> float:
+        """N: paced seconds per accelerator second (1 on the wall clock)."""
+        return self.margin * self.accelerator.flops / REFERENCE_FLOPS if self.paced else 1.0
+
+    @property
+    def name(self) -> str:
+        return self.accelerator.name if self.paced else "wall"
+
+    @property
+    def label(self) -> str:
+        return (f"{self.accelerator.name} time ×{self.dilation:,.0f}" if self.paced
+                else "this CPU, raw")
+
+    def seconds(self, ops: int, flops: float, speed: float = 1.0) -> float:
+        """Paced seconds of a compute span of `ops` operators and `flops` FLOPs at `speed`."""
+        return self.margin * (ops * OP_SECONDS + flops / REFERENCE_FLOPS) / speed
+
+    def accelerator_seconds(self, paced_seconds: float) -> float:
+        """What `paced_seconds` of this run's time are on the accelerator itself (÷ N)."""
+        return paced_seconds / self.dilation
+
+    def __str__(self) -> str:
+        return self.label
+
+
+WALL = Clock()
+
+
+def resolve(clock, world_size: int) -> Clock:
+    """`clock=` of `parlab.run`: "wall", an accelerator's name ("A100", "H100", "V100"), an
+    `Accelerator`, or a `Clock`; ValueError names anything else."""
+    if isinstance(clock, Clock):
+        return clock
+    margin = float(max(2, world_size))
+    if isinstance(clock, Accelerator):
+        if not (clock.flops > 0 and math.isfinite(clock.flops)):
+            raise ValueError(f"clock={clock!r}: its flops must be a finite number > 0")
+        return Clock(clock, margin)
+    if clock == "wall":
+        return WALL
+    if isinstance(clock, str) and clock in ACCELERATORS:
+        return Clock(ACCELERATORS[clock], margin)
+    raise ValueError(f"clock={clock!r} must be 'wall', one of {sorted(ACCELERATORS)} (paced time on "
+                     "that accelerator) or a parlab.core.link.Accelerator")
+
+
+# ----------------------------------------------------------------------------- links
+def pace_link(link, clock: Clock):
+    """The link a paced run emulates: the real link, α·N and β/N. A preset name or preset Link
+    stands for its real link (`parlab.core.link.REAL`), not its teaching value (real ÷ 100); any
+    other Link is taken as real; a `Topology` is paced pair by pair. Unchanged on the wall clock."""
+    from parlab.core.topology import Topology
+
+    if not clock.paced or link is None:
+        return link
+    if isinstance(link, Topology):
+        return Topology(tuple(tuple(pace_link(p, clock) for p in row) for row in link.links),
+                        f"{link.name}, {clock.label}", link.nodes)
+    if link.dilation != 1.0:
+        raise ValueError(f"link={link.name!r} is already dilated (×{link.dilation:,.0f}); with "
+                         f"clock={clock.name!r} pass the real link: the clock dilates it")
+    n = clock.dilation
+    if link.name in REAL and PRESETS.get(link.name) == link:
+        alpha, beta = REAL[link.name]
+        return Link(alpha * n, beta / n, f"{link.name} as an {clock.name} sees it, time ×{n:,.0f}", n)
+    return Link(link.latency_s * n, link.bandwidth_Bps / n, f"{link.name}, {clock.label}", n)
+
+
+def real_link(name: str) -> Link:
+    """The real (undilated) link `name`, for a paced run: `parlab.run(..., link=real_link("1GbE"))`
+    is what a preset name already means under a paced clock."""
+    if name not in REAL:
+        raise ValueError(f"link={name!r} is not a real link; choose one of {sorted(REAL)}")
+    return Link(*REAL[name], name=f"{name} (real)")
+
+
+# ----------------------------------------------------------------------------- the meter
+def _work_meter_class():
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry
+
+    class WorkMeter(TorchDispatchMode):
+        """Counts the aten operators run under it and their FLOPs (communication ops excluded)."""
+
+        def __init__(self):
+            super().__init__()
+            self.ops, self.flops = 0, 0
+            self.counting = True  # False while a communication runs (its reductions are the link's)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if self.counting and func.namespace == "aten":
+                self.ops += 1
+                count = flop_registry.get(func._overloadpacket)
+                if count is not None:
+                    self.flops += count(*args, **kwargs, out_val=out)
+            return out
+
+    return WorkMeter
+
+
+_METER = None
+
+
+def work_meter():
+    """A fresh `WorkMeter` (a TorchDispatchMode; its class is built once, on first use)."""
+    global _METER
+    if _METER is None:
+        _METER = _work_meter_class()
+    return _METER()
+
+
+# ----------------------------------------------------------------------------- the pacer
+@dataclass
+class Pacer:
+    """One rank's paced clock: compute spans last `clock.seconds(ops, flops, speed)`.
+
+    `enter()` / `exit()` bracket a compute span (nested spans count once, in the outermost);
+    `settle()` ends the current compute segment (sleeping to its paced end) before a communication
+    leaves, `resume()` starts a new segment when it returns. `stats()` says how much real work
+    overran its paced time."""
+
+    clock: Clock
+    speed: float = 1.0
+    depth: int = 0
+    segment_start: float = 0.0
+    meter: object = None
+    paced_s: float = 0.0
+    spans: int = 0
+    overruns: int = 0
+    overrun_s: float = 0.0
+    worst: float = 0.0  # largest real/paced ratio of a segment
+    ops: int = 0
+    flops: float = 0.0
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth == 1:
+            self.meter = work_meter()
+            self.meter.__enter__()
+            self.segment_start = time.perf_counter()
+
+    def exit(self) -> None:
+        if self.depth == 1:
+            self.meter.__exit__(None, None, None)
+            self.settle()
+            self.meter = None
+        self.depth -= 1
+
+    def settle(self) -> None:
+        """Sleep until the compute since the segment began has lasted its paced time."""
+        if self.depth == 0 or self.meter is None:
+            return
+        ops, flops = self.meter.ops, self.meter.flops
+        self.meter.ops, self.meter.flops, self.meter.counting = 0, 0, False
+        if ops == 0:
+            return
+        paced = self.clock.seconds(ops, flops, self.speed)
+        end = self.segment_start + paced
+        now = time.perf_counter()
+        if now > end + OVERRUN_TOLERANCE_S:
+            self.overruns += 1
+            self.overrun_s += now - end
+        if paced > 0:
+            self.worst = max(self.worst, (now - self.segment_start) / paced)
+
+        delay = end - now
+        if delay > 0:
+            time.sleep(delay)
+        self.paced_s += paced
+        self.spans += 1
+        self.ops += ops
+        self.flops += flops
+        # drift-free: the next segment starts at this one's paced end, not at the sleep's wake-up
+        # (a late wake-up of a few hundred µs is absorbed instead of added to every span)
+        self.segment_start = end if now <= end + OVERRUN_TOLERANCE_S else time.perf_counter()
+
+    def resume(self) -> None:
+        """A communication returned (or an async one was issued): the compute segment restarts."""
+        if self.depth > 0 and self.meter is not None:
+            self.meter.counting = True
+            self.segment_start = time.perf_counter()
+
+    def stats(self) -> dict:
+        return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,
+                "overruns": self.overruns, "overrun_s": self.overrun_s,
+                "worst_real_over_paced": self.worst, "ops": self.ops, "flops": self.flops}

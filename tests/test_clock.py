@@ -1,0 +1,172 @@
+"""Paced time (`clock=`, parlab.core.clock): deterministic compute spans, links dilated alike,
+results unchanged, and the acceptance test: a paced comparison holds whether the machine is idle
+or two CPU-burning processes run beside it."""
+
+import statistics
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import parlab
+from parlab.core import clock as clocks
+from parlab.core.link import PRESETS, REAL, Accelerator, Link, faithful
+from parlab.core.trace import Timeline
+from parlab.engine.runner import make_config
+
+
+@pytest.mark.parametrize("bad", ["B200", "a100", 3, None, "", ["A100"]])
+def test_bad_clock_is_refused_before_launch_naming_it(bad):
+    with pytest.raises(ValueError, match="clock=") as info:
+        make_config("ddp-naive", world_size=2, clock=bad)
+    assert repr(bad) in str(info.value)
+
+
+def test_an_accelerator_with_no_rate_is_refused():
+    with pytest.raises(ValueError, match="flops"):
+        make_config("ddp-naive", world_size=2, clock=Accelerator("X", float("inf")))
+
+
+def test_an_already_dilated_link_is_refused_under_a_paced_clock():
+    with pytest.raises(ValueError, match="already dilated"):
+        make_config("ddp-naive", world_size=2, clock="A100", link=faithful("1GbE", 1e9))
+
+
+def test_wall_is_the_default_and_changes_nothing():
+    cfg = make_config("ddp-naive", world_size=2, link="1GbE")
+    assert cfg.clock is clocks.WALL and not cfg.paced
+    assert cfg.link == PRESETS["1GbE"]
+
+
+@pytest.mark.parametrize("world_size, margin", [(1, 2), (2, 2), (4, 4), (8, 8)])
+def test_dilation_and_label_follow_the_accelerator_and_the_margin(world_size, margin):
+    cfg = make_config("single" if world_size == 1 else "ddp-naive", world_size=world_size,
+                      clock="A100", batch_size=8 * world_size)
+    n = margin * 150e12 / clocks.REFERENCE_FLOPS
+    assert cfg.clock.dilation == pytest.approx(n)
+    assert cfg.clock.label == f"A100 time ×{n:,.0f}"
+    assert cfg.clock.accelerator_seconds(n) == pytest.approx(1.0)
+
+
+def test_a_preset_under_a_paced_clock_is_the_real_link_dilated():
+    cfg = make_config("ddp-naive", world_size=4, clock="H100", link="1GbE")
+    n = cfg.clock.dilation
+    alpha, beta = REAL["1GbE"]
+    assert cfg.link.latency_s == pytest.approx(alpha * n)
+    assert cfg.link.bandwidth_Bps == pytest.approx(beta / n)
+    assert cfg.link.dilation == pytest.approx(n)
+    custom = make_config("ddp-naive", world_size=4, clock="H100", link=Link(1e-6, 1e9, "mine")).link
+    assert custom.latency_s == pytest.approx(1e-6 * n)
+    assert custom.bandwidth_Bps == pytest.approx(1e9 / n)
+
+
+def test_a_topology_is_paced_pair_by_pair():
+    from parlab.core.topology import two_nodes
+    cfg = make_config("ddp-naive", world_size=4, clock="A100", link=two_nodes(4))
+    n = cfg.clock.dilation
+    assert cfg.link.link_between(0, 1).bandwidth_Bps == pytest.approx(REAL["NVLink"][1] / n)
+    assert cfg.link.link_between(0, 3).bandwidth_Bps == pytest.approx(REAL["1GbE"][1] / n)
+    assert cfg.link.link_between(0, 0) is None
+
+
+def test_the_meter_counts_operators_and_flops_exactly():
+    meter = clocks.work_meter()
+    a, b = torch.randn(64, 32), torch.randn(32, 16)
+    with meter:
+        c = a @ b  # 2·64·32·16 FLOPs
+        c.relu()  # an operator, no FLOPs counted
+    assert (meter.ops, meter.flops) == (2, 2 * 64 * 32 * 16)
+
+
+def test_a_paced_span_lasts_its_paced_time_whatever_the_work_really_took():
+    clock = clocks.resolve("A100", 2)
+    timeline = Timeline(0, clocks.Pacer(clock))
+    a, b = torch.randn(128, 128), torch.randn(128, 128)
+    with timeline.span("forward"):
+        for _ in range(20):
+            a @ b
+    expected = clock.seconds(20, 20 * 2 * 128**3)
+    (event,) = timeline.events
+    # paced time; tolerance: a sleep wakes up to a few ms late on a loaded machine
+    assert event.t1 - event.t0 == pytest.approx(expected, abs=5e-3)
+    assert timeline.pacer.stats()["ops"] == 20
+
+
+def test_speeds_divide_the_paced_time():
+    clock = clocks.resolve("A100", 2)
+    durations = []
+    for speed in (1.0, 0.25):
+        timeline = Timeline(0, clocks.Pacer(clock, speed))
+        with timeline.span("forward"):
+            for _ in range(10):
+                torch.randn(64, 64) @ torch.randn(64, 64)
+        durations.append(timeline.events[0].duration)
+    assert durations[1] / durations[0] == pytest.approx(4.0, rel=0.05)  # paced time, 5%
+
+
+def test_comm_spans_are_not_paced_as_compute():
+    timeline = Timeline(0, clocks.Pacer(clocks.resolve("A100", 2)))
+    with timeline.span("all_reduce", kind="comm"):
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    assert timeline.pacer.stats()["segments"] == 0
+
+
+@pytest.fixture(scope="module")
+def paced_pair():
+    kw = dict(world_size=2, steps=3, link="NVLink")
+    return parlab.run("ddp-bucketed", **kw), parlab.run("ddp-bucketed", clock="A100", **kw)
+
+
+def test_a_paced_run_changes_time_never_results(paced_pair):
+    wall, paced = paced_pair
+    assert wall.losses == paced.losses
+    assert all(torch.equal(wall.state[k], paced.state[k]) for k in wall.state)
+    assert wall.bytes_per_rank() == paced.bytes_per_rank()
+    assert wall.pace == {} and paced.pace["segments"] > 0
+    assert paced.clock.label.startswith("A100 time ×")
+
+
+def test_a_paced_run_is_mostly_paced(paced_pair):
+    _, paced = paced_pair
+    # contention showing through (real work past its paced end) stays a small share of the
+    # paced compute: the margin M keeps real work inside its span
+    assert paced.pace["overrun_share"] < 0.10, paced.pace
+
+
+def _burners(count: int):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def _step_times(link) -> dict:
+    return {name: parlab.run(name, world_size=4, steps=4, clock="A100", link=link).step_time()
+            for name in ("ddp-naive", "ddp-overlap")}
+
+
+@pytest.mark.slow
+def test_a_paced_comparison_holds_beside_two_cpu_burning_processes():
+    """The acceptance test of paced time: ddp-overlap vs ddp-naive at world size 4 on a paced link
+    where communication ≈ compute, idle and then beside two busy-looping processes that this test
+    starts itself: every paced step time within ±5% (the ratio with it)."""
+    link = Link(2e-7, 100e9, "a link where communication ≈ compute")
+    idle = _step_times(link)
+    burners = _burners(2)
+    try:
+        busy = _step_times(link)
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()
+    for name in idle:
+        assert busy[name] == pytest.approx(idle[name], rel=0.05), (name, idle, busy)
+    assert (busy["ddp-naive"] / busy["ddp-overlap"]
+            == pytest.approx(idle["ddp-naive"] / idle["ddp-overlap"], rel=0.05))
+    assert idle["ddp-naive"] > 1.5 * idle["ddp-overlap"]  # the lesson shows: overlap pays
+
+
+def test_paced_step_times_repeat():
+    link = Link(2e-7, 100e9, "a link where communication ≈ compute")
+    times = [parlab.run("ddp-overlap", world_size=2, steps=3, clock="A100", link=link).step_time()
+             for _ in range(2)]
+    assert max(times) / min(times) < 1.05, times  # paced time, 5%
+    assert statistics.median(times) > 0
