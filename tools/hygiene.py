@@ -9,6 +9,13 @@ and nothing a run leaves behind: papermill metadata, saved widget state, nbclien
 timings, a widget view in a golden output (its model is gone once the kernel is). The first code
 cell is tagged `parameters` (papermill injects the CI parameters after it), and every CI
 parameter set names only variables that cell assigns. tests/test_notebooks.py runs this check.
+
+A summary never states a number its run did not make (`typed_measurements`): in a markdown cell
+whose heading says "Summary" (or "Headline"), a figure with a measurement's unit — a ratio "1.5×",
+a share "14%", a time "3 ms" — is flagged unless it is math (`$1.25\times$`: a closed form), or its
+line cites where it comes from: a paper ("et al.", a year in parentheses), or a bench run under a
+named clock ("`python -m parlab bench ...`" with "paced" / "A100" / "raw" on the line). Measured
+headlines belong in a code cell that prints them from this run, with their verdict.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import ast
 import json
 import pathlib
+import re
 import sys
 
 GOLDEN_MARK = "# NBVAL_CHECK_OUTPUT"
@@ -73,8 +81,37 @@ def problems(nb: dict, name: str = "notebook") -> list[str]:
     return found
 
 
+SUMMARY_HEADING = re.compile(r"^#+ .*\b(summary|headline)", re.I | re.M)
+MEASURED_FIGURE = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)?(?:\s*[–-]\s*\d+(?:\.\d+)?)?\s*"
+                             r"(?:×|%|ms\b|µs\b|s\b(?![-\w])|GB/s|MB/s)")
+CITED = re.compile(r"et al\.?|\((?:[^()]*\s)?(?:19|20)\d\d\)|parlab bench[^\n]*(?:paced|A100|H100|V100|raw)",
+                   re.I)
+
+
+def typed_measurements(nb: dict, name: str = "notebook") -> list[str]:
+    """Figures with a measurement's unit typed into a summary's markdown (see the module doc)."""
+    found = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        text = _source(cell)
+        if cell["cell_type"] != "markdown" or not SUMMARY_HEADING.search(text):
+            continue
+        for line in text.splitlines():
+            prose = re.sub(r"\$\$.*?\$\$|\$[^$]*\$|`[^`]*`", " ", line)  # math and code are not claims
+            if CITED.search(line):
+                continue
+            for figure in MEASURED_FIGURE.finditer(prose):
+                found.append(f"{name} cell {i}: summary markdown types a measured figure "
+                             f"{figure.group(0).strip()!r}: print it from this run with its verdict, "
+                             "write a closed form as math, or cite its source")
+    return found
+
+
 def check(paths: list[pathlib.Path]) -> list[str]:
-    return [p for path in paths for p in problems(json.loads(path.read_text()), path.name)]
+    found = []
+    for path in paths:
+        nb = json.loads(path.read_text())
+        found += problems(nb, path.name) + typed_measurements(nb, path.name)
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
