@@ -36,7 +36,20 @@ generation g has ‖u − u*‖∞ ≤ γ^g·‖u₀ − u*‖∞ (Bertsekas & T
 theorem: tested per sweep). Synchronous sweeps have generation = sweep count; asynchronous ones
 count sweeps faster than generations.
 
-Every message: (4 + n,) float64 [stamp, generation, final, unused] + the boundary row, through `Comm`.
+Clocks. `clock="virtual"` (the default): time is a virtual clock, so a run is a pure function of
+its configuration, repeatable on any machine. A sweep lasts `work_ms` virtual milliseconds
+(`straggler`× that on the last rank) and never sleeps; a message leaves when its sender's link is
+free and arrives after its seeded exponential delay. Every rank computes the same timetable
+(`virtual_schedule`: which boundaries are sent, when each arrives, how many sweeps each rank does)
+and each sweep reads, per neighbour, the newest message that has arrived by its virtual start; the
+values themselves still travel between the rank processes through `Comm`, a rank blocking only
+until the message the timetable says it holds is there (causality: it was sent at an earlier
+virtual time). Synchronous sweeps carry their virtual time in the message and start at the later
+of their own and their neighbours'. `clock="wall"`: receiver and sender threads and real sleeps, as
+described above: the order depends on this CPU's scheduling (raw).
+
+Every message: (4 + n,) float64 [stamp, generation, final, virtual send time] + the boundary row,
+through `Comm`.
 """
 
 from __future__ import annotations
@@ -53,7 +66,8 @@ import torch
 from parlab.core.cost import chunk_bounds, shard_sizes
 
 MODES = ("sync", "async", "flexible")
-META = 4  # [stamp, generation, final, unused] before the row
+CLOCKS = ("virtual", "wall")
+META = 4  # [stamp, generation, final, virtual send time] before the row
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,7 @@ class JacobiConfig:
     delay_ms: float = 0.0  # async: mean injected delay of a message (exponential: unbounded)
     seed: int = 0
     inner: int = 1  # relaxations per update with the halos frozen (flexible: a send after each)
+    clock: str = "virtual"  # "virtual": a deterministic timetable; "wall": threads, real sleeps
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -84,8 +99,21 @@ class JacobiConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be a finite number >= 0")
+        if self.clock not in CLOCKS:
+            raise ValueError(f"clock={self.clock!r} must be one of {CLOCKS}")
+        if self.clock == "virtual" and self.mode != "sync" and not self.work_ms > 0:
+            raise ValueError(f"work_ms={self.work_ms!r} must be > 0 on the virtual clock with "
+                             f"mode={self.mode!r}: asynchronous sweeps of no duration never end")
         if self.mode == "sync" and self.delay_ms:
             raise ValueError(f"delay_ms={self.delay_ms} needs mode='async': synchronous sweeps wait anyway")
+
+    @property
+    def label(self) -> str:
+        """What the run's times are: virtual milliseconds of a sweep, or this CPU's raw clock."""
+        if self.clock == "wall":
+            return "this CPU, raw"
+        return (f"virtual time: a sweep = {self.work_ms:g} ms, {self.straggler:g}× on the last rank"
+                + (f", messages delayed {self.delay_ms:g} ms on average" if self.delay_ms else ""))
 
     @property
     def gamma(self) -> float:
@@ -167,6 +195,122 @@ class Outbox:
             return message
 
 
+@dataclass(frozen=True)
+class Timetable:
+    """The virtual clock's timetable of a run: every rank's sweep length and count, and per
+    directed link (sender, receiver) the (stamp, arrival time) of every message sent, in order."""
+
+    work_s: tuple  # seconds one sweep of each rank lasts
+    sweeps: tuple  # sweeps each rank does
+    sent: dict  # (sender, receiver) -> [(stamp, arrival seconds)], stamps increasing
+
+    def newest(self, sender: int, receiver: int, t: float) -> int:
+        """The stamp of the newest message from `sender` that has reached `receiver` by time t
+        (0: none yet)."""
+        messages = self.sent[(sender, receiver)]
+        i = bisect.bisect_right([a for _, a in messages], t)
+        return messages[i - 1][0] if i else 0
+
+
+def _first_sweep_ending_by(t: float, work_s: float) -> int:
+    """The smallest k >= 1 with k·work_s >= t."""
+    k = max(1, math.ceil(t / work_s))
+    while k > 1 and (k - 1) * work_s >= t:
+        k -= 1
+    while k * work_s < t:
+        k += 1
+    return k
+
+
+def _link(cfg: JacobiConfig, sender: int, receiver: int, puts: list) -> list:
+    """One link of the asynchronous sender: whenever the link is free it takes the newest message
+    put so far (an unsent older one is replaced), waits its seeded delay, delivers it."""
+    rng = random.Random(cfg.seed * 1_000_003 + sender * 101 + receiver)
+    sent, free, i = [], 0.0, 0
+    while i < len(puts):
+        taken = max(free, puts[i][1])
+        while i + 1 < len(puts) and puts[i + 1][1] <= taken:
+            i += 1
+        delay = rng.expovariate(1.0 / cfg.delay_ms) / 1e3 if cfg.delay_ms else 0.0
+        free = taken + delay
+        sent.append((puts[i][0], free))
+        i += 1
+    return sent
+
+
+def virtual_schedule(cfg: JacobiConfig, ranks: int) -> Timetable:
+    """The asynchronous run's timetable on the virtual clock, a pure function of (cfg, ranks).
+
+    Sweep k of rank r ends at k·w_r (it never waits). It puts its boundary row for each neighbour
+    at the end of an update (every `inner` sweeps; every sweep under "flexible") and of its last
+    sweep (the final message). The last rank stops after `sweeps` sweeps; every other rank after
+    the first sweep that ends once a final message has reached it (finals travel leftwards from
+    the straggler), so sweep counts follow from the links' timetables, right to left."""
+    w = tuple(cfg.work_ms / 1e3 * (cfg.straggler if r == ranks - 1 else 1.0) for r in range(ranks))
+
+    def puts(r, count):
+        return [(k, k * w[r]) for k in range(1, count + 1)
+                if k % cfg.inner == 0 or cfg.mode == "flexible" or k == count]
+
+    sweeps = [0] * ranks
+    sent = {}
+    sweeps[ranks - 1] = cfg.sweeps
+    for r in range(ranks - 2, -1, -1):  # the final message from r + 1 decides r's last sweep
+        sent[(r + 1, r)] = _link(cfg, r + 1, r, puts(r + 1, sweeps[r + 1]))
+        sweeps[r] = _first_sweep_ending_by(sent[(r + 1, r)][-1][1], w[r])
+    for r in range(ranks - 1):
+        sent[(r, r + 1)] = _link(cfg, r, r + 1, puts(r, sweeps[r]))
+    return Timetable(w, tuple(sweeps), sent)
+
+
+def _virtual_async_rank(rank: int, world_size: int, cfg: JacobiConfig, comm, block, log):
+    """Asynchronous / flexible sweeps on the virtual clock: the timetable says which message each
+    update reads; the values come from the neighbours through `Comm` (in stamp order)."""
+    table = virtual_schedule(cfg, world_size)
+    w, count = table.work_s[rank], table.sweeps[rank]
+    neighbours = [r for r in (rank - 1, rank + 1) if 0 <= r < world_size]
+    incoming = {p: iter(table.sent[(p, rank)]) for p in neighbours}
+    outgoing = {p: {stamp for stamp, _ in table.sent[(rank, p)]} for p in neighbours}
+    held = {p: (0, 0, torch.zeros(cfg.n, dtype=torch.float64)) for p in neighbours}  # stamp, gen, row
+
+    def fetch(p, stamp):  # receive p's messages, in the order it sends them, up to `stamp`
+        while held[p][0] < stamp:
+            expect, _ = next(incoming[p])
+            message = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), p)  # (4 + n,)
+            if int(message[0]) != expect:
+                raise RuntimeError(f"rank {rank}: expected stamp {expect} from {p}, got {int(message[0])}")
+            held[p] = (expect, int(message[1]), message[META:].clone())
+
+    zero = torch.zeros(cfg.n, dtype=torch.float64)
+    generation, handles = 0, []
+    for k in range(count):
+        if k % cfg.inner == 0:  # a new update: the newest halos that arrived by its start
+            for p in neighbours:
+                fetch(p, table.newest(p, rank, k * w))
+            reads = {p: held[p] for p in neighbours}
+        top = reads[rank - 1][2] if rank - 1 in reads else zero
+        bottom = reads[rank + 1][2] if rank + 1 in reads else zero
+        block = sweep(block, top, bottom, cfg)  # (rows, n)
+        generation = 1 + min([generation] + [reads[p][1] for p in neighbours])
+        log["t"].append((k + 1) * w)
+        log["generation"].append(generation)
+        log["blocks"].append(block.clone())
+        log["used"].append({p: reads[p][0] for p in neighbours})
+        for p in neighbours:
+            if k + 1 in outgoing[p]:
+                row = block[0] if p < rank else block[-1]  # (n,) the row the neighbour needs
+                meta = torch.tensor([k + 1, generation, float(k + 1 == count), (k + 1) * w],
+                                    dtype=torch.float64)
+                handles.append(comm.isend(torch.cat([meta, row]), p))  # (4 + n,) to the neighbour
+    for p in neighbours:  # drain what is still on its way (the final message at least)
+        for _ in incoming[p]:
+            comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), p)  # (4 + n,)
+    for handle in handles:
+        handle.wait()
+    log["sweeps"] = count
+    return log, comm.ledger.records
+
+
 def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 60.0):
     """One strip of the grid; returns (its log, the ledger records)."""
     from parlab.core.comm import Comm
@@ -181,6 +325,10 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
     zero = torch.zeros(cfg.n, dtype=torch.float64)
     log = {"rank": rank, "rows": (lo, hi), "t": [], "generation": [], "blocks": [], "used": []}
     work_s = cfg.work_ms / 1e3 * (cfg.straggler if rank == world_size - 1 else 1.0)
+    virtual = cfg.clock == "virtual"
+    if virtual and cfg.mode != "sync":
+        return _virtual_async_rank(rank, world_size, cfg, comm, block, log)
+    now = 0.0  # virtual time (synchronous sweeps on the virtual clock)
 
     def receive_all(peer):  # async: every message from `peer` until its final one
         while True:
@@ -214,28 +362,36 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
         t_start = time.perf_counter()
         block = sweep(block, top, bottom, cfg)  # (rows, n)
         generation = 1 + min([generation] + [reads[p][2] for p in neighbours])
-        time.sleep(max(0.0, work_s - (time.perf_counter() - t_start)))  # the emulated sweep cost
+        if virtual:
+            now += work_s
+        else:
+            time.sleep(max(0.0, work_s - (time.perf_counter() - t_start)))  # the emulated sweep cost
         k += 1
         if cfg.mode == "sync":
             done = k >= cfg.sweeps
         else:
             done = (rank == world_size - 1 and k >= cfg.sweeps) or any(h.final for h in halos.values())
-        log["t"].append(time.perf_counter())
+        log["t"].append(now if virtual else time.perf_counter())
         log["generation"].append(generation)
         log["blocks"].append(block.clone())
         log["used"].append({p: reads[p][1] for p in neighbours})
         if not (done or k % cfg.inner == 0 or cfg.mode == "flexible"):
             continue  # mid-update: only flexible communication sends the partial values
+        waited = now
         for peer in neighbours:
             row = block[0] if peer < rank else block[-1]  # (n,) the row the neighbour needs
-            meta = torch.tensor([k, generation, float(done), 0.0], dtype=torch.float64)
+            meta = torch.tensor([k, generation, float(done), now], dtype=torch.float64)
             message = torch.cat([meta, row])  # (4 + n,)
             if cfg.mode != "sync":
                 outboxes[peer].put(message)
             else:
                 handle = comm.isend(message, peer)  # (4 + n,) to the neighbour
-                halos[peer].offer(comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), peer))
+                received = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), peer)  # (4 + n,)
+                halos[peer].offer(received)
                 handle.wait()
+                waited = max(waited, float(received[3]))
+        if cfg.mode == "sync":
+            now = max(now, waited)  # the next sweep starts once both halos are there
     for thread in threads:
         thread.join(timeout)
         if thread.is_alive():
@@ -266,7 +422,8 @@ class JacobiRun:
         return torch.cat(parts)  # (n, n) strips stacked in row order
 
     def start(self) -> float:
-        return min(log["t"][0] for log in self.logs)
+        """Time zero: the virtual clock's 0, or the first sweep's end on the wall clock."""
+        return 0.0 if self.cfg.clock == "virtual" else min(log["t"][0] for log in self.logs)
 
     def macro_times(self) -> list[float]:
         """T_m: the first time every strip holds a value of generation >= m (m = 1, 2, ...)."""
