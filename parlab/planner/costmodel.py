@@ -145,7 +145,9 @@ def message_time(msg: Message, fit, link) -> float:
     """max(gloo here, emulated link) of one message: k·α + bytes/β each (Thakur et al. 2005)."""
     if msg.n == 1:
         return 0.0
-    if msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
+    if fit is None:  # paced time: the (dilated) link alone, gloo's real time is not paced
+        here = 0.0
+    elif msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
         here = fit.ring_alpha + msg.sent() / fit.ring_beta
     elif msg.op == "p2p":
         here = fit.p2p_alpha + msg.sent() / fit.p2p_beta
@@ -215,17 +217,20 @@ def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
 
 
 def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
-            calibration: Calibration | None = None) -> Prediction:
+            calibration: Calibration | None = None, clock=None) -> Prediction:
     """Predicted step, peak memory and bytes of `plan` for the GPT `cfg_model` (see module doc).
 
     profile: `parlab.planner.profile.measure`; fit: `calibrate_comm(world_size)`; link: an
     emulated `parlab.core.link.Link` or None (loopback); calibration: `fit_calibration` of a
     few measured plans (None: the raw model)."""
+    from parlab.core.clock import pace_link
     from parlab.core.link import resolve
-    if plan.world_size > 1 and fit.world_size != plan.world_size:
+    if fit is not None and plan.world_size > 1 and fit.world_size != plan.world_size:
         raise ValueError(f"fit.world_size={fit.world_size} was measured for another world size "
                          f"than plan {plan.describe()} (world_size={plan.world_size})")
     link = resolve(link)
+    if clock is not None and clock.paced:  # the link the paced run emulates: real, dilated by N
+        link = pace_link(link, clock)
     cal = calibration or Calibration()
     m = cfg_model
     # time: stage 0's messages, a micro-batch crossing each boundary twice on the critical path

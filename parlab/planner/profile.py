@@ -64,9 +64,10 @@ class Profile:
     cores: int
     model_config: object
     attn_chunk_s: float = 0.0  # forward + backward of one more score block merged (ring attention)
+    opt_fixed_s: float = 0.0  # the optimizer's cost per step whatever its tensors (paced profile)
 
     def optimizer(self, tensors: float, elements: float) -> float:
-        return tensors * self.opt_per_tensor_s + elements * self.opt_per_element_s
+        return self.opt_fixed_s + tensors * self.opt_per_tensor_s + elements * self.opt_per_element_s
 
     def achieved_flops(self) -> float:
         return self.block_fwd.rate

@@ -1,0 +1,121 @@
+"""The planner on paced time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): a compute
+profile that is *counted*, not timed, and the links as the paced run sees them.
+
+A paced compute span lasts exactly M · Σ_op (c0 + FLOPs_op / F_ref) / speed (`Clock.seconds`), a
+function of the aten operators it ran and their FLOPs alone. So the planner's profile does not
+time anything: it runs one GPT block, the embedding + head and AdamW once in this process under
+the same `WorkMeter` the paced clock uses, counts their operators and FLOPs at two batch sizes,
+and prices them with the run's clock — the `profile.Profile` lines the cost model already reads,
+in *paced seconds*, deterministic on any machine. A paced link is the real link dilated by
+N = `clock.dilation` (`parlab.core.clock.pace_link`), closed form too.
+
+What stays for the calibration (`costmodel.fit_calibration`, fitted on a sweep the model is not
+scored on): how the operators of the composed layers (tensor-parallel all-reduce wrappers, ring
+attention's merges, ZeRO's hooks) differ from the plain block's, the unpaced work (the loop's
+bookkeeping, real gloo time), and how the schedule overlaps links and compute.
+
+Every prediction made from this profile is in paced seconds of the clock it was counted for
+(accelerator seconds = paced seconds / `clock.dilation`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from parlab.core import clock as clocks
+from parlab.planner.profile import Line, Profile, block_flops, outside_flops
+
+_CACHE: dict = {}
+
+
+def count(fn) -> tuple[int, float]:
+    """(aten operators, FLOPs) that `fn()` runs, as the paced clock counts them."""
+    meter = clocks.work_meter()
+    with meter:
+        fn()
+    return meter.ops, meter.flops
+
+
+def clock_for(clock, world_size: int) -> clocks.Clock:
+    """The `Clock` a run of `world_size` ranks keeps with `clock=` ("A100", ...); it must be paced."""
+    got = clocks.resolve(clock, world_size)
+    if not got.paced:
+        raise ValueError(f"clock={clock!r}: the paced planner needs a paced clock ('A100', 'H100', "
+                         "'V100' or an Accelerator), not the wall clock")
+    return got
+
+
+def _line(clock, x: tuple[float, float], work: tuple[tuple[int, float], tuple[int, float]]) -> Line:
+    """The paced line through two (ops, FLOPs) counts at profile FLOPs x[0], x[1]."""
+    t = [clock.seconds(ops, flops) for ops, flops in work]
+    slope = max((t[1] - t[0]) / (x[1] - x[0]), 1e-18)
+    return Line(max(t[0] - slope * x[0], 0.0), 1.0 / slope)
+
+
+def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
+    """The paced `Profile` of `model_config` on `clock` (cached): every line in paced seconds."""
+    from parlab.context_parallel.ring_attention import blockwise_attention
+    from parlab.models.gpt import GPT, Block
+
+    key = (model_config, clock, rows)
+    if key in _CACHE:
+        return _CACHE[key]
+    cfg = model_config
+    T, C = cfg.block_size, cfg.n_embd
+    torch.manual_seed(0)
+    block = Block(cfg)
+    model = GPT(cfg, seed=0)
+    small = max(1, rows // 4)
+
+    def block_work(b):
+        x = torch.randn(b, T, C, requires_grad=True)  # (B, T, C)
+        grad = torch.randn(b, T, C)  # (B, T, C)
+        holder = {}
+        fwd = count(lambda: holder.setdefault("y", block(x)))
+        bwd = count(lambda: holder["y"].backward(grad))
+        return fwd, bwd
+
+    def outside_work(b):
+        import torch.nn.functional as F
+        vocab = model.wte.weight.shape[0]
+        ids = torch.randint(0, vocab, (b, T))  # (B, T)
+        x = torch.randn(b, T, C, requires_grad=True)  # (B, T, C): the last block's output
+        holder = {}
+
+        def forward():
+            emb = model.wte(ids) + model.wpe(torch.arange(T))  # (B, T, C)
+            logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
+                model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
+            holder["loss"] = emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
+        fwd = count(forward)
+        bwd = count(lambda: holder["loss"].backward())
+        return fwd, bwd
+
+    (bf_s, bb_s), (bf_b, bb_b) = block_work(small), block_work(rows)
+    x = (block_flops(small, T, C), block_flops(rows, T, C))
+    (of_s, ob_s), (of_b, ob_b) = outside_work(small), outside_work(rows)
+    xo = (outside_flops(small, T, C, cfg.vocab_size), outside_flops(rows, T, C, cfg.vocab_size))
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.randn_like(p)
+    from parlab.engine.loop import optimizer_spec
+    opt_class, settings = optimizer_spec(type("Cfg", (), {"optimizer": "adamw", "lr": 1e-3})())
+    all_ops, _ = count(opt_class(params, **settings).step)
+    one_ops, _ = count(opt_class([params[0]], **settings).step)
+    per_tensor_ops = (all_ops - one_ops) / max(len(params) - 1, 1)
+    fixed = max(one_ops - per_tensor_ops, 0.0)
+    # ring attention merges 2cp+1 score blocks per rank: one more block's forward + backward
+    shape = (rows, cfg.n_head, T, C // cfg.n_head)  # (B, nh, T, hs)
+    q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
+    blocks = 8 if T % 8 == 0 else 1
+    chunk = 0.0
+    if blocks > 1:
+        many = count(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
+        one = count(lambda: blockwise_attention(q, k, v, T).sum().backward())
+        chunk = max(clock.seconds(*many) - clock.seconds(*one), 0.0) / (blocks - 1)
+    prof = Profile(_line(clock, x, (bf_s, bf_b)), _line(clock, x, (bb_s, bb_b)),
+                   _line(clock, xo, (of_s, of_b)), _line(clock, xo, (ob_s, ob_b)),
+                   clock.seconds(per_tensor_ops, 0.0), 0.0, 1 << 30, cfg, chunk,
+                   clock.seconds(fixed, 0.0))  # cores: paced spans never share one
+    _CACHE[key] = prof
+    return prof
