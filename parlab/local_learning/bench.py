@@ -1,14 +1,16 @@
 """`python -m parlab bench local_learning`: throughput, idle fraction and final loss of each
 scheme against pp-1f1b at the same micro-batch count, measured in one sweep, at pp = 2 and 4, on
-loopback and an emulated 1 GbE link; and the weight versions PipeDream and 2BW stash per stage.
+the paced clock (`--clock A100`, parlab.core.clock) over NVLink; and the weight versions PipeDream
+and 2BW stash per stage.
 
 Papers: Belilovsky et al. (ICML 2020), Gomez et al. (JMLR 2022), Narayanan et al. (SOSP 2019,
-ICML 2021). The model is wider than the default (C = 128, T = 64) so that a stage's compute
-outweighs a message; at pp = 4 four ranks share this machine's 2 cores, so idle time includes
-waiting for a core.
+ICML 2021). The model is the notebook's timing model (`explore.TIMING_MODEL`, C = 128, T = 64),
+wider than the default so that a stage's compute outweighs a message on NVLink. On the paced
+clock the step times are the A100's ×N and repeatable on a shared machine; `--clock wall` shows
+this CPU, raw (four ranks on two cores then wait for a core too).
 
-    python -m parlab bench local_learning            # pp 2 and 4, loopback and 1GbE (~5 min)
-    python -m parlab bench local_learning --quick    # pp 2, loopback
+    python -m parlab bench local_learning            # pp 2 and 4, NVLink, A100 time (~3 min)
+    python -m parlab bench local_learning --quick    # pp 2
     python -m parlab bench local_learning --json out.json
 """
 
@@ -17,10 +19,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from parlab.local_learning import cost
-from parlab.local_learning.explore import compare_schemes, explain_idle
+from parlab.local_learning import cost, explore
 
-MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
+MODEL = explore.TIMING_MODEL
 
 
 def schemes_for(pp: int) -> tuple:
@@ -33,15 +34,16 @@ def schemes_for(pp: int) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench local_learning")
     parser.add_argument("--pp", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--links", nargs="+", default=["loopback", "1GbE"])
-    parser.add_argument("--microbatches", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--links", nargs="+", default=[explore.TIMING_LINK])
+    parser.add_argument("--clock", default="A100", help="A100, H100, V100 (paced) or wall")
+    parser.add_argument("--microbatches", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.quick:
-        args.pp, args.links, args.steps = [2], ["loopback"], 4
+        args.pp, args.steps = [2], 3
     for name, value in (("--microbatches", args.microbatches), ("--steps", args.steps),
                         ("--batch", args.batch)):
         if value < 1:
@@ -50,13 +52,15 @@ def main(argv=None) -> int:
     for pp in args.pp:
         for link in args.links:
             print(f"\npp={pp}, m={args.microbatches}, link={link}, batch {args.batch}, model {MODEL}")
-            rows = compare_schemes(pp, steps=args.steps, model_config=MODEL, batch_size=args.batch,
-                                   link=None if link == "loopback" else link,
+            rows = explore.compare_schemes(pp, steps=args.steps, model_config=MODEL, batch_size=args.batch,
+                                   link=None if link == "loopback" else link, clock=args.clock,
                                    microbatches=args.microbatches, schemes=schemes_for(pp))
-            explain_idle(rows, args.microbatches)
+            explore.explain_idle(rows, args.microbatches)
+            explore.lessons(rows, args.microbatches)
             for row in rows:
                 r = row.pop("result")
-                row.update(pp=pp, link=link, samples_per_s=args.batch / row["step_s"])
+                row.update(pp=pp, link=link, clock=r.clock.label,
+                           samples_per_s=args.batch / row["step_s"])
                 if row["scheme"].startswith("pipedream"):
                     row["stashed_versions"] = [o.extras["peak_versions"] for o in r.outputs]
                 out.append(row)
