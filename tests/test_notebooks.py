@@ -49,3 +49,20 @@ def test_notebooks_are_stripped():
     from tools.hygiene import check
 
     assert check(NOTEBOOKS) == []
+
+
+def test_hygiene_flags_measured_figures_typed_into_a_summary():
+    """A summary's prose may not state a measured number: figures with ×, % or a time unit are
+    flagged, unless they are math (a closed form) or cite their source."""
+    from tools.hygiene import typed_measurements
+
+    def nb(*cells):
+        return {"cells": [{"cell_type": "markdown", "source": c, "metadata": {}} for c in cells]}
+
+    flagged = typed_measurements(nb("## 7. Summary\n- ep-allgather takes 2.0–2.3× ep's time, "
+                                    "36% idle, 122 ms"))
+    assert [p.split("figure ")[1].split(":")[0] for p in flagged] == ["'2.0–2.3×'", "'36%'", "'122 ms'"]
+    assert typed_measurements(nb("## Summary\n- sequence parallelism moves $1.25\\times$ tp's bytes",
+                                 "## Summary\n- 14–32% exposed (Hsia et al., ISCA 2024)",
+                                 "## Results\n- measured 2.3× here (not a summary cell)",
+                                 "## Summary\n- `python -m parlab bench x`: 1.5× paced (A100)")) == []
