@@ -84,6 +84,31 @@ def crossover_speedup(compute: dict, comm: dict) -> float:
     return round_seconds("sequential", compute, comm) / round_seconds("crossover", compute, comm)
 
 
+def run_seconds(schedule: str, compute: dict, update: dict, comm: dict, steps: int) -> float:
+    """Seconds of a whole run of `steps` steps of every job under `schedule` ("sequential" or
+    "crossover"), warm-up and drain included: the schedule's one thread replayed on one processor
+    (compute P_j = forward + backward, update U_j = the optimizer step) and one link that carries
+    the jobs' all-reduces in issue order (C_j each). A short run pays what the steady state
+    `round_seconds` leaves out: crossover's first compute hides nothing and its last all-reduce
+    is not hidden."""
+    from parlab.serving import schedules
+
+    if schedule not in ("sequential", "crossover"):
+        raise ValueError(f"schedule={schedule!r}: run_seconds replays sequential or crossover")
+    (thread,) = schedules.build(schedule, list(compute), steps)
+    now, link_free, done = 0.0, 0.0, {}
+    for job, hook, _ in thread:
+        if hook == "compute":
+            now += compute[job]
+        elif hook == "start":
+            link_free = done[job] = max(now, link_free) + comm[job]
+        elif hook == "wait":
+            now = max(now, done[job])
+        else:
+            now += update[job]
+    return now
+
+
 # ----------------------------------------------------------------------------- edge inference
 def block_sides(cfg: GroupedConfig) -> list[int]:
     """Side of the feature map entering each block's mix: 8, 4, ... for 16×16 images."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import statistics
 
 import parlab
-from parlab.core import link as link_mod
 from parlab.exercises import Exercise, find, numeric
 from parlab.serving import cost, explore_edge
 from parlab.serving.jobs import JobSpec
@@ -23,7 +22,8 @@ GPT_TINY = {"n_embd": 16, "n_layer": 2, "n_head": 2}
 
 def jobs(world_size: int = 2, rows_a: int = 128, rows_b: int = 8192) -> list[JobSpec]:
     """The chapter's two jobs, `rows_*` rows per rank (weak scaling): A a tiny GPT, B the MLP.
-    On the emulated 1GbE each computes about as long as its gradients travel: crossover's case."""
+    In A100 time on the real 100Gb-IB (`clock="A100"`, `link="100Gb-IB"`, the notebook's
+    defaults) each computes about as long as its gradients travel: crossover's case."""
     return [JobSpec("A", model="gpt", model_config=GPT_TINY, batch_size=rows_a * world_size),
             JobSpec("B", model="mlp", batch_size=rows_b * world_size)]
 
@@ -33,10 +33,12 @@ def _link(link):
 
 
 # ----------------------------------------------------------------------------- runs
-def run_schedules(world_size: int, steps: int, link: str = "1GbE", specs=None) -> dict:
-    """Every schedule once, same jobs, same link: {schedule: JobsResult}."""
+def run_schedules(world_size: int, steps: int, link: str = "100Gb-IB", specs=None,
+                  clock: str = "A100") -> dict:
+    """Every schedule once, same jobs, same link, same clock (paced A100 time by default; "wall":
+    this CPU, raw): {schedule: JobsResult}."""
     specs = specs or jobs(world_size)
-    return {s: run_jobs(specs, world_size, s, steps, _link(link)) for s in SCHEDULES}
+    return {s: run_jobs(specs, world_size, s, steps, _link(link), clock=clock) for s in SCHEDULES}
 
 
 def singles(specs: list[JobSpec], steps: int) -> dict:
@@ -83,7 +85,7 @@ def draw_schedules(results: dict, rank: int = 0, shown=("sequential", "crossover
         ax.invert_yaxis()
         ax.set_xlim(0, end)
         ax.set_title(f"{schedule}: {results[schedule].wall_s * 1e3:.0f} ms", fontsize=9, loc="left")
-    axes[-1].set_xlabel(f"time (ms), rank {rank}")
+    axes[-1].set_xlabel(f"time (ms, {results[shown[0]].clock.label}), rank {rank}")
     handles = [Patch(color=c[i], label=f"{j} {'communication' if i else 'compute'}")
                for j, c in COLORS.items() for i in (0, 1)]
     axes[0].legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small",
@@ -93,31 +95,50 @@ def draw_schedules(results: dict, rank: int = 0, shown=("sequential", "crossover
 
 
 # ----------------------------------------------------------------------------- 2. math
-def compute_seconds(result, job: str) -> float:
-    """P: median seconds of one step's compute (forward, backward, optimizer) of `job`, rank 0,
-    after the first step."""
+def compute_seconds(result, job: str, names=None) -> float:
+    """Median seconds of one step's compute spans of `job` (all of them, or those `names`:
+    ("forward", "backward") or ("optimizer",)), rank 0, after the first step. On a paced clock
+    these are paced seconds: deterministic, save a span whose real work overran (`result.pace`)."""
     per_step: dict = {}
     for e in result.timeline:
-        if e["rank"] == 0 and e["kind"] == "compute" and e["args"].get("job") == job:
+        if e["rank"] == 0 and e["kind"] == "compute" and e["args"].get("job") == job and \
+                (names is None or e["name"] in names):
             step = e["args"].get("step")
             per_step[step] = per_step.get(step, 0.0) + e["t1"] - e["t0"]
     values = [v for k, v in sorted(per_step.items()) if k != 0] or list(per_step.values())
-    return statistics.median(values)
+    return statistics.median(values) if values else 0.0
 
 
-def model_table(results: dict, link: str = "1GbE") -> dict:
-    """P from the sequential run, C from the closed form on the link; each schedule's round."""
+def model_table(results: dict, link: str = "100Gb-IB") -> dict:
+    """P (forward + backward + optimizer) measured from the sequential run, C from the closed
+    form on the run's link (the paced link on a paced clock); each schedule's steady round and
+    the whole run's length replayed (`cost.run_seconds`)."""
     seq = results["sequential"]
-    resolved = link_mod.resolve(_link(link))
-    compute = {name: compute_seconds(seq, name) for name in seq.jobs}
+    resolved = seq.link
+    compute = {name: compute_seconds(seq, name, ("forward", "backward")) for name in seq.jobs}
+    update = {name: compute_seconds(seq, name, ("optimizer",)) for name in seq.jobs}
+    total = {name: compute[name] + update[name] for name in seq.jobs}
     comm = {name: cost.sync_seconds(r.config, resolved) for name, r in seq.jobs.items()}
+    print(f"clock: {seq.clock.label}; link: {link}" + (f" ({resolved.name})" if resolved else ""))
     for name in seq.jobs:
-        print(f"job {name}: P = {compute[name] * 1e3:6.1f} ms compute (measured), "
-              f"C = {comm[name] * 1e3:6.1f} ms on {link} (closed form)")
+        print(f"job {name}: P = {total[name] * 1e3:7.1f} ms compute (measured, "
+              f"{update[name] * 1e3:.1f} of it the optimizer), C = {comm[name] * 1e3:7.1f} ms "
+              "on the link (closed form)")
     for schedule in ("sequential", "crossover"):
-        print(f"{schedule:<11} round = {cost.round_seconds(schedule, compute, comm) * 1e3:6.1f} ms")
-    print(f"predicted crossover speedup: {cost.crossover_speedup(compute, comm):.2f}×")
-    return {"compute": compute, "comm": comm}
+        print(f"{schedule:<11} round = {cost.round_seconds(schedule, total, comm) * 1e3:7.1f} ms   "
+              f"whole run of {seq.steps} steps = "
+              f"{cost.run_seconds(schedule, compute, update, comm, seq.steps) * 1e3:7.1f} ms")
+    print(f"predicted crossover speedup: {cost.crossover_speedup(total, comm):.2f}× in steady state, "
+          f"{predicted_run_speedup(compute, update, comm, seq.steps):.2f}× over this run's "
+          f"{seq.steps} steps")
+    return {"compute": total, "comm": comm, "fwd_bwd": compute, "update": update,
+            "steps": seq.steps}
+
+
+def predicted_run_speedup(compute: dict, update: dict, comm: dict, steps: int) -> float:
+    """Crossover ÷ sequential throughput over a run of `steps` steps (warm-up and drain in)."""
+    return (cost.run_seconds("sequential", compute, update, comm, steps)
+            / cost.run_seconds("crossover", compute, update, comm, steps))
 
 
 def bytes_formula() -> None:
@@ -165,7 +186,8 @@ def throughput_table(results: dict, model: dict | None = None) -> dict:
     job's span and its slowdown against its own span when it had the cluster alone."""
     base = results["sequential"]
     ratios = {}
-    print(f"{'schedule':<11} {'wall ms':>8} {'steps/s':>8} {'vs seq':>7}   span A / alone   span B / alone")
+    print(f"{base.clock.label}")
+    print(f"{'schedule':<11} {'run ms':>8} {'steps/s':>8} {'vs seq':>7}   span A / alone   span B / alone")
     for schedule, result in results.items():
         ratios[schedule] = result.throughput() / base.throughput()
         spans = "   ".join(f"{result.spans[n] * 1e3:6.0f} ms {result.spans[n] / base.spans[n]:4.2f}×"
@@ -178,15 +200,77 @@ def throughput_table(results: dict, model: dict | None = None) -> dict:
     return ratios
 
 
+def crossover_verdict(results: dict, model: dict, tolerance: float = 0.10) -> dict:
+    """This run's headline, printed with a verdict computed from the run: crossover's throughput
+    ÷ sequential's, measured, against the model replayed over the run's own length; the lesson
+    (crossover ≥ sequential) holds or the diagnosis says why not."""
+    seq, cross = results["sequential"], results["crossover"]
+    measured = seq.wall_s / cross.wall_s
+    predicted = predicted_run_speedup(model["fwd_bwd"], model["update"], model["comm"],
+                                      model["steps"])
+    steady = cost.crossover_speedup(model["compute"], model["comm"])
+    error = measured / predicted - 1
+    holds = measured >= 1.0
+    agrees = abs(error) <= tolerance
+    print(f"crossover: {measured:.2f}× sequential's throughput, measured in this run "
+          f"({cross.clock.label}); model {predicted:.2f}× over its {model['steps']} steps "
+          f"({steady:.2f}× in steady state)")
+    print(f"crossover ≥ sequential: {'yes' if holds else 'NO'}; "
+          f"{'agrees with' if agrees else 'does NOT agree with'} the model "
+          f"({error:+.0%}, tolerance ±{tolerance:.0%})")
+    if not (holds and agrees):
+        why = []
+        overrun = max((p["overrun_share"] for r in (seq, cross) for p in r.pace.values()),
+                      default=0.0)
+        if not cross.clock.paced:
+            why.append("this is the raw CPU clock: the ranks' threads contend for its cores")
+        elif overrun > 0.05:
+            why.append(f"real work overran its paced time ({overrun:.0%} of paced compute): the "
+                       "machine was too busy for the paced clock to hold")
+        ratio = sum(model["comm"].values()) / max(sum(model["compute"].values()), 1e-12)
+        if ratio > 4 or ratio < 0.25:
+            why.append(f"communication is {ratio:.1f}× compute: little of either to hide "
+                       "behind the other")
+        print("why: " + ("; ".join(why) or "the schedule's real overheads (issue, wait, the "
+                         "optimizer between waits) are not in the model"))
+    return {"measured": measured, "predicted": predicted, "steady": steady, "holds": holds,
+            "agrees": agrees}
+
+
+# ----------------------------------------------------------------------------- 7. summary
+def summary(verdict: dict, rows: list, density: float, world_size: int) -> None:
+    """The chapter's measured headlines, printed from this run with their verdicts: crossover
+    against sequential (`crossover_verdict`), and the edge split at `density` against every
+    feature (`explore_edge.accuracy_vs_bytes` rows: density, bytes per image, accuracy) with the
+    paper's goal (≥ 80% fewer bytes at ≤ 2 points of accuracy lost)."""
+    print(f"two jobs: crossover {verdict['measured']:.2f}× sequential's throughput (model "
+          f"{verdict['predicted']:.2f}× over this run, {verdict['steady']:.2f}× steady): "
+          f"crossover ≥ sequential {'holds' if verdict['holds'] else 'does NOT hold'}, "
+          f"{'agrees with' if verdict['agrees'] else 'does NOT agree with'} the model")
+    dense = next((r for r in rows if r[0] == 1.0), rows[0])
+    row = min(rows, key=lambda r: abs(r[0] - density))
+    fewer = 1 - row[1] / dense[1] if dense[1] else 0.0
+    lost = 100 * (dense[2] - row[2])
+    meets = fewer >= 0.8 and lost <= 2.0
+    print(f"edge split over {world_size} devices, density {row[0]}: {row[1]:,} B per image against "
+          f"{dense[1]:,} B with every feature ({fewer:.0%} fewer), accuracy {row[2]:.1%} against "
+          f"{dense[2]:.1%} ({lost:+.1f} points lost): the goal (≥ 80% fewer bytes at ≤ 2 points) "
+          f"is {'met' if meets else 'NOT met'}"
+          + ("" if meets else (" — too few bytes saved at this density" if fewer < 0.8
+                               else " — this density drops transfers the network needs")))
+
+
 # ----------------------------------------------------------------------------- the widget
-def panel(schedule: str, link: str, world_size: int, density: str = "0.1", steps: int = 3) -> None:
-    """Widget callback: the two jobs under one schedule beside sequential, and the edge split at
-    one mask density."""
+def panel(schedule: str, link: str, world_size: int, density: str = "0.1", steps: int = 3,
+          clock: str = "A100") -> None:
+    """Widget callback: the two jobs under one schedule beside sequential (on `clock`: paced
+    A100 time, or "wall", this CPU raw, where concurrent's threads contend for the cores), and
+    the edge split at one mask density."""
     specs = jobs(world_size)
-    runs = {s: run_jobs(specs, world_size, s, steps, _link(link))
+    runs = {s: run_jobs(specs, world_size, s, steps, _link(link), clock=clock)
             for s in dict.fromkeys(["sequential", schedule])}
     for s, r in runs.items():
-        print(f"{s:<11} {r.wall_s * 1e3:6.0f} ms  {r.throughput():5.2f} job-steps/s  "
+        print(f"{s:<11} {r.wall_s * 1e3:6.0f} ms ({r.clock.label})  {r.throughput():5.2f} job-steps/s  "
               f"({r.throughput() / runs['sequential'].throughput():.2f}× sequential)")
     if 4 % world_size == 0:
         explore_edge.panel_edge(world_size, float(density))

@@ -144,7 +144,8 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
     betas = [10 ** (4 + k / 8) for k in range(0, 41)]  # 10 KB/s .. 1 GB/s
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.axhline(alone * 1e3, color="k", ls=":", label=f"one device ({alone * 1e3:.1f} ms)")
-    print(f"one device: {alone * 1e3:.1f} ms per request of {batch} images")
+    print(f"latencies: this CPU, raw (inference, one request at a time)\n"
+          f"one device: {alone * 1e3:.1f} ms per request of {batch} images")
     for density in densities:
         net = tuned(density)
         nbytes = max(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch))
@@ -165,7 +166,7 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
         if math.isfinite(star):
             ax.axvline(star, color=line.get_color(), lw=0.8)
     ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 3 GB/s)",
-           ylabel="latency per request (ms)", ylim=(alone * 1e3 / 4, None))
+           ylabel="latency per request (ms, this CPU, raw)", ylim=(alone * 1e3 / 4, None))
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig

@@ -46,11 +46,13 @@ class JobSpec:
     lr: float | None = None
     bucket_mb: float = 0.05
 
-    def config(self, world_size: int, steps: int):
-        """The `ddp-bucketed` RunConfig of this job alone; ValueError names any bad value."""
+    def config(self, world_size: int, steps: int, link=None, clock="wall"):
+        """The `ddp-bucketed` RunConfig of this job alone on `link` and `clock` (its `.link` is
+        the link a paced run emulates); ValueError names any bad value."""
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"name={self.name!r} must be a non-empty string")
         return make_config("ddp-bucketed", world_size=world_size, model=self.model, steps=steps,
+                           link=link, clock=clock,
                            seed=self.seed, batch_size=self.batch_size, optimizer=self.optimizer,
                            lr=self.lr, model_config=dict(self.model_config) or None,
                            bucket_mb=self.bucket_mb)
@@ -95,8 +97,9 @@ class Job(Strategy):
     """One data-parallel job on this rank: this rank's rows of every step's global batch, flat
     gradient buckets all-reduced (average) between `start_sync` and `wait_sync`."""
 
-    def __init__(self, spec: JobSpec, cfg, comm: Comm):
+    def __init__(self, spec: JobSpec, cfg, comm: Comm, processor=None):
         ctx = JobContext(spec.name, cfg, comm)
+        self.processor = processor  # paced clock: the rank's one processor (a lock), else None
         model = build_model(cfg)
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), shard=comm.rank,
                          shards=comm.size)
@@ -125,7 +128,14 @@ class Job(Strategy):
         self.handles = []
 
     def run(self, hook: str, step: int) -> None:
-        """Run one of HOOKS for `step`."""
+        """Run one of HOOKS for `step`; compute and update hold the rank's processor (paced)."""
+        if self.processor is not None and hook in ("compute", "update"):
+            with self.processor:
+                self._run(hook, step)
+        else:
+            self._run(hook, step)
+
+    def _run(self, hook: str, step: int) -> None:
         if hook == "compute":
             self.compute(step)
         elif hook == "start":

@@ -7,7 +7,7 @@ Manner", 2021):
 
     a = JobSpec("A", model="gpt", model_config={"n_embd": 16, "n_layer": 2, "n_head": 2}, batch_size=512)
     b = JobSpec("B", model="mlp", batch_size=8192)
-    r = run_jobs([a, b], world_size=2, schedule="crossover", steps=4, link="1GbE")
+    r = run_jobs([a, b], world_size=2, schedule="crossover", steps=4, link="1GbE", clock="A100")
     r.jobs["A"].compare(parlab.run("single", steps=4, **a.single_options()))   # match: True
     r.jobs["A"].bytes_per_rank()      # job A's own ledger; r.throughput(): job-steps per second
 
@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from parlab.core import clock as clocks
 from parlab.core import link as link_mod
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
@@ -53,6 +54,8 @@ class JobsResult:
     timeline: list[dict] = field(default_factory=list)  # every job's events, args["job"] set
     clock_ledger: list[dict] = field(default_factory=list)  # the two barriers (0 bytes)
     origin: float = 0.0  # perf_counter of the earliest start: timeline 0 (ledger times are raw)
+    clock: Any = clocks.WALL  # parlab.core.clock.Clock: this CPU, raw, or paced time
+    pace: dict = field(default_factory=dict)  # paced clock: each job's honesty check (RunResult.pace)
 
     def throughput(self) -> float:
         """Job-steps completed per second, all jobs together."""
@@ -64,7 +67,8 @@ class JobsResult:
                 for name, r in self.jobs.items()}
 
 
-def check(specs: list[JobSpec], world_size: int, schedule: str, steps: int, link) -> list:
+def check(specs: list[JobSpec], world_size: int, schedule: str, steps: int, link,
+          clock="wall") -> list:
     """Validate everything before a process starts; return each job's RunConfig."""
     if not isinstance(specs, (list, tuple)) or not specs or \
             not all(isinstance(s, JobSpec) for s in specs):
@@ -75,17 +79,20 @@ def check(specs: list[JobSpec], world_size: int, schedule: str, steps: int, link
     if schedule not in schedules.SCHEDULES:
         raise ValueError(f"schedule={schedule!r} must be one of {schedules.SCHEDULES}")
     link_mod.resolve(link)
-    return [spec.config(world_size, steps) for spec in specs]
+    return [spec.config(world_size, steps, link=link, clock=clock) for spec in specs]
 
 
 def run_jobs(specs: list[JobSpec], world_size: int = 2, schedule: str = "crossover",
-             steps: int = 4, link=None, timeout: float = 120.0) -> JobsResult:
+             steps: int = 4, link=None, timeout: float = 120.0,
+             clock="wall") -> JobsResult:
     """Train every job of `specs` for `steps` steps on the same `world_size` ranks under
-    `schedule` ("sequential", "concurrent" or "crossover"), on an emulated `link`."""
-    configs = check(specs, world_size, schedule, steps, link)
+    `schedule` ("sequential", "concurrent" or "crossover"), on an emulated `link`, on `clock`
+    ("wall" or an accelerator's paced time, `parlab.core.clock`)."""
+    configs = check(specs, world_size, schedule, steps, link, clock)
     plan = schedules.build(schedule, [s.name for s in specs], steps)
-    returned = launch(_rank_main, world_size, list(specs), configs, plan, timeout=timeout,
-                      link=link_mod.resolve(link))
+    paced_clock, paced_link = configs[0].clock, configs[0].link
+    returned = launch(_rank_main, world_size, list(specs), configs, plan, paced_clock,
+                      timeout=timeout, link=paced_link)
     starts = [out["t0"] for out in returned]
     origin = min(starts)
     wall = max(out["t1"] for out in returned) - origin
@@ -104,9 +111,20 @@ def run_jobs(specs: list[JobSpec], world_size: int = 2, schedule: str = "crossov
                                     [rec for r in per_rank for rec in r["ledger"]], shifted,
                                     [r["memory"] for r in per_rank], spans[spec.name], cfg,
                                     step_times(marks))
-    clock = [rec for out in returned for rec in out["clock"]]
-    return JobsResult(schedule, world_size, steps, link_mod.resolve(link), wall, jobs, spans,
-                      sorted(timeline, key=lambda e: e["t0"]), clock, origin)
+    barriers = [rec for out in returned for rec in out["clock"]]
+    pace = {spec.name: _pace([out["pace"][spec.name] for out in returned])
+            for spec in specs} if paced_clock.paced else {}
+    return JobsResult(schedule, world_size, steps, paced_link, wall, jobs, spans,
+                      sorted(timeline, key=lambda e: e["t0"]), barriers, origin, paced_clock, pace)
+
+
+def _pace(stats: list[dict]) -> dict:
+    """One job's pacer stats over its ranks, summed as `RunResult.pace` sums a run's."""
+    paced, overrun = sum(s["paced_s"] for s in stats), sum(s["overrun_s"] for s in stats)
+    return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
+            "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
+            "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
+            "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats)}
 
 
 # ----------------------------------------------------------------------------- in each rank
@@ -116,11 +134,16 @@ def execute(thread: list, jobs: dict[str, Job]) -> None:
         jobs[name].run(hook, step)
 
 
-def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, plan) -> dict:
+def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, plan,
+               paced=clocks.WALL) -> dict:
     clock = Comm(None, ledger=Ledger(rank), timeline=Timeline(rank), name="clock")
     comms = [job_comm(clock, spec.name) for spec in specs]  # one process group per job
     share_link(comms)
-    jobs = {spec.name: Job(spec, cfg, comm) for spec, cfg, comm in zip(specs, configs, comms)}
+    processor = threading.Lock() if paced.paced else None  # one accelerator per rank
+    for comm in comms:  # paced time: each job's compute spans keep its own pacer's time
+        comm.timeline.pacer = clocks.Pacer(paced) if paced.paced else None
+    jobs = {spec.name: Job(spec, cfg, comm, processor)
+            for spec, cfg, comm in zip(specs, configs, comms)}
     clock.barrier(phase="start")
     t0 = time.perf_counter()
     if len(plan) == 1:
@@ -137,7 +160,9 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
         out[name] = {"losses": job.losses, "state": job.state(), "memory": memory,
                      "marks": job.marks, "ledger": job.ctx.ledger.records,
                      "timeline": job.ctx.timeline.records()}
-    return {"t0": t0, "t1": t1, "jobs": out, "clock": clock.ledger.records}
+    pace = {name: job.comm.timeline.pacer.stats() for name, job in jobs.items()} if paced.paced \
+        else {}
+    return {"t0": t0, "t1": t1, "jobs": out, "clock": clock.ledger.records, "pace": pace}
 
 
 def _run_threads(plan, jobs: dict[str, Job]) -> None:
