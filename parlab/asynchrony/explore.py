@@ -10,14 +10,19 @@ staleness after Ho et al. (SSP, NeurIPS 2013); asynchronous iterations after Cha
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 import parlab
 from parlab import models
-from parlab.asynchrony import cost, jacobi
+from parlab.asynchrony import cost
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
+from parlab.asynchrony.explore_jacobi import (  # noqa: F401
+    check_contraction,
+    draw_jacobi,
+    jacobi_clock,
+    jacobi_runs,
+    jacobi_table,
+)
 from parlab.asynchrony.versions import Book, simulate
 from parlab.models.data import global_batch
 
@@ -158,33 +163,72 @@ def eval_loss(state: dict, model: str = "gpt", batch_size: int = 48) -> float:
         return net.loss(x, y).item()
 
 
+def paced_link(clock: str):
+    """The link a chapter run emulates: NVLink on a paced clock (the real link, dilated with the
+    compute: every pull and push is paced too), none on the raw wall clock."""
+    return None if clock == "wall" else "NVLink"
+
+
 def race(world_size: int, steps: int, straggler: float = 3.0, staleness: int = 2,
-         model: str = "gpt") -> dict:
-    """BSP, SSP and ASP with the last worker `straggler`× slower, real arrival order."""
+         model: str = "gpt", clock: str = "A100") -> dict:
+    """BSP, SSP and ASP with the last worker `straggler`× slower (its injected delay paced too),
+    real arrival order, on `clock` (paced: "A100", ...; raw: "wall")."""
     runs = {"single": parlab.run("single", steps=steps, model=model)}
     for scheme in SCHEMES:
         extra = {"staleness": staleness} if scheme == "ps-ssp" else {}
         runs[scheme] = parlab.run(scheme, world_size=world_size, steps=steps, model=model,
-                                  straggler=straggler, **extra)
+                                  straggler=straggler, clock=clock, link=paced_link(clock), **extra)
     return runs
 
 
-def race_table(runs: dict) -> None:
-    base = runs["ps-sync"].outputs[0].extras["update_times"][-1]
-    print(f"{'scheme':<9} {'wall to last update':>20} {'speedup':>8} {'max staleness':>14} "
+def last_update(result) -> float:
+    """Seconds (the run's clock) from the server's start to its last update."""
+    return result.outputs[0].extras["update_times"][-1]
+
+
+def race_table(runs: dict) -> dict:
+    """Time to the last update, speed-up over BSP, staleness and held-out loss; the verdict (ASP
+    soonest, SSP between) computed from these runs. Returns the speed-ups."""
+    base = last_update(runs["ps-sync"])
+    clock = runs["ps-sync"].config.clock
+    print(f"clock: {clock.label}" + (f", link {runs['ps-sync'].config.link.name}"
+                                     if runs["ps-sync"].config.link is not None else ""))
+    print(f"{'scheme':<9} {'s to last update':>17} {'speedup':>8} {'max staleness':>14} "
           f"{'held-out loss':>14}")
+    speedups, losses = {}, {}
     for name, r in runs.items():
         if name == "single":
             continue
-        t = r.outputs[0].extras["update_times"][-1]
-        print(f"{name:<9} {t:>19.2f}s {base / t:>7.2f}× {staleness_stats(r)['max']:>14} "
-              f"{eval_loss(r.state, r.config.model):>14.4f}")
+        t = last_update(r)
+        speedups[name], losses[name] = base / t, eval_loss(r.state, r.config.model)
+        print(f"{name:<9} {t:>16.2f}s {base / t:>7.2f}× {staleness_stats(r)['max']:>14} "
+              f"{losses[name]:>14.4f}")
     single = runs["single"]
-    print(f"{'single':<9} {'':>20} {'':>8} {'':>14} {eval_loss(single.state, single.config.model):>14.4f}")
+    losses["single"] = eval_loss(single.state, single.config.model)
+    print(f"{'single':<9} {'':>17} {'':>8} {'':>14} {losses['single']:>14.4f}")
+    asp, ssp = speedups["ps-async"], speedups["ps-ssp"]
+    workers = runs["ps-sync"].config.world_size - 1
+    if workers < 2:
+        print("verdict: one worker: nothing to wait for, the three coincide (speed-ups ≈ 1)")
+    elif asp > max(ssp, 1) and ssp >= 0.9:
+        print(f"verdict: as the model says, ASP {asp:.2f}× as soon as BSP (jobs go to whoever is free) and "
+              f"SSP {ssp:.2f}× (≈ BSP: a constant straggler still owes its shard of every clock; SSP only "
+              "spares the fast workers s clocks of waiting)")
+    else:
+        print(f"verdict: NOT the expected order (ASP {asp:.2f}×, SSP {ssp:.2f}× vs BSP). Diagnosis: "
+              f"max staleness ASP {staleness_stats(runs['ps-async'])['max']}, SSP "
+              f"{staleness_stats(runs['ps-ssp'])['max']}; paced spans overrun per scheme {overruns(runs)} "
+              "(contention showing through the paced clock)")
+    return speedups
+
+
+def overruns(runs: dict) -> dict:
+    """Per scheme: compute spans whose real work overran their paced time (0: the clock held)."""
+    return {n: sum(o.pace.get("overruns", 0) for o in r.outputs) for n, r in runs.items() if n != "single"}
 
 
 def draw_race(runs: dict):
-    """Loss of each step's batch vs update index and vs the wall time its update was applied;
+    """Loss of each step's batch vs update index and vs the time its update was applied;
     staleness histograms."""
     import matplotlib.pyplot as plt
 
@@ -201,7 +245,8 @@ def draw_race(runs: dict):
         c.bar([k + 0.25 * SCHEMES.index(name) for k in hist], list(hist.values()), width=0.25,
               color=COLORS[name], label=name)
     a.set(xlabel="update (step)", ylabel="loss of the step's batch", title="loss vs updates")
-    b.set(xlabel="seconds since the server started", title="loss vs wall time")
+    b.set(xlabel=f"seconds since the server started ({runs['ps-sync'].config.clock.label})",
+          title="loss vs time")
     c.set(xlabel="staleness (versions behind)", ylabel="gradients", title="staleness")
     a.legend(fontsize=8)
     c.legend(fontsize=8)
@@ -209,109 +254,17 @@ def draw_race(runs: dict):
     return fig
 
 
-# ----------------------------------------------------------------------------- 6. asynchronous iterations
-def jacobi_clock(clock: str) -> str:
-    """Jacobi's clock for a chapter clock: "wall" stays raw; a paced clock ("A100", ...) means the
-    solver's virtual clock (a sweep lasts `work_ms`, no accelerator's FLOPs enter)."""
-    return "wall" if clock == "wall" else "virtual"
-
-
-def jacobi_runs(ranks: int, sweeps: int = 200, straggler: float = 3.0, delay_ms: float = 1.0,
-                n: int = 16, sigma_h2: float = 0.4, inner: int = 4, clock: str = "A100") -> dict:
-    """Synchronous, asynchronous (also with injected delays) and flexible communication, the last
-    rank slow; every update `inner` relaxations with frozen halos."""
-    ranks = max(ranks, 2)
-    base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2, inner=inner,
-                clock=jacobi_clock(clock))
-    return {"sync": jacobi.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
-            "async": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
-            "async + delays": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
-                                                                      **base)),
-            "flexible": jacobi.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
-
-
-def jacobi_speedups(runs: dict, tol: float = 1e-6) -> dict:
-    """Time to `tol` of each mode and its speed-up over synchronous sweeps (same run set)."""
-    base = runs["sync"].time_to(tol)
-    out = {}
-    for name, r in runs.items():
-        t = r.time_to(tol)
-        out[name] = {"time": t, "speedup": base / t if math.isfinite(t) and math.isfinite(base) else math.nan}
-    return out
-
-
-def jacobi_table(runs: dict, tol: float = 1e-6) -> dict:
-    """Sweeps, macroiterations, time to `tol` and speed-up over sync; the verdict (asynchronous and
-    flexible sooner than synchronous under the straggler) with the diagnosis where it fails."""
-    cfg = runs["sync"].cfg
-    speed = jacobi_speedups(runs, tol)
-    reach = f"ms to {tol:.0e}"
-    print(f"clock: {cfg.label}")
-    print(f"{'mode':<15} {'sweeps per rank':<22} {'macroiterations':>16} {reach:>11} {'speedup':>8}")
-    for name, r in runs.items():
-        t = speed[name]["time"]
-        reached = f"{t * 1e3:>11.1f} {speed[name]['speedup']:>7.2f}×" if math.isfinite(t) else \
-            f"{'not reached':>11} {'':>8}"
-        print(f"{name:<15} {str(r.sweeps()):<22} {len(r.macro_times()):>16} {reached}")
-    for name in ("async", "flexible"):
-        s = speed[name]["speedup"]
-        if s > 1:
-            print(f"verdict: {name} reached {tol:.0e} {s:.2f}× sooner than synchronous sweeps: the fast "
-                  f"ranks never wait for the {cfg.straggler:g}× straggler, as the theory expects")
-        else:
-            r = runs[name]
-            print(f"verdict: {name} was NOT sooner ({s:.2f}×). Diagnosis: its ranks did {r.sweeps()} sweeps "
-                  f"in {len(r.macro_times())} macroiterations (sync {len(runs['sync'].macro_times())}): "
-                  f"the straggler's strip, updated at its own pace either way, set the time")
-    return speed
-
-
-def draw_jacobi(runs: dict):
-    """Residual vs macroiterations (with the γ^m bound on the error) and vs time."""
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.4))
-    for name, r in runs.items():
-        res = r.residual_by_macroiteration()
-        a.semilogy(range(1, len(res) + 1), res, label=name)
-        times, values = r.residual_by_time()
-        b.semilogy([t * 1e3 for t in times], values, label=name)
-    cfg = next(iter(runs.values())).cfg
-    m = max(len(r.macro_times()) for r in runs.values())
-    a.semilogy(range(1, m + 1), [cfg.gamma ** k for k in range(1, m + 1)], "k:", label="γ^m (error bound)")
-    a.set(xlabel="macroiteration", ylabel="residual ‖f − Au‖∞", title="residual vs macroiterations")
-    b.set(xlabel=f"ms ({cfg.label})", title="residual vs time")
-    a.legend(fontsize=8)
-    fig.tight_layout()
-    return fig
-
-
-def check_contraction() -> None:
-    """Poisson's Jacobi matrix is ≥ 0 (ρ(|M|) = ρ(M) < 1); a rotation-like M is not."""
-    cfg = jacobi.JacobiConfig(n=6)
-    n = cfg.n
-    eye = torch.eye(n * n, dtype=torch.float64)
-    zero = torch.zeros(n, dtype=torch.float64)
-    # the iteration matrix column by column: M e_i = sweep(e_i) − sweep(0)
-    columns = [(jacobi.sweep(e.reshape(n, n), zero, zero, cfg) - jacobi.sweep(0 * e.reshape(n, n), zero, zero,
-                                                                               cfg)).reshape(-1) for e in eye]
-    poisson = torch.stack(columns, 1)  # (n², n²)
-    for name, m in (("Jacobi, −Δ + σ, n=6", poisson), ("M = [[.6, .6], [−.6, .6]]",
-                                                        torch.tensor([[0.6, 0.6], [-0.6, 0.6]]))):
-        rho, rho_abs = cost.contraction(m)
-        print(f"{name:<26} ρ(M) = {rho:.3f}  ρ(|M|) = {rho_abs:.3f}  synchronous converges: {rho < 1}; "
-              f"asynchronous for every delay pattern: {rho_abs < 1}")
-
-
 # ----------------------------------------------------------------------------- widget
-def panel(world_size: int, scheme: str, straggler: float, steps: int = 8) -> None:
+def panel(world_size: int, scheme: str, straggler: float, clock: str = "A100", steps: int = 8) -> None:
     """Widget callback: one parameter-server scheme, a straggler, against single."""
     extra = {"staleness": 2} if scheme == "ps-ssp" else {}
-    result = parlab.run(scheme, world_size=world_size, steps=steps, straggler=straggler, **extra)
+    result = parlab.run(scheme, world_size=world_size, steps=steps, straggler=straggler, clock=clock,
+                        link=paced_link(clock), **extra)
     ref = parlab.run("single", steps=steps)
     stats = staleness_stats(result)
-    t = result.outputs[0].extras["update_times"][-1]
-    print(f"{scheme} {extra} with {world_size - 1} worker(s), the last {straggler:g}× slower")
+    t = last_update(result)
+    print(f"{scheme} {extra} with {world_size - 1} worker(s), the last {straggler:g}× slower "
+          f"({result.config.clock.label})")
     print(f"{steps} updates in {t:.2f} s ({steps / t:.1f} updates/s); staleness {stats['histogram']}")
     print(f"final step's loss {result.losses[-1]:.4f} (single {ref.losses[-1]:.4f}); held-out "
           f"{eval_loss(result.state):.4f} (single {eval_loss(ref.state):.4f})")

@@ -264,16 +264,18 @@ class Worker(Strategy):
             self.stopped = True
             return 0.0
         x, y = self.job_batch(job)
-        t0 = time.perf_counter()
+        pacer = self.ctx.timeline.pacer
+        t0, paced0 = time.perf_counter(), (pacer.paced_s if pacer is not None else 0.0)
         with self.ctx.span("forward", step=job), self.meter:
             loss = self.model.loss(x, y)
         with self.ctx.span("backward", step=job), self.meter:
             loss.backward()
         slowdown = self.schedule.slowdown(self.id, self.computed)
         self.computed += 1
-        if slowdown > 1:
-            with self.ctx.span("injected delay", step=job):
-                time.sleep((slowdown - 1) * (time.perf_counter() - t0))
+        if slowdown > 1:  # paced clock: (slowdown − 1) × the paced compute, deterministic
+            took = pacer.paced_s - paced0 if pacer is not None else time.perf_counter() - t0
+            with self.ctx.span("injected delay", step=job):  # no operators: not paced again
+                time.sleep((slowdown - 1) * took)
         comm, grads = self.ctx.comm, flat_grads(self.model)  # (Ψ,)
         for server, (lo, hi) in enumerate(self.bounds):
             comm.send(torch.tensor([self.versions[server], job]), server, phase="push")  # (2,) int64
