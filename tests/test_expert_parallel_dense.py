@@ -4,6 +4,7 @@ step plus each run's own link cost."""
 
 import pytest
 
+from parlab.core.clock import pace_link, resolve
 from parlab.core.link import PRESETS
 from parlab.expert_parallel import explore_dense
 
@@ -22,17 +23,20 @@ def test_width_rule():
 
 
 def test_prediction_is_dense_compute_plus_link_cost():
-    out = explore_dense.compare(2, "1GbE", steps=2, top_k=2)
-    assert set(out) == {"loopback", "1GbE"}
+    """Paced (A100 time) on real NVLink; every assertion is arithmetic on the run's ledger and
+    the paced link (deterministic), none on a measured time's value or order."""
+    out = explore_dense.compare(2, "NVLink", steps=2, top_k=2, clock="A100")
+    assert set(out) == {"loopback", "NVLink"}
     compute = out["loopback"]["dense"]["seconds"]
+    paced = pace_link(PRESETS["NVLink"], resolve("A100", 2))
     for row in out["loopback"].values():
         assert row["link_s"] == 0 and row["predicted"] == compute
-    for name, row in out["1GbE"].items():
+    for name, row in out["NVLink"].items():
+        assert row["link"] == paced and row["clock"].startswith("A100 time")
         assert row["link_s"] > 0 and row["predicted"] == pytest.approx(compute + row["link_s"])
         assert row["bytes"] == out["loopback"][name]["bytes"]  # the link changes time, not bytes
-    # α-β: each run's link cost is at least its bytes over the link's bandwidth
-    for row in out["1GbE"].values():
-        assert row["link_s"] >= row["bytes"] / PRESETS["1GbE"].bandwidth_Bps
+        # α-β: each run's link cost is at least its bytes over the (paced) link's bandwidth
+        assert row["link_s"] >= row["bytes"] / paced.bandwidth_Bps
 
 
 def test_diagnosis_names_the_flip():

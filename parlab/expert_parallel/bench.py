@@ -1,13 +1,15 @@
 """`python -m parlab bench expert_parallel`: step time of `ep` (all-to-all) vs `ep-allgather` vs a
-dense model of equal active parameters, on loopback and an emulated link, and load balance over
+dense model of equal active parameters, on loopback and a link (NVLink by default) on the paced
+clock (`--clock A100`, parlab.core.clock; `--clock wall` is this CPU, raw), and load balance over
 training with no balancing, Switch's auxiliary loss and DeepSeek-V3's bias — measured in one run.
+The batch (`--batch`, 256 sequences) puts thousands of tokens on each rank, so that a dispatch
+message outweighs NVLink's α·β and bytes decide (the regime of GShard and Switch).
 
 Dense of equal active parameters: the tiny GPT itself against a gpt-moe whose experts are
 h = (8C − E)/(2k) wide, so that router + k experts hold exactly the dense MLP's parameters
 (`parlab.expert_parallel.explore_dense`; Shazeer et al. 2017: the MoE adds parameters, not FLOPs).
 Each row prints the measured step time beside the α-β prediction (equal compute + the link's cost
-of the run's own ledger) and ratios within this run: the machine is shared and noisy, compare
-within a run only.
+of the run's own ledger) and ratios within this run, then the verdict: all-to-all beats all-gather.
 """
 
 from __future__ import annotations
@@ -39,23 +41,27 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--links", nargs="+", default=["loopback", "1GbE"])
+    parser.add_argument("--links", nargs="+", default=["loopback", explore_dense.TIMING_LINK])
+    parser.add_argument("--clock", default="A100", help="A100, H100, V100 (paced) or wall")
+    parser.add_argument("--batch", type=int, default=explore_dense.TIMING_BATCH)
     parser.add_argument("--top-k", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--balance-steps", type=int, default=100)
     args = parser.parse_args(argv)
     for k in args.top_k:
         counts = explore_dense.active_parameters(explore_dense.moe_overrides(k))
         print(f"k={k}: gpt-moe active {counts['moe_active']:,} of {counts['moe_total']:,} "
               f"parameters; dense gpt {counts['dense']:,}")
+    print(f"clock {args.clock}, batch {args.batch}")
     print(f"{'N':>2} {'link':<9} {'k':>2} {'ep ms':>13} {'gather ms':>13} {'dense ms':>13} "
           f"{'gather/ep':>9} {'ep/dense':>8} {'ep B/step':>10} {'gather B/step':>13}  "
           "(measured/predicted)")
     for world_size in args.world_sizes:
-        links = [link for link in args.links if link != "loopback"] or ["1GbE"]
+        links = [link for link in args.links if link != "loopback"] or [explore_dense.TIMING_LINK]
         for k in args.top_k:
             for link in links:  # loopback and this link in one run: ratios comparable
-                out = explore_dense.compare(world_size, link, args.steps, k)
+                out = explore_dense.compare(world_size, link, args.steps, k, args.clock,
+                                            args.batch)
                 for name_link, t in out.items():
                     if name_link == "loopback" and "loopback" not in args.links:
                         continue
@@ -69,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                     for line in explore_dense.diagnose(t, out["loopback"]) \
                             if name_link != "loopback" else []:
                         print("   diagnosis:", line)
+                explore_dense.verdict(out, link, world_size, k)
     if args.balance_steps:
         print(f"\nload balance, ep on 1 rank, {args.balance_steps} steps (means of the last 10)")
         for mode, row in balance(args.balance_steps, 1).items():

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import parlab
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.expert_parallel import cost
-from parlab.expert_parallel.explore_dense import print_comparison
+from parlab.expert_parallel.explore_dense import TIMING_BATCH, TIMING_LINK, TIMING_TOP_K, print_comparison
 from parlab.models import build_model, model_config
 from parlab.models.data import global_batch
 
@@ -216,10 +216,28 @@ def summarize_balance(runs: dict, last: int = 5) -> None:
               f"{100 * dropped:.1f}%, loss {loss:.4f}")
 
 
-def time_table(world_size: int, link: str, steps: int = 4, top_k: int = 2) -> dict:
+def time_table(world_size: int, link: str = TIMING_LINK, steps: int = 3, top_k: int = TIMING_TOP_K,
+               clock: str = "A100", batch_size: int | None = TIMING_BATCH) -> dict:
     """Step time of ep, ep-allgather and the dense GPT of equal active parameters, on loopback
-    and `link` in one run, beside the α-β prediction (`parlab.expert_parallel.explore_dense`)."""
-    return print_comparison(world_size, link, steps, top_k)
+    and `link` in one run on `clock` (paced by default), beside the α-β prediction and the
+    lesson's verdict (`parlab.expert_parallel.explore_dense`)."""
+    return print_comparison(world_size, link, steps, top_k, clock, batch_size)
+
+
+def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 5) -> None:
+    """The chapter's measured headlines from this run's results, each with its verdict."""
+    rows = out[link]
+    ratio = rows["ep-allgather"]["seconds"] / rows["ep"]["seconds"]
+    print(f"- ep-allgather took {ratio:.2f}× ep's step time on {link} ({rows['ep']['clock']}), "
+          f"sending {rows['ep-allgather']['bytes'] / rows['ep']['bytes']:.2f}× the bytes; all-to-all "
+          f"beats all-gather: {'holds' if ratio > 1 else 'does not hold (diagnosis above)'}")
+    for mode, run in balance.items():
+        n = min(last, len(run["loss"]))
+        print(f"- balancing {mode}: max/mean expert load {sum(run['imbalance'][-n:]) / n:.2f}, "
+              f"dropped {100 * sum(run['dropped'][-n:]) / n:.1f}% over the last {n} steps")
+    none, aux, bias = (sum(balance[m]["imbalance"][-last:]) for m in ("none", "aux", "bias"))
+    print(f"  balancing evens the load (aux and bias below none): "
+          f"{'holds' if max(aux, bias) < none else 'does not hold at this many steps'}")
 
 
 def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):

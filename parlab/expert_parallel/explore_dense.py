@@ -18,6 +18,15 @@ three equal step times; what the measurement adds is what the model leaves out (
 all-to-all's index work, gloo's per-op overhead), printed as the diagnosis.
 The dense GPT trains with `ddp-bucketed` in one bucket: one flat all-reduce, as `ep` syncs its
 dense weights.
+
+Clock: paced by default (`clock="A100"`, parlab.core.clock): compute spans last what their operators
+cost and the link is the real one at the same dilation, so the step times are the A100's ×N and
+repeatable on a shared machine. The "loopback" row has no emulated link: its compute is paced,
+gloo's own (unpaced, small) transfer time is in it too. The regime where the all-to-all wins
+(GShard, Switch): k < ep, and messages of the order of the link's α·β or larger, so that bytes — of
+which all-gather moves about ep/k times as many — weigh as much as latency in the exchange. On
+NVLink (α·β = 450 KB) that takes thousands of tokens per rank (`TIMING_BATCH`); at the default 12
+sequences every message is latency, and all-gather's extra bytes cost nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +36,9 @@ from parlab.core.link import resolve
 from parlab.models import build_model, model_config
 
 DENSE_SCHEME = ("ddp-bucketed", {"bucket_mb": 25.0})  # one flat all-reduce of every gradient
+TIMING_LINK = "NVLink"
+TIMING_BATCH = 256  # sequences of 32 tokens: 4,096 tokens per rank at 2 ranks
+TIMING_TOP_K = 1  # Switch's k = 1: all-gather moves ~ep/k = 2× the all-to-all's bytes at ep = 2
 
 
 def equal_active_width(top_k: int, n_experts: int, n_embd: int) -> int:
@@ -60,13 +72,14 @@ def active_parameters(overrides: dict) -> dict[str, int]:
     return {"moe_total": total, "moe_active": active, "dense": dense}
 
 
-def _run(name: str, world_size: int, steps: int, overrides: dict, link):
+def _run(name: str, world_size: int, steps: int, overrides: dict, link, clock, batch_size):
+    common = {"clock": clock, **({"batch_size": batch_size} if batch_size else {})}
     if name == "dense":
         scheme, options = DENSE_SCHEME
         return parlab.run(scheme, world_size=world_size, model="gpt", steps=steps, link=link,
-                          **options)
+                          **options, **common)
     return parlab.run(name, world_size=world_size, model="gpt-moe", steps=steps,
-                      model_config=overrides, link=link)
+                      model_config=overrides, link=link, **common)
 
 
 def link_seconds(result, link, steps: int, rank: int = 0) -> float:
@@ -77,18 +90,26 @@ def link_seconds(result, link, steps: int, rank: int = 0) -> float:
     return sum(link.cost(r["bytes_sent"], r["rounds"]) for r in records) / steps
 
 
-def compare(world_size: int, link: str = "1GbE", steps: int = 4, top_k: int = 2) -> dict:
-    """Run the three on loopback and on `link` in one go: {link: {name: {...}}}."""
+def compare(world_size: int, link: str = TIMING_LINK, steps: int = 4, top_k: int = 2,
+            clock: str = "A100", batch_size: int | None = None) -> dict:
+    """Run the three on loopback and on `link` in one go, on `clock` (paced by default):
+    {link: {name: {...}}}; each row's `link` is the link the run emulated (paced under a paced
+    clock), `clock` its label."""
     overrides = moe_overrides(top_k)
     out = {}
     for name_link in ("loopback", link):
         emulated = resolve(name_link)
         rows = {}
         for name in ("ep", "ep-allgather", "dense"):
-            result = _run(name, world_size, steps, overrides, emulated)
+            result = _run(name, world_size, steps, overrides, emulated, clock, batch_size)
+            ran = result.config.link  # the paced link on a paced clock
             rows[name] = {"seconds": result.step_time(),
                           "bytes": result.bytes_per_rank()[0] // steps,
-                          "link_s": link_seconds(result, emulated, steps)}
+                          "link_s": link_seconds(result, ran, steps), "link": ran,
+                          "clock": result.clock.label,
+                          "messages": max((r["bytes_sent"] for r in result.ledger
+                                           if r["rank"] == 0 and r["phase"] in
+                                           ("dispatch", "gather")), default=0)}
         out[name_link] = rows
     compute = out["loopback"]["dense"]["seconds"]  # equal FLOPs: the dense step's compute
     for rows in out.values():
@@ -124,17 +145,22 @@ def diagnose(rows: dict, loopback: dict) -> list[str]:
     return lines
 
 
-def print_comparison(world_size: int, link: str = "1GbE", steps: int = 4, top_k: int = 2) -> dict:
-    """Parameter counts, then each link's step times beside the prediction, ratios, diagnosis."""
+def print_comparison(world_size: int, link: str = TIMING_LINK, steps: int = 4, top_k: int = 2,
+                     clock: str = "A100", batch_size: int | None = None) -> dict:
+    """Parameter counts, then each link's step times beside the prediction, ratios, diagnosis,
+    and the verdict on the lesson: all-to-all beats all-gather on `link`."""
     counts = active_parameters(moe_overrides(top_k))
     h = moe_overrides(top_k)["expert_hidden"]
     print(f"gpt-moe (E=4, k={top_k}, expert width {h}): {counts['moe_total']:,} parameters, "
           f"{counts['moe_active']:,} active per token; dense gpt: {counts['dense']:,} — "
           f"{'equal' if counts['moe_active'] == counts['dense'] else 'NOT equal'}")
-    out = compare(world_size, link, steps, top_k)
+    out = compare(world_size, link, steps, top_k, clock, batch_size)
+    print(f"clock: {out[link]['ep']['clock']}; batch {batch_size or 'default'}")
     for name_link, rows in out.items():
         dense = rows["dense"]["seconds"]
-        print(f"\n{name_link}, {world_size} ranks: {'':<13} {'measured':>9} {'predicted':>10} "
+        note = (" (no emulated link: gloo's own transfer time, unpaced)"
+                if name_link == "loopback" and rows["ep"]["clock"] != "this CPU, raw" else "")
+        print(f"\n{name_link}{note}, {world_size} ranks: {'':<13} {'measured':>9} {'predicted':>10} "
               f"{'vs dense':>9} {'B/step':>9}")
         for name, row in rows.items():
             print(f"{'':<20}{name:<13} {1e3 * row['seconds']:>7.1f}ms {1e3 * row['predicted']:>8.1f}ms "
@@ -149,4 +175,32 @@ def print_comparison(world_size: int, link: str = "1GbE", steps: int = 4, top_k:
                 print("  diagnosis:", line)
             if not lines:
                 print("  measured order = predicted order")
+    verdict(out, link, world_size, top_k)
     return out
+
+
+def verdict(out: dict, link: str, world_size: int, top_k: int) -> dict:
+    """The lesson, from this run: ep-allgather's step time over ep's on `link` (> 1: the all-to-all
+    wins), beside the α-β prediction and the regime (k against ep, the largest dispatch or gather
+    message against the link's α·β); where it does not hold, which measured part says why."""
+    rows, loop = out[link], out["loopback"]
+    ratio = rows["ep-allgather"]["seconds"] / rows["ep"]["seconds"]
+    predicted = rows["ep-allgather"]["predicted"] / rows["ep"]["predicted"]
+    ran = rows["ep"]["link"]
+    ab = ran.latency_s * ran.bandwidth_Bps  # bytes that cost as long as one latency
+    message = rows["ep"]["messages"]
+    holds = ratio > 1
+    print(f"\nep-allgather / ep on {link}: {ratio:.2f}× the step time (α-β model {predicted:.2f}×), "
+          f"bytes {rows['ep-allgather']['bytes'] / rows['ep']['bytes']:.2f}×; regime: k={top_k} "
+          f"{'<' if top_k < world_size else '≥'} ep={world_size}, largest dispatch "
+          f"{message:,} B = {message / ab:.2f}× the link's α·β ({ab:,.0f} B) — all-to-all beats "
+          f"all-gather: "
+          f"{'HOLDS' if holds else 'DOES NOT HOLD'}")
+    if not holds:
+        gap = loop["ep-allgather"]["seconds"] - loop["ep"]["seconds"]
+        print(f"  diagnosis: without a link ep-allgather is {1e3 * gap:+.1f} ms against ep (work the "
+              f"byte count leaves out); the link adds {1e3 * rows['ep-allgather']['link_s']:.1f} "
+              f"against {1e3 * rows['ep']['link_s']:.1f} ms (α-β)"
+              + (" — messages below α·β: latency, which both pay alike, decides"
+                 if message < ab / 4 else ""))
+    return {"ratio": ratio, "predicted": predicted, "holds": holds, "message": message, "ab": ab}
