@@ -2,6 +2,7 @@
 
     python -m parlab list
     python -m parlab run ddp-naive --world-size 4 --steps 5 --link 1GbE --trace trace.json
+    python -m parlab run ddp-overlap --world-size 4 --clock A100 --link NVLink   # paced time
     python -m parlab run ddp-naive -w 2 --option algo=ring --compare
     python -m parlab bench allreduce --world-sizes 2 4 --max-mb 64
 """
@@ -57,6 +58,8 @@ def _run(args) -> int:
     options = dict(args.option or [])
     if args.timeout is not None:
         options["timeout"] = args.timeout
+    if args.clock is not None:
+        options["clock"] = args.clock
     if args.trace:
         _check_trace(args.trace)
     bar = None
@@ -114,11 +117,13 @@ def _bench(args) -> int:
         pipeline = importlib.import_module("parlab.pipeline.bench")
         return importlib.import_module("parlab.engine.bench_all").main(
             args.rest, sections={"pipeline": pipeline.headline_rows}) or 0
+    if args.name == "clock":  # paced time on an idle and a busy machine (parlab.core.clock)
+        return importlib.import_module("parlab.engine.bench_clock").main(args.rest) or 0
     name = BENCH_ALIASES.get(args.name, args.name)
     if name not in benchmarks():
         raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "
                          f"(aliases: {', '.join(f'{a}={n}' for a, n in BENCH_ALIASES.items())}; "
-                         "all: every chapter's headline)")
+                         "all: every chapter's headline; clock: paced time on a busy machine)")
     return importlib.import_module(f"parlab.{name}.bench").main(args.rest) or 0
 
 
@@ -134,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", default="gpt")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--link", default=None, help="loopback, 1GbE, 10GbE, 100Gb-IB, NVLink")
+    run.add_argument("--clock", default=None,
+                     help="wall (default: this CPU, raw) or paced time: A100, H100, V100")
     run.add_argument("--trace", default=None, help="write a Chrome/Perfetto trace JSON here")
     run.add_argument("--timeout", type=float, default=None,
                      help="seconds the whole run may take (default 300)")

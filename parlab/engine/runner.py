@@ -252,6 +252,12 @@ class RunResult:
                  f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"
                  + ("" if self.config.precision == "fp32" else
                     f", {self.config.precision} (skipped steps: {self.skipped_steps})")]
+        if self.clock.paced:
+            pace = self.pace
+            lines.append(f"  clock: {self.clock.label}; step time {self.step_time():.4f} s paced "
+                         f"= {self.clock.accelerator_seconds(self.step_time()) * 1e6:.1f} µs on the "
+                         f"{self.clock.name}; contention overran {pace['overrun_share']:.1%} of "
+                         "paced compute")
         lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
         lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
                   " comm ops" for r, b in enumerate(sent)]
