@@ -24,11 +24,13 @@ would receive N−b messages instead of N).
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 
 from parlab.core import speeds as speeds_mod
+from parlab.core.clock import work_meter
 from parlab.heterogeneous.weighted import WeightedShards
 
 
@@ -43,13 +45,22 @@ class BackupWorkers(WeightedShards):
     def forward_backward(self, step: int, batch) -> float:
         ctx, timeline = self.ctx, self.ctx.timeline
         t_start, cpu_start = time.perf_counter(), time.thread_time()
-        with timeline.span("forward", step=step), self.meter:  # real time: the device's comes below
-            loss = self.loss(batch)  # mean over this rank's B/N rows
-        with timeline.span("backward", step=step), self.meter:
-            loss.backward()  # ∇L_r, weighted once the used ranks are known
+        pacer = timeline.pacer  # paced clock: price the work here, and wait below (not in the span)
+        meter = work_meter() if pacer is not None else contextlib.nullcontext()
+
+        def span(name):  # paced: no span (it would sleep here); the emulated one below shows it
+            return timeline.span(name, step=step) if pacer is None else contextlib.nullcontext()
+        with meter:
+            with span("forward"), self.meter:  # real time: the device's comes below
+                loss = self.loss(batch)  # mean over this rank's B/N rows
+            with span("backward"), self.meter:
+                loss.backward()  # ∇L_r, weighted once the used ranks are known
         t_real = time.perf_counter()
-        cpu = time.thread_time() - cpu_start  # the work's CPU seconds (parlab.core.speeds)
-        arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
+        if pacer is not None:  # the paced span's time: M·Σ(c0 + FLOPs/F)/s, deterministic
+            arrival = t_start + pacer.clock.seconds(meter.ops, meter.flops, pacer.speed)
+        else:
+            cpu = time.thread_time() - cpu_start  # the work's CPU seconds (parlab.core.speeds)
+            arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
         with ctx.ledger.label(phase="arrivals"):
             times = ctx.comm.all_gather(torch.tensor([arrival], dtype=torch.float64))  # (N,) fp64
         n = ctx.world_size
@@ -59,7 +70,8 @@ class BackupWorkers(WeightedShards):
         self.used_per_step.append(used)
         wake = arrival if ctx.rank in used else cutoff
         speeds_mod.sleep_until(wake)
-        timeline.add("compute", "backward" if ctx.rank in used else "abandoned", t_real,
+        timeline.add("compute", "backward" if ctx.rank in used else "abandoned",
+                     t_real if pacer is None else t_start,
                      max(t_real, time.perf_counter()), step=step, emulated=True)
         used_rows = sum(self.rows[r] for r in used)
         self.weight = self.rows[ctx.rank] / used_rows if ctx.rank in used else 0.0  # b_r / Σ_used b

@@ -46,18 +46,19 @@ def idle_per_rank(result, warmup: int = 1) -> list[float]:
     return [t / (steps - first) for t in idle]
 
 
-def draw_straggler(world_size: int, steps: int = 3, pattern: str = "one slow"):
+def draw_straggler(world_size: int, steps: int = 3, pattern: str = "one slow", clock: str = "A100"):
     """`hetero-dp` with even shares and one slow rank: its timeline, and the others' idle time."""
     import matplotlib.pyplot as plt
 
     from parlab.viz import timeline
-    speeds = slow_speeds(world_size, pattern)
-    result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, shard="even")
+    speeds = speeds_for(world_size, clock, pattern)
+    result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, shard="even",
+                        clock=clock)
     fig, ax = plt.subplots(figsize=(10, 0.6 + 0.5 * world_size))
-    timeline(result.timeline, ax=ax, title=f"even shares, speeds {speeds}")
+    timeline(result.timeline, ax=ax, title=f"even shares, speeds {speeds} ({result.config.clock.label})")
     plt.show()
     idle = idle_per_rank(result)
-    print("blocked in the all-reduce per step: " + ", ".join(
+    print(f"blocked in the all-reduce per step ({result.config.clock.label}): " + ", ".join(
         f"rank {r} {1e3 * t:.1f} ms" for r, t in enumerate(idle)))
     return result
 
@@ -111,19 +112,38 @@ def bytes_table(results: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- 4. time vs the model
+def speeds_for(world_size: int, clock: str = "A100", pattern: str = "one slow") -> list[float]:
+    """The cluster's speeds on `clock`: its ratios as they are on a paced clock (pacing keeps the
+    ranks apart), times SCALE on this CPU's raw clock (see SCALE)."""
+    return slow_speeds(world_size, pattern, scale=SCALE if clock == "wall" else 1.0)
+
+
 def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_size: int = 12,
-                      fixed_rows: float = FIXED_ROWS) -> list[dict]:
-    """Step time of `hetero-dp` under each sharding, measured in one run each, beside the model."""
+                      fixed_rows: float = FIXED_ROWS, clock: str = "A100") -> list[dict]:
+    """Step time of `hetero-dp` under each sharding, measured in one run each, beside the model.
+    On a paced clock the model's t and f are the clock's own (`parlab.heterogeneous.paced`), and
+    the LP is given that f."""
+    from parlab.heterogeneous.paced import paced_rates
+
+    probe = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link,
+                        batch_size=batch_size, clock=clock)
+    row_s, idle_rows = cost.row_seconds(probe), fixed_rows
+    if probe.clock.paced:
+        row_s, fixed_rows, idle_rows = paced_rates(probe)
     out = []
     for sharding in shares.SHARDINGS:
         result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds,
-                            shard=sharding, link=link, batch_size=batch_size, fixed_rows=fixed_rows)
+                            shard=sharding, link=link, batch_size=batch_size, fixed_rows=fixed_rows,
+                            clock=clock)
         cfg = result.config
         rows = result.outputs[0].extras["rows"]
+        comm_s = cost.comm_seconds(cfg)
+        _, t_star = shares.solve_lp(batch_size, cost.speeds_of(cfg), fixed_rows)
         out.append({"shard": sharding, "rows": rows, "step_ms": 1e3 * result.step_time(warmup=1),
-                    "model_ms": 1e3 * cost.step_time(rows, cost.speeds_of(cfg), fixed_rows,
-                                                     cost.row_seconds(cfg), cost.comm_seconds(cfg)),
-                    "ideal_ms": 1e3 * cost.ideal_step_time(cfg),
+                    "model_ms": 1e3 * (max((fixed_rows + b if b else idle_rows) / s  # no rows: optimizer
+                                           for b, s in zip(rows, cost.speeds_of(cfg))) * row_s + comm_s),
+                    "ideal_ms": 1e3 * (t_star * row_s + comm_s), "fixed_rows": fixed_rows,
+                    "clock": cfg.clock.label,
                     "idle_ms": [round(1e3 * t, 1) for t in idle_per_rank(result)]})
     for row in out:
         row["speedup"] = out[0]["step_ms"] / row["step_ms"]
@@ -131,9 +151,31 @@ def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_
     return out
 
 
+def verdict(rows: list[dict]) -> bool:
+    """The lesson, checked on this run: LP ≥ proportional ≥ even in step time (2% tolerance: paced
+    step times repeat to ~1–2%); the diagnosis where it fails."""
+    by = {r["shard"]: r for r in rows}
+    lp, prop, even = (by[k]["step_ms"] for k in ("lp", "proportional", "even"))
+    ok = lp <= prop * 1.02 and prop <= even * 1.02
+    print(f"verdict ({rows[0]['clock']}): LP {even / lp:.2f}×, proportional {even / prop:.2f}× as fast "
+          f"as even shares: LP ≥ proportional ≥ even {'holds' if ok else 'does NOT hold'}")
+    if not ok:
+        model = {k: by[k]["model_ms"] for k in by}
+        print(f"diagnosis: the model predicted LP {model['lp']:.1f}, proportional "
+              f"{model['proportional']:.1f}, even {model['even']:.1f} ms "
+              f"with f = {rows[0]['fixed_rows']:.1f} rows; "
+              + ("the model's order is the expected one, so the run departs from the model (idle per "
+                 f"rank {by['lp']['idle_ms']} under LP): contention or a fixed cost the model misses"
+                 if model["lp"] <= model["proportional"] <= model["even"] else
+                 "the model itself orders them so: f is not the run's fixed cost"))
+    return ok
+
+
 def print_measurement(rows: list[dict], title: str = "") -> None:
     if title:
         print(title)
+    print(f"clock: {rows[0].get('clock', 'this CPU, raw')}; "
+          f"model f = {rows[0].get('fixed_rows', FIXED_ROWS):.1f} rows")
     print(f"{'shard':<13} {'rows':<16} {'step ms':>8} {'model ms':>9} {'ideal ms':>9} "
           f"{'vs even':>8} {'model':>7}  idle per rank (ms/step)")
     for r in rows:
@@ -159,16 +201,16 @@ def measure_topology(world_size: int = 4, steps: int = 4, intra: str = "NVLink",
 
 # ----------------------------------------------------------------------------- 5. backup workers
 def backup_sweep(world_size: int, steps: int = 6, pattern: str = "one slow",
-                 backups: tuple = (0, 1), speeds=None) -> list[dict]:
-    """Step time and loss of `backup-workers` for each b, beside `single`'s loss."""
-    speeds = speeds or slow_speeds(world_size, pattern)
+                 backups: tuple = (0, 1), speeds=None, clock: str = "A100") -> list[dict]:
+    """Step time and loss of `backup-workers` for each b, beside `single`'s loss, on `clock`."""
+    speeds = speeds or speeds_for(world_size, clock, pattern)
     ref = parlab.run("single", steps=steps)
     rows = []
     for b in backups:
         if b >= world_size:
             continue
         result = parlab.run("backup-workers", world_size=world_size, steps=steps, speeds=speeds,
-                            backups=b)
+                            backups=b, clock=clock)
         used = result.outputs[0].extras["used"]  # per step: the ranks whose gradients counted
         dropped = sorted({r for step in used for r in range(world_size) if r not in step})
         rows.append({"backups": b, "step_ms": 1e3 * result.step_time(1), "final_loss": result.losses[-1],

@@ -54,7 +54,7 @@ def _validate_backup(cfg):
 
 @register("hetero-dp", summary="data parallelism with shares by speed (even | proportional | HAP's LP), "
           "gradients weighted by share", exact=True,
-          options={"shard": Choice("lp", SHARDINGS), "fixed_rows": Float(FIXED_ROWS, min=0)},
+          options={"shard": Choice("lp", SHARDINGS), "fixed_rows": Float(FIXED_ROWS, min=0, max=1e6)},
           validate=_validate, cost=cost.hetero_dp_prediction)
 def hetero_dp(ctx):
     model = build_model(ctx.cfg)
@@ -124,7 +124,7 @@ def _assemble_tp(outputs, cfg):
 @register("hetero-tp", summary="tensor + sequence parallelism with uneven shards by speed (even | "
           "proportional | HAP's LP), uneven all-gather / reduce-scatter padded or exact", exact=True,
           options={"shard": Choice("lp", SHARDINGS), "collective": Choice("exact", VARIANTS),
-                   "fixed": Float(FIXED_TP, min=0)},
+                   "fixed": Float(FIXED_TP, min=0, max=1e3)},
           validate=_validate_tp, assemble=_assemble_tp, models=("gpt",),
           cost=cost.hetero_tp_prediction)
 def hetero_tp(ctx):

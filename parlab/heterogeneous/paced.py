@@ -1,0 +1,59 @@
+"""Chapter 11's step-time model on the paced clock (`parlab.run(..., clock="A100")`).
+
+On a paced clock a compute span lasts M·Σ_op(c0 + FLOPs/F_ref)/s (`parlab.core.clock`), so one
+step of b rows costs, at speed 1, a per-row part t = M·(FLOPs of one row)/F_ref and a fixed part
+M·(c0·ops + the optimizer's FLOPs/F_ref) that does not shrink with the batch. `paced_rates` counts
+both on this machine, in process, with the clock's own operator meter (forward + backward of one
+and of two rows, the optimizer step), so the LP of `parlab.heterogeneous.shares` can be given the
+paced clock's f (in rows' worth) and the model predicts paced seconds. On a model as small as the
+default GPT, f is many rows: each operator's fixed cost dominates (the clock's stated
+simplification), which is why giving a slow device fewer rows saves less than its speed suggests.
+"""
+
+from __future__ import annotations
+
+from parlab.core.clock import work_meter
+from parlab.engine.loop import build_model, make_optimizer, step_batch
+
+
+def _count(cfg, rows: int) -> tuple[int, float, int, float]:
+    """(ops, FLOPs) of forward + backward on `rows` rows, and (ops, FLOPs) of the optimizer step."""
+    model = build_model(cfg)
+    optimizer = make_optimizer(model.parameters(), cfg)
+    x, y = step_batch(cfg, 0)
+    meter = work_meter()
+    with meter:
+        model.loss(x[:rows], y[:rows]).backward()
+    step = work_meter()
+    with step:
+        optimizer.step()
+    return meter.ops, meter.flops, step.ops, step.flops
+
+
+_CACHE: dict = {}
+
+
+def _rates(cfg) -> tuple[float, float, float]:
+    key = (cfg.model, repr(cfg.model_config), cfg.batch_size, cfg.optimizer, cfg.clock)
+    if key not in _CACHE:
+        _CACHE[key] = _measure(cfg)
+    return _CACHE[key]
+
+
+def _measure(cfg) -> tuple[float, float, float]:
+    ops1, flops1, opt_ops, opt_flops = _count(cfg, 1)
+    ops2, flops2, _, _ = _count(cfg, 2)
+    clock = cfg.clock
+    row_s = clock.seconds(ops2 - ops1, flops2 - flops1)
+    optimizer_s = clock.seconds(opt_ops, opt_flops)
+    fixed_s = clock.seconds(ops1, flops1) - row_s + optimizer_s
+    return row_s, fixed_s / row_s, optimizer_s / row_s
+
+
+def paced_rates(cfg) -> tuple[float, float, float]:
+    """(t, f, f_opt): one row's paced seconds at speed 1, the paced fixed work per step in rows'
+    worth, and the optimizer's part of it (all a rank with no rows computes), for the
+    configuration's model and clock (which must be paced)."""
+    if not cfg.clock.paced:
+        raise ValueError(f"clock={cfg.clock.name!r}: paced_rates needs a paced clock (e.g. 'A100')")
+    return _rates(cfg)
