@@ -1,5 +1,6 @@
 """Chapter 13, composition: the scheme `nd` equals the single process for every plan of world sizes
-1, 2, 4 (and 3 where a plan fits; 3-D at 8), with ZeRO and micro-batch variants, and on the
+1, 2, 4 (and 3 where a plan fits; 3-D at 8 and a few plans of 4 in test_planner_paced.py, whose
+paced sweep checks its runs the same way), with ZeRO and micro-batch variants, and on the
 mixture-of-experts GPT with ep; every rank's ledger bytes per phase equal `nd_closed_form_bytes`
 (+ `nd_routing_bytes` for the routing-dependent all-to-alls); bad plans are refused before any
 process starts, with every failing factor named."""
@@ -72,7 +73,15 @@ def test_every_plan_of_four_is_enumerated():
     assert {p.world_size for p in PLANS_4} == {4}
 
 
-@pytest.mark.parametrize("plan", PLANS_4 + _variants(), ids=lambda p: p.describe())
+def _not_in_paced_sweep(plans: list[Plan]) -> list[Plan]:
+    """The plans whose shape the paced sweep (test_planner_paced.py) does not already run and
+    check the same way (= single, ledger per phase = the closed form) on the chapter's model."""
+    from tests.test_planner_paced import PLANS_4 as PACED
+    return [p for p in plans if p not in PACED]
+
+
+@pytest.mark.parametrize("plan", _not_in_paced_sweep(PLANS_4 + _variants()),
+                         ids=lambda p: p.describe())
 def test_world_size_4_matches_single_and_bytes_are_closed_form(reference, plan):
     check_plan(plan, reference)
 
@@ -89,11 +98,7 @@ def test_dp3_matches_single():
     assert comparison.match, comparison.problems
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("plan", [Plan(dp=2, tp=2, pp=2), Plan(tp=2, pp=2, cp=2)],
-                         ids=lambda p: p.describe())
-def test_3d_at_world_size_8(reference, plan):
-    check_plan(plan, reference)
+# world size 8 (3-D plans): test_planner_paced.py runs and checks them, paced
 
 
 MOE_KW = {**KW, "model": "gpt-moe", "model_config": {**MC, "n_layer": 2}}  # E=4, top-2, capacity

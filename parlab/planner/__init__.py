@@ -19,8 +19,9 @@ Reading order:
 - `compose`: `apply_tp`, `apply_cp`, `apply_ep`, `split_pp`, `apply_dp` / `apply_zero` over one
   `Mesh`; `compose_cost`: every dimension's closed-form bytes composed.
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
-- `profile`, `costmodel`, `plan_memory`, `search`: the measured compute profile, the predicted
-  step time and peak memory of any plan, and the planner.
+- `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
+  wall clock, counted in paced time), the predicted step time (paced seconds on `clock="A100"`)
+  and peak memory of any plan, the planner, and its judge (calibrated leave one out).
 - `graph`, `placement`, `placement_milp`, `placement_run`: operator-level placement of a branchy graph, solved
   exactly (MILP, checked by exhaustive search) and run with send/recv beside a 1F1B pipeline.
 - `extrapolate`: the same model on real hardware and 1B–70B models.

@@ -12,10 +12,14 @@ Narayanan et al., SC 2021, §2.2.1), so the bubble is (pp − 1)/(m + pp − 1) 
 Every message here is blocking (the schemes wait for it), so the exposed communication is all of
 it; MAD-Max's exposed-communication fraction is exposed seconds / step seconds.
 
-A message costs the larger of what gloo takes on this machine (the fit) and what the emulated link
-takes (`parlab.core.link`: it only ever slows a message down; `parlab.data_parallel.cost.
-message_time` takes the same max). Compute is stretched when more ranks compute than there are
-cores: every rank is a process on this machine.
+In paced time (`clock=` a paced `parlab.core.clock.Clock`, the chapter's default "A100"), compute
+comes from `parlab.planner.paced.profile` (operators and FLOPs counted, priced as the paced clock
+prices a span) and a message costs what the real link dilated by N takes (`pace_link`): every
+time is paced seconds, accelerator seconds × N. On the wall clock a message costs the larger of
+what gloo takes on this machine (the fit) and what the emulated link takes (`parlab.core.link`:
+it only ever slows a message down; `parlab.data_parallel.cost.message_time` takes the same max),
+and compute is stretched when more ranks compute than there are cores: every rank is a process
+on this machine.
 
 Memory per rank: `parlab.planner.plan_memory` (re-exported here).
 """
@@ -220,9 +224,11 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
             calibration: Calibration | None = None, clock=None) -> Prediction:
     """Predicted step, peak memory and bytes of `plan` for the GPT `cfg_model` (see module doc).
 
-    profile: `parlab.planner.profile.measure`; fit: `calibrate_comm(world_size)`; link: an
-    emulated `parlab.core.link.Link` or None (loopback); calibration: `fit_calibration` of a
-    few measured plans (None: the raw model)."""
+    profile: `parlab.planner.profile.measure` (paced: `parlab.planner.paced.profile`); fit:
+    `calibrate_comm(world_size)` (paced: None); link: an emulated `parlab.core.link.Link`, a
+    preset name or None (loopback); calibration: `fit_calibration` of measured plans (None: the
+    raw model); clock: the paced `Clock` of the runs predicted (None: the wall clock), whose
+    dilated link the messages then cost — the step is then in paced seconds."""
     from parlab.core.clock import pace_link
     from parlab.core.link import resolve
     if fit is not None and plan.world_size > 1 and fit.world_size != plan.world_size:

@@ -70,14 +70,15 @@ def _load() -> str:
 
 def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list | None = None,
           memory_cap: float | None = None, batch_size: int = 12, clock: str = "A100",
-          **plan_space) -> Sweep:
+          model: dict | None = None, **plan_space) -> Sweep:
     """Run every plan (default: `search.candidate_plans`) once with `nd` on `clock`, predict each
     (paced: leave one out; wall: calibrated on the one-dimensional plans); the judge compares them
-    under `memory_cap` bytes (None: no cap)."""
-    cfg = model_config()
+    under `memory_cap` bytes (None: no cap). `model`: GPT config overrides (None: the chapter's)."""
+    cfg = model_config(model)
     plans = plans or search.candidate_plans(world_size, cfg, batch_size, **plan_space)
     load = _load()
-    measured = {p: search.measure_plan(p, steps, link, batch_size, clock=clock) for p in plans}
+    measured = {p: search.measure_plan(p, steps, link, batch_size, model_config=model, clock=clock)
+                for p in plans}
     if clock == "wall":
         prof, fit, clk = profile.measure(cfg), profile.calibrate_comm(world_size), None
         calibration, _ = search.calibrate(plans, cfg, prof, fit, link, batch_size, steps, measured)
@@ -270,3 +271,22 @@ def closed_form_table(world_size: int, batch_size: int = 12):
                      "busiest rank": sum(ours.values()), "nd closed form": theirs,
                      "equal": sum(ours.values()) == theirs})
     return pd.DataFrame(rows)
+
+
+def headline(s: Sweep) -> None:
+    """The chapter's measured headlines, printed from this sweep with a verdict each: exactness,
+    bytes and memory against the closed forms, and the model's three numbers in paced time."""
+    j, g = s.judgement, search.GOALS
+    bytes_ok = sum(r["predicted_bytes"] == r["measured_bytes"] for r in s.rows)
+    peak_ok = sum(r["predicted_peak"] == r["measured_peak"] for r in s.rows)
+    n = len(s.rows)
+    print(f"{n} plans at world size {s.world_size} on {s.link or 'loopback'}, {s.unit}:")
+    print(f"- ledger bytes = the closed forms in {bytes_ok} of {n} plans; peak memory = the closed "
+          f"form in {peak_ok} of {n}: {'agrees' if bytes_ok == peak_ok == n else 'DOES NOT agree'}")
+    print(f"- predicted vs measured ({s.method}): median |error| {j.median_error:.1%} "
+          f"(goal ≤ {g['median_error']:.0%}), Spearman {j.spearman:.3f} (goal ≥ {g['spearman']})")
+    print(f"- the planner's pick {j.choice} vs the best measured {j.best}: regret {j.regret:.1%} "
+          f"(goal ≤ {g['regret']:.0%})")
+    missed = [k for k, ok in j.goals().items() if not ok]
+    print("verdict: the cost model agrees with this run on all three goals" if not missed else
+          f"verdict: MISSED {', '.join(missed)} — {diagnose(s)}")

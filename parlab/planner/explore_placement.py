@@ -128,7 +128,10 @@ def _pct(values) -> str:
 
 
 def print_report(rows: list[dict]) -> None:
-    """The table of `placement_report`, and what the measurement says where it disagrees."""
+    """The table of `placement_report`, and what the measurement says where it disagrees. Times
+    are this CPU's, raw: the placement runs on its own launcher (`placement_run`), not on the
+    paced clock."""
+    print("times: this CPU, raw (wall clock; op times profiled here)")
     print(f"{'plan':<16}{'predicted':>11}{'measured':>10}{'replay':>9}   "
           f"{'idle/rank predicted':<22}{'idle/rank measured':<22}bytes/rank (ledger = closed form)")
     for r in rows:
