@@ -34,6 +34,7 @@ from parlab.data_parallel.explore_measure import (  # noqa: F401 (the notebook c
     exposed_table,
     measure_regime,
     messages_per_step,
+    model_terms,
     per_message_overhead,
     plot_timelines,
     predicted_vs_measured,
@@ -131,19 +132,26 @@ def check_all(world_size: int, steps: int = 3, model: str = "gpt", accum_steps: 
 
 # ----------------------------------------------------------------------------- widget
 def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int = 3,
-          accelerator: str = "A100") -> None:
-    """Widget callback: run one variant on `link` as `accelerator` sees it (this machine's rate from
-    the reference run's own compute), check it against single, show bytes and one step."""
+          accelerator: str = "A100", clock: str = "A100") -> None:
+    """Widget callback: run one variant on `link` as `accelerator` sees it — in paced time
+    (`clock` an accelerator: the clock dilates the real link) or on this CPU raw (`clock="wall"`:
+    the link dilated by this machine's rate from the reference run's own compute) — check it
+    against single, show bytes and one step."""
     import matplotlib.pyplot as plt
 
     from parlab.viz import timeline
 
     options = {"bucket_mb": bucket_mb} if variant != "ddp-naive" else {}
     ref = parlab.run("single", steps=steps)
-    emulated = None if link == "loopback" else faithful(link, achieved_flops(ref), accelerator)
-    result = parlab.run(variant, world_size=world_size, steps=steps, link=emulated, **options)
+    if clock == "wall":
+        emulated = None if link == "loopback" else faithful(link, achieved_flops(ref), accelerator)
+    else:
+        emulated = None if link == "loopback" else link
+    result = parlab.run(variant, world_size=world_size, steps=steps, link=emulated, clock=clock,
+                        **options)
     sent = result.bytes_per_rank()
-    print(f"{variant} on {world_size} rank(s), {emulated or 'loopback'}: {result.compare(ref)}")
+    print(f"{variant} on {world_size} rank(s), {result.config.link or 'loopback'} "
+          f"({result.clock.label}): {result.compare(ref)}")
     print(f"bytes sent per rank per step: {sent[0] // steps:,}; messages per step: "
           f"{messages_per_step(result)}")
     if world_size > 1:
@@ -153,11 +161,15 @@ def panel(world_size: int, link: str, bucket_mb: float, variant: str, steps: int
     timeline(result.timeline, ax=ax, title=f"{variant}, N={world_size}, {link}")
 
 
-def headline(runs: dict, loopback: dict | None = None, warmup: int = 1) -> dict:
+def headline(runs: dict, loopback: dict | None = None, warmup: int = 1,
+             predicted: dict | None = None, tolerance: float = 0.25) -> dict:
     """The chapter's headline from this run: DeAR against WFBP (ddp-overlap) and naive, step time
-    and exposed communication, on the faithful link (and on loopback when given)."""
+    and exposed communication, on the accelerator's link (and on loopback when given), each ratio
+    with its verdict against the α-β model when `predicted` ({variant: (measured, predicted)},
+    `predicted_vs_measured`) is given."""
     out = {}
-    for where, rs in (("faithful link", runs), ("loopback", loopback or {})):
+    label = next(iter(runs.values())).clock.label if runs else ""
+    for where, rs in ((f"link, {label}", runs), ("loopback", loopback or {})):
         if not {"ddp-naive", "ddp-overlap", "dear"} <= set(rs):
             continue
         step = {v: rs[v].step_time(warmup) for v in ("ddp-naive", "ddp-overlap", "dear")}
@@ -169,4 +181,26 @@ def headline(runs: dict, loopback: dict | None = None, warmup: int = 1) -> dict:
               f"(exposed {ms['dear']:.0f} vs {ms['ddp-overlap']:.0f} ms); ddp-naive "
               f"{step['ddp-naive'] * 1e3:.1f} ms = {step['ddp-naive'] / step['dear']:.2f}× dear "
               f"(exposed {ms['ddp-naive']:.0f} ms)")
+        if predicted and rs is runs:
+            for a, b in (("ddp-overlap", "dear"), ("ddp-naive", "dear"), ("ddp-naive", "ddp-overlap")):
+                got = predicted[a][0] / predicted[b][0]
+                model = predicted[a][1] / predicted[b][1]
+                ok = abs(got / model - 1) <= tolerance
+                winner_ok = (got >= 1) == (model >= 1) or abs(model - 1) < 0.05
+                print(f"  {b} over {a}: {got:.2f}× measured, {model:.2f}× by the α-β model: "
+                      + ("agrees" if ok and winner_ok else "does NOT agree")
+                      + f" (±{tolerance:.0%})"
+                      + ("" if ok and winner_ok else " — " + _why_not(rs, a, b)))
     return out
+
+
+def _why_not(rs: dict, a: str, b: str) -> str:
+    """Why a measured ratio misses the model, from the runs: overrun paced spans (contention
+    showing through), or the schedule's own order the model does not capture."""
+    over = max(rs[v].pace.get("overrun_share", 0.0) for v in (a, b))
+    if not rs[a].clock.paced:
+        return "this CPU, raw: per-message overhead and contention for its cores are not in the model"
+    if over > 0.05:
+        return f"real work overran its paced time ({over:.0%}): the machine was too busy"
+    return ("the measured steps include what the model idealizes (which message waits behind "
+            "which: each layer's update waits for its own all-reduce)")

@@ -1,5 +1,7 @@
-"""Chapter 01's measurement: every variant on a link dilated to an accelerator's compute ratio
-(`parlab.core.link.faithful`), exposed communication, the alpha-beta prediction beside each
+"""Chapter 01's measurement: every variant in paced time on an accelerator's clock and the real
+link (`clock="A100"`, `parlab.core.clock`: compute spans priced deterministically, the link dilated
+alike; or, with `clock="wall"`, on this CPU raw with the link dilated by this CPU's measured rate,
+`parlab.core.link.faithful`), exposed communication, the alpha-beta prediction beside each
 measured step with the diagnosis when they disagree, the ratio sweep and the bucket sweep
 (DeAR, Zhang et al., ICDCS 2023; MAD-Max, Hsia et al., ISCA 2024, for the exposed fraction).
 """
@@ -25,31 +27,57 @@ MEASURE = {"model_config": {"n_embd": 128, "n_layer": 2, "block_size": 64},
 COMMON = ("model_config", "batch_size", "lr", "optimizer")
 
 
-def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, **options) -> dict:
+def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, clock="wall",
+                 **options) -> dict:
     """Run each variant with the options it takes (common ones such as model_config go to all)."""
     out = {}
     for variant in variants:
         known = parlab.schemes()[variant].options
         extra = {k: v for k, v in options.items() if k in known or k in COMMON}
-        out[variant] = parlab.run(variant, world_size=world_size, steps=steps, link=link, **extra)
+        out[variant] = parlab.run(variant, world_size=world_size, steps=steps, link=link,
+                                  clock=clock, **extra)
     return out
 
 
 def measure_regime(world_size: int, link: str = "NVLink", accelerator: str = "A100",
-                   steps: int = 4, options=None) -> dict:
-    """The chapter's measurement: the variants on loopback (the machine as it is), this machine's
-    compute rate from ddp-naive's own compute profile there, then every variant on the real `link`
-    dilated to `accelerator`'s compute rate (`parlab.core.link.faithful`)."""
+                   steps: int = 4, options=None, clock: str | None = None) -> dict:
+    """The chapter's measurement: the variants on loopback on this CPU's raw clock (the machine as
+    it is: its per-message overhead), then every variant on the real `link` as `accelerator` sees
+    it. `clock` (default: `accelerator`) paced: `parlab.run(..., clock=accelerator)` dilates the
+    real link and prices compute deterministically (`parlab.core.clock`); "wall": the link is
+    dilated by this CPU's compute rate measured from ddp-naive's loopback profile
+    (`parlab.core.link.faithful`). `regime["link"]` is the link the runs emulated."""
     options = dict(MEASURE if options is None else options)
+    clock = accelerator if clock is None else clock
     loop = run_variants(world_size, None, steps, variants=OWN[:1] + OWN[2:], **options)
     flops = achieved_flops(loop["ddp-naive"])
-    faithful_link = faithful(link, flops, accelerator)
-    runs = run_variants(world_size, faithful_link, steps, **options)
-    print(f"this machine: {flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured forward + "
-          f"backward); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} TFLOP/s")
-    print(f"link: {faithful_link}")
-    return {"loopback": loop, "faithful": runs, "link": faithful_link, "flops": flops,
-            "options": options}
+    if clock == "wall":
+        emulated = faithful(link, flops, accelerator)
+        runs = run_variants(world_size, emulated, steps, **options)
+        print(f"this machine: {flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured "
+              f"forward + backward); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} "
+              "TFLOP/s")
+    else:
+        runs = run_variants(world_size, link, steps, clock=clock, **options)
+        emulated = runs["ddp-naive"].config.link
+        print(f"clock: {runs['ddp-naive'].clock.label} (compute priced from its operators and "
+              f"FLOPs; loopback runs: this CPU, raw)")
+    print(f"link: {emulated}")
+    return {"loopback": loop, "faithful": runs, "link": emulated, "flops": flops,
+            "options": options, "clock": runs["ddp-naive"].clock}
+
+
+def model_terms(regime: dict, floor, overhead_s: float) -> dict:
+    """The α-β model's extra terms for the regime's runs: on this CPU's raw clock the gloo floor
+    and the per-message overhead measured on loopback; in paced time neither (the link is the
+    only communication cost and compute is priced exactly), printed either way."""
+    print(f"this CPU, raw: gloo floor α={floor[0] * 1e3:.2f} ms, β={floor[1] / 1e6:.0f} MB/s, "
+          f"per-message overhead {overhead_s * 1e3:.2f} ms (measured on loopback)")
+    if regime.get("clock") is not None and regime["clock"].paced:
+        print(f"{regime['clock'].label}: the model takes the paced link alone (no floor, no "
+              "overhead: the raw CPU's costs are not in paced time)")
+        return {"floor": (0.0, float("inf")), "overhead_s": 0.0}
+    return {"floor": floor, "overhead_s": overhead_s}
 
 
 def plot_timelines(results: dict, steps: int, title: str = ""):
@@ -162,63 +190,68 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     import matplotlib.pyplot as plt
     import numpy as np
 
-    naive = regime["loopback"]["ddp-naive"]
-    t_f, t_b, t_o = compute_profile(naive, warmup)
-    compute = t_f + t_b + t_o
+    naive = regime["faithful"]["ddp-naive"]
+    profile = compute_profile(naive, warmup)  # the lines: the link's runs' own compute
+    compute = sum(profile)
     numels = [v.numel() for v in naive.state.values()]
     link, options = regime["link"], regime["options"]
     if floor is None:
         gloo = dp_cost.measure_alpha_beta(world_size)
         floor = (gloo.alpha, gloo.beta)
+    paced = regime.get("clock") is not None and regime["clock"].paced
+    raw_profile = compute_profile(regime["loopback"]["ddp-naive"], warmup)
 
-    def predict(variant, alpha, beta):
-        return dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha, beta,
+    def predict(variant, alpha, beta, prof=profile):
+        return dp_cost.predict_step_time(variant, numels, world_size, *prof, alpha, beta,
                                          **options)
 
-    def ratio(alpha, beta):  # one step's buckets on the link, ÷ compute
-        return predict("ddp-bucketed", alpha, beta)["comm_s"] / compute
+    def ratio(alpha, beta, prof=profile):  # one step's buckets on the link, ÷ compute
+        return predict("ddp-bucketed", alpha, beta, prof)["comm_s"] / sum(prof)
 
     fig, ax = plt.subplots(figsize=(8, 4.2))
     scales = np.logspace(-2, 1.3, 40)
     xs = [ratio(link.latency_s * f, link.bandwidth_Bps / f) for f in scales]
     ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="nothing hidden (1 + x)")
     ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
-    points = {"loopback": (regime["loopback"], floor),
-              "faithful": (regime["faithful"], (link.latency_s, link.bandwidth_Bps))}
+    points = {"loopback": (regime["loopback"], floor, raw_profile, floor, overhead_s),
+              "faithful": (regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
+                           (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
     rows = []
     for variant in variants:
         ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
               for f in scales]
         line = ax.plot(xs, ys, "-", label=variant)[0]
-        for where, (runs, (alpha, beta)) in points.items():
+        for where, (runs, (alpha, beta), prof, low, extra) in points.items():
             if variant in runs:
-                x, y = ratio(alpha, beta), runs[variant].step_time(warmup) / compute
+                x, y = ratio(alpha, beta, prof), runs[variant].step_time(warmup) / sum(prof)
                 ax.plot([x], [y], "o" if where == "loopback" else "s", color=line.get_color())
-                model = dp_cost.predict_step_time(variant, numels, world_size, t_f, t_b, t_o, alpha,
-                                                  beta, floor, overhead_s=overhead_s, **options)
+                model = dp_cost.predict_step_time(variant, numels, world_size, *prof, alpha,
+                                                  beta, low, overhead_s=extra, **options)
                 why = diagnosis(runs[variant], runs[variant].step_time(warmup), model["step_s"])
-                rows.append((variant, where, x, y, model["step_s"] / compute, why))
+                rows.append((f"{where} ({runs[variant].clock.label})", variant, x, y,
+                             model["step_s"] / sum(prof), why))
     ax.set(xscale="log", yscale="log", xlabel="communication ÷ compute (one step's buckets on the link)",
            ylabel="step time ÷ compute time",
            title=f"where hiding communication pays, N={world_size} (lines: α-β model; "
                  f"○ loopback, □ {link.name.split(',')[0]})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    for variant, where, x, y, model, why in rows:
-        print(f"  {variant:<13} {where:<9} comm/compute {x:5.2f}   step/compute: measured {y:5.2f}, "
-              f"model with this machine's floor and overhead {model:5.2f}  {why}")
+    for where, variant, x, y, model, why in sorted(rows):
+        print(f"  {variant:<13} {where:<28} comm/compute {x:5.2f}   step/compute: measured {y:5.2f}, "
+              f"model {model:5.2f}  {why}")
     return fig
 
 
 def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01, 0.05, 1.0),
-                  overhead_s: float = 0.0, floor=None, **options):
+                  overhead_s: float = 0.0, floor=None, clock: str = "wall", **options):
     """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity),
-    beside the α-β prediction from each run's own compute profile."""
+    beside the α-β prediction from each run's own compute profile, on `clock` (paced: pass the
+    real link's name; the clock dilates it)."""
     numels = param_numels(config=options.get("model_config"))
     common = {k: v for k, v in options.items() if k in COMMON}
-    alpha, beta = _alpha_beta(link, floor or (0.0, float("inf")))
     for bucket_mb in sizes:
         result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, link=link,
-                            bucket_mb=bucket_mb, **common)
+                            bucket_mb=bucket_mb, clock=clock, **common)
+        alpha, beta = _alpha_beta(result.config.link, floor or (0.0, float("inf")))
         step = result.step_time(warmup=1)
         predicted = dp_cost.predict_step_time("ddp-overlap", numels, world_size,
                                               *compute_profile(result, 1), alpha, beta, floor,
