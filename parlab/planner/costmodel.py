@@ -259,8 +259,10 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
     raw_comm = slots * per_mb_comm + per_step_comm  # every blocking message is exposed
     for x in msgs:
-        if x.dim == "cp":  # posted before a pass's attention, waited after: the link overlaps it
-            per_pass = (fwd + bwd) * stretch / max(x.count, 1)
+        if x.dim == "cp":  # posted before a ring step's block attention, waited after: the link
+            # overlaps that attention only (one more score block merged: `attn_chunk_s`), not the
+            # block's projections and MLP
+            per_pass = profile.attn_chunk_s * stretch
             exposed = max(message_time(x, fit, None), message_time(x, fit, link) - per_pass)
             raw_comm += slots * x.count * exposed
         elif x.dim == "pp":  # the sender waits out the link; the receiver computes meanwhile:
