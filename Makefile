@@ -14,13 +14,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# JupyterLab on 127.0.0.1 only, with a fresh random token (it prints the URL holding it); as root
-# (most containers) it needs --allow-root, given only then.
-JUPYTER ?= $(BIN)/jupyter
+# JupyterLab on 127.0.0.1 only, with a fresh random token that never appears in argv (tools/lab.py
+# hands it over in a 0600 file); it prints the URL that logs you in. LAB_ARGS: more jupyter lab
+# arguments (e.g. LAB_ARGS=--no-browser).
 lab: $(STAMP)
-	@token=$$($(BIN)/python -c 'import secrets; print(secrets.token_urlsafe(32))'); \
-	root=$$([ "$$(id -u)" = 0 ] && echo --allow-root); \
-	$(JUPYTER) lab notebooks/ --ServerApp.ip=127.0.0.1 --IdentityProvider.token="$$token" $$root
+	$(BIN)/python tools/lab.py notebooks/ $(LAB_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check parlab tests data tools notebooks

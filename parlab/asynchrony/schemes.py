@@ -28,8 +28,8 @@ from parlab.engine.loop import build_model, train
 from parlab.engine.prediction import Prediction, param_numels
 from parlab.engine.runner import register
 
-OPTIONS = {"delays": Choice("none", ("none", "seeded")), "straggler": Float(1.0, min=1.0),
-           "jitter": Float(0.0, min=0.0), "servers": Int(1, min=1)}
+OPTIONS = {"delays": Choice("none", ("none", "seeded")), "straggler": Float(1.0, min=1.0, max=100.0),
+           "jitter": Float(0.0, min=0.0, max=100.0), "servers": Int(1, min=1)}
 
 
 def _validate(cfg):

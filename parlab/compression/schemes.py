@@ -16,6 +16,7 @@ from parlab.compression.cost import CompressionCost, compressor
 from parlab.compression.local_sgd import DiLoCo, LocalSGD
 from parlab.compression.powersgd import PowerSGDSync
 from parlab.compression.sync import CompressedSync
+from parlab.core.checks import Float
 from parlab.engine.loop import build_model, train
 from parlab.engine.runner import register
 
@@ -44,8 +45,6 @@ def _validate(cfg):
     for flag in ("error_feedback", "warm_start"):
         if flag in o and not isinstance(o[flag], bool):
             raise ValueError(f"{flag}={o[flag]!r} must be True or False")
-    if "outer_lr" in o and not (_is_number(o["outer_lr"]) and o["outer_lr"] > 0):
-        raise ValueError(f"outer_lr={o['outer_lr']!r} must be a number > 0")
     if "outer_momentum" in o and not (_is_number(o["outer_momentum"]) and 0 <= o["outer_momentum"] < 1):
         raise ValueError(f"outer_momentum={o['outer_momentum']!r} must be a number in [0, 1)")
 
@@ -104,7 +103,8 @@ def local_sgd(ctx):
 
 
 @register("diloco", summary="DiLoCo: inner AdamW for H steps, outer Nesterov SGD on the mean delta",
-          exact=False, options={"sync_every": 4, "outer_lr": 0.7, "outer_momentum": 0.9},
+          exact=False, options={"sync_every": 4, "outer_lr": Float(0.7, min=0, strict=True),
+                   "outer_momentum": 0.9},
           validate=_validate,
           cost=CompressionCost("diloco"))
 def diloco(ctx):

@@ -59,20 +59,32 @@ class Int(Option):
 
 @dataclass(frozen=True)
 class Float(Option):
-    """A finite number >= min (> min with `strict=True`)."""
+    """A finite number >= min (> min with `strict=True`) and <= max.
+
+    Finite unless the option says otherwise (`finite=False` admits ±inf, never NaN): an option
+    whose infinite value would reach the arithmetic (a learning rate, a delay, a weight) must
+    not pass validation. Give `max` where a larger value cannot be honoured (a sleep beyond the
+    platform's time_t, an LP coefficient that overflows): the error then names the range."""
 
     min: float | None = None
     strict: bool = False
     unit: str = ""
+    max: float | None = None
+    finite: bool = True
 
     def check(self, name, value):
-        below = self.min is not None and (value <= self.min if self.strict else value < self.min) \
-            if _is_number(value) else True
-        if not _is_number(value) or not math.isfinite(value) or below:
+        ok = _is_number(value) and not math.isnan(value) and (not self.finite or math.isfinite(value))
+        if ok and self.min is not None:
+            ok = value > self.min if self.strict else value >= self.min
+        if ok and self.max is not None:
+            ok = value <= self.max
+        if not ok:
             op = ">" if self.strict else ">="
-            bound = f" {op} {self.min}" if self.min is not None else ""
+            bounds = " and ".join(b for b in (f"{op} {self.min:g}" if self.min is not None else "",
+                                             f"<= {self.max:g}" if self.max is not None else "") if b)
             unit = f" ({self.unit})" if self.unit else ""
-            raise ValueError(f"{name}={value!r} must be a finite number{bound}{unit}")
+            kind = "a finite number" if self.finite else "a number (not NaN)"
+            raise ValueError(f"{name}={value!r} must be {kind}{' ' + bounds if bounds else ''}{unit}")
         return value
 
 

@@ -22,6 +22,12 @@ Training", ICLR 2018; the 2 + 2 + 12 bytes per parameter of Rajbhandari et al., 
   step whose gradients hold inf/NaN on *any* rank is skipped on every rank (one 1-element
   all-reduce (max) through `Comm`, the only extra bytes mixed precision sends), S halves; after
   `GROWTH_INTERVAL` clean steps S doubles (PyTorch's `torch.amp.GradScaler` policy and defaults).
+  S stays in [MIN_SCALE, MAX_SCALE] = [2^-14, 2^24], what fp16 can use: below 2^-14 (fp16's
+  smallest normal) the scaled gradients of a unit loss are subnormal or zero, above 2^24 a
+  gradient of 2^-8 already overflows (65504 < 2^16). `loss_scale=` outside it is refused before
+  any process starts; a run whose S must fall below 2^-14 (its gradients overflow at every usable
+  scale: it diverged) stops with `FloatingPointError`, and `consecutive_skips` lets the run warn
+  after SKIP_WARN skipped steps in a row (`parlab.run` does).
 
 `fp32` changes nothing: no cast, no wrapper, bit for bit the loop of before.
 """
@@ -33,6 +39,8 @@ import torch
 PRECISIONS = {"fp32": torch.float32, "bf16-mixed": torch.bfloat16, "fp16-mixed": torch.float16}
 INIT_SCALE = 2.0 ** 16  # torch.amp.GradScaler's defaults
 GROWTH_FACTOR, BACKOFF_FACTOR, GROWTH_INTERVAL = 2.0, 0.5, 2000
+MIN_SCALE, MAX_SCALE = 2.0 ** -14, 2.0 ** 24  # the loss scales fp16 can use (module doc)
+SKIP_WARN = 10  # this many skipped steps in a row: parlab.run warns (a healthy run skips a few)
 MANTISSA_BITS = {"fp32": 24, "bf16-mixed": 8, "fp16-mixed": 11}  # significand bits, implicit 1 included
 
 
@@ -41,6 +49,27 @@ def check(precision) -> str:
     if not isinstance(precision, str) or precision not in PRECISIONS:
         raise ValueError(f"precision={precision!r} must be one of {tuple(PRECISIONS)}")
     return precision
+
+
+def check_loss_scale(value) -> float:
+    """`value` as a float if fp16 can use it as a loss scale; ValueError naming it otherwise."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not MIN_SCALE <= value <= MAX_SCALE):
+        raise ValueError(f"loss_scale={value!r} must be a number in [2**-14, 2**24]: below it every "
+                         "fp16 gradient underflows, above it every one overflows (each step is "
+                         "skipped); None: 2**16")
+    return float(value)
+
+
+def longest_skip_run(skipped: list[int]) -> tuple[int, int]:
+    """(length, first step) of the longest run of consecutive skipped steps (0, -1 if none)."""
+    best, first, run, start, last = 0, -1, 0, -1, None
+    for step in skipped:
+        run, start = (run + 1, start) if last is not None and step == last + 1 else (1, step)
+        last = step
+        if run > best:
+            best, first = run, start
+    return best, first
 
 
 def compute_dtype(precision: str) -> torch.dtype:
@@ -81,9 +110,12 @@ class LossScaler:
     """Dynamic loss scale S (fp16): halve on overflow (the step is skipped), double after
     `growth_interval` clean steps."""
 
-    def __init__(self, scale: float = INIT_SCALE, growth_interval: int = GROWTH_INTERVAL):
+    def __init__(self, scale: float = INIT_SCALE, growth_interval: int = GROWTH_INTERVAL,
+                 stop_below: bool = True):
         self.scale, self.growth_interval = float(scale), growth_interval
+        self.stop_below = stop_below  # False (on_nonfinite="record"): S stays at MIN_SCALE
         self.clean = 0
+        self.consecutive_skips = 0
         self.skipped: list[int] = []  # loop steps whose update was skipped (overflow)
         self.history: list[float] = []  # S used by each step
 
@@ -91,12 +123,22 @@ class LossScaler:
         self.history.append(self.scale)
         if overflow:
             self.skipped.append(step)
-            self.scale *= BACKOFF_FACTOR
+            self.consecutive_skips += 1
             self.clean = 0
+            if self.scale * BACKOFF_FACTOR < MIN_SCALE:
+                if self.stop_below:
+                    raise FloatingPointError(
+                        f"fp16-mixed: step {step} overflowed at loss scale {self.scale:g} = 2**-14, "
+                        f"the smallest fp16 can use, after {self.consecutive_skips} skipped steps in "
+                        "a row: the gradients are not finite at any scale (the run diverged; "
+                        "on_nonfinite='record' keeps skipping instead)")
+            else:
+                self.scale *= BACKOFF_FACTOR
         else:
+            self.consecutive_skips = 0
             self.clean += 1
             if self.clean == self.growth_interval:
-                self.scale *= GROWTH_FACTOR
+                self.scale = min(self.scale * GROWTH_FACTOR, MAX_SCALE)
                 self.clean = 0
 
     def wrap_loss(self, loss_fn):

@@ -18,14 +18,15 @@ all-reduce inside forward); neither is the device's compute.
 
 from __future__ import annotations
 
-import math
 import time
 from contextlib import contextmanager
+
+MIN_SPEED, MAX_SPEED = 1e-3, 1e3  # a device 1000× slower or faster than this CPU, at most
 
 
 def check(speeds, world_size: int) -> tuple[float, ...] | None:
     """`speeds` as a tuple of floats (None: every rank at speed 1); ValueError names a list of the
-    wrong length or a speed that is not a finite number > 0."""
+    wrong length or a speed outside [MIN_SPEED, MAX_SPEED]."""
     if speeds is None:
         return None
     if isinstance(speeds, (str, bytes)) or not hasattr(speeds, "__len__"):
@@ -34,10 +35,11 @@ def check(speeds, world_size: int) -> tuple[float, ...] | None:
         raise ValueError(f"speeds={list(speeds)!r} has {len(speeds)} entries; world_size={world_size} "
                          "needs one speed per rank")
     bad = [s for s in speeds if isinstance(s, bool) or not isinstance(s, (int, float))
-           or not (0 < s < math.inf)]
+           or not (MIN_SPEED <= s <= MAX_SPEED)]
     if bad:
-        raise ValueError(f"speeds={list(speeds)!r}: {bad} must be finite numbers > 0 "
-                         "(1 = this machine's rate, 0.25 = four times slower)")
+        raise ValueError(f"speeds={list(speeds)!r}: {bad} must be numbers in [{MIN_SPEED:g}, "
+                         f"{MAX_SPEED:g}] (1 = this machine's rate, 0.25 = four times slower; a "
+                         "span lasts 1/speed as long, which must stay a time the clock can keep)")
     return tuple(float(s) for s in speeds)
 
 

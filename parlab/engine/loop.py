@@ -17,10 +17,18 @@ Step time (one definition for every chapter and benchmark): a step lasts from th
 begins on a rank to the moment the next one begins there (the last: to the end of training,
 deferred work included), and the run's step time is the slowest rank's
 (`RunResult.step_times`). Overlapped work that spills into the next step is thereby counted once.
+
+Divergence: every step each rank checks the loss share it already holds (a float: no extra
+collective), and at the end the parameters it holds; a NaN or an infinity raises
+`NonFiniteError` naming the step, the rank and the first non-finite tensor (parameters first, then
+gradients), so a diverged run never returns as a success and the checkpoints written before
+that step stay. With `on_nonfinite="record"` (a common option, for a chapter that teaches
+divergence) the run goes on and `RankResult.nonfinite` records the first event instead.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -87,6 +95,11 @@ class RankResult:
     skipped: list[int] = field(default_factory=list)  # fp16-mixed: steps skipped on overflow
     loss_scales: list[float] = field(default_factory=list)  # fp16-mixed: S of each step
     pace: dict = field(default_factory=dict)  # paced clock: the pacer's stats (parlab.core.clock)
+    nonfinite: list[dict] = field(default_factory=list)  # on_nonfinite="record": what was seen
+
+
+class NonFiniteError(FloatingPointError):
+    """A rank saw a NaN or an infinity in its loss or its parameters (the run diverged)."""
 
 
 class Strategy:
@@ -119,7 +132,8 @@ class Strategy:
         if precision_of(ctx.cfg) != "fp32" and not self.native_precision:
             to_compute_dtype(model, ctx.cfg)
             if precision_of(ctx.cfg) == "fp16-mixed":
-                self.scaler = mp.LossScaler(ctx.cfg.loss_scale or mp.INIT_SCALE)
+                self.scaler = mp.LossScaler(ctx.cfg.loss_scale or mp.INIT_SCALE,
+                                            stop_below=on_nonfinite(ctx.cfg) == "raise")
                 model.loss = self.scaler.wrap_loss(model.loss)
             self.mixed_optimizer(optimizer)
         self.shard, self.shards = shard, shards
@@ -195,6 +209,69 @@ class Strategy:
         return {}
 
 
+def on_nonfinite(cfg) -> str:
+    return getattr(cfg, "on_nonfinite", "raise")
+
+
+def _finite(value) -> bool:
+    try:
+        return value is None or math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return True  # not a number: nothing to check
+
+
+def _parameters(strategy) -> list:
+    model = getattr(strategy, "model", None)
+    return list(model.named_parameters()) if hasattr(model, "named_parameters") else []
+
+
+def _during_step(strategy):
+    """(what, tensor) of this rank's parameters (and fp32 masters), then their gradients."""
+    named = _parameters(strategy)
+    masters = {id(p): m for w in getattr(strategy, "masters", []) for p, m in w.masters.items()}
+    for name, p in named:
+        yield f"parameter {name}", p
+        if id(p) in masters:
+            yield f"fp32 master of {name}", masters[id(p)]
+    for name, p in named:
+        if p.grad is not None:
+            yield f"gradient of {name}", p.grad
+
+
+def _after_training(strategy, state: dict | None):
+    """(what, tensor) of the state this rank hands back, then the parameters it computes with."""
+    for name, t in (state or {}).items():
+        yield f"parameter {name}", t
+    copy = " (the compute copy)" if state else ""
+    for name, p in _parameters(strategy):
+        yield f"parameter {name}{copy}", p
+
+
+def first_nonfinite(tensors) -> str | None:
+    """The first of (what, tensor) holding a NaN or an infinity, described; None if all finite."""
+    for what, t in tensors:
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and not torch.isfinite(t).all():
+            bad = t.detach()[~torch.isfinite(t.detach())]
+            return f"{what} {tuple(t.shape)} ({bad.numel()} non-finite, first {bad.flatten()[0].item()})"
+    return None
+
+
+def _nonfinite(ctx, step: int, loss, tensor: str | None) -> dict:
+    """Raise NonFiniteError (on_nonfinite="record": return the event instead); `loss` None: the
+    parameters after training were not finite."""
+    where = ("after the last step, a parameter" if loss is None
+             else f"the loss (this rank's share, {loss})")
+    found = tensor or "none: parameters and gradients are finite, the forward pass overflowed"
+    event = {"step": step, "rank": ctx.rank, "loss": None if loss is None else float(loss),
+             "tensor": found}
+    if on_nonfinite(ctx.cfg) == "record":
+        return event
+    raise NonFiniteError(f"step {step}, rank {ctx.rank}: {where} is not finite; first non-finite "
+                         f"tensor: {found} (scheme {ctx.cfg.scheme!r}, lr={ctx.cfg.lr:g}; the run "
+                         "diverged: checkpoints written before this step stay; "
+                         "on_nonfinite='record' records it instead)")
+
+
 def precision_of(cfg) -> str:
     return getattr(cfg, "precision", "fp32")
 
@@ -210,12 +287,14 @@ def to_compute_dtype(model: torch.nn.Module, cfg) -> torch.nn.Module:
 def train(ctx, strategy: Strategy) -> RankResult:
     """Run `ctx.cfg.steps` steps of `strategy` on this rank; see the module docstring."""
     losses = list(strategy.initial_losses)
-    marks = []
+    marks, events = [], []
     for step in range(strategy.first_step, ctx.cfg.steps):
         with ctx.step(step):
             strategy.step_index = step
             marks.append(time.perf_counter())
             loss = strategy.forward_backward(step, strategy.batch(step))
+            if not events and not _finite(loss):
+                events.append(_nonfinite(ctx, step, loss, first_nonfinite(_during_step(strategy))))
             strategy.sync(step)
             strategy.update(step)
             strategy.after_step(step)
@@ -226,9 +305,13 @@ def train(ctx, strategy: Strategy) -> RankResult:
     memory = dict(strategy.peak_memory)
     memory["activations"] = strategy.meter.peak
     scaler = strategy.scaler
-    return RankResult(losses if strategy.reports_loss else None, strategy.state(), memory, marks,
+    state = strategy.state()
+    bad = first_nonfinite(_after_training(strategy, state))  # one isfinite pass per tensor
+    if bad is not None:
+        events.append(_nonfinite(ctx, ctx.cfg.steps - 1, None, bad))
+    return RankResult(losses if strategy.reports_loss else None, state, memory, marks,
                       strategy.extras(), list(scaler.skipped) if scaler else [],
-                      list(scaler.history) if scaler else [])
+                      list(scaler.history) if scaler else [], nonfinite=events)
 
 
 def step_times(marks_per_rank: list[list[float]]) -> list[float]:

@@ -13,12 +13,18 @@ assembles the full state (the scheme's `assemble`, by default the first rank's s
 returns a `RunResult`.
 
 Everything is validated before a process starts: the scheme, every option and the world size, with
-a ValueError that names the offending value.
+a ValueError that names the offending value; so is the memory the run needs (`predicted_memory`,
+a stated estimate compared with what this machine has free): a config that cannot fit is refused
+with both numbers instead of waking the out-of-memory killer. A run that diverges (a NaN or an
+infinity in a loss or the final parameters) stops with an error naming the step, the rank and the
+tensor (`parlab.engine.loop`), unless `on_nonfinite="record"`.
 """
 
 from __future__ import annotations
 
+import os
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +32,7 @@ from typing import Any
 from parlab import models
 from parlab.core import checks, precision, speeds, topology
 from parlab.core import clock as clocks
-from parlab.core.launch import launch, report_progress
+from parlab.core.launch import START_METHODS, launch, report_progress
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
     Scheme,
     SchemeInfo,
@@ -36,6 +42,7 @@ from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import
     scheme_modules,
     schemes,
 )
+from parlab.models import data as model_data
 
 COMMON_OPTIONS = {
     "batch_size": 12,  # global batch: divisible by 1, 2, 3, 4
@@ -49,11 +56,22 @@ COMMON_OPTIONS = {
     "precision": "fp32",  # "bf16-mixed" | "fp16-mixed": 16-bit compute, fp32 master (core.precision)
     "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
     "clock": "wall",  # "wall" (this CPU, raw) or paced time: "A100", "H100", "V100" (core.clock)
+    "on_nonfinite": "raise",  # a NaN/inf loss or parameter: "raise" (stop the run) or "record"
 }
+ON_NONFINITE = ("raise", "record")
 OPTIMIZERS = ("adamw", "sgd")
 MIXED_MODELS = ("gpt", "mlp")  # models whose loss is taken in fp32 and tested in mixed precision
 MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
 MIN_TIMEOUT = 1.0  # seconds: a rank's first rendezvous alone takes ~0.1-4 s
+MAX_LR = 1e36  # float32 holds up to 3.4e38, and AdamW's first step size is 10·lr
+MAX_TIMEOUT = 7 * 86400.0  # one week; far beyond it the store's timedelta overflows
+
+# The memory a run needs, estimated before any process starts (`predicted_memory`): stated, and
+# generous where a scheme could hold less (every rank is counted as holding the whole model).
+BYTES_PER_PARAM = 24  # fp32 parameter, gradient, AdamW's two moments, the state sent home, its bytes
+ACTIVATION_BYTES = 4  # per element saved for backward (fp32; mixed precision saves less)
+RANK_OVERHEAD = {"forkserver": 96 << 20, "fork": 96 << 20, "spawn": 384 << 20}  # a rank's own
+LAUNCH_OVERHEAD = 512 << 20  # the forkserver's copy of torch, buffers of the launch
 
 
 # ----------------------------------------------------------------------------- configuration
@@ -77,6 +95,7 @@ class RunConfig:
     precision: str = "fp32"  # "bf16-mixed" | "fp16-mixed" (parlab.core.precision)
     loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
     clock: Any = clocks.WALL  # parlab.core.clock.Clock: the wall clock or paced time
+    on_nonfinite: str = "raise"  # "raise": a NaN/inf stops the run; "record": RunResult.nonfinite
 
     @property
     def paced(self) -> bool:
@@ -118,10 +137,20 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         3e-3 if common["optimizer"] == "adamw" else 0.1)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
         raise ValueError(f"lr={lr!r} must be a finite number > 0")
+    if lr > MAX_LR:
+        raise ValueError(f"lr={lr!r} must be at most {MAX_LR:g}: the optimizer applies it in float32 "
+                         "(AdamW as lr/(1-β1^t), up to 10·lr)")
     timeout = common["timeout"]
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not MIN_TIMEOUT <= timeout < math.inf):
         raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= {MIN_TIMEOUT:g}")
+    if timeout > MAX_TIMEOUT:
+        raise ValueError(f"timeout={timeout!r} must be at most {MAX_TIMEOUT:g} seconds (one week)")
+    if not isinstance(common["start_method"], str) or common["start_method"] not in START_METHODS:
+        raise ValueError(f"start_method={common['start_method']!r} must be one of {START_METHODS}")
+    if not any(common["on_nonfinite"] == c and type(common["on_nonfinite"]) is str
+               for c in ON_NONFINITE):
+        raise ValueError(f"on_nonfinite={common['on_nonfinite']!r} must be one of {ON_NONFINITE}")
     if common["model_config"] is not None and not isinstance(common["model_config"], dict):
         raise ValueError(f"model_config={common['model_config']!r} must be a dict of {model} config "
                          "fields (e.g. {'n_layer': 2}) or None")
@@ -142,6 +171,8 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
                                    or not 0 < loss_scale < math.inf):
         raise ValueError(f"loss_scale={loss_scale!r} must be None or a finite number > 0, and only "
                          f"with precision='fp16-mixed' (got precision={mixed!r})")
+    if loss_scale is not None:
+        precision.check_loss_scale(loss_scale)  # within what fp16 can use
     clock = clocks.resolve(common["clock"], world_size)
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
@@ -153,12 +184,74 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
         precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
-        clock=clock,
+        clock=clock, on_nonfinite=common["on_nonfinite"],
     )
     models.check_checkpointing(model, cfg.checkpoint)
+    model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
     if spec.validate is not None:
         spec.validate(cfg)
+    check_fits(cfg)
     return cfg
+
+
+# ----------------------------------------------------------------------------- will it fit?
+def predicted_memory(cfg: RunConfig) -> dict:
+    """Bytes this run needs on this machine, estimated from the model config and the batch alone.
+
+    Per rank: BYTES_PER_PARAM (24) per parameter of the *whole* model (fp32 weight, gradient,
+    AdamW's two moments, the state sent home and its serialised copy: no credit for ZeRO, tensor
+    or pipeline sharding), the activations of its share of the global batch
+    (`parlab.models.activation_count` / world_size, 4 bytes each), and the process itself
+    (RANK_OVERHEAD). In the parent: the launch (LAUNCH_OVERHEAD) and the states the ranks send
+    home (4 bytes per parameter per rank, plus the assembled one). Ranks on this machine: the
+    world size (LOCAL_WORLD_SIZE under torchrun, where the parent is a rank)."""
+    params = models.param_count(cfg.model, cfg.model_config)
+    activations = models.activation_count(cfg.model, cfg.model_config, cfg.batch_size)
+    local = cfg.world_size
+    torchrun = "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
+    if torchrun:
+        local = int(os.environ["LOCAL_WORLD_SIZE"])
+    per_rank = (BYTES_PER_PARAM * params + -(-ACTIVATION_BYTES * activations // cfg.world_size)
+                + RANK_OVERHEAD.get(cfg.start_method, RANK_OVERHEAD["spawn"]))
+    parent = 0 if torchrun else LAUNCH_OVERHEAD + 4 * params * (cfg.world_size + 1)
+    return {"params": params, "activations": activations, "per_rank": per_rank, "ranks": local,
+            "parent": parent, "total": local * per_rank + parent}
+
+
+def available_memory() -> int:
+    """Bytes this process may still allocate: the machine's available memory (psutil), or less
+    when a cgroup (a container's limit) allows less."""
+    import psutil
+    free = psutil.virtual_memory().available
+    try:
+        limit = open("/sys/fs/cgroup/memory.max").read().strip()
+        used = int(open("/sys/fs/cgroup/memory.current").read())
+        if limit != "max":
+            free = min(free, int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return max(free, 0)
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.2f} GiB"
+
+
+def check_fits(cfg: RunConfig) -> None:
+    """ValueError, before any process starts, when `predicted_memory` exceeds `available_memory`."""
+    need, free = predicted_memory(cfg), available_memory()
+    if need["total"] > free:
+        c = cfg.model_config
+        shape = ", ".join(f"{k}={getattr(c, k)}" for k in
+                          ("n_layer", "n_embd", "block_size", "d_hidden", "base", "levels") if hasattr(c, k))
+        raise ValueError(
+            f"this run cannot fit in memory: it needs about {_gib(need['total'])} but "
+            f"{_gib(free)} are available. Estimate: {need['ranks']} rank(s) × "
+            f"{_gib(need['per_rank'])} ({need['params']:,} parameters × {BYTES_PER_PARAM} B, "
+            f"{need['activations']:,} activation elements of batch_size={cfg.batch_size} split "
+            f"over world_size={cfg.world_size}, the process) + {_gib(need['parent'])} in this "
+            f"process; model={cfg.model!r} with {shape}. Make batch_size, model_config or "
+            "world_size smaller.")
 
 
 # ----------------------------------------------------------------------------- in each rank
@@ -218,6 +311,17 @@ class RunResult:
     config: RunConfig
     step_times: list[float] = field(default_factory=list)  # seconds per step, the slowest rank's
     outputs: list = field(default_factory=list, repr=False)  # every rank's RankResult
+
+    @property
+    def nonfinite(self) -> list[dict]:
+        """on_nonfinite="record": every rank's first non-finite loss or final parameter, as
+        {"step", "rank", "loss", "tensor"} (empty when the run stayed finite)."""
+        return [event for out in self.outputs for event in getattr(out, "nonfinite", [])]
+
+    @property
+    def diverged(self) -> bool:
+        """Whether a NaN or an infinity was recorded (on_nonfinite="record"; "raise" never returns one)."""
+        return bool(self.nonfinite)
 
     @property
     def skipped_steps(self) -> list[int]:
@@ -299,6 +403,19 @@ def _default_assemble(outputs: list, cfg: RunConfig) -> dict:
     return {}
 
 
+def _warn_skips(outputs: list, cfg: RunConfig) -> None:
+    """fp16-mixed: warn when SKIP_WARN or more updates in a row were skipped (gradient overflow):
+    the loss scale was far too large, or the run is diverging."""
+    skipped = list(outputs[0].skipped) if outputs else []
+    length, first = precision.longest_skip_run(skipped)
+    if length >= precision.SKIP_WARN:
+        scales = list(outputs[0].loss_scales)
+        warnings.warn(f"fp16-mixed: {length} steps in a row skipped on gradient overflow (steps "
+                      f"{first}..{first + length - 1} of {cfg.steps}, loss scale "
+                      f"{scales[first]:g} → {scales[first + length - 1]:g}): those steps did not "
+                      "train", RuntimeWarning, stacklevel=3)
+
+
 def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, seed: int = 0,
         link=None, progress: Callable[[int, int], None] | None = None, **options) -> RunResult:
     """Train `model` for `steps` steps with `scheme` on `world_size` ranks; see the module doc."""
@@ -319,5 +436,6 @@ def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, se
     from parlab.engine.loop import step_times
     timeline = normalize([event for _, _, events in returned for event in events])
     memory = [out.memory for out in outputs]
+    _warn_skips(outputs, cfg)
     return RunResult(losses, state, ledger, timeline, memory, wall, cfg,
                      step_times([out.step_marks for out in outputs]), outputs)

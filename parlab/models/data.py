@@ -4,6 +4,10 @@ A step's global batch is a pure function of (dataset, seed, step, batch size): e
 and the single-process reference — sees exactly the same examples at the same step. A data-
 parallel rank takes rows [r·B/N, (r+1)·B/N) of it (`shard`), so the mean of the ranks' local
 mean losses is the reference's global mean loss, and averaged gradients equal its gradients.
+Seeds: any int in [0, 2**63) is a valid run seed. A step's generator seed is derived from it by
+`step_seed` modulo 2**64 (what `torch.Generator.manual_seed` accepts), so no valid seed can
+overflow it; for every seed below 2**43 the derived seed is the plain seed·1_000_003 + step of
+before, bit for bit.
 """
 
 from __future__ import annotations
@@ -35,6 +39,30 @@ def spirals() -> tuple[torch.Tensor, torch.Tensor]:
     return points, labels
 
 
+SEED_SPACE = 2**64  # torch.Generator.manual_seed takes [0, 2**64)
+VOLUME_SEED_FOLD = 2**43  # volumes.py derives seed·1_000_003 + ...: below 2**64 for seeds < 2**43
+
+
+def step_seed(seed: int, step: int) -> int:
+    """The generator seed of `step`'s batch: seed·1_000_003 + step, modulo 2**64 (never overflows)."""
+    return (seed * 1_000_003 + step) % SEED_SPACE
+
+
+def max_seq_len(model: str) -> int | None:
+    """The longest sequence a batch of `model` can draw from its dataset (None: no sequence)."""
+    if model in ("gpt", "gpt-moe"):
+        return text_tokens().numel() - 2  # a start in [0, n − T − 1) and T + 1 tokens after it
+    return None
+
+
+def check_seq_len(model: str, seq_len: int) -> None:
+    """ValueError naming `block_size` when the dataset holds no window of `seq_len` + 1 tokens."""
+    longest = max_seq_len(model)
+    if longest is not None and seq_len > longest:
+        raise ValueError(f"block_size={seq_len} is longer than the text dataset allows: "
+                         f"data/tinytext.txt holds {longest + 2} characters, so block_size <= {longest}")
+
+
 def decode(ids) -> str:
     return "".join(VOCAB[int(i)] for i in ids)
 
@@ -43,8 +71,9 @@ def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int
     """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,)."""
     if model == "unet3d":  # the volumes: seq_len is the block side (UNet3DConfig.block_size)
         from parlab.models.volumes import volume_batch
-        return volume_batch(step, batch_size, seed, seq_len)  # (B, 1, S, S, S), (B, S, S, S)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+        # (B, 1, S, S, S), (B, S, S, S)
+        return volume_batch(step, batch_size, seed % VOLUME_SEED_FOLD, seq_len)
+    g = torch.Generator().manual_seed(step_seed(seed, step))
     if model in ("gpt", "gpt-moe"):  # the text dataset
         tokens = text_tokens()
         starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)
