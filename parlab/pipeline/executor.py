@@ -21,6 +21,12 @@ are the same every step, so its peak is every step's, and the saved-tensor hooks
 per tensor autograd saves, 61 per micro-batch forward of a tiny-GPT stage) cost 26% of that
 stage's compute here: paid on every step they would slow what the step times compare.
 
+Two directions (DualPipe, `parlab.pipeline.dualpipe`): every action carries its direction, and
+`Schedule.rank_of(stage, direction)` names the neighbour it talks to, so the same loop runs
+micro-batches fed at rank 0 and at rank p−1; each direction's messages between two ranks use
+their own (kind, src, dst) channel, FIFO as before. An F&B pair (`Schedule.pairs`) posts its B's
+receive when its F starts (`_Receives.post_pair`), on emulated links too.
+
 Split backward (zero bubble: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2): every
 `nn.Linear` Y = X·Wᵀ (+b) has a backward in two parts, B: ∂L/∂X = ∂L/∂Y·W (on the critical path:
 the previous stage waits for it) and W: ∂L/∂W = ∂L/∂Yᵀ·X, ∂L/∂b = Σ ∂L/∂Y (needed only by the
@@ -39,7 +45,7 @@ import torch
 import torch.nn as nn
 
 from parlab.core.precision import compute_dtype
-from parlab.pipeline.schedules import Schedule
+from parlab.pipeline.schedules import Action, Schedule
 
 
 class LinearTape:
@@ -140,11 +146,12 @@ class PipelineExecutor:
                 box[(a.op[-1], s, i)] = receives.take(a)  # (mb, T, C) activation or gradient
             elif a.op == "SEND_F":
                 out = saved[(s, i)][1].detach()  # (mb, T, C)
-                sends.append(self.comm_f.isend(out, sched.rank_of(s + 1), phase="pp-fwd"))
+                sends.append(self.comm_f.isend(out, sched.rank_of(s + 1, a.dir), phase="pp-fwd"))
             elif a.op == "SEND_B":
                 g = grad_in.pop((s, i))  # (mb, T, C)
-                sends.append(self.comm_b.isend(g, sched.rank_of(s - 1), phase="pp-bwd"))
+                sends.append(self.comm_b.isend(g, sched.rank_of(s - 1, a.dir), phase="pp-bwd"))
             elif a.op == "F":
+                receives.post_pair(a)  # an F&B pair: B's input asked for now (module docstring)
                 stage = self.stages[s]
                 x = inputs[i] if s == 0 else box.pop(("F", s, i)).detach().requires_grad_()
                 before = self.meter.current
@@ -161,7 +168,7 @@ class PipelineExecutor:
                 if metering:
                     self.microbatch_bytes.setdefault(s, self.meter.current - before)
                 saved[(s, i)] = (x, out, tape)
-                if s < last and sched.rank_of(s + 1) == self.pp_rank:
+                if s < last and sched.rank_of(s + 1, a.dir) == self.pp_rank:
                     box[("F", s + 1, i)] = out.detach()
                 in_flight += 1
                 self.in_flight_peak = max(self.in_flight_peak, in_flight)
@@ -179,7 +186,7 @@ class PipelineExecutor:
                         in_flight -= 1
                 del out, tape
                 if s > 0:
-                    if sched.rank_of(s - 1) == self.pp_rank:
+                    if sched.rank_of(s - 1, a.dir) == self.pp_rank:
                         box[("B", s - 1, i)] = dx
                     else:
                         grad_in[(s, i)] = dx
@@ -202,13 +209,16 @@ class _Receives:
         self.ahead = {"RECV_F": _posts_ahead(executor.comm_f), "RECV_B": _posts_ahead(executor.comm_b)}
         self.posted: dict = {}  # action -> Handle of its receive
         self.next = 0
+        paired = executor.schedule.paired(executor.pp_rank)  # {B: F} of this rank's F&B pairs
+        self.pair_receive = {f: Action("RECV_B", b.stage, b.mb, b.dir) for b, f in paired.items()}
 
     def _start(self, a, ahead: bool):
         """Post `a`'s receive (`irecv`, a handle) ahead, or receive it now (`recv`, the tensor)."""
         x, sched = self.x, self.x.schedule
         buf = torch.empty(x.boundary_shape(self.rows), dtype=x.dtype)  # (mb, T, C)
-        channel, peer, phase = ((x.comm_f, sched.rank_of(a.stage - 1), "pp-fwd") if a.op == "RECV_F"
-                                else (x.comm_b, sched.rank_of(a.stage + 1), "pp-bwd"))
+        channel, peer, phase = ((x.comm_f, sched.rank_of(a.stage - 1, a.dir), "pp-fwd")
+                                if a.op == "RECV_F"
+                                else (x.comm_b, sched.rank_of(a.stage + 1, a.dir), "pp-bwd"))
         return (channel.irecv if ahead else channel.recv)(buf, peer, phase=phase)
 
     def post_ahead(self) -> None:
@@ -217,6 +227,18 @@ class _Receives:
             a = self.pending[self.next]
             self.posted[a] = self._start(a, ahead=True)
             self.next += 1
+
+    def post_pair(self, f) -> None:
+        """F starts an F&B pair: post the pair's B receive now, on any channel (DualPipe's pair
+        asks for both inputs at its start; `parlab.pipeline.dualpipe`), so on an emulated link the
+        transfer, charged from its post, runs behind F's compute. Only if it is the next receive
+        in list order (each channel stays FIFO) and not posted already."""
+        r = self.pair_receive.get(f)
+        if r is None or r in self.posted or self.next >= len(self.pending) \
+                or self.pending[self.next] != r:
+            return
+        self.posted[r] = self._start(r, ahead=True)
+        self.next += 1
 
     def take(self, a):
         """The tensor action `a` receives (waited here)."""

@@ -23,6 +23,9 @@ Generators (p ranks, m micro-batches):
 - `zb`: ZB-H1 (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024): backward split
   into B (input gradient, on the critical path) and W (weight gradient, off it); W is deferred into
   the bubbles while in-flight micro-batches stay within 1F1B's p−s.
+- `dualpipe`: DeepSeek-V3's bidirectional DualPipe (DeepSeek-AI, arXiv 2412.19437, §3.2.1):
+  micro-batches fed from both ends (`Action.dir`), two stages per rank, F&B pairs
+  (`Schedule.pairs`); `parlab.pipeline.dualpipe`.
 - `eager-1f1b`: AlpaComm's eager 1F1B (Zhuang et al., "On Optimizing the Communication of Model
   Parallelism", MLSys 2023, §4): 2(p−s−1) warm-up forwards instead of p−s−1, so each activation is
   sent one forward before the next stage needs it and its transfer overlaps compute; holds at most
@@ -42,9 +45,10 @@ class Action(NamedTuple):
     op: str  # F, B, W or SEND_F, RECV_F, SEND_B, RECV_B
     stage: int
     mb: int
+    dir: int = 0  # 0: fed at rank 0 (stage s on rank s); 1: fed at rank p−1 (DualPipe's reverse)
 
     def __str__(self) -> str:
-        return f"{self.op}{self.stage}.{self.mb}"
+        return f"{self.op}{self.stage}.{self.mb}" + ("r" if self.dir else "")
 
 
 @dataclass(frozen=True)
@@ -55,13 +59,23 @@ class Schedule:
     chunks: int  # model chunks (virtual stages) per rank
     split_backward: bool  # True: B is the input gradient only and W the weight gradient
     actions: tuple  # per rank: tuple of compute Actions in execution order
+    # True: micro-batches m/2 .. m−1 enter at rank p−1 and flow towards rank 0 (DualPipe), stage s
+    # of that direction on rank p−1−s (`parlab.pipeline.dualpipe`)
+    bidirectional: bool = False
+    # per rank: (F, B) pairs run as one overlapped unit (DualPipe's F&B): B's input is asked for
+    # when F starts, so its transfer hides behind F's compute (`parlab.pipeline.executor`)
+    pairs: tuple = ()
 
     @property
     def stages(self) -> int:
         return self.pp * self.chunks
 
-    def rank_of(self, stage: int) -> int:
-        return stage % self.pp
+    def rank_of(self, stage: int, direction: int = 0) -> int:
+        return self.pp - 1 - stage if direction else stage % self.pp
+
+    def direction_of(self, mb: int) -> int:
+        """0 for a micro-batch fed at rank 0; 1 for one fed at rank p−1 (bidirectional only)."""
+        return int(self.bidirectional and mb >= self.microbatches // 2)
 
     def lowered(self) -> list[list[Action]]:
         """Per rank: the compute actions with the sends and receives they imply, in order."""
@@ -69,21 +83,26 @@ class Schedule:
         for rank, actions in enumerate(self.actions):
             seq = []
             for a in actions:
-                if a.op == "F" and a.stage > 0 and self.rank_of(a.stage - 1) != rank:
-                    seq.append(Action("RECV_F", a.stage, a.mb))
-                if a.op == "B" and a.stage < self.stages - 1 and self.rank_of(a.stage + 1) != rank:
-                    seq.append(Action("RECV_B", a.stage, a.mb))
+                s, i, d = a.stage, a.mb, a.dir
+                if a.op == "F" and s > 0 and self.rank_of(s - 1, d) != rank:
+                    seq.append(Action("RECV_F", s, i, d))
+                if a.op == "B" and s < self.stages - 1 and self.rank_of(s + 1, d) != rank:
+                    seq.append(Action("RECV_B", s, i, d))
                 seq.append(a)
-                if a.op == "F" and a.stage < self.stages - 1 and self.rank_of(a.stage + 1) != rank:
-                    seq.append(Action("SEND_F", a.stage, a.mb))
-                if a.op == "B" and a.stage > 0 and self.rank_of(a.stage - 1) != rank:
-                    seq.append(Action("SEND_B", a.stage, a.mb))
+                if a.op == "F" and s < self.stages - 1 and self.rank_of(s + 1, d) != rank:
+                    seq.append(Action("SEND_F", s, i, d))
+                if a.op == "B" and s > 0 and self.rank_of(s - 1, d) != rank:
+                    seq.append(Action("SEND_B", s, i, d))
             out.append(seq)
         return out
 
     def text(self) -> str:
         """One line per rank, e.g. `rank 0: F0.0 F0.1 B0.0 ...`."""
         return "\n".join(f"rank {r}: " + " ".join(map(str, a)) for r, a in enumerate(self.actions))
+
+    def paired(self, rank: int) -> dict:
+        """{B action: the F it overlaps} on `rank` (empty unless the schedule pairs F&B)."""
+        return {b: f for f, b in self.pairs[rank]} if self.pairs else {}
 
 
 def _schedule(name, p, m, v, split, per_rank) -> Schedule:
@@ -210,8 +229,14 @@ def zero_bubble_h1(p: int, m: int, chunks: int = 1) -> Schedule:
     return _schedule("zb", p, m, 1, True, ranks)
 
 
+def dualpipe(p: int, m: int, chunks: int = 1) -> Schedule:
+    """DualPipe (DeepSeek-V3 report, §3.2.1): `parlab.pipeline.dualpipe`."""
+    from parlab.pipeline.dualpipe import dualpipe as generate  # it builds on this module
+    return generate(p, m, chunks)
+
+
 GENERATORS = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
-              "zb": zero_bubble_h1, "eager-1f1b": eager_one_f_one_b}
+              "zb": zero_bubble_h1, "eager-1f1b": eager_one_f_one_b, "dualpipe": dualpipe}
 
 
 def make_schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:

@@ -127,15 +127,10 @@ class PipelineStages(Strategy):
     def __init__(self, ctx, plan: Plan):
         self.plan = plan
         self.mesh = mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
-        ends = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]
-                for d in range(plan.dp)]
-        flat = {r for group in ends for r in group}
-        self.tie_comm = ctx.comm.split([sorted(set(g)) for g in ends] +
-                                       [[r] for r in range(ctx.world_size) if r not in flat],
-                                       "embed-tie")
+        self.tie_comm = self.embed_tie(ctx, mesh, plan)
         model = build_model(ctx.cfg)
         self.counts = _counts(ctx, plan, model)  # even, balanced (profiled on rank 0) or given
-        self.stage_ids = [c * plan.pp + mesh.coords["pp"] for c in range(plan.chunks)]
+        self.stage_ids = self.local_stages(plan, mesh.coords["pp"])
         self.stages = stages_mod.build_stages(model, self.stage_ids, self.counts)
         self.params = list(model.parameters())  # this rank's kept parameters
         self.tied = stages_mod.tied_parameter(model)
@@ -145,6 +140,21 @@ class PipelineStages(Strategy):
         if self.scaler is not None:  # fp16-mixed: the last stage's loss scales its gradient
             for stage in self.stages.values():
                 stage.loss = self.scaler.wrap_loss(stage.loss)
+
+    @staticmethod
+    def local_stages(plan: Plan, pp_rank: int) -> list[int]:
+        """The stages this pipeline rank holds: its v chunks, stage c·p + r for chunk c."""
+        return [c * plan.pp + pp_rank for c in range(plan.chunks)]
+
+    @staticmethod
+    def embed_tie(ctx, mesh, plan: Plan):
+        """The communicator of first and last stage of each replica, which sum the tied
+        embedding's two gradients (a rank of neither is alone in its group)."""
+        ends = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]
+                for d in range(plan.dp)]
+        flat = {r for group in ends for r in group}
+        return ctx.comm.split([sorted(set(g)) for g in ends] +
+                              [[r] for r in range(ctx.world_size) if r not in flat], "embed-tie")
 
     def sync(self, step: int) -> None:
         if self.tied is not None and self.tie_comm.size > 1:

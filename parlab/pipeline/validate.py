@@ -35,15 +35,20 @@ def check_complete(schedule: Schedule) -> None:
         for position, a in enumerate(actions):
             if a.op not in ops:
                 raise ScheduleError(f"{schedule.name}: rank {rank} has {a}, op {a.op!r} not in {ops}")
-            if schedule.rank_of(a.stage) != rank:
+            if a.dir != schedule.direction_of(a.mb):
+                raise ScheduleError(f"{schedule.name}: {a} on rank {rank} goes direction {a.dir}, "
+                                    f"but micro-batch {a.mb} flows direction "
+                                    f"{schedule.direction_of(a.mb)}")
+            if schedule.rank_of(a.stage, a.dir) != rank:
                 raise ScheduleError(f"{schedule.name}: {a} on rank {rank}, but stage {a.stage} "
-                                    f"lives on rank {schedule.rank_of(a.stage)}")
+                                    f"lives on rank {schedule.rank_of(a.stage, a.dir)}")
             if a in seen:
                 raise ScheduleError(f"{schedule.name}: {a} appears twice on rank {rank}")
             seen[a] = position
     for s in range(schedule.stages):
         for i in range(schedule.microbatches):
-            chain = [Action(op, s, i) for op in ops]
+            d = schedule.direction_of(i)
+            chain = [Action(op, s, i, d) for op in ops]
             missing = [str(a) for a in chain if a not in seen]
             if missing:
                 raise ScheduleError(f"{schedule.name}: missing {missing} (p={schedule.pp}, "
@@ -51,16 +56,23 @@ def check_complete(schedule: Schedule) -> None:
             for before, after in zip(chain, chain[1:]):
                 if seen[before] > seen[after]:
                     raise ScheduleError(f"{schedule.name}: {after} runs before {before} on rank "
-                                        f"{schedule.rank_of(s)}")
+                                        f"{schedule.rank_of(s, d)}")
+    for rank, pairs in enumerate(schedule.pairs):
+        for f, b in pairs:
+            if f.op != "F" or b.op != "B" or seen.get(f, -2) + 1 != seen.get(b, -1) \
+                    or schedule.rank_of(f.stage, f.dir) != rank:
+                raise ScheduleError(f"{schedule.name}: pair ({f}, {b}) on rank {rank} is not an F "
+                                    "followed by a B on that rank")
 
 
 def _channel(schedule: Schedule, a: Action):
     """(kind, src rank, dst rank, the stage the message comes from) of a comm action."""
+    d = a.dir
     if a.op in ("SEND_F", "RECV_F"):
         src_stage = a.stage if a.op == "SEND_F" else a.stage - 1
-        return "F", schedule.rank_of(src_stage), schedule.rank_of(src_stage + 1), src_stage
+        return "F", schedule.rank_of(src_stage, d), schedule.rank_of(src_stage + 1, d), src_stage
     src_stage = a.stage if a.op == "SEND_B" else a.stage + 1
-    return "B", schedule.rank_of(src_stage), schedule.rank_of(src_stage - 1), src_stage
+    return "B", schedule.rank_of(src_stage, d), schedule.rank_of(src_stage - 1, d), src_stage
 
 
 def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = None,
@@ -84,7 +96,7 @@ def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = No
     def ready(rank: int, a: Action):
         """Time the inputs of `a` are there, or None if they never may be yet."""
         if a.op in ("SEND_F", "SEND_B"):
-            return finished.get(Action("F" if a.op == "SEND_F" else "B", a.stage, a.mb))
+            return finished.get(Action("F" if a.op == "SEND_F" else "B", a.stage, a.mb, a.dir))
         if a.op in ("RECV_F", "RECV_B"):
             kind, src, dst, src_stage = _channel(schedule, a)
             queue = channels.get((kind, src, dst))
@@ -97,17 +109,17 @@ def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = No
                     f"rank {src} is stage {head_stage} micro-batch {head_mb} (p={p}, "
                     f"m={schedule.microbatches}, v={schedule.chunks})")
             return t
-        needs = []
+        needs, d = [], a.dir
         if a.op == "F" and a.stage > 0:
-            needs.append(("F", a.stage, a.mb) if schedule.rank_of(a.stage - 1) != rank
-                         else Action("F", a.stage - 1, a.mb))
+            needs.append(("F", a.stage, a.mb) if schedule.rank_of(a.stage - 1, d) != rank
+                         else Action("F", a.stage - 1, a.mb, d))
         if a.op == "B":
-            needs.append(Action("F", a.stage, a.mb))
+            needs.append(Action("F", a.stage, a.mb, d))
             if a.stage < last:
-                needs.append(("B", a.stage, a.mb) if schedule.rank_of(a.stage + 1) != rank
-                             else Action("B", a.stage + 1, a.mb))
+                needs.append(("B", a.stage, a.mb) if schedule.rank_of(a.stage + 1, d) != rank
+                             else Action("B", a.stage + 1, a.mb, d))
         if a.op == "W":
-            needs.append(Action("B", a.stage, a.mb))
+            needs.append(Action("B", a.stage, a.mb, d))
         times = [arrived.get(n) if isinstance(n, tuple) and not isinstance(n, Action)
                  else finished.get(n) for n in needs]
         return None if any(t is None for t in times) else max(times, default=0.0)
