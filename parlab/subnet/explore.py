@@ -164,21 +164,52 @@ def plot_curves(found: dict, axes=None):
     return axes
 
 
-def step_times(world_size: int = 2, link: str = "1GbE", steps: int = 4, owners: int = 1) -> list[dict]:
+def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners: int = 1,
+               clock: str = "A100") -> list[dict]:
     """Median step time of ddp-naive, ddp-bucketed (one message per bucket, as SDP sends one per owner
-    set) and sdp (forward masking, both granularities) on a link, each over ddp-naive's."""
+    set) and sdp (forward masking, both granularities) on a link, each over ddp-naive's, on `clock`
+    (paced A100 time on the real link by default, `parlab.core.clock`; "wall": this CPU, raw, on
+    the teaching preset). Each sdp row's verdict: does it take less time than ddp-bucketed, as its
+    fewer bytes and its smaller subnetwork say it should?"""
     rows = []
     runs = [("ddp-naive", {}), ("ddp-bucketed", {})] + [
         ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")]
-    base = None
+    base = bucketed = None
     for scheme, options in runs:
-        result = parlab.run(scheme, world_size=world_size, steps=steps, link=link, **options)
+        result = parlab.run(scheme, world_size=world_size, steps=steps, link=link, clock=clock,
+                            **options)
         ms = 1e3 * result.step_time(warmup=1)
         base = base or ms
-        rows.append({"scheme": scheme, **options, "link": link, "step_ms": ms,
-                     "bytes_per_step": max(result.bytes_per_rank()) // steps,
-                     "vs_ddp": ms / base})
+        sent = max(result.bytes_per_rank()) // steps
+        if scheme == "ddp-bucketed":
+            bucketed = (ms, sent)
+        verdict = ""
+        if scheme == "sdp" and bucketed:
+            fewer, faster = sent < bucketed[1], ms < bucketed[0]
+            verdict = ("faster than ddp-bucketed, as its fewer bytes say" if fewer and faster else
+                       "NOT faster than ddp-bucketed although it sends fewer bytes: its messages' "
+                       "latency (one per owner set) outweighs the bytes saved" if fewer else
+                       "sends no fewer bytes than ddp-bucketed")
+        rows.append({"scheme": scheme, **options, "clock": result.clock.label, "step_ms": ms,
+                     "bytes_per_step": sent, "vs_ddp": ms / base, "verdict": verdict})
     return rows
+
+
+def summary(table: pd.DataFrame, found: dict, world_size: int, tolerance: float = 0.02) -> None:
+    """The chapter's measured headlines, printed from this run: memory SDP saves at k = 1
+    (forward masking, both granularities: measured bytes, `sweep`) and the full-model loss gap to
+    DDP over the curve's last steps (`curves`), each with its verdict."""
+    for granularity in ("block", "neuron"):
+        row = table[(table.k == 1) & (table["mask"] == "forward") & (table.granularity == granularity)]
+        if len(row):
+            r = row.iloc[0]
+            print(f"k=1 of N={world_size}, forward/{granularity}: the largest rank holds "
+                  f"{r.saved:.0%} less than DDP (measured; formula equal: {bool(r.match)})")
+    for r in curve_summary(found).itertuples():
+        ok = abs(r.loss_gap) <= tolerance
+        print(f"{r.mask}/{r.granularity}: full-model loss {r.loss_gap:+.2%} vs DDP over the last "
+              f"steps — {'within' if ok else 'NOT within'} {tolerance:.0%}"
+              + ("" if ok else " (this subnetwork drops what the model needs at this k)"))
 
 
 def panel(world_size: int = 2, owners: int = 1, mask: str = "forward",
