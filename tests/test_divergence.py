@@ -68,7 +68,7 @@ def test_record_mode_returns_the_divergence_instead():
 def test_fp16_run_of_skipped_steps_warns_and_records():
     """fp16 with a diverged model: every gradient overflows, every step is skipped; with
     on_nonfinite="record" the run returns, warns about the skipped run and records the NaN."""
-    with pytest.warns(RuntimeWarning, match=r"fp16-mixed: 1[01] steps in a row skipped"):
+    with pytest.warns(RuntimeWarning, match=r"fp16-mixed: 1\d steps in a row skipped"):
         r = parlab.run("single", model="mlp", steps=12, precision="fp16-mixed", lr=1e30,
                        on_nonfinite="record")
     assert r.diverged and len(r.skipped_steps) >= mp.SKIP_WARN
