@@ -1,0 +1,130 @@
+"""`python -m parlab bench scale`: a 16-rank cluster on a laptop, on paced A100 time (issue 34).
+
+Strong and weak scaling of DP (ddp-overlap), ZeRO-3, TP, PP (pp-1f1b) and a 3-D plan (`nd`,
+dp·tp·pp) from 1 to 16 ranks, on `clock="A100"` with NVLink inside a node of 8 and 100Gb
+InfiniBand between two nodes (`parlab.core.topology.two_nodes`). Each point prints its step time,
+throughput and scaling efficiency, the time it waits per step (exposed communication, and the
+bubble) and the model state per rank, each beside the model of `parlab.engine.scaling.predict_step`
+(α-β communication from the ledger's bytes and rounds, overlap, bubble; compute as the clock's
+operator meter counted it) and the prediction error; then where each dimension stops paying.
+Optionally: a second run of every point (the spread between two runs), the launch and memory of
+16 ranks (this CPU, raw), and exactness of every scheme at 8 and 16 ranks.
+
+    python -m parlab bench scale                      # the default sweep (~5 min on 2 cores)
+    python -m parlab bench scale --repeats 2          # and the spread between two runs
+    python -m parlab bench scale --full               # also ZeRO-3 at 16 ranks (slow: α × layers)
+    python -m parlab bench scale --launch --exact     # launch/RSS of 16 ranks; every scheme at 8, 16
+    python -m parlab bench scale --dims dp 3d --modes strong --ranks 1 2 4 8 16 --inter 10GbE
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from parlab.engine import scaling
+
+# points left out of the default sweep for their wall time (paced time is ~120,000× A100 time at
+# 16 ranks, and these steps are α-bound across the inter-node link): --full runs them
+SLOW = {("zero3", 16)}
+
+
+def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repeats=1,
+          steps=2, progress=print) -> tuple[list[dict], list[dict]]:
+    """(rows, spreads): every point of the sweep beside the model; with repeats > 1 the spread of
+    each point's step time over its runs ((max − min) / min)."""
+    rows, spreads = [], []
+    for mode in modes:
+        base = None
+        for dim in dims:
+            for n in ranks:
+                if (dim, n) in SLOW and not full:
+                    continue
+                if scaling.point_config(dim, n, mode) is None:
+                    continue
+                if n == 1 and base is not None:  # every dimension shares one 1-rank run
+                    rows.append({**base, "dim": dim})
+                    continue
+                runs = []
+                t0 = time.perf_counter()
+                for _ in range(repeats):
+                    runs.append(scaling.measure_point(dim, n, mode, intra=intra, inter=inter,
+                                                      steps=steps))
+                row = runs[0]
+                if repeats > 1:
+                    times = [r["step_us"] for r in runs]
+                    spreads.append({"dim": dim, "mode": mode, "n": n, "times": times,
+                                    "spread": (max(times) - min(times)) / min(times)})
+                rows.append(row)
+                if n == 1:
+                    base = row
+                if progress:
+                    progress(f"  {mode} {dim} n={n}: {row['step_us']:.1f} µs/step measured, "
+                             f"{row['pred_us']:.1f} model ({time.perf_counter() - t0:.0f} s)")
+    return scaling.with_efficiency(rows), spreads
+
+
+def report(rows, spreads, tolerance=0.10, spread_goal=0.05) -> list[str]:
+    """The verdict lines: prediction errors and spreads against their goals, from this run."""
+    errs = [abs(r["error"]) for r in rows if r["n"] > 1]
+    worst = max((r for r in rows if r["n"] > 1), key=lambda r: abs(r["error"]), default=None)
+    lines = []
+    if worst is not None:
+        within = sum(e <= tolerance for e in errs)
+        lines.append(f"model vs measured step time: {within}/{len(errs)} points within "
+                     f"{tolerance:.0%}; worst {worst['error']:+.1%} ({worst['dim']} {worst['mode']} "
+                     f"n={worst['n']}, {worst['model']}) -> "
+                     + ("goal met" if within == len(errs) else "goal NOT met at the points above"))
+    if spreads:
+        bad = [s for s in spreads if s["spread"] > spread_goal]
+        top = max(spreads, key=lambda s: s["spread"])
+        lines.append(f"two runs: largest spread {top['spread']:.1%} ({top['dim']} {top['mode']} "
+                     f"n={top['n']}) -> " + ("within" if not bad else "NOT within")
+                     + f" {spread_goal:.0%}" + (f" at {len(bad)} point(s)" if bad else ""))
+    overrun = max((r["overrun"] for r in rows), default=0.0)
+    lines.append(f"contention: worst overrun share {overrun:.1%} of paced compute "
+                 + ("(the paced clock held)" if overrun < 0.05 else
+                    "(real work overran its paced span: the machine was busy; step times still "
+                    "count drift-free, see parlab.core.clock)"))
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m parlab bench scale",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--dims", nargs="+", default=list(scaling.DIMENSIONS),
+                        choices=scaling.DIMENSIONS)
+    parser.add_argument("--modes", nargs="+", default=["strong", "weak"], choices=["strong", "weak"])
+    parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8, 16])
+    parser.add_argument("--intra", default="NVLink", help="the link inside a node of 8")
+    parser.add_argument("--inter", default="100Gb-IB", help="the link between the two nodes")
+    parser.add_argument("--repeats", type=int, default=1, help="runs per point (2: the spread)")
+    parser.add_argument("--full", action="store_true", help="also the slow points " + str(sorted(SLOW)))
+    parser.add_argument("--launch", action="store_true", help="launch time and RSS of 16 ranks")
+    parser.add_argument("--exact", action="store_true", help="every scheme at 8 and 16 ranks")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the scaling sweep")
+    args = parser.parse_args(argv)
+    bad = [n for n in args.ranks if n < 1 or n > 32]
+    if bad or args.repeats < 1:
+        raise SystemExit(f"--ranks {bad} must be in [1, 32]; --repeats={args.repeats} must be >= 1")
+    t0 = time.perf_counter()
+    if args.launch:
+        print(scaling.format_launch(scaling.launch_cost(16)))
+    if args.exact:
+        print("every scheme at 8 and 16 ranks (batch_size=16, 2 steps, wall clock: results are the "
+              "same on every clock)")
+        scaling.exactness((8, 16))
+    if not args.no_sweep:
+        print(f"scaling on A100 time: {args.intra} inside a node of {scaling.NODE}, {args.inter} "
+              f"between nodes; strong: global batch {scaling.STRONG_BATCH}, weak: "
+              f"{scaling.WEAK_ROWS} rows per data-parallel rank; tiny GPT (4 layers, 4 heads)")
+        rows, spreads = sweep(args.dims, args.modes, sorted(set(args.ranks)), args.intra,
+                              args.inter, args.full, args.repeats)
+        print(scaling.format_table(rows))
+        print("model: " + scaling.predict_step.__doc__.split("\n\n")[1].strip().splitlines()[0])
+        for line in scaling.stops_paying(rows):
+            print(line)
+        for line in report(rows, spreads):
+            print(line)
+    print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
+    return 0
