@@ -33,7 +33,7 @@ def volumes() -> dict[str, torch.Tensor]:
 
 def volume_batch(step: int, batch_size: int, seed: int, block: int):
     """(x (B, 1, S, S, S) float32, y (B, S, S, S) int64): the step's crops of side S = block."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    g = torch.Generator().manual_seed((seed * 1_000_003 + step) % 2**64)
     data = volumes()
     side = data["train_x"].size(-1)
     if not 1 <= block <= side:
@@ -52,6 +52,6 @@ def volume_batch(step: int, batch_size: int, seed: int, block: int):
 def test_volume(index: int = 0, seed: int = 0):
     """(x (1, 1, 64, 64, 64), y (1, 64, 64, 64)): held-out volume `index` with seeded noise."""
     data = volumes()
-    g = torch.Generator().manual_seed(seed * 1_000_003 + 999_983 + index)
+    g = torch.Generator().manual_seed((seed * 1_000_003 + 999_983 + index) % 2**64)
     x = data["test_x"][index][None, None]  # (1, 1, 64, 64, 64)
     return x + NOISE * torch.randn(x.shape, generator=g), data["test_y"][index][None]
