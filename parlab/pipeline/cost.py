@@ -155,9 +155,12 @@ def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
 
 
 def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0,
-                        overhead: float = 0.0):
+                        overhead: float = 0.0, charged: str = "sender"):
     """The schedule's ideal timeline with each stage's measured median F, B and W times, each
     compute action lengthened by `overhead` seconds (its sends, receives and bookkeeping).
+
+    `charged`: where a message's latency is paid (`validate.simulate`): "sender" (a wire) or
+    "receiver" (from the receive's post, as `parlab.core.comm`'s emulated link charges it).
 
     What the schedule would do on this machine if nothing but compute took time: the gap between
     its bubble and the measured one is messages, overhead and — with more ranks than cores —
@@ -171,7 +174,7 @@ def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float
         if a.op == "F":
             return fwd[a.stage] + overhead
         return (times[a.stage][a.op] if schedule.split_backward else bwd[a.stage]) + overhead
-    return simulate(schedule, duration, latency)
+    return simulate(schedule, duration, latency, charged)
 
 
 def measured_action_overhead(timeline: list[dict], skip_first: bool = True) -> float:

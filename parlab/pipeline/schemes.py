@@ -194,7 +194,8 @@ class Pipeline(PipelineStages):
 
     def extras(self) -> dict:
         return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
-                "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
+                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
+                "stage_activations": dict(self.executor.microbatch_bytes)}
 
 
 class UNetPipeline(PipelineStages):

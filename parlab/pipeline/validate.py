@@ -76,12 +76,22 @@ def _channel(schedule: Schedule, a: Action):
 
 
 def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = None,
-             latency: float = 0.0) -> list[dict]:
+             latency: float = 0.0, charged: str = "sender") -> list[dict]:
     """Run the lowered schedule in simulated time; return compute events per rank.
 
     duration(action) -> seconds of a compute action (default 1 for F, B, W; 2 for an unsplit B,
     which does the work of B and W). Raises ScheduleError on a mismatched message or a deadlock.
+
+    charged="sender": a message arrives `latency` after its send (a wire). charged="receiver": it
+    arrives at max(post + latency, send), the post being when the receiver asks for it (its
+    receive in the list; for the B of an F&B pair, `Schedule.pairs`, the start of the pair's F) —
+    what `parlab.core.comm`'s emulated link does, which charges a receive from its post.
     """
+    if charged not in ("sender", "receiver"):
+        raise ValueError(f"charged={charged!r} must be 'sender' or 'receiver'")
+    receiver = charged == "receiver"
+    pair_of = [schedule.paired(r) for r in range(schedule.pp)]  # {B: F} per rank
+    started: dict[Action, float] = {}
     if duration is None:
         def duration(a):
             return 2.0 if a.op == "B" and not schedule.split_backward else 1.0
@@ -137,17 +147,22 @@ def simulate(schedule: Schedule, duration: Callable[[Action], float] | None = No
                 if a.op in ("SEND_F", "SEND_B"):
                     kind, src, dst, src_stage = _channel(schedule, a)
                     channels.setdefault((kind, src, dst), deque()).append(
-                        (src_stage, a.mb, start + latency))
+                        (src_stage, a.mb, start + (0.0 if receiver else latency)))
                 elif a.op in ("RECV_F", "RECV_B"):
                     kind, src, dst, src_stage = _channel(schedule, a)
                     channels[(kind, src, dst)].popleft()
+                    if receiver:
+                        f = pair_of[rank].get(Action("B", a.stage, a.mb, a.dir)) \
+                            if a.op == "RECV_B" else None
+                        post = started[f] if f is not None else clock[rank]
+                        start = max(clock[rank], post + latency, t)
                     arrived[(kind, a.stage, a.mb)] = start
                     clock[rank] = start
                 else:
                     end = start + duration(a)
                     events.append({"rank": rank, "kind": "compute", "name": a.op, "t0": start,
                                    "t1": end, "args": {"stage": a.stage, "mb": a.mb}})
-                    finished[a] = end
+                    finished[a], started[a] = end, start
                     clock[rank] = end
                 position[rank] += 1
                 remaining -= 1
