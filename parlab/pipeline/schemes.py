@@ -5,8 +5,10 @@ NeurIPS 2019), `pp-1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021), `pp-int
 (Megatron-LM: Narayanan et al., SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024), `pp-eager-1f1b`
 (AlpaComm: Zhuang et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023)
 — and `pp` with `schedule=` to pick any of them (`pp-reshard`, whose stages are meshes of
-replicas: `parlab.pipeline.schemes_reshard`). The schedule is data (`parlab.pipeline.schedules`), validated
-before it runs and executed action by action (`parlab.pipeline.executor`).
+replicas: `parlab.pipeline.schemes_reshard`; `pp-dualpipe`, DeepSeek-V3's bidirectional
+schedule with two stages per rank: `parlab.pipeline.schemes_dualpipe`). The schedule is data
+(`parlab.pipeline.schedules`), validated before it runs and executed action by action
+(`parlab.pipeline.executor`).
 
 With world_size = dp × pp the pipeline is replicated dp times (mesh ("dp", "pp"), pp innermost);
 each replica trains on its rows of the global batch, cut into m equal micro-batches. The last

@@ -4,6 +4,9 @@
 - every (stage, micro-batch) has exactly one F and one B, on the rank that owns the stage, and
   one W exactly when the schedule splits the backward;
 - on its rank every F comes before its B, and every B before its W;
+- in a bidirectional schedule (DualPipe) every action goes the direction of its micro-batch
+  (`Schedule.direction_of`) on the rank that holds its stage in that direction, and every F&B
+  pair (`Schedule.pairs`) is an F directly followed by a B on one rank;
 - executing the lowered lists (`Schedule.lowered()`) with blocking receives and non-blocking
   sends terminates: each message is received in the order it was sent on its channel (one FIFO
   channel per (kind, src, dst), as the executor's two communicators give), and no rank waits for
