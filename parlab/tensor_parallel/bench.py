@@ -44,9 +44,11 @@ def comm_and_compute(result, rank: int = 0, warmup: int = 1) -> tuple[float, flo
     return inside / steps, (total - inside) / steps
 
 
-def async_tp_rows(repeats: int, link=None) -> list[dict]:
+def async_tp_rows(repeats: int, link=None, clock: str = "A100", steps: int = 3) -> list[dict]:
     """tp-sp (gloo's collectives), tp-sp with the pipelined ring's, and async TP at tp = 2, each
-    step split into waiting and computing, with the diagnosis of what the overlap bought."""
+    step split into waiting and computing, with the diagnosis of what the overlap bought. On a
+    paced `clock` (default A100, `parlab.core.clock`) the link is the real NVLink the clock
+    dilates; with clock="wall" (this CPU, raw) NVLink dilated by this CPU's measured rate."""
     import statistics
 
     import parlab
@@ -54,12 +56,15 @@ def async_tp_rows(repeats: int, link=None) -> list[dict]:
     from parlab.tensor_parallel.explore import print_rows, tp_rows
 
     model_config = {"n_embd": 256, "block_size": 128, "n_head": 4}
-    if link is None:
+    if link is None and clock == "wall":
         probe = parlab.run("single", steps=3, model_config=model_config, batch_size=8)
         link = faithful("NVLink", achieved_flops(probe), "A100")
-    print(f"\n# async TP, GPT n_embd=256 T=128 batch=8, tp=2, link {link}")
+    elif link is None:
+        link = "NVLink"
+    print(f"\n# async TP, GPT n_embd=256 T=128 batch=8, tp=2, link {link}, clock {clock}")
     runs: dict = {}
-    rows = tp_rows(ASYNC_VARIANTS, (2,), 3, link, model_config, 8, repeats, "sgd", runs=runs)
+    rows = tp_rows(ASYNC_VARIANTS, (2,), steps, link, model_config, 8, repeats, "sgd", runs=runs,
+                   clock=clock)
     print_rows(rows)
     split = {}
     for variant in ASYNC_VARIANTS:  # the waiting / computing split of the same runs
