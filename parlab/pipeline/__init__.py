@@ -7,7 +7,7 @@ et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Meg
 (SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhuang
 et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023: AlpaComm); Zhu et
 al., "LAMP" (MICCAI 2020); "Layer-wise partitioning and merging for efficient and scalable deep
-learning".
+learning"; DeepSeek-AI, "DeepSeek-V3 Technical Report" (2024, §3.2.1: DualPipe).
 
 Reading order:
 
@@ -15,6 +15,8 @@ Reading order:
   (PipeDream-Flush, Narayanan et al. 2019/2021), interleaved 1F1B (Narayanan et al., SC 2021) and
   zero-bubble ZB-H1 (Qi et al., ICLR 2024) and eager 1F1B (Zhuang et al., "On Optimizing the
   Communication of Model Parallelism", MLSys 2023: AlpaComm).
+- `dualpipe`: DualPipe (DeepSeek-V3 report, §3.2.1) as data: micro-batches fed from both ends,
+  two stages per rank, F&B pairs; its scheme `pp-dualpipe` is in `schemes_dualpipe`.
 - `validate`: the checker and list-scheduling simulator (dependencies, matched messages, deadlock).
 - `cost`: ideal timelines and bubble fractions; the closed forms of the bytes a pipeline sends.
 - `stages`: a stage of the reference model (its embed / blocks / head), so exactness follows.
@@ -27,7 +29,7 @@ Reading order:
   the closed forms of those bytes.
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
-  the registered schemes; `explore` (with `explore_eager`,
+  the registered schemes; `explore` (with `explore_eager`, `explore_dualpipe`,
   `explore_exercises`, `explore_unet`) and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """
