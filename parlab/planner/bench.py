@@ -135,7 +135,8 @@ def main(argv=None) -> int:
         print(f"{x['world_size']} ranks, {x['link']:<10} {x['plans']:>5} {x['cap_MB']:>4} MB "
               f"{x['median_error']:>10.1%} {x['spearman']:>9.3f} {x['regret']:>7.1%}  "
               f"{'= closed forms' if x['bytes_exact'] else 'DIFFER':<16} {verdict}")
-    print(f"(times: {sweeps[0].unit if sweeps else ''}; {time.perf_counter() - t0:.0f} s)")
+    print("(times: " + "; ".join(f"{s.world_size} ranks in {s.unit}" for s in sweeps)
+          + f"; this bench took {time.perf_counter() - t0:.0f} s)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scaling": scaling, "sweeps": summary}, f, indent=1)
