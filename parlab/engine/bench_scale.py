@@ -121,10 +121,60 @@ def main(argv=None) -> int:
         rows, spreads = sweep(args.dims, args.modes, sorted(set(args.ranks)), args.intra,
                               args.inter, args.full, args.repeats)
         print(scaling.format_table(rows))
-        print("model: " + scaling.predict_step.__doc__.split("\n\n")[1].strip().splitlines()[0])
+        print("model (parlab.engine.scaling.predict_step): counted compute + α-β of the ledger's "
+              "bytes and rounds on each op's link; WFBP overlap for DP; 1F1B bubble and hops for PP")
         for line in scaling.stops_paying(rows):
             print(line)
         for line in report(rows, spreads):
             print(line)
     print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
     return 0
+
+
+# ----------------------------------------------------------------------------- for a notebook
+def plot(rows: list[dict], mode: str = "strong"):
+    """Throughput and efficiency vs ranks, measured (solid) beside the model (dashed), one line per
+    dimension; the node boundary marked. Returns the matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for i, dim in enumerate(scaling.DIMENSIONS):
+        pts = sorted((r for r in rows if r["dim"] == dim and r["mode"] == mode), key=lambda r: r["n"])
+        if not pts:
+            continue
+        ns = [r["n"] for r in pts]
+        color = f"C{i}"
+        ax1.plot(ns, [r["throughput"] for r in pts], "o-", color=color, label=dim)
+        ax1.plot(ns, [r["pred_throughput"] for r in pts], "--", color=color)
+        ax2.plot(ns, [r["eff"] for r in pts], "o-", color=color, label=dim)
+        ax2.plot(ns, [r["pred_eff"] for r in pts], "--", color=color)
+    for ax in (ax1, ax2):
+        ax.set_xscale("log", base=2)
+        ax.axvline(scaling.NODE, color="grey", lw=0.8, ls=":")
+        ax.set_xlabel("ranks (A100s)")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("samples / A100-second")
+    ax2.set_ylabel("scaling efficiency")
+    ax1.legend(fontsize=8)
+    ax1.set_title(f"{mode} scaling: measured (o-) vs model (--)", fontsize=9)
+    ax2.set_title(f"node of {scaling.NODE} | beyond: the inter-node link", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def explore_point(dim: str = "dp", ranks: int = 8, inter: str = "100Gb-IB",
+                  mode: str = "strong") -> dict | None:
+    """The widget's callback: one point on paced A100 time beside the model, with its verdict."""
+    row = scaling.measure_point(dim, ranks, mode, inter=inter)
+    if row is None:
+        print(f"{dim} cannot be cut {ranks} ways on the tiny GPT (4 heads, 4 layers)")
+        return None
+    ok = abs(row["error"]) <= 0.10
+    print(f"{dim} ({row['scheme']}, dp·tp·pp = {'·'.join(map(str, row['degrees']))}) on {ranks} "
+          f"ranks, {mode} scaling, batch {row['batch']}, {row['clock']}:")
+    print(f"  step {row['step_us']:.1f} µs on the A100 (model {row['pred_us']:.1f} µs, "
+          f"{row['error']:+.1%}: {'agrees within 10%' if ok else 'does NOT agree within 10%'}; "
+          f"{row['model']})")
+    print(f"  waiting {row['wait_us']:.1f} µs of it (model {row['pred_wait_us']:.1f}); model state "
+          f"{row['state_B'] / 1024:.0f} KiB per rank (closed form {row['pred_state_B'] / 1024:.0f})")
+    return row

@@ -328,8 +328,11 @@ def predict_step(r, step: int = 1) -> dict:
       serial (single, zero3, tp): T = max_r (C_r + Σ comm_r)
       ddp-overlap (WFBP): buckets ready through backward in proportion to their bytes, sent one
         after another: T = fwd + max(bwd, last bucket's end) + optimizer
-      pipeline (pp-1f1b, nd with pp > 1): per microbatch a stage takes w = (F + B + its blocking
-        tp and p2p comm) / m; T = (m + p - 1) · max_stage w + max_r (optimizer + grad sync)."""
+      pipeline (pp-1f1b, nd with pp > 1): per microbatch a stage computes w = (F + B + its
+        blocking tp comm) / m; a hop between stages costs c (α-β of one activation); fill and
+        drain pay each hop once and the steady state one hop per microbatch (a forward output and
+        a backward input cross at once, full duplex):
+        T = (m + p - 1) · max_stage w + (2(p - 1) + m) · c + max_r (optimizer + grad sync)."""
     cfg, n = r.config, r.config.world_size
     ranks = [rank_step(r, k, step) for k in range(n)]
     recs = [[x for x in r.ledger if x["rank"] == k and x["step"] == step] for k in range(n)]
@@ -351,17 +354,18 @@ def predict_step(r, step: int = 1) -> dict:
     elif pp > 1:
         m = opts.get("microbatches") or 1
         inner = n // pp
-        stage_w, tail = [], []
+        stage_w, hop, tail = [], [], []
         for k in range(n):
             c = ranks[k]["by_name"]
-            micro_comm = sum(t for x, t in zip(recs[k], cost[k])
-                             if str(x["phase"]).startswith(("tp-", "pp-")) and x["op"] != "recv")
-            stage_w.append((c.get("F", 0.0) + c.get("B", 0.0) + c.get("W", 0.0) + micro_comm) / m)
+            tp_comm = sum(t for x, t in zip(recs[k], cost[k]) if str(x["phase"]).startswith("tp-"))
+            stage_w.append((c.get("F", 0.0) + c.get("B", 0.0) + c.get("W", 0.0) + tp_comm) / m)
+            hop.append(max((t for x, t in zip(recs[k], cost[k])
+                            if str(x["phase"]).startswith("pp-") and x["op"] == "send"), default=0.0))
             sync = sum(t for x, t in zip(recs[k], cost[k])
                        if not str(x["phase"]).startswith(("tp-", "pp-")))
             tail.append(c.get("optimizer", 0.0) + sync)
         w = max(max(stage_w[s * inner:(s + 1) * inner]) for s in range(pp))
-        per = [(m + pp - 1) * w + max(tail)] * n
+        per = [(m + pp - 1) * w + (2 * (pp - 1) + m) * max(hop) + max(tail)] * n
         model = f"1F1B bubble (m={m}, p={pp})"
     else:
         per = [ranks[k]["compute"] + sum(cost[k]) for k in range(n)]
