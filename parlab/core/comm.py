@@ -12,6 +12,14 @@ k·α + bytes/β of wall time.
 "naive" | "pairwise"` run the hand-written algorithms of `parlab.core.collectives`, whose bytes are
 counted from the tensors actually sent. Async ops (`async_op=True`) return a `Handle`; the
 hand-written ones run on one background thread per Comm, so they stay in issue order.
+
+What the emulated link simplifies: each rank charges an op from its *own* issue time. A receive
+posted before its send is matched, or a rank that enters a collective before the last one does,
+waits in the real op and is then charged only what is left of α + n/β from its own start: such a
+rank is undercharged by up to the time it waited (the last rank to arrive pays in full). A
+wire-exact link would charge from the sender's (the last arriver's) time, which needs the issue
+times exchanged beside the data; the ideal timelines of `parlab.pipeline.validate.simulate`
+(charged="receiver") price messages the way this link does.
 """
 
 from __future__ import annotations
