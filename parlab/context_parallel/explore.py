@@ -265,25 +265,26 @@ def _union(intervals) -> float:
     return total
 
 
-def link_comparison(world_size: int, link: str = "1GbE", steps: int = 2) -> list[dict]:
-    """cp-ring vs cp-ulysses on an emulated link: the α-β prediction of rank 0's communication
-    time (Σ over its ops of α·rounds + bytes/β, the way parlab.core.link charges them: a send and a
-    recv each occupy the link) next to its measured step time (communication + compute), and what
-    rank 0's ops measured: the sum of their durations and the time at least one was in flight."""
-    from parlab.core.link import resolve
-
-    spec = resolve(link)
+def link_comparison(world_size: int, link: str = "NVLink", steps: int = 2,
+                    clock: str = "A100") -> list[dict]:
+    """cp-ring vs cp-ulysses on a link: the α-β prediction of rank 0's communication time (Σ over
+    its ops of α·rounds + bytes/β, the way parlab.core.link charges them: a send and a recv each
+    occupy the link) next to its measured step time (communication + compute), and what rank 0's
+    ops measured: the sum of their durations and the time at least one was in flight. On a paced
+    `clock` (default A100, `parlab.core.clock`) `link` is the real link the clock dilates and
+    every time is paced; "wall": this CPU, raw, on the teaching preset."""
     rows = []
     for method in ("ring", "ulysses"):
-        r = run(method, world_size, cp=world_size, steps=steps, link=link)
+        r = run(method, world_size, cp=world_size, steps=steps, link=link, clock=clock)
+        spec = r.config.link
         mine = [x for x in r.ledger if x["rank"] == 0]
 
-        def cost(ops):
+        def cost(ops, spec=spec):
             return sum(spec.cost(max(x["bytes_sent"], x["bytes_recv"]), x["rounds"])
                        for x in ops) / steps
         attention_ops = [x for x in mine if str(x["phase"]).startswith("cp-")]
         spans = [(x["t_start"], x["t_end"]) for x in mine]
-        rows.append({"scheme": r.config.scheme,
+        rows.append({"scheme": r.config.scheme, "clock": r.clock.label,
                      "attention ops/step": len(attention_ops) // steps,
                      "attention bytes sent/step": sum(x["bytes_sent"] for x in attention_ops) // steps,
                      "predicted attention s": round(cost(attention_ops), 3),
