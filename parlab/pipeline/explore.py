@@ -113,14 +113,16 @@ def _resolved_microbatches(result) -> int:
 
 
 def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, steps: int = 3,
-                      model_config=None, draw: bool = True, **options):
-    """Run; compare the measured bubble with the closed form and with the ideal timeline simulated
-    from the measured per-stage F / B / W times; draw ideal over measured (last step)."""
+                      model_config=None, draw: bool = True, clock: str = "A100", **options):
+    """Run on `clock` (paced A100 time by default, `parlab.core.clock`: every F / B / W span lasts
+    a deterministic time priced from its operators and FLOPs; "wall": this CPU, raw); compare the
+    measured bubble with the closed form and with the ideal timeline simulated from the measured
+    per-stage F / B / W times; draw ideal over measured (last step)."""
     model_config = model_config or COMPUTE_HEAVY
     if microbatches is not None:
         options["microbatches"] = microbatches
     r = parlab.run(scheme, world_size=world_size, steps=steps, model_config=model_config,
-                   **options)
+                   clock=clock, **options)
     from parlab.pipeline.schemes import resolve
     name = r.config.options.get("schedule") if scheme == "pp" else scheme.removeprefix("pp-")
     plan = resolve(r.config, name)
@@ -139,7 +141,7 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
           f"the measured stage times {predicted:.1%}, and with the measured message latency "
           f"{latency * 1e3:.2f} ms {with_latency:.1%}, and with the measured "
           f"{overhead * 1e3:.2f} ms per action outside compute and waits (sends, receives, "
-          f"bookkeeping) {with_overhead:.1%}; step {r.step_time() * 1e3:.0f} ms")
+          f"bookkeeping) {with_overhead:.1%}; step {r.step_time() * 1e3:.0f} ms ({r.clock.label})")
     if schedule.split_backward:
         explain_zero_bubble(r, plan, measured)
     if draw:
@@ -170,16 +172,17 @@ def explain_zero_bubble(result, plan, measured: float) -> None:
 
 
 def bubble_curve(world_size: int, microbatches: list[int], schedules=("1f1b",), steps: int = 3,
-                 model_config=None):
-    """Measured bubble vs micro-batches beside the closed form; returns the rows."""
+                 model_config=None, clock: str = "A100"):
+    """Measured bubble vs micro-batches beside the closed form, on `clock` (paced A100 time by
+    default); returns the rows."""
     import matplotlib.pyplot as plt
 
     rows = []
     _, ax = plt.subplots(figsize=(6, 3.5))
     for name in schedules:
         ms = [m for m in microbatches if name != "interleaved" or m % world_size == 0]
-        got = [measured_vs_ideal(f"pp-{name}", world_size, m, steps, model_config, draw=False)
-               for m in ms]
+        got = [measured_vs_ideal(f"pp-{name}", world_size, m, steps, model_config, draw=False,
+                                 clock=clock) for m in ms]
         v = 2 if name == "interleaved" else 1
         dense = list(range(1, max(ms) + 1))
         line = ax.plot(dense, [cost.theory_bubble(name, world_size, m, v) for m in dense], "--",
@@ -206,8 +209,10 @@ def memory_report(world_size: int, microbatches: int, steps: int = 1) -> None:
         print(f"  {scheme:9} " + "  ".join(cells))
 
 
-def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4) -> dict:
-    """Even vs balanced split of a model with a heavy head: profile, split, run, compare."""
+def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4,
+                     clock: str = "A100") -> dict:
+    """Even vs balanced split of a model with a heavy head: profile (this CPU, raw: the profile
+    the split is computed from), split, run on `clock` (paced A100 time by default), compare."""
     import torch
 
     from parlab.models import build_model, model_config
@@ -230,13 +235,18 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4)
     for label, counts in (("even", even), ("balanced", balanced)):
         predicted = stage_times(counts, profile)
         r = parlab.run("pp-1f1b", world_size=world_size, steps=steps, microbatches=microbatches,
-                       model_config=HEAVY_HEAD, partition=list(counts))
+                       model_config=HEAVY_HEAD, partition=list(counts), clock=clock)
         step = min(r.step_times[1:] or r.step_times)
         out[label] = {"counts": counts, "step_s": step,
                       "bubble": cost.measured_bubble(r.timeline, stat="min")}
         print(f"{label:9} layers {counts}: predicted stage ms {[round(t * 1e3, 1) for t in predicted]}"
               f", fastest step {step * 1e3:.0f} ms, least bubble {out[label]['bubble']:.1%}")
-    print(f"balanced / even throughput: {out['even']['step_s'] / out['balanced']['step_s']:.2f}×")
+    gain = out["even"]["step_s"] / out["balanced"]["step_s"]
+    print(f"balanced / even throughput: {gain:.2f}× ({r.clock.label}): "
+          + ("the balanced split is faster, as its predicted stage times say" if gain > 1.0 else
+             "the balanced split is NOT faster: the profile (this CPU, raw) priced the layers "
+             "differently from the run's clock" if r.clock.paced else
+             "the balanced split is NOT faster: on this CPU, raw, contention decided"))
     return out
 
 
@@ -271,12 +281,28 @@ def step_anatomy(result) -> dict:
             "other_ms": 1e3 * max(0.0, step_s - top["compute"] - top["optimizer"] - top["blocked"])}
 
 
+def explain_curve(rows: list, tolerance: float = 0.05) -> None:
+    """Each measured bubble of `bubble_curve` against its closed form, with the verdict: within
+    `tolerance` (absolute) or not, and where not, the measured share outside compute and waits."""
+    for name, m, measured, least, theory in rows:
+        gap = measured - theory
+        ok = abs(gap) <= tolerance
+        print(f"{name} m={m}: measured {measured:.1%} (least-disturbed step {least:.1%}), closed "
+              f"form {theory:.1%}: {gap * 100:+.1f} points — "
+              + ("agrees" if ok else "does NOT agree")
+              + f" (±{tolerance * 100:.0f} points)"
+              + ("" if ok else ": the closed form counts compute only; the run also pays its "
+                 "messages and the per-action work between spans (the ideal lines above price them)"))
+
+
 def compare_step_times(results: dict) -> None:
     """Measured whole-step time of each run of `check_all` (ours and torch-pp side by side), and
     the diagnosis from the same runs when the ordering is not the bubble's."""
     import os
 
     base = results["torch-pp"].step_time()
+    print(f"clock: {results['torch-pp'].clock.label} — these are the correctness runs of "
+          "check_all, kept raw: what they show is this CPU's per-op and per-message cost")
     rows = {}
     for scheme, r in results.items():
         t = r.step_time()
@@ -312,21 +338,21 @@ def compare_step_times(results: dict) -> None:
 
 
 def link_report(world_size: int, microbatches: int, links=("loopback", "10GbE", "1GbE"),
-                steps: int = 3) -> None:
-    """The same 1F1B run over emulated links: the same bytes, each message α + bytes/β later."""
-    from parlab.core.link import resolve
-
+                steps: int = 3, clock: str = "A100") -> None:
+    """The same 1F1B run over links: the same bytes, each message α + bytes/β later, on `clock`
+    (paced A100 time on the real links by default; "wall": this CPU, raw, teaching presets)."""
     for link in links:
         r = parlab.run("pp-1f1b", world_size=world_size, steps=steps, microbatches=microbatches,
-                       link=link)
+                       link=None if link == "loopback" else link, clock=clock)
         sends = [x for x in r.ledger if x["op"] == "send" and x["rank"] == 0]
-        per_message = resolve(link).cost(sends[0]["bytes_sent"]) if resolve(link) else 0.0
+        emulated = r.config.link
+        per_message = emulated.cost(sends[0]["bytes_sent"]) if emulated else 0.0
         blocked = sum(e["t1"] - e["t0"] for e in r.timeline if e["kind"] == "wait"
                       and e["name"] == "wait recv") / steps / world_size
         print(f"{link:9} {len(sends) // steps} sends/step/rank of {sends[0]['bytes_sent']:,} B, "
               f"α+n/β = {per_message * 1e3:5.1f} ms each; measured: blocked in recv "
               f"{blocked * 1e3:6.1f} ms/step/rank, bubble {cost.measured_bubble(r.timeline):5.1%}, "
-              f"step {r.step_time() * 1e3:6.1f} ms")
+              f"step {r.step_time() * 1e3:6.1f} ms ({r.clock.label})")
 
 
 def widget_run(world_size: int = 2, microbatches: int = 4, schedule: str = "1f1b") -> None:
