@@ -21,6 +21,16 @@ warning (the reason to keep more than one: Gemini, below, keeps two for the same
 the last `keep` checkpoints are kept (option `keep=`, default 2); temporary files and step
 directories of interrupted saves are removed at the next commit.
 
+`meta.pt` is covered too: it carries `manifest_sha256`, the sha256 of its own content (canonical
+JSON of every other field), so a flipped bit that changes what it says is caught like a damaged
+shard, before any rank loads. A consistent rewrite (a valid manifest saying `steps_done=3` in
+`step_000004/`, its hash recomputed) is caught by `verify`: the steps done must match the
+directory's name and every rank file's losses, the world size its rank files. With `resume=True`
+and only damaged checkpoints the run is refused (`allow_fresh_start=True` starts at step 0
+instead, with a warning). A run that uses a save_dir holds `lock(save_dir)` (an fcntl lock on
+`save_dir/.parlab.lock`, taken by rank 0, released by the kernel when that process ends however it
+ends): a second run on the same directory is refused before spawn, naming the holder's pid.
+
 Resharding (4 → 2, 2 → 4, any N → M) needs no all-to-all: a unit's flat vector is the same at every
 world size but for the zero padding at its end, so the new rank r' reads, from the old files whose
 chunks overlap its range [r'·P'/M, (r'+1)·P'/M), exactly the elements it needs (Ψ_u of them in
@@ -33,6 +43,7 @@ recovery path.)
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import io
 import json
@@ -63,6 +74,90 @@ def _atomic_save(obj, path: pathlib.Path) -> None:
 
 def _sha256(path: pathlib.Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manifest_hash(meta: dict) -> str:
+    """sha256 of a manifest's content: canonical JSON of every field but `manifest_sha256`."""
+    body = {k: v for k, v in meta.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------- one run per save_dir
+LOCK_NAME = ".parlab.lock"
+_HELD: dict[str, int] = {}  # resolved save_dir -> descriptor of the lock this process holds
+
+
+class DirectoryInUse(ValueError):
+    """Another run holds the save_dir's lock."""
+
+
+def _holder(file: pathlib.Path) -> str:
+    try:
+        text = file.read_text().strip()
+    except OSError:
+        text = ""
+    return text or "unknown pid"
+
+
+def lock(directory) -> None:
+    """Take `directory`'s run lock for this process (kept until `unlock` or the process ends);
+    DirectoryInUse naming the holder when another process or run holds it. Re-entrant per
+    process (a torchrun worker runs several runs)."""
+    root = pathlib.Path(directory)
+    key = str(root.resolve())
+    if key in _HELD:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    file = root / LOCK_NAME
+    while True:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            check_unlocked(directory)  # raises the message naming the holder
+            continue  # released in between: try again
+        try:  # the holder before us may have unlinked the file after we opened it: retry
+            same = os.stat(file).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    _HELD[key] = fd
+
+
+def unlock(directory) -> None:
+    """Release this process's lock of `directory` (and remove the lock file)."""
+    key = str(pathlib.Path(directory).resolve())
+    fd = _HELD.pop(key, None)
+    if fd is None:
+        return
+    try:
+        (pathlib.Path(directory) / LOCK_NAME).unlink(missing_ok=True)  # while still held
+    finally:
+        os.close(fd)
+
+
+def check_unlocked(directory) -> None:
+    """Before spawn: DirectoryInUse if a run (of any process, this one included) holds
+    `directory`'s lock now. A probe: takes the lock on a fresh descriptor and lets it go."""
+    file = pathlib.Path(directory) / LOCK_NAME
+    try:
+        fd = os.open(file, os.O_RDONLY)
+    except OSError:
+        return  # no lock file: nobody holds it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise DirectoryInUse(f"save_dir={str(directory)!r} is in use by another run "
+                             f"({_holder(file)}): two runs writing one save_dir would prune and "
+                             "overwrite each other's checkpoints; wait for it to end or choose "
+                             "another save_dir") from None
+    finally:
+        os.close(fd)
 
 
 # ----------------------------------------------------------------------------- what defines a run
@@ -133,12 +228,13 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
         cfg = _launch_config()
         fields = run_fields(cfg) if cfg is not None else None
         files = [f"rank{r}.pt" for r in range(comm.size)]
-        _atomic_save({"format": 2, "world_size": comm.size, "steps_done": steps_done,
-                      "scheme": scheme, "layouts": [layout.to_meta() for layout in layouts],
-                      "keys": {name: list(unit) for name, unit in units.items()},
-                      "run": fields, "config_hash": config_hash(fields) if fields else None,
-                      "checksums": {name: _sha256(path / name) for name in files}},
-                     path / "meta.pt")
+        meta = {"format": 3, "world_size": comm.size, "steps_done": steps_done,
+                "scheme": scheme, "layouts": [layout.to_meta() for layout in layouts],
+                "keys": {name: list(unit) for name, unit in units.items()},
+                "run": fields, "config_hash": config_hash(fields) if fields else None,
+                "checksums": {name: _sha256(path / name) for name in files}}
+        meta["manifest_sha256"] = manifest_hash(meta)
+        _atomic_save(meta, path / "meta.pt")
         keep = cfg.options.get("keep", KEEP) if cfg is not None else KEEP
         prune(directory, keep, steps_done)
     return path
@@ -175,13 +271,54 @@ def problems(path) -> list[str]:
         meta = read_meta(path)
     except Exception as err:  # noqa: BLE001 - a damaged manifest is one more problem
         return [f"{path / 'meta.pt'} cannot be read ({type(err).__name__}: {err})"]
+    if not isinstance(meta, dict):
+        return [f"{path / 'meta.pt'} is not a checkpoint manifest"]
+    if "manifest_sha256" in meta and meta["manifest_sha256"] != manifest_hash(meta):
+        return [f"{path / 'meta.pt'} does not match its own sha256 (manifest_sha256): damaged or "
+                "altered"]
+    if meta.get("format", 2) >= 3 and "manifest_sha256" not in meta:
+        return [f"{path / 'meta.pt'} lacks its manifest_sha256: damaged or altered"]
     found = []
-    for name, digest in (meta.get("checksums") or {}).items():
+    steps, world = meta.get("steps_done"), meta.get("world_size")
+    if steps != _steps_of(path):
+        found.append(f"{path / 'meta.pt'} says steps_done={steps!r} but its directory is "
+                     f"{path.name}: altered or misplaced")
+    checksums = meta.get("checksums") or {}
+    if checksums and sorted(checksums) != sorted(f"rank{r}.pt" for r in range(world or 0)):
+        found.append(f"{path / 'meta.pt'} says world_size={world!r} but lists rank files "
+                     f"{sorted(checksums)}: altered")
+    for name, digest in checksums.items():
         file = path / name
         if not file.exists():
             found.append(f"{file} is missing")
         elif _sha256(file) != digest:
             found.append(f"{file} does not match its sha256 in the manifest (damaged or altered)")
+    return found
+
+
+def verify(path) -> list[str]:
+    """`problems(path)`, then what only the rank files can tell: each holds this rank's shards
+    for the manifest's units and exactly `steps_done` losses (a consistent rewrite of meta.pt,
+    e.g. steps_done 4 -> 3 with its hash recomputed, is caught here, before any rank loads)."""
+    found = problems(path)
+    if found:
+        return found
+    try:
+        ckpt = Checkpoint(path)
+        for rank in range(ckpt.world_size):
+            data = ckpt.rank_file(rank)
+            file = ckpt.path / f"rank{rank}.pt"
+            if data.get("rank") != rank or data.get("world_size") != ckpt.world_size:
+                found.append(f"{file} is rank {data.get('rank')!r} of "
+                             f"{data.get('world_size')!r}, not rank {rank} of {ckpt.world_size}")
+            if len(data.get("losses", ())) != ckpt.steps_done:
+                found.append(f"{file} holds {len(data.get('losses', ()))} losses but meta.pt says "
+                             f"steps_done={ckpt.steps_done}: altered")
+            missing = sorted(set(ckpt.layouts) - set(data.get("units", {})))
+            if missing:
+                found.append(f"{file} lacks units {missing}")
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        found.append(f"{path} is not a consistent checkpoint ({type(err).__name__}: {err})")
     return found
 
 
@@ -192,16 +329,18 @@ def committed(directory) -> list[pathlib.Path]:
         else []
 
 
-def latest(directory, warn: bool = True) -> pathlib.Path | None:
+def latest(directory, warn: bool = True, deep: bool = False) -> pathlib.Path | None:
     """The intact committed checkpoint with the most steps done under `directory`, or None; a
-    damaged newer one is skipped with a warning that names its file."""
+    damaged newer one is skipped with a warning that names its file. deep=True: `verify` (loads
+    the rank files) rather than `problems` (checksums and the manifest only)."""
     for path in reversed(committed(directory)):
-        found = problems(path)
+        found = verify(path) if deep else problems(path)
         if not found:
             return path
         if warn:
             warnings.warn(f"checkpoint {path} is not usable: {'; '.join(found)}; falling back to "
-                          "the previous complete checkpoint", RuntimeWarning, stacklevel=2)
+                          "the previous complete checkpoint, if one is intact", RuntimeWarning,
+                          stacklevel=2)
     return None
 
 
@@ -218,13 +357,25 @@ def check_resume(cfg) -> None:
         return
     fields, where = run_fields(cfg), f"save_dir={str(o['save_dir'])!r}"
     rule = "only world_size, the ZeRO stage and steps may change on resume"
+    from parlab.core.rendezvous import under_torchrun
+
+    if not under_torchrun():  # there every worker probes while rank 0 may hold it already
+        check_unlocked(o["save_dir"])
     if o.get("resume"):
-        path = latest(o["save_dir"])
+        path = latest(o["save_dir"], deep=True)
         if path is None:
+            damaged = committed(o["save_dir"])
+            if damaged and not o.get("allow_fresh_start"):
+                reasons = "; ".join(f"{p.name}: {'; '.join(verify(p))}" for p in damaged)
+                raise ValueError(f"resume={o['resume']!r} but every checkpoint in {where} is "
+                                 f"damaged ({reasons}); refusing to start again from step 0 "
+                                 "(allow_fresh_start=True does, or remove them)")
             if o["resume"] == "must":
                 raise ValueError(f"resume='must' but {where} holds no complete checkpoint")
-            warnings.warn(f"resume=True but {where} holds no complete checkpoint: the run starts "
-                          "at step 0 (resume='must' refuses instead)", RuntimeWarning, stacklevel=3)
+            what = ("only damaged checkpoints (allow_fresh_start=True)" if damaged
+                    else "no complete checkpoint")
+            warnings.warn(f"resume=True but {where} holds {what}: the run starts at step 0 "
+                          "(resume='must' refuses instead)", RuntimeWarning, stacklevel=3)
             return
         meta = read_meta(path)
         diff = differences(meta.get("run"), fields)
@@ -236,6 +387,10 @@ def check_resume(cfg) -> None:
                              f"steps done: resuming needs steps > {meta['steps_done']}")
     elif o.get("save_every"):
         for path in committed(o["save_dir"]):
+            found = problems(path)
+            if found:
+                raise ValueError(f"{where} holds a damaged checkpoint {path.name} "
+                                 f"({'; '.join(found)}); remove it or choose an empty save_dir")
             diff = differences(read_meta(path).get("run"), fields)
             if diff:
                 raise ValueError(f"{where} already holds checkpoint {path.name} of another run "
@@ -296,6 +451,11 @@ class Checkpoint:
     def losses(self) -> list[float]:
         """The global loss of every step done (the sum of every old rank's contributions)."""
         per_rank = [self.rank_file(r)["losses"] for r in range(self.world_size)]
+        for rank, values in enumerate(per_rank):
+            if len(values) != self.steps_done:
+                raise ValueError(f"checkpoint file {self.path / f'rank{rank}.pt'} holds "
+                                 f"{len(values)} losses but its manifest says steps_done="
+                                 f"{self.steps_done}: altered")
         return [sum(values) for values in zip(*per_rank)]
 
     def consolidate(self) -> dict:

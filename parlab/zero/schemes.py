@@ -14,7 +14,9 @@ Options shared by the three stages:
   save_dir, save_every — write a sharded checkpoint (`parlab.zero.checkpoint`) every k steps;
   resume=True — continue from the latest committed checkpoint in save_dir, at any world size and
   ZeRO stage (a checkpoint of another run is refused, naming each differing field; no checkpoint:
-  a warning, and resume="must" refuses); keep — the number of checkpoints kept (default 2);
+  a warning, and resume="must" refuses; only damaged checkpoints: refused, unless
+  allow_fresh_start=True); keep — the number of checkpoints kept (default 2); a run with a
+  save_dir holds its lock (a second run on it is refused, naming the first one's pid);
   fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
   and the launcher reports the dead rank (no hang, no orphans);
   algo — "gloo" (default) or "ring": the all-gathers and reduce-scatters on gloo's own collectives
@@ -40,6 +42,8 @@ from parlab.zero.shard import FlatLayout, assemble_state, predict
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
            "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
+           # resume=True finding only damaged checkpoints starts at step 0 instead of refusing
+           "allow_fresh_start": Bool(False),
            "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0),
            # who runs the all-gathers and reduce-scatters: gloo's own or the pipelined ring
            # (parlab.core.collectives; the same bytes, gloo's reduce-scatter is slow on CPU)
@@ -61,6 +65,8 @@ def validate(cfg) -> None:
         raise ValueError(f"save_every={every} needs save_dir=")
     if o["resume"] and o["save_dir"] is None:
         raise ValueError(f"resume={o['resume']!r} needs save_dir=")
+    if o["allow_fresh_start"] and not o["resume"]:
+        raise ValueError("allow_fresh_start=True needs resume=True")
     if every:
         _check_writable(o["save_dir"])
     step = o["fail_at_step"]
@@ -112,7 +118,10 @@ class Zero(Strategy):
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
         self.resumed_from = None
-        if o["resume"] and (path := ckpt_mod.latest(o["save_dir"])) is not None:
+        if o["save_dir"] is not None and comm.rank == 0:  # one run per save_dir at a time
+            ckpt_mod.lock(o["save_dir"])
+        # the checkpoint the parent verified before spawn (`check_resume`: the same rule)
+        if o["resume"] and (path := ckpt_mod.latest(o["save_dir"], deep=True)) is not None:
             saved = ckpt_mod.Checkpoint(path)
             ckpt_mod.load_into(saved, self.engine.units, self.optimizer, comm.size, comm.rank)
             self.first_step, self.resumed_from = saved.steps_done, saved.world_size
@@ -146,6 +155,10 @@ class Zero(Strategy):
                 ckpt_mod.save(o["save_dir"], self.ctx.comm, step + 1,
                               [u.layout for u in self.engine.units], self.engine.shards,
                               self.optimizer, self.losses, self.ctx.cfg.scheme)
+
+    def finish(self) -> None:
+        if self.ctx.cfg.options["save_dir"] is not None and self.ctx.comm.rank == 0:
+            ckpt_mod.unlock(self.ctx.cfg.options["save_dir"])
 
     def memory(self) -> dict:
         return self.engine.memory(self.optimizer)
