@@ -31,6 +31,8 @@ def test_library_matches_plain_pytorch(reference, sync, world_size):
 
 
 def test_only_trainable_parameters_move_and_the_used_map_is_one_small_all_reduce():
+    """Per step only trainable gradients and the used-map move; once, at construction, the
+    broadcast of rank 0's initial weights."""
     world_size = 2
     results = launch(workers_dp.train_tied_library, world_size, "naive", STEPS)
     for rank, out in enumerate(results):
@@ -42,7 +44,11 @@ def test_only_trainable_parameters_move_and_the_used_map_is_one_small_all_reduce
         by_phase = {}
         for record in out["ledger"]:
             by_phase[record["phase"]] = by_phase.get(record["phase"], 0) + record["bytes_sent"]
-        assert by_phase == {None: STEPS * grads, "unused-map": STEPS * used_map}
+        # construction: rank 0's weights (frozen ones too) broadcast once (issue 35, item 7)
+        every = sum(p.numel() for p in workers_dp.TiedNet().parameters())
+        init = cost.flat_broadcast(every, world_size, rank, 0)[0] * 4
+        assert by_phase == {None: STEPS * grads, "unused-map": STEPS * used_map,
+                            "init-broadcast": init}
 
 
 def test_an_unused_parameter_without_the_flag_is_named():

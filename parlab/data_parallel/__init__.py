@@ -9,6 +9,8 @@ Fine-Grained All-Reduce Pipelining" (ICDCS 2023); Goyal et al., "Accurate, Large
 
 Reading order: `sync` (the GradSync strategy the loop calls), `buckets`, `bucketed` (naive and
 bucketed all-reduce after backward), `overlap` (WFBP), `layerwise` and `priority` (P3),
-`dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`; `explore` and
+`dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`, `api` (the
+syncs as a library: `DataParallel(model, optimizer, comm, sync=...)` in your own training loop,
+rank 0's weights broadcast at construction); `explore` and
 `bench` (what notebook 01 and `python -m parlab bench data_parallel` run).
 """

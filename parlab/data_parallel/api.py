@@ -5,7 +5,7 @@ Experiences on Accelerating Data Parallel Training", VLDB 2020):
     from parlab.core.comm import Comm
     from parlab.data_parallel.api import DataParallel
 
-    ddp = DataParallel(model, optimizer, Comm(), sync="overlap", bucket_mb=25)
+    ddp = DataParallel(model, comm=Comm(), sync="overlap", bucket_mb=25)
     for x, y in my_rows_of_the_batch:
         loss_fn(model(x), y).backward()
         ddp.synchronize()            # every trainable gradient is now the average over ranks
@@ -14,6 +14,13 @@ Experiences on Accelerating Data Parallel Training", VLDB 2020):
     with ddp.no_sync():              # gradient accumulation: backward without communication
         ...
 
+- The initial weights: `init="broadcast"` (the default, as DDP does at construction) copies rank 0's
+  parameters and buffers into every rank (one broadcast per dtype, phase "init-broadcast"), so
+  ranks that seeded differently still train one model; `init="verify"` only compares them (a
+  sha256 per tensor, phase "init-verify") and raises on every rank, naming the first tensor that
+  differs and the ranks where it does; `init="none"` trusts the caller.
+- `optimizer` is not used by the gradient sync (the step is yours) and may be None; `comm` None
+  means a `Comm` over the default process group.
 - Frozen parameters (`requires_grad=False`) are left alone: no hook, no bucket, no bytes.
 - A parameter that gets no gradient in a step (an unused branch) is an error naming it, unless
   `find_unused_parameters=True` (DDP's flag and semantics): then each rank's missing gradient
@@ -34,6 +41,7 @@ group, so they own the optimizer: use them through `parlab.run("dear", ...)`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 from types import SimpleNamespace
 
 import torch
@@ -44,6 +52,75 @@ from parlab.data_parallel.overlap import OverlapSync
 
 SYNCS = ("naive", "bucketed", "overlap")
 ALGOS = ("gloo", "ring", "tree", "naive")
+INITS = ("broadcast", "verify", "none")
+
+
+# ----------------------------------------------------------------------------- the initial weights
+def module_tensors(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter (frozen too; a tied one once) and buffer of `model`, named, in order."""
+    return list(model.named_parameters()) + list(model.named_buffers())
+
+
+def broadcast_initial(model: torch.nn.Module, comm, phase: str = "init-broadcast") -> None:
+    """Copy rank 0's parameters and buffers into every rank of `comm`, in place: one broadcast of
+    their flat concatenation per dtype (DDP's broadcast at construction)."""
+    if comm.size == 1:
+        return
+    by_dtype: dict = {}
+    for _, t in module_tensors(model):
+        by_dtype.setdefault(t.dtype, []).append(t)
+    with torch.no_grad():
+        for tensors in by_dtype.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])  # (Σ numel,)
+            comm.broadcast(flat, src=0, phase=phase)
+            offset = 0
+            for t in tensors:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
+
+
+def _digest(t: torch.Tensor) -> int:
+    data = t.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    head = hashlib.sha256(str((t.dtype, tuple(t.shape))).encode() + data).digest()
+    return int.from_bytes(head[:8], "little", signed=True)
+
+
+def verify_initial(model: torch.nn.Module, comm, phase: str = "init-verify") -> None:
+    """Collective: raise ValueError on every rank if any parameter or buffer differs from rank 0's,
+    naming the first such tensor and the ranks that differ (8 bytes of sha256 per tensor move)."""
+    named = module_tensors(model)
+    if comm.size == 1 or not named:
+        return
+    mine = torch.tensor([_digest(t) for _, t in named], dtype=torch.int64)  # (T,)
+    reference = mine.clone()
+    comm.broadcast(reference, src=0, phase=phase)  # (T,) rank 0's digests
+    differing = (mine != reference).nonzero().flatten().tolist()
+    first = torch.zeros(comm.size, dtype=torch.int64)  # (N,) each rank's first differing index
+    first[comm.rank] = differing[0] if differing else len(named)
+    comm.all_reduce(first, op="sum", phase=phase)
+    if bool((first < len(named)).any()):
+        index = int(first.min())
+        ranks = [r for r in range(comm.size) if first[r] == index]
+        others = [r for r in range(comm.size) if len(named) > first[r] > index]
+        name, t = named[index]
+        also = f"; ranks {others} differ from a later tensor on" if others else ""
+        raise ValueError(f"initial weights differ between ranks: {name} {tuple(t.shape)} on ranks "
+                         f"{ranks} is not rank 0's{also} (seed every rank alike, or use "
+                         "init='broadcast' to copy rank 0's)")
+
+
+class _NoOptimizer:
+    """Stands where a GradSync keeps its optimizer when the library's caller steps their own."""
+
+    def __init__(self):
+        self.state, self.param_groups = {}, []
+
+    def step(self, closure=None):
+        raise RuntimeError("DataParallel was built without an optimizer: step your own after "
+                           "synchronize()")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        pass
 
 
 class _Context:
@@ -62,15 +139,29 @@ class DataParallel:
     """Average the gradients of `model`'s trainable parameters over `comm`'s ranks (see the
     module docstring). Every rank must build the same model with the same initial weights."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, comm,
-                 sync: str = "overlap", bucket_mb: float = 25.0, algo: str = "gloo",
-                 find_unused_parameters: bool = False):
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                 comm=None, sync: str = "overlap", bucket_mb: float = 25.0, algo: str = "gloo",
+                 find_unused_parameters: bool = False, init: str = "broadcast"):
         Choice(sync, SYNCS).check("sync", sync)
         Choice(algo, ALGOS).check("algo", algo)
+        Choice(init, INITS).check("init", init)
         Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
         Bool(False).check("find_unused_parameters", find_unused_parameters)
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model={type(model).__name__} must be a torch.nn.Module")
+        if optimizer is not None and not hasattr(optimizer, "step"):
+            raise ValueError(f"optimizer={type(optimizer).__name__} must be a torch optimizer "
+                             "or None")
+        if comm is None:
+            from parlab.core.comm import Comm
+
+            comm = Comm()  # the default process group
+        if init == "broadcast":
+            broadcast_initial(model, comm)
+        elif init == "verify":
+            verify_initial(model, comm)
+        self.optimizer = optimizer  # yours: the sync never steps it
+        optimizer = optimizer if optimizer is not None else _NoOptimizer()
         ctx = _Context(comm)
         if sync == "naive":
             self.strategy = NaiveSync(ctx, model, algo, optimizer=optimizer)

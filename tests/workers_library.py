@@ -1,0 +1,148 @@
+"""Rank workers for tests/test_library.py: parlab's building blocks in a user's own training loop
+(ranks import them by module name: spawned ranks cannot see functions defined inside a test)."""
+
+import torch
+
+ROWS, VOCAB, WIDTH = 12, 16, 8
+
+
+class BlockNet(torch.nn.Module):
+    """A user's model as real ones are: an embedding tied to the output head (one Parameter used
+    by two modules), a frozen layer, and two blocks (two ZeRO units besides the root)."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        self.frozen = torch.nn.Linear(WIDTH, WIDTH)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()) for _ in range(2))
+        self.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
+        self.head.weight = self.embed.weight  # tied
+        self.register_buffer("scale", torch.tensor(1.0))
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+            self.scale.fill_(1.0 + seed)
+        self.frozen.requires_grad_(False)
+
+    def forward(self, idx):
+        h = torch.tanh(self.frozen(self.embed(idx)))  # (B, width)
+        for block in self.blocks:
+            h = h + block(h)  # (B, width)
+        return self.head(h * self.scale)  # (B, vocab): the tied head
+
+
+def batch(step: int):
+    g = torch.Generator().manual_seed(100 + step)
+    return torch.randint(VOCAB, (ROWS,), generator=g), torch.randint(VOCAB, (ROWS,), generator=g)
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=0.05, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=0.01)
+
+
+def trainable(model):
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def single(steps: int) -> dict:
+    """The reference: plain PyTorch, one process, the whole batch, rank 0's initial weights."""
+    out = {}
+    for name, make in (("sgd", sgd), ("adamw", adamw)):
+        model = BlockNet(0)
+        optimizer = make(trainable(model))
+        for step in range(steps):
+            x, y = batch(step)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        out[name] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    return out
+
+
+def library(rank, world_size, steps: int) -> dict:
+    """DataParallel (SGD) and ZeRO-1/2/3 (AdamW) on this rank's rows; every rank seeds its model
+    differently: the broadcast at construction makes them rank 0's."""
+    from parlab.core.comm import Comm
+    from parlab.data_parallel.api import DataParallel
+    from parlab.zero.api import ZeRO
+
+    rows = ROWS // world_size
+    mine = slice(rank * rows, (rank + 1) * rows)
+    out = {}
+
+    model = BlockNet(seed=rank)
+    optimizer = sgd(trainable(model))
+    ddp = DataParallel(model, optimizer, Comm(), sync="bucketed", bucket_mb=0.0005)
+    for step in range(steps):
+        x, y = batch(step)
+        torch.nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
+        ddp.synchronize()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    out["ddp"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+    out["scale"] = float(model.scale)
+
+    for stage in (1, 2, 3):
+        model = BlockNet(seed=rank)
+        # the user's optimizer, built over the model as usual: ZeRO rebuilds it over its shards
+        zero = ZeRO(model, adamw(trainable(model)), Comm(), stage=stage)
+        for step in range(steps):
+            x, y = batch(step)
+            torch.nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
+            zero.step()
+        out[f"zero{stage}"] = zero.full_state()
+        out[f"zero{stage}_optimizer_numel"] = sum(
+            t.numel() for s in zero.optimizer.state.values() for t in s.values() if t.dim())
+    return out
+
+
+def parameter_list(rank, world_size, steps: int, stage: int) -> dict:
+    """ZeRO over a parameter list (stages 1, 2) with an optimizer factory."""
+    from parlab.zero.api import ZeRO
+
+    model = BlockNet(0)
+    zero = ZeRO(trainable(model), sgd, stage=stage)  # comm: the default group
+    rows = ROWS // world_size
+    mine = slice(rank * rows, (rank + 1) * rows)
+    for step in range(steps):
+        x, y = batch(step)
+        torch.nn.functional.cross_entropy(model(x[mine]), y[mine]).backward()
+        zero.step()
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def without_optimizer(rank, world_size) -> list:
+    """DataParallel(model) with no optimizer and no comm: the user steps by hand."""
+    from parlab.data_parallel.api import DataParallel
+
+    model = BlockNet(0)
+    ddp = DataParallel(model, sync="naive")
+    x, y = batch(0)
+    torch.nn.functional.cross_entropy(model(x[rank::world_size]), y[rank::world_size]).backward()
+    ddp.synchronize()
+    errors = []
+    try:
+        ddp.strategy.optimizers[0].step()
+    except RuntimeError as err:
+        errors.append(str(err))
+    return [model.embed.weight.grad.clone(), ddp.optimizer, errors]
+
+
+def verify_differing(rank, world_size, init: str) -> bool:
+    """init='verify' on models seeded per rank (rank 0 and 1 differ): every rank raises."""
+    from parlab.core.comm import Comm
+    from parlab.data_parallel.api import DataParallel
+    from parlab.zero.api import ZeRO
+
+    model = BlockNet(seed=0 if rank != 1 else 1)
+    if init == "zero":
+        ZeRO(model, adamw, Comm(), stage=3, init="verify")
+    else:
+        DataParallel(model, None, Comm(), init="verify")
+    return True
