@@ -19,17 +19,16 @@ from parlab.planner.plan import Plan
 KINDS = ("params", "grads", "optimizer", "activations")
 STEPS = 2  # the step time is step 1's: paced steps repeat, one after the warm-up is enough
 
-# cheap plans (0.2–1.3 paced s a step), every dimension, ZeRO, GPipe, recomputation; the
-# composition tests (test_planner_compose.py) leave these plans' shapes to this sweep
-PLANS_4 = [Plan(pp=4), Plan(pp=4, microbatches=2), Plan(dp=2, pp=2),
-           Plan(dp=2, pp=2, zero=1, microbatches=2), Plan(dp=4), Plan(pp=2, cp=2),
-           Plan(dp=2, cp=2), Plan(dp=2, tp=2, checkpoint=True),
+# cheap plans (0.2–1.3 paced s a step) with distinct step times, every dimension, ZeRO, GPipe,
+# recomputation; the composition tests (test_planner_compose.py) leave these shapes to this sweep
+PLANS_4 = [Plan(pp=4), Plan(pp=4, microbatches=2), Plan(dp=2, pp=2, zero=1, microbatches=2),
+           Plan(dp=4), Plan(pp=2, cp=2), Plan(dp=2, tp=2, checkpoint=True),
            Plan(dp=2, pp=2, microbatches=2, schedule="gpipe")]
 CAP_4 = 1.4e6  # bytes per rank: binds (pp4 m1, the fastest plan, needs 1.49 MB)
-# cheap plans at 8 ranks (0.5–2.5 paced s a step), two of them 3-D (the composition tests' world
-# size 8 runs here)
+# cheap plans at 8 ranks (0.5–2.5 paced s a step, each ≥ 20% from the next), two of them 3-D
+# (the composition tests' world size 8 runs here)
 PLANS_8 = [Plan(dp=2, pp=4), Plan(dp=2, pp=4, microbatches=2), Plan(dp=4, pp=2),
-           Plan(pp=4, cp=2, microbatches=2), Plan(dp=2, pp=2, cp=2), Plan(dp=2, tp=2, pp=2)]
+           Plan(pp=4, cp=2, microbatches=2), Plan(dp=2, tp=2, pp=2)]
 CAP_8 = 1.0e6
 
 

@@ -146,13 +146,26 @@ def test_messages_are_derived_from_the_plan():
 
 
 # ----------------------------------------------------------------------------- running for real
-@pytest.mark.parametrize("ranks,which", [(1, "milp"), (2, "milp"), (2, "1f1b"), (3, "milp")])
-def test_run_equals_single_and_ledger_equals_closed_form(ranks, which):
+@pytest.fixture(scope="module")
+def both2():
+    """The MILP's plan and the 1F1B pipeline on 2 ranks, each run for 2 steps (shared by the
+    exactness test and the report)."""
+    from parlab.planner.explore_placement import run_both
     g = graph(m=2, **TINY)
-    plan = solve(g, ranks) if which == "milp" else pipeline_plan(g, ranks)
+    return g, run_both(g, 2, steps=2)
+
+
+@pytest.mark.parametrize("ranks,which", [(1, "milp"), (2, "milp"), (2, "1f1b"), (3, "milp")])
+def test_run_equals_single_and_ledger_equals_closed_form(ranks, which, both2):
+    g = graph(m=2, **TINY)
+    if ranks == 2:
+        g, runs = both2
+        plan, run = runs["planned (MILP)" if which == "milp" else "1F1B pipeline"]
+    else:
+        plan = solve(g, ranks) if which == "milp" else pipeline_plan(g, ranks)
+        run = run_placement(g, plan, steps=2)
     if ranks > 1:
         assert len(set(plan.placement.values())) == ranks  # every rank has work
-    run = run_placement(g, plan, steps=2)
     diff = check_against_reference(g, run)
     assert diff["match"], diff
     for step in range(2):
@@ -198,20 +211,13 @@ def test_precedences_cover_both_directions():
     assert torch.is_tensor(demo_graph(measure=False).data(0)["x"])
 
 
-def test_report_rows_and_drawings(capsys):
+def test_report_rows_and_drawings(capsys, both2):
     import matplotlib
 
     matplotlib.use("Agg")
-    from parlab.planner.explore_placement import (
-        draw,
-        draw_run,
-        placement_report,
-        print_report,
-        run_both,
-    )
+    from parlab.planner.explore_placement import draw, draw_run, placement_report, print_report
 
-    g = graph(m=2, **TINY)
-    runs = run_both(g, 2, steps=1)
+    g, runs = both2
     rows = placement_report(g, 2, runs=runs)
     assert [r["plan"] for r in rows] == ["planned (MILP)", "1F1B pipeline"]
     for r in rows:
