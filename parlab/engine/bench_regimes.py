@@ -152,28 +152,46 @@ def compute_per_step(result, name: str, warmup: int = 2) -> float:
                                   if s["t0"] <= w["t0"] and w["t1"] <= s["t1"]) for s in spans)
 
 
-def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24) -> dict:
+def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock: str = "wall") -> dict:
     """The emulated link where ZeRO-3's forward all-gathers take as long as the forward computes
-    (FSDP's prefetch: Zhao et al., "PyTorch FSDP", VLDB 2023, §3.4), chosen from this machine's
-    measured compute (a loopback run without prefetch, waits taken out) and the ledger's bytes
-    per phase, with the ideal-overlap step times of all-gathers A_f, A_b and reduce-scatter R:
+    (FSDP's prefetch: Zhao et al., "PyTorch FSDP", VLDB 2023, §3.4), chosen from the measured
+    compute (a run without link or prefetch, waits taken out) and the ledger's bytes per phase,
+    with the ideal-overlap step times of all-gathers A_f, A_b and reduce-scatter R:
     without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R).
-    Returns the link, the run keywords, the measured F and B, A_f, A_b, R and both ideals (s)."""
-    from parlab.engine.runner import run
+
+    clock: "wall" measures this CPU, raw, and returns a link in its seconds (α = 20 µs); a paced
+    clock ("A100", parlab.core.clock) measures paced compute and returns the *real* link (α = 0.1 µs:
+    at NVLink's 1 µs the tiny model's gathers would be latency alone) whose dilation by the clock gives A_f = F — the link to pass with `clock=` — and
+    `paced_link`, that link as the run emulates it. Returns the link, the run keywords (the clock
+    among them), the measured F and B, A_f, A_b, R and both ideals, in the run's seconds."""
+    from parlab.core.clock import pace_link
+    from parlab.engine.runner import make_config, run
 
     kw = dict(world_size=world_size, batch_size=rows_per_rank * world_size, model="gpt",
-              model_config=DP_MODEL)
+              model_config=DP_MODEL, clock=clock)
     calib = run("zero3", steps=steps, prefetch=False, **kw)
     forward, backward = (compute_per_step(calib, n) for n in ("forward", "backward"))
     last = max(r["step"] for r in calib.ledger if r["step"] is not None)
+    ops = [r for r in calib.ledger if r["rank"] == 0 and r["step"] == last]
     nbytes = {}
-    for r in calib.ledger:
-        if r["rank"] == 0 and r["step"] == last:
-            nbytes[r["phase"]] = nbytes.get(r["phase"], 0) + r["bytes_sent"]
-    beta = nbytes["param-gather-fwd"] / forward
-    gather_f, gather_b, scatter = (nbytes[p] / beta for p in
-                                   ("param-gather-fwd", "param-gather-bwd", "grad-reduce-scatter"))
-    return {"link": Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s"), "run": kw, "forward": forward,
+    for r in ops:
+        nbytes[r["phase"]] = nbytes.get(r["phase"], 0) + r["bytes_sent"]
+    beta = nbytes["param-gather-fwd"] / forward  # bytes per second of the run's own time
+    paced = calib.clock
+    if paced.paced:
+        n = paced.dilation
+        alpha = 1e-7  # a tenth of NVLink's: the tiny model's gathers would be latency alone
+        latency = sum(r["rounds"] for r in ops if r["phase"] == "param-gather-fwd") * alpha * n
+        if forward > 2 * latency:  # the bandwidth that leaves A_f = F once the α's are paid
+            beta = nbytes["param-gather-fwd"] / (forward - latency)
+        link = Link(alpha, beta * n, f"{beta * n / 1e9:.2f} GB/s (A_f = F on the {paced.name})")
+        emulated = pace_link(link, make_config("zero3", steps=1, **kw).clock)
+    else:
+        link = emulated = Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s")
+    gather_f, gather_b, scatter = (  # every op's rounds·α + bytes/β, as the link charges it
+        sum(emulated.cost(r["bytes_sent"], r["rounds"]) for r in ops if r["phase"] == p)
+        for p in ("param-gather-fwd", "param-gather-bwd", "grad-reduce-scatter"))
+    return {"link": link, "paced_link": emulated, "run": kw, "forward": forward,
             "backward": backward, "gather_f": gather_f, "gather_b": gather_b, "scatter": scatter,
             "ideal_none": forward + backward + gather_f + gather_b + scatter,
             "ideal_prefetch": max(forward, gather_f) + max(backward, gather_b + scatter)}
