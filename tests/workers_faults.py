@@ -22,12 +22,14 @@ def lock_save_dir(rank, world_size, directory):
 def stuck_at_step(rank, world_size, bad_rank, bad_step, how, steps=6):
     """A training loop: report each step, all-reduce; `bad_rank` hangs as `bad_step` begins
     (how="sleep": in Python; "stop": SIGSTOP, the whole process frozen)."""
-    t = torch.ones(64)
+    from parlab.core.comm import Comm
+
+    comm, t = Comm(), torch.ones(64)
     for step in range(steps):
         report_progress(step, steps)
         if rank == bad_rank and step == bad_step:
             if how == "stop":
                 os.kill(os.getpid(), signal.SIGSTOP)
             time.sleep(600)
-        dist.all_reduce(t)
+        comm.all_reduce(t) if step % 2 else dist.all_reduce(t)  # parlab's Comm, or torch's own
     return rank

@@ -11,6 +11,12 @@ kernel can use it a hundred times an hour without ever hanging or leaking a proc
   either its return value or its exception and formatted traceback. The parent waits on the pipes
   *and* on the process sentinels at once, so a rank that dies without a word (killed, segfault)
   is noticed as fast as one that raises. On the first failure every other rank is killed.
+* Every rank also sends a heartbeat every `HEARTBEAT_S` seconds from a thread: where its main
+  thread is (file, line, function) and the collective it waits in, if any. When the launch times
+  out, the error names the stuck rank: one that went silent (a stopped or frozen process: no
+  heartbeat for `SILENT_S`), else the one furthest behind in its reported steps that is *not*
+  waiting in a collective while the others are (a rank sleeping or spinning in its own code),
+  with its last reported step and where it was; `RankError.rank` is that rank.
 * Workers are started by `forkserver` with torch and parlab preloaded: after the first launch a
   4-rank launch costs ~0.1-0.3 s instead of ~5 s for `spawn` (measured on 2 cores). `spawn` and
   `fork` are available too.
@@ -32,6 +38,8 @@ import multiprocessing.connection as mpc
 import multiprocessing.spawn as mp_spawn
 import os
 import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -76,6 +84,12 @@ class LaunchInfo:
 
 _CURRENT: LaunchInfo | None = None
 _PROGRESS_CONN = None
+_SEND_LOCK = threading.Lock()  # the main thread and the heartbeat thread share the pipe
+HEARTBEAT_S = 0.5  # a rank's heartbeat period
+SILENT_S = 4 * HEARTBEAT_S  # no heartbeat for this long: the rank is stopped or frozen
+# frames of these files mean "waiting in communication"
+_COMM_FILES = ("parlab/core/comm.py", "parlab/core/collectives.py", "parlab/core/handle.py",
+               "parlab/core/sharded.py", "torch/distributed/")
 
 
 def current() -> LaunchInfo | None:
@@ -83,13 +97,50 @@ def current() -> LaunchInfo | None:
     return _CURRENT
 
 
+def _send(message) -> bool:
+    conn = _PROGRESS_CONN
+    if conn is None:
+        return False
+    try:
+        with _SEND_LOCK:
+            conn.send(message)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def report_progress(done: int, total: int) -> None:
-    """Tell the parent how far this rank is (shown as a progress bar by the CLI). Cheap."""
-    if _PROGRESS_CONN is not None:
-        try:
-            _PROGRESS_CONN.send(("progress", done, total))
-        except (OSError, ValueError):
-            pass
+    """Tell the parent how far this rank is (rank 0's is shown as a progress bar by the CLI; every
+    rank's names the stuck one if the launch times out). Cheap."""
+    _send(("progress", done, total))
+
+
+def _short(filename: str) -> str:
+    parts = filename.replace(os.sep, "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def where(frame) -> tuple[str, str | None]:
+    """(where the code is, the communication op it waits in or None) of a thread's `frame`."""
+    if frame is None:
+        return "unknown", None
+    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
+    stack = list(reversed(stack))  # outermost first
+    for i, fs in enumerate(stack):
+        if any(marker in fs.filename.replace(os.sep, "/") for marker in _COMM_FILES):
+            names = [f.name for f in stack[i:] if "wrapper" not in f.name]
+            caller = stack[i - 1] if i else fs
+            return f"{_short(caller.filename)}:{caller.lineno} in {caller.name}", \
+                (names[0] if names else fs.name)
+    inner = stack[-1]
+    return f"{_short(inner.filename)}:{inner.lineno} in {inner.name}", None
+
+
+def _heartbeat(main_ident: int, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        at, op = where(sys._current_frames().get(main_ident))
+        if not _send(("heartbeat", at, op)):
+            return
 
 
 # ----------------------------------------------------------------------------- validation
@@ -133,8 +184,9 @@ def launch(
 ) -> list[Any]:
     """Run `fn(rank, world_size, *args)` on `world_size` ranks; return the results in rank order.
 
-    `timeout` bounds the whole launch (and every collective inside it). `link` is made available
-    to the ranks as `parlab.core.launch.current().link`. `progress(done, total)` is called in the
+    `timeout` bounds the whole launch (and every collective inside it); at the timeout the
+    RankError names the stuck rank (see the module docstring). `link` is made available to the
+    ranks as `parlab.core.launch.current().link`. `progress(done, total)` is called in the
     parent when rank 0 calls `report_progress`.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -206,9 +258,52 @@ def _without_parent_main():
         mp_spawn.get_preparation_data = original
 
 
+@dataclass
+class _Status:
+    """What the parent last heard from one rank (times on the parent's monotonic clock)."""
+
+    heard: float
+    step: tuple | None = None  # (done, total) of its last report_progress
+    at: str | None = None  # where its main thread was at its last heartbeat
+    op: str | None = None  # the communication op it was waiting in, or None
+
+    def describe(self) -> str:
+        step = f"step {self.step[0]} of {self.step[1]}" if self.step else "no step reported"
+        where_ = (f"waiting in {self.op} (called at {self.at})" if self.op
+                  else f"at {self.at}" if self.at
+                  else "no heartbeat received" if self.step else "no word yet (still starting?)")
+        return f"{step}, {where_}"
+
+
+def stuck_rank(pending: list[int], status: list[_Status], now: float) -> tuple[int, str]:
+    """(rank, why) of the rank that holds the others up: the one silent longest (no heartbeat for
+    SILENT_S: stopped or frozen); else, among the ranks not waiting in a collective (all if every
+    one waits), the one with the fewest steps reported, then the oldest heartbeat."""
+    silent = [r for r in pending if now - status[r].heard > SILENT_S]
+    if silent:
+        rank = min(silent, key=lambda r: status[r].heard)
+        return rank, (f"no heartbeat for {now - status[rank].heard:.1f} s (stopped or frozen); "
+                      f"last heard: {status[rank].describe()}")
+    busy = [r for r in pending if status[r].op is None]
+    rank = min(busy or pending, key=lambda r: (status[r].step[0] if status[r].step else -1,
+                                                status[r].heard))
+    why = ("not in a collective while the others wait in one" if busy and len(busy) < len(pending)
+           else "furthest behind")
+    return rank, f"{why}: {status[rank].describe()}"
+
+
+def _stuck_report(pending: list[int], status: list[_Status]) -> tuple[int | None, str]:
+    if not pending:
+        return None, ""
+    rank, why = stuck_rank(pending, status, time.monotonic())
+    others = "; ".join(f"rank {r}: {status[r].describe()}" for r in pending if r != rank)
+    return rank, (f"\nstuck: rank {rank}, {why}" + (f"\nthe others: {others}" if others else ""))
+
+
 def _collect(processes, readers, timeout, progress) -> list[Any]:
     """Wait for every rank's result; on the first failure, name the rank that caused it."""
     world_size = len(processes)
+    status = [_Status(time.monotonic()) for _ in range(world_size)]
     deadline = time.monotonic() + timeout
     results: list[Any] = [None] * world_size
     finished = [False] * world_size
@@ -223,16 +318,24 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
         if now >= deadline:
             if failures:
                 break
+            for reader, rank in list(waiting.items()):  # what is still in the pipes
+                if reader is readers[rank]:
+                    waiting.pop(reader)
+                    _read_messages(reader, rank, results, finished, failures, progress, waiting,
+                                   status)
             pending = [rank for rank in range(world_size) if not finished[rank]]
+            stuck, report = _stuck_report([r for r in pending if r not in failures], status)
             raise RankError(f"timeout after {timeout:g} s: ranks {pending} had not finished "
-                            f"(finished: {[r for r in range(world_size) if finished[r]]})")
+                            f"(finished: {[r for r in range(world_size) if finished[r]]})"
+                            + report, rank=stuck)
         limit = min(deadline, grace_until or deadline) - now
         for obj in mpc.wait(list(waiting), timeout=min(limit, 1.0)):
             rank = waiting.pop(obj)
             if obj is readers[rank]:
-                _read_messages(obj, rank, results, finished, failures, progress, waiting)
+                _read_messages(obj, rank, results, finished, failures, progress, waiting, status)
             elif not finished[rank] and rank not in failures:
-                _read_messages(readers[rank], rank, results, finished, failures, progress, {})
+                _read_messages(readers[rank], rank, results, finished, failures, progress, {},
+                               status)
                 if not finished[rank] and rank not in failures:
                     code = processes[rank].exitcode
                     how = (f"was killed by signal {signal.Signals(-code).name}"
@@ -243,6 +346,12 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
     if failures:
         # The root cause is a rank whose failure is not "my peer went away".
         causes = [r for r, (text, _) in failures.items() if not any(p in text for p in _PEER_LOST)]
+        silent = [r for r in range(world_size) if not finished[r] and r not in failures]
+        if not causes and silent:  # every failure is a lost peer: the cause is a silent rank
+            stuck, report = _stuck_report(silent, status)
+            raise RankError(f"ranks {sorted(failures)} failed waiting for a peer that never "
+                            f"answered (first: {failures[min(failures)][0]})" + report,
+                            rank=stuck)
         rank = min(causes) if causes else min(failures)
         text, remote_tb = failures[rank]
         others = sorted(set(failures) - {rank})
@@ -252,12 +361,18 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
     return results
 
 
-def _read_messages(reader, rank, results, finished, failures, progress, waiting) -> None:
+def _read_messages(reader, rank, results, finished, failures, progress, waiting,
+                   status=None) -> None:
     """Read what rank `rank` sent; re-arm the wait on its pipe unless it is done."""
     try:
         while reader.poll(0):
             message = reader.recv()
-            if message[0] == "progress":
+            if status is not None:
+                status[rank].heard = time.monotonic()
+            if message[0] == "heartbeat":
+                status[rank].at, status[rank].op = message[1], message[2]
+            elif message[0] == "progress":
+                status[rank].step = (message[1], message[2])
                 if progress is not None and rank == 0:
                     progress(message[1], message[2])
             elif message[0] == "ok":
@@ -292,7 +407,10 @@ def _child_main(reference, rank, world_size, args, port, conn, timeout, link, la
     torch.set_num_threads(1)
     keep_freed_memory()  # freed tensors stay for the next, as a GPU's caching allocator keeps them
     _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
-    _PROGRESS_CONN = conn if rank == 0 else None
+    _PROGRESS_CONN = conn
+    stop = threading.Event()
+    threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),
+                     name="parlab-heartbeat", daemon=True).start()
     try:
         fn = _resolve(reference)
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
@@ -305,15 +423,21 @@ def _child_main(reference, rank, world_size, args, port, conn, timeout, link, la
             dist.destroy_process_group()
         buffer = io.BytesIO()
         torch.save(result, buffer)
-        conn.send(("ok", buffer.getvalue()))
+        stop.set()
+        with _SEND_LOCK:
+            conn.send(("ok", buffer.getvalue()))
     except BaseException as err:  # noqa: BLE001 - everything goes home to the parent
+        stop.set()
         try:
-            conn.send(("error", type(err).__name__, str(err), traceback.format_exc()))
+            with _SEND_LOCK:
+                conn.send(("error", type(err).__name__, str(err), traceback.format_exc()))
         except Exception:  # noqa: BLE001
             pass
         os._exit(1)
     finally:
-        conn.close()
+        with _SEND_LOCK:
+            _PROGRESS_CONN = None
+            conn.close()
 
 
 # ----------------------------------------------------------------------------- torchrun

@@ -20,6 +20,15 @@ and a fresh namespace for every run under torchrun.
   without a namespace per run a later run reads the previous run's rank addresses (it hung or failed
   in 5 of 8 tries). Each run gets its own `PrefixStore("parlab/attempt<a>/run<k>/", store)`, k
   counted per process (every rank runs the same sequence of runs), a the elastic restart attempt.
+
+Trust boundary (docs/security.md): the store has no authentication. Loopback keeps other machines
+out, not other local processes: while a run is in flight any local process (any user of this
+machine) can connect to its port, read the ranks' addresses and set or delete keys (the run then
+fails or hangs until its timeout), or connect to a rank's gloo port on the loopback. parlab trusts
+every local user; on a shared machine run it in a container, VM or network namespace of your own.
+Under torchrun the store is torchrun's: its TCPStore listens on every interface (`::`, measured
+with torch 2.13 even when created with host "127.0.0.1"); --master-addr / --rdzv-endpoint only
+say where workers connect, so keep its port from other machines (firewall, private network).
 """
 
 from __future__ import annotations
