@@ -176,7 +176,7 @@ class Graph:
 
     def data(self, step: int) -> dict[str, torch.Tensor]:
         """The global batch of `step`: x (B, T, d_in) and a target y (B, T, d_out)."""
-        g = torch.Generator().manual_seed(1000 * self.seed + step)
+        g = torch.Generator().manual_seed((1000 * self.seed + step) % 2**64)
         x = torch.randn(self.batch, self.seq, self.d_in, generator=g)  # (B, T, d_in)
         y = torch.randn(self.batch, self.seq, self.d_out, generator=g)  # (B, T, d_out)
         return {"x": x, "y": y}
