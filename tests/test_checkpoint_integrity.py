@@ -105,6 +105,7 @@ def test_a_consistent_rewrite_of_steps_done_falls_back_and_the_resume_is_right(c
     assert comparison.match, comparison.problems
 
 
+@pytest.mark.filterwarnings("ignore:checkpoint .* is not usable:RuntimeWarning")
 def test_a_rewrite_moved_to_its_own_name_is_caught_by_the_losses(ckdir):
     """steps_done 2 -> 1 and the directory renamed to match: the rank files still hold 2 losses."""
     shutil.rmtree(ckdir / "step_000001")
@@ -118,6 +119,7 @@ def test_a_rewrite_moved_to_its_own_name_is_caught_by_the_losses(ckdir):
         _resume(ckdir)
 
 
+@pytest.mark.filterwarnings("ignore:checkpoint .* is not usable:RuntimeWarning")
 def test_only_damaged_checkpoints_refuse_the_resume_unless_allowed(ckdir):
     for step in ("step_000001", "step_000002"):
         _flip_bit(ckdir / step / "rank1.pt", 8 * 200)
