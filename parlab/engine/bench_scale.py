@@ -132,36 +132,6 @@ def main(argv=None) -> int:
 
 
 # ----------------------------------------------------------------------------- for a notebook
-def plot(rows: list[dict], mode: str = "strong"):
-    """Throughput and efficiency vs ranks, measured (solid) beside the model (dashed), one line per
-    dimension; the node boundary marked. Returns the matplotlib figure."""
-    import matplotlib.pyplot as plt
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for i, dim in enumerate(scaling.DIMENSIONS):
-        pts = sorted((r for r in rows if r["dim"] == dim and r["mode"] == mode), key=lambda r: r["n"])
-        if not pts:
-            continue
-        ns = [r["n"] for r in pts]
-        color = f"C{i}"
-        ax1.plot(ns, [r["throughput"] for r in pts], "o-", color=color, label=dim)
-        ax1.plot(ns, [r["pred_throughput"] for r in pts], "--", color=color)
-        ax2.plot(ns, [r["eff"] for r in pts], "o-", color=color, label=dim)
-        ax2.plot(ns, [r["pred_eff"] for r in pts], "--", color=color)
-    for ax in (ax1, ax2):
-        ax.set_xscale("log", base=2)
-        ax.axvline(scaling.NODE, color="grey", lw=0.8, ls=":")
-        ax.set_xlabel("ranks (A100s)")
-    ax1.set_yscale("log")
-    ax1.set_ylabel("samples / A100-second")
-    ax2.set_ylabel("scaling efficiency")
-    ax1.legend(fontsize=8)
-    ax1.set_title(f"{mode} scaling: measured (o-) vs model (--)", fontsize=9)
-    ax2.set_title(f"node of {scaling.NODE} | beyond: the inter-node link", fontsize=9)
-    fig.tight_layout()
-    return fig
-
-
 def explore_point(dim: str = "dp", ranks: int = 8, inter: str = "100Gb-IB",
                   mode: str = "strong") -> dict | None:
     """The widget's callback: one point on paced A100 time beside the model, with its verdict."""

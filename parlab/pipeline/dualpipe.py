@@ -47,7 +47,7 @@ emulated link its transfer runs behind F's compute (`Schedule.pairs`, `executor.
 
 from __future__ import annotations
 
-from parlab.pipeline.schedules import Action, Schedule
+from parlab.pipeline.actions import Action, Schedule
 
 
 def check_sizes(p: int, m: int) -> None:
