@@ -1,7 +1,9 @@
 """Every chapter in notebooks/ runs top to bottom under papermill, into build/, at each parameter set
 listed in its metadata (`metadata.parlab.ci_parameters`) that differs from its own parameters cell:
 the stored defaults already run under nbval (`make notebooks`) and in the browser test, so running
-them a third time here would only cost CI minutes."""
+them a third time here would only cost CI minutes. A chapter lists another parameter set only where
+it is cheap (00 at four ranks); every chapter's panel is re-run at another world size by the
+browser test, and every scheme at every world size by the unit tests."""
 
 import json
 import pathlib

@@ -53,7 +53,7 @@ from parlab.core.link import ACCELERATORS, PRESETS, REAL, Accelerator, Link
 OP_SECONDS = 30e-6  # c0: the reference machine's fixed cost per operator
 REFERENCE_FLOPS = 20e9  # F_ref: the reference machine's FLOP/s
 OVERRUN_TOLERANCE_S = 1e-3  # a segment whose real work ends later than this past its paced end overran
-MIN_MARGIN = 4  # M at world sizes ≤ 4: headroom for a busy machine (two CPU burners beside)
+MIN_MARGIN = 4  # M at world sizes ≤ 4: real work stays well inside its span beside two CPU burners
 
 
 @dataclass(frozen=True)
