@@ -160,9 +160,10 @@ def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock
     without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R).
 
     clock: "wall" measures this CPU, raw, and returns a link in its seconds (α = 20 µs); a paced
-    clock ("A100", parlab.core.clock) measures paced compute and returns the *real* link (α = 0.1 µs:
-    at NVLink's 1 µs the tiny model's gathers would be latency alone) whose dilation by the clock gives A_f = F — the link to pass with `clock=` — and
-    `paced_link`, that link as the run emulates it. Returns the link, the run keywords (the clock
+    clock ("A100", parlab.core.clock) measures paced compute and returns the *real* link (α = 0.1
+    µs: at NVLink's 1 µs the tiny model's gathers would be latency alone) whose dilation by the
+    clock gives A_f = F — the link to pass with `clock=` — and `paced_link`, that link as the run
+    emulates it. Returns the link, the run keywords (the clock
     among them), the measured F and B, A_f, A_b, R and both ideals, in the run's seconds."""
     from parlab.core.clock import pace_link
     from parlab.engine.runner import make_config, run

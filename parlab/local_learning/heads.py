@@ -27,7 +27,8 @@ class AuxHead(nn.Module):
 
     def __init__(self, model_config, stage: int, seed: int):
         super().__init__()
-        g = torch.Generator().manual_seed((seed * 1009 + 101 + stage) % 2**64)  # any valid seed (< 2**63) fits
+        # folded below 2**64: any valid seed (< 2**63) fits torch's generator
+        g = torch.Generator().manual_seed((seed * 1009 + 101 + stage) % 2**64)
         if hasattr(model_config, "n_embd"):
             c = model_config.n_embd
             self.norm = nn.LayerNorm(c)
