@@ -3,39 +3,8 @@
 
 import torch
 
-ROWS, VOCAB, WIDTH = 12, 16, 8
-
-
-class BlockNet(torch.nn.Module):
-    """A user's model as real ones are: an embedding tied to the output head (one Parameter used
-    by two modules), a frozen layer, and two blocks (two ZeRO units besides the root)."""
-
-    def __init__(self, seed: int = 0):
-        super().__init__()
-        g = torch.Generator().manual_seed(seed)
-        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.frozen = torch.nn.Linear(WIDTH, WIDTH)
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.Tanh()) for _ in range(2))
-        self.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
-        self.head.weight = self.embed.weight  # tied
-        self.register_buffer("scale", torch.tensor(1.0))
-        with torch.no_grad():
-            for p in self.parameters():
-                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-            self.scale.fill_(1.0 + seed)
-        self.frozen.requires_grad_(False)
-
-    def forward(self, idx):
-        h = torch.tanh(self.frozen(self.embed(idx)))  # (B, width)
-        for block in self.blocks:
-            h = h + block(h)  # (B, width)
-        return self.head(h * self.scale)  # (B, vocab): the tied head
-
-
-def batch(step: int):
-    g = torch.Generator().manual_seed(100 + step)
-    return torch.randint(VOCAB, (ROWS,), generator=g), torch.randint(VOCAB, (ROWS,), generator=g)
+from parlab.data_parallel.explore_library import ROWS, batch  # noqa: F401  (the chapters' demo)
+from parlab.data_parallel.explore_library import TiedNet as BlockNet  # a tied head, a frozen layer
 
 
 def adamw(params):
