@@ -30,8 +30,22 @@ lint: $(STAMP)
 browser-deps: $(STAMP)
 	$(BIN)/python tools/browser.py
 
+# Two streams at once: the chapters in JupyterLab (tests/test_browser.py, ~15 min) beside every
+# other test (~14 min). Either alone leaves a core mostly idle: paced runs sleep through their
+# spans, and a chapter waits on its kernel and its browser. The acceptance test of paced time
+# (two CPU-burning processes beside a paced comparison) runs first, alone, on a quiet machine.
+# Each stream's report is printed when both are done; either failing fails the target.
 unit: $(STAMP) browser-deps
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests/test_clock.py -q -p no:cacheprovider
+	@mkdir -p build; \
+	$(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider > build/test-browser.log 2>&1 & \
+	browser=$$!; \
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --ignore tests/test_browser.py \
+		--ignore tests/test_clock.py; others=$$?; \
+	wait $$browser; chapters=$$?; \
+	echo "== tests/test_browser.py (the chapters in JupyterLab), run beside the others:"; \
+	cat build/test-browser.log; \
+	test $$others = 0 && test $$chapters = 0
 
 # Golden cells (NBVAL_CHECK_OUTPUT) of every chapter, executed at its stored parameters. `make
 # test` checks the same golden cells on the browser test's own execution of each chapter
