@@ -1,7 +1,6 @@
 """Sharded checkpoints: resharding math, resume at another world size, a killed rank recovered."""
 
 import pathlib
-import time
 
 import pytest
 import torch
@@ -79,11 +78,11 @@ def test_resume_at_another_world_size_continues_the_same_run(tmp_path, uninterru
 
 
 def test_a_killed_rank_fails_cleanly_and_the_restart_loses_nothing(tmp_path, uninterrupted):
-    t0 = time.perf_counter()
-    with pytest.raises(RankError, match="rank 1 was killed by signal SIGKILL"):
+    # noticed by the launcher (the kill is named), not by the 60 s timeout ("timed out")
+    with pytest.raises(RankError, match="rank 1 was killed by signal SIGKILL") as info:
         parlab.run("zero3", world_size=2, steps=STEPS, save_dir=str(tmp_path), save_every=1,
                    fail_at_step=3, fail_rank=1, timeout=60)
-    assert time.perf_counter() - t0 < 30  # noticed by the launcher, not by a timeout
+    assert "timed out" not in str(info.value)
     assert checkpoint.latest(tmp_path).name == "step_000003"
     restarted = parlab.run("zero3", world_size=2, steps=STEPS, save_dir=str(tmp_path),
                            resume=True)
