@@ -9,7 +9,8 @@ from parlab.core import cost
 from parlab.core.precision import LossScaler, unit_roundoff
 from parlab.engine.runner import make_config
 from parlab.tensor_parallel.cost import activation_bytes, closed_form_bytes
-from parlab.zero.shard import FlatLayout, mixed_precision_formula
+from parlab.zero.cost import mixed_precision_formula
+from parlab.zero.shard import FlatLayout
 
 BF16, FP16 = "bf16-mixed", "fp16-mixed"
 ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # ZeRO units of 111, 1406, 114 parameters: padding

@@ -4,7 +4,8 @@ import pytest
 
 import parlab
 from parlab.zero import shard as zero_shard
-from parlab.zero.shard import FlatLayout, memory_formula, step_bytes
+from parlab.zero.cost import memory_formula, step_bytes
+from parlab.zero.shard import FlatLayout
 
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # units of 111, 1406, 114 parameters
@@ -94,7 +95,7 @@ def test_memory_is_the_padded_formula_and_within_5_percent_of_zero_paper(runs, s
 
 @pytest.mark.parametrize("prefetch", [False, True])
 def test_zero3_holds_one_gathered_block_beside_the_root_two_with_prefetch(runs, prefetch):
-    from parlab.zero.engine import gathered_peak_bytes
+    from parlab.zero.zero_engine import gathered_peak_bytes
 
     result = runs("zero3", 2, prefetch=prefetch)
     numels = dict(zip([m["name"] for m in result.outputs[0].extras["layouts"]], unit_numels(result)))

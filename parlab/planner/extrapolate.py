@@ -9,7 +9,7 @@ same messages per dimension (tp 2 all-reduces forward, 2 backward and 2 recomput
 Shoeybi et al. 2019 §3; pp one activation and one gradient per micro-batch and boundary; dp one
 gradient all-reduce), the ring α-β times (`parlab.core.cost`), the 1F1B slots m + p − 1
 (Narayanan et al. 2021 §2.2.1) and its in-flight micro-batches, ZeRO paper's 16Ψ bytes of
-mixed-precision Adam state (`parlab.zero.shard.mixed_precision_formula`), and Korthikanti et al.
+mixed-precision Adam state (`parlab.zero.cost.mixed_precision_formula`), and Korthikanti et al.
 (MLSys 2023, Table 2) for the activations of the one layer being recomputed.
 
 FLOPs per iteration are Megatron's own count (Narayanan et al. 2021, eq. 3, with recomputation):
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from parlab.core import cost as core_cost
 from parlab.core.link import ACCELERATORS
 from parlab.pipeline.cost import in_flight_peak
-from parlab.zero.shard import mixed_precision_formula
+from parlab.zero.cost import mixed_precision_formula
 
 BYTES = 2  # bf16 / fp16 activations and gradients
 

@@ -14,7 +14,8 @@ import statistics
 import parlab
 from parlab.core.cost import FP32_BYTES, round_up
 from parlab.exercises import Exercise, find, numeric
-from parlab.zero.shard import FlatLayout, memory_formula, mixed_precision_formula, step_bytes
+from parlab.zero.cost import memory_formula, mixed_precision_formula, step_bytes
+from parlab.zero.shard import FlatLayout
 
 STAGE_OF = {"single": 0, "ddp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "torch-zero": 1,
             "torch-fsdp": 3}

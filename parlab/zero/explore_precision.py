@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import parlab
 from parlab.core.cost import element_bytes
+from parlab.zero.cost import memory_formula, mixed_precision_formula, step_bytes
 from parlab.zero.explore import STAGE_OF, psi_of
-from parlab.zero.shard import FlatLayout, memory_formula, mixed_precision_formula, step_bytes
+from parlab.zero.shard import FlatLayout
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 SYMBOLS = {"fp32": ("16Ψ", "8Ψ + 8Ψ/N", "4Ψ + 12Ψ/N", "16Ψ/N"),

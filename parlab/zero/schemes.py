@@ -1,12 +1,12 @@
 """ZeRO-1, ZeRO-2, ZeRO-3: data parallelism without the redundant copies (Rajbhandari et al., SC 2020).
 
 Each rank trains on its rows of the global batch exactly as DDP does, so the losses and the final
-parameters equal the single process's; what changes is what a rank *keeps* (`parlab.zero.engine`):
+parameters equal the single process's; what changes is what a rank *keeps* (`parlab.zero.zero_engine`):
 1/N of the Adam moments (zero1), also 1/N of the gradients (zero2), also 1/N of the parameters
 between uses (zero3). Memory per rank is measured from the tensors each rank holds: `params`,
 `grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
 `gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
-block, plus the next block with prefetch: `parlab.zero.engine.gathered_peak_bytes`) and `padding`
+block, plus the next block with prefetch: `parlab.zero.zero_engine.gathered_peak_bytes`) and `padding`
 (bytes of the zero padding of the flat units). zero3's `prefetch` (default False): FSDP's prefetch
 of the next unit's all-gather and asynchronous gradient reduce-scatter, same bytes, same result.
 
@@ -36,8 +36,9 @@ from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
-from parlab.zero.engine import ZeroEngine
-from parlab.zero.shard import FlatLayout, assemble_state, predict
+from parlab.zero.cost import predict
+from parlab.zero.shard import FlatLayout, assemble_state
+from parlab.zero.zero_engine import ZeroEngine
 
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
@@ -171,7 +172,8 @@ class Zero(Strategy):
                 "resumed_from": self.resumed_from, "first_step": self.first_step}
 
 
-def train(ctx, stage: int):
+def train_stage(ctx, stage: int):
+    """Train with ZeRO `stage` (1, 2 or 3) on the one loop."""
     return loop.train(ctx, Zero(ctx, stage))
 
 
@@ -182,19 +184,19 @@ _REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemb
 @register("zero1", summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
           "all-gathered", cost=partial(predict, 1), **_REGISTER)
 def zero1(ctx):
-    return train(ctx, 1)
+    return train_stage(ctx, 1)
 
 
 @register("zero2", summary="ZeRO-2: + gradients sharded as soon as each block's are ready",
           cost=partial(predict, 2), **_REGISTER)
 def zero2(ctx):
-    return train(ctx, 2)
+    return train_stage(ctx, 2)
 
 
 @register("zero3", summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
           "and backward", cost=partial(predict, 3), **{**_REGISTER, "options": ZERO3_OPTIONS})
 def zero3(ctx):
-    return train(ctx, 3)
+    return train_stage(ctx, 3)
 
 
 

@@ -11,7 +11,7 @@ numbers, so it is reported rather than hidden.
 
 `FlatLayout` is the pure description (picklable, used by checkpoints and by the parent to
 reassemble the full state); `FlatUnit` binds it to live modules inside a rank. The closed forms
-of ZeRO's memory and bytes per step live here too.
+of ZeRO's memory and bytes per step: `parlab.zero.cost`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from parlab.core.cost import element_bytes, overflow_check_bytes, round_up
-from parlab.engine.loop import build_model
-from parlab.engine.prediction import Prediction
+from parlab.core.cost import round_up
 
 EMPTY = torch.empty(0)  # what a released ZeRO-3 parameter points at
 
@@ -146,55 +144,3 @@ class FlatUnit:
         """ZeRO-3: drop the gathered parameters (the shard stays)."""
         for p in self.params:
             p.data = EMPTY
-
-
-# ----------------------------------------------------------------------------- closed forms
-def memory_formula(stage: int, psi: int, world: int, bytes_per=4, adam_states=2) -> dict:
-    """Bytes per rank of model states, ZeRO paper §5 (Fig. 1) with fp32 training and Adam:
-    DDP (stage 0) 4Ψ + 4Ψ + 8Ψ; ZeRO-1 4Ψ + 4Ψ + 8Ψ/N; ZeRO-2 4Ψ + (4Ψ + 8Ψ)/N; ZeRO-3 16Ψ/N.
-    (The paper's mixed-precision K=12 becomes 8 here: in fp32 the master weights are the weights.)"""
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage={stage!r} must be 0 (DDP), 1, 2 or 3")
-    full, part = psi * bytes_per, psi * bytes_per / world
-    return {"params": part if stage >= 3 else full, "grads": part if stage >= 2 else full,
-            "optimizer": adam_states * (part if stage >= 1 else full)}
-
-
-def mixed_precision_formula(stage: int, psi: float, world: int, param_bytes: int = 2,
-                            grad_bytes: int = 2, k: int = 12) -> dict:
-    """Bytes per rank of model states in the ZeRO paper's setting (§3.1, Fig. 1): fp16/bf16
-    parameters and gradients (2Ψ + 2Ψ) and K = 12 bytes of Adam state per parameter (fp32 master
-    weight, momentum, variance: 4 + 4 + 4). DDP 16Ψ; ZeRO-1 4Ψ + 12Ψ/N; ZeRO-2 2Ψ + 14Ψ/N;
-    ZeRO-3 16Ψ/N. Our fp32 runs (`memory_formula`) keep no master copy: 4 + 4 + 8 = 16Ψ too, but
-    split differently, so the ZeRO-1/2 totals differ (8Ψ + 8Ψ/N and 4Ψ + 12Ψ/N)."""
-    if stage not in (0, 1, 2, 3):
-        raise ValueError(f"stage={stage!r} must be 0 (DDP), 1, 2 or 3")
-    return {"params": psi * param_bytes / (world if stage >= 3 else 1),
-            "grads": psi * grad_bytes / (world if stage >= 2 else 1),
-            "optimizer": k * psi / (world if stage >= 1 else 1)}
-
-
-def predict(stage: int, cfg) -> Prediction:
-    """Bytes each rank sends over the run (`step_bytes` of the model's flat units, every step)."""
-    units = [sum(p.numel() for _, p in params if p.requires_grad)
-             for _, _, params in unit_modules(build_model(cfg))]
-    precision, n = getattr(cfg, "precision", "fp32"), cfg.world_size  # 16 bits: half the bytes
-    per_step = [step_bytes(stage, units, n, element_bytes(precision))
-                + overflow_check_bytes(precision, n, rank) for rank in range(n)]
-    return Prediction([cfg.steps * b for b in per_step],
-                      f"parlab.zero.shard.step_bytes(stage={stage}), ZeRO paper §7.2.2")
-
-
-def step_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> int:
-    """Bytes each rank sends per step (gloo ring accounting, padded units).
-
-    Reduce-scatter and all-gather of a padded unit P each send (N-1)/N·P. ZeRO-1 and -2:
-    reduce-scatter the gradients, all-gather the updated parameters: 2(N-1)/N·ΣP, what DDP's
-    all-reduce sends. ZeRO-3: all-gather before forward, again before backward, reduce-scatter
-    the gradients: 3(N-1)/N·ΣP = 1.5 × DDP (ZeRO paper §7.2.2).
-    """
-    if stage not in (1, 2, 3):
-        raise ValueError(f"stage={stage!r} must be 1, 2 or 3")
-    collectives = 3 if stage == 3 else 2
-    padded = [round_up(n, world) for n in unit_numels]
-    return collectives * sum(p - p // world for p in padded) * bytes_per
