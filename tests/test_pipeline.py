@@ -345,7 +345,7 @@ RESHARD = [("eager-1f1b", "send-recv"), ("eager-1f1b", "broadcast"), ("eager-1f1
 @pytest.mark.parametrize("schedule,method", RESHARD, ids=[f"{s}-{m}" for s, m in RESHARD])
 def test_reshard_boundaries_match_single_and_send_the_closed_form(references, runs, schedule,
                                                                    method):
-    from parlab.pipeline.boundary import forward_bytes, source_bytes
+    from parlab.pipeline.reshard_boundary import forward_bytes, source_bytes
     m, pp, width = 4, 2, 2
     result = runs("pp-reshard", pp * width, schedule=schedule, method=method, microbatches=m)
     comparison = result.compare(references())

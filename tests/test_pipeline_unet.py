@@ -154,9 +154,9 @@ def gpt_reference():
 @pytest.mark.parametrize("widths,method", WIDTHS, ids=[f"{w}-{m}" for w, m in WIDTHS])
 def test_reshard_between_meshes_of_different_widths(gpt_reference, widths, method):
     """tp=2 → tp=1 (and back): every replica computes what single computes; every rank sends the
-    closed form's bytes (`boundary.source_bytes` with n needers, `forward_bytes`)."""
+    closed form's bytes (`reshard_boundary.source_bytes` with n needers, `forward_bytes`)."""
     from parlab.pipeline import cost
-    from parlab.pipeline.boundary import forward_bytes, source_bytes, stage_ranks
+    from parlab.pipeline.reshard_boundary import forward_bytes, source_bytes, stage_ranks
     m = 4
     r = parlab.run("pp-reshard", world_size=sum(widths), steps=2, widths=widths, method=method,
                    microbatches=m, schedule="eager-1f1b")
@@ -204,7 +204,7 @@ def test_activation_checkpointing_recomputes_unet_layers_exactly(reference):
 
 
 def test_stage_ranks_keep_the_equal_width_layout():
-    from parlab.pipeline.boundary import boundary_groups, stage_ranks
+    from parlab.pipeline.reshard_boundary import boundary_groups, stage_ranks
     assert stage_ranks([2, 2]) == [[0, 2], [1, 3]]  # d·pp + s, as Mesh([("dp", 2), ("pp", 2)])
     assert stage_ranks([2, 1]) == [[0, 2], [1]]
     assert stage_ranks([1, 2, 1]) == [[0], [1, 3], [2]]

@@ -9,7 +9,7 @@ import torch
 from parlab.core.link import Link
 from parlab.planner.graph import Graph, demo_graph, profile, with_times
 from parlab.planner.placement import (
-    Plan,
+    PlacementPlan,
     Task,
     evaluate,
     exhaustive,
@@ -115,9 +115,9 @@ def test_evaluate_rejects_bad_plans():
     names = dict(good.place)
     swapped = tuple(tuple(reversed(seq)) for seq in good.order)  # backward before forward
     with pytest.raises(ValueError, match="deadlocks"):
-        evaluate(g, Plan("bad", 2, good.place, swapped))
+        evaluate(g, PlacementPlan("bad", 2, good.place, swapped))
     with pytest.raises(ValueError, match="every task once"):
-        evaluate(g, Plan("bad", 2, good.place, (good.order[0][1:], good.order[1])))
+        evaluate(g, PlacementPlan("bad", 2, good.place, (good.order[0][1:], good.order[1])))
     assert set(names) == set(g.names)
 
 

@@ -105,7 +105,7 @@ def train_tied_library(rank, world_size, sync: str, steps: int, find_unused: boo
 def train_tied_zero(rank, world_size, stage: int, steps: int):
     """ZeroEngine on the user's model (frozen layer, tied embedding; the branch used every step)
     with the user's optimizer over this rank's flat shards."""
-    from parlab.zero.engine import ZeroEngine
+    from parlab.zero.zero_engine import ZeroEngine
 
     model = TiedNet()
     engine = ZeroEngine(model, Comm(), stage)

@@ -20,7 +20,7 @@ Reading order:
 - `heads`: the auxiliary head each non-last stage trains through (its local loss).
 - `routes`: which losses' gradients cross which boundary at a given `depth`, the order of a
   stage's forwards and backwards, and when the tied embedding may stay tied.
-- `boundary`: the named autograd Function of a decoupled boundary, and the backward of a stage
+- `local_boundary`: the named autograd Function of a decoupled boundary, and the backward of a stage
   whose gradient arrives in components (one per loss still within reach).
 - `interlock`: one rank's step of `local` / `interlocking`: activations up, gradient components
   down, nothing beyond `depth` boundaries.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from parlab.local_learning.boundary import LocalBoundary, backward_roots
+from parlab.local_learning.local_boundary import LocalBoundary, backward_roots
 from parlab.local_learning.routes import Route
 
 FWD, BWD = "pp-fwd", "pp-bwd"

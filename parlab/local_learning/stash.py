@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch.func import functional_call
 
-from parlab.local_learning.boundary import _accumulate
+from parlab.local_learning.local_boundary import _accumulate
 
 FWD, BWD = "pp-fwd", "pp-bwd"
 

@@ -22,7 +22,7 @@ Reading order:
 - `stages`: a stage of the reference model (its embed / blocks / head), so exactness follows.
 - `partition`: per-layer profiling and dynamic-programming balancing of stages.
 - `executor`: runs one rank's action list for one training step.
-- `boundary`: a stage boundary that is a cross-mesh resharding (AlpaComm), with the link at the
+- `reshard_boundary`: a stage boundary that is a cross-mesh resharding (AlpaComm), with the link at the
   sender, so an early send (eager 1F1B) can hide its transfer.
 - `unet_stages`, `unet_executor`, `unet_cost`: the 3-D U-Net (LAMP) cut into stages whose skip
   connections travel from an early stage straight to a late one, on their own channels, and

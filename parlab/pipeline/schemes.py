@@ -38,7 +38,7 @@ from parlab.pipeline.validate import check
 
 
 @dataclass(frozen=True)
-class Plan:
+class PipelinePlan:
     """A configuration resolved: degrees, micro-batches, chunks, schedule, layers per stage."""
 
     schedule: str
@@ -61,7 +61,7 @@ def _is_int(x) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def resolve(cfg, schedule: str) -> Plan:
+def resolve(cfg, schedule: str) -> PipelinePlan:
     """Fill in defaults and check everything; ValueError names each offending value."""
     o, layers, world = cfg.options, n_layers(cfg), cfg.world_size
     if schedule not in GENERATORS:
@@ -101,10 +101,10 @@ def resolve(cfg, schedule: str) -> Plan:
     elif part not in ("even", "balanced"):
         raise ValueError(f"partition={part!r} must be 'even', 'balanced' or a list of layer "
                          "counts per stage")
-    return Plan(schedule, dp, pp, m, chunks, part, layers)
+    return PipelinePlan(schedule, dp, pp, m, chunks, part, layers)
 
 
-def _counts(ctx, plan: Plan, model) -> list[int]:
+def _counts(ctx, plan: PipelinePlan, model) -> list[int]:
     """Layers per stage; 'balanced' profiles on world rank 0 and broadcasts the split."""
     stages = plan.pp * plan.chunks
     if isinstance(plan.partition, tuple):
@@ -126,7 +126,7 @@ class PipelineStages(Strategy):
     from the reference model, and after the schedule the tied embedding's two gradients summed
     (first and last stage, as Megatron does), every gradient averaged over dp, one update."""
 
-    def __init__(self, ctx, plan: Plan):
+    def __init__(self, ctx, plan: PipelinePlan):
         self.plan = plan
         self.mesh = mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
         self.tie_comm = self.embed_tie(ctx, mesh, plan)
@@ -144,12 +144,12 @@ class PipelineStages(Strategy):
                 stage.loss = self.scaler.wrap_loss(stage.loss)
 
     @staticmethod
-    def local_stages(plan: Plan, pp_rank: int) -> list[int]:
+    def local_stages(plan: PipelinePlan, pp_rank: int) -> list[int]:
         """The stages this pipeline rank holds: its v chunks, stage c·p + r for chunk c."""
         return [c * plan.pp + pp_rank for c in range(plan.chunks)]
 
     @staticmethod
-    def embed_tie(ctx, mesh, plan: Plan):
+    def embed_tie(ctx, mesh, plan: PipelinePlan):
         """The communicator of first and last stage of each replica, which sum the tied
         embedding's two gradients (a rank of neither is alone in its group)."""
         ends = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]

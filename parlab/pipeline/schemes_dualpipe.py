@@ -24,11 +24,11 @@ from parlab.engine.runner import register
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.dualpipe import check_sizes, dualpipe
 from parlab.pipeline.executor import PipelineExecutor
-from parlab.pipeline.schemes import Pipeline, PipelineStages, Plan, assemble, n_layers, resolve
+from parlab.pipeline.schemes import Pipeline, PipelinePlan, PipelineStages, assemble, n_layers, resolve
 from parlab.pipeline.validate import check
 
 
-def dualpipe_plan(cfg) -> Plan:
+def dualpipe_plan(cfg) -> PipelinePlan:
     """pp (default: the deepest even pipeline that fits the layers) and m (default: the fewest
     that DualPipe takes, an even divisor of the rows >= 2·pp); ValueError names what is wrong."""
     o, world, layers = cfg.options, cfg.world_size, n_layers(cfg)
@@ -71,11 +71,11 @@ class DualPipeline(Pipeline):
             lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
 
     @staticmethod
-    def local_stages(plan: Plan, pp_rank: int) -> list[int]:
+    def local_stages(plan: PipelinePlan, pp_rank: int) -> list[int]:
         return sorted({pp_rank, plan.pp - 1 - pp_rank})
 
     @staticmethod
-    def embed_tie(ctx, mesh, plan: Plan):
+    def embed_tie(ctx, mesh, plan: PipelinePlan):
         return None  # the ends hold both stage 0 and stage p−1 (module docstring)
 
     def sync(self, step: int) -> None:
@@ -86,7 +86,7 @@ class DualPipeline(Pipeline):
                     p.grad.div_(self.plan.dp)
 
 
-def mirror_groups(plan: Plan) -> list[list[int]]:
+def mirror_groups(plan: PipelinePlan) -> list[list[int]]:
     """World ranks summing one pair of stages: pipeline ranks r and p−1−r of every replica
     (mesh ("dp", "pp"), pp innermost: world rank d·p + r)."""
     p = plan.pp

@@ -4,7 +4,7 @@ et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023, §3�
 
 `mesh=w` puts every stage on w replicas; `widths=[2, 1]` gives each stage its own width, e.g. a
 tp=2 stage's output resharded onto a tp=1 stage and its gradient back. Every boundary is a
-`parlab.pipeline.boundary.Boundary` (send-recv, broadcast or load-balanced broadcast, the link
+`parlab.pipeline.reshard_boundary.Boundary` (send-recv, broadcast or load-balanced broadcast, the link
 applied at the sender), and the schedule runs unchanged on it (`parlab.pipeline.executor`). The
 replicas compute the same micro-batches, so their gradients are equal and need no sync.
 """
@@ -18,18 +18,25 @@ from parlab.core.comm import Comm
 from parlab.core.memory import ActivationMeter
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.pipeline import boundary as boundary_mod
+from parlab.pipeline import reshard_boundary
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import make_schedule
-from parlab.pipeline.schemes import RESHARD_SCHEDULES, PipelineStages, Plan, _is_int, assemble, resolve
+from parlab.pipeline.schemes import (
+    RESHARD_SCHEDULES,
+    PipelinePlan,
+    PipelineStages,
+    _is_int,
+    assemble,
+    resolve,
+)
 from parlab.pipeline.validate import check
 from parlab.tensor_parallel.reshard import METHODS
 
 
 class ReshardPipeline(PipelineStages):
     """Every stage on a mesh of `mesh` replicas (the replicated layout a tensor-parallel block
-    leaves), every boundary a cross-mesh resharding by `method` (`parlab.pipeline.boundary`):
+    leaves), every boundary a cross-mesh resharding by `method` (`parlab.pipeline.reshard_boundary`):
     AlpaComm's setting (Zhuang et al., MLSys 2023). The replicas compute the same micro-batches,
     so their gradients are equal and need no sync; member 0 of the last mesh reports the loss."""
 
@@ -40,7 +47,7 @@ class ReshardPipeline(PipelineStages):
         self.shard, self.shards = 0, 1  # every replica trains on the pipeline's whole batch
         self.member = self.mesh.coords["dp"]
         self.reports_loss = self.reports_loss and self.member == 0
-        even, odd = boundary_mod.boundary_groups(plan.pp, width)
+        even, odd = reshard_boundary.boundary_groups(plan.pp, width)
         stage = self.mesh.coords["pp"]
         channels = {}
         for kind in ("F", "B"):
@@ -53,7 +60,7 @@ class ReshardPipeline(PipelineStages):
                 for k in (stage - 1, stage):
                     if 0 <= k < plan.pp - 1 and k % 2 == parity:
                         comms[k] = (tx, rx)
-            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, width, o["method"],
+            channels[kind] = reshard_boundary.Boundary(kind, comms, plan.pp, width, o["method"],
                                                    ctx.cfg.link, o["chunks"])
         schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
         self.meter = ActivationMeter(exclude=self.params)
@@ -85,14 +92,14 @@ class WidthsPipeline(Strategy):
     """`pp-reshard` with `widths=`: stage s on a mesh of widths[s] replicas, e.g. [2, 1] — a tp=2
     stage's replicated output resharded onto a tp=1 stage and its gradient back (AlpaComm's
     cross-mesh resharding between meshes of different shapes: Zhuang et al., MLSys 2023, §3).
-    Ranks: `boundary.stage_ranks`. Every replica trains on the whole batch; the tied embedding's
+    Ranks: `reshard_boundary.stage_ranks`. Every replica trains on the whole batch; the tied embedding's
     gradient is each copy's share (÷ its stage's width) summed over both end meshes."""
 
     def __init__(self, ctx, schedule_name: str):
         cfg = ctx.cfg
         self.widths = widths = list(cfg.options["widths"])
         self.plan = plan = widths_plan(cfg, schedule_name)
-        ranks = boundary_mod.stage_ranks(widths)
+        ranks = reshard_boundary.stage_ranks(widths)
         self.stage = stage = next(s for s, group in enumerate(ranks) if ctx.rank in group)
         self.member = ranks[stage].index(ctx.rank)
         ends = sorted(set(ranks[0] + ranks[-1]))
@@ -106,7 +113,7 @@ class WidthsPipeline(Strategy):
         self.tied = stages_mod.tied_parameter(model)
         super().__init__(ctx, model, make_optimizer(self.params, cfg), shard=0, shards=1,
                          reports_loss=stage == plan.pp - 1 and self.member == 0, holds_state=True)
-        even, odd = boundary_mod.boundary_groups(plan.pp, widths)
+        even, odd = reshard_boundary.boundary_groups(plan.pp, widths)
         channels = {}
         for kind in ("F", "B"):
             comms = {}
@@ -118,7 +125,7 @@ class WidthsPipeline(Strategy):
                 for k in (stage - 1, stage):
                     if 0 <= k < plan.pp - 1 and k % 2 == parity:
                         comms[k] = (tx, rx)
-            channels[kind] = boundary_mod.Boundary(kind, comms, plan.pp, widths,
+            channels[kind] = reshard_boundary.Boundary(kind, comms, plan.pp, widths,
                                                    cfg.options["method"], cfg.link,
                                                    cfg.options["chunks"])
         schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
@@ -145,7 +152,7 @@ class WidthsPipeline(Strategy):
                 "microbatch_activations": sum(self.executor.microbatch_bytes.values())}
 
 
-def widths_plan(cfg, schedule: str) -> Plan:
+def widths_plan(cfg, schedule: str) -> PipelinePlan:
     """The plan of `pp-reshard` with `widths=`; ValueError names what is wrong."""
     widths, world = cfg.options["widths"], cfg.world_size
     if not isinstance(widths, (list, tuple)) or len(widths) < 2 or not all(
@@ -165,7 +172,7 @@ def widths_plan(cfg, schedule: str) -> Plan:
     return dataclasses.replace(plan, dp=1)
 
 
-def reshard_plan(cfg, schedule: str) -> Plan:
+def reshard_plan(cfg, schedule: str) -> PipelinePlan:
     """The plan of `pp-reshard`: pp meshes of `mesh` replicas; ValueError names what is wrong."""
     width, world = cfg.options["mesh"], cfg.world_size
     if world % width:

@@ -51,7 +51,7 @@ from parlab.tensor_parallel.layers import (
     RowParallelLinear,
     shard_weight,
 )
-from parlab.zero.engine import ZeroEngine
+from parlab.zero.zero_engine import ZeroEngine
 
 
 # ----------------------------------------------------------------------------- the mesh

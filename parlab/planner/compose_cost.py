@@ -83,7 +83,7 @@ def is_moe_block(model_config, index: int) -> bool:
     return every is not None and (index + 1) % every == 0
 
 
-def block_numels(plan, model_config, index: int) -> tuple[int, int]:
+def block_dense_expert_numels(plan, model_config, index: int) -> tuple[int, int]:
     """(dense, expert) elements of block `index` on one rank: LayerNorms, attention (÷ tp), a
     dense MLP (÷ tp) or a router (+ shared expert) and E/ep experts (held whole by the tp ranks)."""
     C = model_config.n_embd
@@ -103,7 +103,7 @@ def unit_numels(plan, model_config, pp_rank: int) -> list[int]:
     lo = sum(counts[:pp_rank])
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
     root = (V * C if first or last else 0) + (T * C if first else 0) + (2 * C if last else 0)
-    return [sum(block_numels(plan, model_config, i)) for i in range(lo, lo + counts[pp_rank])] \
+    return [sum(block_dense_expert_numels(plan, model_config, i)) for i in range(lo, lo + counts[pp_rank])] \
         + ([root] if root else [])
 
 
@@ -146,7 +146,7 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
         data_rank = c["dp"] * plan.cp + c["cp"]
         units = unit_numels(plan, mc, c["pp"])
         if plan.zero == 0:
-            experts = sum(block_numels(plan, mc, i)[1] for i in range(mc.n_layer)) \
+            experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(mc.n_layer)) \
                 if plan.ep > 1 else 0  # sharded experts sync apart (gpt-moe: pp = 1)
             flat = bytes_per_step(lambda numels, n, options: [("all_reduce", sum(numels))],
                                   units, n, data_rank)

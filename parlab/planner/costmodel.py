@@ -33,7 +33,7 @@ from parlab.core import cost as core_cost
 from parlab.core.cost import FP32_BYTES, round_up, shard_sizes
 from parlab.planner.plan_memory import (  # noqa: F401  (re-exported: costmodel.memory, ...)
     activation_memory,
-    block_numels,
+    block_tensor_numels,
     memory,
     ring_attention_extra,
     stage_numels,
@@ -69,7 +69,7 @@ class Message:
 
 
 @dataclass
-class Prediction:
+class PlanPrediction:
     plan: object
     step_s: float
     compute_s: float
@@ -221,7 +221,7 @@ def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
 
 
 def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
-            calibration: Calibration | None = None, clock=None) -> Prediction:
+            calibration: Calibration | None = None, clock=None) -> PlanPrediction:
     """Predicted step, peak memory and bytes of `plan` for the GPT `cfg_model` (see module doc).
 
     profile: `parlab.planner.profile.measure` (paced: `parlab.planner.paced.profile`); fit:
@@ -275,7 +275,7 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     step = compute + comm + cal.overhead_s
     per_dim = max((bytes_per_dim(messages(m, plan, batch_size, s), plan.microbatches)
                    for s in range(plan.pp)), key=lambda d: sum(d.values()))
-    out = Prediction(plan, step, compute, comm, bubble * (compute + comm), bubble,
+    out = PlanPrediction(plan, step, compute, comm, bubble * (compute + comm), bubble,
                      memory(m, plan, batch_size), per_dim, msgs)
     out.raw_compute_s, out.raw_comm_s = raw_compute, raw_comm
     return out

@@ -29,7 +29,7 @@ import os
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
 from parlab.planner.graph import Graph, demo_graph
-from parlab.planner.placement import Plan, evaluate
+from parlab.planner.placement import PlacementPlan, evaluate
 from parlab.planner.placement_milp import solve
 from parlab.planner.placement_run import (
     PlacementRun,
@@ -61,7 +61,7 @@ def _gantt(ax, bars, ranks, title, comm=()):
     return ax
 
 
-def draw(graph: Graph, plan: Plan, link: Link | str | None = None, ax=None):
+def draw(graph: Graph, plan: PlacementPlan, link: Link | str | None = None, ax=None):
     """The plan's predicted schedule (α-β messages, measured op times): F blue, B green."""
     import matplotlib.pyplot as plt
     timing = evaluate(graph, plan, resolve(link))
@@ -91,7 +91,7 @@ def draw_run(run: PlacementRun, step: int | None = None, ax=None):
 
 
 def run_both(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
-             time_limit: float = 30.0) -> dict[str, tuple[Plan, PlacementRun]]:
+             time_limit: float = 30.0) -> dict[str, tuple[PlacementPlan, PlacementRun]]:
     """The solved plan and the 1F1B plan of the same graph, each run for `steps` steps."""
     link = resolve(link)
     plans = {"planned (MILP)": solve(graph, ranks, link, time_limit=time_limit),

@@ -19,7 +19,7 @@ micro-batches) ends as early as possible. The problem here, for R ranks:
 topological order of the tasks induces on each rank; each is timed as soon as possible, which is
 optimal for that order); `greedy` list-schedules a good placement, an upper bound. The
 mixed-integer program and `solve`, which picks either, are `parlab.planner.placement_milp`; the
-MILP and the exhaustive search must agree. The answer is DATA, a `Plan`
+MILP and the exhaustive search must agree. The answer is DATA, a `PlacementPlan`
 (per-rank lists of tasks, like `parlab.pipeline.schedules`), timed by `evaluate`, run by
 `parlab.planner.placement_run`, drawn by `parlab.planner.explore_placement`: one source.
 """
@@ -81,7 +81,7 @@ def precedences(graph: Graph) -> list[tuple[Task, Task, int | None]]:
 
 
 @dataclass(frozen=True)
-class Plan:
+class PlacementPlan:
     """A placement (op → rank) and, per rank, the ordered tasks it runs: the schedule as data."""
 
     name: str
@@ -114,7 +114,7 @@ class Timing:
     bubble: tuple  # per rank: idle fraction 1 − busy / makespan
 
 
-def evaluate(graph: Graph, plan: Plan, link: Link | None = None,
+def evaluate(graph: Graph, plan: PlacementPlan, link: Link | None = None,
              dur: dict[Task, float] | None = None) -> Timing:
     """Every task as early as its inputs (plus a message where they cross ranks) and its rank's
     previous task allow. ValueError if the plan misses a task or its orders deadlock."""
@@ -146,12 +146,12 @@ def evaluate(graph: Graph, plan: Plan, link: Link | None = None,
 
 
 def plan_from_starts(graph: Graph, name: str, ranks: int, place: dict, start: dict,
-                     **info) -> Plan:
+                     **info) -> PlacementPlan:
     """A plan whose per-rank order is the tasks sorted by start time (ties: topological order)."""
     index = {t: i for i, t in enumerate(tasks(graph))}
     order = [sorted((t for t in start if place[t.op] == r), key=lambda t: (start[t], index[t]))
              for r in range(ranks)]
-    return Plan(name, ranks, tuple((n, place[n]) for n in graph.names),
+    return PlacementPlan(name, ranks, tuple((n, place[n]) for n in graph.names),
                 tuple(tuple(seq) for seq in order), **info)
 
 
@@ -187,7 +187,7 @@ def _topological_orders(nodes: list, preds: dict):
 MAX_EXHAUSTIVE_TASKS = 16
 
 
-def exhaustive(graph: Graph, ranks: int, link: Link | None = None) -> Plan:
+def exhaustive(graph: Graph, ranks: int, link: Link | None = None) -> PlacementPlan:
     """The optimal plan by enumeration: placements × the orders of a topological order of tasks."""
     all_tasks, dur = tasks(graph), durations(graph)
     if len(all_tasks) > MAX_EXHAUSTIVE_TASKS:
@@ -248,7 +248,7 @@ def list_schedule(graph: Graph, place: dict, link: Link | None = None) -> dict[T
     return start
 
 
-def greedy(graph: Graph, ranks: int, link: Link | None = None) -> Plan:
+def greedy(graph: Graph, ranks: int, link: Link | None = None) -> PlacementPlan:
     """The best greedy list schedule over every placement (up to renaming ranks): an upper bound
     on the optimum, and the MILP's big-M."""
     best, dur = None, durations(graph)

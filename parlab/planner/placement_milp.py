@@ -7,7 +7,7 @@ start time s[task] for every F and B task; precedence constraints s[v] ≥ s[u] 
 message, α + n/β, where u and v may sit on different ranks); disjunctive no-overlap constraints
 with big-M for every pair of tasks that may share a rank and are not already ordered; the
 makespan C ≥ s + d of every task is minimised. The big-M is `greedy`'s makespan, an upper bound.
-`scipy.optimize.milp` (HiGHS) solves it; the answer is a `Plan` like the exhaustive search's,
+`scipy.optimize.milp` (HiGHS) solves it; the answer is a `PlacementPlan` like the exhaustive search's,
 and the two must agree (`tests/test_planner_placement.py`).
 """
 
@@ -20,7 +20,7 @@ import numpy as np
 from parlab.core.link import Link
 from parlab.planner.graph import Graph
 from parlab.planner.placement import (
-    Plan,
+    PlacementPlan,
     durations,
     exhaustive,
     greedy,
@@ -95,7 +95,7 @@ def _reachable(all_tasks: list, prec) -> dict:
     return after
 
 
-def build_milp(graph: Graph, ranks: int, link: Link | None = None, upper: Plan | None = None):
+def build_milp(graph: Graph, ranks: int, link: Link | None = None, upper: PlacementPlan | None = None):
     """The placement-and-order MILP; returns (model, x[op][r], s[task], C). `upper`: a plan
     whose makespan bounds the optimum (default: `greedy`)."""
     all_tasks, dur, prec = tasks(graph), durations(graph), precedences(graph)
@@ -148,7 +148,7 @@ def build_milp(graph: Graph, ranks: int, link: Link | None = None, upper: Plan |
 
 
 def milp_plan(graph: Graph, ranks: int, link: Link | None = None,
-              time_limit: float = 30.0) -> Plan:
+              time_limit: float = 30.0) -> PlacementPlan:
     """Solve the MILP with scipy.optimize.milp (HiGHS); the plan orders each rank by start time."""
     t0 = time.perf_counter()
     upper = greedy(graph, ranks, link)
@@ -157,7 +157,7 @@ def milp_plan(graph: Graph, ranks: int, link: Link | None = None,
     info = dict(solve_s=time.perf_counter() - t0, model=model.text())
     if res.x is None or res.status != 0 and res.x[cmax] / 1e3 >= upper.objective:
         # stopped at the time limit before it beat the greedy plan: keep that one, say so
-        return Plan("milp", ranks, upper.place, upper.order, upper.objective,
+        return PlacementPlan("milp", ranks, upper.place, upper.order, upper.objective,
                     f"stopped at {time_limit:g} s ({res.message}): the greedy plan", **info)
     place = {n: int(np.argmax([res.x[i] for i in x[n]])) for n in graph.names}
     start = {t: res.x[i] / 1e3 for t, i in s.items()}
@@ -169,7 +169,7 @@ def milp_plan(graph: Graph, ranks: int, link: Link | None = None,
 
 
 def solve(graph: Graph, ranks: int, link: Link | str | None = None, method: str = "milp",
-          time_limit: float = 30.0) -> Plan:
+          time_limit: float = 30.0) -> PlacementPlan:
     """The fastest placement and order of `graph`'s step on `ranks` ranks over `link`."""
     from parlab.core.link import resolve
     if isinstance(ranks, bool) or not isinstance(ranks, int) or not 1 <= ranks <= len(graph.names):

@@ -2,7 +2,7 @@
 ranks as send/recv through `parlab.core.comm.Comm` (every byte in the ledger).
 
 She et al. (2025, arXiv 2503.09357) place and order operators; this is the executor that makes a
-`parlab.planner.placement.Plan` a training step, and the baseline it is judged against: a 1F1B
+`parlab.planner.placement.PlacementPlan` a training step, and the baseline it is judged against: a 1F1B
 pipeline of the same graph (ops cut into contiguous stages in topological order — PipeDream-Flush:
 Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021 — run by the same
 executor, so the two differ only in placement and order).
@@ -13,7 +13,7 @@ of u's consumers there, the gradient of u's output (same shape, summed over that
 goes back to u's rank. Each receiver posts all its receives at the start of the step, in each
 sender's send order, and waits on one just before the task that needs it. With an emulated `link`
 a message leaves α + n/β after its tensor is ready (one sender thread per rank, so it may also
-wait behind the previous message), the sender-side delay of `parlab.pipeline.boundary`.
+wait behind the previous message), the sender-side delay of `parlab.pipeline.reshard_boundary`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from parlab.core.launch import launch
 from parlab.core.link import Link, resolve
 from parlab.pipeline.schedules import one_f_one_b
 from parlab.planner.graph import DATA, Graph, reference
-from parlab.planner.placement import Plan, Task
+from parlab.planner.placement import PlacementPlan, Task
 
 
 class Message(NamedTuple):
@@ -45,7 +45,7 @@ class Message(NamedTuple):
     after: Task  # the sender's task after which it leaves
 
 
-def messages(graph: Graph, plan: Plan) -> list[list[Message]]:
+def messages(graph: Graph, plan: PlacementPlan) -> list[list[Message]]:
     """Per rank: the messages it sends, in the order it sends them."""
     place, out = plan.placement, []
     for rank, seq in enumerate(plan.order):
@@ -66,7 +66,7 @@ def messages(graph: Graph, plan: Plan) -> list[list[Message]]:
     return out
 
 
-def message_bytes(graph: Graph, plan: Plan) -> list[int]:
+def message_bytes(graph: Graph, plan: PlacementPlan) -> list[int]:
     """Closed form of the ledger: bytes each rank sends per step = Σ over (op u, other rank d
     holding a consumer of u) of 2 · m · bytes(u) — u's activation out, its gradient back."""
     place, sent = plan.placement, [0] * plan.ranks
@@ -78,7 +78,7 @@ def message_bytes(graph: Graph, plan: Plan) -> list[int]:
 
 
 # ----------------------------------------------------------------------------- 1F1B baseline
-def pipeline_plan(graph: Graph, ranks: int) -> Plan:
+def pipeline_plan(graph: Graph, ranks: int) -> PlacementPlan:
     """1F1B over `ranks` stages: the ops cut into contiguous runs of the topological order with the
     least slowest stage (measured forward + backward; ties: fewer bytes crossing), stage s on rank s."""
     names, (fwd, bwd) = graph.names, graph.times()
@@ -88,7 +88,7 @@ def pipeline_plan(graph: Graph, ranks: int) -> Plan:
     for cuts in _cuts(len(names), ranks):
         stages = [names[a:b] for a, b in zip((0,) + cuts, cuts + (len(names),))]
         place = {n: s for s, ops in enumerate(stages) for n in ops}
-        trial = Plan("1f1b", ranks, tuple((n, place[n]) for n in names), ((),) * ranks)
+        trial = PlacementPlan("1f1b", ranks, tuple((n, place[n]) for n in names), ((),) * ranks)
         key = (max(sum(fwd[n] + bwd[n] for n in ops) for ops in stages),
                sum(message_bytes(graph, trial)))
         if best is None or key < best[0]:
@@ -101,7 +101,7 @@ def pipeline_plan(graph: Graph, ranks: int) -> Plan:
             ops = stages[a.stage] if a.op == "F" else stages[a.stage][::-1]
             tasks += [Task(a.op, n, a.mb) for n in ops]
         order.append(tuple(tasks))
-    return Plan("1f1b", ranks, place, tuple(order), status="stages " + " | ".join(
+    return PlacementPlan("1f1b", ranks, place, tuple(order), status="stages " + " | ".join(
         ",".join(ops) for ops in stages))
 
 
@@ -145,7 +145,7 @@ class _Sender:
         self.handles = []
 
 
-def _worker(rank: int, world_size: int, graph: Graph, plan: Plan, steps: int, lr: float,
+def _worker(rank: int, world_size: int, graph: Graph, plan: PlacementPlan, steps: int, lr: float,
             link: Link | None) -> dict:
     comm = Comm(link=None)  # the link's delay is applied at the sender (_Sender)
     modules, place = graph.modules(), plan.placement
@@ -220,7 +220,7 @@ class PlacementRun:
     """What a real run of a plan produced: losses, parameters, first-step gradients, the ledger,
     and per step the makespan (first rank's start to the last rank's last task) and busy time."""
 
-    plan: Plan
+    plan: PlacementPlan
     losses: list
     state: dict
     grads: dict
@@ -265,7 +265,7 @@ class PlacementRun:
         return out
 
 
-def run_placement(graph: Graph, plan: Plan, steps: int = 3, lr: float = 0.1,
+def run_placement(graph: Graph, plan: PlacementPlan, steps: int = 3, lr: float = 0.1,
                   link: Link | str | None = None, timeout: float = 120.0) -> PlacementRun:
     """Run `plan` for `steps` SGD steps on `plan.ranks` launched ranks (over an emulated `link`)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:

@@ -20,7 +20,7 @@ from parlab.tensor_parallel.cost import activation_bytes
 FP32 = FP32_BYTES
 
 
-def block_numels(m, tp: int) -> list[int]:
+def block_tensor_numels(m, tp: int) -> list[int]:
     """Elements of one block's 8 tensors on a tp rank: LayerNorms whole, matrices ÷ tp."""
     C = m.n_embd
     return [C, C, 3 * C * C // tp, C * C // tp, C, C, 4 * C * C // tp, 4 * C * C // tp]
@@ -29,7 +29,7 @@ def block_numels(m, tp: int) -> list[int]:
 def stage_numels(m, plan, stage: int) -> dict[str, list[int]]:
     """{unit: tensor numels} held by pipeline stage `stage` (blocks, then the root unit)."""
     counts = shard_sizes(m.n_layer, plan.pp)
-    units = {f"block{i}": block_numels(m, plan.tp) for i in range(counts[stage])}
+    units = {f"block{i}": block_tensor_numels(m, plan.tp) for i in range(counts[stage])}
     root = []
     if stage == 0:
         root += [m.vocab_size * m.n_embd, m.block_size * m.n_embd]  # wte, wpe

@@ -4,7 +4,7 @@ Papers: Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
 Models" (SC 2020); Zhao et al., "PyTorch FSDP" (VLDB 2023); Chen et al., "Training Deep Nets with
 Sublinear Memory Cost" (2016).
 
-Reading order: `shard` (flat units padded to N, the memory and byte closed forms), `engine`
+Reading order: `shard` (flat units padded to N, the memory and byte closed forms), `zero_engine`
 (what each stage keeps, gathers and frees), `checkpoint` (sharded, resharding on resume),
 `schemes`, `torch_sharded` (ZeroRedundancyOptimizer, FSDP2), `api` (the stages as a library:
 `ZeRO(model_or_params, optimizer, comm, stage=1|2|3)` in your own training loop); `explore`

@@ -1,5 +1,5 @@
 """Chapter 02's ZeRO-1/2/3 as a library, for any `nn.Module` (or a parameter list) and your own
-optimizer: the `ZeroEngine` of `parlab.zero.engine` behind a small wrapper, used the way
+optimizer: the `ZeroEngine` of `parlab.zero.zero_engine` behind a small wrapper, used the way
 PyTorch's `ZeroRedundancyOptimizer` (stage 1) and `fully_shard` (stage 3) are (Rajbhandari et
 al., ZeRO, SC 2020; Zhao et al., PyTorch FSDP, VLDB 2023):
 
@@ -38,7 +38,7 @@ import torch
 
 from parlab.core.checks import Choice
 from parlab.data_parallel.api import INITS, broadcast_initial, verify_initial
-from parlab.zero.engine import STAGES, ZeroEngine
+from parlab.zero.zero_engine import STAGES, ZeroEngine
 
 
 class _Params(torch.nn.Module):
