@@ -3,7 +3,7 @@ timed over a size sweep, fitted with the α-β model, and slowed down by an emul
 
 Bandwidths follow NVIDIA nccl-tests (doc/PERFORMANCE.md): algbw = S / t; busbw = algbw ·
 2(N-1)/N for all-reduce, the number to compare with a link's speed. The α-β model and the
-algorithms' costs: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (see parlab/cost.py).
+algorithms' costs: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (see parlab/core/cost.py).
 """
 
 from __future__ import annotations

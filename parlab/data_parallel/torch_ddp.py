@@ -110,7 +110,7 @@ class TorchDDP(GradSync):
                 self.ctx.timeline.add("comm", event.name, event.t0, event.t1, **event.args)
 
 
-@register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.comm)",
+@register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.core.comm)",
           exact=True, options={"bucket_mb": BUCKET, "comm": Choice("parlab", COMMS),
                                "accum_steps": ACCUM}, validate=_validate, precisions=MIXED)
 def torch_ddp(ctx):

@@ -90,7 +90,7 @@ class RunConfig:
     timeout: float
     start_method: str
     options: dict  # the scheme's own options, defaults filled in
-    checkpoint: bool = False  # activation checkpointing (honoured by training.build_model)
+    checkpoint: bool = False  # activation checkpointing (honoured by parlab.engine.loop.build_model)
     speeds: tuple | None = None  # per-rank compute speed (parlab.core.speeds); None: all 1
     precision: str = "fp32"  # "bf16-mixed" | "fp16-mixed" (parlab.core.precision)
     loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
