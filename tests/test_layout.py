@@ -147,7 +147,7 @@ def test_the_checkers_catch_a_cycle_an_upward_import_and_a_foreign_explore():
     assert cycles({"parlab.a.x": {"parlab.a.y"}, "parlab.a.y": set()}) == []
     upward = layer_violations({"parlab.core.comm": {"parlab.engine.loop"}})
     assert upward and "upward" in upward[0]
-    foreign = layer_violations({"parlab.zero.engine": {"parlab.data_parallel.explore"}})
+    foreign = layer_violations({"parlab.zero.zero_engine": {"parlab.data_parallel.explore"}})
     assert foreign and "upward" in foreign[0]
     sideways = layer_violations({"parlab.zero.schemes": {"parlab.data_parallel.schemes"}})
     assert sideways and "another chapter's schemes" in sideways[0]
@@ -194,3 +194,107 @@ def test_the_project_cites_papers_and_its_own_docs_not_outside_files():
              list((ROOT / "notebooks").glob("*.ipynb")) for name in outside
              if name in p.read_text()]
     assert found == []
+
+
+# ----------------------------------------------------------------------------- one name, one thing
+# CONTRIBUTING.md, "Names": each of these names was once defined in two modules with two meanings
+# (two `Plan`s, two `Prediction`s, two `block_numels`, a second `train` and `single`); now one
+# module of the package defines each, so a reader who greps a name finds the one thing it means.
+ONE_DEFINITION = ("Plan", "PlacementPlan", "PipelinePlan", "Prediction", "PlanPrediction",
+                  "block_numels", "block_tensor_numels", "block_dense_expert_numels", "Boundary",
+                  "LocalBoundary", "ZeroEngine", "train", "train_stage", "train_grouped", "single")
+PACKAGES = ("core", "engine", "models")  # no module below them is named like one of them
+
+
+def top_level_definitions(path: pathlib.Path) -> set[str]:
+    return {node.name for node in ast.parse(path.read_text()).body
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def name_clashes(definitions: dict[str, set[str]], names=ONE_DEFINITION) -> list[str]:
+    """'name: module, module' for each of `names` that two modules define at top level."""
+    where: dict[str, list[str]] = {}
+    for module, defined in sorted(definitions.items()):
+        for name in sorted(defined & set(names)):
+            where.setdefault(name, []).append(module)
+    return [f"{name}: {', '.join(modules)}" for name, modules in where.items() if len(modules) > 1]
+
+
+def package_named_modules(modules, packages=PACKAGES) -> list[str]:
+    """Modules below the top level named like a top-level package (`parlab.zero.engine` beside
+    `parlab.engine` reads as the training engine)."""
+    return sorted(m for m in modules if m.count(".") >= 2 and m.rpartition(".")[2] in packages)
+
+
+def notebook_aliases(path: pathlib.Path) -> list[tuple[str, str]]:
+    """(imported parlab name, alias) of every aliased import in the notebook's code cells."""
+    import json
+
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("parlab"):
+                found += [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname]
+            elif isinstance(node, ast.Import):
+                found += [(a.name, a.asname) for a in node.names
+                          if a.asname and a.name.startswith("parlab")]
+    return found
+
+
+def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """An alias says which module it is: `explore` as `ex`, `explore_<part>` as `ex_<part>`, any
+    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`); and one alias means one
+    module name in every notebook (`ee` cannot be `explore_eager` in one, `explore_edge` in another)."""
+    problems, meaning = [], {}
+    for notebook, pairs in sorted(aliases.items()):
+        for name, alias in pairs:
+            leaf = name.rpartition(".")[2]
+            if leaf == "explore":
+                honest = alias == "ex"
+            elif leaf.startswith("explore_"):
+                honest = alias == "ex_" + leaf.removeprefix("explore_")
+            else:
+                honest = alias == leaf or alias.endswith("_" + leaf)
+            if not honest:
+                problems.append(f"{notebook}: {leaf} as {alias}")
+            first = meaning.setdefault(alias, (leaf, notebook))
+            if first[0] != leaf:
+                problems.append(f"{notebook}: {alias} is {leaf} here, {first[0]} in {first[1]}")
+    return problems
+
+
+def test_the_name_checkers_catch_a_second_definition_a_package_name_and_an_ambiguous_alias():
+    assert name_clashes({"parlab.planner.plan": {"Plan", "enumerate_plans"},
+                         "parlab.planner.placement": {"Plan", "evaluate"}}) == \
+        ["Plan: parlab.planner.placement, parlab.planner.plan"]
+    assert name_clashes({"parlab.a.x": {"evaluate"}, "parlab.a.y": {"evaluate"}}) == []
+    assert package_named_modules(["parlab.engine", "parlab.engine.loop", "parlab.zero.engine",
+                                  "parlab.zero.zero_engine", "parlab.pipeline.models"]) == \
+        ["parlab.pipeline.models", "parlab.zero.engine"]
+    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_loop")]}) == ["01: sync as dp_loop"]
+    assert alias_problems({"04": [("parlab.pipeline.explore_eager", "ee")],
+                           "12": [("parlab.serving.explore_edge", "ee")]}) == \
+        ["04: explore_eager as ee", "12: explore_edge as ee",
+         "12: ee is explore_edge here, explore_eager in 04"]
+    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_sync"),
+                                  ("parlab.data_parallel.explore", "ex")],
+                           "09": [("parlab.asynchrony.explore_dualbatch", "ex_dualbatch"),
+                                  ("parlab.asynchrony.explore", "ex")]}) == []
+
+
+def test_each_concept_name_has_one_definition():
+    definitions = {module_name(p): top_level_definitions(p) for p in PACKAGE.rglob("*.py")}
+    assert name_clashes(definitions) == []
+
+
+def test_no_module_is_named_like_a_top_level_package():
+    assert package_named_modules(module_name(p) for p in PACKAGE.rglob("*.py")) == []
+
+
+def test_notebook_aliases_say_which_module_they_are():
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert alias_problems({p.stem: notebook_aliases(p) for p in notebooks}) == []

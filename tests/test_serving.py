@@ -216,7 +216,7 @@ def test_images_ship_in_the_repo_and_match_their_script():
 def net():
     x, y = images.load("train")
     model = grouped.GroupedNet(seed=0)
-    grouped.train(model, x, y, steps=10)
+    grouped.train_grouped(model, x, y, steps=10)
     return model
 
 

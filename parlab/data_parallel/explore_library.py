@@ -54,7 +54,7 @@ def _trainable(model):
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def single(steps: int) -> dict:
+def single_process_state(steps: int) -> dict:
     """Plain PyTorch in one process on the whole batch, from rank 0's initial weights."""
     model = TiedNet(0)
     optimizer = make_optimizer(_trainable(model))
@@ -102,7 +102,7 @@ def demo(world_size: int = 2, steps: int = 3, wrappers=("ddp", "zero1", "zero2",
 
     if ROWS % world_size:
         raise ValueError(f"world_size={world_size} must divide the batch of {ROWS} rows")
-    reference = single(steps)
+    reference = single_process_state(steps)
     matches = {}
     for wrapper in wrappers:
         state = launch(worker, world_size, wrapper, steps)[0]

@@ -107,8 +107,8 @@ class GroupedNet(nn.Module):
         return F.cross_entropy(self(x), y)
 
 
-def train(net: GroupedNet, x, y, steps: int = 300, batch: int = 64, lr: float = 3e-3,
-          seed: int = 0, penalty=None) -> list[float]:
+def train_grouped(net: GroupedNet, x, y, steps: int = 300, batch: int = 64, lr: float = 3e-3,
+                  seed: int = 0, penalty=None) -> list[float]:
     """Adam on random batches of (x, y); returns the losses. The masks stay as they are.
     `penalty(net)`: a term added to the loss (a sparsity regulariser, `parlab.serving.masks`).
     Runs on one intra-op thread, as every rank does: on a shared machine more threads only

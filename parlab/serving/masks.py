@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from parlab.serving.grouped import GroupedConfig, GroupedNet, train
+from parlab.serving.grouped import GroupedConfig, GroupedNet, train_grouped
 
 
 @torch.no_grad()
@@ -61,7 +61,7 @@ def transfer_norms(net: GroupedNet) -> list[torch.Tensor]:
 
 
 def group_lasso(strength: float):
-    """A penalty for `grouped.train`: strength × Σ over cross-group transfers of their weight norm
+    """A penalty for `grouped.train_grouped`: strength × Σ over cross-group transfers of their weight norm
     (a group lasso: whole transfers go to zero, so the network learns which ones it can drop)."""
     def penalty(net: GroupedNet):
         groups = net.cfg.groups
@@ -125,7 +125,7 @@ def finetune(net: GroupedNet, x, y, masks: list[torch.Tensor], steps: int = 60,
     """A copy of `net` with `masks` applied (`apply`) and trained `steps` more steps."""
     tuned = apply(net, x[:256], masks)
     if steps:
-        train(tuned, x, y, steps=steps, seed=seed, **options)
+        train_grouped(tuned, x, y, steps=steps, seed=seed, **options)
     return tuned
 
 
@@ -158,5 +158,5 @@ def learn(x, y, cfg: GroupedConfig | None = None, steps: int = 300, lasso: float
     """A grouped network trained with the group-lasso penalty on its transfers (`lasso` = 0: plain
     training): it learns which cross-group channels it can do without, before `search` picks."""
     net = GroupedNet(cfg or GroupedConfig(), seed)
-    train(net, x, y, steps=steps, lr=lr, seed=seed, penalty=group_lasso(lasso) if lasso else None)
+    train_grouped(net, x, y, steps=steps, lr=lr, seed=seed, penalty=group_lasso(lasso) if lasso else None)
     return net
