@@ -56,7 +56,7 @@ def parallel_layers_match(rank, world_size, sequence_parallel, regather=True):
     # a whole transformer block
     cfg = GPTConfig(n_embd=C, n_head=4, block_size=T)
     torch.manual_seed(1)
-    block = Block(cfg)
+    block = Block.for_config(cfg)
     ref_in = x.clone().requires_grad_()
     ref_out = block(ref_in)  # (B, T, C)
     ref_out.backward(z_grad)

@@ -30,6 +30,7 @@ from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.models.gpt import multi_head, split_qkv
 
 # ----------------------------------------------------------------------------- validation
 CP = Int(None, min=1, none=True)  # None: the largest degree that fits
@@ -75,14 +76,8 @@ def _validate(cfg, method: str):
 # ----------------------------------------------------------------------------- the sharded GPT
 def cp_self_attention(attn, x, attention):
     """The GPT's attention layer on this rank's tokens; `attention` reaches the others'."""
-    B, Tl, C = x.shape
-    q, k, v = attn.c_attn(x).split(C, dim=2)  # 3 × (B, T/cp, C)
-    q = q.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
-    k = k.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
-    v = v.view(B, Tl, attn.n_head, attn.head_dim).transpose(1, 2)  # (B, nh, T/cp, hs)
-    y = attention(q, k, v)  # (B, nh, T/cp, hs)
-    y = y.transpose(1, 2).contiguous().view(B, Tl, C)  # (B, T/cp, C)
-    return attn.c_proj(y)
+    q, k, v = split_qkv(attn.c_attn(x))  # 3 × (B, T/cp, C)
+    return attn.c_proj(multi_head(q, k, v, attn.head_dim, attention))  # (B, T/cp, C)
 
 
 def cp_loss_sum(model, idx, targets, positions, attention):

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.context_parallel.ring_attention import block_attention
+from parlab.models.gpt import multi_head, split_qkv
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,8 @@ class VideoBlock(nn.Module):
         self.fc_out = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
 
     def forward(self, x, attention):
-        B, N, D = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(D, dim=2)  # 3 × (B, N, D)
-        q, k, v = (t.view(B, N, self.n_head, self.head_dim).transpose(1, 2)
-                   for t in (q, k, v))  # 3 × (B, nh, N, hs)
-        y = attention(q, k, v).transpose(1, 2).reshape(B, N, D)  # (B, N, D)
+        q, k, v = split_qkv(self.qkv(self.ln_1(x)))  # 3 × (B, N, D)
+        y = multi_head(q, k, v, self.head_dim, attention)  # (B, N, D)
         x = x + self.proj(y)
         return x + self.fc_out(F.gelu(self.fc(self.ln_2(x))))  # (B, N, D)
 

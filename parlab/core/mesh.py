@@ -86,6 +86,29 @@ class Mesh:
     def size(self, name: str) -> int:
         return self.sizes[self.names.index(name)]
 
+    def degree(self, name: str) -> int:
+        """The size of dimension `name`, 1 when the mesh leaves it out (a plan's size-1 dims)."""
+        return self.size(name) if name in self.names else 1
+
+    def coord(self, name: str) -> int:
+        """This rank's coordinate along `name`, 0 when the mesh leaves it out."""
+        return self.coords.get(name, 0)
+
+    def groups_by(self, key) -> list[list[int]]:
+        """The world's ranks grouped by key(rank, {name: coordinate}), each group sorted."""
+        groups: dict = {}
+        for rank in range(self.world.size):
+            groups.setdefault(key(rank, dict(zip(self.names, self.coordinate(rank)))), []).append(rank)
+        return sorted(groups.values())
+
+    def group_over(self, names: tuple, label: str):
+        """The Comm of the ranks that differ only along `names` (e.g. dp × cp), or None when the
+        mesh has none of them. Collective: every rank of the mesh calls it with the same names."""
+        if not any(n in self.names for n in names):
+            return None
+        return self.world.split(self.groups_by(lambda r, c: tuple(v for n, v in c.items()
+                                                                  if n not in names)), label)
+
     def __getitem__(self, name: str):
         """The Comm along `name` (a one-rank Comm when that dimension has size 1)."""
         return self._comms[name]

@@ -14,10 +14,9 @@ and divide by W. Routing and dropping follow the single process's global rule
 
 from __future__ import annotations
 
-import torch
-
 from parlab.core.checks import Int
 from parlab.core.mesh import Mesh
+from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import Prediction
 from parlab.engine.runner import register
@@ -68,10 +67,10 @@ class ExpertParallel(Strategy):
         W, mesh = self.ctx.world_size, self.mesh
         if W > 1:
             with self.ctx.ledger.label(phase="grad-sync"):
-                _all_reduce_flat(self.ctx.comm, self.dense, "avg")  # every rank's rows
+                all_reduce_flat(self.ctx.comm, self.dense, "avg")  # every rank's rows
             with self.ctx.ledger.label(phase="expert-grad-sync"):
                 if mesh.size("dp") > 1:
-                    _all_reduce_flat(mesh["dp"], self.experts, "sum")  # the ep groups' sums
+                    all_reduce_flat(mesh["dp"], self.experts, "sum")  # the ep groups' sums
                 for p in self.experts:
                     p.grad.div_(W)  # Σ over every rank's loss -> the mean loss's gradient
 
@@ -79,13 +78,6 @@ class ExpertParallel(Strategy):
         return {"ep_rank": self.mesh.coords["ep"], "ep": self.mesh.size("ep"),
                 "dp": self.mesh.size("dp"), "group": self.mesh["ep"].ranks,
                 "routing": [moe.log for moe in self.model.moe_layers()]}
-
-
-def _all_reduce_flat(comm, params, op: str) -> None:
-    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
-    comm.all_reduce(flat, op=op)  # (Σ numel,)
-    for p, part in zip(params, flat.split([p.numel() for p in params])):
-        p.grad.copy_(part.view_as(p))
 
 
 def _assemble(outputs, cfg):

@@ -19,9 +19,8 @@ All run under any `speeds=` (parlab.core.speeds) and any link or two-node topolo
 (parlab.core.topology).
 """
 
-import torch
-
 from parlab.core.checks import Choice, Float, Int
+from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.heterogeneous import cost
@@ -107,10 +106,7 @@ class UnevenTensorParallel(Strategy):
         if self.ctx.world_size == 1:
             return
         with self.ctx.ledger.label(phase="sp-grad-sync"):
-            flat = torch.cat([p.grad.reshape(-1) for p in self.replicated])  # (Σ numel,)
-            self.ctx.comm.all_reduce(flat)  # (Σ numel,) summed over the ranks' positions
-            for p, part in zip(self.replicated, flat.split([p.numel() for p in self.replicated])):
-                p.grad.copy_(part.view_as(p))  # (param shape,)
+            all_reduce_flat(self.ctx.comm, self.replicated)  # (Σ numel,) over the ranks' positions
 
     def extras(self) -> dict:
         return {"tp_rank": self.ctx.rank, "split": self.split}

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 
 from parlab.heterogeneous.tp_shares import bounds
 from parlab.heterogeneous.uneven import GatherUneven, ReduceScatterUneven
-from parlab.models.gpt import attention, maybe_checkpoint
-from parlab.tensor_parallel.layers import shard_spec
+from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock
+from parlab.tensor_parallel.layers import shard_hidden, shard_loss, shard_spec
 
 
 def rows(weight: torch.Tensor, dim: int, start: int, end: int, groups: int = 1) -> torch.Tensor:
@@ -34,75 +34,63 @@ def rows(weight: torch.Tensor, dim: int, start: int, end: int, groups: int = 1) 
     return torch.cat([b.narrow(dim, start, end - start) for b in blocks], dim=dim).clone()
 
 
-class WeightShard(nn.Module):
-    """This rank's slice of a bias-free linear's weight (out_r, in) or (out, in_r): x·Wᵀ."""
+class GatheredShard(nn.Module):
+    """Column-parallel slice (out_r, C) of a bias-free linear whose input is first all-gathered
+    along the sequence: (B, t_r, C) -> (B, T, C) -> (B, T, out_r)."""
 
-    def __init__(self, weight: torch.Tensor):
+    def __init__(self, weight: torch.Tensor, comm, tokens: list[int], variant: str):
         super().__init__()
         self.weight = nn.Parameter(weight)
-
-    def forward(self, x):
-        return F.linear(x, self.weight)
-
-
-class UnevenAttention(nn.Module):
-    """Causal self-attention over this rank's h_r heads of every position: q, k, v column-parallel
-    (3·h_r·hs output rows), attention local, output projection row-parallel (h_r·hs inputs)."""
-
-    def __init__(self, attn, heads: tuple[int, int], comm, tokens: list[int], variant: str):
-        super().__init__()
-        hs = attn.head_dim
-        lo, hi = heads[0] * hs, heads[1] * hs
-        self.local_heads, self.head_dim = heads[1] - heads[0], hs
-        self.c_attn = WeightShard(rows(attn.c_attn.weight.detach(), 0, lo, hi, 3))  # (3·h_r·hs, C)
-        self.c_proj = WeightShard(rows(attn.c_proj.weight.detach(), 1, lo, hi))  # (C, h_r·hs)
         self.comm, self.tokens, self.variant = comm, tokens, variant
 
     def forward(self, x):
         full = GatherUneven.apply(x, self.comm, self.tokens, 1, self.variant)  # (B, T, C)
-        qkv = self.c_attn(full)  # (B, T, 3·h_r·hs)
-        B, T, width = qkv.shape
-        q, k, v = qkv.split(width // 3, dim=2)  # 3 × (B, T, h_r·hs)
-        q = q.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, h_r, T, hs)
-        k = k.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, h_r, T, hs)
-        v = v.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, h_r, T, hs)
-        y = attention(q, k, v)  # (B, h_r, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, width // 3)  # (B, T, h_r·hs)
-        partial = self.c_proj(y)  # (B, T, C) this rank's heads' part
-        return ReduceScatterUneven.apply(partial, self.comm, self.tokens, 1, self.variant)  # (B, t_r, C)
+        return F.linear(full, self.weight)  # (B, T, out_r)
 
 
-class UnevenMLP(nn.Module):
-    """GeLU(x·A)·B over this rank's c_r of the 4C hidden columns: A column-, B row-parallel."""
+class ScatteredShard(nn.Module):
+    """Row-parallel slice (C, in_r) of a bias-free linear whose partial sums are reduce-scattered
+    along the sequence: (B, T, in_r) -> (B, T, C) partial -> (B, t_r, C)."""
 
-    def __init__(self, mlp, columns: tuple[int, int], comm, tokens: list[int], variant: str):
+    def __init__(self, weight: torch.Tensor, comm, tokens: list[int], variant: str):
         super().__init__()
-        lo, hi = columns
-        self.c_fc = WeightShard(rows(mlp.c_fc.weight.detach(), 0, lo, hi))  # (c_r, C)
-        self.c_proj = WeightShard(rows(mlp.c_proj.weight.detach(), 1, lo, hi))  # (C, c_r)
+        self.weight = nn.Parameter(weight)
         self.comm, self.tokens, self.variant = comm, tokens, variant
 
-    def forward(self, x):
-        full = GatherUneven.apply(x, self.comm, self.tokens, 1, self.variant)  # (B, T, C)
-        hidden = F.gelu(self.c_fc(full))  # (B, T, c_r)
-        partial = self.c_proj(hidden)  # (B, T, C) this rank's columns' part
+    def forward(self, y):
+        partial = F.linear(y, self.weight)  # (B, T, C) this rank's part of the sum
         return ReduceScatterUneven.apply(partial, self.comm, self.tokens, 1, self.variant)  # (B, t_r, C)
 
 
-class UnevenBlock(nn.Module):
-    """Pre-LayerNorm block on this rank's positions; LayerNorms replicated."""
+def uneven_attention(attn, heads: tuple[int, int], comm, tokens: list[int],
+                     variant: str) -> CausalSelfAttention:
+    """The GPT's attention over this rank's heads [h0, h1) of every position: q, k, v
+    column-parallel (3·h_r·hs output rows), output projection row-parallel (h_r·hs inputs)."""
+    hs = attn.head_dim
+    lo, hi = heads[0] * hs, heads[1] * hs
+    c_attn = GatheredShard(rows(attn.c_attn.weight.detach(), 0, lo, hi, 3), comm, tokens,
+                           variant)  # (3·h_r·hs, C)
+    c_proj = ScatteredShard(rows(attn.c_proj.weight.detach(), 1, lo, hi), comm, tokens,
+                            variant)  # (C, h_r·hs)
+    return CausalSelfAttention(c_attn, c_proj, heads[1] - heads[0], hs)
 
-    def __init__(self, block, split: dict, rank: int, comm, variant: str):
-        super().__init__()
-        self.ln_1, self.ln_2 = copy.deepcopy(block.ln_1), copy.deepcopy(block.ln_2)
-        self.attn = UnevenAttention(block.attn, bounds(split["heads"])[rank], comm,
-                                    split["tokens"], variant)
-        self.mlp = UnevenMLP(block.mlp, bounds(split["columns"])[rank], comm, split["tokens"],
-                             variant)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))  # (B, t_r, C)
-        return x + self.mlp(self.ln_2(x))  # (B, t_r, C)
+def uneven_mlp(mlp, columns: tuple[int, int], comm, tokens: list[int], variant: str) -> MLPBlock:
+    """The GPT's MLP over this rank's c_r of the 4C hidden columns: A column-, B row-parallel."""
+    lo, hi = columns
+    return MLPBlock(GatheredShard(rows(mlp.c_fc.weight.detach(), 0, lo, hi), comm, tokens,
+                                  variant),  # (c_r, C)
+                    ScatteredShard(rows(mlp.c_proj.weight.detach(), 1, lo, hi), comm, tokens,
+                                   variant))  # (C, c_r)
+
+
+def uneven_block(block, split: dict, rank: int, comm, variant: str) -> Block:
+    """The GPT's pre-LayerNorm block on this rank's positions; LayerNorms replicated."""
+    tokens = split["tokens"]
+    return Block(copy.deepcopy(block.ln_1),
+                 uneven_attention(block.attn, bounds(split["heads"])[rank], comm, tokens, variant),
+                 copy.deepcopy(block.ln_2),
+                 uneven_mlp(block.mlp, bounds(split["columns"])[rank], comm, tokens, variant))
 
 
 class UnevenTensorParallelGPT(nn.Module):
@@ -118,20 +106,13 @@ class UnevenTensorParallelGPT(nn.Module):
         self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
         self.positions = bounds(split["tokens"])[comm.rank]
         self.wte, self.wpe, self.ln_f = (copy.deepcopy(m) for m in (model.wte, model.wpe, model.ln_f))
-        self.blocks = nn.ModuleList(UnevenBlock(b, split, comm.rank, comm, variant)
+        self.blocks = nn.ModuleList(uneven_block(b, split, comm.rank, comm, variant)
                                     for b in model.blocks)
 
     def replicated_parameters(self):
         return [p for n, p in self.named_parameters() if shard_spec(n) is None]
 
     def loss(self, idx, targets):
-        B, T = idx.shape
-        lo, hi = self.positions
-        tokens = idx[:, lo:hi].clone()  # (B, t_r) a copy: backward keeps only these ids
-        x = self.wte(tokens) + self.wpe(torch.arange(lo, hi))  # (B, t_r, C)
-        for block in self.blocks:
-            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, t_r, C)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, t_r, vocab) tied head
-        losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                 targets[:, lo:hi].reshape(-1).clone(), reduction="sum")
-        return losses / (B * T)  # this rank's share of the mean over all B·T tokens
+        mine = slice(*self.positions)  # (t_r positions)
+        x = shard_hidden(self, idx, mine)  # (B, t_r, C)
+        return shard_loss(self, x, targets, mine, fp32_logits=False)  # this rank's share of the mean

@@ -67,21 +67,46 @@ def _init_linear(linear: nn.Linear, generator: torch.Generator, std: float = 0.0
 
 
 class CausalSelfAttention(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    """Causal self-attention: c_attn projects x to [q; k; v] of this module's heads, `attend` runs
+    attention per head, c_proj projects the heads back. This is the one attention of the package:
+    every parallel attention is this class with other parts plugged in — tensor parallelism's
+    column- and row-parallel linears (`parlab.tensor_parallel.layers`), uneven shards
+    (`parlab.heterogeneous.tp_layers`), ring attention as `attend` under context parallelism
+    (`parlab.context_parallel`), so the head split below is written once."""
+
+    attend = None  # plain causal `attention`; context parallelism sets ring attention per instance
+
+    def __init__(self, c_attn: nn.Module, c_proj: nn.Module, n_head: int, head_dim: int):
         super().__init__()
-        self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False)
-        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=False)
+        self.c_attn, self.c_proj = c_attn, c_proj
+        self.n_head, self.head_dim = n_head, head_dim  # the heads this module computes
+
+    @classmethod
+    def for_config(cls, cfg: GPTConfig) -> CausalSelfAttention:
+        return cls(nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False),
+                   nn.Linear(cfg.n_embd, cfg.n_embd, bias=False), cfg.n_head, cfg.head_dim)
 
     def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)  # 3 × (B, T, C)
-        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
-        y = attention(q, k, v)  # (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.c_proj(y)
+        q, k, v = split_qkv(self.c_attn(x))  # 3 × (B, T, nh·hs)
+        return self.c_proj(multi_head(q, k, v, self.head_dim, self.attend))  # (B, T, C)
+
+
+def split_qkv(qkv):
+    """[q; k; v] stacked on the last dimension (B, T, 3·W) -> q, k, v, each (B, T, W)."""
+    return qkv.split(qkv.size(-1) // 3, dim=-1)  # 3 × (B, T, W)
+
+
+def multi_head(q, k, v, head_dim: int, attend=None):
+    """q, k, v (B, T, nh·hs) -> `attend` (default: causal `attention`) on each of the nh heads ->
+    (B, T, nh·hs). The number of heads is read from the width, so a rank holding a share of the
+    heads (tensor parallelism, even or uneven) runs the same code."""
+    B, T, width = q.shape
+    heads = width // head_dim
+    q = q.view(B, T, heads, head_dim).transpose(1, 2)  # (B, nh, T, hs)
+    k = k.view(B, k.size(1), heads, head_dim).transpose(1, 2)  # (B, nh, Tk, hs)
+    v = v.view(B, v.size(1), heads, head_dim).transpose(1, 2)  # (B, nh, Tk, hs)
+    y = (attend or attention)(q, k, v)  # (B, nh, T, hs)
+    return y.transpose(1, 2).contiguous().view(B, T, width)  # (B, T, nh·hs)
 
 
 def attention(q, k, v, causal: bool = True):
@@ -95,22 +120,34 @@ def attention(q, k, v, causal: bool = True):
 
 
 class MLPBlock(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    """GeLU(x·A)·B: c_fc widens to the hidden width, c_proj projects back; like the attention,
+    the one MLP of the package, whose parts tensor parallelism replaces by sharded linears."""
+
+    def __init__(self, c_fc: nn.Module, c_proj: nn.Module):
         super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False)
-        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False)
+        self.c_fc, self.c_proj = c_fc, c_proj
+
+    @classmethod
+    def for_config(cls, cfg: GPTConfig) -> MLPBlock:
+        return cls(nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False),
+                   nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False))
 
     def forward(self, x):
         return self.c_proj(F.gelu(self.c_fc(x)))  # (B, T, C)
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    """Pre-LayerNorm block: x + attn(ln_1(x)), then + mlp(ln_2(x)); the parallel blocks are this
+    one with parallel parts."""
+
+    def __init__(self, ln_1: nn.Module, attn: nn.Module, ln_2: nn.Module, mlp: nn.Module):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = MLPBlock(cfg)
+        self.ln_1, self.attn, self.ln_2, self.mlp = ln_1, attn, ln_2, mlp
+
+    @classmethod
+    def for_config(cls, cfg: GPTConfig) -> Block:
+        return cls(nn.LayerNorm(cfg.n_embd), CausalSelfAttention.for_config(cfg),
+                   nn.LayerNorm(cfg.n_embd), MLPBlock.for_config(cfg))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))  # (B, T, C)
@@ -126,7 +163,7 @@ class GPT(nn.Module):
         self.config = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block.for_config(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():

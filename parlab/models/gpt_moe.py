@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.models.gpt import GPT, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
+from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
 
 _INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_experts", "top_k",
                "moe_every")
@@ -169,7 +169,7 @@ class MoE(nn.Module):
         self.router = Router(cfg)
         self.w_in = nn.Parameter(torch.empty(cfg.n_experts, cfg.n_embd, cfg.hidden))
         self.w_out = nn.Parameter(torch.empty(cfg.n_experts, cfg.hidden, cfg.n_embd))
-        self.shared = MLPBlock(cfg) if cfg.shared_expert else None
+        self.shared = MLPBlock.for_config(cfg) if cfg.shared_expert else None
         self.aux = None  # this forward's load-balancing loss (a scalar tensor) or None
         self.log: list[dict] = []  # per training forward: load, capacity, dropped, kept
 
@@ -218,17 +218,10 @@ class MoE(nn.Module):
                              "dropped": dropped, "kept": plan.kept().tolist()})
 
 
-class MoEBlock(nn.Module):
-    def __init__(self, cfg: GPTMoEConfig, moe: bool):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd)
-        self.mlp = MoE(cfg) if moe else MLPBlock(cfg)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))  # (B, T, C)
-        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+def moe_block(cfg: GPTMoEConfig, moe: bool) -> Block:
+    """The GPT's block (`parlab.models.gpt.Block`) whose MLP is an MoE when `moe`."""
+    return Block(nn.LayerNorm(cfg.n_embd), CausalSelfAttention.for_config(cfg),
+                 nn.LayerNorm(cfg.n_embd), MoE(cfg) if moe else MLPBlock.for_config(cfg))
 
 
 class GPTMoE(GPT):
@@ -243,7 +236,7 @@ class GPTMoE(GPT):
         self.config = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(MoEBlock(cfg, (i + 1) % cfg.moe_every == 0)
+        self.blocks = nn.ModuleList(moe_block(cfg, (i + 1) % cfg.moe_every == 0)
                                     for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         g = torch.Generator().manual_seed(seed)

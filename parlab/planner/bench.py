@@ -43,9 +43,9 @@ def check_scaling(model_config=None, clock: str = "A100", world_size: int = 4) -
     try:
         for name, (c, b) in cases.items():
             if clk is None:
-                fwd, bwd = profile._block_times(Block(c), b, c.block_size, c.n_embd, 9)
+                fwd, bwd = profile._block_times(Block.for_config(c), b, c.block_size, c.n_embd, 9)
             else:
-                fwd, bwd = _paced_block(clk, Block(c), b, c.block_size, c.n_embd)
+                fwd, bwd = _paced_block(clk, Block.for_config(c), b, c.block_size, c.n_embd)
             flops = profile.block_flops(b, c.block_size, c.n_embd)
             pred = prof.block_fwd(flops) + prof.block_bwd(flops)
             rows.append({"block": name, "flops": int(flops), "measured_ms": 1e3 * (fwd + bwd),

@@ -63,7 +63,7 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
     cfg = model_config
     T, C = cfg.block_size, cfg.n_embd
     torch.manual_seed(0)
-    block = Block(cfg)
+    block = Block.for_config(cfg)
     model = GPT(cfg, seed=0)
     small = max(1, rows // 4)
 

@@ -151,7 +151,7 @@ def measure(model_config, rows: int = 12, repeats: int = 9) -> Profile:
         torch.manual_seed(0)
         cfg = model_config
         T, C = cfg.block_size, cfg.n_embd
-        block = Block(cfg)
+        block = Block.for_config(cfg)
         small = max(1, rows // 4)
         f_small, b_small = _block_times(block, small, T, C, repeats)
         f_big, b_big = _block_times(block, rows, T, C, repeats)

@@ -18,13 +18,13 @@ names every factor a plan fails before any process starts.
 
 from __future__ import annotations
 
-import torch
-
 from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
+from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
+from parlab.models.mesh_gpt import MeshGPT
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
 from parlab.planner.compose_cost import nd_prediction
@@ -48,7 +48,7 @@ def validate(cfg) -> None:
     plan_of(cfg).validate(cfg.world_size, cfg.model_config, cfg.batch_size, n_experts)
 
 
-def sync_gradients(model: compose.MeshGPT) -> None:
+def sync_gradients(model: MeshGPT) -> None:
     """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
     over dp × cp — one flat bucket all-reduced (apply_dp), or ZeRO's reduce-scatter (apply_zero).
     Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own "grad-reduce-scatter")."""
@@ -63,20 +63,13 @@ def sync_gradients(model: compose.MeshGPT) -> None:
         return
     experts = {id(p) for p in compose.expert_parameters(model)}
     dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
-    _all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
+    all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
     if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
         sharded = compose.expert_parameters(model)
         if model.expert_comm is not None:
-            _all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
+            all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
         for p in sharded:
             p.grad.div_(model.dp)
-
-
-def _all_reduce_flat(comm, params, op: str, phase: str) -> None:
-    flat = torch.cat([p.grad.reshape(-1) for p in params])  # (Σ numel,) one bucket
-    comm.all_reduce(flat, op=op, phase=phase)  # (Σ numel,)
-    for p, part in zip(params, flat.split([p.numel() for p in params])):
-        p.grad.copy_(part.view_as(p))
 
 
 class ND(Strategy):
@@ -87,20 +80,12 @@ class ND(Strategy):
         cfg = ctx.cfg
         self.plan = plan = plan_of(cfg)
         self.mesh = mesh = compose.build_mesh(ctx.comm, plan)
-        model = compose.gpt_on_mesh(build_model(cfg))
-        model = compose.apply_tp(model, mesh)
-        model = compose.apply_cp(model, mesh)
-        model = compose.apply_ep(model, mesh, plan.ep)
-        model = compose.split_pp(model, mesh, plan.schedule, plan.microbatches)
         meter = ActivationMeter()
-        if plan.zero:
-            model = compose.apply_zero(model, mesh, plan.zero, meter)
-        else:
-            model = compose.apply_dp(model, mesh)
+        model = compose.parallelize(build_model(cfg), mesh, plan, meter)
         zero = model.zero
         params = zero.shards if zero is not None else list(model.parameters())
         meter.exclude(list(model.parameters()) + (zero.shards if zero is not None else []))
-        self.coords = {name: compose.coord(mesh, name) for name in ("pp", "dp", "cp", "tp")}
+        self.coords = {name: mesh.coord(name) for name in ("pp", "dp", "cp", "tp")}
         self.coords["ep"] = self.coords["dp"] % plan.ep  # ep borrows its ranks from dp
         self.replicas = plan.dp * plan.cp  # ranks averaging one parameter slice's gradients
         parts = model.pipeline

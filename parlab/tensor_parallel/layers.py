@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.models.gpt import attention, maybe_checkpoint
+from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock, maybe_checkpoint
 from parlab.tensor_parallel.async_ops import RingGatherMatmul
 from parlab.tensor_parallel.ops import (
     CopyToTensorParallel,
@@ -116,56 +116,39 @@ class RowParallelLinear(nn.Module):
         return ReduceFromTensorParallel.apply(partial, self.comm)  # (B, T, out)
 
 
-class ParallelAttention(nn.Module):
-    """Causal self-attention with this rank's nh/tp heads: column-parallel q, k, v, local
-    attention, row-parallel output projection."""
+class ParallelAttention(CausalSelfAttention):
+    """Causal self-attention with this rank's nh/tp heads: the GPT's own attention
+    (`parlab.models.gpt.CausalSelfAttention`, which reads the head count from the width) with
+    column-parallel q, k, v and a row-parallel output projection plugged in."""
 
     def __init__(self, attn, comm, rank: int, tp: int, sequence_parallel=False, regather=True):
-        super().__init__()
-        self.local_heads, self.head_dim = attn.n_head // tp, attn.head_dim
-        self.c_attn = ColumnParallelLinear(shard_weight(attn.c_attn.weight.detach(), 0, rank, tp, 3),
-                                           comm, sequence_parallel, regather)
-        self.c_proj = RowParallelLinear(shard_weight(attn.c_proj.weight.detach(), 1, rank, tp),
-                                        comm, sequence_parallel)
-
-    def forward(self, x):
-        qkv = self.c_attn(x)  # (B, T, 3C/tp): [q; k; v] of this rank's heads
-        B, T, width = qkv.shape
-        q, k, v = qkv.split(width // 3, dim=2)  # 3 × (B, T, C/tp)
-        q = q.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        k = k.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        v = v.view(B, T, self.local_heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        y = attention(q, k, v)  # (B, nh/tp, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, width // 3)  # (B, T, C/tp)
-        return self.c_proj(y)  # (B, T, C), or (B, T/tp, C) with SP
+        c_attn = ColumnParallelLinear(shard_weight(attn.c_attn.weight.detach(), 0, rank, tp, 3),
+                                      comm, sequence_parallel, regather)  # (3C/tp, C)
+        c_proj = RowParallelLinear(shard_weight(attn.c_proj.weight.detach(), 1, rank, tp),
+                                   comm, sequence_parallel)  # (C, C/tp)
+        super().__init__(c_attn, c_proj, attn.n_head // tp, attn.head_dim)
 
 
-class ParallelMLP(nn.Module):
-    """GeLU(x·A)·B with A column-parallel (4C/tp columns here) and B row-parallel."""
+class ParallelMLP(MLPBlock):
+    """GeLU(x·A)·B with A column-parallel (4C/tp columns here) and B row-parallel: the GPT's MLP
+    with sharded linears plugged in."""
 
     def __init__(self, mlp, comm, rank: int, tp: int, sequence_parallel=False, regather=True):
-        super().__init__()
-        self.c_fc = ColumnParallelLinear(shard_weight(mlp.c_fc.weight.detach(), 0, rank, tp),
-                                         comm, sequence_parallel, regather)
-        self.c_proj = RowParallelLinear(shard_weight(mlp.c_proj.weight.detach(), 1, rank, tp),
-                                        comm, sequence_parallel)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))  # (B, T, C), or (B, T/tp, C) with SP
+        super().__init__(ColumnParallelLinear(shard_weight(mlp.c_fc.weight.detach(), 0, rank, tp),
+                                              comm, sequence_parallel, regather),  # (4C/tp, C)
+                         RowParallelLinear(shard_weight(mlp.c_proj.weight.detach(), 1, rank, tp),
+                                           comm, sequence_parallel))  # (C, 4C/tp)
 
 
-class ParallelBlock(nn.Module):
-    """Pre-LayerNorm block; the LayerNorms are replicated (on the sequence shard with SP)."""
+class ParallelBlock(Block):
+    """The GPT's pre-LayerNorm block with parallel attention and MLP; the LayerNorms are
+    replicated (and see only the sequence shard with SP)."""
 
     def __init__(self, block, comm, rank, tp, sequence_parallel=False, regather=True):
-        super().__init__()
-        self.ln_1, self.ln_2 = _copy(block.ln_1), _copy(block.ln_2)
-        self.attn = ParallelAttention(block.attn, comm, rank, tp, sequence_parallel, regather)
-        self.mlp = ParallelMLP(block.mlp, comm, rank, tp, sequence_parallel, regather)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))  # (B, T, C) or (B, T/tp, C)
-        return x + self.mlp(self.ln_2(x))  # (B, T, C) or (B, T/tp, C)
+        super().__init__(_copy(block.ln_1),
+                         ParallelAttention(block.attn, comm, rank, tp, sequence_parallel, regather),
+                         _copy(block.ln_2),
+                         ParallelMLP(block.mlp, comm, rank, tp, sequence_parallel, regather))
 
 
 def _copy(module: nn.Module) -> nn.Module:
@@ -213,18 +196,35 @@ class TensorParallelGPT(nn.Module):
     def loss(self, idx, targets):
         B, T = idx.shape
         mine = self.local_positions(T)
-        positions = torch.arange(mine.start, mine.stop)  # (T/tp,) with SP, else (T,)
-        tokens = idx[:, mine].clone()  # (B, T/tp): a copy, so backward keeps only these ids
-        x = self.wte(tokens) + self.wpe(positions)  # (B, T/tp, C) or (B, T, C)
-        for block in self.blocks:  # checkpointed blocks redo their forward comm in backward
-            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T[/tp], C)
+        x = shard_hidden(self, idx, mine)  # (B, T/tp, C) with SP, else (B, T, C)
         if self.vocab_parallel:
             h = CopyToTensorParallel.apply(self.ln_f(x), self.comm)  # (B, T, C) f before the head
             logits = (h @ self.wte.weight.t()).float()  # (B, T, V/tp) this rank's words, fp32 loss
             losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), self.comm,
                                                      self.vocab_start)  # (B, T)
             return losses.sum() / (B * T)
-        logits = (self.ln_f(x) @ self.wte.weight.t()).float()  # (B, T/tp, vocab) tied head, fp32
-        losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                 targets[:, mine].reshape(-1).clone(), reduction="sum")
-        return losses / (B * T)  # this rank's share of the mean over all B·T tokens
+        return shard_loss(self, x, targets, mine)  # this rank's share of the mean over B·T
+
+
+def shard_hidden(model, idx, positions: slice):
+    """Embed the tokens at `positions` (a rank's sequence shard, or all of them) and run the
+    blocks: idx (B, T) -> (B, t, C). The embedding looks up a copy of the shard's ids, so its
+    backward keeps only these. Shared by every sequence-sharded tensor-parallel GPT (even,
+    uneven in `parlab.heterogeneous.tp_layers`, PyTorch's in `torch_tp`)."""
+    tokens = idx[:, positions].clone()  # (B, t)
+    x = model.wte(tokens) + model.wpe(torch.arange(positions.start, positions.stop))  # (B, t, C)
+    for block in model.blocks:  # checkpointed blocks redo their forward comm in backward
+        x = maybe_checkpoint(block, model.activation_checkpointing, x)  # (B, t, C)
+    return x
+
+
+def shard_loss(model, x, targets, positions: slice, fp32_logits: bool = True):
+    """The tied head and the *summed* cross-entropy of the shard's tokens, divided by all B·T
+    tokens: the ranks' losses add up to the mean loss of the single process."""
+    B, T = targets.shape
+    logits = model.ln_f(x) @ model.wte.weight.t()  # (B, t, vocab) tied head
+    if fp32_logits:
+        logits = logits.float()  # the loss in fp32 also in mixed precision, as the reference
+    losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                             targets[:, positions].reshape(-1).clone(), reduction="sum")
+    return losses / (B * T)

@@ -23,11 +23,10 @@ tests check.
 
 from __future__ import annotations
 
-import torch
-
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.core.precision import PRECISIONS
+from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.tensor_parallel.async_ops import apply_async_tp
@@ -141,10 +140,7 @@ class TensorParallel(Strategy):
         ctx, mesh = self.ctx, self.mesh
         if self.sequence_parallel and mesh.size("tp") > 1:
             with ctx.ledger.label(phase="sp-grad-sync"):  # each rank saw T/tp of the tokens
-                flat = torch.cat([p.grad.reshape(-1) for p in self.replicated])  # (Σ numel,)
-                mesh["tp"].all_reduce(flat)  # (Σ numel,) summed over tp
-                for p, part in zip(self.replicated, flat.split([p.numel() for p in self.replicated])):
-                    p.grad.copy_(part.view_as(p))
+                all_reduce_flat(mesh["tp"], self.replicated)  # (Σ numel,) summed over tp
         if mesh.size("dp") > 1:
             with ctx.ledger.label(phase="dp-grad-sync"):
                 for p in self.model.parameters():

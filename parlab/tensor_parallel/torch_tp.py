@@ -27,7 +27,6 @@ import time
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from parlab.core.checks import Bool
@@ -35,7 +34,8 @@ from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.mesh import Mesh
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.gpt import attention, maybe_checkpoint
+from parlab.models.gpt import multi_head
+from parlab.tensor_parallel.layers import shard_hidden, shard_loss
 from parlab.tensor_parallel.schemes import TP, check_fits, resolve_tp
 
 
@@ -55,12 +55,7 @@ class TorchTPAttention(nn.Module):
 
     def forward(self, x):
         q, k, v = self.q(x), self.k(x), self.v(x)  # 3 × (B, T, C/tp) local shards
-        B, T, width = q.shape
-        heads = width // self.head_dim
-        q = q.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        k = k.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        v = v.view(B, T, heads, self.head_dim).transpose(1, 2)  # (B, nh/tp, T, hs)
-        y = attention(q, k, v).transpose(1, 2).contiguous().view(B, T, width)  # (B, T, C/tp)
+        y = multi_head(q, k, v, self.head_dim)  # (B, T, C/tp): the heads whose q this rank holds
         return self.c_proj(y)  # (B, T, C) or (B, T/tp, C) with SP: DTensor did the comm
 
 
@@ -78,16 +73,10 @@ class TorchTPGPT(nn.Module):
         self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
 
     def loss(self, idx, targets):
-        B, T = idx.shape
-        width = T // self.sequence_parts
+        width = idx.size(1) // self.sequence_parts
         mine = slice(self.sequence_rank * width, (self.sequence_rank + 1) * width)
-        x = self.wte(idx[:, mine].clone()) + self.wpe(torch.arange(mine.start, mine.stop))  # (B, T/sp, C)
-        for block in self.blocks:
-            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T/sp, C)
-        logits = self.ln_f(x) @ self.wte.weight.t()  # (B, T/sp, vocab)
-        losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                                 targets[:, mine].reshape(-1).clone(), reduction="sum")
-        return losses / (B * T)
+        x = shard_hidden(self, idx, mine)  # (B, T/sp, C)
+        return shard_loss(self, x, targets, mine, fp32_logits=False)  # this rank's share of the mean
 
 
 class DTensorCollectivesInLedger(TorchDispatchMode):

@@ -1,0 +1,52 @@
+"""`apply_ep(model, mesh, ep)`: expert parallelism as one step of a composed plan.
+
+GShard (Lepikhin et al. 2020) borrowing its ranks from dp: dp coordinate d is ep rank d mod ep of
+ep group ⌊d/ep⌋ (DeepSpeed-MoE's layout, Rajbhandari et al. ICML 2022). Every MoE keeps E/ep
+experts and dispatches rows by all-to-all within its ep group (this chapter's
+`parlab.expert_parallel.layer`); the routing counts are all-gathered over the dp group, so
+capacity and dropping follow the single process's global rule.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch.nn as nn
+
+from parlab.core.mesh import Mesh
+from parlab.expert_parallel.layer import AllToAllMoE, ShardedMoE
+from parlab.models.gpt_moe import MoE
+from parlab.models.mesh_gpt import MeshGPT
+
+
+def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
+    """Every MoE layer over ep ⊂ dp. Nothing to do without MoE layers or with one dp rank. The
+    tp ranks hold the experts whole (the same routing, the same rows)."""
+    moes = [b for b in model.blocks if isinstance(b.mlp, MoE)]
+    dp = mesh.degree("dp")
+    if not moes or dp == 1:
+        return model
+    data = mesh.group_over(("dp",), "moe-counts")  # every rank whose tokens share the capacity
+
+    def rest(c):
+        return tuple(v for n, v in c.items() if n != "dp")
+
+    if ep > 1:  # ep groups: dp coordinates ⌊d/ep⌋·ep ... ; replicas: the same d mod ep
+        ep_comm = mesh.world.split(mesh.groups_by(lambda r, c: rest(c) + (c["dp"] // ep,)), "ep")
+        if dp > ep:
+            model.expert_comm = mesh.world.split(
+                mesh.groups_by(lambda r, c: rest(c) + (c["dp"] % ep,)), "expert-replicas")
+    else:  # experts whole here: only the counts travel
+        ep_comm = SimpleNamespace(size=1, rank=0, ranks=[mesh.world.global_rank(mesh.world.rank)])
+    for block in moes:
+        layer = (AllToAllMoE if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
+        layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
+        block.mlp = layer
+    model.dp = dp
+    return model
+
+
+def expert_parameters(model: nn.Module) -> list:
+    """The expert weights sharded over ep (apply_ep with ep > 1), whose gradients sum over ep."""
+    return [p for b in model.blocks if isinstance(getattr(b, "mlp", None), AllToAllMoE)
+            for p in (b.mlp.w_in, b.mlp.w_out)]

@@ -1,0 +1,84 @@
+"""The tiny GPT open to every parallel dimension: what each chapter's `apply_*` takes and returns.
+
+torchtitan's `parallelize_llama` style: one reference model, then explicit functions applied in a
+fixed order, each taking the mesh and returning the model (`parlab.planner.compose.parallelize`
+orders them). `gpt_on_mesh` adopts the reference GPT's own modules (no copy, same parameter
+names); each dimension then replaces what it parallelises:
+
+    tensor parallelism (ch. 03)   block.attn / block.mlp parts: column- and row-parallel linears
+    context parallelism (ch. 06)  `positions` (this rank's tokens) and every `attn.attend` (ring)
+    expert parallelism (ch. 07)   the MoE MLPs, and `expert_comm`, `dp`
+    pipeline (ch. 04)             `pipeline`: this rank's stage, its schedule, its comms
+    data parallelism / ZeRO       `data_comm` (the dp × cp group), `zero` (ch. 01, 02)
+
+The loss is the mean cross-entropy of this rank's own tokens; `parlab.planner.compose` says why
+averaging it over the dp × cp ranks makes every plan exact.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from parlab.models.gpt import Block, CausalSelfAttention, maybe_checkpoint
+from parlab.models.gpt_moe import MoE
+
+
+class MeshBlock(Block):
+    """The reference's pre-LayerNorm block (its own modules), recomputed in backward when
+    `checkpoint` (the recomputation redoes its tp and cp communication too)."""
+
+    def __init__(self, block, checkpoint: bool):
+        a = block.attn  # a fresh attention over the same linears: apply_cp sets its `attend`
+        super().__init__(block.ln_1, CausalSelfAttention(a.c_attn, a.c_proj, a.n_head, a.head_dim),
+                         block.ln_2, block.mlp)
+        self.checkpoint = checkpoint
+
+    def forward(self, x):
+        return maybe_checkpoint(super().forward, self.checkpoint, x)  # (B, T/cp, C)
+
+
+class MeshGPT(nn.Module):
+    """The tiny GPT with the reference's modules and parameter names, open to every dimension:
+    `positions` are the sequence positions of the tokens this rank holds (all of them until
+    `apply_cp`); `embed` and `head` are what pipeline stages call."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.config = model.config
+        self.wte, self.wpe, self.ln_f = model.wte, model.wpe, model.ln_f
+        checkpoint = getattr(model, "activation_checkpointing", False)
+        self.blocks = nn.ModuleList(MeshBlock(b, checkpoint) for b in model.blocks)
+        self.positions = torch.arange(model.config.block_size)  # (T,) until apply_cp
+        self.pipeline = None  # split_pp's PipelineParts
+        self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
+        self.zero = None  # apply_zero's ZeroEngine
+        self.expert_comm = None  # apply_ep: the ranks holding the same experts (dp / ep of them)
+        self.dp = 1  # apply_ep: the dp degree its expert gradients are divided by
+
+    def embed(self, idx):
+        return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions
+
+    def head(self, x):
+        return self.ln_f(x) @ self.wte.weight.t()  # (B, T/cp, vocab), tied to the embedding
+
+    def forward(self, idx):
+        x = self.embed(idx)  # (B, T/cp, C)
+        for block in self.blocks:
+            x = block(x)  # (B, T/cp, C)
+        return self.head(x)  # (B, T/cp, vocab)
+
+    def loss(self, idx, targets):
+        """Mean cross-entropy of this rank's tokens (its share: / (dp·cp), see the module doc)."""
+        logits = self(idx)  # (B, T/cp, vocab)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        for block in self.blocks:  # mixture-of-experts: + the load-balancing terms (gpt-moe)
+            if isinstance(block.mlp, MoE) and block.mlp.aux is not None:
+                loss = loss + block.mlp.aux
+        return loss
+
+
+def gpt_on_mesh(model) -> MeshGPT:
+    """The reference GPT's modules (no copy) in a MeshGPT: what the apply_* functions take."""
+    return MeshGPT(model)
