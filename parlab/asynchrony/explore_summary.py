@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from parlab.asynchrony import explore as ex
-from parlab.asynchrony import explore_dualbatch as exd
+from parlab.asynchrony import explore_dualbatch as ex_dualbatch
 from parlab.asynchrony.explore_jacobi import jacobi_speedups
 
 
@@ -49,8 +49,8 @@ def summary(runs: dict, jruns: dict, dual: dict, tol: float = 1e-6) -> dict:
     alone = rows["dual-batch"]["seconds_to_target"] / rows["one batch size"]["seconds_to_target"] - 1
     print(f"dual-batch ({dual.get('clock', 'this CPU, raw')}): time to a common held-out loss {change:+.1%} "
           f"for the hybrid, {alone:+.1%} for dual-batch alone, vs one batch size (the paper: "
-          f"{exd.CLAIM:+.1%}, ResNet-18 on CIFAR-100)")
-    verdict = "agrees with the paper's direction" if change <= exd.CLAIM / 2 else \
+          f"{ex_dualbatch.CLAIM:+.1%}, ResNet-18 on CIFAR-100)")
+    verdict = "agrees with the paper's direction" if change <= ex_dualbatch.CLAIM / 2 else \
         "does NOT reproduce it: see the diagnosis under the dual-batch table"
     print(f"  verdict: {verdict}")
     return {"asp_speedup": asp, "ssp_speedup": ssp, "jacobi": {k: v["speedup"] for k, v in speed.items()},

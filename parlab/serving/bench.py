@@ -19,7 +19,7 @@ import argparse
 
 from parlab.serving import cost, edge, grouped, masks
 from parlab.serving import explore as ex
-from parlab.serving import explore_edge as ee
+from parlab.serving import explore_edge as ex_edge
 from parlab.serving.schedules import SCHEDULES
 from parlab.serving.sharing import run_jobs
 
@@ -42,31 +42,31 @@ def bench_jobs(world_size: int, link: str, steps: int, repeats: int, clock: str 
 
 
 def bench_edge(world_size: int, learn_steps: int, tune_steps: int, densities) -> None:
-    (x, y), (xt, yt) = ee.data()
+    (x, y), (xt, yt) = ex_edge.data()
     print(f"\n== edge split over N={world_size}: bytes per image (all devices) and test accuracy")
-    for lasso in (0.0, ee.LASSO):
-        net = masks.learn(x, y, ee.CONFIG, steps=learn_steps, lasso=lasso)
-        dense_net = masks.finetune(net, x, y, grouped.full_masks(ee.CONFIG), steps=tune_steps, lr=3e-3)
+    for lasso in (0.0, ex_edge.LASSO):
+        net = masks.learn(x, y, ex_edge.CONFIG, steps=learn_steps, lasso=lasso)
+        dense_net = masks.finetune(net, x, y, grouped.full_masks(ex_edge.CONFIG), steps=tune_steps, lr=3e-3)
         dense_acc = grouped.accuracy(dense_net, xt, yt)
-        dense_bytes = sum(sum(p.values()) for p in cost.edge_bytes(ee.CONFIG, dense_net.masks,
+        dense_bytes = sum(sum(p.values()) for p in cost.edge_bytes(ex_edge.CONFIG, dense_net.masks,
                                                                    world_size, 1))
         print(f"trained {'with group lasso ' + str(lasso) if lasso else 'plainly'}: all features "
               f"{dense_bytes:,} B, accuracy {dense_acc:.1%}")
         for density in densities:
             tuned = masks.finetune(net, x, y, masks.search(net, x[:256], density), steps=tune_steps,
                                    lr=3e-3)
-            sent = sum(sum(p.values()) for p in cost.edge_bytes(ee.CONFIG, tuned.masks, world_size, 1))
+            sent = sum(sum(p.values()) for p in cost.edge_bytes(ex_edge.CONFIG, tuned.masks, world_size, 1))
             acc = grouped.accuracy(tuned, xt, yt)
             print(f"  density {density:<5} {sent:>7,} B  {1 - sent / dense_bytes:>5.0%} fewer  "
                   f"accuracy {acc:.1%}  ({100 * (dense_acc - acc):+.1f} points lost)")
     print(f"\n== latency per request of 128 images, N={world_size} vs one device")
-    net = ee.tuned(1.0)
+    net = ex_edge.tuned(1.0)
     alone = edge.run_edge(net, xt[:128], 1, repeats=5).latency
     for density in (1.0, 0.05):
         for name, link in edge.EDGE_LINKS.items():
             if name == "Bluetooth" and density == 1.0:
                 continue  # ~2.6 s a request
-            t = edge.run_edge(ee.tuned(density), xt[:128], world_size, link=link, repeats=3).latency
+            t = edge.run_edge(ex_edge.tuned(density), xt[:128], world_size, link=link, repeats=3).latency
             print(f"  density {density:<4} {name:<9} {t * 1e3:8.1f} ms  ({t / alone:.2f}× one device,"
                   f" {alone * 1e3:.1f} ms)")
 
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
                         'or "wall" (this CPU, raw)')
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--learn-steps", type=int, default=ee.LEARN_STEPS)
-    parser.add_argument("--tune-steps", type=int, default=ee.TUNE_STEPS)
+    parser.add_argument("--learn-steps", type=int, default=ex_edge.LEARN_STEPS)
+    parser.add_argument("--tune-steps", type=int, default=ex_edge.TUNE_STEPS)
     parser.add_argument("--densities", type=float, nargs="+", default=[0.2, 0.1, 0.05, 0.0])
     parser.add_argument("--skip-edge", action="store_true")
     args = parser.parse_args(argv)
