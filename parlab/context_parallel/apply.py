@@ -1,10 +1,17 @@
-"""`apply_cp(model, mesh)`: context parallelism as one step of a composed plan.
+"""`apply_cp(model, mesh)`: context parallelism — this rank's tokens, attention that reaches the rest.
 
-Liu et al., "Ring Attention with Blockwise Transformers" (ICLR 2024), with the zigzag layout of
-Llama 3 (Dubey et al. 2024, §3.3.2): this rank keeps the chunks r and 2cp−1−r of the sequence
-(balanced causal work) and every attention layer reaches the other chunks by ring attention
-(K/V round the ring forward, dK/dV back) — this chapter's `ring_attention`, plugged into the
-GPT's one attention as its `attend`.
+Every method plugs an attention into the GPT's one attention (`CausalSelfAttention.attend`) and
+gives the model this rank's token positions; the chapter's own `cp-*` schemes and the planner's
+composed plans (`parlab.planner.compose`) both call `apply_cp`:
+
+- ring (Liu et al., "Ring Attention with Blockwise Transformers", ICLR 2024): K/V blocks travel
+  round the ring in forward, dK/dV back in backward (`ring_attention`); `recompute` keeps no
+  remote block and fetches them again in backward (`ring_recompute`);
+- Ulysses (Jacobs et al., "DeepSpeed Ulysses", 2023): all-to-all from sequence shards to head
+  shards and back (`ulysses`).
+
+Layouts (`ring_attention.LAYOUTS`): contiguous chunks, or zigzag — chunks r and 2cp−1−r, which
+balances the causal work (Llama 3, Dubey et al. 2024, §3.3.2); the planner uses ring + zigzag.
 """
 
 from __future__ import annotations
@@ -12,19 +19,39 @@ from __future__ import annotations
 from functools import partial
 
 from parlab.context_parallel import ring_attention as ring
+from parlab.context_parallel.ring_recompute import ring_attention_recompute
+from parlab.context_parallel.ulysses import ulysses_attention
 from parlab.core.mesh import Mesh
 from parlab.models.mesh_gpt import MeshGPT
 
+METHODS = ("ring", "ulysses")
 
-def apply_cp(model: MeshGPT, mesh: Mesh) -> MeshGPT:
-    """This rank's zigzag tokens and ring attention over mesh["cp"]; nothing without cp."""
-    cp = mesh.degree("cp")
-    if cp == 1:
+
+def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None,
+                   recompute: bool = False):
+    """attention(q, k, v) for this rank's tokens over `comm`, and every rank's token positions."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {METHODS}")
+    positions = ring.all_positions(layout, comm.size, seq_len)
+    if method == "ring" and recompute:
+        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
+    elif method == "ring":
+        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work)
+    else:
+        fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
+    return fn, positions
+
+
+def apply_cp(model: MeshGPT, mesh: Mesh, method: str = "ring", layout: str = "zigzag",
+             recompute: bool = False, work: list | None = None) -> MeshGPT:
+    """This rank's tokens (`model.positions`) and `method`'s attention in every block, over
+    mesh["cp"]; nothing to do when the mesh has no cp dimension. `work` collects ring
+    attention's per-step work, for the chapter's balance plots."""
+    if mesh.degree("cp") == 1:
         return model
-    T, rank = model.config.block_size, mesh.coord("cp")
-    positions = ring.all_positions("zigzag", cp, T)  # every rank's token positions
-    model.positions = positions[rank]  # (T/cp,)
+    attend, positions = make_attention(method, mesh["cp"], layout, model.config.block_size,
+                                       work, recompute)
+    model.positions = positions[mesh.coord("cp")]  # (T/cp,)
     for block in model.blocks:
-        block.attn.attend = partial(ring.ring_attention, comm=mesh["cp"], positions=positions,
-                                    causal=True)
+        block.attn.attend = attend
     return model

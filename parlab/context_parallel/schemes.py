@@ -10,7 +10,8 @@ attention is per token, so each rank runs embeddings (at its tokens' *true* posi
 norms, MLPs and the head on its own tokens; attention reaches the other ranks' tokens through
 `ring_attention` (K/V round the ring; `recompute=True`: `ring_attention_recompute`, which saves
 O(T/cp) for backward and sends K/V round again) or `ulysses_attention` (all-to-all to a head
-split).
+split). The model is the one every composed plan uses: `apply_cp` (`parlab.context_parallel.apply`)
+on the GPT of `parlab.models.mesh_gpt`.
 Each rank's loss is its tokens' summed cross-entropy / the global token count, so the ranks'
 losses add up to the global mean, and their parameter gradients add up to its gradient: one
 sum all-reduce of the gradients over all dp × cp ranks, and every replica takes the same step as
@@ -21,16 +22,13 @@ from __future__ import annotations
 
 from functools import partial
 
-import torch.nn.functional as F
-
 from parlab.context_parallel import ring_attention as ring
-from parlab.context_parallel.ring_recompute import ring_attention_recompute
-from parlab.context_parallel.ulysses import ulysses_attention
+from parlab.context_parallel.apply import apply_cp
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.gpt import multi_head, split_qkv
+from parlab.models.mesh_gpt import gpt_on_mesh
 
 # ----------------------------------------------------------------------------- validation
 CP = Int(None, min=1, none=True)  # None: the largest degree that fits
@@ -73,37 +71,6 @@ def _validate(cfg, method: str):
         raise ValueError(problem)
 
 
-# ----------------------------------------------------------------------------- the sharded GPT
-def cp_self_attention(attn, x, attention):
-    """The GPT's attention layer on this rank's tokens; `attention` reaches the others'."""
-    q, k, v = split_qkv(attn.c_attn(x))  # 3 × (B, T/cp, C)
-    return attn.c_proj(multi_head(q, k, v, attn.head_dim, attention))  # (B, T/cp, C)
-
-
-def cp_loss_sum(model, idx, targets, positions, attention):
-    """Summed cross-entropy of this rank's tokens idx (B, T/cp) at `positions` (T/cp,)."""
-    x = model.wte(idx) + model.wpe(positions)  # (B, T/cp, C): the tokens' true positions
-    for block in model.blocks:
-        x = x + cp_self_attention(block.attn, block.ln_1(x), attention)  # (B, T/cp, C)
-        x = x + block.mlp(block.ln_2(x))  # (B, T/cp, C)
-    logits = model.head(x)  # (B, T/cp, vocab)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1),
-                           reduction="sum")
-
-
-def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None,
-                   recompute: bool = False):
-    """attention(q, k, v) for this rank's tokens, and every rank's token positions."""
-    positions = ring.all_positions(layout, comm.size, seq_len)
-    if method == "ring" and recompute:
-        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
-    elif method == "ring":
-        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work)
-    else:
-        fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
-    return fn, positions
-
-
 class ContextParallel(Strategy):
     """This rank's T/cp tokens of its dp rows; attention reaches the other tokens through ring
     or Ulysses; one sum all-reduce of the gradients over all dp × cp ranks."""
@@ -113,12 +80,11 @@ class ContextParallel(Strategy):
         self.dims = degrees(cfg, method)
         self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("cp", self.dims["cp"])])
         self.work: list = []
-        self.attention, positions = make_attention(
-            method, self.mesh["cp"], cfg.options.get("layout", "contiguous"),
-            cfg.model_config.block_size, self.work, cfg.options.get("recompute", False))
-        self.mine = positions[self.mesh.coords["cp"]]  # (T/cp,)
+        model = apply_cp(gpt_on_mesh(build_model(cfg)), self.mesh, method,
+                         cfg.options.get("layout", "contiguous"), cfg.options.get("recompute", False),
+                         self.work)
+        self.mine = model.positions  # (T/cp,) this rank's tokens
         self.tokens = cfg.batch_size * cfg.model_config.block_size  # global tokens of one step
-        model = build_model(cfg)
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
                          shard=self.mesh.coords["dp"], shards=self.dims["dp"],
                          holds_state=ctx.rank == 0)
@@ -130,7 +96,7 @@ class ContextParallel(Strategy):
     def forward_backward(self, step: int, batch) -> float:
         x, y = batch
         with self.ctx.span("forward", step=step), self.meter:
-            loss = cp_loss_sum(self.model, x, y, self.mine, self.attention) / self.tokens
+            loss = self.model.loss(x, y) * (x.numel() / self.tokens)  # Σ of its tokens' / B·T
         with self.ctx.span("backward", step=step), self.meter:
             loss.backward()
         return loss.item()  # already this rank's share of the global mean
