@@ -7,9 +7,9 @@ import torch
 
 import parlab
 from parlab.context_parallel import ring_attention as ring
-from parlab.context_parallel.ring_recompute import ring_recompute_bytes
+from parlab.context_parallel.cost import ring_recompute_bytes, ulysses_bytes
+from parlab.context_parallel import cost as cp_cost
 from parlab.context_parallel.schemes import degrees
-from parlab.context_parallel.ulysses import ulysses_bytes
 from parlab.core import cost
 from parlab.core.launch import launch
 from parlab.engine.runner import make_config
@@ -54,7 +54,7 @@ def test_merge_weighs_an_empty_block_by_zero():
 
 @pytest.mark.parametrize("cp", [2, 3, 4])
 def test_zigzag_balances_causal_work_and_contiguous_does_not(cp):
-    zigzag, contiguous = ring.causal_work("zigzag", cp), ring.causal_work("contiguous", cp)
+    zigzag, contiguous = cp_cost.causal_work("zigzag", cp), cp_cost.causal_work("contiguous", cp)
     assert len({sum(row) for row in zigzag}) == 1  # every rank the same work
     assert [sum(row) for row in contiguous] == [3 + 4 * r for r in range(cp)]  # rank r: 3 + 4r
     assert sum(map(sum, zigzag)) == sum(map(sum, contiguous)) == cp * (2 * cp + 1)
@@ -120,7 +120,7 @@ def test_ring_ledger_is_the_closed_form(runs, world_size, cp):
     result = runs("cp-ring", world_size, cp=cp)
     g = result.config.model_config
     dp = world_size // cp
-    expect = ring.ring_bytes(result.config.batch_size // dp, g.n_head, g.block_size, g.head_dim, cp,
+    expect = cp_cost.ring_bytes(result.config.batch_size // dp, g.n_head, g.block_size, g.head_dim, cp,
                              g.n_layer)
     for phase in ("cp-forward", "cp-backward"):
         assert result.bytes_per_rank(phase=phase, op="send") == [STEPS * expect[phase]] * world_size
@@ -163,7 +163,7 @@ def test_ulysses_ledger_is_the_closed_form(runs, world_size, cp):
 def test_measured_ring_work_is_the_closed_form(runs):
     for layout in ("zigzag", "contiguous"):
         result = runs("cp-ring", 4, cp=4, layout=layout)
-        assert [out.extras["work"] for out in result.outputs] == ring.causal_work(layout, 4)
+        assert [out.extras["work"] for out in result.outputs] == cp_cost.causal_work(layout, 4)
 
 
 def test_activation_memory_per_rank_shrinks_with_cp(runs):

@@ -4,13 +4,8 @@ bytes; both ledgers match their closed forms; bad configurations fail before lau
 
 import pytest
 
-from parlab.context_parallel.latent_parallel import (
-    lp_bytes,
-    lp_compute_fraction,
-    relative_error,
-    serve,
-    sp_bytes,
-)
+from parlab.context_parallel.cost import lp_bytes, lp_compute_fraction, sp_bytes
+from parlab.context_parallel.latent_parallel import relative_error, serve
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 
 CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)

@@ -13,7 +13,7 @@ import pytest
 import parlab
 from parlab.engine.runner import make_config
 from parlab.models import GPTConfig
-from parlab.planner.compose_cost import by_dimension, nd_closed_form_bytes, nd_prediction, nd_routing_bytes
+from parlab.planner.cost import by_dimension, nd_closed_form_bytes, nd_prediction, nd_routing_bytes
 from parlab.planner.plan import Plan, enumerate_plans
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}  # pp=4, cp=4 (2·cp | T) fit

@@ -13,7 +13,7 @@ import pytest
 
 import parlab
 from parlab.planner import bench, costmodel, explore, paced, search
-from parlab.planner.compose_cost import nd_closed_form_bytes
+from parlab.planner.cost import nd_closed_form_bytes
 from parlab.planner.plan import Plan
 
 KINDS = ("params", "grads", "optimizer", "activations")

@@ -14,6 +14,11 @@ A message of P bytes all-gathered over N ranks (ring) costs each rank (N-1)·P s
                then three — the tensors `_should_compress` rejects whole, Σ n·r, Σ m·r
                (r = min(n, m, rank); compress iff (n + m)·r·min_compression_rate < n·m)
 
+Each scheme registers its closed form as its `cost=` (`register(..., cost=TOPK)`): a
+`CompressionCost` whose `step_bytes` is the formula above, so `bytes_per_step(scheme, ...)` looks
+the scheme up in the registry instead of branching on its name, and a new compressor is one more
+`Gathered(...)` beside its registration.
+
 The all-gather grows with N while the all-reduce does not: top-k's ratio to DDP is
 2/N·Ψ·4 / P per rank per step — sparsification pays most on few ranks (the survey's caveat,
 Ouyang et al. 2020).
@@ -30,27 +35,101 @@ from parlab.core import cost
 from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 
-GATHERED = ("topk", "randomk", "qsgd", "signsgd")
 FLOAT_BYTES = 4
+
+
+class CompressionCost:
+    """A scheme's closed form (`register(..., cost=)`): `step_bytes`, what rank `sender` sends in
+    `step` of `steps`, by op; called with a configuration, the run's `Prediction`."""
+
+    def step_bytes(self, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
+                   **options) -> dict[str, int]:
+        raise NotImplementedError
+
+    def __call__(self, cfg) -> Prediction:
+        shapes = [tuple(p.shape) for p in build_model(cfg).parameters()]
+        return Prediction([sum(sum(self.step_bytes(shapes, cfg.world_size, rank, s, cfg.steps,
+                                                   **cfg.options).values())
+                               for s in range(cfg.steps)) for rank in range(cfg.world_size)],
+                          f"parlab.compression.cost.{self.name}.step_bytes")
+
+
+class Gathered(CompressionCost):
+    """One ring all-gather of every rank's compressed message of P bytes (uint8 elements):
+    (N-1)·P per rank. `make(options)`: the scheme's compressor, its options as registered."""
+
+    def __init__(self, name: str, make):
+        self.name, self.make = name, make
+
+    def compressor(self, **options):
+        return self.make(options)
+
+    def payload_bytes(self, numels: list[int], **options) -> int:
+        """P: bytes of one rank's message for the whole model."""
+        encoder = self.compressor(**options)
+        return sum(encoder.payload_bytes(n) for n in numels)
+
+    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+        size = self.payload_bytes([math.prod(s) for s in shapes], **options)
+        return {"all_gather": cost.ring_all_gather(n * size, n, sender)[0]}  # uint8 elements
+
+
+class PowerSGDCost(CompressionCost):
+    """Two ring all-reduces of float32: Σ n·r (+ the vectors whole), then Σ m·r (`rank` r)."""
+
+    name = "POWERSGD"
+
+    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+        first, second = powersgd_elements(shapes, options.get("rank", 4))
+        return {"all_reduce": FLOAT_BYTES * (cost.ring_all_reduce(first, n, sender)[0]
+                                             + cost.ring_all_reduce(second, n, sender)[0])}
+
+
+class PeriodicAverage(CompressionCost):
+    """One ring all-reduce of Ψ float32 after every `sync_every`-th step and the last."""
+
+    name = "PERIODIC"
+
+    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+        if step in sync_steps(steps, options.get("sync_every", 4)):
+            numel = sum(math.prod(s) for s in shapes)
+            return {"all_reduce": FLOAT_BYTES * cost.ring_all_reduce(numel, n, sender)[0]}
+        return {}
+
+
+TOPK = Gathered("TOPK", lambda o: TopK(o.get("ratio", 0.01)))
+RANDOMK = Gathered("RANDOMK", lambda o: RandomK(o.get("ratio", 0.01)))
+QSGD_BITS = Gathered("QSGD_BITS", lambda o: QSGD(o.get("bits", 4)))
+SIGN = Gathered("SIGN", lambda o: Sign())
+POWERSGD = PowerSGDCost()
+PERIODIC = PeriodicAverage()  # local-sgd and diloco
+
+
+def cost_of(scheme: str):
+    """The closed form `scheme` registered (`register(..., cost=)`); it has `step_bytes`."""
+    from parlab.engine.registry import get_scheme
+
+    form = get_scheme(scheme).cost
+    if not hasattr(form, "step_bytes"):
+        raise ValueError(f"scheme={scheme!r} registers no per-step closed form (a cost= with "
+                         "step_bytes)")
+    return form
 
 
 def compressor(scheme: str, **options):
     """The compressor object of a gathered scheme, with its options (defaults as registered)."""
-    if scheme == "topk":
-        return TopK(options.get("ratio", 0.01))
-    if scheme == "randomk":
-        return RandomK(options.get("ratio", 0.01))
-    if scheme == "qsgd":
-        return QSGD(options.get("bits", 4))
-    if scheme == "signsgd":
-        return Sign()
-    raise ValueError(f"scheme={scheme!r} is not one of {GATHERED}")
+    form = cost_of(scheme)
+    if not isinstance(form, Gathered):
+        raise ValueError(f"scheme={scheme!r} sends no compressed message to all-gather")
+    return form.compressor(**options)
 
 
 def payload_bytes(scheme: str, numels: list[int], **options) -> int:
     """P: bytes of one rank's message for the whole model (a gathered scheme)."""
-    encoder = compressor(scheme, **options)
-    return sum(encoder.payload_bytes(n) for n in numels)
+    form = cost_of(scheme)
+    if not isinstance(form, Gathered):
+        raise ValueError(f"scheme={scheme!r} sends no compressed message to all-gather")
+    return form.payload_bytes(numels, **options)
 
 
 def ddp_bytes(numels: list[int], n: int, sender: int = 0) -> int:
@@ -102,23 +181,10 @@ def torch_powersgd_bytes(buckets, n: int, sender: int = 0, compressed: bool = Tr
 
 def bytes_per_step(scheme: str, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
                    **options) -> dict[str, int]:
-    """{op: bytes rank `sender` sends in `step` of `steps`} — what the ledger must show.
-    `shapes`: the parameters'; `options`: the scheme's (PowerSGD's `rank` is its factor rank)."""
-    numels = [math.prod(s) for s in shapes]
-    if scheme in GATHERED:
-        size = payload_bytes(scheme, numels, **options)
-        return {"all_gather": cost.ring_all_gather(n * size, n, sender)[0]}  # uint8 elements
-    if scheme == "powersgd":
-        first, second = powersgd_elements(shapes, options.get("rank", 4))
-        return {"all_reduce": FLOAT_BYTES * (cost.ring_all_reduce(first, n, sender)[0]
-                                             + cost.ring_all_reduce(second, n, sender)[0])}
-    if scheme in ("local-sgd", "diloco"):
-        if step in sync_steps(steps, options.get("sync_every", 4)):
-            return {"all_reduce": FLOAT_BYTES * cost.ring_all_reduce(sum(numels), n, sender)[0]}
-        return {}
-    if scheme == "ddp-naive":
-        return {"all_reduce": ddp_bytes(numels, n, sender)}
-    raise ValueError(f"scheme={scheme!r} has no closed form here")
+    """{op: bytes rank `sender` sends in `step` of `steps`} — what the ledger must show: the
+    scheme's registered closed form (`cost_of`). `shapes`: the parameters'; `options`: the
+    scheme's (PowerSGD's `rank` is its factor rank)."""
+    return cost_of(scheme).step_bytes(shapes, n, sender, step, steps, **options)
 
 
 def total_bytes(scheme: str, shapes, n: int, steps: int, sender: int = 0, **options) -> int:
@@ -130,19 +196,5 @@ def total_bytes(scheme: str, shapes, n: int, steps: int, sender: int = 0, **opti
 def compression_ratio(scheme: str, shapes, n: int, steps: int = 1, **options) -> float:
     """`ddp-naive`'s bytes over the scheme's, rank 0, over `steps` steps (inf when it sends none)."""
     sent = total_bytes(scheme, shapes, n, steps, **options)
-    reference = total_bytes("ddp-naive", shapes, n, steps)
+    reference = steps * ddp_bytes([math.prod(s) for s in shapes], n)
     return reference / sent if sent else math.inf
-
-
-class CompressionCost:
-    """A compression scheme's prediction (`register(..., cost=)`): `total_bytes` of every rank
-    for the configuration's model, steps and options."""
-
-    def __init__(self, scheme: str):
-        self.scheme = scheme
-
-    def __call__(self, cfg) -> Prediction:
-        shapes = [tuple(p.shape) for p in build_model(cfg).parameters()]
-        return Prediction([total_bytes(self.scheme, shapes, cfg.world_size, cfg.steps, rank,
-                                       **cfg.options) for rank in range(cfg.world_size)],
-                          f"parlab.compression.cost.bytes_per_step({self.scheme!r})")

@@ -12,7 +12,7 @@ to `single` (1e-4): `topk` with ratio=1, `powersgd` with rank ≥ every matrix's
 `local-sgd` with sync_every=1 and optimizer="sgd".
 """
 
-from parlab.compression.cost import CompressionCost, compressor
+from parlab.compression import cost
 from parlab.compression.local_sgd import DiLoCo, LocalSGD
 from parlab.compression.powersgd import PowerSGDSync
 from parlab.compression.sync import CompressedSync
@@ -49,45 +49,46 @@ def _validate(cfg):
         raise ValueError(f"outer_momentum={o['outer_momentum']!r} must be a number in [0, 1)")
 
 
-def _gathered(ctx):
+def _gathered(ctx, form):
+    """Train with the compressor of `form` (the scheme's registered `cost.Gathered`)."""
     o = ctx.cfg.options
     model = build_model(ctx.cfg)
-    encoder = compressor(ctx.cfg.scheme, **o)
+    encoder = form.compressor(**o)
     return train(ctx, CompressedSync(ctx, model, encoder, o.get("error_feedback", False)))
 
 
 @register("topk", summary="top-k sparsification (DGC), all-gather of (index, value), error feedback",
           exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
-          cost=CompressionCost("topk"))
+          cost=cost.TOPK)
 def topk(ctx):
-    return _gathered(ctx)
+    return _gathered(ctx, cost.TOPK)
 
 
 @register("randomk", summary="random-k sparsification, shared seed: values only, error feedback",
           exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
-          cost=CompressionCost("randomk"))
+          cost=cost.RANDOMK)
 def randomk(ctx):
-    return _gathered(ctx)
+    return _gathered(ctx, cost.RANDOMK)
 
 
 @register("qsgd", summary="QSGD: stochastic quantization to packed bits + a norm per tensor",
           exact=False, options={"bits": 4, "error_feedback": False}, validate=_validate,
-          cost=CompressionCost("qsgd"))
+          cost=cost.QSGD_BITS)
 def qsgd(ctx):
-    return _gathered(ctx)
+    return _gathered(ctx, cost.QSGD_BITS)
 
 
 @register("signsgd", summary="EF-signSGD: packed sign bits + mean |g| scale, error feedback",
           exact=False, options={"error_feedback": True}, validate=_validate,
-          cost=CompressionCost("signsgd"))
+          cost=cost.SIGN)
 def signsgd(ctx):
-    return _gathered(ctx)
+    return _gathered(ctx, cost.SIGN)
 
 
 @register("powersgd", summary="PowerSGD: rank-r P, Q factors all-reduced, error feedback, warm start",
           exact=False, options={"rank": 4, "error_feedback": True, "warm_start": True},
           validate=_validate,
-          cost=CompressionCost("powersgd"))
+          cost=cost.POWERSGD)
 def powersgd(ctx):
     o = ctx.cfg.options
     model = build_model(ctx.cfg)
@@ -96,7 +97,7 @@ def powersgd(ctx):
 
 @register("local-sgd", summary="Local SGD: local steps, parameters averaged every sync_every steps",
           exact=False, options={"sync_every": 4}, validate=_validate,
-          cost=CompressionCost("local-sgd"))
+          cost=cost.PERIODIC)
 def local_sgd(ctx):
     model = build_model(ctx.cfg)
     return train(ctx, LocalSGD(ctx, model, ctx.cfg.options["sync_every"]))
@@ -106,7 +107,7 @@ def local_sgd(ctx):
           exact=False, options={"sync_every": 4, "outer_lr": Float(0.7, min=0, strict=True),
                    "outer_momentum": 0.9},
           validate=_validate,
-          cost=CompressionCost("diloco"))
+          cost=cost.PERIODIC)
 def diloco(ctx):
     o = ctx.cfg.options
     model = build_model(ctx.cfg)

@@ -6,6 +6,6 @@ context parallelism); the latent-parallelism paper for video diffusion (rotating
 partitions with a halo).
 
 Reading order: `ring_attention` (online-softmax merge, K/V ring, zig-zag layout),
-`ring_recompute`, `ulysses`, `latent_parallel`, `schemes`; `explore` (with `explore_regime`: where
-the ring hides its transfers) and `bench`.
+`ring_recompute`, `ulysses`, `latent_parallel`, `cost` (every closed form), `schemes`; `explore`
+(with `explore_regime`: where the ring hides its transfers) and `bench`.
 """

@@ -18,7 +18,8 @@ import json
 import statistics
 
 import parlab
-from parlab.context_parallel.latent_parallel import relative_error, serve, sp_bytes
+from parlab.context_parallel.cost import sp_bytes
+from parlab.context_parallel.latent_parallel import relative_error, serve
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 
 

@@ -14,17 +14,12 @@ import functools
 import torch
 
 import parlab
+from parlab.context_parallel import cost
 from parlab.context_parallel import ring_attention as ring
-from parlab.context_parallel.latent_parallel import (
-    lp_bytes,
-    lp_compute_fraction,
-    relative_error,
-    serve,
-    sp_bytes,
-)
-from parlab.context_parallel.ring_attention import critical_path  # noqa: F401 (notebook)
+from parlab.context_parallel.cost import critical_path, lp_bytes, lp_compute_fraction, sp_bytes  # noqa: F401
+from parlab.context_parallel.latent_parallel import relative_error, serve
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
-from parlab.context_parallel.ulysses import ulysses_attention, ulysses_bytes
+from parlab.context_parallel.ulysses import ulysses_attention
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
@@ -119,7 +114,7 @@ def ledger_vs_formula(result) -> list[dict]:
     to the closed form; `equal` compares the run's totals to the byte."""
     cfg, g = result.config, result.config.model_config
     dims = result.outputs[0].extras["degrees"]
-    form = ring.ring_bytes if cfg.scheme == "cp-ring" else ulysses_bytes
+    form = cost.ring_bytes if cfg.scheme == "cp-ring" else cost.ulysses_bytes
     expect = form(cfg.batch_size // dims["dp"], g.n_head, g.block_size, g.head_dim, dims["cp"],
                   g.n_layer)
     rows = []

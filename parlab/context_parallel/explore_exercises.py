@@ -5,13 +5,13 @@ the answer.
 
 from __future__ import annotations
 
-from parlab.context_parallel import ring_attention as ring
-from parlab.context_parallel.ulysses import ulysses_bytes
+from parlab.context_parallel import cost
+from parlab.context_parallel.cost import ulysses_bytes
 from parlab.exercises import Exercise, find, numeric
 
 
 def _contiguous_efficiency(cp: int = 8) -> float:
-    return ring.critical_path("contiguous", cp)["efficiency"]
+    return cost.critical_path("contiguous", cp)["efficiency"]
 
 
 EXERCISES = [
@@ -27,7 +27,7 @@ EXERCISES = [
              "Ring attention with cp = 16 on a 128k-token sequence, batch 1, 8 key/value heads of "
              "size 128, bf16. How many MB (10^6 B) of K and V does one GPU send per layer in the "
              "forward pass?",
-             numeric(ring.ring_bytes(1, 8, 131072, 128, 16, 1, itemsize=2)["cp-forward"] / 1e6,
+             numeric(cost.ring_bytes(1, 8, 131072, 128, 16, 1, itemsize=2)["cp-forward"] / 1e6,
                      rtol=0.01),
              "Every rank passes on a K and a V block of T/cp tokens cp − 1 times.",
              "(cp − 1) · 2 · B·n_kv·(T/cp)·h_s · 2 B = 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB."),
@@ -35,7 +35,7 @@ EXERCISES = [
              "From the two closed forms (ulysses_bytes, ring_bytes), what is Ulysses' forward bytes "
              "per rank divided by ring attention's at cp = 8?",
              numeric(ulysses_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"]
-                     / ring.ring_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"], rtol=0.01),
+                     / cost.ring_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"], rtol=0.01),
              "Ulysses: 4 all-to-alls of (cp−1)/cp of the rank's q/k/v/out slice; ring: cp − 1 "
              "sends of K and V.",
              "4(cp−1)/cp · S / (2(cp−1) · S) = 2/cp = 0.25 at cp = 8 (equal at cp = 2)."),

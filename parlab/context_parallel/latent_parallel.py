@@ -34,7 +34,7 @@ from parlab.context_parallel.video_denoiser import (
     noise_levels,
 )
 from parlab.core.comm import Comm
-from parlab.core.cost import pairwise_all_to_all, shard_bounds
+from parlab.core.cost import shard_bounds
 from parlab.core.launch import launch
 
 MODES = ("sp", "lp")
@@ -86,38 +86,6 @@ def lp_pieces(cfg: VideoConfig, step: int, src: int, cp: int, halo: int) -> list
     a, b = split_axis(step), split_axis(step + 1)
     return [box(cfg, {a: core(cfg, a, src, cp), b: region(cfg, b, j, cp, halo)})
             for j in range(cp)]
-
-
-# ----------------------------------------------------------------------------- closed forms
-def lp_bytes(cfg: VideoConfig, cp: int, halo: int, rank: int, step: int, itemsize: int = 4):
-    """Bytes `rank` sends after denoising step `step` (none after the last): pairwise all-to-all
-    of latent patches, B·C values each."""
-    if step >= cfg.denoise_steps - 1:
-        return 0
-    send = [volume(p) * cfg.batch * cfg.channels for p in lp_pieces(cfg, step, rank, cp, halo)]
-    recv = [volume(lp_pieces(cfg, step, i, cp, halo)[rank]) * cfg.batch * cfg.channels
-            for i in range(cp)]
-    return pairwise_all_to_all(send, recv, rank)[0] * itemsize
-
-
-def lp_compute_fraction(cfg: VideoConfig, cp: int, halo: int) -> float:
-    """Tokens the busiest rank runs the model on, per step, as a fraction of the whole latent
-    (averaged over steps): 1/cp with no halo, 1 once the halo covers the latent (every rank then
-    computes everything — exact, but no faster than one process). SP's fraction is 1/cp."""
-    fractions = []
-    for s in range(cfg.denoise_steps):
-        a = split_axis(s)
-        widest = max(hi - lo for lo, hi in (region(cfg, a, r, cp, halo) for r in range(cp)))
-        fractions.append(widest / axis_sizes(cfg)[a])
-    return sum(fractions) / len(fractions)
-
-
-def sp_bytes(cfg: VideoConfig, cp: int, method: str, itemsize: int = 4) -> int:
-    """Bytes a rank sends per denoising step (forward only): per layer, the ring passes K and V
-    of its N/cp tokens cp−1 times; Ulysses sends (cp−1)/cp of q, k, v and the output."""
-    shard = cfg.batch * (cfg.tokens // cp) * cfg.n_embd  # (B, N/cp, D) elements
-    per_layer = (cp - 1) * 2 * shard if method == "ring" else 4 * (shard * (cp - 1) // cp)
-    return per_layer * cfg.n_layer * itemsize
 
 
 # ----------------------------------------------------------------------------- in each rank

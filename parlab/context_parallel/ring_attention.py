@@ -19,11 +19,13 @@ cp steps it attends to the block it holds, merges, and passes the block to the n
 of (T/2cp)² instead of T². Here autograd does the backward: it keeps the score blocks this rank
 computed (≈ T²/2cp with zig-zag) and the received K/V blocks, and the gradients of K and V travel
 the ring the other way, so per layer each rank sends K and V cp−1 times forward and dK, dV cp−1
-times backward (`ring_bytes`). `parlab.context_parallel.ring_recompute` is the paper's memory-lean variant.
+times backward (`parlab.context_parallel.cost.ring_bytes`). `parlab.context_parallel.ring_recompute` is
+the paper's memory-lean variant.
 
 Causal masking leaves the upper triangle empty. Sharding contiguously gives rank 0 one block of
 work and rank cp−1 all of them; every ring step waits for the busiest rank. With 2·cp chunks and
-rank r holding chunks r and 2cp−1−r ("zigzag"), every rank has the same work (`causal_work`).
+rank r holding chunks r and 2cp−1−r ("zigzag"), every rank has the same work
+(`parlab.context_parallel.cost.causal_work`).
 """
 
 from __future__ import annotations
@@ -263,36 +265,3 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = 
         # waiting for its dK, dV hangs: a zero-weight term keeps an unused block in the graph.
         out = out + 0.0 * block.sum()
     return out
-
-
-# ----------------------------------------------------------------------------- closed forms
-def causal_work(layout: str, cp: int) -> list[list[int]]:
-    """Chunk-pair score blocks rank r computes at ring step s (causal): work[r][s]."""
-    table = []
-    for r in range(cp):
-        mine = layout_chunks(layout, r, cp)
-        row = []
-        for s in range(cp):
-            theirs = layout_chunks(layout, (r - s) % cp, cp)
-            row.append(sum(_causal_relation(a, b) != "skip" for a in mine for b in theirs))
-        table.append(row)
-    return table
-
-
-def ring_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
-               itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step for attention: each layer passes its K and V block
-    (2·B·nh·(T/cp)·hs elements) cp−1 times forward, and dK, dV cp−1 times backward
-    (Liu et al. 2023, §3: the ring's send/recv per block)."""
-    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
-    per_pass = (cp - 1) * block * n_layer
-    return {"cp-forward": per_pass, "cp-backward": per_pass, "messages_per_layer": 2 * (cp - 1)}
-
-
-def critical_path(layout: str, cp: int) -> dict:
-    """Ring time in score blocks: each step lasts as long as its busiest rank."""
-    work = causal_work(layout, cp)
-    per_step = [max(work[r][s] for r in range(cp)) for s in range(cp)]
-    total = sum(map(sum, work))
-    return {"per_rank": [sum(row) for row in work], "critical_path": sum(per_step),
-            "efficiency": total / (cp * sum(per_step))}

@@ -10,8 +10,9 @@ the ring *again*, recomputing each block's probabilities P = exp(S − ℓ) from
 
 dK_b and dV_b travel with their block and arrive home after cp hops. Traffic per layer: forward
 K, V cp−1 times (as `parlab.context_parallel.ring_attention`); backward K, V cp−1 times and dK, dV cp times
-(`ring_recompute_bytes`). The autograd-composed `ring_attention` sends less in backward (dK, dV
-cp−1 times) but keeps every received block and score block alive until backward.
+(`parlab.context_parallel.cost.ring_recompute_bytes`). The autograd-composed `ring_attention`
+sends less in backward (dK, dV cp−1 times) but keeps every received block and score block alive
+until backward.
 """
 
 from __future__ import annotations
@@ -123,10 +124,3 @@ def ring_attention_recompute(q, k, v, comm, positions, causal: bool = True, bias
     return RingAttentionRecompute.apply(q, k, v, comm, positions, causal, bias_fn)
 
 
-def ring_recompute_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int,
-                         n_layer: int, itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step: forward K, V cp−1 times per layer; backward K, V
-    cp−1 times and dK, dV cp times (each 2·B·nh·(T/cp)·hs elements)."""
-    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
-    return {"cp-forward": (cp - 1) * block * n_layer,
-            "cp-backward": (2 * cp - 1) * block * n_layer if cp > 1 else 0}

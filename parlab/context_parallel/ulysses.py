@@ -82,11 +82,3 @@ def ulysses_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool
     return HeadsToSeq.apply(out, comm)  # (B, nh, T/cp, hs)
 
 
-def ulysses_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
-                  itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step: 4 all-to-alls per layer forward (q, k, v, out),
-    4 backward, each sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (Jacobs et al. 2023, §3.1)."""
-    shard = batch * n_head * (seq_len // cp) * head_dim
-    per_all_to_all = shard * (cp - 1) // cp * itemsize
-    per_pass = 4 * per_all_to_all * n_layer
-    return {"cp-forward": per_pass, "cp-backward": per_pass, "all_to_alls_per_layer": 8}

@@ -31,6 +31,42 @@ def forward_starts(events: list[dict], rank: int) -> list[float]:
     return [first[s] for s in sorted(first)]
 
 
+def _time_all_reduce(rank, world_size, sizes, repeats):
+    import time
+
+    import torch
+
+    from parlab.core.comm import Comm
+
+    comm = Comm(link=None)  # calibrates the bare loopback, whatever link the launch was given
+    medians = []
+    for numel in sizes:
+        tensor = torch.ones(numel)
+        times = []
+        for _ in range(repeats + 1):
+            comm.barrier()
+            t0 = time.perf_counter()
+            comm.all_reduce(tensor)
+            times.append(time.perf_counter() - t0)
+        medians.append(sorted(times[1:])[len(times[1:]) // 2])  # the first is a warm-up
+    return medians
+
+
+def measure_alpha_beta(world_size: int, sizes=(256, 16384, 131072), repeats: int = 7):
+    """Fit α-β of gloo's own all-reduce on this machine now (`parlab.core.cost.fit_alpha_beta`).
+
+    The result is what loopback costs per message: the floor under every emulated link.
+    """
+    from parlab.core import cost as core_cost
+    from parlab.core.launch import launch
+
+    if world_size == 1:
+        return core_cost.AlphaBeta(0.0, float("inf"), "ring", 1)
+    per_rank = launch(_time_all_reduce, world_size, list(sizes), repeats)
+    seconds = [max(column) for column in zip(*per_rank)]
+    return core_cost.fit_alpha_beta([4 * s for s in sizes], seconds, world_size, "ring")
+
+
 def exposed_fraction(result, warmup: int) -> float:
     """Share of the measured steps' wall time the ranks spent blocked on communication."""
     fractions = []
@@ -100,7 +136,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
     t_f, t_b, t_o = compute_profile(naive, args.warmup)
     numels = [v.numel() for v in naive.state.values()]
     resolved = resolve(emulated)
-    gloo = dp_cost.measure_alpha_beta(world_size)
+    gloo = measure_alpha_beta(world_size)
     floor = (gloo.alpha, gloo.beta)
     alpha, beta = (resolved.latency_s, resolved.bandwidth_Bps) if resolved is not None else floor
     step = {v: statistics.median(s) for v, s in samples.items()}

@@ -18,6 +18,7 @@ to their size, and reports the steady-state step time and the exposed communicat
 from __future__ import annotations
 
 import heapq
+import math
 
 from parlab.core import cost
 from parlab.data_parallel.buckets import padded, plan_buckets
@@ -39,7 +40,7 @@ def bucket_numels(numels: list[int], bucket_mb: float, multiple_of: int = 1,
 
 def scheme_options(variant: str, **options) -> dict:
     """The variant's registered option defaults, overridden by `options` (unknown keys dropped)."""
-    from parlab.engine.runner import schemes
+    from parlab.engine.registry import schemes
 
     defaults = dict(schemes()[variant].options)
     return {k: options.get(k, v) for k, v in defaults.items()}
@@ -85,13 +86,19 @@ class DataParallelCost:
         return Prediction([cfg.steps * b for b in per_rank],
                           f"parlab.data_parallel.cost.{self.messages.__name__}, ring counts")
 
+    def step_bytes(self, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
+                   **options) -> dict[str, int]:
+        """{op: bytes rank `sender` sends in a step} for float32 gradients of `shapes` (every step
+        alike; `options`: the scheme's), the per-step form other chapters compare against."""
+        return bytes_per_step(self.messages, [math.prod(s) for s in shapes], n, sender, **options)
+
 
 def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[str, int]]:
     """(op, elements) of every collective one step of `variant` issues (its registered closed
     form). `options`: the run's scheme options; missing ones take the registered defaults."""
     if variant not in VARIANTS:
         raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
-    from parlab.engine.runner import schemes
+    from parlab.engine.registry import schemes
     return schemes()[variant].cost.messages(numels, n, {**scheme_options(variant, **options),
                                                         "element_size": options.get("element_size", 4)})
 
@@ -119,7 +126,8 @@ def message_time(op: str, elements: int, n: int, alpha: float, beta: float,
                  floor: tuple[float, float] | None = None) -> float:
     """k·α + b/β of one collective on rank 0 (the link emulation's own formula).
 
-    `floor`: (α, β) of the real transport underneath (gloo on this machine, `measure_alpha_beta`);
+    `floor`: (α, β) of the real transport underneath (gloo on this machine,
+    `parlab.data_parallel.bench.measure_alpha_beta`);
     an emulated link can only slow a message down, so the message takes the larger of the two.
     """
     if n == 1:
@@ -212,38 +220,3 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
     step = starts[-1] - starts[-2]
     compute = t_forward + t_backward + t_optimizer
     return {"step_s": step, "comm_s": busy, "exposed_s": max(step - compute, 0.0)}
-
-
-def _time_all_reduce(rank, world_size, sizes, repeats):
-    import time
-
-    import torch
-
-    from parlab.core.comm import Comm
-
-    comm = Comm(link=None)  # calibrates the bare loopback, whatever link the launch was given
-    medians = []
-    for numel in sizes:
-        tensor = torch.ones(numel)
-        times = []
-        for _ in range(repeats + 1):
-            comm.barrier()
-            t0 = time.perf_counter()
-            comm.all_reduce(tensor)
-            times.append(time.perf_counter() - t0)
-        medians.append(sorted(times[1:])[len(times[1:]) // 2])  # the first is a warm-up
-    return medians
-
-
-def measure_alpha_beta(world_size: int, sizes=(256, 16384, 131072), repeats: int = 7):
-    """Fit α-β of gloo's own all-reduce on this machine now (`parlab.core.cost.fit_alpha_beta`).
-
-    The result is what loopback costs per message: the floor under every emulated link.
-    """
-    from parlab.core.launch import launch
-
-    if world_size == 1:
-        return cost.AlphaBeta(0.0, float("inf"), "ring", 1)
-    per_rank = launch(_time_all_reduce, world_size, list(sizes), repeats)
-    seconds = [max(column) for column in zip(*per_rank)]
-    return cost.fit_alpha_beta([4 * s for s in sizes], seconds, world_size, "ring")

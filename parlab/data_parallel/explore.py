@@ -32,6 +32,7 @@ from parlab.data_parallel.explore_measure import (  # noqa: F401 (the notebook c
     VARIANTS,
     diagnosis,
     exposed_table,
+    measure_alpha_beta,
     measure_regime,
     messages_per_step,
     model_terms,

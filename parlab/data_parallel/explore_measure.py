@@ -11,7 +11,7 @@ from __future__ import annotations
 import parlab
 from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
 from parlab.data_parallel import cost as dp_cost
-from parlab.data_parallel.bench import compute_profile, exposed_fraction
+from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
 from parlab.data_parallel.buckets import plan_buckets
 from parlab.data_parallel.explore_exercises import param_numels
 
@@ -159,7 +159,7 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
     t_f, t_b, t_o = compute_profile(naive, warmup)
     numels = [v.numel() for v in naive.state.values()]
     if floor is None:
-        gloo = dp_cost.measure_alpha_beta(world_size)
+        gloo = measure_alpha_beta(world_size)
         floor = (gloo.alpha, gloo.beta)
     alpha, beta = _alpha_beta(link, floor)
     print(f"link {resolve(link) or 'loopback'}; gloo floor α={floor[0] * 1e3:.2f} ms, "
@@ -196,7 +196,7 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     numels = [v.numel() for v in naive.state.values()]
     link, options = regime["link"], regime["options"]
     if floor is None:
-        gloo = dp_cost.measure_alpha_beta(world_size)
+        gloo = measure_alpha_beta(world_size)
         floor = (gloo.alpha, gloo.beta)
     paced = regime.get("clock") is not None and regime["clock"].paced
     raw_profile = compute_profile(regime["loopback"]["ddp-naive"], warmup)

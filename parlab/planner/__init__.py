@@ -17,7 +17,7 @@ Reading order:
 
 - `plan`: a `Plan` (degrees and knobs), its problems named up front, every valid plan.
 - `compose`: `apply_tp`, `apply_cp`, `apply_ep`, `split_pp`, `apply_dp` / `apply_zero` over one
-  `Mesh`; `compose_cost`: every dimension's closed-form bytes composed.
+  `Mesh`; `cost`: every dimension's closed-form bytes composed (the chapters' `cost.py`).
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
 - `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
   wall clock, counted in paced time), the predicted step time (paced seconds on `clock="A100"`)

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from parlab.core import cost as core_cost
 from parlab.core.cost import FP32_BYTES, round_up, shard_sizes
+from parlab.planner.cost import DIMENSION, rank_bytes
 from parlab.planner.plan_memory import (  # noqa: F401  (re-exported: costmodel.memory, ...)
     activation_memory,
     block_tensor_numels,
@@ -273,8 +275,7 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     compute = cal.compute_scale * raw_compute
     comm = cal.comm_scale * raw_comm
     step = compute + comm + cal.overhead_s
-    per_dim = max((bytes_per_dim(messages(m, plan, batch_size, s), plan.microbatches)
-                   for s in range(plan.pp)), key=lambda d: sum(d.values()))
+    per_dim = predict_bytes(plan, m, batch_size)
     out = PlanPrediction(plan, step, compute, comm, bubble * (compute + comm), bubble,
                      memory(m, plan, batch_size), per_dim, msgs)
     out.raw_compute_s, out.raw_comm_s = raw_compute, raw_comm
@@ -282,6 +283,23 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
 
 
 def predict_bytes(plan, cfg_model, batch_size: int = 12) -> dict:
-    """{dim: bytes per step} of the busiest rank (no profile, no fit needed)."""
+    """{dim: bytes per step} of the busiest rank (no profile, no fit needed): the chapters' closed
+    forms composed, `parlab.planner.cost.rank_bytes` (the tied embedding's all-reduce as "tie")."""
+    cfg = SimpleNamespace(model_config=cfg_model, batch_size=batch_size, steps=1)
+    dims = {**DIMENSION, "embed-tie": "tie"}
+    per_rank = []
+    for rank in range(plan.world_size):
+        out: dict = {}
+        for phase, sent in rank_bytes(plan, cfg, rank, 1).items():
+            if sent:
+                out[dims[phase]] = out.get(dims[phase], 0) + sent
+        per_rank.append(out)
+    return max(per_rank, key=lambda d: sum(d.values()))
+
+
+def message_bytes(plan, cfg_model, batch_size: int = 12) -> dict:
+    """{dim: bytes per step} that the time model's message list (`messages`) carries on the
+    busiest stage: `predict_bytes`'s closed forms, message by message (checked equal by
+    `parlab.planner.explore.closed_form_table`)."""
     return max((bytes_per_dim(messages(cfg_model, plan, batch_size, s), plan.microbatches)
                 for s in range(plan.pp)), key=lambda d: sum(d.values()))

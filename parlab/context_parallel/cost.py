@@ -1,0 +1,105 @@
+"""Closed forms for chapter 06: bytes each rank sends for context-parallel attention, the causal
+work per ring step, and the latent-parallel serving traffic.
+
+* Ring attention (Liu, Zaharia & Abbeel, ICLR 2024, §3): per layer each rank passes its K and V
+  block, 2·B·nh·(T/cp)·hs elements, cp−1 times forward and dK, dV cp−1 times backward
+  (`ring_bytes`); the paper's recomputing backward sends K, V again and dK, dV cp times
+  (`ring_recompute_bytes`). Causal work per rank and ring step, contiguous or zig-zag (Brandon et
+  al. 2023; Llama 3 §3.3.2): `causal_work`, `critical_path`.
+* Ulysses (Jacobs et al. 2023, §3.1): 4 all-to-alls per layer forward and 4 backward, each
+  sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (`ulysses_bytes`).
+* Serving the video denoiser (Wu et al. 2025): sequence parallelism's bytes per denoising step
+  (`sp_bytes`), latent parallelism's patch exchange (`lp_bytes`) and its compute per rank
+  (`lp_compute_fraction`).
+"""
+
+from __future__ import annotations
+
+from parlab.context_parallel.latent_parallel import axis_sizes, lp_pieces, region, split_axis, volume
+from parlab.context_parallel.ring_attention import _causal_relation, layout_chunks
+from parlab.context_parallel.video_denoiser import VideoConfig
+from parlab.core.cost import pairwise_all_to_all
+
+
+# ----------------------------------------------------------------------------- training: attention
+def ring_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
+               itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step for attention: each layer passes its K and V block
+    (2·B·nh·(T/cp)·hs elements) cp−1 times forward, and dK, dV cp−1 times backward
+    (Liu et al. 2023, §3: the ring's send/recv per block)."""
+    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
+    per_pass = (cp - 1) * block * n_layer
+    return {"cp-forward": per_pass, "cp-backward": per_pass, "messages_per_layer": 2 * (cp - 1)}
+
+
+def ring_recompute_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int,
+                         n_layer: int, itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step: forward K, V cp−1 times per layer; backward K, V
+    cp−1 times and dK, dV cp times (each 2·B·nh·(T/cp)·hs elements)."""
+    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
+    return {"cp-forward": (cp - 1) * block * n_layer,
+            "cp-backward": (2 * cp - 1) * block * n_layer if cp > 1 else 0}
+
+
+def ulysses_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
+                  itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step: 4 all-to-alls per layer forward (q, k, v, out),
+    4 backward, each sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (Jacobs et al. 2023, §3.1)."""
+    shard = batch * n_head * (seq_len // cp) * head_dim
+    per_all_to_all = shard * (cp - 1) // cp * itemsize
+    per_pass = 4 * per_all_to_all * n_layer
+    return {"cp-forward": per_pass, "cp-backward": per_pass, "all_to_alls_per_layer": 8}
+
+
+def causal_work(layout: str, cp: int) -> list[list[int]]:
+    """Chunk-pair score blocks rank r computes at ring step s (causal): work[r][s]."""
+    table = []
+    for r in range(cp):
+        mine = layout_chunks(layout, r, cp)
+        row = []
+        for s in range(cp):
+            theirs = layout_chunks(layout, (r - s) % cp, cp)
+            row.append(sum(_causal_relation(a, b) != "skip" for a in mine for b in theirs))
+        table.append(row)
+    return table
+
+
+def critical_path(layout: str, cp: int) -> dict:
+    """Ring time in score blocks: each step lasts as long as its busiest rank."""
+    work = causal_work(layout, cp)
+    per_step = [max(work[r][s] for r in range(cp)) for s in range(cp)]
+    total = sum(map(sum, work))
+    return {"per_rank": [sum(row) for row in work], "critical_path": sum(per_step),
+            "efficiency": total / (cp * sum(per_step))}
+
+
+# ----------------------------------------------------------------------------- serving: the video latent
+def sp_bytes(cfg: VideoConfig, cp: int, method: str, itemsize: int = 4) -> int:
+    """Bytes a rank sends per denoising step (forward only): per layer, the ring passes K and V
+    of its N/cp tokens cp−1 times; Ulysses sends (cp−1)/cp of q, k, v and the output."""
+    shard = cfg.batch * (cfg.tokens // cp) * cfg.n_embd  # (B, N/cp, D) elements
+    per_layer = (cp - 1) * 2 * shard if method == "ring" else 4 * (shard * (cp - 1) // cp)
+    return per_layer * cfg.n_layer * itemsize
+
+
+def lp_bytes(cfg: VideoConfig, cp: int, halo: int, rank: int, step: int, itemsize: int = 4):
+    """Bytes `rank` sends after denoising step `step` (none after the last): pairwise all-to-all
+    of latent patches, B·C values each."""
+    if step >= cfg.denoise_steps - 1:
+        return 0
+    send = [volume(p) * cfg.batch * cfg.channels for p in lp_pieces(cfg, step, rank, cp, halo)]
+    recv = [volume(lp_pieces(cfg, step, i, cp, halo)[rank]) * cfg.batch * cfg.channels
+            for i in range(cp)]
+    return pairwise_all_to_all(send, recv, rank)[0] * itemsize
+
+
+def lp_compute_fraction(cfg: VideoConfig, cp: int, halo: int) -> float:
+    """Tokens the busiest rank runs the model on, per step, as a fraction of the whole latent
+    (averaged over steps): 1/cp with no halo, 1 once the halo covers the latent (every rank then
+    computes everything — exact, but no faster than one process). SP's fraction is 1/cp."""
+    fractions = []
+    for s in range(cfg.denoise_steps):
+        a = split_axis(s)
+        widest = max(hi - lo for lo, hi in (region(cfg, a, r, cp, halo) for r in range(cp)))
+        fractions.append(widest / axis_sizes(cfg)[a])
+    return sum(fractions) / len(fractions)
