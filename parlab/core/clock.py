@@ -182,6 +182,16 @@ def work_meter():
     return _METER()
 
 
+def count_work(fn) -> tuple[int, float]:
+    """(aten operators, FLOPs) that `fn()` runs, as a paced compute span counts them: what the
+    paced planner's profile (`parlab.planner.paced`) and the heterogeneous chapter's paced rates
+    (`parlab.heterogeneous.paced`) price with `Clock.seconds` instead of timing."""
+    meter = work_meter()
+    with meter:
+        fn()
+    return meter.ops, meter.flops
+
+
 # ----------------------------------------------------------------------------- the pacer
 @dataclass
 class Pacer:

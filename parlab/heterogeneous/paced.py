@@ -12,7 +12,7 @@ simplification), which is why giving a slow device fewer rows saves less than it
 
 from __future__ import annotations
 
-from parlab.core.clock import work_meter
+from parlab.core.clock import count_work
 from parlab.engine.loop import build_model, make_optimizer, step_batch
 
 
@@ -21,13 +21,9 @@ def _count(cfg, rows: int) -> tuple[int, float, int, float]:
     model = build_model(cfg)
     optimizer = make_optimizer(model.parameters(), cfg)
     x, y = step_batch(cfg, 0)
-    meter = work_meter()
-    with meter:
-        model.loss(x[:rows], y[:rows]).backward()
-    step = work_meter()
-    with step:
-        optimizer.step()
-    return meter.ops, meter.flops, step.ops, step.flops
+    ops, flops = count_work(lambda: model.loss(x[:rows], y[:rows]).backward())
+    step_ops, step_flops = count_work(optimizer.step)
+    return ops, flops, step_ops, step_flops
 
 
 _CACHE: dict = {}

@@ -28,14 +28,6 @@ from parlab.planner.profile import Line, Profile, block_flops, outside_flops
 _CACHE: dict = {}
 
 
-def count(fn) -> tuple[int, float]:
-    """(aten operators, FLOPs) that `fn()` runs, as the paced clock counts them."""
-    meter = clocks.work_meter()
-    with meter:
-        fn()
-    return meter.ops, meter.flops
-
-
 def clock_for(clock, world_size: int) -> clocks.Clock:
     """The `Clock` a run of `world_size` ranks keeps with `clock=` ("A100", ...); it must be paced."""
     got = clocks.resolve(clock, world_size)
@@ -71,8 +63,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         x = torch.randn(b, T, C, requires_grad=True)  # (B, T, C)
         grad = torch.randn(b, T, C)  # (B, T, C)
         holder = {}
-        fwd = count(lambda: holder.setdefault("y", block(x)))
-        bwd = count(lambda: holder["y"].backward(grad))
+        fwd = clocks.count_work(lambda: holder.setdefault("y", block(x)))
+        bwd = clocks.count_work(lambda: holder["y"].backward(grad))
         return fwd, bwd
 
     def outside_work(b):
@@ -87,8 +79,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
             logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
                 model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
             holder["loss"] = emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
-        fwd = count(forward)
-        bwd = count(lambda: holder["loss"].backward())
+        fwd = clocks.count_work(forward)
+        bwd = clocks.count_work(lambda: holder["loss"].backward())
         return fwd, bwd
 
     (bf_s, bb_s), (bf_b, bb_b) = block_work(small), block_work(rows)
@@ -100,8 +92,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         p.grad = torch.randn_like(p)
     from parlab.engine.loop import optimizer_spec
     opt_class, settings = optimizer_spec(type("Cfg", (), {"optimizer": "adamw", "lr": 1e-3})())
-    all_ops, _ = count(opt_class(params, **settings).step)
-    one_ops, _ = count(opt_class([params[0]], **settings).step)
+    all_ops, _ = clocks.count_work(opt_class(params, **settings).step)
+    one_ops, _ = clocks.count_work(opt_class([params[0]], **settings).step)
     per_tensor_ops = (all_ops - one_ops) / max(len(params) - 1, 1)
     fixed = max(one_ops - per_tensor_ops, 0.0)
     # ring attention merges 2cp+1 score blocks per rank: one more block's forward + backward
@@ -110,8 +102,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
     blocks = 8 if T % 8 == 0 else 1
     chunk = 0.0
     if blocks > 1:
-        many = count(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
-        one = count(lambda: blockwise_attention(q, k, v, T).sum().backward())
+        many = clocks.count_work(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
+        one = clocks.count_work(lambda: blockwise_attention(q, k, v, T).sum().backward())
         chunk = max(clock.seconds(*many) - clock.seconds(*one), 0.0) / (blocks - 1)
     prof = Profile(_line(clock, x, (bf_s, bf_b)), _line(clock, x, (bb_s, bb_b)),
                    _line(clock, xo, (of_s, of_b)), _line(clock, xo, (ob_s, ob_b)),
