@@ -1,6 +1,107 @@
+import dataclasses
+import hashlib
 import pathlib
+import shutil
 import sys
+
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# ----------------------------------------------------------------------------- one cache of runs
+def run_key(scheme: str, **kwargs) -> str:
+    """What decides a run: its validated RunConfig (every default filled in), less `timeout`, which
+    only bounds how long a broken run may hang. Two calls with the same key train the same run."""
+    from parlab.engine.runner import make_config
+
+    kwargs.pop("timeout", None)
+    cfg = make_config(scheme, **kwargs)
+    return repr(dataclasses.replace(cfg, timeout=0.0, options=dict(sorted(cfg.options.items()))))
+
+
+def fingerprint(result) -> str:
+    """A digest of everything a test reads from a result: a cached result must come back as it was
+    stored, so a test that mutated one would fail the session (see `run_cached`)."""
+    import torch
+
+    from parlab.engine.runner import RunResult
+
+    digest = hashlib.sha256()
+
+    def tensors(state):
+        for name, tensor in (state or {}).items():
+            digest.update(name.encode())
+            digest.update(tensor.detach().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+
+    if isinstance(result, RunResult):
+        digest.update(repr((result.losses, result.ledger, result.timeline, result.memory,
+                            result.step_times, result.config)).encode())
+        tensors(result.state)
+        for out in result.outputs:  # every rank's RankResult: its state as bytes, the rest as text
+            fields = vars(out) if hasattr(out, "__dict__") else {"out": out}
+            digest.update(repr({k: v for k, v in fields.items() if k != "state"}).encode())
+            tensors(fields.get("state"))
+    elif hasattr(result, "jobs"):  # parlab.serving's JobsResult: every job's RunResult and the rest
+        for name, job in sorted(result.jobs.items()):
+            digest.update(f"{name}:{fingerprint(job)}".encode())
+        digest.update(repr({k: v for k, v in vars(result).items() if k != "jobs"}).encode())
+    else:
+        digest.update(repr(result).encode())
+    return digest.hexdigest()
+
+
+class RunCache:
+    """`parlab.run` once per distinct run for the whole session, shared by every test file that
+    asks for it (keyed by `run_key`); `memo` does the same for a launch of several runs at once."""
+
+    def __init__(self):
+        self.results: dict = {}
+        self.prints: dict = {}
+        self.calls = 0
+
+    def __call__(self, scheme: str, world_size: int = 1, model: str = "gpt", optimizer: str = "adamw",
+                 **options):
+        import parlab
+
+        options.update(world_size=world_size, model=model, optimizer=optimizer)
+        return self.memo(("run", run_key(scheme, **options)), lambda: parlab.run(scheme, **options))
+
+    def memo(self, key, build):
+        self.calls += 1
+        if key not in self.results:
+            self.results[key] = build()
+            self.prints[key] = fingerprint(self.results[key])
+        return self.results[key]
+
+    def mutated(self) -> list:
+        return [key for key, result in self.results.items() if fingerprint(result) != self.prints[key]]
+
+
+CACHE = RunCache()
+
+
+@pytest.fixture(scope="session")
+def run_cached():
+    """`run_cached(scheme, world_size=1, model="gpt", optimizer="adamw", **options)`: the result of
+    `parlab.run` with those arguments, launched once per session. A file binds its own defaults with
+    `functools.partial(run_cached, steps=STEPS)`. Results are shared: never modify one."""
+    yield CACHE
+    mutated = CACHE.mutated()
+    assert not mutated, f"tests modified {len(mutated)} cached results: {mutated}"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if CACHE.calls:
+        terminalreporter.write_line(f"run cache: {len(CACHE.results)} launches for {CACHE.calls} "
+                                    "requests (tests/conftest.py run_cached)")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+@pytest.fixture
+def ckdir(saved, tmp_path):
+    """A private copy of the module's `saved` checkpoints (tests.helpers.saved_checkpoints), free
+    to damage."""
+    return pathlib.Path(shutil.copytree(saved[0], tmp_path / "ck"))

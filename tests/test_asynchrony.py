@@ -2,6 +2,7 @@
 bound, every gradient is applied exactly once, seeded runs replay exactly, ledger bytes equal the
 closed forms; asynchronous Jacobi converges under the contraction condition."""
 
+import functools
 import re
 
 import pytest
@@ -11,21 +12,14 @@ import parlab
 from parlab.asynchrony import cost, jacobi
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
+from tests.helpers import assert_within_gamma_to_the_generation
 
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", optimizer="adamw", steps=STEPS, **options):
-        key = (scheme, world_size, model, optimizer, steps, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
-                                    optimizer=optimizer, timeout=120, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS, timeout=120)
 
 
 def server_log(result):
@@ -158,13 +152,7 @@ def test_sync_jacobi_equals_one_process_sweeps(jacobi_runs):
 def test_error_within_gamma_to_the_generation(jacobi_runs, mode):
     """Bertsekas–Tsitsiklis: a max-norm contraction loses a factor γ per macroiteration, whatever
     the delays: every logged block of generation g is within γ^g·‖u*‖∞ of u*."""
-    run = jacobi_runs[mode]
-    exact = jacobi.exact_solution(run.cfg)
-    scale = exact.abs().max().item()
-    for log in run.logs:
-        lo, hi = log["rows"]
-        for g, block in zip(log["generation"], log["blocks"]):
-            assert (block - exact[lo:hi]).abs().max().item() <= run.cfg.gamma ** g * scale * (1 + 1e-9)
+    assert_within_gamma_to_the_generation(jacobi_runs[mode])
 
 
 def test_async_jacobi_never_waits_for_the_straggler_and_uses_newest_halos(jacobi_runs):
@@ -198,16 +186,12 @@ def test_wall_clock_async_jacobi_still_converges_within_the_bound():
     are asserted: newest halos never move backwards, every block within γ^generation."""
     run = jacobi.solve(3, jacobi.JacobiConfig(mode="async", n=8, sweeps=30, work_ms=0.2, straggler=3.0,
                                               clock="wall"))
-    exact = jacobi.exact_solution(run.cfg)
-    scale = exact.abs().max().item()
     assert run.sweeps()[-1] == 30
     for log in run.logs:
-        lo, hi = log["rows"]
         for peer in log["used"][0]:
             used = [u[peer] for u in log["used"]]
             assert used == sorted(used)
-        for g, block in zip(log["generation"], log["blocks"]):
-            assert (block - exact[lo:hi]).abs().max().item() <= run.cfg.gamma ** g * scale * (1 + 1e-9)
+    assert_within_gamma_to_the_generation(run)
 
 
 def test_halo_drops_a_message_older_than_the_one_it_holds():

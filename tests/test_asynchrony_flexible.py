@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from parlab.asynchrony import cost, jacobi
+from tests.helpers import assert_within_gamma_to_the_generation
 
 SMALL = dict(n=12, sweeps=240, work_ms=0.2, straggler=3.0, inner=4, sigma_h2=1.0)  # γ = 0.8
 
@@ -34,12 +35,7 @@ def test_every_value_stays_in_the_order_interval(flexible):
 
 
 def test_flexible_error_within_gamma_to_the_generation(flexible):
-    exact = jacobi.exact_solution(flexible.cfg)
-    scale = exact.abs().max().item()
-    for log in flexible.logs:
-        lo, hi = log["rows"]
-        for g, block in zip(log["generation"], log["blocks"]):
-            assert (block - exact[lo:hi]).abs().max().item() <= flexible.cfg.gamma ** g * scale * (1 + 1e-9)
+    assert_within_gamma_to_the_generation(flexible)
 
 
 def test_flexible_sends_partial_updates_and_bytes_equal_closed_form(flexible):

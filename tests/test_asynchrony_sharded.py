@@ -1,6 +1,8 @@
 """Chapter 09, sharded parameter servers (Li et al., OSDI 2014): exact where one server is, every
 rank's bytes and every server's bytes per update equal the closed forms, bad `servers` rejected."""
 
+import functools
+
 import pytest
 
 import parlab
@@ -11,17 +13,9 @@ from parlab.asynchrony.versions import Book, simulate
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", optimizer="adamw", steps=STEPS, **options):
-        key = (scheme, world_size, model, optimizer, steps, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
-                                    optimizer=optimizer, timeout=120, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS, timeout=120)
 
 
 @pytest.mark.parametrize("world_size,servers,model,optimizer", [(3, 2, "gpt", "adamw"),

@@ -1,6 +1,7 @@
 """Chapter 08: lossless settings equal `single`, ledger bytes equal the closed forms exactly, QSGD
 is unbiased, error feedback carries the residual exactly, lossy runs stay within a stated factor."""
 
+import functools
 import math
 
 import pytest
@@ -17,17 +18,9 @@ LOSSY = ["topk", "randomk", "qsgd", "signsgd", "powersgd", "local-sgd", "diloco"
 LOSS_FACTOR = 1.1  # final loss within 10% of single's at default options (CI-small runs)
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", optimizer="adamw", **options):
-        key = (scheme, world_size, model, optimizer, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=STEPS,
-                                    optimizer=optimizer, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 def shapes_of(result):

@@ -2,6 +2,8 @@
 compressing, nominal ledger bytes equal to the closed form of its `_should_compress` rule, and a
 compressed run's loss within a stated bound of our `powersgd` at the same rank."""
 
+import functools
+
 import pytest
 from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
@@ -12,17 +14,9 @@ STEPS = 6
 LOSS_BOUND = 0.05  # |torch-powersgd − powersgd| ≤ 5% of powersgd's final loss (rank 4, 6 steps)
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", **options):
-        key = (scheme, world_size, model, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=STEPS,
-                                    **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 @pytest.mark.parametrize("world_size,model", [(1, "mlp"), (2, "gpt"), (4, "mlp")])

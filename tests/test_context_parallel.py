@@ -2,6 +2,8 @@
 the single process, their ledgers match the closed forms, zig-zag balances causal work, memory
 per rank shrinks with cp, and bad configurations fail before any process starts."""
 
+import functools
+
 import pytest
 import torch
 
@@ -19,17 +21,9 @@ from tests import workers_cp
 STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, **options):
-        key = (scheme, world_size, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, steps=STEPS, timeout=120,
-                                    **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS, timeout=120)
 
 
 # ----------------------------------------------------------------------------- one process

@@ -1,5 +1,7 @@
 """Chapter 01: every DP variant equals "single", its ledger equals the closed form, bad input fails."""
 
+import functools
+
 import pytest
 
 import parlab
@@ -15,17 +17,9 @@ CASES = [(1, "mlp", "sgd", 2), (2, "gpt", "adamw", 1), (3, "gpt", "sgd", 2), (4,
 STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", optimizer="adamw", **options):
-        key = (scheme, world_size, model, optimizer, tuple(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=STEPS,
-                                    optimizer=optimizer, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 def numels_of(result):

@@ -1,6 +1,8 @@
 """Chapter 11: emulated speeds and topologies in the runtime; hetero-dp equals `single` for every
 sharding; ledger bytes equal the closed forms exactly; the LP's shares; backup workers' bound."""
 
+import functools
+
 import pytest
 
 import parlab
@@ -14,16 +16,9 @@ from parlab.heterogeneous import cost, shares
 STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, **options):
-        key = (scheme, world_size, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, steps=STEPS, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 # ----------------------------------------------------------------------------- the runtime

@@ -2,6 +2,7 @@
 exactly like the single process, send exactly the bytes of the closed form, and hold the
 activations the theory says; bad input fails before any process starts."""
 
+import functools
 import itertools
 import random
 
@@ -125,30 +126,20 @@ def test_balanced_partition_moves_layers_away_from_a_heavy_head():
 
 
 # ----------------------------------------------------------------------------- real runs
-@pytest.fixture(scope="module")
-def references():
-    cache = {}
-
-    def get(model="gpt", optimizer="adamw", model_config=None):
-        key = (model, optimizer, repr(model_config))
-        if key not in cache:
-            cache[key] = parlab.run("single", model=model, steps=2, optimizer=optimizer,
-                                    model_config=model_config)
-        return cache[key]
-    return get
+STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
+@pytest.fixture
+def references(run_cached):
+    def single(model="gpt", optimizer="adamw", model_config=None):
+        return run_cached("single", model=model, optimizer=optimizer, model_config=model_config,
+                          steps=STEPS)
+    return single
 
-    def get(scheme, world_size, model="gpt", optimizer="adamw", **options):
-        key = (scheme, world_size, model, optimizer, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=2,
-                                    optimizer=optimizer, **options)
-        return cache[key]
-    return get
+
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 EXACT = [

@@ -2,9 +2,10 @@
 format's round-off, memory is the ZeRO paper's 2 + 2 + 12 bytes per parameter exactly, ledger
 bytes are the closed forms at 2 bytes an element, fp16 skips the overflowing steps on every rank."""
 
+import functools
+
 import pytest
 
-import parlab
 from parlab.core import cost
 from parlab.core.precision import LossScaler, unit_roundoff
 from parlab.engine.runner import make_config
@@ -17,17 +18,9 @@ ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # ZeRO units of 111, 1406, 114 paramet
 STEPS = 3
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, **options):
-        options.setdefault("steps", STEPS)
-        key = (scheme, world_size, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 EXACT = [("ddp-naive", 1), ("ddp-naive", 2), ("ddp-naive", 3), ("ddp-naive", 4),

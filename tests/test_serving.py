@@ -22,21 +22,18 @@ A = JobSpec("A", model="gpt", model_config={"n_embd": 16, "n_layer": 2, "n_head"
 B = JobSpec("B", model="mlp", batch_size=24, optimizer="sgd", bucket_mb=0.01)  # several buckets
 
 
-@pytest.fixture(scope="module")
-def singles():
-    return {spec.name: parlab.run("single", steps=STEPS, **spec.single_options()) for spec in (A, B)}
+@pytest.fixture
+def singles(run_cached):
+    return {spec.name: run_cached("single", steps=STEPS, **spec.single_options()) for spec in (A, B)}
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(schedule, world_size):
-        if (schedule, world_size) not in cache:
-            cache[schedule, world_size] = sharing.run_jobs([A, B], world_size, schedule, STEPS,
-                                                           clock="A100")
-        return cache[schedule, world_size]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    def jobs(schedule, world_size):  # both jobs in one launch: one cached result
+        return run_cached.memo(("run_jobs", repr([A, B]), world_size, schedule, STEPS, "A100"),
+                               lambda: sharing.run_jobs([A, B], world_size, schedule, STEPS,
+                                                        clock="A100"))
+    return jobs
 
 
 # ----------------------------------------------------------------------------- schedules

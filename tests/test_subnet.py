@@ -2,6 +2,7 @@
 equals the formula, bytes per rank equal the closed form, the distributed run equals its one-process
 emulation (masked sum ÷ owner count), and the full model's loss stays within a stated margin of DDP's."""
 
+import functools
 import statistics
 
 import pytest
@@ -14,17 +15,12 @@ from parlab.subnet import cost as subnet_cost
 from parlab.subnet.emulate import emulate
 from parlab.subnet.ownership import assign, find_blocks, find_ffns, owners_of
 
+STEPS = 2
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
 
-    def get(scheme, world_size=1, steps=2, **options):
-        key = (scheme, world_size, steps, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, steps=steps, **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
@@ -59,7 +55,7 @@ def test_memory_per_rank_is_the_formula(runs, world_size, owners, mask, granular
 @pytest.mark.parametrize("world_size,owners,mask,granularity", CASES)
 def test_bytes_per_rank_are_the_closed_form(runs, world_size, owners, mask, granularity):
     steps, options = 2, dict(owners=owners, mask=mask, granularity=granularity)
-    result = runs("sdp", world_size, steps, **options)
+    result = runs("sdp", world_size, steps=steps, **options)
     ownership = subnet_cost.ownership_of(make_config("sdp", world_size=world_size, **options))
     for phase in ("grad-sync", "param-refresh"):
         expect = [steps * subnet_cost.step_bytes(ownership, mask, r)[phase]
@@ -71,11 +67,11 @@ def test_bytes_per_rank_are_the_closed_form(runs, world_size, owners, mask, gran
 
 
 def test_one_owner_moves_only_the_shared_parameters(runs):
-    result = runs("sdp", 2, 1, owners=1, mask="forward", granularity="block")
+    result = runs("sdp", 2, steps=1, owners=1, mask="forward", granularity="block")
     ownership = subnet_cost.ownership_of(make_config("sdp", world_size=2, owners=1))
     shared = ownership.units[-1].numel
     assert result.bytes_per_rank() == [2 * (2 - 1) // 2 * shared * 4] * 2  # ring: 2(N-1)/N·s
-    assert sum(result.bytes_per_rank()) < sum(runs("ddp-naive", 2, 1).bytes_per_rank()) / 10
+    assert sum(result.bytes_per_rank()) < sum(runs("ddp-naive", 2, steps=1).bytes_per_rank()) / 10
 
 
 @pytest.mark.parametrize("world_size,owners,mask,granularity",
@@ -84,7 +80,7 @@ def test_distributed_equals_the_masked_sum_emulation(runs, world_size, owners, m
     options = dict(owners=owners, mask=mask, granularity=granularity)
     cfg = make_config("sdp", world_size=world_size, steps=2, **options)
     emulation = emulate(cfg, subnet_cost.ownership_of(cfg), mask)
-    comparison = compare(runs("sdp", world_size, 2, **options), emulation)
+    comparison = compare(runs("sdp", world_size, steps=2, **options), emulation)
     assert comparison.match, comparison.problems
 
 
@@ -97,7 +93,7 @@ def test_full_model_loss_stays_within_the_margin_of_ddp(runs, mask, granularity)
     cfg = make_config("sdp", world_size=2, steps=steps, owners=1, mask=mask,
                       granularity=granularity)
     emulation = emulate(cfg, subnet_cost.ownership_of(cfg), mask)
-    ddp = statistics.mean(runs("single", 1, steps).losses[-5:])
+    ddp = statistics.mean(runs("single", 1, steps=steps).losses[-5:])
     sdp = statistics.mean(emulation.full_losses[-5:])
     assert abs(sdp - ddp) <= LOSS_MARGIN * ddp, (sdp, ddp)
 
@@ -140,9 +136,9 @@ def test_exercises_accept_the_measured_answers_and_reject_others(runs):
     from parlab.subnet.explore import exercise
 
     kinds = ("params", "grads", "optimizer")
-    fwd = runs("sdp", 4, 1, owners=1, mask="forward", granularity="block")
-    bwd = runs("sdp", 4, 1, owners=1, mask="backward", granularity="block")
-    pair = runs("sdp", 4, 1, owners=2, mask="forward", granularity="block")
+    fwd = runs("sdp", 4, steps=1, owners=1, mask="forward", granularity="block")
+    bwd = runs("sdp", 4, steps=1, owners=1, mask="backward", granularity="block")
+    pair = runs("sdp", 4, steps=1, owners=2, mask="forward", granularity="block")
     measured = {"forward-memory": sum(fwd.memory[0][k] for k in kinds),
                 "backward-memory": sum(bwd.memory[0][k] for k in kinds),
                 "owner-bytes": pair.bytes_per_rank()[0], "one-owner": "shared", "unbiased": "backward"}

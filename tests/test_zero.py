@@ -1,5 +1,7 @@
 """ZeRO-1/2/3 and PyTorch's sharded schemes: equal to the single process, bytes exact, memory measured."""
 
+import functools
+
 import pytest
 
 import parlab
@@ -9,19 +11,12 @@ from parlab.zero.shard import FlatLayout
 
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 ODD_MLP = {"d_hidden": 37, "n_layer": 2}  # units of 111, 1406, 114 parameters
+STEPS = 2
 
 
-@pytest.fixture(scope="module")
-def runs():
-    cache = {}
-
-    def get(scheme, world_size=1, model="gpt", steps=2, **options):
-        key = (scheme, world_size, model, steps, repr(sorted(options.items())))
-        if key not in cache:
-            cache[key] = parlab.run(scheme, world_size=world_size, model=model, steps=steps,
-                                    **options)
-        return cache[key]
-    return get
+@pytest.fixture
+def runs(run_cached):
+    return functools.partial(run_cached, steps=STEPS)
 
 
 def unit_numels(result) -> list[int]:

@@ -1,0 +1,55 @@
+"""Helpers shared by several test files (the cache of runs and `ckdir` are fixtures in conftest.py)."""
+
+from collections import defaultdict
+
+import psutil
+import pytest
+
+
+def ledger_by_phase(result) -> dict:
+    """Bytes sent per phase per rank: {phase: [bytes of rank 0, rank 1, ...]}, phases that sent any."""
+    got = defaultdict(lambda: [0] * result.config.world_size)
+    for rec in result.ledger:
+        if rec["bytes_sent"]:
+            got[rec["phase"]][rec["rank"]] += rec["bytes_sent"]
+    return dict(got)
+
+
+def assert_within_gamma_to_the_generation(run) -> None:
+    """Bertsekas–Tsitsiklis: every logged block of generation g of an asynchronous Jacobi `run` is
+    within γ^g·‖u*‖∞ of u*."""
+    from parlab.asynchrony import jacobi
+
+    exact = jacobi.exact_solution(run.cfg)
+    scale = exact.abs().max().item()
+    for log in run.logs:
+        lo, hi = log["rows"]
+        for g, block in zip(log["generation"], log["blocks"]):
+            assert (block - exact[lo:hi]).abs().max().item() <= run.cfg.gamma ** g * scale * (1 + 1e-9)
+
+
+def living(procs) -> list:
+    """The processes of `procs` still running (zombies and vanished ones left out)."""
+    out = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def saved_checkpoints(steps: int):
+    """A module fixture `saved`: zero2 on 2 ranks for `steps` steps with a checkpoint after every
+    step, as (directory, result); conftest's `ckdir` gives each test a copy to damage."""
+
+    @pytest.fixture(scope="module")
+    def saved(tmp_path_factory):
+        import parlab
+
+        directory = tmp_path_factory.mktemp("saved")
+        result = parlab.run("zero2", world_size=2, steps=steps, save_dir=str(directory), save_every=1)
+        return directory, result
+
+    return saved
