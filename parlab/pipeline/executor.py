@@ -109,93 +109,163 @@ def _posts_ahead(channel) -> bool:
     return hasattr(channel, "irecv") and getattr(channel, "link", "none") is None
 
 
+class StageStrategy:
+    """What a stage does beside the one activation it receives and the one it sends: the hooks the
+    executor calls around each F and B. The default is the transformer pipeline's: F runs
+    `stage(x)`, the last stage's loss is the mean over the step's m equal micro-batches, B is one
+    autograd backward. A strategy overrides only what its stages change — what else a stage
+    receives before F and sends after it and the gradients of those (the U-Net's skips,
+    `parlab.pipeline.unet_executor.UNetSkips`), which weights F and B use and what a finished
+    backward triggers (PipeDream's weight stashing, `parlab.local_learning.stash.WeightStashing`).
+    Simplification: a split backward (B/W, zero bubble) runs the default strategy only."""
+
+    executor = None  # the PipelineExecutor running it (set by the executor)
+
+    def recv_shape(self, op: str, stage: int, rows: int) -> tuple:
+        """Shape of what RECV_F (the stage's input) / RECV_B (∂L/∂its output) brings to `stage`."""
+        return self.executor.boundary_shape(rows)
+
+    def inputs(self, s: int, i: int, rows: int):
+        """Before F(s, i), outside its span: what the stage takes besides its input."""
+        return None
+
+    def forward(self, stage, x, side_in):
+        """In F's span: (output, what B needs besides input and output)."""
+        return stage(x), None
+
+    def outputs(self, s: int, i: int, side_out) -> None:
+        """After F(s, i): send what the stage produced besides its output."""
+
+    def loss_root(self, loss, m: int):
+        """The root of the last stage's backward: the global loss is the mean over equal
+        micro-batches."""
+        return loss / m
+
+    def roots(self, s: int, i: int, side_out, rows: int) -> tuple[list, list]:
+        """Before B(s, i), outside its span: further (roots, their gradients) of the backward."""
+        return [], []
+
+    def backward(self, s: int, i: int, roots: list, grads: list, x, side_in, side_out):
+        """In B's span: the backward; returns ∂L/∂x (None where x needs no gradient)."""
+        torch.autograd.backward(roots, grads)
+        return x.grad if x.requires_grad else None
+
+    def input_grads(self, s: int, i: int, side_in) -> None:
+        """After B(s, i): send back the gradients of what `inputs` took."""
+
+    def done(self, step: int, s: int, i: int) -> None:
+        """B(s, i)'s input gradient has been handed on (sent or kept for the stage below)."""
+
+
 class PipelineExecutor:
-    """Executes this rank's lowered actions of `schedule` on its `stages` ({stage id: Stage})."""
+    """Executes this rank's lowered actions of `schedule` on its `stages` ({stage id: Stage}), with
+    the per-stage behaviour of `strategy` (`StageStrategy`; the default when None).
+
+    What lives between actions (arrived inputs, saved forwards, gradients to send) is kept on the
+    executor, not per step: a schedule that never flushes (PipeDream) runs its actions in slices,
+    one per step, and a micro-batch's forward and backward may fall in different slices."""
 
     def __init__(self, ctx, schedule: Schedule, pp_rank: int, stages: dict, comm_f, comm_b,
-                 boundary_shape, meter):
+                 boundary_shape, meter, strategy: StageStrategy | None = None):
         self.ctx, self.schedule, self.pp_rank, self.stages = ctx, schedule, pp_rank, stages
         self.actions = schedule.lowered()[pp_rank]
         self.comm_f, self.comm_b = comm_f, comm_b
         self.boundary_shape = boundary_shape  # rows -> activation shape between stages
+        self.strategy = strategy if strategy is not None else StageStrategy()
+        self.strategy.executor = self
+        if schedule.split_backward and type(self.strategy) is not StageStrategy:
+            raise ValueError(f"schedule {schedule.name!r} splits the backward: its stages run the "
+                             "default strategy only")
         # activations between stages travel in the compute dtype (16 bits in mixed precision)
         self.dtype = compute_dtype(getattr(ctx.cfg, "precision", "fp32"))
         self.meter = meter
         self._metered = False  # the first step has been metered (module docstring)
-        self.in_flight_peak = 0  # most micro-batches whose activations were alive at once
+        self.in_flight, self.in_flight_peak = 0, 0  # micro-batches whose activations are alive
         self.microbatch_bytes: dict[int, int] = {}  # stage -> activation bytes one F saved
+        self.box: dict[tuple, torch.Tensor] = {}  # ("F"|"B", stage, mb) -> arrived input / grad
+        self.saved: dict[tuple, tuple] = {}  # (stage, mb) -> what F left for B
+        self.grad_in: dict[tuple, torch.Tensor] = {}  # (stage, mb) -> ∂L/∂input to send back
+        self.stash: dict[tuple, list] = {}  # (stage, mb) -> what W needs
+        self.sends: list = []  # this slice's send handles, waited at its end
 
-    def run_step(self, step: int, inputs: list, targets: list) -> list[float]:
-        """Run the step's actions; return the last stage's per-micro-batch losses (else [])."""
-        sched, last = self.schedule, self.schedule.stages - 1
+    def run_step(self, step: int, inputs: list, targets: list, actions: list | None = None,
+                 first_mb: int = 0) -> list[float]:
+        """Run `actions` (default: the step's whole list); micro-batch i's data is
+        inputs[i − first_mb], targets[i − first_mb]. Returns the last stage's per-micro-batch
+        losses (else [])."""
+        sched, last, st = self.schedule, self.schedule.stages - 1, self.strategy
         m = sched.microbatches
-        box: dict[tuple, torch.Tensor] = {}  # ("F"|"B", stage, mb) -> arrived input / gradient
-        saved: dict[tuple, tuple] = {}  # (stage, mb) -> (stage input, output or loss/m)
-        grad_in: dict[tuple, torch.Tensor] = {}  # (stage, mb) -> ∂L/∂input to send back
-        stash: dict[tuple, list] = {}  # (stage, mb) -> what W needs
-        sends, losses, in_flight = [], [], 0
+        box, saved, grad_in, stash = self.box, self.saved, self.grad_in, self.stash
+        actions = self.actions if actions is None else actions
+        losses = []
         rows = inputs[0].size(0)
-        receives = _Receives(self, rows)
+        receives = _Receives(self, actions, rows)
         metering = not self._metered
         meter = self.meter if metering else contextlib.nullcontext()
         self._metered = True
-        for a in self.actions:
+        for a in actions:
             s, i = a.stage, a.mb
             receives.post_ahead()
             if a.op in ("RECV_F", "RECV_B"):
                 box[(a.op[-1], s, i)] = receives.take(a)  # (mb, T, C) activation or gradient
             elif a.op == "SEND_F":
-                out = saved[(s, i)][1].detach()  # (mb, T, C)
-                sends.append(self.comm_f.isend(out, sched.rank_of(s + 1, a.dir), phase="pp-fwd"))
+                out = saved[(s, i)][3].detach()  # (mb, T, C)
+                self.sends.append(self.comm_f.isend(out, sched.rank_of(s + 1, a.dir), phase="pp-fwd"))
             elif a.op == "SEND_B":
                 g = grad_in.pop((s, i))  # (mb, T, C)
-                sends.append(self.comm_b.isend(g, sched.rank_of(s - 1, a.dir), phase="pp-bwd"))
+                self.sends.append(self.comm_b.isend(g, sched.rank_of(s - 1, a.dir), phase="pp-bwd"))
+                st.done(step, s, i)
             elif a.op == "F":
                 receives.post_pair(a)  # an F&B pair: B's input asked for now (module docstring)
                 stage = self.stages[s]
-                x = inputs[i] if s == 0 else box.pop(("F", s, i)).detach().requires_grad_()
+                x = inputs[i - first_mb] if s == 0 else box.pop(("F", s, i)).detach().requires_grad_()
+                side_in = st.inputs(s, i, rows)
                 before = self.meter.current
                 with self.ctx.span("F", stage=s, mb=i, step=step), meter:
                     if sched.split_backward:
                         with LinearTape(stage) as tape:
-                            out = stage(x)
+                            out, side_out = st.forward(stage, x, side_in)
                     else:
-                        out, tape = stage(x), None
+                        (out, side_out), tape = st.forward(stage, x, side_in), None
                     if s == last:
-                        loss = stage.loss(out, targets[i])
+                        loss = stage.loss(out, targets[i - first_mb])
                         losses.append(loss.item())
-                        out = loss / m  # the global loss is the mean over equal micro-batches
+                        out = st.loss_root(loss, m)
                 if metering:
                     self.microbatch_bytes.setdefault(s, self.meter.current - before)
-                saved[(s, i)] = (x, out, tape)
+                st.outputs(s, i, side_out)
+                saved[(s, i)] = (x, side_in, tape, out, side_out)
                 if s < last and sched.rank_of(s + 1, a.dir) == self.pp_rank:
                     box[("F", s + 1, i)] = out.detach()
-                in_flight += 1
-                self.in_flight_peak = max(self.in_flight_peak, in_flight)
+                self.in_flight += 1
+                self.in_flight_peak = max(self.in_flight_peak, self.in_flight)
             elif a.op == "B":
-                x, out, tape = saved.pop((s, i))
+                x, side_in, tape, out, side_out = saved.pop((s, i))
                 g = None if s == last else box.pop(("B", s, i))  # (mb, T, C) or None: the loss
+                more, more_grads = st.roots(s, i, side_out, rows)
                 with self.ctx.span("B", stage=s, mb=i, step=step), meter:
                     if sched.split_backward:
                         dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
                         for _, xin, dy in stash[(s, i)] if metering else ():
                             self.meter.track(xin, dy)  # the stash holds activations until W
                     else:
-                        torch.autograd.backward(out, g)
-                        dx = x.grad if s > 0 else None
-                        in_flight -= 1
-                del out, tape
-                if s > 0:
-                    if sched.rank_of(s - 1, a.dir) == self.pp_rank:
+                        dx = st.backward(s, i, [out] + more, [g] + more_grads, x, side_in, side_out)
+                        self.in_flight -= 1
+                del out, tape, more
+                st.input_grads(s, i, side_in)
+                if s > 0 and sched.rank_of(s - 1, a.dir) != self.pp_rank:
+                    grad_in[(s, i)] = dx  # sent by the SEND_B that follows
+                else:
+                    if s > 0:
                         box[("B", s - 1, i)] = dx
-                    else:
-                        grad_in[(s, i)] = dx
+                    st.done(step, s, i)
             elif a.op == "W":
                 with self.ctx.span("W", stage=s, mb=i, step=step):
                     weight_backward(stash.pop((s, i)))
-                in_flight -= 1
-        for handle in sends:
+                self.in_flight -= 1
+        for handle in self.sends:
             handle.wait()
+        self.sends = []
         return losses
 
 
@@ -203,9 +273,9 @@ class _Receives:
     """This step's receives in list order: each kind posted up to `RECEIVES_AHEAD` ahead of its
     use where its channel allows (module docstring), else posted and waited when taken."""
 
-    def __init__(self, executor, rows: int):
+    def __init__(self, executor, actions: list, rows: int):
         self.x, self.rows = executor, rows
-        self.pending = [a for a in executor.actions if a.op in ("RECV_F", "RECV_B")]
+        self.pending = [a for a in actions if a.op in ("RECV_F", "RECV_B")]
         self.ahead = {"RECV_F": _posts_ahead(executor.comm_f), "RECV_B": _posts_ahead(executor.comm_b)}
         self.posted: dict = {}  # action -> Handle of its receive
         self.next = 0
@@ -215,7 +285,7 @@ class _Receives:
     def _start(self, a, ahead: bool):
         """Post `a`'s receive (`irecv`, a handle) ahead, or receive it now (`recv`, the tensor)."""
         x, sched = self.x, self.x.schedule
-        buf = torch.empty(x.boundary_shape(self.rows), dtype=x.dtype)  # (mb, T, C)
+        buf = torch.empty(x.strategy.recv_shape(a.op, a.stage, self.rows), dtype=x.dtype)  # (mb, T, C)
         channel, peer, phase = ((x.comm_f, sched.rank_of(a.stage - 1, a.dir), "pp-fwd")
                                 if a.op == "RECV_F"
                                 else (x.comm_b, sched.rank_of(a.stage + 1, a.dir), "pp-bwd"))

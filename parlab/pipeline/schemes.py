@@ -33,7 +33,7 @@ from parlab.pipeline import stages as stages_mod
 from parlab.pipeline import unet_stages
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
-from parlab.pipeline.unet_executor import UNetExecutor
+from parlab.pipeline.unet_executor import UNetSkips
 from parlab.pipeline.validate import check
 
 
@@ -204,7 +204,8 @@ class UNetPipeline(PipelineStages):
     """The 3-D U-Net cut into stages (`parlab.pipeline.unet_stages`): the main path on the
     pipeline's channels, every skip connection straight from its producer stage to its consumer
     stage on its own channels ("pp-skip" forward, "pp-skip-bwd" backward) — LAMP's setting (Zhu et
-    al., MICCAI 2020). The executor is `parlab.pipeline.unet_executor`."""
+    al., MICCAI 2020). The executor is the pipeline's own with the U-Net's stage strategy
+    (`parlab.pipeline.unet_executor.UNetSkips`)."""
 
     def __init__(self, ctx, schedule_name: str):
         plan = resolve(ctx.cfg, schedule_name)
@@ -215,9 +216,9 @@ class UNetPipeline(PipelineStages):
         comm_b = ctx.comm.split(groups, "pp-bwd")
         skip_f, skip_b = ctx.comm.split(groups, "pp-skip"), ctx.comm.split(groups, "pp-skip-bwd")
         self.meter = ActivationMeter(exclude=self.params)
-        self.executor = UNetExecutor(ctx, schedule, self.mesh.coords["pp"], self.stages,
-                                     self.mesh["pp"], comm_b, skip_f, skip_b,
-                                     ctx.cfg.model_config, self.meter)
+        skips = UNetSkips(self.stages, skip_f, skip_b, ctx.cfg.model_config)
+        self.executor = PipelineExecutor(ctx, schedule, self.mesh.coords["pp"], self.stages,
+                                         self.mesh["pp"], comm_b, None, self.meter, skips)
 
     def forward_backward(self, step: int, batch) -> float:
         xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), 1, S, S, S), m × (B/(dp·m), S, S, S)
