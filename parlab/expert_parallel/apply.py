@@ -14,14 +14,17 @@ from types import SimpleNamespace
 import torch.nn as nn
 
 from parlab.core.mesh import Mesh
-from parlab.expert_parallel.layer import AllToAllMoE, ShardedMoE
+from parlab.expert_parallel.layer import METHODS, ShardedMoE
 from parlab.models.gpt_moe import MoE
 from parlab.models.mesh_gpt import MeshGPT
 
 
-def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
-    """Every MoE layer over ep ⊂ dp. Nothing to do without MoE layers or with one dp rank. The
-    tp ranks hold the experts whole (the same routing, the same rows)."""
+def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") -> MeshGPT:
+    """Every MoE layer over ep ⊂ dp, dispatching by `method` ("all_to_all", or "all_gather":
+    `parlab.expert_parallel.layer.METHODS`). Nothing to do without MoE layers or with one dp
+    rank. The tp ranks hold the experts whole (the same routing, the same rows)."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} must be one of {sorted(METHODS)}")
     moes = [b for b in model.blocks if isinstance(b.mlp, MoE)]
     dp = mesh.degree("dp")
     if not moes or dp == 1:
@@ -39,7 +42,7 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
     else:  # experts whole here: only the counts travel
         ep_comm = SimpleNamespace(size=1, rank=0, ranks=[mesh.world.global_rank(mesh.world.rank)])
     for block in moes:
-        layer = (AllToAllMoE if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
+        layer = (METHODS[method] if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
         layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
         block.mlp = layer
     model.dp = dp
@@ -48,5 +51,5 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int) -> MeshGPT:
 
 def expert_parameters(model: nn.Module) -> list:
     """The expert weights sharded over ep (apply_ep with ep > 1), whose gradients sum over ep."""
-    return [p for b in model.blocks if isinstance(getattr(b, "mlp", None), AllToAllMoE)
+    return [p for b in model.blocks if isinstance(getattr(b, "mlp", None), tuple(METHODS.values()))
             for p in (b.mlp.w_in, b.mlp.w_out)]

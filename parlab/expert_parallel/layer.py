@@ -1,6 +1,6 @@
 """The MoE layer with its experts sharded over an ep group (GShard, Lepikhin et al. 2020).
 
-`shard_experts(model, world, ep_comm, method)` swaps every `parlab.models.gpt_moe.MoE` of a
+`parlab.expert_parallel.apply.apply_ep` swaps every `parlab.models.gpt_moe.MoE` of a
 reference model for a layer that keeps only the experts [j·E/ep, (j+1)·E/ep) of ep rank j (the
 same router, the same shared expert, slices of the same weights) and changes only how rows reach
 them:
@@ -79,14 +79,6 @@ class AllGatherMoE(ShardedMoE):
 
 
 METHODS = {"all_to_all": AllToAllMoE, "all_gather": AllGatherMoE}
-
-
-def shard_experts(model: nn.Module, world, ep_comm, method: str = "all_to_all") -> nn.Module:
-    """Replace every MoE of `model` (in place) by its sharded form; returns the model."""
-    for block in model.blocks:
-        if isinstance(block.mlp, MoE):
-            block.mlp = METHODS[method](block.mlp, world, ep_comm)
-    return model
 
 
 def expert_parameter_names(model: nn.Module) -> list[str]:

@@ -21,7 +21,10 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import Prediction
 from parlab.engine.runner import register
 from parlab.expert_parallel import cost
-from parlab.expert_parallel.layer import assemble_state, expert_parameter_names, shard_experts
+from parlab.expert_parallel.apply import apply_ep
+from parlab.expert_parallel.layer import assemble_state, expert_parameter_names
+from parlab.models.gpt_moe import MoE
+from parlab.models.mesh_gpt import gpt_on_mesh
 
 EP = Int(None, min=1, none=True)  # None: the largest degree that fits
 
@@ -55,7 +58,9 @@ class ExpertParallel(Strategy):
         cfg, W = ctx.cfg, ctx.world_size
         ep = resolve_ep(cfg)
         self.mesh = Mesh(ctx.comm, [("dp", W // ep), ("ep", ep)])
-        model = shard_experts(build_model(cfg), ctx.comm, self.mesh["ep"], method)
+        # the experts over ep ⊂ dp by the function the planner's composed plans call too: every
+        # rank a data-parallel rank, dp coordinate d ep rank d mod ep (ep innermost, as above)
+        model = apply_ep(gpt_on_mesh(build_model(cfg)), Mesh(ctx.comm, [("dp", W)]), ep, method)
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), shard=ctx.rank,
                          shards=W, holds_state=self.mesh.coords["dp"] == 0)
         names = set(expert_parameter_names(model))
@@ -77,7 +82,7 @@ class ExpertParallel(Strategy):
     def extras(self) -> dict:
         return {"ep_rank": self.mesh.coords["ep"], "ep": self.mesh.size("ep"),
                 "dp": self.mesh.size("dp"), "group": self.mesh["ep"].ranks,
-                "routing": [moe.log for moe in self.model.moe_layers()]}
+                "routing": [b.mlp.log for b in self.model.blocks if isinstance(b.mlp, MoE)]}
 
 
 def _assemble(outputs, cfg):
