@@ -163,7 +163,7 @@ class GPT(nn.Module):
         self.config = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(Block.for_config(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(self.make_block(cfg, i) for i in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd)
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
@@ -173,8 +173,16 @@ class GPT(nn.Module):
         for block in self.blocks:
             _init_linear(block.attn.c_attn, g)
             _init_linear(block.attn.c_proj, g, proj_std)
-            _init_linear(block.mlp.c_fc, g)
-            _init_linear(block.mlp.c_proj, g, proj_std)
+            self.init_mlp(block.mlp, g, proj_std)
+
+    def make_block(self, cfg: GPTConfig, index: int) -> Block:
+        """Block `index` (a variant such as `parlab.models.gpt_moe` swaps its MLP here)."""
+        return Block.for_config(cfg)
+
+    def init_mlp(self, mlp: nn.Module, g: torch.Generator, proj_std: float) -> None:
+        """Draw a block's MLP weights from `g`, after its attention's, in a fixed order."""
+        _init_linear(mlp.c_fc, g)
+        _init_linear(mlp.c_proj, g, proj_std)
 
     def embed(self, idx):
         T = idx.size(1)

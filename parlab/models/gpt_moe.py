@@ -230,33 +230,19 @@ class GPTMoE(GPT):
     Activation checkpointing is not offered: recomputing a block would route again with the
     bias already stepped."""
 
-    def __init__(self, cfg: GPTMoEConfig, seed: int = 0):
-        nn.Module.__init__(self)
-        cfg.validate()
-        self.config = cfg
-        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
-        self.blocks = nn.ModuleList(moe_block(cfg, (i + 1) % cfg.moe_every == 0)
-                                    for i in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
-        g = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            self.wte.weight.normal_(0.0, 0.02, generator=g)
-            self.wpe.weight.normal_(0.0, 0.02, generator=g)
-        proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2's scaled residual init
-        for block in self.blocks:
-            _init_linear(block.attn.c_attn, g)
-            _init_linear(block.attn.c_proj, g, proj_std)
-            mlp = block.mlp
-            if isinstance(mlp, MoE):
-                _init_linear(mlp.router.gate, g)
-                with torch.no_grad():
-                    mlp.w_in.normal_(0.0, 0.02, generator=g)
-                    mlp.w_out.normal_(0.0, proj_std, generator=g)
-                mlp = mlp.shared
-            if mlp is not None:
-                _init_linear(mlp.c_fc, g)
-                _init_linear(mlp.c_proj, g, proj_std)
+    def make_block(self, cfg: GPTMoEConfig, index: int) -> Block:
+        return moe_block(cfg, (index + 1) % cfg.moe_every == 0)
+
+    def init_mlp(self, mlp: nn.Module, g: torch.Generator, proj_std: float) -> None:
+        """An MoE draws its router, then its experts (in, out), then its shared expert."""
+        if isinstance(mlp, MoE):
+            _init_linear(mlp.router.gate, g)
+            with torch.no_grad():
+                mlp.w_in.normal_(0.0, 0.02, generator=g)
+                mlp.w_out.normal_(0.0, proj_std, generator=g)
+            mlp = mlp.shared
+        if mlp is not None:
+            super().init_mlp(mlp, g, proj_std)
 
     def __setattr__(self, name, value):
         if name == "activation_checkpointing" and value:
