@@ -158,8 +158,8 @@ class StalePipeline(Stages):
         if tie is None:
             self.tied = None
         self.pipe = StashedPipeline(ctx, layout.pp, self.pp_rank, m, m if two_buffers else 1,
-                                    self.stage, self.optimizer, self.mesh["pp"], self.comm_b,
-                                    self.boundary_shape, self.meter, tie)
+                                    ctx.cfg.steps, self.stage, self.optimizer, self.mesh["pp"],
+                                    self.comm_b, self.boundary_shape, self.meter, tie)
 
     def forward_backward(self, step: int, batch) -> float:
         xs, ys = self.micro_batches(batch)  # m × (B/m, T)

@@ -12,12 +12,23 @@ PipeDream-2BW (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Trainin
 in-flight micro-batches never spanning more than two groups, two versions suffice — the one new
 forwards use and the one older backwards still need.
 
-Micro-batches form one stream over the run (g = step·m + i); stage s runs 1F1B over it with
-min(p−1−s, m−1) warm-up forwards — the in-flight count capped at m, so m = 1 is plain model
-parallelism with an update per batch: exactly the single process. A step runs the forwards of its
+Micro-batches form one stream over the run (g = step·m + i), and the stream's schedule is data:
+`stream_schedule` is 1F1B (`parlab.pipeline.schedules`) over all steps·m micro-batches, with
+min(p−1−s, m−1) warm-up forwards on stage s — the in-flight count capped at m, so m = 1 is plain
+model parallelism with an update per batch: exactly the single process (for m >= p the cap does
+nothing and it is `schedules.one_f_one_b(p, steps·m)` itself). It runs on the pipeline's one
+executor (`parlab.pipeline.executor.PipelineExecutor`) in slices: a step runs the forwards of its
 own micro-batches and the backwards 1F1B puts beside them; the last warm-up backwards of the run
-drain in `drain`. Every backward records (micro-batch, version its forward used, version it used,
-live version at that moment): stashing is verified from this record, not assumed.
+drain in `drain`. What the stage does differently is its strategy, `WeightStashing`: F runs on
+the version it stashes, B differentiates that version and accumulates into the live weights, and a
+finished backward (its input gradient sent) counts towards the next update. Every backward records
+(micro-batch, version its forward used, version it used, live version at that moment): stashing
+is verified from this record, not assumed.
+
+Simplifications, stated where they are made: the schedule is built for the run's `steps` up
+front (`stream_schedule`), so a run cannot be extended after it starts; the executor meters
+activation memory on the first step only (`parlab.pipeline.executor`), which for this stream holds
+the warm-up and so the steady state's in-flight count.
 """
 
 from __future__ import annotations
@@ -26,8 +37,8 @@ import torch
 from torch.func import functional_call
 
 from parlab.local_learning.local_boundary import _accumulate
-
-FWD, BWD = "pp-fwd", "pp-bwd"
+from parlab.pipeline.executor import PipelineExecutor, StageStrategy
+from parlab.pipeline.schedules import COMPUTE, Schedule, _warm_then_alternate
 
 
 class WeightStash:
@@ -67,60 +78,68 @@ class WeightStash:
         return sum(p.numel() for p in self.live.values())
 
 
-class StashedPipeline:
-    """One rank of PipeDream (`group=1`: update after every micro-batch) or PipeDream-2BW
+def warmup(p: int, m: int, stage: int) -> int:
+    """Warm-up forwards of `stage`: 1F1B's p−1−s, capped so at most m micro-batches are in flight."""
+    return min(p - 1 - stage, m - 1)
+
+
+def stream_schedule(p: int, m: int, steps: int) -> Schedule:
+    """1F1B over the run's steps·m micro-batches with `warmup` forwards per stage (module docstring)."""
+    return _warm_then_alternate("pipedream", p, steps * m, lambda r: warmup(p, m, r))
+
+
+def step_slices(schedule: Schedule, rank: int, m: int, steps: int) -> list[list]:
+    """`rank`'s lowered actions cut into steps + 1 slices: step k runs F(k·m) … F(k·m+m−1) and the
+    backward after each (B(g − w) after F(g), w the warm-up); the last slice is the drain. A
+    receive belongs to the compute action after it, a send to the one before it."""
+    w, total = warmup(schedule.pp, m, rank), steps * m
+    slices: list[list] = [[] for _ in range(steps + 1)]
+    pending, k = [], 0
+    for a in schedule.lowered()[rank]:
+        if a.op.startswith("RECV"):
+            pending.append(a)
+            continue
+        if a.op in COMPUTE:
+            g = a.mb if a.op == "F" else a.mb + w  # the forward this action follows
+            k = g // m if g < total else steps
+            slices[k] += pending
+            pending = []
+        slices[k].append(a)
+    return slices
+
+
+class WeightStashing(StageStrategy):
+    """The stage strategy of PipeDream (`group=1`: update after every micro-batch) and PipeDream-2BW
     (`group=m`: one update per step's m micro-batches)."""
 
-    def __init__(self, ctx, pp: int, pp_rank: int, microbatches: int, group: int, stage,
-                 optimizer, comm_f, comm_b, boundary_shape, meter, tie=None):
-        self.ctx, self.p, self.r, self.m, self.group = ctx, pp, pp_rank, microbatches, group
-        self.stage, self.optimizer = stage, optimizer
-        self.comm_f, self.comm_b, self.boundary_shape, self.meter = comm_f, comm_b, boundary_shape, meter
+    def __init__(self, ctx, stage, optimizer, group: int, meter, tie=None):
+        self.ctx, self.optimizer, self.group = ctx, optimizer, group
         self.tie = tie  # () -> None: sum the tied embedding's gradients before an update
-        self.warmup = min(pp - 1 - pp_rank, microbatches - 1)
         self.stash = WeightStash(stage, meter)
-        self.saved: dict[int, tuple] = {}  # g -> (x, out, root, version)
         self.records: list[tuple] = []  # (g, forward version, backward version, live version)
-        self.handles: list = []
-        self.done = 0  # backwards run
+        self.done_count = 0  # backwards finished
 
-    def forward(self, step: int, g: int, x, y):
-        r, last = self.r, self.p - 1
-        rows = x.size(0)
-        if r > 0:
-            x = self.comm_f.recv(torch.empty(self.boundary_shape(rows)), r - 1,
-                                 phase=FWD).requires_grad_()  # (mb, T, C) from the stage below
+    def forward(self, stage, x, side_in):
         version = self.stash.take()
-        loss = None
-        with self.ctx.span("F", stage=r, mb=g, step=step), self.meter:
-            out = functional_call(self.stage, self.stash.weights(version), (x,))  # stashed weights
-            if r == last:
-                loss = self.stage.loss(out, y)
-                out = loss / self.group  # 2BW: the mean over the group's micro-batches
-        if r < last:
-            self.handles.append(self.comm_f.isend(out.detach(), r + 1, phase=FWD))  # (mb, T, C)
-        self.saved[g] = (x, out, version)
-        return loss.item() if loss is not None else None
+        return functional_call(stage, self.stash.weights(version), (x,)), version  # stashed weights
 
-    def backward(self, step: int, g: int):
-        r, last = self.r, self.p - 1
-        x, out, version = self.saved.pop(g)
-        grad = None
-        if r < last:
-            grad = self.comm_b.recv(torch.empty(out.shape), r + 1, phase=BWD)  # (mb, T, C)
+    def loss_root(self, loss, m: int):
+        return loss / self.group  # 2BW: the mean over the group's micro-batches
+
+    def backward(self, s, g, roots, grads, x, side_in, version):
         weights = self.stash.weights(version)
-        inputs = ([x] if r > 0 else []) + [weights[n] for n in self.stash.names]
-        with self.ctx.span("B", stage=r, mb=g, step=step), self.meter:
-            grads = torch.autograd.grad(out, inputs, grad, allow_unused=True)
-        if r > 0:
-            self.handles.append(self.comm_b.isend(grads[0], r - 1, phase=BWD))  # (mb, T, C)
+        inputs = ([x] if x.requires_grad else []) + [weights[n] for n in self.stash.names]
+        got = torch.autograd.grad(roots, inputs, grads, allow_unused=True)
         live = [self.stash.live[n] for n in self.stash.names]
-        _accumulate(live, grads[1:] if r > 0 else grads)
+        _accumulate(live, got[1:] if x.requires_grad else got)
         self.records.append((g, version, version, self.stash.version))
         self.stash.release(version)
-        del x, out, grads
-        self.done += 1
-        if self.done % self.group == 0:
+        return got[0] if x.requires_grad else None  # (mb, T, C)
+
+    def done(self, step: int, s: int, g: int) -> None:
+        """After the input gradient went down: every `group` backwards, one update."""
+        self.done_count += 1
+        if self.done_count % self.group == 0:
             if self.tie is not None:
                 self.tie()
             with self.ctx.span("optimizer", step=step):
@@ -128,27 +147,28 @@ class StashedPipeline:
                 self.optimizer.zero_grad(set_to_none=True)
             self.stash.version += 1
 
+
+class StashedPipeline:
+    """One rank of PipeDream / PipeDream-2BW: `stream_schedule` on the pipeline executor, one slice
+    per step, with `WeightStashing` as the stage's strategy."""
+
+    def __init__(self, ctx, pp: int, pp_rank: int, microbatches: int, group: int, steps: int,
+                 stage, optimizer, comm_f, comm_b, boundary_shape, meter, tie=None):
+        self.m, self.warmup = microbatches, warmup(pp, microbatches, pp_rank)
+        schedule = stream_schedule(pp, microbatches, steps)
+        self.slices = step_slices(schedule, pp_rank, microbatches, steps)
+        self.strategy = WeightStashing(ctx, stage, optimizer, group, meter, tie)
+        self.stash, self.records = self.strategy.stash, self.strategy.records
+        self.executor = PipelineExecutor(ctx, schedule, pp_rank, {pp_rank: stage}, comm_f, comm_b,
+                                         boundary_shape, meter, self.strategy)
+        self._last = None  # the last step's (inputs, targets): the drain's row count
+
     def run_step(self, step: int, inputs: list, targets: list) -> list[float]:
         """The forwards of this step's micro-batches and the backwards 1F1B puts beside them."""
-        losses = []
-        for i in range(self.m):
-            g = step * self.m + i
-            loss = self.forward(step, g, inputs[i], targets[i])
-            if loss is not None:
-                losses.append(loss)
-            if g >= self.warmup:
-                self.backward(step, g - self.warmup)
-        self.wait()
-        return losses
+        self._last = (inputs, targets)
+        return self.executor.run_step(step, inputs, targets, self.slices[step],
+                                      first_mb=step * self.m)
 
     def drain(self, steps: int) -> None:
         """The backwards still owed after the last step's forwards."""
-        total = steps * self.m
-        for g in range(total - min(self.warmup, total), total):
-            self.backward(steps - 1, g)
-        self.wait()
-
-    def wait(self) -> None:
-        for h in self.handles:
-            h.wait()
-        self.handles = []
+        self.executor.run_step(steps - 1, *self._last, self.slices[steps], first_mb=steps * self.m)
