@@ -10,8 +10,9 @@ unfolds on purpose (the scaling-book's style of GPU-scale worked problems).
     ex.hint()          # prints the hint
     ex.solution()      # prints the worked solution
 
-A chapter's explore module builds its exercises (`EXERCISES = [...]`, `exercise(name)`); tests
-prove each check accepts the right answer and rejects wrong ones.
+A chapter's `exercises` module (`parlab/<slug>/exercises.py`) builds its exercises
+(`EXERCISES = [...]`, `exercise(name)`); tests prove each check accepts the right answer and
+rejects wrong ones.
 """
 
 from __future__ import annotations

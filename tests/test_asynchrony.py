@@ -239,9 +239,9 @@ RIGHT = {"server-bytes": 28_000_112, "sharded-bytes": 6_000_096, "asp-staleness"
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_exercise_checks_accept_the_answer_without_printing_it(name, capsys):
-    from parlab.asynchrony import explore_exercises
+    from parlab.asynchrony import exercises
 
-    ex = explore_exercises.exercise(name)
+    ex = exercises.exercise(name)
     assert ex.check(RIGHT[name])
     assert not ex.check(0) and not ex.check("maybe")
     assert not re.search(rf"\b{RIGHT[name]}\b", capsys.readouterr().out.replace(name, ""))

@@ -3,8 +3,8 @@ never prints the answer."""
 
 import pytest
 
-from parlab.core import explore as ch00
-from parlab.data_parallel import explore as ch01
+from parlab.core import exercises as ch00
+from parlab.data_parallel import exercises as ch01
 
 CHAPTERS = [(ch00, name) for name in ch00.answers()] + [(ch01, name) for name in ch01.answers()]
 

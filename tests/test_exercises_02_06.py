@@ -7,28 +7,28 @@ back from the check) is accepted, a wrong one and a non-number are refused, and 
 
 import pytest
 
-from parlab.context_parallel import explore as cp_explore
-from parlab.pipeline import explore as pp_explore
-from parlab.tensor_parallel import explore as tp_explore
-from parlab.zero import explore as zero_explore
+from parlab.context_parallel import exercises as cp_exercises
+from parlab.pipeline import exercises as pp_exercises
+from parlab.tensor_parallel import exercises as tp_exercises
+from parlab.zero import exercises as zero_exercises
 
 # The right answers, worked out independently of the checks (see each exercise's solution).
 RIGHT = {
-    zero_explore: {
+    zero_exercises: {
         "zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64,          # GB: 2Ψ + 14Ψ/N
         "zero3-fit": 14,                                # 16·70e9/N <= 80e9
         "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
         "zero3-padding": (1387 + 4 * 4139) * 4,         # Σ ⌈u/3⌉ · 4 B
         "zero2-bytes": 2 * 3 * 53824,                   # 2 · 3/4 · Ψ · 4 B
     },
-    tp_explore: {
+    tp_exercises: {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
         "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
         "sp-bytes-ratio": 1.25,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 32 * 4,
         "balanced-reshard": 32768,
     },
-    pp_explore: {
+    pp_exercises: {
         "gpipe-bubble-gpu": 7 / 39,
         "microbatches-for-10pct": 27,
         "interleaved-bubble": 3 / 19,
@@ -36,7 +36,7 @@ RIGHT = {
         "zb-bubble": 3 / 27,
         "p2p-bytes": 4 * 3 * 32 * 32 * 4,
     },
-    cp_explore: {
+    cp_exercises: {
         "score-bytes-gpu": 2 * 131072 ** 2 / 1e9,
         "ring-bytes-gpu": 15 * 2 * 8 * 8192 * 128 * 2 / 1e6,
         "ulysses-vs-ring": 0.25,

@@ -139,7 +139,7 @@ def test_default_ep_uses_every_rank_that_divides_the_experts():
 
 
 def test_exercises_accept_the_right_answer_and_never_print_it(capsys):
-    from parlab.expert_parallel.explore import exercise
+    from parlab.expert_parallel.exercises import exercise
 
     answers = {"capacity": 240, "balanced-dispatch": 24576, "gather-ratio": 8,
                "memory": sum(cost.memory_per_rank(make_config("ep", model="gpt-moe").model_config,

@@ -180,8 +180,8 @@ RIGHT = {"even-step": 12, "proportional-rows": 4, "lp-time": 6, "weight": 0.25, 
 
 @pytest.mark.parametrize("name,answer", sorted(RIGHT.items()))
 def test_exercises_check_without_telling(name, answer, capsys):
-    from parlab.heterogeneous import explore
-    exercise = explore.exercise(name)
+    from parlab.heterogeneous import exercises
+    exercise = exercises.exercise(name)
     assert exercise.check(answer)
     assert not exercise.check("biased" if isinstance(answer, str) else answer + 1)
     assert str(answer) not in capsys.readouterr().out.replace(name, "")

@@ -106,8 +106,8 @@ RIGHT = {"padded-bytes": 18, "exact-bytes": 6, "tp-shares": 1 / 3, "lp-zero": 0}
 
 @pytest.mark.parametrize("name,answer", sorted(RIGHT.items()))
 def test_tp_exercises_check_without_telling(name, answer, capsys):
-    from parlab.heterogeneous import explore
-    exercise = explore.exercise(name)
+    from parlab.heterogeneous import exercises
+    exercise = exercises.exercise(name)
     assert exercise.check(answer)
     assert not exercise.check(answer + 1)
     assert str(answer) not in capsys.readouterr().out.replace(name, "")

@@ -46,7 +46,7 @@ def layer_of(module: str) -> str:
         return top
     if len(parts) == 2:  # a chapter package's __init__: documentation only
         return "blocks" if top != "core" else "core"
-    if leaf.startswith("explore") or leaf in ("bench", "draw"):  # presentation: may plot
+    if leaf.startswith("explore") or leaf in ("bench", "draw", "exercises"):  # presentation
         return "explore"
     if leaf == "schemes" or leaf.startswith(("schemes_", "torch_")):
         return "schemes"

@@ -153,11 +153,11 @@ RIGHT = {"interlock-bytes": 98304, "global-depth": 5, "pipedream-versions": 8,
 
 
 def test_exercises_check_without_telling(capsys):
-    from parlab.local_learning import explore
+    from parlab.local_learning import exercises
 
-    assert 4 <= len(explore.EXERCISES) <= 6 and {e.name for e in explore.EXERCISES} == set(RIGHT)
+    assert 4 <= len(exercises.EXERCISES) <= 6 and {e.name for e in exercises.EXERCISES} == set(RIGHT)
     for name, answer in RIGHT.items():
-        ex = explore.exercise(name)
+        ex = exercises.exercise(name)
         assert ex.check(answer) and not ex.check(None) and not ex.check("backward")
     out = capsys.readouterr().out
     assert "98304" not in out and "98,304" not in out and "right" in out

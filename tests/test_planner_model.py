@@ -8,8 +8,7 @@ import math
 import pytest
 
 from parlab.core.cost import AlphaBeta
-from parlab.planner import costmodel, extrapolate, search
-from parlab.planner import explore_exercises as ex_exercises
+from parlab.planner import costmodel, exercises, extrapolate, search
 from parlab.planner.plan import Plan
 from parlab.planner.profile import CommFit, Line, Profile
 
@@ -130,7 +129,7 @@ WRONG = {"bubble": 3 / 4, "tp-bytes": 196608, "zero3-memory": 861184, "exposed":
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_exercises_check_right_and_wrong(name, capsys):
-    ex = ex_exercises.exercise(name)
+    ex = exercises.exercise(name)
     assert ex.check(RIGHT[name]) is True
     assert ex.check(WRONG[name]) is False
     assert ex.check("not a number") is False

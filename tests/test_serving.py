@@ -320,9 +320,9 @@ RIGHT = {"job-bytes": 50_112, "balanced": 2.0, "compute-bound": 1.2, "edge-bytes
 
 @pytest.mark.parametrize("name", sorted(RIGHT))
 def test_exercises_check_without_telling(name, capsys):
-    from parlab.serving import explore
+    from parlab.serving import exercises
 
-    ex = explore.exercise(name)
+    ex = exercises.exercise(name)
     assert ex.check(RIGHT[name]) and not ex.check(RIGHT[name] * 1.5) and not ex.check("?")
     out = capsys.readouterr().out
     assert f"{RIGHT[name]:g}" not in out and f"{RIGHT[name]:,}" not in out

@@ -133,7 +133,7 @@ def test_ownership_is_balanced_and_found_on_any_module():
 
 
 def test_exercises_accept_the_measured_answers_and_reject_others(runs):
-    from parlab.subnet.explore import exercise
+    from parlab.subnet.exercises import exercise
 
     kinds = ("params", "grads", "optimizer")
     fwd = runs("sdp", 4, steps=1, owners=1, mask="forward", granularity="block")

@@ -1,6 +1,6 @@
 """What notebooks/09_asynchrony.ipynb runs: the server's schedule drawn with versions, closed
 forms, exactness, staleness properties, BSP / SSP / ASP with a straggler, asynchronous Jacobi,
-and the widget callback (the exercises' checks: `explore_exercises`).
+and the widget callback (the exercises: `exercises`).
 
 Parameter servers after Dean et al. (Downpour SGD, 2012) and Li et al. (OSDI 2014); bounded
 staleness after Ho et al. (SSP, NeurIPS 2013); asynchronous iterations after Chazan & Miranker

@@ -1,5 +1,5 @@
 """What notebooks/08_compression.ipynb runs: compressors on a real gradient, closed forms, the
-lossless checks, ledger vs closed form, loss vs bytes, error feedback on/off, widget, checks.
+lossless checks, ledger vs closed form, loss vs bytes, error feedback on/off, widget (exercises: `exercises`).
 
 The compressors follow Lin et al. (DGC, 2018), Alistarh et al. (QSGD, 2017), Bernstein et al.
 (signSGD, 2018) with Karimireddy et al.'s error feedback (2019), Vogels et al. (PowerSGD, 2019);
@@ -254,38 +254,3 @@ def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) ->
           f"fewer than ddp-naive")
     print(f"final loss {result.losses[-1]:.4f} vs single {ref.losses[-1]:.4f}; median step "
           f"{1e3 * sorted(result.step_times)[len(result.step_times) // 2]:.1f} ms")
-
-
-# ----------------------------------------------------------------------------- 7. exercises
-def _verdict(ok: bool, hint: str) -> bool:
-    print("correct" if ok else f"not quite (hint: {hint})")
-    return ok
-
-
-def check_topk_bytes(answer: int, world_size: int, ratio: float = 0.01) -> bool:
-    """Bytes rank 0 sends per step with `topk` at `ratio` on the gpt model."""
-    expect = cost.bytes_per_step("topk", param_shapes(), world_size, ratio=ratio)["all_gather"]
-    return _verdict(answer == expect, "k = ⌈ratio·n⌉ per tensor, 8 bytes a pair, and an all-gather "
-                    "sends every other rank's message on")
-
-
-def check_powersgd_floats(answer: int, rows: int, cols: int, rank: int) -> bool:
-    """Floats one rank contributes to PowerSGD's two all-reduces for one rows×cols matrix."""
-    return _verdict(answer == sum(cost.powersgd_elements([(rows, cols)], rank)),
-                    "P is rows×r, Q is cols×r")
-
-
-def check_sign_payload(answer: int, numel: int) -> bool:
-    """Bytes of one signSGD message for a tensor of `numel` elements."""
-    return _verdict(answer == Sign().payload_bytes(numel), "one bit per element, rounded up to "
-                    "whole bytes, plus the scale")
-
-
-def check_crossover(answer: int, ratio: float = 0.01) -> bool:
-    """The smallest world size at which `topk` at `ratio` sends more bytes per rank than ddp-naive."""
-    shapes = param_shapes()
-    n = 2
-    while cost.compression_ratio("topk", shapes, n, ratio=ratio) >= 1:
-        n += 1
-    return _verdict(answer == n, "all-gather: (N-1)·P per rank; all-reduce: 2(N-1)/N·Ψ·4 — "
-                    "set them equal")

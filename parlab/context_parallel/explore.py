@@ -319,6 +319,3 @@ def last_step(events: list[dict]) -> list[dict]:
     t0 = min(starts.values())
     return [dict(e, t0=e["t0"] - t0, t1=e["t1"] - t0) for e in events if e["t0"] >= t0]
 
-
-# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
-from parlab.context_parallel.explore_exercises import EXERCISES, exercise  # noqa: E402, F401

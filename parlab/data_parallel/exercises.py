@@ -5,17 +5,10 @@ bytes, gradient accumulation); each check says right or wrong, never the answer.
 
 from __future__ import annotations
 
-import parlab
-from parlab import models
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.explore_measure import param_numels
 from parlab.exercises import Exercise, find, numeric
-
-
-def param_numels(model: str = "gpt", config: dict | None = None) -> list[int]:
-    """Elements of each parameter of the chapter's model, in registration order."""
-    net = models.build_model(model, models.model_config(model, config), 0)
-    return [p.numel() for p in net.parameters()]
 
 
 def answers() -> dict:
@@ -71,13 +64,3 @@ def exercises() -> list:
 
 def exercise(name: str):
     return find(exercises(), name)
-
-
-def check_accum(world_size: int, accum_steps: int, steps: int = 2) -> bool:
-    """Run ddp-overlap with accumulation; True when it matches single with the same global batch."""
-    ref = parlab.run("single", steps=steps)
-    result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, accum_steps=accum_steps)
-    comparison = result.compare(ref)
-    msgs = sum(1 for r in result.ledger if r["rank"] == 0) // steps
-    print(f"accum_steps={accum_steps}: {comparison}; {msgs} messages per step")
-    return comparison.match

@@ -16,15 +16,6 @@ from parlab.core.cost import element_bytes
 from parlab.core.link import achieved_flops, faithful
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import exposed_fraction
-from parlab.data_parallel.explore_exercises import (  # noqa: F401
-    answers,
-    check_accum,
-    exercise,
-    exercises,
-    param_numels,
-)
-
-# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
 from parlab.data_parallel.explore_measure import (  # noqa: F401 (the notebook calls ex.*)
     COMMON,
     MEASURE,
@@ -36,6 +27,7 @@ from parlab.data_parallel.explore_measure import (  # noqa: F401 (the notebook c
     measure_regime,
     messages_per_step,
     model_terms,
+    param_numels,
     per_message_overhead,
     plot_timelines,
     predicted_vs_measured,
@@ -129,6 +121,16 @@ def check_all(world_size: int, steps: int = 3, model: str = "gpt", accum_steps: 
             line += f"   rank 0, step 0: {msgs:>2} messages, {got:,} bytes (closed form {expect:,})"
         print(line)
     return results
+
+
+def check_accum(world_size: int, accum_steps: int, steps: int = 2) -> bool:
+    """Run ddp-overlap with accumulation; True when it matches single with the same global batch."""
+    ref = parlab.run("single", steps=steps)
+    result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, accum_steps=accum_steps)
+    comparison = result.compare(ref)
+    msgs = sum(1 for r in result.ledger if r["rank"] == 0) // steps
+    print(f"accum_steps={accum_steps}: {comparison}; {msgs} messages per step")
+    return comparison.match
 
 
 # ----------------------------------------------------------------------------- widget

@@ -9,14 +9,20 @@ measured step with the diagnosis when they disagree, the ratio sweep and the buc
 from __future__ import annotations
 
 import parlab
+from parlab import models
 from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
 from parlab.data_parallel.buckets import plan_buckets
-from parlab.data_parallel.explore_exercises import param_numels
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 OWN = VARIANTS[:5]
+
+
+def param_numels(model: str = "gpt", config: dict | None = None) -> list[int]:
+    """Elements of each parameter of the chapter's model, in registration order."""
+    net = models.build_model(model, models.model_config(model, config), 0)
+    return [p.numel() for p in net.parameters()]
 
 
 # ----------------------------------------------------------------------------- 5. measurement

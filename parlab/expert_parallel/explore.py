@@ -1,6 +1,6 @@
 """What notebook 07 runs: sparse vs dense, capacity and dropping drawn, the all-to-all drawn with
 real counts, exactness, the ledger beside the closed forms, memory, load balancing (Switch's
-auxiliary loss vs DeepSeek-V3's bias), step times, the widget callback and the exercises.
+auxiliary loss vs DeepSeek-V3's bias), step times and the widget callback (the exercises: `exercises`).
 
 Papers: Shazeer et al. 2017 (top-k experts), GShard (Lepikhin et al. 2020: capacity, all-to-all),
 Switch (Fedus et al. 2022: load-balancing loss), DeepSeek-V3 (2024: auxiliary-loss-free bias).
@@ -11,7 +11,6 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 import parlab
-from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.expert_parallel import cost
 from parlab.expert_parallel.explore_dense import TIMING_BATCH, TIMING_LINK, TIMING_TOP_K, print_comparison
 from parlab.models import build_model, model_config
@@ -254,39 +253,3 @@ def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, ste
     print(f"dropped {dropped} of {routed} assignments; rank 0 dispatched "
           f"{result.bytes_per_rank(phase='dispatch')[0]:,} B (closed form "
           f"{closed_form(result)['dispatch']:,}); final loss {result.losses[-1]:.4f}")
-
-
-# ----------------------------------------------------------------------------- 7. exercises
-def _default():
-    return model_config("gpt-moe")
-
-
-EXERCISES = [
-    Exercise("capacity", "Expert capacity for one step of the default gpt-moe (12 × 32 tokens, "
-             "top_k=2, E=4, capacity_factor=1.25)?",
-             numeric(240, rtol=0, atol=0.5), "C = ⌈cf · N · k / E⌉ with N the global tokens.",
-             "⌈1.25 · 384 · 2 / 4⌉ = 240"),
-    Exercise("balanced-dispatch", "Bytes one rank sends in one dispatch (forward, one layer) at "
-             "ep=2, 192 tokens per rank, k=2, C=32, fp32, routing perfectly balanced, no drops?",
-             numeric(24576, rtol=0, atol=0.5), "Of its N_r·k rows, (ep-1)/ep leave the rank.",
-             "(2-1)/2 · 192 · 2 · 32 · 4 = 24,576"),
-    Exercise("gather-ratio", "At ep=8 and top_k=1, how many times the balanced all-to-all's "
-             "forward bytes does the all-gather method send (ignore the gate and id columns)?",
-             numeric(8, rtol=0.01), "All-gather + reduce-scatter: 2(ep-1)·N_r·C; all-to-all: "
-             "2(ep-1)/ep·N_r·k·C.", "ratio = ep / k = 8"),
-    Exercise("memory", "Bytes of weights, gradients and AdamW moments one rank holds for the "
-             "default gpt-moe at ep=4?",
-             numeric(sum(cost.memory_per_rank(_default(), 4).values()), rtol=0.001),
-             "16 bytes per parameter held: every dense one, a quarter of the experts.",
-             "16·(Ψ_dense + Ψ_experts/4) — `cost.memory_per_rank`"),
-    Exercise("bias", "Which balancing leaves the gradient of the language-model loss untouched: "
-             "'aux' or 'bias'?", one_of("bias", "bias balancing", "aux-loss-free"),
-             "One of them adds a term to the loss; the other only changes which experts are chosen.",
-             "bias (DeepSeek-V3): the bias enters the top-k choice, not the gates or the loss"),
-]
-
-
-def exercise(name: str) -> Exercise:
-    """The chapter's exercise `name` (`EXERCISES`)."""
-    return find(EXERCISES, name)
-

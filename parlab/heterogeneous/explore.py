@@ -1,7 +1,7 @@
 """What notebook 11 runs: the straggler on a timeline, shares by speed, HAP's LP written out and
 solved, exactness of weighted shards, bytes vs the closed form, step time vs the model, two nodes,
-backup workers, the widget's callback and the exercises (Zhang et al., "HAP", EuroSys 2024; Chen
-et al., "Revisiting Distributed Synchronous SGD", 2016).
+backup workers and the widget's callback (Zhang et al., "HAP", EuroSys 2024; Chen et al.,
+"Revisiting Distributed Synchronous SGD", 2016). The exercises: `exercises`.
 """
 
 from __future__ import annotations
@@ -9,9 +9,7 @@ from __future__ import annotations
 import parlab
 from parlab.core import topology
 from parlab.engine.runner import make_config
-from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.heterogeneous import cost, shares
-from parlab.heterogeneous.explore_tp import TP_EXERCISES
 from parlab.heterogeneous.schemes import FIXED_ROWS
 
 # Every emulated device runs at SCALE of one core here: N ranks share this machine's 2 cores with
@@ -240,43 +238,6 @@ def panel(world_size: int, speeds: str, shard: str, cluster: str, steps: int = 3
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * world_size))
     timeline(result.timeline, ax=ax, title=f"{shard}, {speeds}, {cluster}")
     plt.show()
-
-
-# ----------------------------------------------------------------------------- 7. exercises
-def _lp_time(batch, speeds, f):
-    return max(shares.rank_time(b, s, f) for b, s in zip(shares.lp(batch, speeds, f), speeds))
-
-
-EXERCISES = [
-    Exercise("even-step", "Speeds 1:1:1:0.25, B = 12, f = 0: how many row-times does a step take with "
-             "even shares?", numeric(12, rtol=0, atol=1e-6),
-             "The slow rank has B/N rows and works at a quarter of the speed.",
-             "3 rows / 0.25 = 12 row-times; the three fast ranks finish after 3 and wait 9."),
-    Exercise("proportional-rows", "Speeds [1, 0.5], B = 12, proportional shares: how many rows does "
-             "rank 1 take?", numeric(4, rtol=0, atol=0),
-             "b_r = B·s_r / Σ s.", "12 · 0.5 / 1.5 = 4."),
-    Exercise("lp-time", "Speeds [1, 1, 1, 0.25], B = 12, f = 1.5: the LP sharding's step in row-times "
-             "(whole rows)?", numeric(_lp_time(12, [1, 1, 1, 0.25], 1.5), rtol=0, atol=1e-6),
-             "Compare giving the slow rank 1 row with giving it none: it pays f/s either way.",
-             "rows [4, 4, 4, 0]: the fast ranks take 5.5, the slow one 1.5/0.25 = 6."),
-    Exercise("weight", "Rank r took b_r of B rows. By what factor must it scale its mean loss before "
-             "backward so that one all-reduce(sum) gives the single-process gradient? (answer as a "
-             "number for b_r = 3, B = 12)", numeric(0.25, rtol=0, atol=1e-9),
-             "The global loss is the mean over all B rows.", "b_r/B = 3/12 = 0.25."),
-    Exercise("backup-bias", "Backup workers drop the slowest b gradients every step. With i.i.d. rows in "
-             "every step, is the gradient they apply biased or unbiased?", one_of("unbiased"),
-             "Which rows a rank holds does not depend on whether it is slow.",
-             "Unbiased: it is the mean gradient of B(N−b)/N i.i.d. rows, a smaller batch."),
-    Exercise("bytes", "hetero-dp with shares [11, 1] on 2 ranks, Ψ = 53,824: bytes rank 0 sends per step?",
-             numeric(cost.grad_sync_bytes(53824, 2, 0), rtol=0, atol=0),
-             "The all-reduce moves the gradient, whose size does not depend on the shares.",
-             "2(N−1)/N·Ψ·4 = 215,296 bytes, as with even shares."),
-] + TP_EXERCISES  # hetero-tp's (parlab.heterogeneous.explore_tp)
-
-
-def exercise(name: str) -> Exercise:
-    """The chapter's exercise `name` (`EXERCISES`)."""
-    return find(EXERCISES, name)
 
 
 def headline(rows: list[dict]) -> float:

@@ -18,7 +18,6 @@ import parlab
 from parlab.core.launch import launch
 from parlab.core.link import resolve
 from parlab.engine.runner import make_config
-from parlab.exercises import Exercise, numeric
 from parlab.heterogeneous import cost, tp_shares
 from parlab.heterogeneous.shares import SHARDINGS
 from parlab.heterogeneous.uneven import VARIANTS, GatherUneven
@@ -237,23 +236,3 @@ def diagnosis(rows: list[dict]) -> str:
             why = "f is about as assumed: the rows are within the noise of the shared cores"
         lines.append("why they disagree: " + why)
     return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------- 5. exercises
-TP_EXERCISES = [
-    Exercise("padded-bytes", "hetero-tp's all-gather of shards of [6, 2, 2, 2] rows, padded: how many rows "
-             "does each rank send (ring)?", numeric(18, rtol=0, atol=0),
-             "Every shard is padded to the largest; a ring rank forwards N−1 chunks.",
-             "(N−1)·M = 3·6 = 18 rows, though the data is only 12."),
-    Exercise("exact-bytes", "The same all-gather, exact-size ring: how many rows does rank 3 send? "
-             "(it forwards every chunk but rank 0's)", numeric(6, rtol=0, atol=0),
-             "S − S_{r+1} for r = 3: the next rank is 0.", "12 − 6 = 6 rows."),
-    Exercise("tp-shares", "hetero-tp puts one ratio per device on heads, columns and positions. For "
-             "speeds [1, 0.5] and f = 0, what fraction of the MLP columns does rank 1 get?",
-             numeric(1 / 3, rtol=0.01), "f = 0: the LP is proportional to speed.",
-             "w = 0.5 / 1.5 = 1/3 (43 of 128 columns)."),
-    Exercise("lp-zero", "hetero-tp at speeds [1, 1, 1, 0.05] with f = 0.1: what ratio w_3 does the LP "
-             "give the slow rank? (parlab then refuses the run, naming it)", numeric(0, rtol=0, atol=1e-9),
-             "Rank 3 alone needs f/s_3 = 2 units of W's time before any share; what do the others need "
-             "if they take everything?", "(0.1 + 1/3)/1 ≈ 0.43 < 2: the LP's T* is below f/s_3, so w_3 = 0."),
-]

@@ -30,6 +30,6 @@ Reading order:
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
   the registered schemes; `explore` (with `explore_eager`, `explore_dualpipe`,
-  `explore_exercises`, `explore_unet`) and `bench`: notebook 04 and
+  `explore_unet`), `exercises` and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """

@@ -366,6 +366,3 @@ def widget_run(world_size: int = 2, microbatches: int = 4, schedule: str = "1f1b
                       model_config={"n_layer": 4}, **({"chunks": 2} if schedule == "interleaved"
                                                       else {}))
 
-
-# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
-from parlab.pipeline.explore_exercises import EXERCISES, exercise  # noqa: E402, F401

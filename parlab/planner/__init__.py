@@ -25,7 +25,6 @@ Reading order:
 - `graph`, `placement`, `placement_milp`, `placement_run`: operator-level placement of a branchy graph, solved
   exactly (MILP, checked by exhaustive search) and run with send/recv beside a 1F1B pipeline.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
-- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_exercises`,
-  `explore_placement`) and `bench`: notebook 13 and
-  `python -m parlab bench planner`.
+- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`),
+  `exercises` and `bench`: notebook 13 and `python -m parlab bench planner`.
 """

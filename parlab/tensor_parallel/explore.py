@@ -353,6 +353,3 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3, clock: str
                      + (f": {why}" if why else "")})
     return rows
 
-
-# the chapter's exercises live in explore_exercises; the notebook calls ex.exercise(...)
-from parlab.tensor_parallel.explore_exercises import EXERCISES, exercise  # noqa: E402, F401

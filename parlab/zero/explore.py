@@ -13,7 +13,6 @@ import statistics
 
 import parlab
 from parlab.core.cost import FP32_BYTES, round_up
-from parlab.exercises import Exercise, find, numeric
 from parlab.zero.cost import memory_formula, mixed_precision_formula, step_bytes
 from parlab.zero.shard import FlatLayout
 
@@ -255,68 +254,3 @@ def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
         rows.append({"scheme": scheme, "link": link, "measured_ms": 1e3 * comm_seconds(result),
                      "predicted_ms": 1e3 * predicted_comm_s(result, link)})
     return rows
-
-
-# ----------------------------------------------------------------------------- exercises
-def _unit_numels(cfg=None) -> list[int]:
-    from parlab.engine.loop import build_model
-    from parlab.engine.runner import make_config
-    from parlab.zero.shard import unit_modules
-
-    cfg = cfg or make_config("zero3", world_size=3, steps=1)
-    return [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
-
-
-def _padded_params_bytes(world: int) -> int:
-    """ZeRO-3: bytes of the parameter shards one rank holds, every unit padded to a multiple of N."""
-    return sum(round_up(u, world) // world for u in _unit_numels()) * FP32_BYTES
-
-
-EXERCISES = [
-    Exercise("zero2-gpu",
-             "The ZeRO paper's Figure 1: Ψ = 7.5 billion parameters, mixed precision with Adam "
-             "(K = 12), N = 64 GPUs. How many GB of model states does each GPU hold under ZeRO-2 "
-             "(optimizer states and gradients sharded)? Answer in GB (10^9 bytes).",
-             numeric(2 * 7.5 + 14 * 7.5 / 64, rtol=0.01),
-             "fp16 parameters stay whole (2Ψ); gradients (2Ψ) and the K = 12 bytes of Adam state "
-             "are divided by N: mixed_precision_formula(2, Ψ, N).",
-             "2Ψ + (2 + 12)Ψ/N = 15 GB + 105 GB / 64 = 16.6 GB (the paper's Figure 1 says 16.6 GB)."),
-    Exercise("zero3-fit",
-             "A 70-billion-parameter model trains in mixed precision with Adam on 80 GB GPUs. "
-             "Ignoring activations, what is the smallest number N of GPUs on which ZeRO-3's model "
-             "states fit?",
-             numeric(14, atol=0.5, rtol=0),
-             "ZeRO-3 shards everything: 16Ψ/N bytes per GPU. Solve 16Ψ/N <= 80e9.",
-             "16 · 70e9 / N <= 80e9  =>  N >= 14. (DDP would need 1.12 TB on every GPU.)"),
-    Exercise("zero3-bytes-gpu",
-             "ZeRO-3 on N = 8 GPUs for a 7-billion-parameter model whose parameters and gradients "
-             "travel in bf16 (2 bytes). How many GB does each GPU send per training step (ring "
-             "collectives)?",
-             numeric(3 * 7 / 8 * 7e9 * 2 / 1e9, rtol=0.01),
-             "Two all-gathers of the parameters (before forward, before backward) and one "
-             "reduce-scatter of the gradients, each (N-1)/N of the 2Ψ bytes.",
-             "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step: 1.5× DDP's 2 · 7/8 · 14 = 24.5 GB."),
-    Exercise("zero3-padding",
-             "Run on this machine: the default GPT's flat units hold 4,160 (root) and 12,416 (each "
-             "of 4 blocks) parameters. How many bytes of parameters does one rank hold under ZeRO-3 "
-             "at N = 3? (Check it afterwards: parlab.run('zero3', world_size=3, steps=1)"
-             ".memory[0]['params'].)",
-             numeric(_padded_params_bytes(3), rtol=0, atol=0.5),
-             "Each unit is padded with zeros to a multiple of N before it is cut into N equal "
-             "chunks; a rank holds one chunk of every unit, 4 bytes per element.",
-             "Σ ⌈u/3⌉ · 4 over the units: (⌈4,160/3⌉ + 4 · ⌈12,416/3⌉) · 4 = (1,387 + 4 · 4,139) · 4 "
-             "= 71,772 B, above the formula's 4Ψ/N = 71,765.3 B by this rank's share of the padding."),
-    Exercise("zero2-bytes",
-             "Run on this machine: how many bytes does one rank send per step under ZeRO-2 at "
-             "N = 4 for the default GPT? (Check it afterwards with "
-             "max(parlab.run('zero2', world_size=4, steps=1).bytes_per_rank()).)",
-             numeric(step_bytes(2, _unit_numels(), 4), rtol=0, atol=0.5),
-             "A reduce-scatter of the gradients and an all-gather of the parameters, each "
-             "(N-1)/N of the padded flat units, 4 bytes per element.",
-             "2 · 3/4 · 53,824 · 4 B = 322,944 B: what DDP's all-reduce sends."),
-]
-
-
-def exercise(name: str) -> Exercise:
-    """The chapter's exercise `name` (`EXERCISES`)."""
-    return find(EXERCISES, name)

@@ -1,0 +1,57 @@
+"""Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes and depth
+(Gomez et al., JMLR 2022), PipeDream's stashed versions (Narayanan et al., SOSP 2019), decoupled
+greedy learning's idle time (Belilovsky et al., ICML 2020) and which lock each removes; each check
+says right or wrong, never the answer.
+"""
+
+from __future__ import annotations
+
+from parlab.engine.runner import make_config
+from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.local_learning import cost
+from parlab.local_learning.routes import Route
+
+
+def _gpt_mc():
+    return make_config("single").model_config
+
+
+EXERCISES = [
+    Exercise("interlock-bytes",
+             "Interlocking at depth 2 on p = 4 stages, aux_weight 1, default GPT (T = 32, C = 32), "
+             "12 rows per step. How many bytes per step go *down* across boundary 0?",
+             expect=numeric(cost.gradient_bytes(Route.of(4, 2, 1.0), 0, _gpt_mc(), 12), rtol=0),
+             hint_text="Count the losses whose gradient may cross boundary 0 at depth 2; each is one "
+                  "activation-shaped tensor.",
+             solution_text="losses 1 and 2 cross it: 2 × 12·32·32·4 B = 98,304 B"),
+    Exercise("global-depth",
+             "On p = 6 stages, which depth with aux_weight = 0 makes interlocking equal global "
+             "backprop? (An integer.)",
+             expect=numeric(5, rtol=0),
+             hint_text="The true loss sits on the last stage; how many boundaries lie between it and "
+                  "the first stage?",
+             solution_text="p − 1 = 5"),
+    Exercise("pipedream-versions",
+             "PipeDream on p = 8 stages with m = 16 micro-batches in flight: how many weight "
+             "versions does the first stage hold at its peak?",
+             expect=numeric(cost.pipedream_versions(8, 16, 0), rtol=0),
+             hint_text="One version per micro-batch in flight; 1F1B admits p − s on stage s.",
+             solution_text="min(p − 0, m) = 8"),
+    Exercise("decoupled-idle",
+             "Local learning never flushes: p = 4 stages, m = 4 micro-batches per step, 100 steps, "
+             "equal stages. What fraction of the run does a stage idle? (A fraction.)",
+             expect=numeric(cost.decoupled_idle(4, 4, 100), rtol=0.02),
+             hint_text="The pipeline fills once per run, not once per step.",
+             solution_text="(p−1)/(steps·m + p−1) = 3/403 ≈ 0.0074"),
+    Exercise("which-lock",
+             "Local learning removes backward and update locking. Which lock remains? "
+             "(forward, backward or update)",
+             expect=one_of("forward", "forward locking"),
+             hint_text="What must a stage have before it can compute anything at all?",
+             solution_text="forward locking: stage k still needs stage k−1's activation"),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)
