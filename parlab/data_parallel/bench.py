@@ -32,23 +32,14 @@ def forward_starts(events: list[dict], rank: int) -> list[float]:
 
 
 def _time_all_reduce(rank, world_size, sizes, repeats):
-    import time
-
-    import torch
-
     from parlab.core.comm import Comm
+    from parlab.core.timing import all_reduce_seconds
 
     comm = Comm(link=None)  # calibrates the bare loopback, whatever link the launch was given
     medians = []
     for numel in sizes:
-        tensor = torch.ones(numel)
-        times = []
-        for _ in range(repeats + 1):
-            comm.barrier()
-            t0 = time.perf_counter()
-            comm.all_reduce(tensor)
-            times.append(time.perf_counter() - t0)
-        medians.append(sorted(times[1:])[len(times[1:]) // 2])  # the first is a warm-up
+        times = all_reduce_seconds(comm, numel, repeats)
+        medians.append(sorted(times)[len(times) // 2])
     return medians
 
 

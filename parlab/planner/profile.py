@@ -204,22 +204,13 @@ SIZES = (64, 4096, 65536)  # fp32 elements: the tiny GPT's messages span 1 KB–
 
 def _time_groups(rank, world_size, sizes, repeats):
     from parlab.core.comm import Comm
+    from parlab.core.timing import all_reduce_seconds
 
     comm = Comm(link=None)  # the bare loopback: an emulated link is added by the model
     out = {}
     for g in [d for d in range(2, world_size + 1) if world_size % d == 0]:
         sub = comm.split([list(range(i, i + g)) for i in range(0, world_size, g)], f"g{g}")
-        rows = []
-        for numel in sizes:
-            tensor = torch.ones(numel)
-            times = []
-            for _ in range(repeats + 1):
-                comm.barrier()
-                t0 = time.perf_counter()
-                sub.all_reduce(tensor)  # (numel,) summed over a group of g
-                times.append(time.perf_counter() - t0)
-            rows.append(min(times[1:]))  # the first is a warm-up
-        out[g] = rows
+        out[g] = [min(all_reduce_seconds(sub, numel, repeats)) for numel in sizes]
     p2p = []
     if world_size > 1:
         peer = rank ^ 1 if (rank ^ 1) < world_size else rank
