@@ -105,24 +105,12 @@ def test_checkpoint_files_are_plain_tensors(tmp_path):
 
 # ----------------------------------------------------------------------------- issue 22: 5, 6, 7, 8
 # A resume that cannot go wrong silently: the manifest, up-front refusals, checksums, keep=.
-import shutil  # noqa: E402
 import warnings  # noqa: E402
 
 from parlab.engine.runner import make_config  # noqa: E402
+from tests.helpers import saved_checkpoints  # noqa: E402
 
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """zero2 on 2 ranks, 4 steps, a checkpoint every step (keep=2: steps 3 and 4 stay)."""
-    directory = tmp_path_factory.mktemp("saved")
-    result = parlab.run("zero2", world_size=2, steps=STEPS, save_dir=str(directory), save_every=1)
-    return directory, result
-
-
-@pytest.fixture
-def ckdir(saved, tmp_path):
-    """A private copy of the saved checkpoints, free to damage."""
-    return pathlib.Path(shutil.copytree(saved[0], tmp_path / "ck"))
+saved = saved_checkpoints(STEPS)  # zero2, 2 ranks, 4 steps (keep=2: steps 3 and 4 stay); ckdir: a copy
 
 
 def test_the_manifest_records_the_run_and_a_checksum_per_shard(saved):

@@ -15,21 +15,10 @@ from parlab.core.launch import RankError, launch
 from parlab.engine.runner import make_config
 from parlab.zero import checkpoint
 from tests import workers_faults
+from tests.helpers import saved_checkpoints
 
 STEPS = 2
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    """zero2 on 2 ranks, 2 steps, a checkpoint after each: step_000001 and step_000002."""
-    directory = tmp_path_factory.mktemp("saved")
-    result = parlab.run("zero2", world_size=2, steps=STEPS, save_dir=str(directory), save_every=1)
-    return directory, result
-
-
-@pytest.fixture
-def ckdir(saved, tmp_path):
-    return pathlib.Path(shutil.copytree(saved[0], tmp_path / "ck"))
+saved = saved_checkpoints(STEPS)  # zero2, 2 ranks: step_000001 and step_000002; ckdir: a copy
 
 
 def _resume(directory, steps=STEPS + 1, **options):

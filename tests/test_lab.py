@@ -18,6 +18,8 @@ import urllib.request
 import psutil
 import pytest
 
+from tests.helpers import living
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 pytest.importorskip("jupyterlab")
 
@@ -26,17 +28,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _living(procs):
-    out = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def test_make_lab_recipe_calls_the_script_with_no_token():
@@ -101,9 +92,9 @@ def test_lab_prints_a_url_that_logs_in_and_keeps_the_token_out_of_argv(tmp_path)
             proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
         t0 = time.monotonic()
-        while _living(family[1:]) and time.monotonic() - t0 < 10:
+        while living(family[1:]) and time.monotonic() - t0 < 10:
             time.sleep(0.1)
-        left = _living(family[1:])
+        left = living(family[1:])
         for p in left:
             p.kill()
         assert not left, [p.cmdline() for p in left]

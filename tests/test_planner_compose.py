@@ -5,7 +5,6 @@ mixture-of-experts GPT with ep; every rank's ledger bytes per phase equal `nd_cl
 (+ `nd_routing_bytes` for the routing-dependent all-to-alls); bad plans are refused before any
 process starts, with every failing factor named."""
 
-from collections import defaultdict
 from dataclasses import fields, replace
 
 import pytest
@@ -15,6 +14,7 @@ from parlab.engine.runner import make_config
 from parlab.models import GPTConfig
 from parlab.planner.cost import by_dimension, nd_closed_form_bytes, nd_prediction, nd_routing_bytes
 from parlab.planner.plan import Plan, enumerate_plans
+from tests.helpers import ledger_by_phase
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}  # pp=4, cp=4 (2·cp | T) fit
 BATCH, STEPS = 8, 2
@@ -46,14 +46,6 @@ SMALL = [Plan(), Plan(dp=2), Plan(tp=2), Plan(pp=2), Plan(cp=2), Plan(pp=3, micr
 @pytest.fixture(scope="module")
 def reference():
     return parlab.run("single", **KW)
-
-
-def ledger_by_phase(result) -> dict:
-    got = defaultdict(lambda: [0] * result.config.world_size)
-    for rec in result.ledger:
-        if rec["bytes_sent"]:
-            got[rec["phase"]][rec["rank"]] += rec["bytes_sent"]
-    return dict(got)
 
 
 def check_plan(plan: Plan, reference) -> None:

@@ -7,7 +7,6 @@ measured 2–3% median error at both sizes, so the goals are the stated toleranc
 prove each plan's peak memory and ledger bytes equal the closed forms and each plan equals
 `single`; the paced profile is counted, so its line is exact on sliced blocks."""
 
-from collections import defaultdict
 
 import pytest
 
@@ -15,6 +14,7 @@ import parlab
 from parlab.planner import bench, costmodel, explore, paced, search
 from parlab.planner.cost import nd_closed_form_bytes
 from parlab.planner.plan import Plan
+from tests.helpers import ledger_by_phase
 
 KINDS = ("params", "grads", "optimizer", "activations")
 STEPS = 2  # the step time is step 1's: paced steps repeat, one after the warm-up is enough
@@ -72,14 +72,6 @@ def reference():
     return parlab.run("single", steps=STEPS, batch_size=12)
 
 
-def _ledger_by_phase(result) -> dict:
-    got = defaultdict(lambda: [0] * result.config.world_size)
-    for rec in result.ledger:
-        if rec["bytes_sent"]:
-            got[rec["phase"]][rec["rank"]] += rec["bytes_sent"]
-    return dict(got)
-
-
 @pytest.mark.parametrize("world_size", [4, 8])
 def test_every_run_is_exact_and_its_memory_and_bytes_are_closed_forms(world_size, sweep4, sweep8,
                                                                        reference):
@@ -90,7 +82,7 @@ def test_every_run_is_exact_and_its_memory_and_bytes_are_closed_forms(world_size
     cfg = explore.model_config()
     for plan, r in s.results.items():
         assert r.compare(reference).match, plan.describe()
-        assert _ledger_by_phase(r) == nd_closed_form_bytes(plan, r.config), plan.describe()
+        assert ledger_by_phase(r) == nd_closed_form_bytes(plan, r.config), plan.describe()
         predicted = costmodel.memory(cfg, plan, 12)
         peak = max(r.memory, key=lambda m: sum(m.get(k, 0) for k in KINDS))
         assert {k: peak.get(k, 0) for k in KINDS} == {k: predicted[k] for k in KINDS}, plan

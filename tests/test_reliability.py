@@ -13,19 +13,9 @@ import pytest
 from parlab.core.launch import launch
 from parlab.core.rendezvous import LoopbackStore
 from tests import workers_reliability as workers
+from tests.helpers import living
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _living(procs):
-    out = []
-    for proc in procs:
-        try:
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.mark.parametrize("sig,start_method", [(signal.SIGKILL, "forkserver"),
@@ -51,12 +41,12 @@ def test_a_hard_kill_of_the_launcher_leaves_no_process_behind(tmp_path, sig, sta
         proc.send_signal(sig)
         proc.wait(timeout=30)
         t0 = time.monotonic()
-        while _living(descendants) and time.monotonic() - t0 < 5:
+        while living(descendants) and time.monotonic() - t0 < 5:
             time.sleep(0.05)
-        left = [(p.pid, " ".join(p.cmdline())[:80]) for p in _living(descendants)]
+        left = [(p.pid, " ".join(p.cmdline())[:80]) for p in living(descendants)]
         assert not left, f"still alive {time.monotonic() - t0:.1f} s after the kill: {left}"
     finally:
-        for p in _living(psutil.Process(proc.pid).children(recursive=True)
+        for p in living(psutil.Process(proc.pid).children(recursive=True)
                          if proc.poll() is None else []):
             p.kill()
         if proc.poll() is None:
