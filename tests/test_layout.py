@@ -2,7 +2,7 @@
 down the layers (CONTRIBUTING.md, "Layout").
 
     core (chapter 00, the runtime) ← models ← engine ← a chapter's building blocks
-        ← its schemes (`schemes.py`, `schemes_*.py`, `torch_*.py`) ← its explore / bench
+        ← its schemes (`schemes.py`, `schemes_*.py`, `torch_*.py`) ← its explore / exercises / bench
 
 A chapter may import another chapter's building blocks, never its schemes, explore or bench; no
 import cycles anywhere; building blocks never import matplotlib (plots live in explore, `viz`).
@@ -196,6 +196,76 @@ def test_the_project_cites_papers_and_its_own_docs_not_outside_files():
     assert found == []
 
 
+# ----------------------------------------------------------------------------- exercises
+# CONTRIBUTING.md, "Layout": a chapter's notebook exercises live in one module, `exercises.py`;
+# `explore` (and its parts) holds what the notebook runs, never an exercise or its check.
+def notebook_has_exercises(notebook: dict) -> bool:
+    """A markdown heading that names exercises ('## Exercises', '## 12. Summary and exercises')."""
+    return any(line.startswith("#") and "exercise" in line.lower()
+               for cell in notebook["cells"] if cell["cell_type"] == "markdown"
+               for line in "".join(cell["source"]).splitlines())
+
+
+def exercise_definitions(source: str) -> list[str]:
+    """What makes a module hold exercises: an import of `parlab.exercises`, a call of `Exercise`,
+    a function that takes the reader's `answer`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "parlab.exercises":
+            found.append((node.lineno, "imports parlab.exercises"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "Exercise"):
+            found.append((node.lineno, "Exercise(...)"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and "answer" in [
+                a.arg for a in node.args.args + node.args.kwonlyargs]:
+            found.append((node.lineno, f"{node.name}(answer, ...)"))
+    return [f"line {line}: {what}" for line, what in sorted(found)]
+
+
+def exercise_problems(chapters: dict[str, tuple[bool, dict[str, str]]]) -> list[str]:
+    """{chapter folder: (its notebook has exercises, {file: source} of its `exercises.py`, its
+    `explore*.py` and `explore/` modules)} -> a chapter with exercises but no `exercises.py`, and
+    each exercise defined in explore code."""
+    problems = []
+    for folder, (has_exercises, files) in sorted(chapters.items()):
+        if has_exercises and "exercises.py" not in files:
+            problems.append(f"parlab/{folder}/: the notebook has exercises, parlab/{folder}/ no exercises.py")
+        problems += [f"parlab/{folder}/{name}: {what} (exercises belong in exercises.py)"
+                     for name, source in sorted(files.items()) if name.startswith("explore")
+                     for what in exercise_definitions(source)]
+    return problems
+
+
+def test_the_exercise_checker_catches_a_missing_module_and_an_exercise_in_explore():
+    explore = ("from parlab.exercises import Exercise, numeric\n"
+               "EXERCISES = [Exercise('bytes', '?', numeric(1.0))]\n"
+               "def check_crossover(answer, ratio=0.01):\n    return answer == 3\n"
+               "def check_all(world_size, steps=3):\n    return {}\n")
+    assert exercise_problems({"zero": (True, {"explore.py": explore}),
+                              "serving": (True, {"exercises.py": explore, "explore_edge.py": ""}),
+                              "core": (False, {"explore.py": ""})}) == [
+        "parlab/zero/: the notebook has exercises, parlab/zero/ no exercises.py",
+        "parlab/zero/explore.py: line 1: imports parlab.exercises (exercises belong in exercises.py)",
+        "parlab/zero/explore.py: line 2: Exercise(...) (exercises belong in exercises.py)",
+        "parlab/zero/explore.py: line 3: check_crossover(answer, ...) (exercises belong in exercises.py)"]
+    markdown = {"cells": [{"cell_type": "markdown", "source": ["# Title\n", "## 12. Summary and exercises"]}]}
+    assert notebook_has_exercises(markdown)
+    assert not notebook_has_exercises({"cells": [{"cell_type": "code", "source": ["# exercises"]}]})
+
+
+def test_every_chapter_with_exercises_has_exercises_py_and_explore_defines_none():
+    import json
+
+    chapters = {}
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        number, slug = path.stem.split("_", 1)
+        folder = PACKAGE / ("core" if number == "00" else slug)
+        files = {str(p.relative_to(folder)): p.read_text() for p in
+                 [*folder.glob("explore*.py"), *folder.glob("explore/**/*.py"), *folder.glob("exercises.py")]}
+        chapters[folder.name] = (notebook_has_exercises(json.loads(path.read_text())), files)
+    assert exercise_problems(chapters) == []
+
+
 # ----------------------------------------------------------------------------- one name, one thing
 # CONTRIBUTING.md, "Names": each of these names was once defined in two modules with two meanings
 # (two `Plan`s, two `Prediction`s, two `block_numels`, a second `train` and `single`); now one
@@ -247,8 +317,9 @@ def notebook_aliases(path: pathlib.Path) -> list[tuple[str, str]]:
 
 def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
     """An alias says which module it is: `explore` as `ex`, `explore_<part>` as `ex_<part>`, any
-    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`); and one alias means one
-    module name in every notebook (`ee` cannot be `explore_eager` in one, `explore_edge` in another)."""
+    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`), never starting `ex_`;
+    and one alias means one module name in every notebook (`ee` cannot be `explore_eager` in one,
+    `explore_edge` in another)."""
     problems, meaning = [], {}
     for notebook, pairs in sorted(aliases.items()):
         for name, alias in pairs:
@@ -257,8 +328,8 @@ def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
                 honest = alias == "ex"
             elif leaf.startswith("explore_"):
                 honest = alias == "ex_" + leaf.removeprefix("explore_")
-            else:
-                honest = alias == leaf or alias.endswith("_" + leaf)
+            else:  # `ex_` says explore: `exercises` is `exercises`, never `ex_exercises`
+                honest = (alias == leaf or alias.endswith("_" + leaf)) and not alias.startswith("ex_")
             if not honest:
                 problems.append(f"{notebook}: {leaf} as {alias}")
             first = meaning.setdefault(alias, (leaf, notebook))
@@ -276,6 +347,8 @@ def test_the_name_checkers_catch_a_second_definition_a_package_name_and_an_ambig
                                   "parlab.zero.zero_engine", "parlab.pipeline.models"]) == \
         ["parlab.pipeline.models", "parlab.zero.engine"]
     assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_loop")]}) == ["01: sync as dp_loop"]
+    assert alias_problems({"13": [("parlab.planner.exercises", "ex_exercises")]}) == \
+        ["13: exercises as ex_exercises"]
     assert alias_problems({"04": [("parlab.pipeline.explore_eager", "ee")],
                            "12": [("parlab.serving.explore_edge", "ee")]}) == \
         ["04: explore_eager as ee", "12: explore_edge as ee",
