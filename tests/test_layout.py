@@ -298,6 +298,184 @@ def package_named_modules(modules, packages=PACKAGES) -> list[str]:
 
 def notebook_aliases(path: pathlib.Path) -> list[tuple[str, str]]:
     """(imported parlab name, alias) of every aliased import in the notebook's code cells."""
+
+
+# ----------------------------------------------------------------------------- one byte model
+# CONTRIBUTING.md, "One byte model": a chapter's closed forms live in its `cost.py`, which only
+# computes (bytes, memory, time) and launches nothing; a scheme's cost, colour or stage is data
+# on its registration (`register(..., cost=)`) or on its own objects, never a branch on its
+# registered name: adding a scheme never means editing an if-chain or a table keyed by names.
+LAUNCHERS = ("parlab.engine.runner", "parlab.core.launch", "parlab.run", "multiprocessing")
+# Scheme names that are also the mesh's dimension names (`parlab.core.mesh`): `dim == "pp"` and
+# `{"tp": 2}` name a dimension or a degree, and the checker cannot tell them from a scheme.
+MESH_DIMS = ("dp", "tp", "pp", "cp", "ep")
+# The reference and the baseline every chapter measures against: explore and bench code may pick
+# their runs by name to take ratios against them (cost code and building blocks never do).
+REFERENCES = ("single", "ddp-naive")
+# (file, scheme name): why that file may still compare with or key a table by that name.
+_NO_COST = "registers no cost= (its closed form needs what PyTorch chose: buckets, hooks)"
+SCHEME_NAMES_ALLOWED = {
+    ("parlab/compression/bench.py", "torch-powersgd"):
+        "a note printed when the user's --schemes holds PyTorch's hook (a user option value)",
+    ("parlab/compression/explore.py", "torch-powersgd"): "torch-powersgd " + _NO_COST,
+    ("parlab/data_parallel/bench.py", "torch-ddp"):
+        "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
+    ("parlab/data_parallel/explore_measure.py", "torch-ddp"):
+        "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
+    ("parlab/data_parallel/explore.py", "ddp-overlap"):
+        "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
+    ("parlab/data_parallel/explore.py", "dear"):
+        "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
+    ("parlab/context_parallel/bench.py", "cp-ring"):
+        "the ring's rows name its layout option; cp-ring and cp-ulysses register no cost= yet",
+    ("parlab/context_parallel/explore.py", "cp-ring"):
+        "cp-ring and cp-ulysses register no cost= yet: ring_bytes or ulysses_bytes is picked here",
+    ("parlab/tensor_parallel/explore.py", "tp-sp"):
+        "tp-sp is tp with sequence parallelism, which its runs do not report (activation_bytes' flag)",
+    ("parlab/local_learning/explore.py", "pipedream"):
+        "weight versions (PipeDream's vs 2BW's closed form): the registered cost= carries bytes only",
+    ("parlab/local_learning/explore.py", "local"):
+        "the widget prints the ledger report only for the two schemes that send per boundary",
+    ("parlab/local_learning/explore.py", "interlocking"):
+        "the widget prints the ledger report only for the two schemes that send per boundary",
+    ("parlab/pipeline/explore.py", "torch-pp"):
+        "pp and torch-pp take the schedule as an option, the pp-* schemes carry it in their name",
+    ("parlab/pipeline/explore.py", "pp-naive"): "the one-micro-batch schedule is this table's baseline",
+    ("parlab/subnet/bench.py", "sdp"): "the memory and bytes rows are sdp's, beside its baseline's step",
+    ("parlab/subnet/explore.py", "sdp"): "sdp measured against its ddp-bucketed baseline",
+    ("parlab/subnet/explore.py", "ddp-bucketed"): "sdp measured against its ddp-bucketed baseline",
+    ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
+    ("parlab/engine/scaling.py", "single"): "the reference is not scaled",
+    ("parlab/engine/scaling.py", "ddp-overlap"):
+        "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
+    ("parlab/engine/scaling.py", "zero3"):
+        "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
+}
+
+
+def launcher_imports(source: str) -> list[str]:
+    """The launchers (`LAUNCHERS`) a module imports, or calls as `parlab.run`."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "parlab"):
+            names = [f"parlab.{node.attr}"]
+        else:
+            continue
+        found |= {launcher for name in names for launcher in LAUNCHERS
+                  if name == launcher or name.startswith(launcher + ".")}
+    return sorted(found)
+
+
+def cost_module_problems(chapters: dict[str, str | None]) -> list[str]:
+    """{chapter: source of its cost.py, None when it has none} -> what breaks the rule."""
+    problems = []
+    for chapter, source in sorted(chapters.items()):
+        if source is None:
+            problems.append(f"parlab/{chapter}/ has no cost.py")
+        else:
+            problems += [f"parlab/{chapter}/cost.py imports {name}"
+                         for name in launcher_imports(source)]
+    return problems
+
+
+def _strings(node) -> list[str]:
+    elements = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+
+
+def scheme_name_branches(source: str, names) -> list[tuple[int, str, str]]:
+    """(line, scheme name, what) of each comparison with a registered scheme name (`==`, `!=`,
+    `in`, also against a literal tuple, list or set of names) and each dict literal keyed only by
+    scheme names whose values are data (no call): a table of colours, stages or cost functions,
+    not a table of runs or of results."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            for operand in [node.left, *node.comparators]:
+                found += [(node.lineno, s, "comparison") for s in _strings(operand) if s in names]
+        elif isinstance(node, ast.Dict) and node.keys:
+            keys = [k.value if isinstance(k, ast.Constant) else None for k in node.keys]
+            if all(k in names for k in keys) and not any(
+                    isinstance(n, ast.Call) for v in node.values for n in ast.walk(v)):
+                found += [(node.lineno, k, "table keyed by scheme names") for k in keys]
+    return sorted(set(found))
+
+
+def scheme_name_problems(sources: dict[str, str], names, allowed=None) -> list[str]:
+    """{path relative to the repository: source} -> 'path:line: what' of each branch on a scheme
+    name that no rule above allows, and each allowance that no longer matches anything."""
+    allowed = SCHEME_NAMES_ALLOWED if allowed is None else allowed
+    problems, used = [], set()
+    for path, source in sorted(sources.items()):
+        if path == "parlab/engine/registry.py":
+            continue
+        presentation = layer_of(module_name(ROOT / path)) == "explore"
+        for line, name, what in scheme_name_branches(source, names):
+            if name in MESH_DIMS or (presentation and name in REFERENCES):
+                continue
+            if (path, name) in allowed:
+                used.add((path, name))
+                continue
+            problems.append(f"{path}:{line}: {what} on scheme {name!r}")
+    problems += [f"{path}: allowed {name!r} but no longer compares it (remove the allowance)"
+                 for path, name in sorted(set(allowed) - used)]
+    return problems
+
+
+def test_the_byte_model_checkers_catch_a_missing_cost_a_launch_and_a_scheme_name_branch():
+    assert cost_module_problems({"zero": None, "core": "from parlab.core import comm\n"}) == \
+        ["parlab/zero/ has no cost.py"]
+    assert cost_module_problems({"data_parallel": "from parlab.core.launch import launch\n"}) == \
+        ["parlab/data_parallel/cost.py imports parlab.core.launch"]
+    assert launcher_imports("import parlab\n\ndef f():\n    return parlab.run('single')\n") == \
+        ["parlab.run"]
+    assert launcher_imports("import multiprocessing as mp\nfrom parlab.engine.runner import "
+                            "schemes\n") == ["multiprocessing", "parlab.engine.runner"]
+    assert launcher_imports("from parlab.engine.registry import schemes\n") == []
+    source = ("def f(scheme, dim):\n"
+              "    if scheme == 'topk':\n"
+              "        return 1\n"
+              "    return scheme in ('qsgd', 'other') or dim == 'pp'\n"
+              "COLORS = {'topk': 'red', 'qsgd': 'blue'}\n"
+              "RUNS = {'topk': run('topk')}\n"
+              "ROW = {'topk': 1.0, 'speedup': 2.0}\n")
+    names = {"topk", "qsgd", "pp"}
+    assert scheme_name_branches(source, names) == [
+        (2, "topk", "comparison"), (4, "pp", "comparison"), (4, "qsgd", "comparison"),
+        (5, "qsgd", "table keyed by scheme names"), (5, "topk", "table keyed by scheme names")]
+    blocks = scheme_name_problems({"parlab/x/cost.py": source}, names, allowed={})
+    assert blocks == ["parlab/x/cost.py:2: comparison on scheme 'topk'",
+                      "parlab/x/cost.py:4: comparison on scheme 'qsgd'",
+                      "parlab/x/cost.py:5: table keyed by scheme names on scheme 'qsgd'",
+                      "parlab/x/cost.py:5: table keyed by scheme names on scheme 'topk'"]
+    reference = "def g(scheme):\n    return scheme == 'single'\n"
+    assert scheme_name_problems({"parlab/x/explore.py": reference}, {"single"}, allowed={}) == []
+    assert scheme_name_problems({"parlab/x/cost.py": reference}, {"single"}, allowed={}) == \
+        ["parlab/x/cost.py:2: comparison on scheme 'single'"]
+    allowed = {("parlab/x/cost.py", "single"): "a reason", ("parlab/x/y.py", "topk"): "stale"}
+    assert scheme_name_problems({"parlab/x/cost.py": reference}, {"single"}, allowed) == \
+        ["parlab/x/y.py: allowed 'topk' but no longer compares it (remove the allowance)"]
+
+
+def test_every_chapter_has_a_cost_module_that_launches_nothing():
+    from parlab.engine.registry import chapter_packages
+
+    chapters = {c: (PACKAGE / c / "cost.py").read_text() if (PACKAGE / c / "cost.py").exists()
+                else None for c in chapter_packages()}
+    assert cost_module_problems(chapters) == []
+
+
+def test_no_branch_on_a_registered_scheme_name_outside_the_registry():
+    import parlab
+
+    names = set(parlab.schemes())
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in PACKAGE.rglob("*.py")}
+    assert scheme_name_problems(sources, names) == []
     import json
 
     found = []

@@ -369,11 +369,11 @@ def test_reshard_bad_input_is_a_value_error_before_any_process(kwargs, match):
 def test_bench_diagnoses_a_schedule_that_beats_1f1b_on_paper_but_not_in_the_run():
     from parlab.pipeline.bench import diagnose
 
-    base = {"scheme": "pp-1f1b", "theory": 0.111, "samples_per_s": 150.0, "bubble": 0.15,
+    base = {"scheme": "pp-1f1b", "ours": "1f1b", "theory": 0.111, "samples_per_s": 150.0, "bubble": 0.15,
             "compute_ms": 80.0, "overhead_s": 3e-4, "ideal_with_overhead": 0.14}
-    slower = {"scheme": "pp-zb", "theory": 0.04, "samples_per_s": 140.0, "bubble": 0.10,
+    slower = {"scheme": "pp-zb", "ours": "zb", "theory": 0.04, "samples_per_s": 140.0, "bubble": 0.10,
               "compute_ms": 90.0, "overhead_s": 2e-4, "ideal_with_overhead": 0.09}
-    faster = {"scheme": "pp-interleaved", "theory": 0.059, "samples_per_s": 160.0,
+    faster = {"scheme": "pp-interleaved", "ours": "interleaved", "theory": 0.059, "samples_per_s": 160.0,
               "bubble": 0.09, "compute_ms": 80.0, "overhead_s": 3e-4, "ideal_with_overhead": 0.08}
     lines = diagnose([base, slower, faster])
     assert len(lines) == 1 and "pp-zb" in lines[0] and "+12%" in lines[0]
@@ -426,7 +426,8 @@ def test_bench_all_pipeline_rows_come_from_the_runs(monkeypatch):
         if scheme == "torch-pp":
             return {"scheme": scheme, "samples_per_s": next(speed)}
         theory = cost.theory_bubble(scheme[3:], pp, m, options.get("chunks", 1))
-        return {"scheme": scheme, "samples_per_s": next(speed), "bubble": theory + 0.03,
+        return {"scheme": scheme, "ours": options["ours"], "samples_per_s": next(speed),
+                "bubble": theory + 0.03,
                 "bubble_least": theory + 0.01, "overhead_s": 3e-4, "ideal_with_overhead": 0.2,
                 "compute_ms": 100.0 if scheme != "pp-zb" else 112.0}
 

@@ -35,7 +35,7 @@ def measure_ps(world_size: int, steps: int, straggler: float, staleness: int,
         r = runs[name]
         t = r.outputs[0].extras["update_times"][-1]
         into = r.bytes_per_rank("bytes_recv")[0] / steps
-        mode = "asp" if name == "ps-async" else "ssp"
+        mode = parlab.schemes()[name].cost.mode  # its registered closed form: "ssp" or "asp"
         loss = ex.eval_loss(r.state)
         rows.append({"scheme": name, "seconds": t, "speedup": base / t,
                      "max_staleness": ex.staleness_stats(r)["max"], "heldout_loss": loss,

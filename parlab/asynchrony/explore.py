@@ -27,7 +27,7 @@ from parlab.asynchrony.versions import Book, simulate
 from parlab.models.data import global_batch
 
 SCHEMES = ["ps-sync", "ps-ssp", "ps-async"]
-COLORS = {"ps-sync": "tab:blue", "ps-ssp": "tab:green", "ps-async": "tab:red", "single": "black"}
+COLORS = ("tab:blue", "tab:green", "tab:red")  # of SCHEMES, in order (the reference: black)
 
 
 def param_count(model: str = "gpt") -> int:
@@ -175,7 +175,7 @@ def race(world_size: int, steps: int, straggler: float = 3.0, staleness: int = 2
     real arrival order, on `clock` (paced: "A100", ...; raw: "wall")."""
     runs = {"single": parlab.run("single", steps=steps, model=model)}
     for scheme in SCHEMES:
-        extra = {"staleness": staleness} if scheme == "ps-ssp" else {}
+        extra = {"staleness": staleness} if "staleness" in parlab.schemes()[scheme].options else {}
         runs[scheme] = parlab.run(scheme, world_size=world_size, steps=steps, model=model,
                                   straggler=straggler, clock=clock, link=paced_link(clock), **extra)
     return runs
@@ -238,12 +238,13 @@ def draw_race(runs: dict):
             a.plot(r.losses, color="black", ls=":", label="single")
             continue
         extras = r.outputs[0].extras
-        a.plot(r.losses, color=COLORS[name], label=name)
+        index = SCHEMES.index(name)
+        a.plot(r.losses, color=COLORS[index], label=name)
         b.plot(extras["update_times"], [r.losses[j] for j in extras["update_jobs"]], ".-",
-               color=COLORS[name], label=name)
+               color=COLORS[index], label=name)
         hist = staleness_stats(r)["histogram"]
-        c.bar([k + 0.25 * SCHEMES.index(name) for k in hist], list(hist.values()), width=0.25,
-              color=COLORS[name], label=name)
+        c.bar([k + 0.25 * index for k in hist], list(hist.values()), width=0.25,
+              color=COLORS[index], label=name)
     a.set(xlabel="update (step)", ylabel="loss of the step's batch", title="loss vs updates")
     b.set(xlabel=f"seconds since the server started ({runs['ps-sync'].config.clock.label})",
           title="loss vs time")
@@ -257,7 +258,7 @@ def draw_race(runs: dict):
 # ----------------------------------------------------------------------------- widget
 def panel(world_size: int, scheme: str, straggler: float, clock: str = "A100", steps: int = 8) -> None:
     """Widget callback: one parameter-server scheme, a straggler, against single."""
-    extra = {"staleness": 2} if scheme == "ps-ssp" else {}
+    extra = {"staleness": 2} if "staleness" in parlab.schemes()[scheme].options else {}
     result = parlab.run(scheme, world_size=world_size, steps=steps, straggler=straggler, clock=clock,
                         link=paced_link(clock), **extra)
     ref = parlab.run("single", steps=steps)

@@ -32,7 +32,7 @@ OPTIONS = {"delays": Choice("none", ("none", "seeded")), "straggler": Float(1.0,
            "jitter": Float(0.0, min=0.0, max=100.0), "servers": Int(1, min=1)}
 
 
-def _validate(cfg):
+def _validate(cfg, equal_shards: bool = False):
     servers = cfg.options["servers"]
     if cfg.world_size < 2:
         raise ValueError(f"world_size={cfg.world_size}: a parameter server needs rank 0 to serve and "
@@ -45,9 +45,14 @@ def _validate(cfg):
         raise ValueError(f"servers={servers} is more than the Ψ={numel} parameter elements to shard "
                          "(every server holds at least one)")
     workers = cfg.world_size - servers
-    if cfg.scheme in ("ps-sync", "ps-ssp") and cfg.batch_size % workers:
+    if equal_shards and cfg.batch_size % workers:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by the {workers} workers "
                          f"(world_size={cfg.world_size} - servers={servers}): each computes an equal shard")
+
+
+def _validate_shards(cfg):
+    """ps-sync and ps-ssp: every worker computes an equal shard of each update's batch."""
+    _validate(cfg, equal_shards=True)
 
 
 def parameter_server(ctx, mode: str, staleness: int = 0, server_class=ParameterServer,
@@ -68,14 +73,14 @@ def parameter_server(ctx, mode: str, staleness: int = 0, server_class=ParameterS
 
 
 @register("ps-sync", summary="parameter server, bulk synchronous: W shard gradients averaged per update",
-          exact=True, options=dict(OPTIONS), validate=_validate, cost=PSCost("ssp"),
+          exact=True, options=dict(OPTIONS), validate=_validate_shards, cost=PSCost("ssp"),
           assemble=assemble)
 def ps_sync(ctx):
     return parameter_server(ctx, "ssp", 0)
 
 
 @register("ps-ssp", summary="parameter server, stale synchronous: workers up to `staleness` clocks ahead",
-          exact=False, options={**OPTIONS, "staleness": Int(1, min=0)}, validate=_validate,
+          exact=False, options={**OPTIONS, "staleness": Int(1, min=0)}, validate=_validate_shards,
           cost=PSCost("ssp"), assemble=assemble)
 def ps_ssp(ctx):
     return parameter_server(ctx, "ssp", ctx.cfg.options["staleness"])

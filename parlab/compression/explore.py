@@ -239,8 +239,8 @@ def error_feedback_ablation(world_size: int, steps: int) -> None:
 
 def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) -> None:
     """Widget callback: one scheme at a compression level ("low" / "high"), against single."""
-    level = {"topk": "ratio", "randomk": "ratio", "qsgd": "bits", "powersgd": "rank",
-             "local-sgd": "sync_every", "diloco": "sync_every"}.get(scheme)
+    level = next((k for k in ("ratio", "bits", "rank", "sync_every")  # its registered knob
+                  if k in parlab.schemes()[scheme].options), None)
     values = {"ratio": (0.1, 0.01), "bits": (8, 2), "rank": (8, 1), "sync_every": (2, 4)}
     options = {level: values[level][knob == "high"]} if level else {}
     result = parlab.run(scheme, world_size=world_size, steps=steps,

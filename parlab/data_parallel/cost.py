@@ -71,10 +71,25 @@ def dear_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, i
 
 
 class DataParallelCost:
-    """A data-parallel scheme's prediction: its messages, ring-counted, every step."""
+    """A data-parallel scheme's closed form (`register(..., cost=)`): its messages, ring-counted,
+    every step, and when its code issues them — what `predict_step_time` schedules on the link.
 
-    def __init__(self, messages):
-        self.messages = messages
+    issue: "after-backward" (naive, bucketed), "hooks" (WFBP: each bucket as backward produces
+    it), "priority" (P3: partitions by credit, the rest before the next forward, front layers
+    first), "reduce-scatter" (DeAR: reduce-scatter in backward, all-gather before each group's
+    next forward); per_tensor: one message per gradient tensor instead of per bucket."""
+
+    ISSUES = ("after-backward", "hooks", "priority", "reduce-scatter")
+
+    def __init__(self, messages, issue: str = "after-backward", per_tensor: bool = False):
+        if issue not in self.ISSUES:
+            raise ValueError(f"issue={issue!r} must be one of {self.ISSUES}")
+        self.messages, self.issue, self.per_tensor = messages, issue, per_tensor
+
+    @property
+    def deferred(self) -> bool:
+        """Whether a group's communication may finish as late as its next forward."""
+        return self.issue in ("priority", "reduce-scatter")
 
     def __call__(self, cfg) -> Prediction:
         numels, n = param_numels(cfg), cfg.world_size
@@ -93,14 +108,28 @@ class DataParallelCost:
         return bytes_per_step(self.messages, [math.prod(s) for s in shapes], n, sender, **options)
 
 
+NAIVE = DataParallelCost(naive_messages, per_tensor=True)
+BUCKETED = DataParallelCost(bucketed_messages)
+OVERLAP = DataParallelCost(bucketed_messages, issue="hooks")
+PRIORITY = DataParallelCost(priority_messages, issue="priority")
+DEAR = DataParallelCost(dear_messages, issue="reduce-scatter")
+
+
+def registered(variant: str) -> DataParallelCost:
+    """The data-parallel closed form `variant` registered (`register(..., cost=)`)."""
+    from parlab.engine.registry import schemes
+
+    info = schemes().get(variant)
+    if info is None or not isinstance(info.cost, DataParallelCost):
+        raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
+    return info.cost
+
+
 def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[str, int]]:
     """(op, elements) of every collective one step of `variant` issues (its registered closed
     form). `options`: the run's scheme options; missing ones take the registered defaults."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
-    from parlab.engine.registry import schemes
-    return schemes()[variant].cost.messages(numels, n, {**scheme_options(variant, **options),
-                                                        "element_size": options.get("element_size", 4)})
+    return registered(variant).messages(numels, n, {**scheme_options(variant, **options),
+                                                   "element_size": options.get("element_size", 4)})
 
 
 def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
@@ -156,16 +185,15 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
     machine by `parlab.data_parallel.explore.per_message_overhead`; 0 for the pure α-β model).
     Returns {"step_s", "comm_s" (link busy time per step), "exposed_s" (step_s - compute)}.
     """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant={variant!r} must be one of {VARIANTS}")
+    form = registered(variant)
     options = scheme_options(variant, **options)
     bucket_mb = options.get("bucket_mb", 0.0)
     partition_kb, credit = options.get("partition_kb", 8), options.get("credit", 1)
     psi = sum(numels)
-    plan = ([[i] for i in reversed(range(len(numels)))] if variant == "ddp-naive"
+    plan = ([[i] for i in reversed(range(len(numels)))] if form.per_tensor
             else plan_buckets(numels, bucket_mb))  # groups in backward (issue) order
     frac = [sum(numels[i] for i in g) / psi for g in plan]
-    deferred = variant in ("ddp-priority", "dear")
+    deferred = form.deferred
     forward_order = sorted(range(len(plan)), key=lambda g: min(plan[g]))
     link_free, t, done = 0.0, 0.0, [0.0] * len(plan)
     starts, busy = [], 0.0
@@ -190,21 +218,21 @@ def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
             t += t_backward * frac[g]
             ready.append(t)
         sizes = [sum(numels[i] for i in group) for group in plan]
-        if variant in ("ddp-naive", "ddp-bucketed"):
+        if form.issue == "after-backward":
             end = t
             for g in range(len(plan)):
                 end = send("all_reduce", sizes[g], end)
             done = [end] * len(plan)
-        elif variant == "ddp-overlap":
+        elif form.issue == "hooks":
             ends = [send("all_reduce", sizes[g], ready[g]) for g in range(len(plan))]
             done = [max(ends)] * len(plan)  # the optimizer waits for every bucket
-        elif variant == "dear":
+        elif form.issue == "reduce-scatter":
             scattered = [send("reduce_scatter", padded(sizes[g], n), ready[g])
                          for g in range(len(plan))]
             t = max([t] + scattered)  # after_backward waits for every reduce-scatter
             for g in forward_order:
                 done[g] = send("all_gather", padded(sizes[g], n) // n, t)
-        else:  # ddp-priority: `credit` partitions released per ready group, then the rest
+        else:  # "priority": `credit` partitions released per ready group, then the rest
             queue: list = []
             max_elements = max(1, int(partition_kb * 1024) // 4)
             done = [0.0] * len(plan)

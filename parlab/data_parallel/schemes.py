@@ -27,7 +27,6 @@ from parlab.core.checks import Choice, Float, Int
 from parlab.core.precision import PRECISIONS
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
-from parlab.data_parallel.cost import DataParallelCost
 from parlab.data_parallel.dear import DeARSync
 from parlab.data_parallel.overlap import OverlapSync
 from parlab.data_parallel.priority import PrioritySync
@@ -63,7 +62,7 @@ def _run(ctx, make_sync):
 
 @register("ddp-naive", summary="all-reduce every gradient after backward", exact=True,
           options={"algo": ALGO, "accum_steps": ACCUM, "reduce_dtype": REDUCE},
-          validate=_validate, cost=DataParallelCost(dp_cost.naive_messages), precisions=MIXED)
+          validate=_validate, cost=dp_cost.NAIVE, precisions=MIXED)
 def ddp_naive(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: NaiveSync(ctx, model, o["algo"],
@@ -74,7 +73,7 @@ def ddp_naive(ctx):
           exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM,
                                "reduce_dtype": REDUCE},
           validate=_validate,
-          cost=DataParallelCost(dp_cost.bucketed_messages), precisions=MIXED)
+          cost=dp_cost.BUCKETED, precisions=MIXED)
 def ddp_bucketed(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: BucketedSync(ctx, model, o["bucket_mb"], o["algo"],
@@ -83,7 +82,7 @@ def ddp_bucketed(ctx):
 
 @register("ddp-overlap", summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
           options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.bucketed_messages), precisions=MIXED)
+          cost=dp_cost.OVERLAP, precisions=MIXED)
 def ddp_overlap(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: OverlapSync(ctx, model, o["bucket_mb"], o["algo"]))
@@ -93,7 +92,7 @@ def ddp_overlap(ctx):
           exact=True, options={"bucket_mb": BUCKET,
                                "partition_kb": Float(32, min=4 / 1024, unit="KiB: >= one float32"),
                                "credit": Int(1, min=1), "accum_steps": ACCUM}, validate=_validate,
-          cost=DataParallelCost(dp_cost.priority_messages), precisions=BF16)
+          cost=dp_cost.PRIORITY, precisions=BF16)
 def ddp_priority(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: PrioritySync(ctx, model, o["bucket_mb"],
@@ -103,7 +102,7 @@ def ddp_priority(ctx):
 @register("dear", summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
           exact=True, options={"bucket_mb": BUCKET, "accum_steps": ACCUM,
                                "algo": Choice("gloo", ("gloo", "ring"))}, validate=_validate,
-          cost=DataParallelCost(dp_cost.dear_messages), precisions=BF16)
+          cost=dp_cost.DEAR, precisions=BF16)
 def dear(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: DeARSync(ctx, model, o["bucket_mb"], o["algo"]))

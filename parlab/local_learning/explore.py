@@ -368,7 +368,8 @@ def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1
     """The panel's callback: one scheme against pp-1f1b, timelines and the bytes per boundary."""
     import matplotlib.pyplot as plt
 
-    options = {"depth": min(depth, world_size - 1)} if scheme == "interlocking" else {}
+    options = {"depth": min(depth, world_size - 1)} if "depth" in parlab.schemes()[scheme].options \
+        else {}
     rows = compare_schemes(world_size, steps=3, model_config=TIMING_MODEL, batch_size=TIMING_BATCH,
                            link=TIMING_LINK, schemes=(("pp-1f1b", {}), (scheme, options)))
     if scheme in ("local", "interlocking"):

@@ -34,15 +34,16 @@ OURS = ("gpipe", "1f1b", "interleaved", "zb")
 TORCH = ("torch-gpipe", "torch-1f1b")
 
 
-def _measure(scheme, pp, m, steps, batch, model_config, **options):
+def _measure(scheme, pp, m, steps, batch, model_config, ours: str = "", **options):
+    """One run's throughput and bubbles; `ours`: the schedule our executor ran (its closed forms
+    and measured bubbles apply), "" for torch.distributed.pipelining's."""
     r = parlab.run(scheme, world_size=pp, steps=steps, microbatches=m, batch_size=batch,
                    model_config=model_config, **options)
     step = r.step_time()
     bubble = least = ideal = ideal_lat = latency = overhead = ideal_all = float("nan")
-    if scheme != "torch-pp":
+    if ours:
         from parlab.pipeline.schedules import make_schedule
-        name = scheme.removeprefix("pp-")
-        schedule = make_schedule(name, pp, m, options.get("chunks", 1))
+        schedule = make_schedule(ours, pp, m, options.get("chunks", 1))
         bubble = cost.measured_bubble(r.timeline)
         least = cost.measured_bubble(r.timeline, stat="min")
         ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
@@ -50,8 +51,9 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
         ideal_lat = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline, latency))
         overhead = cost.measured_action_overhead(r.timeline)
         ideal_all = cost.bubble_with_overhead(schedule, r.timeline, latency, overhead)
-    return {"scheme": scheme, "pp": pp, "m": m, "step_s": step, "samples_per_s": batch / step,
-            "compute_ms": 1e3 * busiest_compute(r.timeline) if scheme != "torch-pp" else float("nan"),
+    return {"scheme": scheme, "ours": ours, "pp": pp, "m": m, "step_s": step,
+            "samples_per_s": batch / step,
+            "compute_ms": 1e3 * busiest_compute(r.timeline) if ours else float("nan"),
             "bubble": bubble, "bubble_least": least, "ideal_measured_costs": ideal,
             "latency_s": latency, "ideal_measured_costs_and_latency": ideal_lat,
             "overhead_s": overhead, "ideal_with_overhead": ideal_all,
@@ -61,7 +63,7 @@ def _measure(scheme, pp, m, steps, batch, model_config, **options):
 def _measure_ours(name, pp, m, steps, batch, model_config) -> dict:
     """`_measure` of our schedule `name` (interleaved with 2 chunks), with its closed-form bubble."""
     chunks = 2 if name == "interleaved" else 1
-    row = _measure(f"pp-{name}", pp, m, steps, batch, model_config,
+    row = _measure(f"pp-{name}", pp, m, steps, batch, model_config, ours=name,
                    **({"chunks": chunks} if chunks > 1 else {}))
     row["theory"] = cost.theory_bubble(name, pp, m, chunks)
     return row
@@ -82,10 +84,10 @@ def busiest_compute(timeline) -> float:
 def diagnose(group) -> list[str]:
     """Where a schedule with a smaller closed-form bubble than 1F1B ran slower, why, from the
     same runs: its measured bubble and its busiest rank's compute per step against 1F1B's."""
-    base = next((r for r in group if r["scheme"] == "pp-1f1b"), None)
+    base = next((r for r in group if r["ours"] == "1f1b"), None)
     lines = []
     for r in group:
-        if base is None or r["scheme"] not in ("pp-interleaved", "pp-zb"):
+        if base is None or not r["ours"]:  # the closed-form bubble picks interleaved and zb
             continue
         if r["theory"] < base["theory"] and r["samples_per_s"] < base["samples_per_s"]:
             why = []
@@ -104,7 +106,7 @@ def diagnose(group) -> list[str]:
                            f"{base['compute_ms']:.1f} ms per step "
                            f"({r['compute_ms'] / base['compute_ms'] - 1:+.0%}: more, smaller "
                            "actions" + (", and the split backward's own matmuls" if
-                                        r["scheme"] == "pp-zb" else "") + ")")
+                                        r["ours"] == "zb" else "") + ")")
             lines.append(f"  {r['scheme']} has the smaller closed-form bubble ({r['theory']:.1%}"
                          f" vs 1F1B's {base['theory']:.1%}) but ran slower: " + "; ".join(why))
     return lines
@@ -124,8 +126,8 @@ def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
                     continue
                 group.append(_measure("torch-pp", pp, m, steps, batch, model_config,
                                       schedule=sched))
-            base = next(r for r in group if r["scheme"] == "pp-gpipe")["samples_per_s"]
-            torch_best = max((r["samples_per_s"] for r in group if r["scheme"] == "torch-pp"),
+            base = next(r for r in group if r["ours"] == "gpipe")["samples_per_s"]
+            torch_best = max((r["samples_per_s"] for r in group if not r["ours"]),
                              default=float("nan"))
             for r in group:
                 r["vs_gpipe"] = r["samples_per_s"] / base

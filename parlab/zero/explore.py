@@ -16,9 +16,13 @@ from parlab.core.cost import FP32_BYTES, round_up
 from parlab.zero.cost import memory_formula, mixed_precision_formula, step_bytes
 from parlab.zero.shard import FlatLayout
 
-STAGE_OF = {"single": 0, "ddp-naive": 0, "zero1": 1, "zero2": 2, "zero3": 3, "torch-zero": 1,
-            "torch-fsdp": 3}
 KINDS = ("params", "grads", "optimizer", "activations")
+
+
+def stage_of(result) -> int:
+    """The ZeRO stage a run sharded at, as its ranks report it (extras "stage"; 0: every state
+    replicated, as in DDP and `single`), the stage the memory formulas take."""
+    return result.outputs[0].extras.get("stage", 0)
 
 
 def psi_of(result) -> int:
@@ -30,7 +34,7 @@ def memory_row(result, warmup: int = 1) -> dict:
     scheme, n = result.config.scheme, result.config.world_size
     psi = psi_of(result)
     mixed = result.config.precision != "fp32" and not scheme.startswith("torch-")  # FSDP2: 4+4+8
-    formula = (mixed_precision_formula if mixed else memory_formula)(STAGE_OF.get(scheme, 0), psi, n)
+    formula = (mixed_precision_formula if mixed else memory_formula)(stage_of(result), psi, n)
     row = {"scheme": scheme + ("+ckpt" if result.config.checkpoint else ""), "world_size": n,
            "psi": psi}
     for kind in KINDS:
@@ -203,7 +207,7 @@ def panel(world_size: int = 2, stage: str = "zero3", checkpoint: str = "off",
                         precision=precision)
     row = memory_row(result, warmup=0)
     formula = (memory_formula if precision == "fp32" else mixed_precision_formula)(
-        STAGE_OF[scheme], row["psi"], world_size)
+        stage_of(result), row["psi"], world_size)
     print(f"{scheme} on {world_size} rank(s), Ψ = {row['psi']:,} parameters, checkpointing "
           f"{checkpoint}, {precision}")
     for r, mem in enumerate(result.memory):
@@ -222,7 +226,7 @@ def predicted_comm_s(result, link) -> float:
     from parlab.core.link import resolve
 
     link = resolve(link)
-    n, stage = result.config.world_size, STAGE_OF[result.config.scheme]
+    n, stage = result.config.world_size, stage_of(result)
     numels = [FlatLayout.from_meta(m).numel for m in result.outputs[0].extras["layouts"]]
     collectives = 3 if stage == 3 else 2
     return sum(collectives * cost.reduce_scatter_time(FP32_BYTES * round_up(u, n), n, link.latency_s,

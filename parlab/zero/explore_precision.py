@@ -13,7 +13,7 @@ from __future__ import annotations
 import parlab
 from parlab.core.cost import element_bytes
 from parlab.zero.cost import memory_formula, mixed_precision_formula, step_bytes
-from parlab.zero.explore import STAGE_OF, psi_of
+from parlab.zero.explore import psi_of, stage_of
 from parlab.zero.shard import FlatLayout
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
@@ -32,7 +32,7 @@ def padded_psi(result) -> int:
 
 def formula_of(result) -> dict:
     """The ZeRO paper's bytes per rank for the run's stage and precision (padded Ψ)."""
-    stage = STAGE_OF.get(result.config.scheme, 0)
+    stage = stage_of(result)
     psi, n = padded_psi(result), result.config.world_size
     if result.config.precision == "fp32":
         return memory_formula(stage, psi, n)
@@ -48,12 +48,11 @@ def precision_memory(world_size: int = 4, steps: int = 2, model: str = "gpt",
     refs = {p: parlab.run("single", steps=steps, model=model, precision=p, **options)
             for p in ("fp32", "bf16-mixed")}
     for scheme in schemes:
-        stage = STAGE_OF[scheme]
         row = {"scheme": scheme, "world_size": world_size}
         for precision in ("fp32", "bf16-mixed"):
             result = parlab.run(scheme, world_size=world_size, steps=steps, model=model,
                                 precision=precision, **options)
-            formula = formula_of(result)
+            stage, formula = stage_of(result), formula_of(result)
             key = "fp32" if precision == "fp32" else "bf16"
             for kind in ("params", "grads", "optimizer", "activations"):
                 row[f"{key}_{kind}"] = max(m.get(kind, 0) for m in result.memory)

@@ -169,7 +169,8 @@ class Zero(Strategy):
         return {"shards": {u.name: masters.get(u.shard, u.shard).detach().clone()
                            for u in self.engine.units},
                 "layouts": [u.layout.to_meta() for u in self.engine.units],
-                "resumed_from": self.resumed_from, "first_step": self.first_step}
+                "resumed_from": self.resumed_from, "first_step": self.first_step,
+                "stage": self.engine.stage}  # the memory formulas' stage (`explore.stage_of`)
 
 
 def train_stage(ctx, stage: int):

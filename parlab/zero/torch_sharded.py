@@ -98,6 +98,9 @@ class TorchSharded(Strategy):
     def memory(self) -> dict:
         return _memory(self.model, self.local_optimizer or self.optimizer)
 
+    def extras(self) -> dict:
+        return {"stage": self.stage}  # ZeroRedundancyOptimizer: 1, FSDP: 3
+
     def state(self) -> dict | None:
         state = self.full_state() if self.full_state else state_of(self.model)  # collective
         return state if self.holds_state else None
