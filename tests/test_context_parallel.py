@@ -8,9 +8,9 @@ import pytest
 import torch
 
 import parlab
+from parlab.context_parallel import cost as cp_cost
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.cost import ring_recompute_bytes, ulysses_bytes
-from parlab.context_parallel import cost as cp_cost
 from parlab.context_parallel.schemes import degrees
 from parlab.core import cost
 from parlab.core.launch import launch

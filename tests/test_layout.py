@@ -298,6 +298,79 @@ def package_named_modules(modules, packages=PACKAGES) -> list[str]:
 
 def notebook_aliases(path: pathlib.Path) -> list[tuple[str, str]]:
     """(imported parlab name, alias) of every aliased import in the notebook's code cells."""
+    import json
+
+    found = []
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        lines = "".join(cell["source"]).splitlines()
+        source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("parlab"):
+                found += [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname]
+            elif isinstance(node, ast.Import):
+                found += [(a.name, a.asname) for a in node.names
+                          if a.asname and a.name.startswith("parlab")]
+    return found
+
+
+def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """An alias says which module it is: `explore` as `ex`, `explore_<part>` as `ex_<part>`, any
+    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`), never starting `ex_`;
+    and one alias means one module name in every notebook (`ee` cannot be `explore_eager` in one,
+    `explore_edge` in another)."""
+    problems, meaning = [], {}
+    for notebook, pairs in sorted(aliases.items()):
+        for name, alias in pairs:
+            leaf = name.rpartition(".")[2]
+            if leaf == "explore":
+                honest = alias == "ex"
+            elif leaf.startswith("explore_"):
+                honest = alias == "ex_" + leaf.removeprefix("explore_")
+            else:  # `ex_` says explore: `exercises` is `exercises`, never `ex_exercises`
+                honest = (alias == leaf or alias.endswith("_" + leaf)) and not alias.startswith("ex_")
+            if not honest:
+                problems.append(f"{notebook}: {leaf} as {alias}")
+            first = meaning.setdefault(alias, (leaf, notebook))
+            if first[0] != leaf:
+                problems.append(f"{notebook}: {alias} is {leaf} here, {first[0]} in {first[1]}")
+    return problems
+
+
+def test_the_name_checkers_catch_a_second_definition_a_package_name_and_an_ambiguous_alias():
+    assert name_clashes({"parlab.planner.plan": {"Plan", "enumerate_plans"},
+                         "parlab.planner.placement": {"Plan", "evaluate"}}) == \
+        ["Plan: parlab.planner.placement, parlab.planner.plan"]
+    assert name_clashes({"parlab.a.x": {"evaluate"}, "parlab.a.y": {"evaluate"}}) == []
+    assert package_named_modules(["parlab.engine", "parlab.engine.loop", "parlab.zero.engine",
+                                  "parlab.zero.zero_engine", "parlab.pipeline.models"]) == \
+        ["parlab.pipeline.models", "parlab.zero.engine"]
+    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_loop")]}) == ["01: sync as dp_loop"]
+    assert alias_problems({"13": [("parlab.planner.exercises", "ex_exercises")]}) == \
+        ["13: exercises as ex_exercises"]
+    assert alias_problems({"04": [("parlab.pipeline.explore_eager", "ee")],
+                           "12": [("parlab.serving.explore_edge", "ee")]}) == \
+        ["04: explore_eager as ee", "12: explore_edge as ee",
+         "12: ee is explore_edge here, explore_eager in 04"]
+    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_sync"),
+                                  ("parlab.data_parallel.explore", "ex")],
+                           "09": [("parlab.asynchrony.explore_dualbatch", "ex_dualbatch"),
+                                  ("parlab.asynchrony.explore", "ex")]}) == []
+
+
+def test_each_concept_name_has_one_definition():
+    definitions = {module_name(p): top_level_definitions(p) for p in PACKAGE.rglob("*.py")}
+    assert name_clashes(definitions) == []
+
+
+def test_no_module_is_named_like_a_top_level_package():
+    assert package_named_modules(module_name(p) for p in PACKAGE.rglob("*.py")) == []
+
+
+def test_notebook_aliases_say_which_module_they_are():
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert alias_problems({p.stem: notebook_aliases(p) for p in notebooks}) == []
 
 
 # ----------------------------------------------------------------------------- one byte model
@@ -476,76 +549,3 @@ def test_no_branch_on_a_registered_scheme_name_outside_the_registry():
     names = set(parlab.schemes())
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in PACKAGE.rglob("*.py")}
     assert scheme_name_problems(sources, names) == []
-    import json
-
-    found = []
-    for cell in json.loads(path.read_text())["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        lines = "".join(cell["source"]).splitlines()
-        source = "\n".join(line for line in lines if not line.lstrip().startswith(("%", "!")))
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("parlab"):
-                found += [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname]
-            elif isinstance(node, ast.Import):
-                found += [(a.name, a.asname) for a in node.names
-                          if a.asname and a.name.startswith("parlab")]
-    return found
-
-
-def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
-    """An alias says which module it is: `explore` as `ex`, `explore_<part>` as `ex_<part>`, any
-    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`), never starting `ex_`;
-    and one alias means one module name in every notebook (`ee` cannot be `explore_eager` in one,
-    `explore_edge` in another)."""
-    problems, meaning = [], {}
-    for notebook, pairs in sorted(aliases.items()):
-        for name, alias in pairs:
-            leaf = name.rpartition(".")[2]
-            if leaf == "explore":
-                honest = alias == "ex"
-            elif leaf.startswith("explore_"):
-                honest = alias == "ex_" + leaf.removeprefix("explore_")
-            else:  # `ex_` says explore: `exercises` is `exercises`, never `ex_exercises`
-                honest = (alias == leaf or alias.endswith("_" + leaf)) and not alias.startswith("ex_")
-            if not honest:
-                problems.append(f"{notebook}: {leaf} as {alias}")
-            first = meaning.setdefault(alias, (leaf, notebook))
-            if first[0] != leaf:
-                problems.append(f"{notebook}: {alias} is {leaf} here, {first[0]} in {first[1]}")
-    return problems
-
-
-def test_the_name_checkers_catch_a_second_definition_a_package_name_and_an_ambiguous_alias():
-    assert name_clashes({"parlab.planner.plan": {"Plan", "enumerate_plans"},
-                         "parlab.planner.placement": {"Plan", "evaluate"}}) == \
-        ["Plan: parlab.planner.placement, parlab.planner.plan"]
-    assert name_clashes({"parlab.a.x": {"evaluate"}, "parlab.a.y": {"evaluate"}}) == []
-    assert package_named_modules(["parlab.engine", "parlab.engine.loop", "parlab.zero.engine",
-                                  "parlab.zero.zero_engine", "parlab.pipeline.models"]) == \
-        ["parlab.pipeline.models", "parlab.zero.engine"]
-    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_loop")]}) == ["01: sync as dp_loop"]
-    assert alias_problems({"13": [("parlab.planner.exercises", "ex_exercises")]}) == \
-        ["13: exercises as ex_exercises"]
-    assert alias_problems({"04": [("parlab.pipeline.explore_eager", "ee")],
-                           "12": [("parlab.serving.explore_edge", "ee")]}) == \
-        ["04: explore_eager as ee", "12: explore_edge as ee",
-         "12: ee is explore_edge here, explore_eager in 04"]
-    assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_sync"),
-                                  ("parlab.data_parallel.explore", "ex")],
-                           "09": [("parlab.asynchrony.explore_dualbatch", "ex_dualbatch"),
-                                  ("parlab.asynchrony.explore", "ex")]}) == []
-
-
-def test_each_concept_name_has_one_definition():
-    definitions = {module_name(p): top_level_definitions(p) for p in PACKAGE.rglob("*.py")}
-    assert name_clashes(definitions) == []
-
-
-def test_no_module_is_named_like_a_top_level_package():
-    assert package_named_modules(module_name(p) for p in PACKAGE.rglob("*.py")) == []
-
-
-def test_notebook_aliases_say_which_module_they_are():
-    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-    assert alias_problems({p.stem: notebook_aliases(p) for p in notebooks}) == []
