@@ -34,18 +34,21 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") ->
     def rest(c):
         return tuple(v for n, v in c.items() if n != "dp")
 
+    def replica_key(c):  # the same experts: the same d mod ep, any dp group, any cp shard
+        return tuple(v for n, v in c.items() if n not in ("dp", "cp")) + (c["dp"] % ep,)
+
     if ep > 1:  # ep groups: dp coordinates ⌊d/ep⌋·ep ... ; replicas: the same d mod ep
         ep_comm = mesh.world.split(mesh.groups_by(lambda r, c: rest(c) + (c["dp"] // ep,)), "ep")
-        if dp > ep:
-            model.expert_comm = mesh.world.split(
-                mesh.groups_by(lambda r, c: rest(c) + (c["dp"] % ep,)), "expert-replicas")
+        if dp * mesh.degree("cp") > ep:
+            model.expert_comm = mesh.world.split(mesh.groups_by(lambda r, c: replica_key(c)),
+                                                 "expert-replicas")
     else:  # experts whole here: only the counts travel
         ep_comm = SimpleNamespace(size=1, rank=0, ranks=[mesh.world.global_rank(mesh.world.rank)])
     for block in moes:
         layer = (METHODS[method] if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
         layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
         block.mlp = layer
-    model.dp = dp
+    model.expert_replicas = dp * mesh.degree("cp")  # every rank's loss is a mean over its tokens
     return model
 
 

@@ -55,7 +55,7 @@ class MeshGPT(nn.Module):
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
         self.zero = None  # apply_zero's ZeroEngine
         self.expert_comm = None  # apply_ep: the ranks holding the same experts (dp / ep of them)
-        self.dp = 1  # apply_ep: the dp degree its expert gradients are divided by
+        self.expert_replicas = 1  # apply_ep: the dp × cp ranks whose expert gradients are summed
 
     def embed(self, idx):
         return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions

@@ -15,8 +15,9 @@ sub-group of a dp group, so ep must divide dp.
 `Plan.problems` names every factor a plan fails, before any process starts — the degrees that do
 not divide the model or the batch, and the combinations the composition (`parlab.planner.compose`)
 cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
-micro-batch), and on a mixture-of-experts model pp, cp or micro-batches (its capacity rule orders
-the whole batch's tokens in one forward) and ZeRO with ep; `enumerate_plans` lists every valid
+micro-batch), and on a mixture-of-experts model pp, cp or micro-batches unless its routing is
+token-local (`token_local_routing`: capacity, balancing loss and bias step read the whole batch's
+tokens in one forward), and ZeRO with ep; `enumerate_plans` lists every valid
 plan of a world size, which is what the planner searches.
 """
 
@@ -30,6 +31,15 @@ DEGREES = ("dp", "tp", "pp", "cp", "ep")
 MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbouring ranks)
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
+
+
+def token_local_routing(model_config) -> bool:
+    """True when a mixture-of-experts layer treats every token on its own: no capacity (nothing
+    dropped by batch order), no load-balancing loss and no bias step (both read the whole batch's
+    loads). Then any split of the tokens — pipeline micro-batches, context-parallel shards —
+    routes each token as the single process does, and such plans are exact."""
+    return (getattr(model_config, "capacity_factor", None) is None
+            and not getattr(model_config, "aux_loss", 0) and not getattr(model_config, "bias_update", 0))
 
 
 @dataclass(frozen=True)
@@ -114,10 +124,12 @@ class Plan:
         if n_experts is not None:  # a mixture-of-experts model: what its global routing allows
             moe = [f"{name}={getattr(self, name)} > 1" for name in ("pp", "cp", "microbatches")
                    if getattr(self, name) > 1]
-            if moe:
-                out.append(f"{', '.join(moe)} with a mixture-of-experts model: capacity and "
-                           "dropping follow the whole batch's token order in one forward (use "
-                           "pp=cp=microbatches=1)")
+            if moe and not token_local_routing(model_config):
+                out.append(f"{', '.join(moe)} with a mixture-of-experts model whose routing is "
+                           "global (capacity_factor, aux_loss or bias_update set): capacity, "
+                           "dropping and balancing follow the whole batch's tokens in one forward "
+                           "(use pp=cp=microbatches=1, or capacity_factor=None, aux_loss=0, "
+                           "bias_update=0)")
             if self.ep > 1 and self.zero:
                 out.append(f"zero={self.zero} with ep={self.ep}: ZeRO would average the expert "
                            "shards over dp (use zero=0)")

@@ -64,12 +64,12 @@ def sync_gradients(model: MeshGPT) -> None:
     experts = {id(p) for p in compose.expert_parameters(model)}
     dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
     all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
-    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp
+    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp·cp
         sharded = compose.expert_parameters(model)
         if model.expert_comm is not None:
             all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
         for p in sharded:
-            p.grad.div_(model.dp)
+            p.grad.div_(model.expert_replicas)
 
 
 class ND(Strategy):
