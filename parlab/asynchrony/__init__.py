@@ -24,5 +24,6 @@ send/recv through `Comm`, the parameters sharded over `servers` ranks), `dualbat
 small-batch workers, cyclic progressive sequence lengths), `jacobi` (block-Jacobi for a 2-D
 Poisson problem: synchronous, totally asynchronous and flexible communication, macroiterations);
 `cost` (closed forms), `schemes`; `explore`, `explore_sharded`, `explore_dualbatch`,
-`explore_flexible` and `bench` (what notebook 09 and `python -m parlab bench asynchrony` run).
+`explore_flexible`, `exercises` and `bench` (what notebook 09 and `python -m parlab bench
+asynchrony` run).
 """

@@ -15,5 +15,6 @@ Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Mo
 Reading order: `packing` (bits and raw bytes on the wire), `compressors` (top-k, random-k, QSGD,
 sign: encode/decode at a fixed message size), `sync` (error feedback and the all-gather strategy),
 `powersgd` (rank-r factors, all-reduced), `local_sgd` (Local SGD, DiLoCo); `cost` (closed forms),
-`schemes`; `explore` and `bench` (what notebook 08 and `python -m parlab bench compression` run).
+`schemes`; `explore`, `exercises` and `bench` (what notebook 08 and `python -m parlab bench
+compression` run).
 """

@@ -14,5 +14,5 @@ Reading order:
 - `link`: emulated links (latency α, bandwidth β) applied to every `Comm` operation.
 - `trace`, `memory`, `mesh`, `checks`: timelines, measured memory, named process meshes,
   shared validators.
-- `explore`, `bench`: what notebook 00 and `python -m parlab bench core` run.
+- `explore`, `exercises`, `bench`: what notebook 00 and `python -m parlab bench core` run.
 """

@@ -12,6 +12,6 @@ bucketed all-reduce after backward), `overlap` (WFBP), `layerwise` and `priority
 `dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`, `api` (the
 syncs as a library: `DataParallel(model, optimizer, comm, sync=...)` in your own training loop,
 rank 0's weights broadcast at construction); `explore` (with `explore_library`: the library on a
-user's tied and frozen model, notebooks 01 and 02) and `bench` (what notebook 01 and
+user's tied and frozen model, notebooks 01 and 02), `exercises` and `bench` (what notebook 01 and
 `python -m parlab bench data_parallel` run).
 """

@@ -10,5 +10,5 @@ without an auxiliary loss).
 Reading order: the model `parlab.models.gpt_moe` (router, routing rule, capacity, the MoE layer),
 then `ops` (dispatch / combine all-to-all and the all-gather alternative as autograd Functions),
 `layer` (the MoE with its experts sharded over the ep group), `cost` (bytes from the routing
-counts, memory), `schemes` (`ep`, `ep-allgather`); `explore` and `bench`.
+counts, memory), `schemes` (`ep`, `ep-allgather`); `explore`, `exercises` and `bench`.
 """

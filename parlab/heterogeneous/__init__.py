@@ -11,5 +11,5 @@ shares, exact), `backup.py` (drop the stragglers), then tensor parallelism on un
 `tp_shares.py` (one sharding ratio per device by HAP's LP, cut into heads, columns, positions),
 `uneven.py` (uneven all-gather / reduce-scatter, padded or exact), `tp_layers.py` (the uneven
 Megatron block); `cost.py` (bytes and step time), `schemes.py`, `explore.py` and `explore_tp.py`
-(what the notebook runs), `bench.py`.
+(what the notebook runs), `exercises.py`, `bench.py`.
 """

@@ -28,6 +28,6 @@ Reading order:
   backward used recorded.
 - `emulate`: the same objectives in one process, the reference the distributed runs equal.
 - `cost`: bytes per boundary, stashed versions, idle fractions, in closed form.
-- `schemes`: `local`, `interlocking`, `pipedream`, `pipedream-2bw`; `explore` and `bench`: notebook
-  05 and `python -m parlab bench local_learning`.
+- `schemes`: `local`, `interlocking`, `pipedream`, `pipedream-2bw`; `explore`, `exercises` and
+  `bench`: notebook 05 and `python -m parlab bench local_learning`.
 """

@@ -19,5 +19,5 @@ Reading order:
   masks.py       which channels cross devices: a saliency search, then fine-tuning
   cost.py        closed forms: job bytes, schedule times, edge bytes and latency, break-even
   explore.py     what notebooks/12_serving.ipynb runs on the two jobs (explore_edge.py: the edge
-                 split); bench.py: `python -m parlab bench serving`
+                 split); exercises.py: its exercises; bench.py: `python -m parlab bench serving`
 """

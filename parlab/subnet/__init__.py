@@ -16,5 +16,6 @@ Reading order:
   emulate.py    the same training in one process by masked sum ÷ owner count; gradient alignment
   cost.py       memory per rank and bytes per rank, closed forms
   schemes.py    `sdp` (owners=, mask=, granularity=)
-  explore.py    what notebooks/10_subnet.ipynb runs; bench.py: `python -m parlab bench subnet`
+  explore.py    what notebooks/10_subnet.ipynb runs; exercises.py: its exercises
+  bench.py      `python -m parlab bench subnet`
 """

@@ -9,5 +9,5 @@ Reading order: `shard` (flat units padded to N, the memory and byte closed forms
 `schemes`, `torch_sharded` (ZeroRedundancyOptimizer, FSDP2), `api` (the stages as a library:
 `ZeRO(model_or_params, optimizer, comm, stage=1|2|3)` in your own training loop); `explore`
 (with `explore_precision`: the mixed-precision column, `explore_prefetch`: FSDP's prefetch where
-it pays) and `bench`.
+it pays), `exercises` and `bench`.
 """
