@@ -1,15 +1,19 @@
-"""One rank's training step of `local` and `interlocking`: activations go up, gradient
-components come down, none further than `depth` boundaries.
+"""One rank's training step of `local` and `interlocking` on the pipeline's one executor:
+activations go up, gradient components come down, none further than `depth` boundaries.
 
-Stage r works through `Route.order(r, m)` (see `routes`):
+The order a stage works in is a schedule (`route_schedule`: `Route.order`, warm-up forwards then
+one forward / one backward, as data) run by `parlab.pipeline.executor.PipelineExecutor`; what
+routes truncate is in the lowered list (`route_actions`) and the stage strategy (`Interlocking`):
 
 - F i: receive micro-batch i's activation from stage r−1 (or take the input), run the stage and
   its loss — the true loss on the last stage, w·(auxiliary loss) elsewhere — and send the
   activation up. If the message down carries only this loss ("early"), differentiate it now and
-  send the input gradient down at once: the stage below waits one forward, not a pipeline.
+  send the input gradient down at once (the SEND_B sits right after the F): the stage below waits
+  one forward, not a pipeline.
 - B i: receive the gradient components micro-batch i's output got from above (one per loss still
-  within reach), then backward: every component trains this stage; those with depth left are
-  differentiated with respect to the input, one by one, and sent down stacked.
+  within reach: RECV_B only where a loss reaches down, of shape (k, mb, T, C)), then backward:
+  every component trains this stage; those with depth left are differentiated with respect to the
+  input, one by one, and sent down stacked (SEND_B only where a loss goes further).
 
 Depth 0 (`local`, Belilovsky et al., ICML 2020) sends nothing down: no stage ever waits for the
 stages above it, only for its input. Activations and gradients travel on two communicators, so
@@ -18,80 +22,96 @@ and waited at the end of the step, which bounds how far a stage runs ahead of th
 (one step of activations in flight). Compute spans are named F, B (a pass that produces a
 gradient to send) and W (a pass that only trains this stage), as in chapter 04, so its timeline
 tools apply.
+
+Simplifications, stated here: the truncated lists are derived from `Schedule.lowered()` by
+dropping the messages no loss needs and moving an early SEND_B after its F; `validate.check`
+simulates the untruncated lowering, so the routes' deadlock freedom rests on `Route.warmup`'s
+argument (`routes`), not on the simulator. Activation memory is metered on the first step only,
+as the executor does for every schedule.
 """
 
 from __future__ import annotations
 
-import torch
-
 from parlab.local_learning.local_boundary import LocalBoundary, backward_roots
 from parlab.local_learning.routes import Route
+from parlab.pipeline.executor import StageStrategy
+from parlab.pipeline.schedules import Action, Schedule
 
-FWD, BWD = "pp-fwd", "pp-bwd"
+
+def route_schedule(route: Route, m: int) -> Schedule:
+    """Every stage's `Route.order` as a schedule (one stage per rank, no split backward)."""
+    return Schedule("interlocking", route.pp, m, 1, False,
+                    tuple(tuple(Action(op, r, i) for op, i in route.order(r, m))
+                          for r in range(route.pp)))
 
 
-class InterlockExecutor:
-    def __init__(self, ctx, route: Route, pp_rank: int, stage, head, params: list, comm_f, comm_b,
-                 boundary_shape, meter):
-        self.ctx, self.route, self.r = ctx, route, pp_rank
-        self.stage, self.head, self.params = stage, head, params
-        self.comm_f, self.comm_b = comm_f, comm_b
-        self.boundary_shape = boundary_shape  # rows -> activation shape between stages
-        self.meter = meter
+def route_actions(route: Route, m: int, rank: int) -> list[Action]:
+    """`rank`'s lowered actions with the route's truncation: no RECV_B where no loss reaches down
+    to it, no SEND_B where none goes further, and an early stage's SEND_B right after its F (and
+    the F's SEND_F)."""
+    early, last = route.early(rank), rank == route.pp - 1
+    seq = []
+    for a in route_schedule(route, m).lowered()[rank]:
+        if a.op == "RECV_B" and not route.receives(rank) or \
+                a.op == "SEND_B" and (early or not route.sends(rank)):
+            continue
+        seq.append(a)
+        if early and a.op == ("F" if last else "SEND_F"):
+            seq.append(Action("SEND_B", rank, a.mb))
+    return seq
 
-    def _pass(self, name, step, i, x, send, keep):
-        with self.ctx.span(name, stage=self.r, mb=i, step=step), self.meter:
-            return backward_roots(x, send, keep, self.params)
 
-    def run_step(self, step: int, inputs: list, targets: list):
-        """Run the step; return (true losses of the micro-batches, auxiliary losses) of this stage."""
-        r, route, m = self.r, self.route, len(inputs)
-        last = route.pp - 1
-        sends, receives, early = route.sends(r), route.receives(r), route.early(r)
-        rows = inputs[0].size(0)
-        saved, handles, losses, aux = {}, [], [], []
-        for op, i in route.order(r, m):
-            if op == "F":
-                if r == 0:
-                    x = inputs[i]
-                else:
-                    x = self.comm_f.recv(torch.empty(self.boundary_shape(rows)), r - 1,
-                                         phase=FWD)  # (mb, T, C) from the stage below
-                    x = x.requires_grad_() if sends else LocalBoundary.apply(x)
-                with self.ctx.span("F", stage=r, mb=i, step=step), self.meter:
-                    out = self.stage(x)  # (mb, T, C), or (mb, T, vocab) on the last stage
-                    own = None
-                    if r == last:
-                        loss = self.stage.loss(out, targets[i])
-                        losses.append(loss.item())
-                        own = loss / m  # the step's loss is the mean over equal micro-batches
-                    elif self.head is not None:
-                        a = self.head.loss(out, targets[i])
-                        aux.append(a.item())
-                        own = route.weight(r) * a / m
-                if r < last:
-                    handles.append(self.comm_f.isend(out.detach(), r + 1, phase=FWD))  # (mb, T, C)
-                if early:  # own loss only: its input gradient goes down now
-                    dx = self._pass("B", step, i, x, [(own, None)], [])  # (1, mb, T, C)
-                    handles.append(self.comm_b.isend(dx, r - 1, phase=BWD))
-                    own = None
-                saved[i] = (x, out, own)
-            else:
-                x, out, own = saved.pop(i)
-                g = None
-                if receives:
-                    g = self.comm_b.recv(torch.empty((len(receives),) + self.boundary_shape(rows)),
-                                         r + 1, phase=BWD)  # (k, mb, T, C), one per loss
-                send, keep = [], []
-                if own is not None:
-                    (send if r in sends else keep).append((own, None))
-                for k, loss_index in enumerate(receives):
-                    (send if loss_index in sends else keep).append((out, g[k]))
-                if send or keep:
-                    dx = self._pass("B" if send else "W", step, i, x, send, keep)
-                    if send:
-                        handles.append(self.comm_b.isend(dx, r - 1, phase=BWD))  # (k, mb, T, C)
-                del x, out, own, g
-        for h in handles:
-            h.wait()
-        return losses, aux
+class Interlocking(StageStrategy):
+    """The stage strategy of a route: F adds the stage's own loss (auxiliary, weighted, or the true
+    one), an early stage differentiates it at once; B differentiates every loss within reach and
+    sends down, stacked, those with depth left. `aux` collects the step's auxiliary losses."""
+
+    def __init__(self, ctx, route: Route, head, params: list):
+        self.ctx, self.route, self.head, self.params = ctx, route, head, params
+        self.aux: list[float] = []
+
+    def recv_shape(self, op: str, stage: int, rows: int) -> tuple:
+        shape = self.executor.boundary_shape(rows)  # (mb, T, C)
+        return (len(self.route.receives(stage)),) + shape if op == "RECV_B" else shape  # (k, mb, T, C)
+
+    def forward(self, s: int, i: int, stage, x, side_in):
+        if s > 0 and not self.route.sends(s):
+            x = LocalBoundary.apply(x)  # no gradient crosses: the stage below never waits
+        out = stage(x)  # (mb, T, C), or (mb, T, vocab) on the last stage
+        own = None
+        if s < self.route.pp - 1 and self.head is not None:
+            a = self.head.loss(out, self.executor.target(i))
+            self.aux.append(a.item())
+            own = self.route.weight(s) * a / self.executor.schedule.microbatches
+        return out, {"own": own}  # the last stage's own loss is the executor's loss root
+
+    def outputs(self, step: int, s: int, i: int, x, out, side_out) -> None:
+        if s == self.route.pp - 1:
+            side_out["own"] = out  # the true loss / m
+
+    def grad_to_send(self, step: int, s: int, i: int):
+        """An early stage's SEND_B follows its F: differentiate its own loss now (after the
+        activation went up); a late one's follows B, which left the stacked components."""
+        if not self.route.early(s):
+            return super().grad_to_send(step, s, i)  # (k, mb, T, C)
+        x, _, _, _, side_out = self.executor.saved[(s, i)]
+        with self.ctx.span("B", stage=s, mb=i, step=step), self.executor.meter:
+            dx = backward_roots(x, [(side_out["own"], None)], [], self.params)  # (1, mb, T, C)
+        side_out["own"] = None
+        return dx
+
+    def backward_span(self, s: int, side_out) -> str | None:
+        receives, sends = self.route.receives(s), self.route.sends(s)
+        if side_out["own"] is None and not receives:
+            return None  # nothing reaches this stage any more
+        send = (side_out["own"] is not None and s in sends) or any(k in sends for k in receives)
+        return "B" if send else "W"
+
+    def backward(self, s: int, i: int, roots: list, grads: list, x, side_in, side_out):
+        out, g = roots[0], grads[0]  # g: (k, mb, T, C), one component per loss within reach
+        sends, send, keep = self.route.sends(s), [], []
+        if side_out["own"] is not None:
+            (send if s in sends else keep).append((side_out["own"], None))
+        for k, loss_index in enumerate(self.route.receives(s)):
+            (send if loss_index in sends else keep).append((out, g[k]))
+        return backward_roots(x, send, keep, self.params)  # (k, mb, T, C) or None

@@ -24,11 +24,12 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer, state_of, 
 from parlab.engine.runner import register
 from parlab.local_learning import cost
 from parlab.local_learning.heads import AuxHead
-from parlab.local_learning.interlock import InterlockExecutor
+from parlab.local_learning.interlock import Interlocking, route_actions, route_schedule
 from parlab.local_learning.layout import Layout, resolve
 from parlab.local_learning.routes import Route
 from parlab.local_learning.stash import StashedPipeline
 from parlab.pipeline import stages as stages_mod
+from parlab.pipeline.executor import PipelineExecutor
 
 
 class Stages(Strategy):
@@ -93,14 +94,18 @@ class LocalLearning(Stages):
         super().__init__(ctx, layout, head_params)
         if not route.tied:
             self.tied = None  # each end trains its own copy (routes: the tie would lock them)
-        self.executor = InterlockExecutor(ctx, route, self.pp_rank, self.stage, self.head,
-                                          self.params + self.extra, self.mesh["pp"], self.comm_b,
-                                          self.boundary_shape, self.meter)
+        m = layout.microbatches
+        self.routing = Interlocking(ctx, route, self.head, self.params + self.extra)
+        self.executor = PipelineExecutor(ctx, route_schedule(route, m), self.pp_rank,
+                                         {self.pp_rank: self.stage}, self.mesh["pp"], self.comm_b,
+                                         self.boundary_shape, self.meter, self.routing)
+        self.actions = route_actions(route, m, self.pp_rank)  # the route's truncated messages
         self.aux_log: list[float | None] = []
 
     def forward_backward(self, step: int, batch) -> float:
         xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), T)
-        losses, aux = self.executor.run_step(step, xs, ys)
+        losses = self.executor.run_step(step, xs, ys, self.actions)
+        aux, self.routing.aux = self.routing.aux, []
         self.aux_log.append(sum(aux) / len(aux) if aux else None)
         return sum(losses) / self.layout.microbatches / self.layout.dp if self.reports_loss else 0.0
 

@@ -119,7 +119,7 @@ class WeightStashing(StageStrategy):
         self.records: list[tuple] = []  # (g, forward version, backward version, live version)
         self.done_count = 0  # backwards finished
 
-    def forward(self, stage, x, side_in):
+    def forward(self, s, g, stage, x, side_in):
         version = self.stash.take()
         return functional_call(stage, self.stash.weights(version), (x,)), version  # stashed weights
 

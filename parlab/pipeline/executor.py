@@ -129,12 +129,13 @@ class StageStrategy:
         """Before F(s, i), outside its span: what the stage takes besides its input."""
         return None
 
-    def forward(self, stage, x, side_in):
+    def forward(self, s: int, i: int, stage, x, side_in):
         """In F's span: (output, what B needs besides input and output)."""
         return stage(x), None
 
-    def outputs(self, s: int, i: int, side_out) -> None:
-        """After F(s, i): send what the stage produced besides its output."""
+    def outputs(self, step: int, s: int, i: int, x, out, side_out) -> None:
+        """After F(s, i) (`out`: the output, or the loss root on the last stage): send what the
+        stage produced besides its output."""
 
     def loss_root(self, loss, m: int):
         """The root of the last stage's backward: the global loss is the mean over equal
@@ -145,6 +146,10 @@ class StageStrategy:
         """Before B(s, i), outside its span: further (roots, their gradients) of the backward."""
         return [], []
 
+    def backward_span(self, s: int, side_out) -> str | None:
+        """The name of B(s, i)'s span on the timeline; None: B has nothing to compute."""
+        return "B"
+
     def backward(self, s: int, i: int, roots: list, grads: list, x, side_in, side_out):
         """In B's span: the backward; returns ∂L/∂x (None where x needs no gradient)."""
         torch.autograd.backward(roots, grads)
@@ -152,6 +157,10 @@ class StageStrategy:
 
     def input_grads(self, s: int, i: int, side_in) -> None:
         """After B(s, i): send back the gradients of what `inputs` took."""
+
+    def grad_to_send(self, step: int, s: int, i: int):
+        """At SEND_B(s, i): ∂L/∂(stage input) to send down, which B left (mb, T, C)."""
+        return self.executor.grad_in.pop((s, i))
 
     def done(self, step: int, s: int, i: int) -> None:
         """B(s, i)'s input gradient has been handed on (sent or kept for the stage below)."""
@@ -187,6 +196,12 @@ class PipelineExecutor:
         self.grad_in: dict[tuple, torch.Tensor] = {}  # (stage, mb) -> ∂L/∂input to send back
         self.stash: dict[tuple, list] = {}  # (stage, mb) -> what W needs
         self.sends: list = []  # this slice's send handles, waited at its end
+        self._batch: tuple = ((), (), 0)  # this slice's (inputs, targets, first micro-batch)
+
+    def target(self, i: int):
+        """Micro-batch i's targets (for a strategy's own loss)."""
+        _, targets, first = self._batch
+        return targets[i - first]
 
     def run_step(self, step: int, inputs: list, targets: list, actions: list | None = None,
                  first_mb: int = 0) -> list[float]:
@@ -198,6 +213,7 @@ class PipelineExecutor:
         box, saved, grad_in, stash = self.box, self.saved, self.grad_in, self.stash
         actions = self.actions if actions is None else actions
         losses = []
+        self._batch = (inputs, targets, first_mb)
         rows = inputs[0].size(0)
         receives = _Receives(self, actions, rows)
         metering = not self._metered
@@ -212,7 +228,7 @@ class PipelineExecutor:
                 out = saved[(s, i)][3].detach()  # (mb, T, C)
                 self.sends.append(self.comm_f.isend(out, sched.rank_of(s + 1, a.dir), phase="pp-fwd"))
             elif a.op == "SEND_B":
-                g = grad_in.pop((s, i))  # (mb, T, C)
+                g = st.grad_to_send(step, s, i)  # (mb, T, C)
                 self.sends.append(self.comm_b.isend(g, sched.rank_of(s - 1, a.dir), phase="pp-bwd"))
                 st.done(step, s, i)
             elif a.op == "F":
@@ -224,16 +240,16 @@ class PipelineExecutor:
                 with self.ctx.span("F", stage=s, mb=i, step=step), meter:
                     if sched.split_backward:
                         with LinearTape(stage) as tape:
-                            out, side_out = st.forward(stage, x, side_in)
+                            out, side_out = st.forward(s, i, stage, x, side_in)
                     else:
-                        (out, side_out), tape = st.forward(stage, x, side_in), None
+                        (out, side_out), tape = st.forward(s, i, stage, x, side_in), None
                     if s == last:
                         loss = stage.loss(out, targets[i - first_mb])
                         losses.append(loss.item())
                         out = st.loss_root(loss, m)
                 if metering:
                     self.microbatch_bytes.setdefault(s, self.meter.current - before)
-                st.outputs(s, i, side_out)
+                st.outputs(step, s, i, x, out, side_out)
                 saved[(s, i)] = (x, side_in, tape, out, side_out)
                 if s < last and sched.rank_of(s + 1, a.dir) == self.pp_rank:
                     box[("F", s + 1, i)] = out.detach()
@@ -241,22 +257,27 @@ class PipelineExecutor:
                 self.in_flight_peak = max(self.in_flight_peak, self.in_flight)
             elif a.op == "B":
                 x, side_in, tape, out, side_out = saved.pop((s, i))
-                g = None if s == last else box.pop(("B", s, i))  # (mb, T, C) or None: the loss
+                # (mb, T, C), or None: the loss (or a route that sends no gradient to s)
+                g = box.pop(("B", s, i), None)
                 more, more_grads = st.roots(s, i, side_out, rows)
-                with self.ctx.span("B", stage=s, mb=i, step=step), meter:
-                    if sched.split_backward:
-                        dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
-                        for _, xin, dy in stash[(s, i)] if metering else ():
-                            self.meter.track(xin, dy)  # the stash holds activations until W
-                    else:
-                        dx = st.backward(s, i, [out] + more, [g] + more_grads, x, side_in, side_out)
-                        self.in_flight -= 1
+                dx, name = None, st.backward_span(s, side_out)
+                if name is not None:
+                    with self.ctx.span(name, stage=s, mb=i, step=step), meter:
+                        if sched.split_backward:
+                            dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
+                            for _, xin, dy in stash[(s, i)] if metering else ():
+                                self.meter.track(xin, dy)  # the stash holds activations until W
+                        else:
+                            dx = st.backward(s, i, [out] + more, [g] + more_grads, x, side_in,
+                                             side_out)
+                if not sched.split_backward:
+                    self.in_flight -= 1  # (a split backward's activations live until its W)
                 del out, tape, more
                 st.input_grads(s, i, side_in)
-                if s > 0 and sched.rank_of(s - 1, a.dir) != self.pp_rank:
+                if dx is not None and sched.rank_of(s - 1, a.dir) != self.pp_rank:
                     grad_in[(s, i)] = dx  # sent by the SEND_B that follows
                 else:
-                    if s > 0:
+                    if dx is not None:
                         box[("B", s - 1, i)] = dx
                     st.done(step, s, i)
             elif a.op == "W":

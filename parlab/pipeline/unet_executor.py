@@ -54,10 +54,10 @@ class UNetSkips(StageStrategy):
             skips_in[k] = got.detach().requires_grad_()
         return skips_in
 
-    def forward(self, stage, x, skips_in: dict):
+    def forward(self, s: int, i: int, stage, x, skips_in: dict):
         return stage(x, skips_in)  # (mb, c, s, s, s), {k: (mb, c_k, S/2^k, ., .)}
 
-    def outputs(self, s: int, i: int, skips_out: dict) -> None:
+    def outputs(self, step: int, s: int, i: int, x, out, skips_out: dict) -> None:
         """Each skip produced here straight to its consumer stage, past the ones between."""
         stage, x = self.stages[s], self.executor
         for k, h in skips_out.items():
