@@ -86,3 +86,38 @@ def test_point_config_limits():
         scaling.point_config("dp", 2, "medium")
     with pytest.raises(ValueError, match="dimension"):
         scaling.point_config("fsdp", 2)
+
+
+# the 5-D plan: ep borrowed from dp, on a mixture-of-experts GPT whose routing is token-local (no
+# capacity, no balancing loss, no bias step), so pp, cp and micro-batches split its tokens exactly
+MOE_5D = {"model": "gpt-moe", "batch_size": 8,
+          "model_config": {"n_layer": 2, "n_head": 4, "n_embd": 16, "block_size": 16,
+                           "n_experts": 4, "top_k": 2, "capacity_factor": None, "aux_loss": 0.0,
+                           "bias_update": 0.0}}
+
+
+def test_5d_plan_with_ep_at_16_ranks_is_exact_and_every_phase_is_closed_form():
+    from parlab.planner.cost import nd_closed_form_bytes, nd_routing_bytes
+    from parlab.planner.schemes import plan_of
+
+    ref = parlab.run("single", steps=STEPS, **MOE_5D)
+    r = parlab.run("nd", world_size=16, steps=STEPS, dp=2, tp=2, pp=2, cp=2, ep=2,
+                   microbatches=2, **MOE_5D)
+    assert r.compare(ref).match, r.compare(ref)
+    plan = plan_of(r.config)
+    want = {**nd_closed_form_bytes(plan, r.config), **nd_routing_bytes(plan, r.config, r.outputs)}
+    assert {"counts", "expert-grad-sync", "dispatch", "cp-forward", "pp-fwd",
+            "tp-forward"} <= set(want)  # every dimension sent something
+    for phase, row in want.items():
+        assert r.bytes_per_rank(phase=phase) == row, phase
+    assert [sum(col) for col in zip(*want.values())] == r.bytes_per_rank()  # nothing unaccounted
+
+
+def test_moe_plan_with_global_routing_is_refused_with_pp_or_cp():
+    from parlab.engine.runner import make_config
+
+    cfg = {**MOE_5D["model_config"], "capacity_factor": 1.25}
+    with pytest.raises(ValueError, match="routing is global"):
+        make_config("nd", 8, model="gpt-moe", batch_size=8, model_config=cfg, dp=2, tp=2, cp=2,
+                    ep=2)
+    make_config("nd", 8, **MOE_5D, dp=2, tp=2, cp=2, ep=2)  # token-local: accepted

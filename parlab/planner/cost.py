@@ -23,9 +23,10 @@ C the width, L_s the layers of its stage:
   `parlab.data_parallel.cost.bytes_per_step`; or with ZeRO ("grad-reduce-scatter",
   "param-all-gather"; stage 3 "param-gather-fwd", "param-gather-bwd") the reduce-scatter and
   all-gathers of the padded flat units, `parlab.zero.cost.phase_bytes` (the chapter's phases);
-* ep (gpt-moe, ep ⊂ dp): each MoE layer all-gathers the dp ranks' routing counts ("counts",
-  `parlab.expert_parallel.cost.counts_bytes`); the expert weights, E/ep per rank, are summed over
-  their dp/ep replicas ("expert-grad-sync") instead of joining "dp-grad-sync"; the all-to-all's
+* ep (gpt-moe, ep ⊂ dp): each MoE layer of the stage all-gathers the dp ranks' routing counts
+  in every micro-batch ("counts", `parlab.expert_parallel.cost.counts_bytes`); the stage's expert
+  weights, E/ep per rank, are summed over their dp·cp/ep replicas ("expert-grad-sync") instead of
+  joining "dp-grad-sync"; the all-to-all's
   rows depend on the routing, so `nd_routing_bytes` counts them from the run's routing log.
 
 Ring counts per rank are `parlab.core.cost`'s (exact for uneven chunks); every number here is
@@ -148,24 +149,25 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
         data_rank = c["dp"] * plan.cp + c["cp"]
         units = unit_numels(plan, mc, c["pp"])
         if plan.zero == 0:
-            experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(mc.n_layer)) \
-                if plan.ep > 1 else 0  # sharded experts sync apart (gpt-moe: pp = 1)
+            experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(lo, lo + layers)) \
+                if plan.ep > 1 else 0  # the stage's sharded experts sync apart
             flat = bytes_per_step(lambda numels, n, options: [("all_reduce", sum(numels))],
                                   units, n, data_rank)
             out["dp-grad-sync"] = steps * (flat["all_reduce"] if not experts else FP32_BYTES
                                            * cost.ring_all_reduce(sum(units) - experts, n,
                                                                   data_rank)[0])
-            replicas = plan.dp // plan.ep
-            if experts and replicas > 1:  # the same experts on dp/ep ranks: summed
+            replicas = plan.dp * plan.cp // plan.ep  # the same experts: d mod ep, any cp shard
+            if experts and replicas > 1:  # summed over them (world-rank order: dp, then cp)
                 out["expert-grad-sync"] = steps * FP32_BYTES * cost.ring_all_reduce(
-                    experts, replicas, c["dp"] // plan.ep)[0]
+                    experts, replicas, c["dp"] // plan.ep * plan.cp + c["cp"])[0]
         else:  # ZeRO's reduce-scatter and all-gathers of the padded flat units
             for phase, sent in zero_phase_bytes(plan.zero, units, n, FP32_BYTES).items():
                 out[phase] = steps * sent
-    # gpt-moe: every MoE layer all-gathers the dp ranks' (k, E) routing counts (int64)
-    moe_layers = sum(is_moe_block(mc, i) for i in range(mc.n_layer))
-    if moe_layers and plan.dp > 1:
-        out["counts"] = steps * moe_layers * counts_bytes(plan.dp, c["dp"], mc.top_k, mc.n_experts)
+    # gpt-moe: every MoE layer of the stage all-gathers the dp ranks' (k, E) routing counts
+    # (int64) in each micro-batch's forward
+    if moe_local and plan.dp > 1:
+        out["counts"] = steps * m * moe_local * counts_bytes(plan.dp, c["dp"], mc.top_k,
+                                                             mc.n_experts)
     return out
 
 
