@@ -27,6 +27,14 @@ micro-batches fed at rank 0 and at rank p−1; each direction's messages between
 their own (kind, src, dst) channel, FIFO as before. An F&B pair (`Schedule.pairs`) posts its B's
 receive when its F starts (`_Receives.post_pair`), on emulated links too.
 
+Per-stage behaviour (`StageStrategy`): the executor owns the list, the messages of the main
+path, the spans and the meter; a strategy object says what a stage does besides, through hooks
+around F and B — the default is the transformer pipeline's. The U-Net's skips
+(`parlab.pipeline.unet_executor.UNetSkips`), PipeDream's weight stashing
+(`parlab.local_learning.stash.WeightStashing`, a never-flushing 1F1B run in one slice of the
+list per step) and interlocking's truncated routes (`parlab.local_learning.interlock.Interlocking`,
+a lowered list with the messages no loss needs dropped) are strategies, not executors of their own.
+
 Split backward (zero bubble: Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024, §2): every
 `nn.Linear` Y = X·Wᵀ (+b) has a backward in two parts, B: ∂L/∂X = ∂L/∂Y·W (on the critical path:
 the previous stage waits for it) and W: ∂L/∂W = ∂L/∂Yᵀ·X, ∂L/∂b = Σ ∂L/∂Y (needed only by the
@@ -116,8 +124,10 @@ class StageStrategy:
     autograd backward. A strategy overrides only what its stages change — what else a stage
     receives before F and sends after it and the gradients of those (the U-Net's skips,
     `parlab.pipeline.unet_executor.UNetSkips`), which weights F and B use and what a finished
-    backward triggers (PipeDream's weight stashing, `parlab.local_learning.stash.WeightStashing`).
-    Simplification: a split backward (B/W, zero bubble) runs the default strategy only."""
+    backward triggers (PipeDream's weight stashing, `parlab.local_learning.stash.WeightStashing`),
+    which losses B differentiates and what gradient a SEND_B carries (interlocking's routes,
+    `parlab.local_learning.interlock.Interlocking`). Simplification: a split backward (B/W, zero
+    bubble) runs the default strategy only (the executor refuses another)."""
 
     executor = None  # the PipelineExecutor running it (set by the executor)
 
@@ -163,7 +173,8 @@ class StageStrategy:
         return self.executor.grad_in.pop((s, i))
 
     def done(self, step: int, s: int, i: int) -> None:
-        """B(s, i)'s input gradient has been handed on (sent or kept for the stage below)."""
+        """Once per B(s, i), when it is over: its input gradient handed on (posted by the SEND_B
+        after it, or kept for a stage on this rank, or none to hand on)."""
 
 
 class PipelineExecutor:
@@ -230,7 +241,8 @@ class PipelineExecutor:
             elif a.op == "SEND_B":
                 g = st.grad_to_send(step, s, i)  # (mb, T, C)
                 self.sends.append(self.comm_b.isend(g, sched.rank_of(s - 1, a.dir), phase="pp-bwd"))
-                st.done(step, s, i)
+                if (s, i) not in saved:  # B(s, i) has run (an early send follows its F instead)
+                    st.done(step, s, i)
             elif a.op == "F":
                 receives.post_pair(a)  # an F&B pair: B's input asked for now (module docstring)
                 stage = self.stages[s]
