@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "parlab"
@@ -549,3 +550,36 @@ def test_no_branch_on_a_registered_scheme_name_outside_the_registry():
     names = set(parlab.schemes())
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in PACKAGE.rglob("*.py")}
     assert scheme_name_problems(sources, names) == []
+
+
+# ----------------------------------------------------------------------------- one attention
+HEAD_SPLIT = re.compile(r"\.view\([^()]*(\([^()]*\))?[^()]*\)\.(transpose|permute)\(")
+ATTENTION_HOME = "parlab/models/gpt.py"  # multi_head: the one head split
+ATTENDS = {"parlab/models/gpt.py", "parlab/context_parallel/ring_attention.py",
+           "parlab/context_parallel/ring_recompute.py"}  # causal attention and its ring forms
+
+
+def attention_definitions(sources: dict[str, str]) -> list[str]:
+    """{path: source} -> where attention is written again: a head split (view to heads, then
+    transpose / permute) outside models/gpt.py, or softmax scores q·kᵀ outside the attend
+    functions (the model's `attention` and ring attention's blockwise forms)."""
+    found = []
+    for path, text in sources.items():
+        for n, line in enumerate(text.splitlines(), 1):
+            if HEAD_SPLIT.search(line) and path != ATTENTION_HOME:
+                found.append(f"{path}:{n}: a head split (use parlab.models.gpt.multi_head)")
+            if "k.transpose(-2, -1)" in line and path not in ATTENDS:
+                found.append(f"{path}:{n}: attention scores (plug an `attend` into multi_head)")
+    return found
+
+
+def test_attention_checker_catches_a_copy():
+    copy_ = {"parlab/x/layers.py": "q = q.view(B, T, nh, hs).transpose(1, 2)\n"
+                                   "s = q @ k.transpose(-2, -1)\n",
+             ATTENTION_HOME: "q = q.view(B, T, heads, head_dim).transpose(1, 2)\n"}
+    assert len(attention_definitions(copy_)) == 2
+
+
+def test_one_definition_of_attention():
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in PACKAGE.rglob("*.py")}
+    assert attention_definitions(sources) == []

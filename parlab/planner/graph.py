@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from parlab.core.cost import FP32_BYTES
+from parlab.models.gpt import multi_head, split_qkv
 
 DATA = ("x", "y")  # external inputs: every rank can make them (seeded)
 
@@ -57,10 +58,10 @@ class Attention(nn.Module):
         self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
 
     def forward(self, h):  # (mb, T, d)
-        mb, t, d = h.shape
-        q, k, v = self.qkv(h).view(mb, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = F.scaled_dot_product_attention(q, k, v)  # (mb, heads, T, d/heads)
-        return self.out(a.transpose(1, 2).reshape(mb, t, d))  # (mb, T, d)
+        q, k, v = split_qkv(self.qkv(h))  # 3 × (mb, T, d)
+        a = multi_head(q, k, v, h.size(-1) // self.heads,
+                       F.scaled_dot_product_attention)  # (mb, T, d): not causal
+        return self.out(a)  # (mb, T, d)
 
 
 class Conv(nn.Module):
