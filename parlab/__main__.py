@@ -120,7 +120,7 @@ def _bench(args) -> int:
     if args.name == "clock":  # paced time on an idle and a busy machine (parlab.core.clock)
         return importlib.import_module("parlab.engine.bench_clock").main(args.rest) or 0
     if args.name == "scale":  # 1 to 16 ranks on paced A100 time beside the model (issue 34)
-        return importlib.import_module("parlab.engine.bench_scale").main(args.rest) or 0
+        return importlib.import_module("parlab.planner.bench_scale").main(args.rest) or 0
     name = BENCH_ALIASES.get(args.name, args.name)
     if name not in benchmarks():
         raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "

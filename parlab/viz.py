@@ -128,12 +128,12 @@ def stacked_bars(rows: dict[str, dict[str, float]], ax=None, ylabel="bytes", tit
 
 
 def scaling_curves(rows: list[dict], mode: str = "strong"):
-    """`python -m parlab bench scale`'s sweep (`parlab.engine.bench_scale.sweep` rows): throughput and
+    """`python -m parlab bench scale`'s sweep (`parlab.planner.bench_scale.sweep` rows): throughput and
     efficiency vs ranks, measured (solid) beside the model (dashed), one line per
     dimension; the node boundary marked. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from parlab.engine import scaling
+    from parlab.planner import scaling
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
     for i, dim in enumerate(scaling.DIMENSIONS):

@@ -419,10 +419,10 @@ SCHEME_NAMES_ALLOWED = {
     ("parlab/subnet/explore.py", "sdp"): "sdp measured against its ddp-bucketed baseline",
     ("parlab/subnet/explore.py", "ddp-bucketed"): "sdp measured against its ddp-bucketed baseline",
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
-    ("parlab/engine/scaling.py", "single"): "the reference is not scaled",
-    ("parlab/engine/scaling.py", "ddp-overlap"):
+    ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
+    ("parlab/planner/scaling_model.py", "ddp-overlap"):
         "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
-    ("parlab/engine/scaling.py", "zero3"):
+    ("parlab/planner/scaling.py", "zero3"):
         "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
 }
 

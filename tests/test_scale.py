@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import parlab
-from parlab.engine import scaling
+from parlab.planner import scaling
 
 STEPS, BATCH = 2, 16
 REPEAT_TOLERANCE = 0.05  # two paced runs of the same 16-rank point (issue 34's goal)
@@ -121,3 +121,17 @@ def test_moe_plan_with_global_routing_is_refused_with_pp_or_cp():
         make_config("nd", 8, model="gpt-moe", batch_size=8, model_config=cfg, dp=2, tp=2, cp=2,
                     ep=2)
     make_config("nd", 8, **MOE_5D, dp=2, tp=2, cp=2, ep=2)  # token-local: accepted
+
+
+def test_pipeline_model_is_the_schedule_simulated():
+    """With free hops the simulated 1F1B lasts (m + p − 1)(F + B) (Narayanan et al. 2021's
+    bubble); every hop's latency can only add to it."""
+    from parlab.pipeline.schedules import make_schedule
+    from parlab.planner.scaling_model import pipeline_makespan
+
+    for p, m in ((2, 4), (4, 8)):
+        schedule = make_schedule("1f1b", p, m)
+        free = pipeline_makespan(schedule, [1.0] * p, [2.0] * p, 0.0)
+        assert free == (m + p - 1) * 3.0
+        assert free < pipeline_makespan(schedule, [1.0] * p, [2.0] * p, 0.25) \
+            < pipeline_makespan(schedule, [1.0] * p, [2.0] * p, 0.5)

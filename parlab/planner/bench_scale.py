@@ -4,7 +4,7 @@ Strong and weak scaling of DP (ddp-overlap), ZeRO-3, TP, PP (pp-1f1b) and a 3-D 
 dp·tp·pp) from 1 to 16 ranks, on `clock="A100"` with NVLink inside a node of 8 and 100Gb
 InfiniBand between two nodes (`parlab.core.topology.two_nodes`). Each point prints its step time,
 throughput and scaling efficiency, the time it waits per step (exposed communication, and the
-bubble) and the model state per rank, each beside the model of `parlab.engine.scaling.predict_step`
+bubble) and the model state per rank, each beside the model of `parlab.planner.scaling_model.predict_step`
 (α-β communication from the ledger's bytes and rounds, overlap, bubble; compute as the clock's
 operator meter counted it) and the prediction error; then where each dimension stops paying.
 Optionally: a second run of every point (the spread between two runs), the launch and memory of
@@ -22,7 +22,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from parlab.engine import scaling
+from parlab.engine import many_ranks
+from parlab.planner import scaling
 
 # points left out of the default sweep for their wall time (paced time is ~120,000× A100 time at
 # 16 ranks, and these steps are α-bound across the inter-node link): --full runs them
@@ -109,11 +110,11 @@ def main(argv=None) -> int:
         raise SystemExit(f"--ranks {bad} must be in [1, 32]; --repeats={args.repeats} must be >= 1")
     t0 = time.perf_counter()
     if args.launch:
-        print(scaling.format_launch(scaling.launch_cost(16)))
+        print(many_ranks.format_launch(many_ranks.launch_cost(16)))
     if args.exact:
         print("every scheme at 8 and 16 ranks (batch_size=16, 2 steps, wall clock: results are the "
               "same on every clock)")
-        scaling.exactness((8, 16))
+        many_ranks.exactness((8, 16))
     if not args.no_sweep:
         print(f"scaling on A100 time: {args.intra} inside a node of {scaling.NODE}, {args.inter} "
               f"between nodes; strong: global batch {scaling.STRONG_BATCH}, weak: "
@@ -121,8 +122,9 @@ def main(argv=None) -> int:
         rows, spreads = sweep(args.dims, args.modes, sorted(set(args.ranks)), args.intra,
                               args.inter, args.full, args.repeats)
         print(scaling.format_table(rows))
-        print("model (parlab.engine.scaling.predict_step): counted compute + α-β of the ledger's "
-              "bytes and rounds on each op's link; WFBP overlap for DP; 1F1B bubble and hops for PP")
+        print("model (parlab.planner.scaling_model.predict_step): counted compute + α-β of the ledger's "
+              "bytes and rounds on each op's link; WFBP overlap for DP; the run's pipeline schedule "
+              "simulated for PP")
         for line in scaling.stops_paying(rows):
             print(line)
         for line in report(rows, spreads):
