@@ -90,7 +90,7 @@ def run_cached():
     `functools.partial(run_cached, steps=STEPS)`. Results are shared: never modify one."""
     yield CACHE
     mutated = CACHE.mutated()
-    assert not mutated, f"tests modified {len(mutated)} cached results: {mutated}"
+    assert not mutated, f"tests modified {len(mutated)} cached results: {[str(k)[:200] for k in mutated]}"
 
 
 def pytest_terminal_summary(terminalreporter):
