@@ -112,7 +112,7 @@ def test_stage_activations_shrink_with_pp():
     ({"scheme": "pp-zb"}, "unet3d"),
     ({"scheme": "pp-interleaved"}, "unet3d"),
     ({"scheme": "pp", "schedule": "zb"}, "zb"),
-    ({"scheme": "pp-1f1b", "partition": "balanced"}, "balanced"),
+    ({"scheme": "pp-1f1b", "partition": "by-memory"}, "lamp"),
     ({"scheme": "pp-1f1b", "model_config": {"block_size": 10}}, "block_size=10"),
     ({"scheme": "pp-1f1b", "model_config": {"levels": 1}}, "levels=1"),
     ({"scheme": "pp-1f1b", "partition": [1, 1, 1, 2]}, "partition"),
@@ -210,3 +210,68 @@ def test_stage_ranks_keep_the_equal_width_layout():
     assert stage_ranks([1, 2, 1]) == [[0], [1, 3], [2]]
     assert boundary_groups(2, 2) == boundary_groups(2, [2, 2]) == ([[0, 1, 2, 3]], [[0], [1], [2], [3]])
     assert boundary_groups(3, [1, 2, 1]) == ([[0, 1, 3], [2]], [[1, 2, 3], [0]])
+
+
+# ------------------------------------------- LAMP's automated partition (balance by size / time)
+def test_lamp_layer_sizes_add_up_to_the_single_process_activations():
+    """The per-layer profile counts what the run's memory ledger counts: over one forward (with
+    the loss) the layers' bytes sum to the single process's measured activation peak."""
+    from parlab.pipeline import lamp
+    cfg = UNet3DConfig()
+    sizes = lamp.layer_sizes(UNet3D(cfg), cfg, BATCH)
+    single = parlab.run("single", model="unet3d", steps=1, batch_size=BATCH)
+    assert sum(sizes["activations"]) == single.memory[0]["activations"]
+    assert sum(sizes["params"]) == single.memory[0]["params"]
+
+
+def test_min_max_split_is_exhaustive_search():
+    import itertools
+
+    from parlab.pipeline import lamp
+    costs = [5.0, 1.0, 7.0, 2.0, 2.0, 9.0, 1.0]
+    for p in range(1, 5):
+        best = min(max(sum(costs[i:j]) for i, j in zip((0,) + cut, cut + (len(costs),)))
+                   for cut in itertools.combinations(range(1, len(costs)), p - 1))
+        counts = lamp.time_partition(costs, p)
+        bounds = list(itertools.accumulate([0] + counts))
+        got = max(sum(costs[i:j]) for i, j in zip(bounds, bounds[1:]))
+        assert len(counts) == p and sum(counts) == len(costs) and got == best
+    with pytest.raises(ValueError, match="stages"):
+        lamp.time_partition(costs, 8)
+
+
+@pytest.mark.parametrize("scheme,world,partition", [
+    ("pp-gpipe", 2, "lamp"),
+    ("pp-1f1b", 4, "lamp"),
+    ("pp-gpipe", 4, "lamp"),
+    ("pp-1f1b", 2, "balanced"),
+    ("pp-gpipe", 4, "balanced"),
+])
+def test_lamp_partition_equals_single(reference, scheme, world, partition):
+    """A profiled split (by memory: LAMP's balance_by_size; by time: balance_by_time) still trains
+    exactly like the single process; by memory, the split is the profile's min-max one and its
+    largest estimated stage is no larger than the even split's."""
+    from parlab.pipeline import cost, lamp
+    from parlab.pipeline.schemes import resolve
+    from parlab.pipeline.stages import even_partition
+    r = parlab.run(scheme, world_size=world, model="unet3d", steps=3, batch_size=BATCH,
+                   partition=partition)
+    assert r.compare(reference).match
+    counts = r.outputs[0].extras["layers_per_stage"]
+    assert len(counts) == world and sum(counts) == 6 and min(counts) >= 1
+    if partition == "lamp":
+        plan = resolve(r.config, scheme.removeprefix("pp-"))
+        cfg = r.config.model_config
+        sizes = lamp.layer_sizes(UNet3D(cfg), cfg, BATCH // plan.microbatches)
+        flight = [cost.in_flight_peak(plan.schedule, world, plan.microbatches, s)
+                  for s in range(world)]
+        assert counts == lamp.memory_partition(sizes, world, flight, 4)  # AdamW: 4 copies
+
+        def largest(c):
+            return max(m["total"] for m in lamp.stage_memory(c, sizes, flight, 4))
+        assert largest(counts) <= largest(even_partition(6, world))
+
+
+def test_lamp_partition_refused_for_gpt():
+    with pytest.raises(ValueError, match="lamp"):
+        parlab.run("pp-1f1b", world_size=2, steps=1, partition="lamp")

@@ -28,9 +28,10 @@ from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.pipeline import cost as pp_cost
+from parlab.pipeline import lamp, unet_stages
 from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
-from parlab.pipeline import unet_stages
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
 from parlab.pipeline.unet_executor import UNetSkips
@@ -46,7 +47,7 @@ class PipelinePlan:
     pp: int
     microbatches: int
     chunks: int
-    partition: object  # "even" | "balanced" | tuple of layers per stage
+    partition: object  # "even" | "balanced" | "lamp" | tuple of layers per stage
     n_layers: int
 
 
@@ -98,14 +99,18 @@ def resolve(cfg, schedule: str) -> PipelinePlan:
                 or sum(part) != layers:
             raise ValueError(f"partition={list(part)} must give each of the {pp * chunks} stages "
                              f">= 1 layer, {layers} layers in all")
-    elif part not in ("even", "balanced"):
-        raise ValueError(f"partition={part!r} must be 'even', 'balanced' or a list of layer "
-                         "counts per stage")
+    elif part not in ("even", "balanced", "lamp"):
+        raise ValueError(f"partition={part!r} must be 'even', 'balanced' (by time), 'lamp' (the "
+                         "U-Net by memory) or a list of layer counts per stage")
+    if part == "lamp" and cfg.model != "unet3d":
+        raise ValueError(f"partition='lamp' balances the U-Net's layers by memory (LAMP); with "
+                         f"model={cfg.model!r} give 'even', 'balanced' or a list")
     return PipelinePlan(schedule, dp, pp, m, chunks, part, layers)
 
 
 def _counts(ctx, plan: PipelinePlan, model) -> list[int]:
-    """Layers per stage; 'balanced' profiles on world rank 0 and broadcasts the split."""
+    """Layers per stage; 'balanced' (by time) and 'lamp' (the U-Net by memory: `pipeline.lamp`)
+    profile on world rank 0 and broadcast the split."""
     stages = plan.pp * plan.chunks
     if isinstance(plan.partition, tuple):
         return list(plan.partition)
@@ -114,8 +119,19 @@ def _counts(ctx, plan: PipelinePlan, model) -> list[int]:
     counts = torch.zeros(stages, dtype=torch.long)
     if ctx.rank == 0:
         rows = ctx.cfg.batch_size // (plan.dp * plan.microbatches)
-        profile = partition_mod.profile_layers(model, ctx.cfg.model_config, rows)
-        counts = torch.tensor(partition_mod.balanced_partition(profile, stages))
+        mc = ctx.cfg.model_config
+        if plan.partition == "lamp":
+            sizes = lamp.layer_sizes(model, mc, rows)
+            in_flight = [pp_cost.in_flight_peak(plan.schedule, plan.pp, plan.microbatches, s)
+                         for s in range(stages)]
+            split = lamp.memory_partition(sizes, stages, in_flight,
+                                          lamp.PARAM_COPIES.get(ctx.cfg.optimizer, 2))
+        elif ctx.cfg.model == "unet3d":
+            split = lamp.time_partition(lamp.layer_times(model, mc, rows), stages)
+        else:
+            split = partition_mod.balanced_partition(
+                partition_mod.profile_layers(model, mc, rows), stages)
+        counts = torch.tensor(split)
     with ctx.ledger.label(phase="partition"):
         ctx.comm.broadcast(counts, src=0)  # (stages,) layers per stage, from rank 0
     return counts.tolist()
@@ -242,9 +258,6 @@ def check_unet(cfg, schedule: str) -> None:
     if schedule not in UNET_SCHEDULES:
         raise ValueError(f"schedule={schedule!r} with model='unet3d': the U-Net pipeline runs one "
                          f"of {UNET_SCHEDULES}")
-    if cfg.options.get("partition", "even") == "balanced":
-        raise ValueError("partition='balanced' profiles GPT/MLP layers; with model='unet3d' give "
-                         "'even' or a list of layers per stage")
 
 
 def assemble(outputs: list, cfg) -> dict:

@@ -1,0 +1,152 @@
+"""LAMP's automated partition of the 3-D U-Net: profile every layer once, then cut the layers into
+contiguous stages so that the largest stage is as small as it can be (Zhu et al., "LAMP: Large
+Deep Nets with Automated Model Parallelism for Image Segmentation", MICCAI 2020).
+
+The paper (§2, "automated model parallelism") runs GPipe as its backend and lets it partition the
+network automatically; its released code (MONAI research-contributions,
+`lamp-automated-model-parallelism/train.py`) does this with torchgpipe's `balance_by_size(
+partitions, model, x)`: run the model once layer by layer, take each layer's memory as the CUDA
+bytes its forward allocated (scaled to one micro-batch) plus `param_scale` (default 2: the
+parameters and their gradients) × its parameter bytes, and split the sequence so the stages'
+sums are balanced. `balance_by_time` is the same with each layer's measured time. Ours:
+
+- memory (`layer_sizes`): a layer's activation bytes are what `parlab.core.memory.ActivationMeter`
+  sees autograd save during its forward on one micro-batch (the meter the run's memory ledger
+  uses, so the estimate and the measurement count the same tensors), counted cumulatively over
+  one forward so a tensor two layers save counts once, in the first; the loss (cross-entropy on
+  the head's output) is part of the last layer. *Simplification*: not the allocator's peak
+  (torchgpipe's measure, CUDA only): transient buffers that are freed inside a layer are not
+  counted, nor is the main path's output until the next layer saves it.
+- parameters: `param_scale` copies of each layer's parameter bytes; by default the copies this
+  run's optimizer keeps (parameters + gradients + AdamW's two moments = 4, SGD 2), where
+  `balance_by_size` takes the caller's scale (LAMP's code leaves the default 2 with RMSprop).
+- stages hold micro-batches: GPipe (LAMP's schedule) keeps every one of the m micro-batches'
+  activations, the same factor on every stage, so `balance_by_size`'s one scale (batch / chunks)
+  suffices; for 1F1B stage s holds only min(p − s, m) (`pipeline.cost.in_flight_peak`), so we
+  weight each stage's activations by its own in-flight count — *an extension*, which reduces to
+  theirs under GPipe.
+- the split: exact min-max by dynamic programming over contiguous splits (`min_max_split`,
+  O(p·L²)); torchgpipe solves the same contiguous problem with a block-partition heuristic
+  (Bárány et al.), which is not guaranteed to reach the minimum.
+- the network: ours is the flat layer list of `parlab.models.unet3d` with skips sent straight
+  between stages (`unet_stages`) — the torchgpipe skip "portals" of LAMP's released code; the
+  paper's Fig. 3 instead restructures the U-Net so each stage passes its encoder outputs on,
+  which we do not do.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from parlab.core.memory import ActivationMeter
+from parlab.pipeline.partition import _fastest
+from parlab.pipeline.stages import stage_bounds
+
+FP32 = 4
+PARAM_COPIES = {"adamw": 4, "sgd": 2}  # parameters, gradients and the optimizer's state tensors
+
+
+def _sample(cfg, rows: int, seed: int) -> tuple:
+    """A micro-batch of the right shapes (the profile only needs shapes and a forward)."""
+    g = torch.Generator().manual_seed(seed)
+    S = cfg.block_size
+    x = torch.randn(rows, cfg.in_channels, S, S, S, generator=g)  # (mb, 1, S, S, S)
+    y = torch.randint(0, cfg.n_classes, (rows, S, S, S), generator=g)  # (mb, S, S, S)
+    return x, y
+
+
+def layer_sizes(model, cfg, rows: int, seed: int = 0) -> dict:
+    """{"activations": bytes autograd saves in each layer's forward on `rows` samples (the loss
+    in the last), "params": each layer's parameter bytes}."""
+    x, y = _sample(cfg, rows, seed)
+    meter, skips, acts = ActivationMeter(exclude=model.parameters()), {}, []
+    with meter:
+        h = x
+        for i in range(len(model.layers)):
+            before = meter.current
+            h = model.run_layers(h, skips, i, i + 1)  # (mb, c, s, s, s)
+            if i == len(model.layers) - 1:
+                loss = F.cross_entropy(h, y)
+            acts.append(meter.current - before)
+    del loss, h, skips
+    params = [FP32 * sum(p.numel() for p in layer.parameters()) for layer in model.layers]
+    return {"activations": acts, "params": params}
+
+
+def layer_times(model, cfg, rows: int, reps: int = 5, seed: int = 0) -> list[float]:
+    """Seconds (fastest of `reps`, round-robin) of each layer's forward + backward on `rows`
+    samples, its skip (if it takes one) given, the loss included in the last layer."""
+    x, y = _sample(cfg, rows, seed)
+    inputs, skips = [], {}
+    with torch.no_grad():  # each layer's input and skip, from one forward
+        h = x
+        for i, layer in enumerate(model.layers):
+            inputs.append((h, skips.get(layer.level) if layer.takes else None))
+            h = model.run_layers(h, skips, i, i + 1)
+    last = len(model.layers) - 1
+
+    def fn(i):
+        layer, (h0, s0) = model.layers[i], inputs[i]
+
+        def run():
+            h = h0.clone().requires_grad_()
+            s = None if s0 is None else s0.clone().requires_grad_()
+            out, made = layer(h, s)
+            total = F.cross_entropy(out, y) if i == last else out.sum()
+            (total if made is None else total + made.sum()).backward()
+        return run
+
+    times = _fastest([fn(i) for i in range(len(model.layers))], reps)
+    model.zero_grad(set_to_none=True)  # profiling leaves no gradient behind
+    return times
+
+
+def min_max_split(n: int, stages: int, cost) -> list[int]:
+    """Layers per stage (each >= 1) of the contiguous split of n layers minimising
+    max_s cost(s, i, j), stage s holding layers [i, j); exact, by dynamic programming."""
+    if not 1 <= stages <= n:
+        raise ValueError(f"cannot split {n} layers into {stages} stages of at least one layer")
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(stages)]  # best[s][j]: stages 0..s hold [0, j)
+    cut = [[0] * (n + 1) for _ in range(stages)]
+    for j in range(1, n + 1):
+        best[0][j] = cost(0, 0, j)
+    for s in range(1, stages):
+        for j in range(s + 1, n + 1):
+            for i in range(s, j):
+                value = max(best[s - 1][i], cost(s, i, j))
+                if value < best[s][j]:
+                    best[s][j], cut[s][j] = value, i
+    counts, j = [], n
+    for s in range(stages - 1, 0, -1):
+        counts.append(j - cut[s][j])
+        j = cut[s][j]
+    return [j] + counts[::-1]
+
+
+def stage_memory(counts: list[int], sizes: dict, in_flight: list[int],
+                 param_scale: float) -> list[dict]:
+    """The estimate per stage: activations (in-flight micro-batches × the stage's layers' bytes
+    for one) and parameter memory (param_scale × parameter bytes), and their total."""
+    out = []
+    for s, (lo, hi) in enumerate(stage_bounds(counts)):
+        acts = in_flight[s] * sum(sizes["activations"][lo:hi])
+        params = param_scale * sum(sizes["params"][lo:hi])
+        out.append({"activations": acts, "params": params, "total": acts + params})
+    return out
+
+
+def memory_partition(sizes: dict, stages: int, in_flight: list[int],
+                     param_scale: float) -> list[int]:
+    """LAMP's balance by size: the split minimising the largest stage's estimated memory."""
+    acts, params = sizes["activations"], sizes["params"]
+
+    def cost(s, i, j):
+        return in_flight[s] * sum(acts[i:j]) + param_scale * sum(params[i:j])
+    return min_max_split(len(acts), stages, cost)
+
+
+def time_partition(times: list[float], stages: int) -> list[int]:
+    """`balance_by_time`: the split minimising the slowest stage's forward + backward."""
+    return min_max_split(len(times), stages, lambda s, i, j: sum(times[i:j]))
