@@ -32,21 +32,24 @@ def test_reshard_delivers_and_bytes_are_closed_form(world_size, src_layout, dst_
     assert total_needed == per_dst * (world_size - m)
 
 
-def test_balanced_broadcast_unloads_the_first_replica():
+def test_even_split_unloads_the_first_replica():
     src, dst = [0, 1, 2], [3, 4, 5]
     loads = {}
     for method in reshard.METHODS:
         traffic = reshard.traffic(reshard.plan((96, 8), "replicated", src, "replicated", dst,
                                                method))
         loads[method] = max(traffic.get(s, {}).get("sent", 0) for s in src)
-    assert loads == {"send-recv": 3 * 96 * 8, "broadcast": 96 * 8, "balanced": 96 * 8 // 3}
+    # one replicated cell: only our even split cuts it; AlpaComm sends whole tiles (= broadcast)
+    assert loads == {"send-recv": 3 * 96 * 8, "broadcast": 96 * 8, "even-split": 96 * 8 // 3,
+                     "alpacomm": 96 * 8}
 
 
 def test_prediction_orders_the_methods():
     src, dst = [0, 1], [2, 3]
     times = {m: reshard.predicted_seconds(reshard.plan((256, 256), "replicated", src, "row", dst, m),
                                           alpha=50e-6, beta=1.25e6) for m in reshard.METHODS}
-    assert times["balanced"] < times["broadcast"] <= times["send-recv"]
+    assert times["even-split"] < times["broadcast"] <= times["send-recv"]
+    assert times["alpacomm"] < times["broadcast"]  # two row tiles, one per replica
 
 
 @pytest.mark.parametrize("kwargs,match", [

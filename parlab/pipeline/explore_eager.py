@@ -52,7 +52,7 @@ def eager_check(world_size: int, microbatches: int, steps: int = 2) -> dict:
     return results
 
 
-def reshard_step_times(methods=("send-recv", "broadcast", "balanced"), link: Link | None = None,
+def reshard_step_times(methods=("send-recv", "broadcast", "even-split"), link: Link | None = None,
                        microbatches: int = 6, steps: int = 5, mesh: int = 2, pp: int = 2,
                        widths: list | None = None) -> list[dict]:
     """1F1B vs eager 1F1B over resharding boundaries (pp meshes of `mesh` replicas, or of

@@ -5,8 +5,10 @@ Each stage runs on a mesh of w ranks (w may differ per stage: `widths`, e.g. [2,
 stage feeding a tp=1 stage) that hold its activation replicated — the layout a Megatron
 tensor-parallel block leaves after its all-reduce — so crossing a boundary moves a tensor from w
 holders to w needers: chapter 03's `parlab.tensor_parallel.reshard` with "send-recv" (the first
-holder sends it to every needer), "broadcast" (sent once, chained through the needers) or
-"balanced" (each holder sends 1/w of it, chained: AlpaComm's load-balanced broadcast).
+holder sends it to every needer), "broadcast" (sent once, chained through the needers),
+"even-split" (ours, formerly "balanced": each holder sends 1/w of it, chained) or "alpacomm" (the
+paper's load-balanced broadcast: whole tiles to the least-loaded holder, in a searched order —
+here the activation is one replicated tile, so it is sent whole by the first holder, as broadcast).
 
 `Boundary` has the two methods the executor (`parlab.pipeline.executor`) calls on its channels,
 `isend(tensor, peer, phase)` and `recv(buf, peer, phase)` with pipeline ranks as peers, so a
@@ -138,17 +140,20 @@ def source_bytes(numel: int, width: int, method: str, member: int, itemsize: int
                  needers: int | None = None) -> int:
     """Closed form: bytes member `member` of a source mesh of w replicas sends per message to n
     needers (n = `needers`, default w; chunk rows divisible by w): send-recv: the first holder
-    sends it n times; broadcast: the first holder once; balanced: every holder 1/w of it."""
+    sends it n times; broadcast and alpacomm (one replicated tile, sent whole): the first holder
+    once; even-split: every holder 1/w of it."""
+    method = rs.ALIASES.get(method, method)
     if method == "send-recv":
         return numel * (needers or width) * itemsize if member == 0 else 0
-    if method == "broadcast":
+    if method in ("broadcast", "alpacomm"):
         return numel * itemsize if member == 0 else 0
     return numel // width * itemsize
 
 
 def forward_bytes(numel: int, width: int, method: str, member: int, itemsize: int = 4) -> int:
     """Closed form: bytes a destination forwards down the chain per message: the chain's members
-    but the last pass the whole tensor on (broadcast, balanced); send-recv forwards nothing."""
+    but the last pass the whole tensor on (broadcast, even-split, alpacomm); send-recv forwards
+    nothing."""
     if method == "send-recv" or member == width - 1:
         return 0
     return numel * itemsize

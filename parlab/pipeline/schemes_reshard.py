@@ -4,9 +4,10 @@ et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023, ยง3โ
 
 `mesh=w` puts every stage on w replicas; `widths=[2, 1]` gives each stage its own width, e.g. a
 tp=2 stage's output resharded onto a tp=1 stage and its gradient back. Every boundary is a
-`parlab.pipeline.reshard_boundary.Boundary` (send-recv, broadcast or load-balanced broadcast, the link
-applied at the sender), and the schedule runs unchanged on it (`parlab.pipeline.executor`). The
-replicas compute the same micro-batches, so their gradients are equal and need no sync.
+`parlab.pipeline.reshard_boundary.Boundary` (send-recv, broadcast, our even split or AlpaComm's
+load-balanced broadcast of whole tiles, the link applied at the sender), and the schedule runs
+unchanged on it (`parlab.pipeline.executor`). The replicas compute the same micro-batches, so
+their gradients are equal and need no sync.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from parlab.pipeline.schemes import (
     resolve,
 )
 from parlab.pipeline.validate import check
-from parlab.tensor_parallel.reshard import METHODS
+from parlab.tensor_parallel.reshard import ALIASES, METHODS
 
 
 class ReshardPipeline(PipelineStages):
@@ -195,11 +196,12 @@ def _reshard_validate(cfg):
 
 
 @register("pp-reshard", summary="pipeline whose stages are meshes of replicas and whose boundaries "
-          "are cross-mesh reshardings (AlpaComm): send-recv, broadcast or load-balanced broadcast",
+          "are cross-mesh reshardings (AlpaComm): send-recv, broadcast, even-split (ours) or "
+          "alpacomm (whole tiles, least-loaded holder, searched order)",
           exact=True, validate=_reshard_validate, assemble=assemble,
           options={"pp": Int(None, min=1, none=True), "partition": "even",
                    "microbatches": Int(None, min=1, none=True), "mesh": Int(2, min=1),
-                   "method": Choice("broadcast", METHODS), "chunks": Int(4, min=1),
+                   "method": Choice("broadcast", METHODS + tuple(ALIASES)), "chunks": Int(4, min=1),
                    "schedule": Choice("1f1b", RESHARD_SCHEDULES),
                    "widths": None})  # ranks per stage, e.g. [2, 1]: overrides mesh
 def pipeline_reshard(ctx):

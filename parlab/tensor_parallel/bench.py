@@ -18,8 +18,9 @@ NVLink as an A100 sees it (`parlab.core.link.faithful`, dilated by this machine'
 with a wider model (C = 256, T = 128), where a chunk's matmul and its transfer are comparable.
 
 Part 3 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
-pairs with send-recv, chained broadcast and load-balanced broadcast, on loopback and on emulated
-links, beside the α-β prediction of each plan; `speedup` is over send-recv on the same pair.
+pairs with send-recv, chained broadcast, our even split and AlpaComm's load-balanced broadcast
+(whole tiles, searched order), on loopback and on emulated links, beside the α-β prediction of
+each plan; `speedup` is over send-recv on the same pair.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Chapter 03's exercises (`parlab.exercises`): GPU-scale worked problems (Megatron-LM's
-f and g, Korthikanti et al.'s activation count, AlpaComm's balanced broadcast) and runs on this
+f and g, Korthikanti et al.'s activation count, our even-split resharding) and runs on this
 machine; each check says right or wrong, never the answer.
 """
 
@@ -55,7 +55,8 @@ EXERCISES = [
              "4 blocks · 2 · 12,288 · 4 B = 393,216 B."),
     Exercise("balanced-reshard",
              "A (128, 128) fp32 tensor replicated on 2 source ranks is needed replicated on 2 "
-             "destination ranks. With AlpaComm's load-balanced broadcast, how many bytes does the "
+             "destination ranks. With our even split (method='even-split': each replicated cell cut "
+             "evenly over its holders, not AlpaComm's whole tiles), how many bytes does the "
              "busiest source send?",
              numeric(128 * 128 * 4 / 2, rtol=0, atol=0.5),
              "Each cell leaves the sources once and travels down the chain of destinations; the "

@@ -2,18 +2,24 @@
 group sharded another way (between pipeline stages whose layouts differ).
 
 Zhuang et al., "On Optimizing the Communication of Model Parallelism" (AlpaComm, MLSys 2023,
-§3): cut the tensor into the *cells* where a source rank's region meets a destination rank's
-region; every cell is held by one or more source ranks (replicas) and needed by one or more
-destination ranks. Three ways to move the cells, all through `parlab.core.comm.Comm` send / recv:
+arXiv 2211.05322, §3): cut the tensor into the *cells* (the paper's tiles) where a source rank's
+region meets a destination rank's region; every cell is held by one or more source ranks
+(replicas) and needed by one or more destination ranks. Four ways to move the cells, all through
+`parlab.core.comm.Comm` send / recv:
 
 * "send-recv" — each destination receives each cell it needs from the first source that holds
   it: a cell needed by k destinations leaves its source k times;
 * "broadcast" — each cell leaves its source once and travels down a chain of the destinations
   that need it, cut into `chunks` pieces so the hops overlap (the pipelined chain NCCL's
   broadcast uses): the source sends a cell once, however many ranks need it;
-* "balanced" — AlpaComm's load-balanced broadcast: a cell held by several sources is split
-  into one piece per holder, and each piece goes (chained, as above) from the holder with the
-  least bytes assigned so far (greedy), so replicas share the sending.
+* "even-split" — ours, not the paper's: a cell held by several sources is cut into one piece
+  per holder, and each piece goes (chained, as above) from the holder with the least bytes
+  assigned so far, so replicas share even a single cell. ("balanced" is its old name, accepted.)
+* "alpacomm" — the paper's load-balanced broadcast (`parlab.tensor_parallel.alpacomm`): each cell
+  goes *whole* (chained, as above) from the holder with the least bytes assigned so far, and the
+  transfers run in the order a depth-first search with pruning finds shortest on the per-host NIC
+  model (a sender's out-NIC, a receiver's in-NIC, one task at a time each). With one replicated
+  cell (replicated → replicated) it is broadcast; it shares the sending only across cells.
 
 Each rank sends on one Comm and receives on another over the same group, so an emulated link
 (`parlab.core.link`) is full duplex like a real NIC. `predicted_seconds` is the α-β model of a plan:
@@ -28,9 +34,11 @@ from dataclasses import dataclass
 import torch
 
 from parlab.core import cost
+from parlab.tensor_parallel import alpacomm
 
 LAYOUTS = ("replicated", "row", "col")
-METHODS = ("send-recv", "broadcast", "balanced")
+METHODS = ("send-recv", "broadcast", "even-split", "alpacomm")
+ALIASES = {"balanced": "even-split"}  # the even split's old name, still accepted
 
 
 def region(shape, layout: str, index: int, parts: int) -> tuple[int, int, int, int]:
@@ -71,7 +79,7 @@ def validate(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> Non
     for name, layout in (("src_layout", src_layout), ("dst_layout", dst_layout)):
         if layout not in LAYOUTS:
             problems.append(f"{name}={layout!r} must be one of {LAYOUTS}")
-    if method not in METHODS:
+    if method not in METHODS and method not in ALIASES:
         problems.append(f"method={method!r} must be one of {METHODS}")
     if set(src_ranks) & set(dst_ranks):
         problems.append(f"src_ranks={list(src_ranks)} and dst_ranks={list(dst_ranks)} overlap")
@@ -81,9 +89,23 @@ def validate(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> Non
         raise ValueError("; ".join(problems))
 
 
-def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> list[Transfer]:
-    """Every transfer of `method`, in one order all ranks agree on."""
+def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method, hosts=None) -> list[Transfer]:
+    """Every transfer of `method`, in one order all ranks agree on. `hosts` (rank -> host, e.g.
+    `alpacomm.host_map(topology, ranks)`): the NICs "alpacomm" orders its sends for; default one
+    host per rank."""
     validate(shape, src_layout, src_ranks, dst_layout, dst_ranks, method)
+    method = ALIASES.get(method, method)
+    key = (tuple(shape), src_layout, tuple(src_ranks), dst_layout, tuple(dst_ranks), method,
+           tuple(sorted((hosts or {}).items(), key=str)))
+    if key not in _PLANS:
+        _PLANS[key] = _plan(*key[:6], hosts)
+    return list(_PLANS[key])
+
+
+_PLANS: dict = {}  # a pipeline boundary plans the same message every micro-batch
+
+
+def _plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method, hosts) -> list[Transfer]:
     src = [region(shape, src_layout, i, len(src_ranks)) for i in range(len(src_ranks))]
     dst = [region(shape, dst_layout, i, len(dst_ranks)) for i in range(len(dst_ranks))]
     row_cuts = sorted({b for r in src + dst for b in r[:2]})
@@ -91,7 +113,7 @@ def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> list[Tr
     inside = lambda cell, reg: reg[0] <= cell[0] and cell[1] <= reg[1] and reg[2] <= cell[2] \
         and cell[3] <= reg[3]  # noqa: E731
     load = dict.fromkeys(src_ranks, 0)
-    transfers = []
+    transfers, tiles = [], []
     for r0, r1 in zip(row_cuts[:-1], row_cuts[1:]):
         for c0, c1 in zip(col_cuts[:-1], col_cuts[1:]):
             cell = (r0, r1, c0, c1)
@@ -103,7 +125,9 @@ def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> list[Tr
                 transfers += [Transfer(*cell, holders[0], (d,)) for d in needers]
             elif method == "broadcast":
                 transfers.append(Transfer(*cell, holders[0], needers))
-            else:  # balanced: one piece per holder, each to the least-loaded holder
+            elif method == "alpacomm":  # whole tiles: senders and order chosen below
+                tiles.append((cell, holders, needers))
+            else:  # even-split: one piece per holder, each to the least-loaded holder
                 for p0, p1 in cost.shard_bounds(r1 - r0, len(holders)):
                     if p1 == p0:
                         continue
@@ -111,7 +135,20 @@ def plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method) -> list[Tr
                     piece = Transfer(r0 + p0, r0 + p1, c0, c1, sender, needers)
                     load[sender] += piece.numel
                     transfers.append(piece)
+    if method == "alpacomm":
+        transfers = _alpacomm(tiles, hosts)
     return transfers
+
+
+def _alpacomm(tiles, hosts) -> list[Transfer]:
+    """Whole tiles to the least-loaded holder, in the order the DFS finds shortest (durations in
+    elements: with α = 0 the order that is shortest in elements is shortest at any β)."""
+    size = lambda c: (c[1] - c[0]) * (c[3] - c[2])  # noqa: E731
+    senders = alpacomm.assign_senders([(size(c), h) for c, h, _ in tiles])
+    transfers = [Transfer(*c, s, n) for (c, _, n), s in zip(tiles, senders)]
+    tasks = [alpacomm.Task(t.src, t.dsts, float(t.numel)) for t in transfers]
+    order, _ = alpacomm.search_order(tasks, hosts)
+    return [transfers[i] for i in order]
 
 
 def traffic(transfers: list[Transfer], chunks: int = 8) -> dict[int, dict]:
@@ -141,6 +178,13 @@ def predicted_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, c
     fill = max((len(t.dsts) - 1) * (alpha + t.numel / min(chunks, t.r1 - t.r0) * itemsize / beta)
                for t in transfers) if transfers else 0.0
     return busiest + fill
+
+
+def scheduled_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, hosts=None) -> float:
+    """The per-host NIC model's time of a plan run in its order (`alpacomm.makespan`): each
+    transfer α + bytes/β, holding its sender's out-NIC and its receivers' in-NICs."""
+    tasks = [alpacomm.Task(t.src, t.dsts, alpha + t.numel * itemsize / beta) for t in transfers]
+    return alpacomm.makespan(tasks, range(len(tasks)), hosts)
 
 
 def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
@@ -206,14 +250,20 @@ def source_elements(shape, src_layout: str, m: int, dst_layout: str, n: int, met
                     index: int) -> int:
     """Closed form: elements source rank `index` of m sends to n destinations (R divisible by
     m·n). send-recv sends a cell once per destination needing it; broadcast once per cell;
-    balanced splits a replicated source's cells evenly over its m replicas."""
+    even-split cuts a replicated source's cells evenly over its m replicas; alpacomm gives each of
+    the k cells of a replicated source whole to the least-loaded replica: replica i sends cells
+    i, i+m, ... (k = n for row / col destinations, 1 for replicated ones)."""
+    method = ALIASES.get(method, method)
     R, C = shape
     mine = R // m * C if src_layout == "row" else R * C  # elements this source holds
     copies = n if (dst_layout == "replicated" and method == "send-recv") else 1
     if src_layout == "row":  # every cell has exactly one holder
         return mine * copies
     if src_layout == "replicated":
-        if method == "balanced":
+        if method == "even-split":
             return R * C // m
+        if method == "alpacomm":
+            k = 1 if dst_layout == "replicated" else n
+            return R * C // k * len(range(index, k, m))
         return R * C * copies if index == 0 else 0  # the first holder sends everything
     raise ValueError(f"src_layout={src_layout!r}: closed form given for row and replicated")

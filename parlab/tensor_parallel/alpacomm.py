@@ -1,0 +1,156 @@
+"""AlpaComm's load balance for cross-mesh resharding: whole tiles to the least-loaded holder, then a
+searched send order so concurrent transfers do not collide on one host's NIC.
+
+Zhuang et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023, arXiv
+2211.05322), §3, cross-mesh resharding, its load-balance and scheduling step. A resharding is a set
+of *tasks*, one per tile (the cells of `parlab.tensor_parallel.reshard.plan`): a tile held by one
+or more source ranks must reach every destination rank that needs it, by one broadcast. The paper
+solves two problems in turn, and so do we:
+
+1. **Sender selection** (`assign_senders`): each tile goes *whole* to the holder with the least
+   bytes assigned so far (greedy, tiles in plan order). No tile is cut: a tile with three holders
+   and one needer is sent by one of them.
+2. **Send order** (`search_order`): every host runs its tasks one after another, and a task
+   starts only when its sender's outgoing NIC and each receiver's incoming NIC are free; the order
+   decides how long hosts wait on each other. We implement the paper's **depth-first search with
+   pruning** (its exact method for small problems; the paper switches to a randomized greedy for
+   large ones, which we do not implement: past `budget` search nodes we keep the best order found,
+   which starts from a longest-task-first list order).
+
+The NIC model (`makespan`): resources are ("out", host) and ("in", host) — a full-duplex NIC,
+as `parlab.core.link` models a rank's link — and a task holds its sender's out-NIC and its
+receivers' in-NICs (and a chain's forwarders' out-NICs) for its whole duration. Concurrent
+transfers out of one host therefore *share* its NIC: serialising them on it gives the same
+finish time as splitting its bandwidth fairly, and is what the paper's schedule assumes.
+Simplifications, stated here: a task's duration is α + bytes/β of one message (a broadcast chain's
+pipeline fill is ignored); a task holds all its NICs from start to end (no partial overlap); hosts
+default to one per rank — with `topology.nodes` (`host_map`) ranks of one machine share one NIC.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Task:
+    """One tile's transfer: from `sender` to the ranks `receivers` (a chain), `seconds` long."""
+
+    sender: int
+    receivers: tuple
+    seconds: float
+
+
+def assign_senders(tiles) -> list[int]:
+    """tiles: [(size, holders)] in plan order -> the sender of each tile: the holder with the least
+    size assigned so far, the first listed holder on a tie (every tile whole)."""
+    load: dict = {}
+    out = []
+    for size, holders in tiles:
+        sender = min(holders, key=lambda h: (load.get(h, 0), list(holders).index(h)))
+        load[sender] = load.get(sender, 0) + size
+        out.append(sender)
+    return out
+
+
+def max_load(tiles, senders) -> int:
+    """The largest total size one holder sends under `senders`."""
+    load: dict = {}
+    for (size, _), s in zip(tiles, senders):
+        load[s] = load.get(s, 0) + size
+    return max(load.values(), default=0)
+
+
+def host_map(topology=None, ranks=()) -> dict:
+    """rank -> host: the machine of `topology.nodes` (`parlab.core.topology`) when it has nodes,
+    else every rank its own host."""
+    nodes = getattr(topology, "nodes", ()) or ()
+    out = {r: r for r in ranks}
+    for h, members in enumerate(nodes):
+        for r in members:
+            out[r] = ("host", h)
+    return out
+
+
+def _resources(task: Task, hosts: dict) -> set:
+    chain = (task.sender,) + tuple(task.receivers)
+    res = {("out", hosts.get(a, a)) for a in chain[:-1]}  # sender and forwarders
+    res |= {("in", hosts.get(b, b)) for b in chain[1:]}
+    return res
+
+
+def makespan(tasks, order, hosts: dict | None = None) -> float:
+    """Finish time of the last task when tasks start in `order`, each as soon as all its NICs are
+    free (list scheduling on the NIC model of this module's docstring)."""
+    hosts = hosts or {}
+    free: dict = {}
+    end = 0.0
+    for i in order:
+        res = _resources(tasks[i], hosts)
+        start = max((free.get(r, 0.0) for r in res), default=0.0)
+        finish = start + tasks[i].seconds
+        for r in res:
+            free[r] = finish
+        end = max(end, finish)
+    return end
+
+
+def search_order(tasks, hosts: dict | None = None, budget: int = 20000) -> tuple[list[int], float]:
+    """(order, makespan): AlpaComm's depth-first search with pruning over send orders.
+
+    The first incumbent is the longest-first list order. A branch is cut when its lower bound —
+    for every NIC, the time it is already busy to plus the work still waiting for it — is not
+    below the best makespan found; tasks identical in sender, receivers and length are tried in
+    one order only (swapping them changes nothing). Exact while the search visits at most
+    `budget` nodes; past that the best order found so far."""
+    hosts = hosts or {}
+    n = len(tasks)
+    res = [_resources(t, hosts) for t in tasks]
+    best_order = sorted(range(n), key=lambda i: (-tasks[i].seconds, i))
+    best = [makespan(tasks, best_order, hosts), list(best_order)]
+    key = [(tasks[i].sender, tuple(tasks[i].receivers), tasks[i].seconds) for i in range(n)]
+    visited = [0]
+
+    def bound(free, remaining):
+        work: dict = {}
+        for i in remaining:
+            for r in res[i]:
+                work[r] = work.get(r, 0.0) + tasks[i].seconds
+        return max([free.get(r, 0.0) + w for r, w in work.items()] + list(free.values()) + [0.0])
+
+    def dfs(prefix, free, remaining):
+        visited[0] += 1
+        if not remaining:
+            end = max(free.values(), default=0.0)
+            if end < best[0]:
+                best[0], best[1] = end, list(prefix)
+            return
+        if visited[0] > budget or bound(free, remaining) >= best[0]:
+            return
+        tried = set()
+        for i in sorted(remaining):
+            if key[i] in tried:
+                continue
+            tried.add(key[i])
+            start = max(free.get(r, 0.0) for r in res[i])
+            nxt = dict(free)
+            for r in res[i]:
+                nxt[r] = start + tasks[i].seconds
+            dfs(prefix + [i], nxt, remaining - {i})
+
+    dfs([], {}, frozenset(range(n)))
+    return best[1], best[0]
+
+
+def brute_force_order(tasks, hosts: dict | None = None) -> tuple[list[int], float]:
+    """(order, makespan) over every permutation: the reference the search is tested against."""
+    best = min(itertools.permutations(range(len(tasks))),
+               key=lambda o: (makespan(tasks, o, hosts), o))
+    return list(best), makespan(tasks, best, hosts)
+
+
+def brute_force_assignment(tiles) -> int:
+    """The least possible max load over every whole-tile assignment (tests only: exponential)."""
+    return min(max_load(tiles, senders)
+               for senders in itertools.product(*[list(h) for _, h in tiles]))
