@@ -249,9 +249,10 @@ def test_min_max_split_is_exhaustive_search():
 ])
 def test_lamp_partition_equals_single(reference, scheme, world, partition):
     """A profiled split (by memory: LAMP's balance_by_size; by time: balance_by_time) still trains
-    exactly like the single process; by memory, the split is the profile's min-max one and its
-    largest estimated stage is no larger than the even split's."""
-    from parlab.pipeline import cost, lamp
+    exactly like the single process; by memory, the split is the profile's min-max one, its
+    largest estimated stage is no larger than the even split's, and under GPipe (LAMP's schedule)
+    the estimate is each rank's measured memory, byte for byte."""
+    from parlab.pipeline import cost, explore_lamp, lamp
     from parlab.pipeline.schemes import resolve
     from parlab.pipeline.stages import even_partition
     r = parlab.run(scheme, world_size=world, model="unet3d", steps=3, batch_size=BATCH,
@@ -270,6 +271,8 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition):
         def largest(c):
             return max(m["total"] for m in lamp.stage_memory(c, sizes, flight, 4))
         assert largest(counts) <= largest(even_partition(6, world))
+        if plan.schedule == "gpipe":
+            assert explore_lamp.estimate(r) == explore_lamp.measured(r)
 
 
 def test_lamp_partition_refused_for_gpt():

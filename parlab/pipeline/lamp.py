@@ -13,10 +13,14 @@ sums are balanced. `balance_by_time` is the same with each layer's measured time
 - memory (`layer_sizes`): a layer's activation bytes are what `parlab.core.memory.ActivationMeter`
   sees autograd save during its forward on one micro-batch (the meter the run's memory ledger
   uses, so the estimate and the measurement count the same tensors), counted cumulatively over
-  one forward so a tensor two layers save counts once, in the first; the loss (cross-entropy on
-  the head's output) is part of the last layer. *Simplification*: not the allocator's peak
-  (torchgpipe's measure, CUDA only): transient buffers that are freed inside a layer are not
-  counted, nor is the main path's output until the next layer saves it.
+  one forward so a tensor two layers save counts once, in the first — except in a stage's first
+  layer, which saves its own copy of the tensor it received, so that layer is also profiled
+  alone; the loss (cross-entropy on the head's output) is part of the last layer.
+  *Simplification*: not the allocator's peak (torchgpipe's measure, CUDA only): transient buffers
+  freed inside a layer are not counted, nor is the main path's output until a layer saves it.
+  Under GPipe the estimate equals each rank's measured activations + parameter memory byte for
+  byte (tested); under 1F1B the later stages measure more than min(p − s, m) micro-batches'
+  worth, so there the estimate is low.
 - parameters: `param_scale` copies of each layer's parameter bytes; by default the copies this
   run's optimizer keeps (parameters + gradients + AdamW's two moments = 4, SGD 2), where
   `balance_by_size` takes the caller's scale (LAMP's code leaves the default 2 with RMSprop).
@@ -57,21 +61,34 @@ def _sample(cfg, rows: int, seed: int) -> tuple:
 
 
 def layer_sizes(model, cfg, rows: int, seed: int = 0) -> dict:
-    """{"activations": bytes autograd saves in each layer's forward on `rows` samples (the loss
-    in the last), "params": each layer's parameter bytes}."""
+    """Bytes on `rows` samples: {"activations": what autograd saves in each layer's forward, counted
+    over one forward of the whole model (a tensor two layers save counts in the first), "first":
+    the same for each layer run alone on a fresh input (as the first layer of a stage, which
+    saves the tensor it received even where the layer before it in the model had saved it too),
+    "params": each layer's parameter bytes}; the loss is part of the last layer."""
     x, y = _sample(cfg, rows, seed)
-    meter, skips, acts = ActivationMeter(exclude=model.parameters()), {}, []
+    last = len(model.layers) - 1
+    meter, skips, acts, inputs = ActivationMeter(exclude=model.parameters()), {}, [], []
     with meter:
         h = x
         for i in range(len(model.layers)):
             before = meter.current
+            inputs.append((h.detach(), {k: v.detach() for k, v in skips.items()}))
             h = model.run_layers(h, skips, i, i + 1)  # (mb, c, s, s, s)
-            if i == len(model.layers) - 1:
+            if i == last:
                 loss = F.cross_entropy(h, y)
             acts.append(meter.current - before)
     del loss, h, skips
+    first = []
+    for i, (h0, skips0) in enumerate(inputs):
+        with ActivationMeter(exclude=model.parameters()) as alone:
+            out = model.run_layers(h0.clone().requires_grad_(), dict(skips0), i, i + 1)
+            if i == last:
+                out = F.cross_entropy(out, y)
+        first.append(alone.peak)
+        del out
     params = [FP32 * sum(p.numel() for p in layer.parameters()) for layer in model.layers]
-    return {"activations": acts, "params": params}
+    return {"activations": acts, "first": first, "params": params}
 
 
 def layer_times(model, cfg, rows: int, reps: int = 5, seed: int = 0) -> list[float]:
@@ -125,13 +142,19 @@ def min_max_split(n: int, stages: int, cost) -> list[int]:
     return [j] + counts[::-1]
 
 
+def _stage_activations(sizes: dict, lo: int, hi: int) -> int:
+    """Bytes one micro-batch leaves saved in a stage of layers [lo, hi): its first layer as run
+    alone (on the tensor it received), the others as in the whole model's forward."""
+    return sizes["first"][lo] + sum(sizes["activations"][lo + 1:hi])
+
+
 def stage_memory(counts: list[int], sizes: dict, in_flight: list[int],
                  param_scale: float) -> list[dict]:
     """The estimate per stage: activations (in-flight micro-batches × the stage's layers' bytes
     for one) and parameter memory (param_scale × parameter bytes), and their total."""
     out = []
     for s, (lo, hi) in enumerate(stage_bounds(counts)):
-        acts = in_flight[s] * sum(sizes["activations"][lo:hi])
+        acts = in_flight[s] * _stage_activations(sizes, lo, hi)
         params = param_scale * sum(sizes["params"][lo:hi])
         out.append({"activations": acts, "params": params, "total": acts + params})
     return out
@@ -140,11 +163,11 @@ def stage_memory(counts: list[int], sizes: dict, in_flight: list[int],
 def memory_partition(sizes: dict, stages: int, in_flight: list[int],
                      param_scale: float) -> list[int]:
     """LAMP's balance by size: the split minimising the largest stage's estimated memory."""
-    acts, params = sizes["activations"], sizes["params"]
+    params = sizes["params"]
 
     def cost(s, i, j):
-        return in_flight[s] * sum(acts[i:j]) + param_scale * sum(params[i:j])
-    return min_max_split(len(acts), stages, cost)
+        return in_flight[s] * _stage_activations(sizes, i, j) + param_scale * sum(params[i:j])
+    return min_max_split(len(params), stages, cost)
 
 
 def time_partition(times: list[float], stages: int) -> list[int]:
