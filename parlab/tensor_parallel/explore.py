@@ -72,7 +72,7 @@ def ops_per_block(result, rank: int = 0) -> dict:
 
 
 # ----------------------------------------------------------------------------- resharding
-def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link):
+def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link, ordered=False):
     """Sources ranks [0, m), destinations [m, N), m = N/2; every pair and method, `repeats`
     times. Returns this rank's seconds and sent / received elements per (pair, method)."""
     from parlab.core.comm import Comm
@@ -94,7 +94,7 @@ def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link):
             for _ in range(repeats + 1):  # the first is a warm-up, dropped below
                 before = len(tx.ledger.records)
                 result, s = reshard.timed_reshard(tx, rx, local, shape, src_layout, src,
-                                                  dst_layout, dst, method)
+                                                  dst_layout, dst, method, ordered=ordered)
                 seconds.append(s)
                 mine = [r for r in tx.ledger.records[before:] if r["phase"] == "reshard"]
             if rank in dst:
@@ -108,12 +108,17 @@ def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link):
 
 
 def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=PAIRS,
-                       methods=None, repeats: int = 3) -> list[dict]:
+                       methods=None, repeats: int = 3, ordered: bool = False) -> list[dict]:
     """Measured time (slowest rank, median of repeats) and bytes of every method per layout
-    pair, beside the α-β prediction of its plan on an emulated link. On loopback there is no
+    pair, beside two estimates of its plan on an emulated link: `predicted_ms`, the busiest rank's
+    α-β time plus the chain's fill (`reshard.predicted_seconds`), and `nic_model_ms`, the plan run in
+    its order on the per-host NIC model AlpaComm's order search minimises
+    (`reshard.scheduled_seconds`; one host per rank here). On loopback there is no
     prediction (NaN): a ping-pong here measures α ≈ 2-5 ms of scheduler wake-up on the shared
     cores and no measurable β at these sizes, and overlapping async messages do not each pay
-    that α, so the model has nothing honest to say."""
+    that α, so the model has nothing honest to say. `ordered=True` runs each rank's transfers one at
+    a time in plan order, a hop starting when both ends reach it (`reshard._run_ordered`: Alpa's
+    runtime, where the send order matters); the default issues everything at once."""
     from parlab.core.launch import launch
     from parlab.core.link import resolve
     from parlab.tensor_parallel import reshard
@@ -121,7 +126,7 @@ def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=P
     methods = methods or reshard.METHODS
     link = resolve(link)
     outs = launch(reshard_worker, world_size, tuple(shape), list(pairs), list(methods), repeats,
-                  link, link=link)
+                  link, ordered, link=link)
     m = world_size // 2
     rows = []
     for i, row in enumerate(outs[0]["rows"]):
@@ -133,6 +138,9 @@ def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=P
         rows.append({"pair": row["pair"], "method": row["method"],
                      "measured_ms": statistics.median(seconds) * 1e3,
                      "predicted_ms": reshard.predicted_seconds(plan, link.latency_s,
+                                                               link.bandwidth_Bps) * 1e3
+                     if link else float("nan"),
+                     "nic_model_ms": reshard.scheduled_seconds(plan, link.latency_s,
                                                                link.bandwidth_Bps) * 1e3
                      if link else float("nan"),
                      "max_sent_kB": max(r["sent"] for r in per_rank) / 1e3,

@@ -188,11 +188,13 @@ def scheduled_seconds(transfers, alpha: float, beta: float, itemsize: int = 4, h
 
 
 def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
-            method="broadcast", chunks: int = 8, phase: str = "reshard"):
+            method="broadcast", chunks: int = 8, phase: str = "reshard", ordered: bool = False):
     """Run the plan on this rank; return its destination region (or None if not a destination).
 
     tx, rx: two Comms on the same group (send side, receive side); `local` is this rank's
-    source region (ignored elsewhere); ranks are ranks of that group."""
+    source region (ignored elsewhere); ranks are ranks of that group. `ordered=False`: every
+    receive posted at once and every send issued at once (the links queue them); `ordered=True`:
+    the runtime AlpaComm's order is written for (`_run_ordered`)."""
     me = tx.rank
     transfers = plan(shape, src_layout, src_ranks, dst_layout, dst_ranks, method)
     mine = region(shape, src_layout, src_ranks.index(me), len(src_ranks)) if me in src_ranks \
@@ -200,6 +202,9 @@ def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
     target = region(shape, dst_layout, dst_ranks.index(me), len(dst_ranks)) if me in dst_ranks \
         else None
     out = local.new_empty(target[1] - target[0], target[3] - target[2]) if target else None
+    if ordered:
+        _run_ordered(tx, rx, local, transfers, mine, target, out, chunks, phase)
+        return out
     # post every receive first (plan order), so a rank's receiving link never idles; then
     # send and forward in plan order, so every pair of ranks sees its messages in one order
     arrivals = []
@@ -231,13 +236,55 @@ def reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks,
     return out
 
 
+def _run_ordered(tx, rx, local, transfers, mine, target, out, chunks, phase) -> None:
+    """Each rank takes part in its transfers one at a time, in plan order, and a hop starts only
+    when both its ends have reached it — as Alpa's runtime runs a host's send / receive /
+    broadcast instructions one after another, the setting in which AlpaComm searches the order.
+    The handshake: the receiving end of a hop sends its sender a 1-element "ready" token (phase
+    `phase + "-ready"`, 4 bytes on the ledger, not counted in `phase`) once the rest of its chain
+    is ready; the sender then sends the tile's chunks, and a chain's middle rank forwards each
+    chunk as it arrives. So two sources
+    that reach one destination together wait for each other, as on one NIC. Simplification: the
+    token is a real message on the emulated link (it pays α)."""
+    me = tx.rank
+    token = local.new_zeros(1)
+    for t in transfers:
+        chain = (t.src,) + t.dsts
+        if me not in chain:
+            continue
+        pos = chain.index(me)
+        cuts = cost.shard_bounds(t.r1 - t.r0, min(chunks, t.r1 - t.r0))
+        handles, bufs = [], []
+        if pos < len(chain) - 1:  # the next rank is ready (tokens run from the chain's end back)
+            rx.recv(local.new_zeros(1), chain[pos + 1], phase=phase + "-ready")
+        if pos > 0:  # ready to receive: tell the previous rank, then post every chunk's receive
+            tx.send(token, chain[pos - 1], phase=phase + "-ready")
+            bufs = [local.new_empty(b - a, t.c1 - t.c0) for a, b in cuts]  # (chunk rows, cols)
+            handles = [rx.irecv(buf, chain[pos - 1], phase=phase) for buf in bufs]
+        sends = []
+        if pos < len(chain) - 1:
+            if pos == 0:
+                piece = local[t.r0 - mine[0]:t.r1 - mine[0], t.c0 - mine[2]:t.c1 - mine[2]]
+                bufs = [piece[a:b].contiguous() for a, b in cuts]  # (chunk rows, cols)
+            for i, buf in enumerate(bufs):
+                if handles:
+                    handles[i].wait()
+                sends.append(tx.isend(buf, chain[pos + 1], phase=phase))
+        for handle in sends + handles:
+            handle.wait()
+        if pos > 0:
+            for (a, b), buf in zip(cuts, bufs):
+                out[t.r0 - target[0] + a:t.r0 - target[0] + b,
+                    t.c0 - target[2]:t.c1 - target[2]] = buf
+
+
 def timed_reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks, method,
-                  chunks=8):
+                  chunks=8, ordered: bool = False):
     """(result, seconds on this rank from a common start to its last byte)."""
     tx.barrier(phase="reshard-sync")
     t0 = time.perf_counter()
     result = reshard(tx, rx, local, shape, src_layout, src_ranks, dst_layout, dst_ranks, method,
-                     chunks)
+                     chunks, ordered=ordered)
     return result, time.perf_counter() - t0
 
 
