@@ -8,11 +8,21 @@ estimate (`lamp.stage_memory`).
 from __future__ import annotations
 
 import parlab
-from parlab.models import UNet3D
+from parlab.models import UNet3D, UNet3DConfig
 from parlab.pipeline import cost, lamp
 from parlab.pipeline.schemes import resolve
 
 MIB = 2 ** 20
+
+
+def layer_name(mc: dict, index: int) -> str:
+    """The name of layer `index` of the U-Net of config `mc` (Down(k), Bottom, Up(k), Head)."""
+    levels = UNet3DConfig(**mc).levels
+    if index < levels - 1:
+        return f"Down({index})"
+    if index == levels - 1:
+        return "Bottom"
+    return f"Up({2 * levels - 2 - index})" if index < 2 * levels - 1 else "Head"
 
 
 def estimate(result) -> list[dict]:
@@ -68,4 +78,9 @@ def even_vs_lamp(world_sizes=(2, 4), schedule: str = "gpipe", steps: int = 2,
         print(f"pp={world}: largest stage even {top[0] / MIB:.3f} MiB → lamp {top[1] / MIB:.3f} "
               f"MiB measured ({top[1] / top[0]:.2f}×); estimated {top_est[0] / MIB:.3f} → "
               f"{top_est[1] / MIB:.3f} MiB ({top_est[1] / top_est[0]:.2f}×)")
+        worst = max(range(world), key=lambda s: ours["estimate"][s]["total"])
+        if ours["counts"][worst] == 1:
+            lo = sum(ours["counts"][:worst])
+            print(f"  the largest LAMP stage is one layer ({layer_name(mc, lo)}, stage {worst}): "
+                  "no contiguous split of whole layers goes below it")
     return rows
