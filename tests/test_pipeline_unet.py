@@ -240,14 +240,15 @@ def test_min_max_split_is_exhaustive_search():
         lamp.time_partition(costs, 8)
 
 
-@pytest.mark.parametrize("scheme,world,partition", [
-    ("pp-gpipe", 2, "lamp"),
-    ("pp-1f1b", 4, "lamp"),
-    ("pp-gpipe", 4, "lamp"),
-    ("pp-1f1b", 2, "balanced"),
-    ("pp-gpipe", 4, "balanced"),
+@pytest.mark.parametrize("scheme,world,partition,options", [
+    ("pp-gpipe", 2, "lamp", {}),
+    ("pp-1f1b", 4, "lamp", {}),
+    ("pp-gpipe", 4, "lamp", {}),
+    ("pp-gpipe", 2, "lamp", {"checkpoint": True}),  # as LAMP's code runs GPipe
+    ("pp-1f1b", 2, "balanced", {}),
+    ("pp-gpipe", 4, "balanced", {}),
 ])
-def test_lamp_partition_equals_single(reference, scheme, world, partition):
+def test_lamp_partition_equals_single(reference, scheme, world, partition, options):
     """A profiled split (by memory: LAMP's balance_by_size; by time: balance_by_time) still trains
     exactly like the single process; by memory, the split is the profile's min-max one, its
     largest estimated stage is no larger than the even split's, and under GPipe (LAMP's schedule)
@@ -256,14 +257,15 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition):
     from parlab.pipeline.schemes import resolve
     from parlab.pipeline.stages import even_partition
     r = parlab.run(scheme, world_size=world, model="unet3d", steps=3, batch_size=BATCH,
-                   partition=partition)
+                   partition=partition, **options)
     assert r.compare(reference).match
     counts = r.outputs[0].extras["layers_per_stage"]
     assert len(counts) == world and sum(counts) == 6 and min(counts) >= 1
     if partition == "lamp":
         plan = resolve(r.config, scheme.removeprefix("pp-"))
         cfg = r.config.model_config
-        sizes = lamp.layer_sizes(UNet3D(cfg), cfg, BATCH // plan.microbatches)
+        from parlab.engine.loop import build_model
+        sizes = lamp.layer_sizes(build_model(r.config), cfg, BATCH // plan.microbatches)
         flight = [cost.in_flight_peak(plan.schedule, world, plan.microbatches, s)
                   for s in range(world)]
         assert counts == lamp.memory_partition(sizes, world, flight, 4)  # AdamW: 4 copies
@@ -271,6 +273,8 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition):
         def largest(c):
             return max(m["total"] for m in lamp.stage_memory(c, sizes, flight, 4))
         assert largest(counts) <= largest(even_partition(6, world))
+        if options.get("checkpoint"):
+            assert largest(counts) < largest(even_partition(6, world))
         if plan.schedule == "gpipe":
             assert explore_lamp.estimate(r) == explore_lamp.measured(r)
 

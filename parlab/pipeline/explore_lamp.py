@@ -8,7 +8,8 @@ estimate (`lamp.stage_memory`).
 from __future__ import annotations
 
 import parlab
-from parlab.models import UNet3D, UNet3DConfig
+from parlab.engine.loop import build_model
+from parlab.models import UNet3DConfig
 from parlab.pipeline import cost, lamp
 from parlab.pipeline.schemes import resolve
 
@@ -32,7 +33,7 @@ def estimate(result) -> list[dict]:
     plan = resolve(cfg, cfg.options.get("schedule") or cfg.scheme.removeprefix("pp-"))
     counts = result.outputs[0].extras["layers_per_stage"]
     rows = cfg.batch_size // (plan.dp * plan.microbatches)
-    sizes = lamp.layer_sizes(UNet3D(mc, seed=cfg.seed), mc, rows)
+    sizes = lamp.layer_sizes(build_model(cfg), mc, rows)  # checkpointed if the run was
     flight = [cost.in_flight_peak(plan.schedule, plan.pp, plan.microbatches, s)
               for s in range(plan.pp)]
     return lamp.stage_memory(counts, sizes, flight, lamp.PARAM_COPIES.get(cfg.optimizer, 2))

@@ -2,11 +2,13 @@
 contiguous stages so that the largest stage is as small as it can be (Zhu et al., "LAMP: Large
 Deep Nets with Automated Model Parallelism for Image Segmentation", MICCAI 2020).
 
-The paper (§2, "automated model parallelism") runs GPipe as its backend and lets it partition the
-network automatically; its released code (MONAI research-contributions,
+The paper's method employs GPipe as the backend of its automated model parallelism (its
+"automated model parallelism" part; we cite no section number, not having checked one); its
+released code (MONAI research-contributions,
 `lamp-automated-model-parallelism/train.py`) does this with torchgpipe's `balance_by_size(
 partitions, model, x)`: run the model once layer by layer, take each layer's memory as the CUDA
-bytes its forward allocated (scaled to one micro-batch) plus `param_scale` (default 2: the
+bytes its forward allocated on one sample, scaled by batch / chunks (LAMP's call passes no
+chunks: the whole batch, though its GPipe runs chunks=4), plus `param_scale` (default 2: the
 parameters and their gradients) × its parameter bytes, and split the sequence so the stages'
 sums are balanced. `balance_by_time` is the same with each layer's measured time. Ours:
 
@@ -32,6 +34,11 @@ sums are balanced. `balance_by_time` is the same with each layer's measured time
 - the split: exact min-max by dynamic programming over contiguous splits (`min_max_split`,
   O(p·L²)); torchgpipe solves the same contiguous problem with a block-partition heuristic
   (Bárány et al.), which is not guaranteed to reach the minimum.
+- checkpointing: LAMP's code runs `GPipe(model, balance, chunks=4, checkpoint="always")`. Ours is
+  the run's `checkpoint=True` (every U-Net layer recomputed in backward), off unless asked: it
+  is a run-wide option of the one loop, not the partition's. The profile is taken on the model
+  as the run builds it, so with checkpointing a layer's bytes are what the checkpoint keeps (its
+  inputs) and the split changes with it; the estimate is still the measurement under GPipe.
 - the network: ours is the flat layer list of `parlab.models.unet3d` with skips sent straight
   between stages (`unet_stages`) — the torchgpipe skip "portals" of LAMP's released code; the
   paper's Fig. 3 instead restructures the U-Net so each stage passes its encoder outputs on,
