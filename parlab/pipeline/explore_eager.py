@@ -84,3 +84,32 @@ def reshard_step_times(methods=("send-recv", "broadcast", "even-split"), link: L
                            "the messages are short beside a forward (nothing to hide), or the "
                            "ranks' shared cores, not the link, set the step time"))
     return rows
+
+
+def reshard_methods_paced(methods=("send-recv", "broadcast", "even-split", "alpacomm"),
+                          link="NVLink", clock="A100", microbatches: int = 4, steps: int = 3,
+                          mesh: int = 2, pp: int = 2) -> list[dict]:
+    """`pp-reshard` (pp meshes of `mesh` replicas, 1F1B) with every resharding method on a paced
+    clock: median step time and the forward bytes each rank sent per step, ledger beside closed
+    form (`reshard_boundary.source_bytes` / `forward_bytes`). The activation is one replicated
+    tile, so AlpaComm's whole-tile assignment sends it from one holder, as broadcast does; our even
+    split halves each holder's bytes for twice the messages."""
+    from parlab.pipeline import reshard_boundary, stages
+
+    rows = []
+    for method in methods:
+        r = parlab.run("pp-reshard", world_size=pp * mesh, steps=steps, mesh=mesh, method=method,
+                       microbatches=microbatches, link=link, clock=clock)
+        numel = 1
+        for n in stages.boundary_shape(r.config.model_config, r.config.batch_size // microbatches):
+            numel *= n
+        ledger = [b // steps for b in r.bytes_per_rank(op="send", phase="pp-fwd")]
+        form = [microbatches * (reshard_boundary.source_bytes(numel, mesh, method, rank // pp)
+                                if rank % pp == 0 else
+                                reshard_boundary.forward_bytes(numel, mesh, method, rank // pp))
+                for rank in range(pp * mesh)]  # pp=2: stage 0 sends, stage 1 forwards
+        rows.append({"method": method, "step_s": r.step_time(warmup=1), "fwd_bytes": ledger,
+                     "closed_form": form})
+        print(f"{method:>10}: step {rows[-1]['step_s']:.3f} s ({clock} time ×N on {link}); forward "
+              f"bytes per rank per step {ledger} (closed form {form})")
+    return rows
