@@ -148,3 +148,13 @@ def test_ordered_runtime_delivers_every_method(method):
         assert all(r["ok"] for r in results), (src_layout, dst_layout)
         expect = reshard.traffic(reshard.plan(shape, src_layout, [0, 1], dst_layout, [2, 3], method))
         assert [r["sent"] for r in results] == [expect.get(k, {}).get("sent", 0) for k in range(4)]
+
+
+def test_plan_orders_for_the_hosts_it_is_given():
+    """Sources 0 and 1 on one machine (`topology.two_nodes`): their NIC carries both rows, so no
+    order beats sending them one after the other; one host per rank, the search halves that."""
+    args = ((64, 64), "row", [0, 1], "col", [2, 3], "alpacomm")
+    shared = alpacomm.host_map(topology.two_nodes(4, first=2), range(4))
+    one_nic = reshard.scheduled_seconds(reshard.plan(*args, hosts=shared), 0.0, 1.0, hosts=shared)
+    own = reshard.scheduled_seconds(reshard.plan(*args), 0.0, 1.0)
+    assert one_nic == 64 * 64 * 4 and own == 64 * 64 * 4 / 2

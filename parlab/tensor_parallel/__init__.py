@@ -9,5 +9,6 @@ Large Deep Learning Models" (ASPLOS 2023: async TP).
 Reading order: `ops` (the named autograd Functions), `async_ops` (the same, overlapped ring
 steps), `layers` (column/row-parallel layers and
 the parallel GPT), `vocab` (vocabulary-parallel embedding and cross-entropy), `cost`,
-`reshard`, `schemes`, `torch_tp`; `explore`, `explore_figures`, `exercises` and `bench`.
+`reshard` (with `alpacomm`: the paper's whole-tile sender choice and send-order search),
+`schemes`, `torch_tp`; `explore`, `explore_figures`, `exercises` and `bench`.
 """
