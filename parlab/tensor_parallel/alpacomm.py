@@ -17,6 +17,15 @@ solves two problems in turn, and so do we:
    large ones, which we do not implement: past `budget` search nodes we keep the best order found,
    which starts from a longest-task-first list order).
 
+Against the authors' released code (Alpa, `alpa/pipeline_parallel/cross_mesh_resharding.py`): its
+DFS (`LoadBalancingTaskSolverSearchAlgo`) branches on the sender *and* the order together and
+stops after one second of wall time; ours fixes the senders first (step 1, which is its
+`LoadBalancingOverSizeTaskSolver`) and searches the order only, and stops after a number of search
+nodes, because every rank plans independently and a time limit would let ranks disagree on the
+plan. Its worker is a host that does one task at a time, sending or receiving; ours separates a
+host's out- and in-NIC, which only differs when a host sends in one task and receives in another
+(never between two disjoint meshes, the only case here).
+
 The NIC model (`makespan`): resources are ("out", host) and ("in", host) — a full-duplex NIC,
 as `parlab.core.link` models a rank's link — and a task holds its sender's out-NIC and its
 receivers' in-NICs (and a chain's forwarders' out-NICs) for its whole duration. Concurrent
