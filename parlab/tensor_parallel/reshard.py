@@ -23,7 +23,17 @@ region meets a destination rank's region; every cell is held by one or more sour
 
 Each rank sends on one Comm and receives on another over the same group, so an emulated link
 (`parlab.core.link`) is full duplex like a real NIC. `predicted_seconds` is the α-β model of a plan:
-the slowest rank's messages·α + bytes/β in its busier direction, plus the chain's pipeline fill.
+the slowest rank's messages·α + bytes/β in its busier direction, plus the chain's pipeline fill;
+`scheduled_seconds` is the plan run in its order on AlpaComm's per-host NIC model.
+
+Two runtimes. By default every receive is posted and every send issued at once and each rank's
+link queues them, so the order of a plan changes nothing (the links never couple two ranks).
+`ordered=True` runs each rank's transfers one at a time in plan order, a hop starting only when
+both its ends reach it (a 1-element "ready" handshake) — Alpa's runtime, the setting in which the
+paper searches the order; there two sources that reach one destination together wait for each
+other. Simplification: NIC sharing is per rank (each process is its own host); ranks of one
+machine sharing one NIC are modelled (`alpacomm.host_map`, `scheduled_seconds(hosts=)`) but not
+emulated — that would couple the processes' links (a core change we did not make).
 """
 
 from __future__ import annotations
