@@ -20,7 +20,9 @@ with a wider model (C = 256, T = 128), where a chunk's matmul and its transfer a
 Part 3 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
 pairs with send-recv, chained broadcast, our even split and AlpaComm's load-balanced broadcast
 (whole tiles, searched order), on loopback and on emulated links, beside the α-β prediction of
-each plan; `speedup` is over send-recv on the same pair.
+each plan; `speedup` is over send-recv on the same pair. `--reshard-ordered` runs every rank's
+transfers one at a time in plan order (`reshard.reshard(ordered=True)`), where the send order
+AlpaComm searches shows.
 """
 
 from __future__ import annotations
@@ -105,6 +107,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reshard-worlds", type=int, nargs="+", default=[4, 8])
     parser.add_argument("--reshard-links", nargs="+", default=["loopback", "1GbE"])
     parser.add_argument("--reshard-repeats", type=int, default=3)
+    parser.add_argument("--reshard-ordered", action="store_true",
+                        help="each rank's transfers one at a time in plan order (Alpa's runtime, "
+                             "where AlpaComm's send order matters)")
     parser.add_argument("--skip-tp", action="store_true")
     parser.add_argument("--skip-reshard", action="store_true")
     parser.add_argument("--skip-async", action="store_true")
@@ -125,10 +130,12 @@ def main(argv: list[str]) -> int:
         for world in args.reshard_worlds:
             for link in args.reshard_links:
                 print(f"\n# resharding {tuple(args.reshard_shape)} fp32, ranks "
-                      f"[0,{world // 2}) -> [{world // 2},{world}), link {link}")
+                      f"[0,{world // 2}) -> [{world // 2},{world}), link {link}"
+                      + (", ordered runtime" if args.reshard_ordered else ""))
                 rows = reshard_experiment(world, tuple(args.reshard_shape),
                                           None if link == "loopback" else link,
-                                          repeats=args.reshard_repeats)
+                                          repeats=args.reshard_repeats,
+                                          ordered=args.reshard_ordered)
                 for row in rows:
                     row.update(world_size=world, link=link)
                 print_rows(rows)
