@@ -158,3 +158,14 @@ def test_plan_orders_for_the_hosts_it_is_given():
     one_nic = reshard.scheduled_seconds(reshard.plan(*args, hosts=shared), 0.0, 1.0, hosts=shared)
     own = reshard.scheduled_seconds(reshard.plan(*args), 0.0, 1.0)
     assert one_nic == 64 * 64 * 4 and own == 64 * 64 * 4 / 2
+
+
+@pytest.mark.parametrize("world_size", [8, 16])
+def test_large_plans_reach_the_nic_bound(world_size):
+    """Past brute force's reach (16 and 64 tiles), the searched order still meets the lower bound
+    every destination's in-NIC sets: its own region's bytes."""
+    m = world_size // 2
+    for src_layout, dst_layout in [("row", "col"), ("replicated", "row"), ("replicated", "col")]:
+        plan = reshard.plan((256, 256), src_layout, list(range(m)), dst_layout,
+                            list(range(m, world_size)), "alpacomm")
+        assert reshard.scheduled_seconds(plan, 0.0, 1.0) == 256 * 256 * 4 / m

@@ -15,7 +15,7 @@ solves two problems in turn, and so do we:
    decides how long hosts wait on each other. We implement the paper's **depth-first search with
    pruning** (its exact method for small problems; the paper switches to a randomized greedy for
    large ones, which we do not implement: past `budget` search nodes we keep the best order found,
-   which starts from a longest-task-first list order).
+   which starts from a greedy earliest-start list order, `earliest_start_order`).
 
 Against the authors' released code (Alpa, `alpa/pipeline_parallel/cross_mesh_resharding.py`): its
 DFS (`LoadBalancingTaskSolverSearchAlgo`) branches on the sender *and* the order together and
@@ -108,15 +108,15 @@ def makespan(tasks, order, hosts: dict | None = None) -> float:
 def search_order(tasks, hosts: dict | None = None, budget: int = 20000) -> tuple[list[int], float]:
     """(order, makespan): AlpaComm's depth-first search with pruning over send orders.
 
-    The first incumbent is the longest-first list order. A branch is cut when its lower bound —
-    for every NIC, the time it is already busy to plus the work still waiting for it — is not
-    below the best makespan found; tasks identical in sender, receivers and length are tried in
-    one order only (swapping them changes nothing). Exact while the search visits at most
-    `budget` nodes; past that the best order found so far."""
+    The first incumbent is `earliest_start_order`, and children are tried in its order. A branch
+    is cut when its lower bound — for every NIC, the time it is already busy to plus the work
+    still waiting for it — is not below the best makespan found; tasks identical in sender,
+    receivers and length are tried in one order only (swapping them changes nothing). Exact while
+    the search visits at most `budget` nodes; past that the best order found so far."""
     hosts = hosts or {}
     n = len(tasks)
     res = [_resources(t, hosts) for t in tasks]
-    best_order = sorted(range(n), key=lambda i: (-tasks[i].seconds, i))
+    best_order = earliest_start_order(tasks, hosts)
     best = [makespan(tasks, best_order, hosts), list(best_order)]
     key = [(tasks[i].sender, tuple(tasks[i].receivers), tasks[i].seconds) for i in range(n)]
     visited = [0]
@@ -138,11 +138,12 @@ def search_order(tasks, hosts: dict | None = None, budget: int = 20000) -> tuple
         if visited[0] > budget or bound(free, remaining) >= best[0]:
             return
         tried = set()
-        for i in sorted(remaining):
+        starts = {i: max(free.get(r, 0.0) for r in res[i]) for i in remaining}
+        for i in sorted(remaining, key=lambda i: (starts[i], -tasks[i].seconds, i)):
             if key[i] in tried:
                 continue
             tried.add(key[i])
-            start = max(free.get(r, 0.0) for r in res[i])
+            start = starts[i]
             nxt = dict(free)
             for r in res[i]:
                 nxt[r] = start + tasks[i].seconds
@@ -150,6 +151,24 @@ def search_order(tasks, hosts: dict | None = None, budget: int = 20000) -> tuple
 
     dfs([], {}, frozenset(range(n)))
     return best[1], best[0]
+
+
+def earliest_start_order(tasks, hosts: dict | None = None) -> list[int]:
+    """A list order built greedily: next, the task whose NICs are free soonest (the longest on a
+    tie) — the search's first incumbent, and its order of trying children."""
+    hosts = hosts or {}
+    res = [_resources(t, hosts) for t in tasks]
+    free: dict = {}
+    order, remaining = [], set(range(len(tasks)))
+    while remaining:
+        i = min(remaining, key=lambda i: (max((free.get(r, 0.0) for r in res[i]), default=0.0),
+                                          -tasks[i].seconds, i))
+        start = max((free.get(r, 0.0) for r in res[i]), default=0.0)
+        for r in res[i]:
+            free[r] = start + tasks[i].seconds
+        order.append(i)
+        remaining.discard(i)
+    return order
 
 
 def brute_force_order(tasks, hosts: dict | None = None) -> tuple[list[int], float]:
