@@ -282,3 +282,19 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition, optio
 def test_lamp_partition_refused_for_gpt():
     with pytest.raises(ValueError, match="lamp"):
         parlab.run("pp-1f1b", world_size=2, steps=1, partition="lamp")
+
+
+def test_patch_curriculum_carries_parameters_across_sides():
+    """The curriculum's phases train one model: a phase at a larger side moves on from the
+    parameters the smaller one left, and the whole curriculum is a function of its phases and
+    seed (same losses, same parameters when repeated)."""
+    import torch
+
+    from parlab.pipeline import explore_lamp
+    both, losses = explore_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
+    first, _ = explore_lamp.train_patches([(8, 2)], batch_size=2)
+    assert len(losses) == 3
+    assert any(not torch.equal(a, b) for a, b in zip(both.parameters(), first.parameters()))
+    again, losses_again = explore_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
+    assert losses_again == losses
+    assert all(torch.equal(a, b) for a, b in zip(both.parameters(), again.parameters()))

@@ -7,10 +7,15 @@ estimate (`lamp.stage_memory`).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import torch
+
 import parlab
-from parlab.engine.loop import build_model
-from parlab.models import UNet3DConfig
+from parlab.engine.loop import build_model, optimizer_spec
+from parlab.models import UNet3D, UNet3DConfig, volumes
 from parlab.pipeline import cost, lamp
+from parlab.pipeline.explore_unet import _scores
 from parlab.pipeline.schemes import resolve
 
 MIB = 2 ** 20
@@ -85,3 +90,64 @@ def even_vs_lamp(world_sizes=(2, 4), schedule: str = "gpipe", steps: int = 2,
             print(f"  the largest LAMP stage is one layer ({layer_name(mc, lo)}, stage {worst}): "
                   "no contiguous split of whole layers goes below it")
     return rows
+
+
+# --------------------------------------------------------------- the patch-size curriculum
+def train_patches(phases, batch_size: int = 4, lr: float = 1e-2, seed: int = 0,
+                  model_config: dict | None = None):
+    """A U-Net trained through `phases`, a list of (patch side, steps), one after the other on the
+    same parameters (each phase's crops drawn from the training volumes at that side).
+
+    LAMP trains with progressively larger input patches, which its pipeline makes fit (Zhu et
+    al., MICCAI 2020: curriculum training on small, then larger patches). *Simplification*: the
+    phases run here, in one process, with the loop's optimizer settings (`optimizer_spec`):
+    `parlab.run` cannot start from given parameters, so a phase cannot be a pipelined run; a
+    pipeline trains the same parameters as this process (exact vs `single`, tested), only the
+    memory per device differs. The optimizer state carries over between phases.
+    """
+    mc = {**(model_config or {})}
+    model = UNet3D(UNet3DConfig(**{**mc, "block_size": max(side for side, _ in phases)}), seed=seed)
+    opt_class, settings = optimizer_spec(SimpleNamespace(optimizer="adamw", lr=lr))
+    optimizer = opt_class(model.parameters(), **settings)
+    step, losses = 0, []
+    for side, steps in phases:
+        for _ in range(steps):
+            x, y = volumes.volume_batch(step, batch_size, seed, side)  # (B, 1, s, s, s), (B, s, s, s)
+            loss = model.loss(x, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+            step += 1
+    return model, losses
+
+
+def curriculum_vs_fixed(steps: int = 90, sides=(8, 16, 32), batch_size: int = 4, side: int = 32,
+                        index: int = 0, seed: int = 0) -> dict:
+    """Whole-volume mean Dice (balls and cubes) on test volume `index` (its first side³ voxels)
+    after `steps` steps at each fixed patch side, and after the curriculum: the same number of
+    steps split evenly over the sides, smallest first."""
+    x, y = volumes.test_volume(index, seed)
+    x, y = x[..., :side, :side, :side], y[..., :side, :side, :side]  # (1, 1, s, s, s), (1, s, s, s)
+    runs = {f"fixed {s}³": [(s, steps)] for s in sides}
+    share = steps // len(sides)
+    runs["curriculum " + " → ".join(f"{s}³" for s in sides)] = \
+        [(s, share) for s in sides[:-1]] + [(sides[-1], steps - share * (len(sides) - 1))]
+    out = {}
+    for name, phases in runs.items():
+        model, losses = train_patches(phases, batch_size=batch_size, seed=seed)
+        with torch.no_grad():
+            scores = _scores(model(x), y)
+        voxels = sum(n * s ** 3 for s, n in phases) * batch_size
+        out[name] = {**scores, "voxels_seen": voxels, "last_loss": losses[-1]}
+        print(f"{name:28} {steps} steps, {voxels / 1e6:5.2f} M training voxels: whole-volume "
+              f"({side}³) accuracy {scores['accuracy']:.4f}, mean Dice {scores['dice']:.3f}",
+              flush=True)
+    if all(r["dice"] == 0.0 for r in out.values()):
+        print(f"every run predicts background only after {steps} steps: too few to compare")
+    cur = out[list(runs)[-1]]
+    big = out[f"fixed {sides[-1]}³"]
+    print(f"curriculum vs fixed {sides[-1]}³: mean Dice {cur['dice'] - big['dice']:+.3f} with "
+          f"{cur['voxels_seen'] / big['voxels_seen']:.2f}× the training voxels (same steps): patch "
+          "size and data seen are not separated here, and one seed decides none of it")
+    return out
