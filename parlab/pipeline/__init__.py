@@ -27,9 +27,12 @@ Reading order:
 - `unet_stages`, `unet_executor`, `unet_cost`: the 3-D U-Net (LAMP) cut into stages whose skip
   connections travel from an early stage straight to a late one, on their own channels, and
   the closed forms of those bytes.
+- `lamp`: LAMP's automated partition of the U-Net (its code's `balance_by_size` / `_by_time`):
+  each layer's activation and parameter bytes (or time) profiled once, then the exact min-max
+  contiguous split; `partition="lamp"` (by memory) or `"balanced"` (by time).
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
   the registered schemes; `explore` (with `explore_eager`, `explore_dualpipe`,
-  `explore_unet`), `exercises` and `bench`: notebook 04 and
+  `explore_unet`, `explore_lamp`), `exercises` and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """
