@@ -2,7 +2,8 @@
 Parallelism for Image Segmentation", MICCAI 2020): the U-Net's stages even by layer count vs
 balanced by measured memory (`pipeline.lamp`, its code's `balance_by_size`), each stage's memory
 as the run measured it (the memory ledger: `RunResult.memory` per rank) beside the partition's own
-estimate (`lamp.stage_memory`).
+estimate (`lamp.stage_memory`); and its patch-size curriculum (small patches, then larger) beside
+fixed patch sizes, scored on a whole test volume (`curriculum_vs_fixed`).
 """
 
 from __future__ import annotations
