@@ -1,6 +1,6 @@
 """A 3-D U-Net cut into pipeline stages: contiguous runs of its layers, plus the skip connections
 that leave one stage and land several stages later (Zhu et al., "LAMP: Large Deep Nets with
-Automated Model Parallelism for Image Segmentation", MICCAI 2020, §2: a U-Net's encoder and decoder
+Automated Model Parallelism for Image Segmentation", MICCAI 2020: a U-Net's encoder and decoder
 halves on different devices, its skips crossing between them).
 
 The U-Net's layers (`parlab.models.unet3d`) run in order: Down(0) … Down(L−2), Bottom, Up(L−2) …
