@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from parlab.core.memory import ActivationMeter
-from parlab.pipeline.partition import _fastest
+from parlab.pipeline.partition import _fastest, min_max_split
 from parlab.pipeline.stages import stage_bounds
 
 FP32 = 4
@@ -124,29 +124,6 @@ def layer_times(model, cfg, rows: int, reps: int = 5, seed: int = 0) -> list[flo
     times = _fastest([fn(i) for i in range(len(model.layers))], reps)
     model.zero_grad(set_to_none=True)  # profiling leaves no gradient behind
     return times
-
-
-def min_max_split(n: int, stages: int, cost) -> list[int]:
-    """Layers per stage (each >= 1) of the contiguous split of n layers minimising
-    max_s cost(s, i, j), stage s holding layers [i, j); exact, by dynamic programming."""
-    if not 1 <= stages <= n:
-        raise ValueError(f"cannot split {n} layers into {stages} stages of at least one layer")
-    inf = float("inf")
-    best = [[inf] * (n + 1) for _ in range(stages)]  # best[s][j]: stages 0..s hold [0, j)
-    cut = [[0] * (n + 1) for _ in range(stages)]
-    for j in range(1, n + 1):
-        best[0][j] = cost(0, 0, j)
-    for s in range(1, stages):
-        for j in range(s + 1, n + 1):
-            for i in range(s, j):
-                value = max(best[s - 1][i], cost(s, i, j))
-                if value < best[s][j]:
-                    best[s][j], cut[s][j] = value, i
-    counts, j = [], n
-    for s in range(stages - 1, 0, -1):
-        counts.append(j - cut[s][j])
-        j = cut[s][j]
-    return [j] + counts[::-1]
 
 
 def _stage_activations(sizes: dict, lo: int, hi: int) -> int:

@@ -106,9 +106,16 @@ def balanced_partition(profile: dict, stages: int) -> list[int]:
             profile["last"] if s == stages - 1 else 0.0)
         return prefix[j] - prefix[i] + extra
 
+    return min_max_split(n, stages, cost)
+
+
+def min_max_split(n: int, stages: int, cost) -> list[int]:
+    """Layers per stage (each >= 1) of the contiguous split of n layers minimising
+    max_s cost(s, i, j), stage s holding layers [i, j); exact, by dynamic programming."""
+    if not 1 <= stages <= n:
+        raise ValueError(f"cannot split {n} layers into {stages} stages of at least one layer")
     inf = float("inf")
-    # best[s][j]: the slowest stage when stages 0..s hold layers [0, j); cut[s][j]: where s starts
-    best = [[inf] * (n + 1) for _ in range(stages)]
+    best = [[inf] * (n + 1) for _ in range(stages)]  # best[s][j]: stages 0..s hold [0, j)
     cut = [[0] * (n + 1) for _ in range(stages)]
     for j in range(1, n + 1):
         best[0][j] = cost(0, 0, j)
@@ -120,8 +127,6 @@ def balanced_partition(profile: dict, stages: int) -> list[int]:
                     best[s][j], cut[s][j] = value, i
     counts, j = [], n
     for s in range(stages - 1, 0, -1):
-        i = cut[s][j]
-        counts.append(j - i)
-        j = i
-    counts.append(j)
-    return counts[::-1]
+        counts.append(j - cut[s][j])
+        j = cut[s][j]
+    return [j] + counts[::-1]
