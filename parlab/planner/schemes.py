@@ -27,7 +27,7 @@ from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.models.mesh_gpt import MeshGPT
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
-from parlab.planner.compose_cost import nd_prediction
+from parlab.planner.cost import nd_prediction
 from parlab.planner.plan import DEGREES, SCHEDULES, ZERO_STAGES, Plan
 from parlab.tensor_parallel.layers import assemble_state as tp_assemble
 from parlab.zero.shard import FlatLayout
