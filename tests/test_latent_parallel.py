@@ -1,11 +1,13 @@
 """Chapter 06, video: sequence-parallel serving equals the single process; latent parallelism is
 approximate, exact once the halo covers the latent, better with a wider halo, and sends far fewer
-bytes; both ledgers match their closed forms; bad configurations fail before launch."""
+bytes; its overlaps cropped or blended (position-aware weights, a partition of unity); every
+ledger matches its closed form; bad configurations fail before launch."""
 
 import pytest
+import torch
 
 from parlab.context_parallel.cost import lp_bytes, lp_compute_fraction, sp_bytes
-from parlab.context_parallel.latent_parallel import relative_error, serve
+from parlab.context_parallel.latent_parallel import blend_weights, region, relative_error, serve
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 
 CFG = VideoConfig(frames=4, height=8, width=8, denoise_steps=4)
@@ -29,9 +31,30 @@ def test_sequence_parallel_serving_is_exact(reference, method, world_size):
     assert set(per_step.values()) == {expect}  # every step of every rank
 
 
-def test_latent_parallel_is_exact_when_the_halo_covers_the_latent(reference):
-    result = serve("lp", CFG, 2, halo=8)
+@pytest.mark.parametrize("reconstruction", ["crop", "blend"])
+def test_latent_parallel_is_exact_when_the_halo_covers_the_latent(reference, reconstruction):
+    result = serve("lp", CFG, 2, halo=8, reconstruction=reconstruction)
     assert (result.output - reference).abs().max().item() < 1e-5
+
+
+@pytest.mark.parametrize("axis,cp,halo", [(0, 2, 1), (1, 2, 2), (1, 4, 2), (0, 4, 2), (2, 2, 0)])
+def test_blend_weights_are_a_partition_of_unity_falling_toward_the_cut(axis, cp, halo):
+    n = (CFG.frames, CFG.height, CFG.width)[axis]
+    total = torch.zeros(n)
+    for r in range(cp):
+        lo, hi = region(CFG, axis, r, cp, halo)
+        w = blend_weights(CFG, axis, r, cp, halo)
+        assert w.shape == (hi - lo,) and (w > 0).all()
+        total[lo:hi] += w
+    assert torch.allclose(total, torch.ones(n))
+    if (axis, cp, halo) == (1, 2, 2):  # H = 8: regions [0, 6) and [2, 8), raw 3 3 3 3 2 1
+        assert torch.allclose(blend_weights(CFG, 1, 0, 2, 2),
+                              torch.tensor([1, 1, 3 / 4, 3 / 5, 2 / 5, 1 / 4]))
+
+
+def test_blend_at_halo_zero_is_crop():
+    crop, blend = (serve("lp", CFG, 2, halo=0, reconstruction=r) for r in ("crop", "blend"))
+    assert torch.equal(crop.output, blend.output)
 
 
 def test_latent_parallel_compute_grows_with_the_halo():
@@ -40,20 +63,29 @@ def test_latent_parallel_compute_grows_with_the_halo():
     assert 0.5 < lp_compute_fraction(CFG, 2, 1) < lp_compute_fraction(CFG, 2, 2) < 1.0
 
 
-def test_latent_parallel_error_falls_with_the_halo(reference):
-    errors = [relative_error(serve("lp", CFG, 2, halo=h).output, reference) for h in (0, 1, 2)]
+@pytest.mark.parametrize("reconstruction", ["crop", "blend"])
+def test_latent_parallel_error_falls_with_the_halo(reference, reconstruction):
+    errors = [relative_error(serve("lp", CFG, 2, halo=h, reconstruction=reconstruction).output,
+                             reference) for h in (0, 1, 2)]
     assert errors[0] > errors[1] > errors[2] > 0
     assert errors[0] > 1e-3  # approximate by design: attention sees only slab + halo
 
 
+@pytest.mark.parametrize("reconstruction", ["crop", "blend"])
 @pytest.mark.parametrize("world_size,halo", [(2, 1), (4, 0), (4, 2)])
-def test_latent_parallel_ledger_is_the_closed_form(world_size, halo):
-    result = serve("lp", CFG, world_size, halo=halo)
+def test_latent_parallel_ledger_is_the_closed_form(world_size, halo, reconstruction):
+    result = serve("lp", CFG, world_size, halo=halo, reconstruction=reconstruction)
     for rank in range(world_size):
         for step in range(CFG.denoise_steps):
             sent = sum(r["bytes_sent"] for r in result.ledger
                        if r["rank"] == rank and r["step"] == step)
-            assert sent == lp_bytes(CFG, world_size, halo, rank, step)
+            assert sent == lp_bytes(CFG, world_size, halo, rank, step,
+                                    reconstruction=reconstruction)
+    if reconstruction == "blend" and halo:  # the overlaps travel both ways, and come home last
+        assert lp_bytes(CFG, world_size, halo, 0, 0, reconstruction="blend") > lp_bytes(
+            CFG, world_size, halo, 0, 0)
+        assert lp_bytes(CFG, world_size, halo, 0, CFG.denoise_steps - 1,
+                        reconstruction="blend") > 0
 
 
 def test_latent_parallel_sends_a_few_percent_of_sequence_parallel():
@@ -66,6 +98,7 @@ def test_latent_parallel_sends_a_few_percent_of_sequence_parallel():
 @pytest.mark.parametrize("kwargs,match", [
     (dict(mode="tp"), "mode='tp'"),
     (dict(mode="lp", halo=-1), "halo=-1"),
+    (dict(mode="lp", reconstruction="smooth"), "reconstruction='smooth'"),
     (dict(mode="lp", world_size=8), r"latent axes \{'T': 4\} are shorter than world_size=8"),
     (dict(mode="sp", world_size=3), "not divisible by 2·world_size=6"),
     (dict(mode="sp", world_size=8, method="ulysses"), "n_head=4 is not divisible by world_size=8"),

@@ -9,16 +9,15 @@ work per ring step, and the latent-parallel serving traffic.
 * Ulysses (Jacobs et al. 2023, §3.1): 4 all-to-alls per layer forward and 4 backward, each
   sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (`ulysses_bytes`).
 * Serving the video denoiser (Wu et al. 2025): sequence parallelism's bytes per denoising step
-  (`sp_bytes`), latent parallelism's patch exchange (`lp_bytes`) and its compute per rank
-  (`lp_compute_fraction`).
+  (`sp_bytes`), latent parallelism's patch exchange with its overlaps cropped or blended
+  (`lp_bytes`) and its compute per rank (`lp_compute_fraction`).
 """
 
 from __future__ import annotations
 
-from parlab.context_parallel.latent_parallel import axis_sizes, lp_pieces, region, split_axis, volume
+from parlab.context_parallel.latent_parallel import axis_sizes, core, region, split_axis
 from parlab.context_parallel.ring_attention import _causal_relation, layout_chunks
 from parlab.context_parallel.video_denoiser import VideoConfig
-from parlab.core.cost import pairwise_all_to_all
 
 
 # ----------------------------------------------------------------------------- training: attention
@@ -82,15 +81,31 @@ def sp_bytes(cfg: VideoConfig, cp: int, method: str, itemsize: int = 4) -> int:
     return per_layer * cfg.n_layer * itemsize
 
 
-def lp_bytes(cfg: VideoConfig, cp: int, halo: int, rank: int, step: int, itemsize: int = 4):
-    """Bytes `rank` sends after denoising step `step` (none after the last): pairwise all-to-all
-    of latent patches, B·C values each."""
+def lp_bytes(cfg: VideoConfig, cp: int, halo: int, rank: int, step: int, itemsize: int = 4,
+             reconstruction: str = "crop") -> int:
+    """Bytes `rank` sends after denoising step `step`, cut along axis a = step mod 3, the next
+    step along b, c the third axis; |x| a width in patches, B·C values per patch:
+
+    * before the last step, rank r sends every other rank j the box (its part along a) × (j's
+      next slab-plus-halo along b) × (all of c): B·C·|part_r^a|·N_c·Σ_{j≠r}|region_j^b|, where
+      the part is the slab (crop) or the whole slab-plus-halo region (blend: each overlap patch is
+      sent by both ranks that computed it, pre-weighted);
+    * after the last step: crop sends nothing (the slab is the output); blend sends its halos
+      back to their slab owners, B·C·(|region_r^a| − |slab_r^a|)·N_b·N_c."""
+    a, sizes = split_axis(step), axis_sizes(cfg)
+
+    def width(interval):
+        return interval[1] - interval[0]
+
+    slab, reg = width(core(cfg, a, rank, cp)), width(region(cfg, a, rank, cp, halo))
     if step >= cfg.denoise_steps - 1:
-        return 0
-    send = [volume(p) * cfg.batch * cfg.channels for p in lp_pieces(cfg, step, rank, cp, halo)]
-    recv = [volume(lp_pieces(cfg, step, i, cp, halo)[rank]) * cfg.batch * cfg.channels
-            for i in range(cp)]
-    return pairwise_all_to_all(send, recv, rank)[0] * itemsize
+        patches = 0 if reconstruction == "crop" else (reg - slab) * (cfg.tokens // sizes[a])
+    else:
+        b = split_axis(step + 1)
+        c = 3 - a - b
+        others = sum(width(region(cfg, b, j, cp, halo)) for j in range(cp) if j != rank)
+        patches = (slab if reconstruction == "crop" else reg) * sizes[c] * others
+    return patches * cfg.batch * cfg.channels * itemsize
 
 
 def lp_compute_fraction(cfg: VideoConfig, cp: int, halo: int) -> float:

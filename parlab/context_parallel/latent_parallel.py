@@ -15,6 +15,23 @@ at comparable quality. Sequence parallelism is ring attention (Liu et al. 2023) 
   once per step, not per layer): rank r sends rank j the part of its slab that lies in j's next
   slab-plus-halo (one all-to-all). Attention sees only the slab plus halo, so the output is an
   approximation that improves with the halo and is exact once the halo covers the latent.
+
+Reconstruction (`reconstruction=`), how the overlapping parts become one latent after each step:
+
+* "crop": each rank keeps only its slab and drops the halo it computed (hard cut at the slab
+  border); the exchange sends slab parts only.
+* "blend" (the paper's position-aware latent reconstruction, as far as we could read it): every
+  patch that two or more ranks computed is the weighted mean of their values, each rank's weight
+  falling off linearly toward the *cut* borders of its region (`blend_weights`): halo+1 over the
+  slab, h+1−d at the d-th patch into a halo (d = 1..h). The weights form a partition of unity, so
+  the mean is exact wherever the values agree; at halo 0 it is "crop". The paper's abstract and
+  summaries name the mechanism (position-aware reconstruction for smooth stitching of the
+  overlapping, patch-aligned partitions) but its exact weighting function was not in what we could
+  read: the linear ramp (a tent, as in tiled-diffusion blending) is our assumption. What moves:
+  the sender pre-multiplies its *whole region* (slab and halos) by its weights and sends each rank
+  the part in that rank's next region, so each overlap patch travels from both ranks that computed
+  it (both ways), and the receiver sums. After the last step one more exchange brings every halo
+  back to the slab owner (the output's layout: slabs along the last axis).
 """
 
 from __future__ import annotations
@@ -38,6 +55,7 @@ from parlab.core.cost import shard_bounds
 from parlab.core.launch import launch
 
 MODES = ("sp", "lp")
+RECONSTRUCTIONS = ("crop", "blend")
 METHODS = ("ring", "ulysses")
 AXES = ("T", "H", "W")  # dims 1, 2, 3 of a (B, T, H, W, C) latent
 
@@ -80,12 +98,69 @@ def volume(b) -> int:
     return (b[0][1] - b[0][0]) * (b[1][1] - b[1][0]) * (b[2][1] - b[2][0])
 
 
-def lp_pieces(cfg: VideoConfig, step: int, src: int, cp: int, halo: int) -> list[list[tuple]]:
-    """Boxes rank `src` sends after `step`: its slab along this step's axis ∩ rank j's next
-    slab-plus-halo along the next step's axis, for every j."""
-    a, b = split_axis(step), split_axis(step + 1)
-    return [box(cfg, {a: core(cfg, a, src, cp), b: region(cfg, b, j, cp, halo)})
-            for j in range(cp)]
+def sent_box(cfg: VideoConfig, axis: int, rank: int, cp: int, halo: int, reconstruction: str):
+    """[lo, hi) along `axis` of what `rank` sends after a step cut along `axis`: its slab (crop) or
+    its whole region, slab and halos (blend)."""
+    if reconstruction == "crop":
+        return core(cfg, axis, rank, cp)
+    return region(cfg, axis, rank, cp, halo)
+
+
+def target(cfg: VideoConfig, step: int, rank: int, cp: int, halo: int):
+    """{axis: (lo, hi)} of what `rank` holds after the exchange that follows `step`: its next
+    slab-plus-halo along the next axis, or, after the last step, its slab along this axis (the
+    output's layout)."""
+    if step >= cfg.denoise_steps - 1:
+        a = split_axis(step)
+        return {a: core(cfg, a, rank, cp)}
+    b = split_axis(step + 1)
+    return {b: region(cfg, b, rank, cp, halo)}
+
+
+def lp_pieces(cfg: VideoConfig, step: int, src: int, cp: int, halo: int,
+              reconstruction: str = "crop") -> list[list[tuple]]:
+    """Boxes rank `src` sends after `step`, one per rank j: its sent box along this step's axis
+    (`sent_box`) ∩ j's target (`target`). Along one axis the intersection is of intervals."""
+    a = split_axis(step)
+    mine = sent_box(cfg, a, src, cp, halo, reconstruction)
+    pieces = []
+    for j in range(cp):
+        bounds = dict(target(cfg, step, j, cp, halo))
+        if a in bounds:  # the last step: both along a
+            lo, hi = max(mine[0], bounds[a][0]), min(mine[1], bounds[a][1])
+            bounds[a] = (lo, max(lo, hi))
+        else:
+            bounds[a] = mine
+        pieces.append(box(cfg, bounds))
+    return pieces
+
+
+def blend_weights(cfg: VideoConfig, axis: int, rank: int, cp: int, halo: int) -> torch.Tensor:
+    """Rank's reconstruction weights along `axis`, one per patch of its region: (|region|,).
+
+    Raw weight of patch p in a region [lo, hi): min(halo+1, p−lo+1, hi−p), the two distances
+    counted only at borders that are cuts (not the latent's own edge), so halo+1 over the slab and
+    1..halo across a halo, falling toward the cut. Divided by the sum over all ranks whose region
+    holds p: a partition of unity (position-aware reconstruction; the linear ramp is our
+    assumption, see the module docstring)."""
+    n = axis_sizes(cfg)[axis]
+
+    def raw(r):
+        lo, hi = region(cfg, axis, r, cp, halo)
+        p = torch.arange(lo, hi, dtype=torch.float64)
+        w = torch.full_like(p, float(halo + 1))
+        if lo > 0:
+            w = torch.minimum(w, p - lo + 1)
+        if hi < n:
+            w = torch.minimum(w, hi - p)
+        return lo, hi, w
+
+    total = torch.zeros(n, dtype=torch.float64)
+    for r in range(cp):
+        lo, hi, w = raw(r)
+        total[lo:hi] += w
+    lo, hi, w = raw(rank)
+    return (w / total[lo:hi]).float()
 
 
 # ----------------------------------------------------------------------------- in each rank
@@ -113,11 +188,12 @@ def _sp_rank(rank, world_size, cfg: VideoConfig, method: str, seed: int):
     return {"ids": mine, "x": x, "ledger": comm.ledger.records, "step_s": step_s}
 
 
-def _lp_rank(rank, world_size, cfg: VideoConfig, halo: int, seed: int):
+def _lp_rank(rank, world_size, cfg: VideoConfig, halo: int, seed: int, reconstruction: str):
     comm, cp = Comm(None), world_size
     model = TinyVideoDenoiser(cfg, seed)
     sigmas, step_s = noise_levels(cfg), []
     local = take(initial_noise(cfg, seed), box(cfg, {0: region(cfg, 0, rank, cp, halo)}))
+    last = cfg.denoise_steps - 1
     with torch.no_grad():
         for s in range(cfg.denoise_steps):
             t0 = time.perf_counter()
@@ -127,29 +203,48 @@ def _lp_rank(rank, world_size, cfg: VideoConfig, halo: int, seed: int):
             ids = box_ids(cfg, *bounds)  # (|region|,): the true positions of the region
             v = model(local.reshape(cfg.batch, -1, cfg.channels), ids, sigmas[s],
                       model.local_attention(ids)).reshape(local.shape)  # (B, t, h, w, C)
-            keep = [slice(None)] * 5
-            keep[a + 1] = slice(lo - reg[0], hi - reg[0])  # the slab inside the region
-            slab = local[tuple(keep)] + (sigmas[s + 1] - sigmas[s]) * v[tuple(keep)]
-            if s < cfg.denoise_steps - 1:
+            updated = local + (sigmas[s + 1] - sigmas[s]) * v  # (B, t, h, w, C): the region
+            if reconstruction == "crop":
+                keep = [slice(None)] * 5
+                keep[a + 1] = slice(lo - reg[0], hi - reg[0])  # the slab inside the region
+                mine = updated[tuple(keep)]  # (B, ...) the slab
+            else:
+                shape = [1] * 5
+                shape[a + 1] = -1
+                mine = updated * blend_weights(cfg, a, rank, cp, halo).view(shape)  # weighted
+            if s < last or reconstruction == "blend":
                 with comm.ledger.label(step=s, phase="lp-exchange"):
-                    local = _exchange(cfg, comm, slab, s, halo)  # next step's region
+                    local = _exchange(cfg, comm, mine, s, halo, reconstruction)
+            else:
+                local = mine
             step_s.append(time.perf_counter() - t0)
-    return {"slab": slab, "bounds": box(cfg, {a: (lo, hi)}), "ledger": comm.ledger.records,
+    return {"slab": local, "bounds": box(cfg, {a: (lo, hi)}), "ledger": comm.ledger.records,
             "step_s": step_s}
 
 
-def _exchange(cfg, comm, slab, step, halo):
-    """One all-to-all: my slab's part of every rank's next region; returns my next region."""
+def _exchange(cfg, comm, mine, step, halo, reconstruction):
+    """One all-to-all: my sent box's part of every rank's target (`lp_pieces`); returns my
+    target. Crop: the pieces tile my target along this step's axis (concatenated). Blend: they
+    overlap where regions did, already weighted: summed in place."""
     cp, a = comm.size, split_axis(step)
-    offset = core(cfg, a, comm.rank, cp)[0]
+    offset = sent_box(cfg, a, comm.rank, cp, halo, reconstruction)[0]
     pieces = []
-    for p in lp_pieces(cfg, step, comm.rank, cp, halo):
+    for p in lp_pieces(cfg, step, comm.rank, cp, halo, reconstruction):
         rel = [(lo - (offset if i == a else 0), hi - (offset if i == a else 0))
                for i, (lo, hi) in enumerate(p)]
-        pieces.append(take(slab, rel))  # (B, |slab ∩ region_j|, C) as a box
-    shapes = [box_shape(cfg, lp_pieces(cfg, step, i, cp, halo)[comm.rank]) for i in range(cp)]
-    received = comm.all_to_all(pieces, output_shapes=shapes)  # cp × box from rank i's slab
-    return torch.cat(received, dim=a + 1)  # (B, ...) my region along b, whole along a
+        pieces.append(take(mine, rel))  # (B, |sent ∩ target_j|, C) as a box
+    boxes = [lp_pieces(cfg, step, i, cp, halo, reconstruction)[comm.rank] for i in range(cp)]
+    received = comm.all_to_all(pieces, output_shapes=[box_shape(cfg, b) for b in boxes])
+    if reconstruction == "crop":
+        return torch.cat(received, dim=a + 1)  # (B, ...) my target along b, whole along a
+    mine_box = box(cfg, target(cfg, step, comm.rank, cp, halo))
+    out = torch.zeros(box_shape(cfg, mine_box))  # (B, t, h, w, C): my target
+    start = mine_box[a][0]
+    for b, piece in zip(boxes, received):
+        index = [slice(None)] * 5
+        index[a + 1] = slice(b[a][0] - start, b[a][1] - start)
+        out[tuple(index)] += piece  # weights sum to one at every patch
+    return out
 
 
 # ----------------------------------------------------------------------------- in the parent
@@ -171,7 +266,8 @@ class ServeResult:
         return [b / steps for b in sent]
 
 
-def validate(cfg: VideoConfig, mode: str, world_size: int, halo: int = 0, method: str = "ulysses"):
+def validate(cfg: VideoConfig, mode: str, world_size: int, halo: int = 0, method: str = "ulysses",
+             reconstruction: str = "crop"):
     cfg.validate()
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} must be one of {MODES}")
@@ -192,13 +288,17 @@ def validate(cfg: VideoConfig, mode: str, world_size: int, halo: int = 0, method
                              "every rank needs a slab along each rotating axis")
         if isinstance(halo, bool) or not isinstance(halo, int) or halo < 0:
             raise ValueError(f"halo={halo!r} must be an int >= 0")
+        if reconstruction not in RECONSTRUCTIONS:
+            raise ValueError(f"reconstruction={reconstruction!r} must be one of {RECONSTRUCTIONS}")
 
 
 def serve(mode: str, cfg: VideoConfig | None = None, world_size: int = 2, halo: int = 0,
-          method: str = "ulysses", seed: int = 0, link=None, timeout: float = 120.0) -> ServeResult:
-    """Denoise one latent on `world_size` ranks with sequence ("sp") or latent ("lp") parallelism."""
+          method: str = "ulysses", seed: int = 0, link=None, timeout: float = 120.0,
+          reconstruction: str = "crop") -> ServeResult:
+    """Denoise one latent on `world_size` ranks with sequence ("sp") or latent ("lp") parallelism
+    (LP's overlaps reconstructed by `reconstruction`, "crop" or "blend")."""
     cfg = cfg or VideoConfig()
-    validate(cfg, mode, world_size, halo, method)
+    validate(cfg, mode, world_size, halo, method, reconstruction)
     t0 = time.perf_counter()
     if mode == "sp":
         outs = launch(_sp_rank, world_size, cfg, method, seed, timeout=timeout, link=link)
@@ -207,7 +307,8 @@ def serve(mode: str, cfg: VideoConfig | None = None, world_size: int = 2, halo: 
             flat[:, out["ids"]] = out["x"]
         output = flat.reshape(cfg.shape)
     else:
-        outs = launch(_lp_rank, world_size, cfg, halo, seed, timeout=timeout, link=link)
+        outs = launch(_lp_rank, world_size, cfg, halo, seed, reconstruction, timeout=timeout,
+                      link=link)
         output = torch.empty(cfg.shape)
         for out in outs:
             b = out["bounds"]
