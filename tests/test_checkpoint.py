@@ -7,7 +7,7 @@ import torch
 
 import parlab
 from parlab.core.launch import RankError
-from parlab.zero import checkpoint
+from parlab.zero import checkpoint, checkpoint_integrity
 from parlab.zero.shard import FlatLayout, assemble_state, reshard
 
 STEPS = 4
@@ -46,11 +46,11 @@ def test_a_new_rank_reads_only_the_old_files_it_overlaps(tmp_path):
     for rank in reversed(range(4)):  # rank 0 commits last, as after the barrier of a real run
         checkpoint.save(tmp_path, FakeComm(rank, 4), 1, [layout], [shards[rank]],
                         torch.optim.SGD([torch.zeros(1)]), [0.25])
-    saved = checkpoint.Checkpoint(checkpoint.latest(tmp_path))
+    saved = checkpoint.Checkpoint(checkpoint_integrity.latest(tmp_path))
     assert torch.equal(saved.read_range("u", "param", 5, 10), flat[5:])  # new rank 1 of 2
     assert saved.files_read == [1, 2, 3]  # old chunks [3, 6), [6, 9), [9, 12): not rank 0's
     assert saved.world_size == 4 and saved.losses() == [1.0]  # 4 ranks × 0.25
-    fresh = checkpoint.Checkpoint(checkpoint.latest(tmp_path))
+    fresh = checkpoint.Checkpoint(checkpoint_integrity.latest(tmp_path))
     assert torch.equal(fresh.read_range("u", "param", 0, 5), flat[:5])
     assert fresh.files_read == [0, 1]
     assert torch.equal(fresh.read_range("u", "param", 8, 12), torch.tensor([9.0, 10, 0, 0]))
@@ -60,7 +60,7 @@ def test_a_new_rank_reads_only_the_old_files_it_overlaps(tmp_path):
 def test_an_unfinished_save_is_ignored(tmp_path):
     (tmp_path / "step_000009").mkdir()  # shards written, meta.pt never committed
     (tmp_path / "step_000009" / "rank0.pt").write_bytes(b"partial")
-    assert checkpoint.latest(tmp_path) is None
+    assert checkpoint_integrity.latest(tmp_path) is None
 
 
 @pytest.mark.parametrize("scheme,before,after", [("zero3", 4, 2), ("zero3", 2, 4),
@@ -83,7 +83,7 @@ def test_a_killed_rank_fails_cleanly_and_the_restart_loses_nothing(tmp_path, uni
         parlab.run("zero3", world_size=2, steps=STEPS, save_dir=str(tmp_path), save_every=1,
                    fail_at_step=3, fail_rank=1, timeout=60)
     assert "timed out" not in str(info.value)
-    assert checkpoint.latest(tmp_path).name == "step_000003"
+    assert checkpoint_integrity.latest(tmp_path).name == "step_000003"
     restarted = parlab.run("zero3", world_size=2, steps=STEPS, save_dir=str(tmp_path),
                            resume=True)
     assert restarted.outputs[0].extras["first_step"] == 3
@@ -95,7 +95,7 @@ def test_a_killed_rank_fails_cleanly_and_the_restart_loses_nothing(tmp_path, uni
 
 def test_checkpoint_files_are_plain_tensors(tmp_path):
     parlab.run("zero2", world_size=2, steps=1, save_dir=str(tmp_path), save_every=1)
-    path = checkpoint.latest(tmp_path)
+    path = checkpoint_integrity.latest(tmp_path)
     for rank in range(2):
         data = torch.load(path / f"rank{rank}.pt", weights_only=True)
         assert set(data["units"]["root"]) == {"param", "step", "exp_avg", "exp_avg_sq"}
@@ -114,7 +114,7 @@ saved = saved_checkpoints(STEPS)  # zero2, 2 ranks, 4 steps (keep=2: steps 3 and
 
 
 def test_the_manifest_records_the_run_and_a_checksum_per_shard(saved):
-    meta = checkpoint.read_meta(checkpoint.latest(saved[0]))
+    meta = checkpoint.read_meta(checkpoint_integrity.latest(saved[0]))
     assert meta["run"] == {"family": "zero", "model": "gpt", "seed": 0, "optimizer": "adamw",
                            "lr": 3e-3, "batch_size": 12,
                            "model_config": {"vocab_size": 96, "block_size": 32, "n_layer": 4,
@@ -150,9 +150,9 @@ def test_world_size_and_stage_may_change_on_resume(ckdir):
 
 
 def test_a_resume_into_another_family_is_refused(ckdir):
-    meta = checkpoint.read_meta(checkpoint.latest(ckdir))
+    meta = checkpoint.read_meta(checkpoint_integrity.latest(ckdir))
     fields = {**meta["run"], "family": "ddp-naive"}
-    assert checkpoint.differences(meta["run"], fields) == \
+    assert checkpoint_integrity.differences(meta["run"], fields) == \
         ["family: checkpoint 'zero', this run 'ddp-naive'"]
 
 
@@ -189,7 +189,7 @@ def test_a_damaged_shard_is_named_and_the_previous_checkpoint_is_used(ckdir, sav
     _flip(ckdir / "step_000004" / "rank1.pt")
     with pytest.warns(RuntimeWarning, match=r"step_000004/rank1.pt does not match its sha256.*"
                                             "falling back to the previous complete checkpoint"):
-        assert checkpoint.latest(ckdir).name == "step_000003"
+        assert checkpoint_integrity.latest(ckdir).name == "step_000003"
     with pytest.raises(ValueError, match=r"step_000004/rank1.pt does not match its sha256"):
         checkpoint.Checkpoint(ckdir / "step_000004").rank_file(1)
     with warnings.catch_warnings():
@@ -227,7 +227,7 @@ def test_a_checkpoint_with_more_blocks_than_the_model_is_refused(ckdir):
         def __init__(self, name, layout):
             self.name, self.layout = name, layout
 
-    saved = checkpoint.Checkpoint(checkpoint.latest(ckdir))
+    saved = checkpoint.Checkpoint(checkpoint_integrity.latest(ckdir))
     units = [Unit(n, lay) for n, lay in saved.layouts.items() if not n.endswith("3")]
     with pytest.raises(ValueError, match="holds units .* that this model does not have"):
         checkpoint.load_into(saved, units, None, 2, 0)

@@ -13,7 +13,7 @@ import torch
 import parlab
 from parlab.core.launch import RankError, launch
 from parlab.engine.runner import make_config
-from parlab.zero import checkpoint
+from parlab.zero import checkpoint, checkpoint_integrity, run_lock
 from tests import workers_faults
 from tests.helpers import saved_checkpoints
 
@@ -34,10 +34,10 @@ def _flip_bit(file: pathlib.Path, bit: int) -> None:
 
 def test_a_run_leaves_no_lock_and_the_manifest_hashes_itself(saved):
     directory = saved[0]
-    assert not (directory / checkpoint.LOCK_NAME).exists()
+    assert not (directory / run_lock.LOCK_NAME).exists()
     meta = checkpoint.read_meta(directory / "step_000002")
     assert meta["manifest_sha256"] == checkpoint.manifest_hash(meta)
-    assert checkpoint.verify(directory / "step_000002") == []
+    assert checkpoint_integrity.verify(directory / "step_000002") == []
 
 
 def test_every_bit_flip_of_meta_is_caught_or_harmless(saved, tmp_path):
@@ -52,10 +52,10 @@ def test_every_bit_flip_of_meta_is_caught_or_harmless(saved, tmp_path):
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             cfg = _resume(directory)  # never "another run", never an exception
-        found = checkpoint.problems(directory / "step_000002")
+        found = checkpoint_integrity.problems(directory / "step_000002")
         if found:
             caught += 1
-            assert checkpoint.latest(directory, warn=False).name == "step_000001", bit
+            assert checkpoint_integrity.latest(directory, warn=False).name == "step_000001", bit
             assert any("step_000002/meta.pt" in str(w.message) for w in seen), bit
         else:
             assert checkpoint.read_meta(directory / "step_000002") == original, bit
@@ -67,7 +67,7 @@ def test_an_edited_meta_without_its_hash_is_damaged(ckdir):
     meta = checkpoint.read_meta(ckdir / "step_000002")
     meta["run"]["seed"] = 7  # would otherwise read as "written by another run"
     torch.save(meta, ckdir / "step_000002" / "meta.pt")
-    assert checkpoint.problems(ckdir / "step_000002") == [
+    assert checkpoint_integrity.problems(ckdir / "step_000002") == [
         f"{ckdir / 'step_000002' / 'meta.pt'} does not match its own sha256 (manifest_sha256): "
         "damaged or altered"]
     with pytest.warns(RuntimeWarning, match="falling back"):
@@ -85,7 +85,7 @@ def _rewrite(directory: pathlib.Path, steps_done: int) -> None:
 def test_a_consistent_rewrite_of_steps_done_falls_back_and_the_resume_is_right(ckdir, saved):
     _rewrite(ckdir / "step_000002", 1)
     with pytest.warns(RuntimeWarning, match=r"steps_done=1 but its directory is step_000002"):
-        assert checkpoint.latest(ckdir).name == "step_000001"
+        assert checkpoint_integrity.latest(ckdir).name == "step_000001"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         resumed = parlab.run("zero2", world_size=2, steps=STEPS, save_dir=str(ckdir), resume=True)
@@ -100,9 +100,9 @@ def test_a_rewrite_moved_to_its_own_name_is_caught_by_the_losses(ckdir):
     shutil.rmtree(ckdir / "step_000001")
     _rewrite(ckdir / "step_000002", 1)
     (ckdir / "step_000002").rename(ckdir / "step_000001")
-    assert checkpoint.problems(ckdir / "step_000001") == []  # the checksums all hold
+    assert checkpoint_integrity.problems(ckdir / "step_000001") == []  # the checksums all hold
     assert "holds 2 losses but meta.pt says steps_done=1" in "; ".join(
-        checkpoint.verify(ckdir / "step_000001"))
+        checkpoint_integrity.verify(ckdir / "step_000001"))
     with pytest.raises(ValueError, match="every checkpoint in save_dir=.* is damaged .*holds 2 "
                                          "losses.*refusing to start again from step 0"):
         _resume(ckdir)
@@ -125,14 +125,14 @@ def test_only_damaged_checkpoints_refuse_the_resume_unless_allowed(ckdir):
 
 def test_a_fresh_run_into_a_damaged_save_dir_is_refused(ckdir):
     _flip_bit(ckdir / "step_000002" / "meta.pt", 8 * 300)
-    if not checkpoint.problems(ckdir / "step_000002"):  # pragma: no cover - a harmless byte
+    if not checkpoint_integrity.problems(ckdir / "step_000002"):  # pragma: no cover - a harmless byte
         pytest.skip("the flipped bit did not change meta.pt")
     with pytest.raises(ValueError, match="holds a damaged checkpoint step_000002"):
         make_config("zero2", world_size=2, steps=STEPS, save_dir=str(ckdir), save_every=1)
 
 
 def test_a_second_run_on_a_locked_save_dir_is_refused(ckdir):
-    checkpoint.lock(ckdir)  # as rank 0 of a run in flight holds it
+    run_lock.lock(ckdir)  # as rank 0 of a run in flight holds it
     try:
         for options in ({"save_every": 1}, {"resume": True}):
             with pytest.raises(ValueError, match=rf"save_dir=.* is in use by another run \(pid "
@@ -142,11 +142,11 @@ def test_a_second_run_on_a_locked_save_dir_is_refused(ckdir):
         with pytest.raises(RankError, match="is in use by another run"):
             launch(workers_faults.lock_save_dir, 1, str(ckdir), timeout=60)
     finally:
-        checkpoint.unlock(ckdir)
-    assert not (ckdir / checkpoint.LOCK_NAME).exists()
+        run_lock.unlock(ckdir)
+    assert not (ckdir / run_lock.LOCK_NAME).exists()
     make_config("zero2", world_size=2, steps=3, save_dir=str(ckdir), save_every=1)
 
 
 def test_a_lock_file_left_by_a_killed_run_does_not_block(ckdir):
-    (ckdir / checkpoint.LOCK_NAME).write_text("pid 999999\n")  # its holder is gone: no flock
+    (ckdir / run_lock.LOCK_NAME).write_text("pid 999999\n")  # its holder is gone: no flock
     make_config("zero2", world_size=2, steps=3, save_dir=str(ckdir), save_every=1)

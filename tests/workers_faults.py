@@ -13,9 +13,9 @@ from parlab.core.launch import report_progress
 
 def lock_save_dir(rank, world_size, directory):
     """Take a save_dir's run lock in this rank, as rank 0 of a ZeRO run does."""
-    from parlab.zero import checkpoint
+    from parlab.zero import run_lock
 
-    checkpoint.lock(directory)
+    run_lock.lock(directory)
     return rank
 
 

@@ -181,7 +181,8 @@ def checkpoint_demo(directory: str, before: int = 4, after: int = 2, steps: int 
     """Train with a checkpoint every step, kill a rank at `fail_at_step`, restart from the last
     checkpoint at another world size, and compare with a run that never failed."""
     from parlab.core.launch import RankError
-    from parlab.zero.checkpoint import Checkpoint, latest
+    from parlab.zero.checkpoint import Checkpoint
+    from parlab.zero.checkpoint_integrity import latest
 
     clean = parlab.run(scheme, world_size=before, steps=steps, **options)
     error = None

@@ -36,6 +36,7 @@ from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
+from parlab.zero import checkpoint_integrity, run_lock
 from parlab.zero.cost import predict
 from parlab.zero.shard import FlatLayout, assemble_state
 from parlab.zero.zero_engine import ZeroEngine
@@ -80,7 +81,7 @@ def validate(cfg) -> None:
         raise ValueError(f"save_every={every!r} / resume={o['resume']!r} with precision="
                          f"{cfg.precision!r}: the sharded checkpoint keeps the 16-bit shards, not "
                          "the fp32 master weights; checkpoint in fp32")
-    ckpt_mod.check_resume(cfg)
+    checkpoint_integrity.check_resume(cfg)
 
 
 def _check_writable(directory) -> None:
@@ -120,9 +121,9 @@ class Zero(Strategy):
                          shards=comm.size, holds_state=False, meter=meter)
         self.resumed_from = None
         if o["save_dir"] is not None and comm.rank == 0:  # one run per save_dir at a time
-            ckpt_mod.lock(o["save_dir"])
+            run_lock.lock(o["save_dir"])
         # the checkpoint the parent verified before spawn (`check_resume`: the same rule)
-        if o["resume"] and (path := ckpt_mod.latest(o["save_dir"], deep=True)) is not None:
+        if o["resume"] and (path := checkpoint_integrity.latest(o["save_dir"], deep=True)) is not None:
             saved = ckpt_mod.Checkpoint(path)
             ckpt_mod.load_into(saved, self.engine.units, self.optimizer, comm.size, comm.rank)
             self.first_step, self.resumed_from = saved.steps_done, saved.world_size
@@ -159,7 +160,7 @@ class Zero(Strategy):
 
     def finish(self) -> None:
         if self.ctx.cfg.options["save_dir"] is not None and self.ctx.comm.rank == 0:
-            ckpt_mod.unlock(self.ctx.cfg.options["save_dir"])
+            run_lock.unlock(self.ctx.cfg.options["save_dir"])
 
     def memory(self) -> dict:
         return self.engine.memory(self.optimizer)
