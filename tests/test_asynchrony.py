@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import parlab
-from parlab.asynchrony import cost, jacobi
+from parlab.asynchrony import cost, jacobi, jacobi_solver, jacobi_virtual
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
 from tests.helpers import assert_within_gamma_to_the_generation
@@ -130,11 +130,11 @@ def test_bad_input_names_the_value(scheme, kwargs, message):
 def jacobi_runs():
     """On the virtual clock (the default): every count and time below is deterministic."""
     small = dict(n=16, sweeps=60, work_ms=0.2)
-    return {"sync": jacobi.solve(2, jacobi.JacobiConfig(mode="sync", **small)),
-            "async": jacobi.solve(3, jacobi.JacobiConfig(mode="async", straggler=3.0, delay_ms=0.5,
+    return {"sync": jacobi_solver.solve(2, jacobi.JacobiConfig(mode="sync", **small)),
+            "async": jacobi_solver.solve(3, jacobi.JacobiConfig(mode="async", straggler=3.0, delay_ms=0.5,
                                                          **small)),
-            "sync3": jacobi.solve(3, jacobi.JacobiConfig(mode="sync", straggler=3.0, **small)),
-            "async3": jacobi.solve(3, jacobi.JacobiConfig(mode="async", straggler=3.0, **small))}
+            "sync3": jacobi_solver.solve(3, jacobi.JacobiConfig(mode="sync", straggler=3.0, **small)),
+            "async3": jacobi_solver.solve(3, jacobi.JacobiConfig(mode="async", straggler=3.0, **small))}
 
 
 def test_sync_jacobi_equals_one_process_sweeps(jacobi_runs):
@@ -160,7 +160,7 @@ def test_async_jacobi_never_waits_for_the_straggler_and_uses_newest_halos(jacobi
     deterministic count, and the run is exactly the timetable's."""
     run = jacobi_runs["async"]
     sweeps = run.sweeps()
-    table = jacobi.virtual_schedule(run.cfg, 3)
+    table = jacobi_virtual.virtual_schedule(run.cfg, 3)
     assert sweeps == list(table.sweeps)
     assert sweeps[-1] == run.cfg.sweeps and min(sweeps[:-1]) >= 3 * sweeps[-1]
     assert [log["t"][-1] for log in run.logs][-1] == pytest.approx(60 * 3 * 0.2e-3)
@@ -176,7 +176,7 @@ def test_async_jacobi_reaches_the_residual_sooner_than_sync_in_virtual_time(jaco
     synchronous ones in virtual time (no tolerance needed: the clock is not this CPU's)."""
     sync, run = jacobi_runs["sync3"], jacobi_runs["async3"]
     assert run.time_to(0.05) < sync.time_to(0.05) < float("inf")
-    again = jacobi.solve(3, run.cfg)
+    again = jacobi_solver.solve(3, run.cfg)
     assert again.sweeps() == run.sweeps() and all(
         a["used"] == b["used"] and a["t"] == b["t"] for a, b in zip(again.logs, run.logs))
 
@@ -184,7 +184,7 @@ def test_async_jacobi_reaches_the_residual_sooner_than_sync_in_virtual_time(jaco
 def test_wall_clock_async_jacobi_still_converges_within_the_bound():
     """clock="wall" (threads, real sleeps): the order is this CPU's, so only order-free properties
     are asserted: newest halos never move backwards, every block within γ^generation."""
-    run = jacobi.solve(3, jacobi.JacobiConfig(mode="async", n=8, sweeps=30, work_ms=0.2, straggler=3.0,
+    run = jacobi_solver.solve(3, jacobi.JacobiConfig(mode="async", n=8, sweeps=30, work_ms=0.2, straggler=3.0,
                                               clock="wall"))
     assert run.sweeps()[-1] == 30
     for log in run.logs:
@@ -195,7 +195,7 @@ def test_wall_clock_async_jacobi_still_converges_within_the_bound():
 
 
 def test_halo_drops_a_message_older_than_the_one_it_holds():
-    halo = jacobi.Halo(2)
+    halo = jacobi_solver.Halo(2)
     newer = torch.tensor([5, 3, 0, 0, 1.0, 2.0], dtype=torch.float64)
     older = torch.tensor([4, 2, 0, 0, 9.0, 9.0], dtype=torch.float64)
     halo.offer(newer)

@@ -5,7 +5,7 @@ value stays in the order interval [0, u*], and every block of generation g is wi
 import pytest
 import torch
 
-from parlab.asynchrony import cost, jacobi
+from parlab.asynchrony import cost, jacobi, jacobi_solver
 from tests.helpers import assert_within_gamma_to_the_generation
 
 SMALL = dict(n=12, sweeps=240, work_ms=0.2, straggler=3.0, inner=4, sigma_h2=1.0)  # γ = 0.8
@@ -13,7 +13,7 @@ SMALL = dict(n=12, sweeps=240, work_ms=0.2, straggler=3.0, inner=4, sigma_h2=1.0
 
 @pytest.fixture(scope="module")
 def flexible():
-    return jacobi.solve(3, jacobi.JacobiConfig(mode="flexible", delay_ms=0.3, **SMALL))
+    return jacobi_solver.solve(3, jacobi.JacobiConfig(mode="flexible", delay_ms=0.3, **SMALL))
 
 
 def test_flexible_converges_to_the_same_solution(flexible):
@@ -54,7 +54,7 @@ def test_flexible_sends_partial_updates_and_bytes_equal_closed_form(flexible):
 def test_sync_with_inner_relaxations_equals_one_process():
     """Synchronous two-stage block-Jacobi: halos refreshed every `inner` relaxations."""
     cfg = jacobi.JacobiConfig(n=8, sweeps=12, work_ms=0.0, inner=3, mode="sync")
-    run = jacobi.solve(2, cfg)
+    run = jacobi_solver.solve(2, cfg)
     u = torch.zeros(8, 8, dtype=torch.float64)
     zero = torch.zeros(8, dtype=torch.float64)
     for _ in range(cfg.sweeps // cfg.inner):

@@ -22,7 +22,8 @@ server's bookkeeping: which version each gradient was computed on, staleness con
 assignment; pure, no processes), `server` (the server and worker strategies over non-blocking
 send/recv through `Comm`, the parameters sharded over `servers` ranks), `dualbatch` (large- and
 small-batch workers, cyclic progressive sequence lengths), `jacobi` (block-Jacobi for a 2-D
-Poisson problem: synchronous, totally asynchronous and flexible communication, macroiterations);
+Poisson problem: synchronous, totally asynchronous and flexible communication, macroiterations;
+`jacobi_virtual`: its deterministic timetable, `jacobi_solver`: the ranks and `solve`);
 `cost` (closed forms), `schemes`; `explore`, `explore_sharded`, `explore_dualbatch`,
 `explore_flexible`, `exercises` and `bench` (what notebook 09 and `python -m parlab bench
 asynchrony` run).

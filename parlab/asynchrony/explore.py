@@ -5,7 +5,7 @@ and the widget callback (the exercises: `exercises`).
 Parameter servers after Dean et al. (Downpour SGD, 2012) and Li et al. (OSDI 2014); bounded
 staleness after Ho et al. (SSP, NeurIPS 2013); asynchronous iterations after Chazan & Miranker
 (1969), Baudet (1978) and Bertsekas & Tsitsiklis (1989). Everything drives `parlab.run` or
-`parlab.asynchrony.jacobi.solve`; the closed forms are `parlab.asynchrony.cost`.
+`parlab.asynchrony.jacobi_solver.solve`; the closed forms are `parlab.asynchrony.cost`.
 """
 
 from __future__ import annotations

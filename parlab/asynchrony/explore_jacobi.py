@@ -4,7 +4,7 @@ chapter clock) or this CPU's raw clock; residual vs macroiterations and vs time;
 condition.
 
 Asynchronous iterations after Chazan & Miranker (1969), Baudet (1978) and Bertsekas & Tsitsiklis
-(1989); the solver is `parlab.asynchrony.jacobi`, the closed forms `parlab.asynchrony.cost`.
+(1989); the solver is `parlab.asynchrony.jacobi_solver`, the closed forms `parlab.asynchrony.cost`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from parlab.asynchrony import cost, jacobi
+from parlab.asynchrony import cost, jacobi, jacobi_solver
 
 
 # ----------------------------------------------------------------------------- 6. asynchronous iterations
@@ -30,11 +30,11 @@ def jacobi_runs(ranks: int, sweeps: int = 200, straggler: float = 3.0, delay_ms:
     ranks = max(ranks, 2)
     base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2, inner=inner,
                 clock=jacobi_clock(clock))
-    return {"sync": jacobi.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
-            "async": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
-            "async + delays": jacobi.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
+    return {"sync": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
+            "async": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
+            "async + delays": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
                                                                       **base)),
-            "flexible": jacobi.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
+            "flexible": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
 
 
 def jacobi_speedups(runs: dict, tol: float = 1e-6) -> dict:
