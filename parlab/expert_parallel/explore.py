@@ -69,15 +69,19 @@ def draw_capacity(model_overrides: dict | None = None):
 # ----------------------------------------------------------------------------- 2. math
 def bytes_formula_table(tokens_per_rank: int = 192, n_embd: int = 32) -> None:
     """Forward bytes per rank and MoE layer, balanced routing without drops: all-to-all (dispatch
-    + combine) vs all-gather (tokens + gates + ids, reduce-scatter of the outputs)."""
-    print(f"N_r={tokens_per_rank} tokens per rank, C={n_embd}, fp32")
-    print(f"{'ep':>3} {'k':>2} {'all-to-all':>11} {'all-gather':>11} {'ratio':>6}")
+    + combine, 2·(ep−1)/ep·N_r·k·C fp32) vs all-gather (tokens and gates, (ep−1)·N_r·(C+k) fp32;
+    expert ids, (ep−1)·N_r·k int64; reduce-scatter of the outputs, (ep−1)·N_r·C fp32: in all
+    4·(ep−1)·N_r·(2C+3k) bytes), each column from `cost`'s ring closed forms."""
+    print(f"N_r={tokens_per_rank} tokens per rank, width C={n_embd}, fp32 rows, int64 expert ids")
+    print(f"{'ep':>3} {'k':>2} {'all-to-all B':>13} {'all-gather B':>13} {'ratio':>6} {'ep/k':>5}")
     for ep in (2, 4, 8):
         for k in (1, 2):
             a2a = 2 * (ep - 1) * tokens_per_rank * k * n_embd * 4 // ep
             ag = cost.all_gather_layer_bytes(tokens_per_rank, ep, 0, ep, 0, n_embd, k, 8)
             forward = ag["gather"] + ag["routing"] + ag["scatter"]
-            print(f"{ep:>3} {k:>2} {a2a:>11,} {forward:>11,} {forward / a2a:>6.2f}")
+            assert forward == 4 * (ep - 1) * tokens_per_rank * (2 * n_embd + 3 * k)
+            print(f"{ep:>3} {k:>2} {a2a:>13,} {forward:>13,} {forward / a2a:>6.2f} {ep / k:>5.1f}")
+    print("ratio = ep·(2C+3k)/(2kC): ep/k, plus the gate and id columns' share 3/(2C)·ep")
 
 
 # ----------------------------------------------------------------------------- 3. all-to-all drawn
@@ -178,36 +182,56 @@ def memory_table(world_size: int) -> None:
               f"equal: {measured == sum(expect.values())}")
 
 
-def balance_runs(steps: int, world_size: int = 1, modes=("none", "aux", "bias")) -> dict:
-    """Training with each balancing mode: per step max/mean expert load, dropped fraction, loss."""
+def balance_runs(steps: int, world_size: int = 1, modes=("none", "aux", "bias"),
+                 top_k: int = 1) -> dict:
+    """Training with each balancing mode at `top_k` (Switch's k = 1 by default: the load's
+    ceiling E/k is then 4, far from even): per step max/mean expert load, dropped fraction, loss."""
     out = {}
     for mode in modes:
         result = parlab.run("ep", world_size=world_size, model="gpt-moe", steps=steps,
-                            model_config=BALANCING[mode])
+                            model_config={**BALANCING[mode], "top_k": top_k})
         logs = result.outputs[0].extras["routing"]
         imbalance = [max(max(s["load"]) * len(s["load"]) / sum(s["load"]) for s in steps_)
                      for steps_ in zip(*logs)]  # worst layer per step
         dropped = [sum(s["dropped"] for s in steps_) / sum(sum(s["load"]) for s in steps_)
                    for steps_ in zip(*logs)]
-        out[mode] = {"imbalance": imbalance, "dropped": dropped, "loss": result.losses}
+        m = result.config.model_config
+        out[mode] = {"imbalance": imbalance, "dropped": dropped, "loss": result.losses,
+                     "ceiling": m.n_experts / m.top_k, "top_k": m.top_k, "E": m.n_experts}
     return out
 
 
 def draw_balance(runs: dict):
-    fig, axes = plt.subplots(1, 3, figsize=(11, 2.8))
+    fig, axes = plt.subplots(1, 3, figsize=(11, 2.9))
     for mode, run in runs.items():
         for ax, key in zip(axes, ("imbalance", "dropped", "loss")):
-            ax.plot(run[key], label=mode)
-    for ax, title in zip(axes, ("max / mean expert load (worst layer)", "dropped fraction",
-                                "training loss")):
-        ax.set_title(title, fontsize=9)
+            ax.plot(run[key], label=mode, linewidth=1)
+    first = next(iter(runs.values()))
+    axes[0].axhline(first["ceiling"], color="grey", linestyle="--", linewidth=1,
+                    label=f"ceiling E/k = {first['ceiling']:g}")
+    axes[0].axhline(1, color="grey", linestyle=":", linewidth=1, label="even")
+    tail = lambda mode, key: sum(runs[mode][key][-10:]) / len(runs[mode][key][-10:])  # noqa: E731
+    balanced = [m for m in runs if m != "none"]
+    titles = ["worst expert's load, last 10 steps: " + ", ".join(
+                  f"{m} {tail(m, 'imbalance'):.2f}" for m in runs),
+              "dropped share: " + ", ".join(f"{m} {100 * tail(m, 'dropped'):.0f}%" for m in runs),
+              "loss vs none, last 10 steps: " + ", ".join(
+                  f"{m} {tail(m, 'loss') - tail('none', 'loss'):+.3f}" for m in balanced)
+              if "none" in runs else "training loss"]
+    for ax, title, unit in zip(axes, titles,
+                               ("max / mean expert load", "dropped fraction", "loss (nats)")):
+        ax.set_title(title, fontsize=8)
         ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
+        ax.set_ylabel(unit, fontsize=8)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
-def summarize_balance(runs: dict, last: int = 5) -> None:
+def summarize_balance(runs: dict, last: int = 10) -> None:
+    first = next(iter(runs.values()))
+    print(f"E={first['E']} experts, k={first['top_k']}: an expert holds at most every token once, so "
+          f"max/mean load ≤ N / (N·k/E) = E/k = {first['ceiling']:g} (the plot's ceiling)")
     for mode, run in runs.items():
         n = min(last, len(run["loss"]))
         imbalance, dropped, loss = (sum(run[key][-n:]) / n for key in ("imbalance", "dropped", "loss"))
@@ -223,8 +247,9 @@ def time_table(world_size: int, link: str = TIMING_LINK, steps: int = 3, top_k: 
     return print_comparison(world_size, link, steps, top_k, clock, batch_size)
 
 
-def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 5) -> None:
-    """The chapter's measured headlines from this run's results, each with its verdict."""
+def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -> None:
+    """The chapter's measured headlines from this run's results, each with its verdict, and when
+    to use which method (thresholds from this run's regime)."""
     rows = out[link]
     ratio = rows["ep-allgather"]["seconds"] / rows["ep"]["seconds"]
     print(f"- ep-allgather took {ratio:.2f}× ep's step time on {link} ({rows['ep']['clock']}), "
@@ -237,6 +262,19 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 5) ->
     none, aux, bias = (sum(balance[m]["imbalance"][-last:]) for m in ("none", "aux", "bias"))
     print(f"  balancing evens the load (aux and bias below none): "
           f"{'holds' if max(aux, bias) < none else 'does not hold at this many steps'}")
+    ran = rows["ep"]["link"]
+    ab = ran.latency_s * ran.bandwidth_Bps
+    dense = rows["dense"]["seconds"]
+    print("\nWhen to use it (from this run):")
+    print(f"- all-to-all (`ep`) over all-gather when k < ep and the dispatch messages reach the "
+          f"link's α·β ({ab:,.0f} B on {link}); below about α·β/4 both pay latency alike and the "
+          f"all-gather's simpler plan costs nothing")
+    print(f"- expert parallelism itself costs {rows['ep']['seconds'] / dense:.1f}× the dense step "
+          f"of equal active parameters here: it pays when the experts' memory, not FLOPs, is what "
+          f"one rank cannot hold — its parameters per rank fall as 1/ep (section 5)")
+    print(f"- train with a balancing term: without one, the worst expert sat at "
+          f"{sum(balance['none']['imbalance'][-last:]) / last:.2f}× the mean load (ceiling "
+          f"{balance['none']['ceiling']:g}) and every overflow beyond the capacity is dropped")
 
 
 def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):

@@ -204,3 +204,28 @@ def verdict(out: dict, link: str, world_size: int, top_k: int) -> dict:
               + (" — messages below α·β: latency, which both pay alike, decides"
                  if message < ab / 4 else ""))
     return {"ratio": ratio, "predicted": predicted, "holds": holds, "message": message, "ab": ab}
+
+
+def draw_times(out: dict):
+    """Step time per method on each link, measured (bars) beside the α-β prediction (ticks), in
+    milliseconds of the run's clock: the comparison `print_comparison` tabulates."""
+    import matplotlib.pyplot as plt
+
+    links = list(out)
+    names = list(out[links[0]])
+    fig, axes = plt.subplots(1, len(links), figsize=(4.2 * len(links), 2.9), squeeze=False)
+    for ax, name_link in zip(axes[0], links):
+        rows = out[name_link]
+        measured = [1e3 * rows[n]["seconds"] for n in names]
+        predicted = [1e3 * rows[n]["predicted"] for n in names]
+        ax.bar(names, measured, color=["tab:blue", "tab:orange", "tab:grey"][:len(names)],
+               label="measured")
+        ax.scatter(names, predicted, marker="_", s=900, color="black", zorder=3,
+                   label="α-β prediction")
+        ax.set_ylabel(f"ms per step ({rows[names[0]]['clock']})", fontsize=8)
+        ax.set_title(name_link, fontsize=9)
+    axes[0][0].legend(fontsize=7, loc="upper right")
+    slower = out[links[-1]]["ep-allgather"]["seconds"] / out[links[-1]]["ep"]["seconds"]
+    fig.suptitle(f"on {links[-1]}, all-gather takes {slower:.2f}× the all-to-all's step", fontsize=10)
+    fig.tight_layout()
+    return fig
