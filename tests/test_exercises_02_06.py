@@ -42,6 +42,7 @@ RIGHT = {
         "ulysses-vs-ring": 0.25,
         "contiguous-efficiency": 17 / 31,               # (2cp+1)/(4cp-1)
         "striped-owner": 2,                              # token 6 mod 4
+        "blend-weight": 1 / 5,                           # rank 0: 1, rank 1: min(4, 6) = 4
     },
 }
 

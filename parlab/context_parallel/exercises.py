@@ -1,13 +1,21 @@
 """Chapter 06's exercises (`parlab.exercises`): GPU-scale worked problems (ring attention,
-Ulysses, causal balance) and closed forms of this chapter; each check says right or wrong, never
-the answer.
+Ulysses, causal balance), closed forms of this chapter, and latent parallelism's blended
+reconstruction (Wu et al. 2025, arXiv 2512.07350); each check says right or wrong, never the
+answer.
 """
 
 from __future__ import annotations
 
 from parlab.context_parallel import cost
 from parlab.context_parallel.cost import ulysses_bytes
+from parlab.context_parallel.latent_parallel import blend_weights
+from parlab.context_parallel.video_denoiser import VideoConfig
 from parlab.exercises import Exercise, find, numeric
+
+
+def _blend_weight() -> float:
+    """Rank 0's blend weight of patch 8 on a 12-patch axis, cp = 2, halo 3 (`blend_weights`)."""
+    return blend_weights(VideoConfig(width=12), 2, 0, 2, 3)[8].item()
 
 
 def _contiguous_efficiency(cp: int = 8) -> float:
@@ -56,6 +64,18 @@ EXERCISES = [
              "Token i goes to rank i mod cp.",
              "6 mod 4 = 2. (Zig-zag, from Llama 3 and ring-flash-attention, gives rank r the "
              "contiguous chunks r and 2cp−1−r instead.)"),
+    Exercise("blend-weight",
+             "Latent parallelism with reconstruction='blend': 2 ranks cut an axis of 12 patches "
+             "into slabs [0, 6) and [6, 12), halo 3, so the regions are [0, 9) and [3, 12). A "
+             "rank's raw weight for patch p of its region [lo, hi) is min(halo+1, p−lo+1, hi−p), "
+             "the last two counted only at a border that is a cut (not the latent's edge); the "
+             "weights are then divided by their sum over the ranks whose region holds p. What "
+             "weight does rank 0 give patch 8?",
+             numeric(_blend_weight(), rtol=0.01),
+             "Patch 8 is the last patch of rank 0's region, and 3 patches into rank 1's slab.",
+             "Rank 0: min(4, 9−8) = 1 (its edge at 0 is the latent's, not a cut). Rank 1: "
+             "min(4, 8−3+1, 12−8 ignored) = 4. Rank 0's share: 1/(1+4) = 0.2 — the value "
+             "computed at the edge of a region, with the least context, counts least."),
 ]
 
 
