@@ -47,7 +47,11 @@ class Exercise:
     solution_text: str = ""
 
     def check(self, answer) -> bool:
-        """Print whether `answer` is right; never the answer itself."""
+        """Print whether `answer` is right; never the answer itself. `answer = None` (a cell's
+        starting point) is not yet an answer."""
+        if answer is None:
+            print(f"{self.name}: no answer yet — set `answer` and run the cell again")
+            return False
         right = bool(self.expect(answer))
         print(f"{self.name}: " + ("right" if right else
                                   "not yet — try again, or call .hint() for a nudge"))
