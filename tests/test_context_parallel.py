@@ -228,7 +228,8 @@ def test_crossover_and_block_ratio_are_the_closed_forms():
     from parlab.context_parallel import explore_regime as regime
     from parlab.core.link import Link
 
-    assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(2 * 150e12 / 450e9)
+    assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(2 * 150e12 / 300e9)  # NVLink 3
+    assert regime.crossover_tokens("NVLink", "H100") == pytest.approx(2 * 400e12 / 450e9)  # NVLink 4
     link = Link(1e-3, 2e6, "test", dilation=1e4)
     flops = 4 * 8 * 64 ** 2 * 32
     expected = (flops / 150e12 * 1e4) / (1e-3 + 8 * 8 * 64 * 32 / 2e6)
@@ -259,6 +260,19 @@ def test_explain_regime_says_when_the_share_does_not_rise(capsys):
     assert "As predicted" in capsys.readouterr().out
     regime.explain_regime([row(64, 0.1, 0.6, 4, 10), row(128, 0.3, 0.0, 12, 10)], 667)
     out = capsys.readouterr().out
-    assert "Not monotone" in out and "128 tokens/rank the rank was blocked longer" in out
+    assert "did not rise monotonically" in out and "128 tokens/rank the rank was blocked longer" in out
     regime.explain_regime([row(64, 0.1, 0.0, 10, 9, measured=0.4), row(128, 0.3, 0.9, 1, 10, 1.2)], 667)
-    assert "128 tokens/rank more is hidden than predicted" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "64 tokens/rank 4.0×, 128 tokens/rank 4.0×" in out and "does not see" in out
+    assert "As predicted" in out
+    # the share rose, but above what the blocks' ratios account for: trend yes, level no
+    regime.explain_regime([row(64, 0.03, 0.42, 230, 397, 0.07), row(512, 0.43, 0.57, 646, 1498, 0.44)],
+                          1000)
+    out = capsys.readouterr().out
+    assert "As predicted" not in out and "The trend is the paper's" in out
+    assert "64 (42% hidden vs a measured forward ratio 0.07)" in out
+    # it fell where the smaller block ran further over its FLOP price: said, with the ratios
+    regime.explain_regime([row(64, 0.03, 0.42, 230, 397, 0.07), row(128, 0.07, 0.34, 364, 555, 0.11)],
+                          1000)
+    out = capsys.readouterr().out
+    assert "Not as predicted" in out and "64→128 tokens/rank: 42%→34%" in out
