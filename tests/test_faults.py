@@ -8,7 +8,8 @@ import pathlib
 import pytest
 
 import parlab.core.rendezvous
-from parlab.core.launch import SILENT_S, RankError, _Status, launch, stuck_rank
+from parlab.core.launch import RankError, launch
+from parlab.core.stuck import SILENT_S, RankStatus, stuck_rank
 from tests import workers_faults
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -37,7 +38,7 @@ def test_a_stopped_rank_is_named_as_silent():
 
 
 def _status(heard, step=None, at=None, op=None):
-    return _Status(heard, None if step is None else (step, 10), at, op)
+    return RankStatus(heard, None if step is None else (step, 10), at, op)
 
 
 def test_the_stuck_rank_rules():

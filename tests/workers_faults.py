@@ -8,7 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from parlab.core.launch import report_progress
+from parlab.core.rank_process import report_progress
 
 
 def lock_save_dir(rank, world_size, directory):

@@ -2,7 +2,9 @@
 
 Reading order:
 - `launch`: ranks over gloo from a notebook or a script (forkserver with torch preloaded; the
-  parent owns the rendezvous store); runs unchanged under `torchrun`.
+  parent owns the rendezvous store); runs unchanged under `torchrun`. `rank_process`: inside a
+  rank (`current`, `report_progress`, the heartbeat); `stuck`: naming the rank that holds the
+  others up.
 - `ledger`, `comm`, `sharded`, `handle`: every byte any scheme moves crosses `Comm` and lands in
   the ledger; `sharded` holds its reduce-scatter and all-gather (uneven shards, `out=` buffers),
   `handle` an op in flight.

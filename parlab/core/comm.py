@@ -32,9 +32,9 @@ import torch.distributed as dist
 
 from parlab.core import collectives, cost
 from parlab.core.handle import Handle
-from parlab.core.launch import current as current_launch
 from parlab.core.ledger import Ledger, Traffic
 from parlab.core.link import Link
+from parlab.core.rank_process import current as current_launch
 from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline

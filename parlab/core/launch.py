@@ -27,33 +27,31 @@ kernel can use it a hundred times an hour without ever hanging or leaking a proc
   its own namespace of the store, and returns every rank's result, gathered with
   `all_gather_object`. A launch of world_size=1 there (the `single` reference) runs locally in a
   child of this process, on every torchrun rank.
+
+Here is the parent's side: check the arguments, start the ranks, collect their results and raise
+the first failure as a `RankError`. Inside a rank: `parlab.core.rank_process` (`current`,
+`report_progress`, the heartbeat); naming the stuck rank: `parlab.core.stuck`.
 """
 
 from __future__ import annotations
 
-import importlib
 import io
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import multiprocessing.spawn as mp_spawn
 import os
 import signal
-import sys
-import threading
 import time
-import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from parlab.core import rendezvous
-from parlab.core.allocator import keep_freed_memory
+from parlab.core.rank_process import child_main, resolve, run_in_torchrun
 from parlab.core.rendezvous import under_torchrun
+from parlab.core.stuck import RankStatus, stuck_report
 
 START_METHODS = ("forkserver", "spawn", "fork")
 # imported once in the forkserver, inherited by every rank
@@ -70,79 +68,6 @@ class RankError(RuntimeError):
         self.remote_traceback = remote_traceback
 
 
-@dataclass(frozen=True)
-class LaunchInfo:
-    """What the launcher tells the code running inside one rank."""
-
-    rank: int
-    world_size: int
-    link: Any = None  # a parlab.core.link.Link, or None for the bare loopback
-    timeout_s: float = 60.0
-    torchrun: bool = False
-    args: tuple = ()  # the launch's extra arguments (parlab.run passes its RunConfig)
-
-
-_CURRENT: LaunchInfo | None = None
-_PROGRESS_CONN = None
-_SEND_LOCK = threading.Lock()  # the main thread and the heartbeat thread share the pipe
-HEARTBEAT_S = 0.5  # a rank's heartbeat period
-SILENT_S = 4 * HEARTBEAT_S  # no heartbeat for this long: the rank is stopped or frozen
-# frames of these files mean "waiting in communication"
-_COMM_FILES = ("parlab/core/comm.py", "parlab/core/collectives.py", "parlab/core/handle.py",
-               "parlab/core/sharded.py", "torch/distributed/")
-
-
-def current() -> LaunchInfo | None:
-    """The LaunchInfo of this process when it is a rank started by `launch`, else None."""
-    return _CURRENT
-
-
-def _send(message) -> bool:
-    conn = _PROGRESS_CONN
-    if conn is None:
-        return False
-    try:
-        with _SEND_LOCK:
-            conn.send(message)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
-def report_progress(done: int, total: int) -> None:
-    """Tell the parent how far this rank is (rank 0's is shown as a progress bar by the CLI; every
-    rank's names the stuck one if the launch times out). Cheap."""
-    _send(("progress", done, total))
-
-
-def _short(filename: str) -> str:
-    parts = filename.replace(os.sep, "/").split("/")
-    return "/".join(parts[-2:])
-
-
-def where(frame) -> tuple[str, str | None]:
-    """(where the code is, the communication op it waits in or None) of a thread's `frame`."""
-    if frame is None:
-        return "unknown", None
-    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
-    stack = list(reversed(stack))  # outermost first
-    for i, fs in enumerate(stack):
-        if any(marker in fs.filename.replace(os.sep, "/") for marker in _COMM_FILES):
-            names = [f.name for f in stack[i:] if "wrapper" not in f.name]
-            caller = stack[i - 1] if i else fs
-            return f"{_short(caller.filename)}:{caller.lineno} in {caller.name}", \
-                (names[0] if names else fs.name)
-    inner = stack[-1]
-    return f"{_short(inner.filename)}:{inner.lineno} in {inner.name}", None
-
-
-def _heartbeat(main_ident: int, stop: threading.Event) -> None:
-    while not stop.wait(HEARTBEAT_S):
-        at, op = where(sys._current_frames().get(main_ident))
-        if not _send(("heartbeat", at, op)):
-            return
-
-
 # ----------------------------------------------------------------------------- validation
 def _function_reference(fn: Callable) -> str:
     """'module:qualname' for an importable function, else ValueError (a child cannot find it)."""
@@ -156,20 +81,12 @@ def _function_reference(fn: Callable) -> str:
             "(for example a file of the parlab package), not in a notebook cell or a closure"
         )
     try:
-        found = _resolve(f"{module}:{qualname}")
+        found = resolve(f"{module}:{qualname}")
     except (ImportError, AttributeError) as err:
         raise ValueError(f"fn={module}.{qualname} cannot be imported: {err}") from None
     if found is not fn and getattr(found, "__wrapped__", None) is not fn:
         raise ValueError(f"fn={module}.{qualname} does not resolve to the same object on import")
     return f"{module}:{qualname}"
-
-
-def _resolve(reference: str) -> Callable:
-    module_name, qualname = reference.split(":")
-    obj: Any = importlib.import_module(module_name)
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 # ----------------------------------------------------------------------------- the launcher
@@ -186,7 +103,7 @@ def launch(
 
     `timeout` bounds the whole launch (and every collective inside it); at the timeout the
     RankError names the stuck rank (see the module docstring). `link` is made available to the
-    ranks as `parlab.core.launch.current().link`. `progress(done, total)` is called in the
+    ranks as `parlab.core.rank_process.current().link`. `progress(done, total)` is called in the
     parent when rank 0 calls `report_progress`.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
@@ -199,7 +116,7 @@ def launch(
     if under_torchrun():
         env_world = int(os.environ["WORLD_SIZE"])
         if world_size == env_world:
-            return _launch_torchrun(reference, world_size, args, timeout, link)
+            return run_in_torchrun(reference, world_size, args, timeout, link)
         if world_size != 1:
             raise ValueError(f"world_size={world_size} but torchrun started WORLD_SIZE={env_world}: "
                              f"under torchrun a launch uses every rank (or world_size=1, a local run)")
@@ -214,7 +131,7 @@ def launch(
             for rank in range(world_size):
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(
-                    target=_child_main,
+                    target=child_main,
                     args=(reference, rank, world_size, args, store.port, writer, timeout, link,
                           os.getpid(), start_method == "forkserver"),
                     name=f"parlab-rank{rank}", daemon=True,
@@ -258,52 +175,10 @@ def _without_parent_main():
         mp_spawn.get_preparation_data = original
 
 
-@dataclass
-class _Status:
-    """What the parent last heard from one rank (times on the parent's monotonic clock)."""
-
-    heard: float
-    step: tuple | None = None  # (done, total) of its last report_progress
-    at: str | None = None  # where its main thread was at its last heartbeat
-    op: str | None = None  # the communication op it was waiting in, or None
-
-    def describe(self) -> str:
-        step = f"step {self.step[0]} of {self.step[1]}" if self.step else "no step reported"
-        where_ = (f"waiting in {self.op} (called at {self.at})" if self.op
-                  else f"at {self.at}" if self.at
-                  else "no heartbeat received" if self.step else "no word yet (still starting?)")
-        return f"{step}, {where_}"
-
-
-def stuck_rank(pending: list[int], status: list[_Status], now: float) -> tuple[int, str]:
-    """(rank, why) of the rank that holds the others up: the one silent longest (no heartbeat for
-    SILENT_S: stopped or frozen); else, among the ranks not waiting in a collective (all if every
-    one waits), the one with the fewest steps reported, then the oldest heartbeat."""
-    silent = [r for r in pending if now - status[r].heard > SILENT_S]
-    if silent:
-        rank = min(silent, key=lambda r: status[r].heard)
-        return rank, (f"no heartbeat for {now - status[rank].heard:.1f} s (stopped or frozen); "
-                      f"last heard: {status[rank].describe()}")
-    busy = [r for r in pending if status[r].op is None]
-    rank = min(busy or pending, key=lambda r: (status[r].step[0] if status[r].step else -1,
-                                                status[r].heard))
-    why = ("not in a collective while the others wait in one" if busy and len(busy) < len(pending)
-           else "furthest behind")
-    return rank, f"{why}: {status[rank].describe()}"
-
-
-def _stuck_report(pending: list[int], status: list[_Status]) -> tuple[int | None, str]:
-    if not pending:
-        return None, ""
-    rank, why = stuck_rank(pending, status, time.monotonic())
-    others = "; ".join(f"rank {r}: {status[r].describe()}" for r in pending if r != rank)
-    return rank, (f"\nstuck: rank {rank}, {why}" + (f"\nthe others: {others}" if others else ""))
-
-
 def _collect(processes, readers, timeout, progress) -> list[Any]:
     """Wait for every rank's result; on the first failure, name the rank that caused it."""
     world_size = len(processes)
-    status = [_Status(time.monotonic()) for _ in range(world_size)]
+    status = [RankStatus(time.monotonic()) for _ in range(world_size)]
     deadline = time.monotonic() + timeout
     results: list[Any] = [None] * world_size
     finished = [False] * world_size
@@ -324,7 +199,7 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
                     _read_messages(reader, rank, results, finished, failures, progress, waiting,
                                    status)
             pending = [rank for rank in range(world_size) if not finished[rank]]
-            stuck, report = _stuck_report([r for r in pending if r not in failures], status)
+            stuck, report = stuck_report([r for r in pending if r not in failures], status)
             raise RankError(f"timeout after {timeout:g} s: ranks {pending} had not finished "
                             f"(finished: {[r for r in range(world_size) if finished[r]]})"
                             + report, rank=stuck)
@@ -348,7 +223,7 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
         causes = [r for r, (text, _) in failures.items() if not any(p in text for p in _PEER_LOST)]
         silent = [r for r in range(world_size) if not finished[r] and r not in failures]
         if not causes and silent:  # every failure is a lost peer: the cause is a silent rank
-            stuck, report = _stuck_report(silent, status)
+            stuck, report = stuck_report(silent, status)
             raise RankError(f"ranks {sorted(failures)} failed waiting for a peer that never "
                             f"answered (first: {failures[min(failures)][0]})" + report,
                             rank=stuck)
@@ -395,58 +270,3 @@ def _stop_all(processes) -> None:
             proc.kill()
     for proc in processes:
         proc.join(timeout=5)
-
-
-# ----------------------------------------------------------------------------- in the child
-def _child_main(reference, rank, world_size, args, port, conn, timeout, link, launcher_pid,
-                forkserver_child) -> None:
-    global _CURRENT, _PROGRESS_CONN
-    rendezvous.die_with_launcher(launcher_pid, forkserver_child)
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    os.environ["OMP_NUM_THREADS"] = "1"
-    torch.set_num_threads(1)
-    keep_freed_memory()  # freed tensors stay for the next, as a GPU's caching allocator keeps them
-    _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
-    _PROGRESS_CONN = conn
-    stop = threading.Event()
-    threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),
-                     name="parlab-heartbeat", daemon=True).start()
-    try:
-        fn = _resolve(reference)
-        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
-                              timeout=timedelta(seconds=timeout))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=timeout))
-        try:
-            result = fn(rank, world_size, *args)
-        finally:
-            dist.destroy_process_group()
-        buffer = io.BytesIO()
-        torch.save(result, buffer)
-        stop.set()
-        with _SEND_LOCK:
-            conn.send(("ok", buffer.getvalue()))
-    except BaseException as err:  # noqa: BLE001 - everything goes home to the parent
-        stop.set()
-        try:
-            with _SEND_LOCK:
-                conn.send(("error", type(err).__name__, str(err), traceback.format_exc()))
-        except Exception:  # noqa: BLE001
-            pass
-        os._exit(1)
-    finally:
-        with _SEND_LOCK:
-            _PROGRESS_CONN = None
-            conn.close()
-
-
-# ----------------------------------------------------------------------------- torchrun
-def _launch_torchrun(reference, world_size, args, timeout, link) -> list[Any]:
-    """Inside torchrun: this process is one rank; run fn here and gather every rank's result."""
-
-    def set_current(rank):
-        global _CURRENT
-        _CURRENT = None if rank is None else LaunchInfo(rank, world_size, link, timeout,
-                                                        torchrun=True, args=args)
-
-    return rendezvous.torchrun_launch(_resolve(reference), world_size, args, timeout, set_current)

@@ -32,7 +32,8 @@ from typing import Any
 from parlab import models
 from parlab.core import checks, precision, speeds, topology
 from parlab.core import clock as clocks
-from parlab.core.launch import START_METHODS, launch, report_progress
+from parlab.core.launch import START_METHODS, launch
+from parlab.core.rank_process import report_progress
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
     Scheme,
     SchemeInfo,

@@ -85,7 +85,7 @@ def config_hash(fields: dict) -> str:
 
 def _launch_config():
     """The RunConfig of the parlab.run this rank belongs to (None outside one, e.g. in a test)."""
-    from parlab.core.launch import current
+    from parlab.core.rank_process import current
 
     info = current()
     for arg in info.args if info is not None else ():

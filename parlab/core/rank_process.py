@@ -1,0 +1,163 @@
+"""Inside a launched rank: what the launcher tells it, and what it tells the launcher.
+
+The child side of `parlab.core.launch` (the idea of `torch.multiprocessing.spawn` and `torchrun`'s
+workers): `child_main` joins the parent's loopback store, runs the function and sends home one
+final message through its own pipe, its return value or its exception with the formatted
+traceback. Meanwhile a thread sends a heartbeat every `HEARTBEAT_S` seconds: where the main thread
+is (file, line, function) and the collective it waits in, if any (`where`), so that a timeout can
+name the stuck rank (`parlab.core.stuck`). `current()` is the `LaunchInfo` of this process
+(rank, world size, link, the launch's arguments); `report_progress` tells the parent how far this
+rank is. Under `torchrun` this very process is the rank (`run_in_torchrun`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from parlab.core import rendezvous
+from parlab.core.allocator import keep_freed_memory
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    """What the launcher tells the code running inside one rank."""
+
+    rank: int
+    world_size: int
+    link: Any = None  # a parlab.core.link.Link, or None for the bare loopback
+    timeout_s: float = 60.0
+    torchrun: bool = False
+    args: tuple = ()  # the launch's extra arguments (parlab.run passes its RunConfig)
+
+
+_CURRENT: LaunchInfo | None = None
+_PROGRESS_CONN = None
+_SEND_LOCK = threading.Lock()  # the main thread and the heartbeat thread share the pipe
+HEARTBEAT_S = 0.5  # a rank's heartbeat period
+# frames of these files mean "waiting in communication"
+_COMM_FILES = ("parlab/core/comm.py", "parlab/core/collectives.py", "parlab/core/handle.py",
+               "parlab/core/sharded.py", "torch/distributed/")
+
+
+def current() -> LaunchInfo | None:
+    """The LaunchInfo of this process when it is a rank started by `launch`, else None."""
+    return _CURRENT
+
+
+def _send(message) -> bool:
+    conn = _PROGRESS_CONN
+    if conn is None:
+        return False
+    try:
+        with _SEND_LOCK:
+            conn.send(message)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def report_progress(done: int, total: int) -> None:
+    """Tell the parent how far this rank is (rank 0's is shown as a progress bar by the CLI; every
+    rank's names the stuck one if the launch times out). Cheap."""
+    _send(("progress", done, total))
+
+
+def _short(filename: str) -> str:
+    parts = filename.replace(os.sep, "/").split("/")
+    return "/".join(parts[-2:])
+
+
+def where(frame) -> tuple[str, str | None]:
+    """(where the code is, the communication op it waits in or None) of a thread's `frame`."""
+    if frame is None:
+        return "unknown", None
+    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
+    stack = list(reversed(stack))  # outermost first
+    for i, fs in enumerate(stack):
+        if any(marker in fs.filename.replace(os.sep, "/") for marker in _COMM_FILES):
+            names = [f.name for f in stack[i:] if "wrapper" not in f.name]
+            caller = stack[i - 1] if i else fs
+            return f"{_short(caller.filename)}:{caller.lineno} in {caller.name}", \
+                (names[0] if names else fs.name)
+    inner = stack[-1]
+    return f"{_short(inner.filename)}:{inner.lineno} in {inner.name}", None
+
+
+def _heartbeat(main_ident: int, stop: threading.Event) -> None:
+    while not stop.wait(HEARTBEAT_S):
+        at, op = where(sys._current_frames().get(main_ident))
+        if not _send(("heartbeat", at, op)):
+            return
+
+
+def resolve(reference: str) -> Callable:
+    module_name, qualname = reference.split(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def child_main(reference, rank, world_size, args, port, conn, timeout, link, launcher_pid,
+                forkserver_child) -> None:
+    global _CURRENT, _PROGRESS_CONN
+    rendezvous.die_with_launcher(launcher_pid, forkserver_child)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
+    keep_freed_memory()  # freed tensors stay for the next, as a GPU's caching allocator keeps them
+    _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
+    _PROGRESS_CONN = conn
+    stop = threading.Event()
+    threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),
+                     name="parlab-heartbeat", daemon=True).start()
+    try:
+        fn = resolve(reference)
+        store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
+                              timeout=timedelta(seconds=timeout))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                timeout=timedelta(seconds=timeout))
+        try:
+            result = fn(rank, world_size, *args)
+        finally:
+            dist.destroy_process_group()
+        buffer = io.BytesIO()
+        torch.save(result, buffer)
+        stop.set()
+        with _SEND_LOCK:
+            conn.send(("ok", buffer.getvalue()))
+    except BaseException as err:  # noqa: BLE001 - everything goes home to the parent
+        stop.set()
+        try:
+            with _SEND_LOCK:
+                conn.send(("error", type(err).__name__, str(err), traceback.format_exc()))
+        except Exception:  # noqa: BLE001
+            pass
+        os._exit(1)
+    finally:
+        with _SEND_LOCK:
+            _PROGRESS_CONN = None
+            conn.close()
+
+
+def run_in_torchrun(reference, world_size, args, timeout, link) -> list[Any]:
+    """Inside torchrun: this process is one rank; run fn here and gather every rank's result."""
+
+    def set_current(rank):
+        global _CURRENT
+        _CURRENT = None if rank is None else LaunchInfo(rank, world_size, link, timeout,
+                                                        torchrun=True, args=args)
+
+    return rendezvous.torchrun_launch(resolve(reference), world_size, args, timeout, set_current)
