@@ -132,16 +132,25 @@ def test_ownership_is_balanced_and_found_on_any_module():
     assert [ownership.owned_numel(r) for r in range(4)] == [ownership.owned_numel(0)] * 4
 
 
-def test_exercises_accept_the_measured_answers_and_reject_others(runs):
-    from parlab.subnet.exercises import exercise
+def test_exercises_accept_the_closed_forms_answers_and_reject_others(runs, capsys):
+    """The GPU-scale answers come from the closed forms; the same closed forms, on the same kind
+    of block-level ownership, equal a real run's measured memory and ledger here (N = 4)."""
+    from parlab.subnet.exercises import answers, block_ownership, exercise
 
     kinds = ("params", "grads", "optimizer")
-    fwd = runs("sdp", 4, steps=1, owners=1, mask="forward", granularity="block")
-    bwd = runs("sdp", 4, steps=1, owners=1, mask="backward", granularity="block")
-    pair = runs("sdp", 4, steps=1, owners=2, mask="forward", granularity="block")
-    measured = {"forward-memory": sum(fwd.memory[0][k] for k in kinds),
-                "backward-memory": sum(bwd.memory[0][k] for k in kinds),
-                "owner-bytes": pair.bytes_per_rank()[0], "one-owner": "shared", "unbiased": "backward"}
-    for name, answer in measured.items():
-        assert exercise(name).check(answer)
-        assert not exercise(name).check(answer * 2 if isinstance(answer, int) else "all")
+    gpt = build_model(make_config("single"))
+    blocks = [sum(p.numel() for n, p in gpt.named_parameters() if n.startswith(f"blocks.{i}."))
+              for i in range(4)]
+    shared = sum(p.numel() for p in gpt.parameters()) - sum(blocks)
+    for owners, mask in ((1, "forward"), (1, "backward"), (2, "forward")):
+        run = runs("sdp", 4, steps=1, owners=owners, mask=mask, granularity="block")
+        own = block_ownership(4, owners, blocks=4, block=blocks[0], shared=shared)
+        assert sum(run.memory[0][k] for k in kinds) == sum(
+            subnet_cost.memory_formula(own, mask, 0).values())
+        assert run.bytes_per_rank()[0] == sum(subnet_cost.step_bytes(own, mask, 0).values())
+    for name, answer in answers().items():
+        assert exercise(name).check(answer), name
+        assert not exercise(name).check(answer * 2) and not exercise(name).check(None), name
+        exercise(name).hint()
+    out = capsys.readouterr().out
+    assert not any(f"{a:,.0f}" in out or f"{a:g}" in out for a in answers().values())

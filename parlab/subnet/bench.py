@@ -66,7 +66,8 @@ def print_curves(world_size: int, args) -> None:
     print(f"full model's loss, mean of the last 5 of {args.curve_steps} steps, k=1 of N={world_size}:")
     for r in summary.itertuples():
         print(f"  {r.mask:8s} {r.granularity:6s} loss {r.loss:.4f} vs DDP {r.ddp_loss:.4f} "
-              f"({100 * r.loss_gap:+.1f}%), mean cos(ĝ, g) {r.mean_cos:.3f}")
+              f"({100 * r.loss_gap:+.1f}%), mean cos(ĝ, g) {r.cos_whole:.3f} (owned units' own "
+              f"{r.cos_owned_units:.3f}, shared {r.cos_shared:.3f})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,10 @@ neurons it does not own are zeroed before the down projection, which removes the
 — the "masked sum ÷ owner count" form of the owners' average that `sync.py` computes with one
 process group per owner set. The emulation steps the same optimizer with ĝ, so its trajectory is
 the distributed run's (tested equal within 1e-4), and at every step it also measures the full
-model's loss on the global batch and cos(ĝ, g).
+model's loss on the global batch and cos(ĝ, g) — over the whole vector, and per unit
+(`unit_cosines`): the shared parameters (embeddings, the tied head; at neuron level also attention),
+averaged over all N, hold most of the gradient's norm in the tiny GPT and would dominate the
+whole-vector cosine, so each unit's own alignment is reported beside it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ class Emulation:
     full_losses: list[float]  # the full model's loss on each step's global batch, before the update
     cosines: list[float]  # cos(ĝ, g) at each step
     norm_ratios: list[float]  # |ĝ| / |g| at each step
+    unit_cosines: list[dict] = field(default_factory=list)  # per step {unit label: cos(ĝ_u, g_u)}
     state: dict = field(default_factory=dict)  # final full parameters
 
 
@@ -77,6 +81,24 @@ def subnetwork(model: nn.Module, ownership: Ownership, rank: int):
             restore()
 
 
+def unit_masks(model: nn.Module, ownership: Ownership) -> dict[str, dict[str, torch.Tensor]]:
+    """{unit label: {parameter name: 0/1 tensor of its shape}}: the elements each unit covers
+    (the shared unit included), for the per-unit cosines."""
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    out = {}
+    for unit in ownership.units:
+        if unit.numel:
+            mask: dict[str, torch.Tensor] = {}
+            for piece in unit.pieces:
+                mask.setdefault(piece.name, torch.zeros(shapes[piece.name]))[piece.index] = 1.0
+            out[unit.label] = mask
+    return out
+
+
+def _masked(grads: dict, mask: dict) -> torch.Tensor:
+    return torch.cat([grads[n][m.bool()] for n, m in mask.items()])  # (Ψ_u,) the unit's elements
+
+
 def _grads(params: dict, loss: torch.Tensor) -> dict[str, torch.Tensor]:
     grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     return {n: torch.zeros_like(p) if g is None else g for (n, p), g in zip(params.items(), grads)}
@@ -109,6 +131,7 @@ def _emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
     params = dict(model.named_parameters())
     optimizer = make_optimizer(params.values(), cfg)
     masks = ownership_masks(model, ownership)
+    units = unit_masks(model, ownership)
     counts = {n: sum(m[n] for m in masks) for n in params}  # owners per element, >= 1
     n = ownership.world_size
     out = Emulation([], [], [], [])
@@ -135,6 +158,8 @@ def _emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
         out.full_losses.append(full_loss)
         out.cosines.append(torch.nn.functional.cosine_similarity(a, b, dim=0).item())
         out.norm_ratios.append((a.norm() / b.norm()).item())
+        out.unit_cosines.append({label: torch.nn.functional.cosine_similarity(
+            _masked(g_hat, m), _masked(g, m), dim=0).item() for label, m in units.items()})
         for name, p in params.items():
             p.grad = g_hat[name]
         optimizer.step()

@@ -1,55 +1,68 @@
-"""Notebook 10's exercises (`parlab.exercises`): memory and bytes of subnetwork data parallelism
-and why its gradient is unbiased (Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With
-Subnetwork Data Parallelism", 2025); each check says right or wrong, never the answer.
+"""Notebook 10's exercises (`parlab.exercises`): memory and bytes of subnetwork data parallelism at
+GPU scale (Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data
+Parallelism", 2025). The answers come from the chapter's closed forms (`parlab.subnet.cost`, held
+equal to the ledger and the measured memory of real runs by the tests), applied to a 7B-parameter
+model's ownership; each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
-from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.exercises import Exercise, find, numeric
 from parlab.subnet import cost as subnet_cost
-from parlab.subnet.explore import ownership
+from parlab.subnet.ownership import Ownership, Piece, Unit, owners_of
+
+BLOCKS, BLOCK, SHARED = 32, 200_000_000, 600_000_000  # 32 blocks of 0.2B + 0.6B shared = 7B
 
 
-def _gpt_ownership(n: int, k: int, granularity: str):
-    return ownership(n, k, granularity)
+def block_ownership(world_size: int, owners: int, blocks: int = BLOCKS, block: int = BLOCK,
+                    shared: int = SHARED) -> Ownership:
+    """Block-level ownership of a model of `blocks` blocks of `block` parameters and `shared` shared
+    ones, units assigned as `ownership.assign` assigns a real model's."""
+    units = [Unit(f"blocks.{u}", (Piece(f"blocks.{u}.weight", (block,)),),
+                  owners_of(u, owners, world_size)) for u in range(blocks)]
+    units.append(Unit("shared", (Piece("shared.weight", (shared,)),), tuple(range(world_size))))
+    return Ownership(world_size, owners, "block", tuple(units))
 
+
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    k1, k2 = block_ownership(8, 1), block_ownership(8, 2)
+    return {"forward-memory": sum(subnet_cost.memory_formula(k1, "forward", 0).values()),
+            "backward-memory": sum(subnet_cost.memory_formula(k1, "backward", 0).values()),
+            "owner-bytes": sum(subnet_cost.step_bytes(k2, "forward", 0).values()),
+            "one-owner-bytes": sum(subnet_cost.step_bytes(k1, "forward", 0).values()),
+            "refresh-bytes": subnet_cost.step_bytes(k1, "backward", 0)["param-refresh"]}
+
+
+_A = answers()
+_MODEL = ("A 7B-parameter model: 32 transformer blocks of 0.2B parameters and 0.6B shared ones "
+          "(embeddings, final norm), fp32, AdamW; N = 8 ranks, block level")
 
 EXERCISES = [
-    Exercise("forward-memory",
-             "Forward masking, block level, the default GPT (Ψ = 53,824: 4 blocks of 12,416 and "
-             "4,160 shared), N = 4, k = 1. How many bytes of model states (parameters, gradients, "
-             "Adam state; fp32) does one rank hold?",
-             numeric(16 * (4160 + 12416), rtol=0, atol=0.5),
-             "Each rank owns 4·1/4 = 1 block plus the shared parameters; 16 bytes per owned parameter.",
-             "16 · (4,160 + 12,416) = 265,216 B, 31% of DDP's 16Ψ = 861,184 B."),
-    Exercise("backward-memory",
-             "The same with backward masking (N = 4, k = 1, block level): bytes of model states "
-             "per rank?",
-             numeric(4 * 53824 + 12 * (4160 + 12416), rtol=0, atol=0.5),
-             "The forward needs every parameter (4Ψ); gradients and Adam state exist for owned ones.",
-             "4 · 53,824 + 12 · 16,576 = 414,208 B."),
-    Exercise("owner-bytes",
-             "Forward masking, block level, default GPT, N = 4, k = 2: how many bytes does one rank "
-             "send per step? (Ring all-reduce inside each owner set; the shared 4,160 among all 4.)",
-             numeric(subnet_cost.step_bytes(_gpt_ownership(4, 2, "block"), "forward", 0)[
-                 "grad-sync"], rtol=0, atol=0.5),
-             "Rank 0 owns 2 blocks, both with the same owner pair: one all-reduce of 2·12,416 "
-             "elements among 2 ranks sends half of them; the shared unit is a 4-rank all-reduce.",
-             "(2·(2-1)/2 · 24,832 + 2·(4-1)/4 · 4,160) · 4 = 99,328 + 24,960 = 124,288 B."),
-    Exercise("one-owner",
-             "With k = 1 and forward masking, which parameters' gradients cross the network at all? "
-             "Answer 'shared', 'blocks' or 'all'.",
-             one_of("shared"),
+    Exercise("forward-memory", f"{_MODEL}, k = 1, forward masking. Bytes of model states "
+             "(parameters, gradients, AdamW's two moments) one rank holds?",
+             numeric(_A["forward-memory"], rtol=0.005),
+             "A rank owns k/N of the blocks plus the shared parameters; 16 bytes per owned one.",
+             "16 · (Ψ_shared + 32·k/N · Ψ_block)"),
+    Exercise("backward-memory", f"{_MODEL}, k = 1, backward masking. Bytes of model states per "
+             "rank?", numeric(_A["backward-memory"], rtol=0.005),
+             "The forward needs every parameter (4Ψ); gradients and AdamW state exist for owned ones.",
+             "4Ψ + 12 · (Ψ_shared + 32·k/N · Ψ_block)"),
+    Exercise("owner-bytes", f"{_MODEL}, k = 2, forward masking. Bytes one rank sends per step? "
+             "(Units go to ranks (u·k + j) mod N; a ring all-reduce inside each owner set; the "
+             "shared parameters among all 8.)", numeric(_A["owner-bytes"], rtol=0.005),
+             "Find rank 0's blocks and their owner sets first: how many distinct sets are there?",
+             "rank 0 owns 8 blocks, all with owners (0, 1): 2·(1/2)·8·Ψ_block, plus "
+             "2·(7/8)·Ψ_shared, times 4 bytes"),
+    Exercise("one-owner-bytes", f"{_MODEL}, k = 1, forward masking. Bytes one rank sends per step?",
+             numeric(_A["one-owner-bytes"], rtol=0.005),
              "A unit with one owner has nothing to average.",
-             "Only the shared parameters (embeddings, final norm): every block has a single owner."),
-    Exercise("unbiased",
-             "Which masking gives each parameter an unbiased estimate of the full model's gradient? "
-             "Answer 'forward' or 'backward'.",
-             one_of("backward"),
-             "Is the gradient taken through the model everyone evaluates, or through a subnetwork?",
-             "Backward masking: the full forward, so an owner's gradient is the full model's gradient "
-             "on its rows — an unbiased estimate from fewer rows. Forward masking differentiates a "
-             "different (smaller) function."),
+             "only the shared parameters move: 2·(N−1)/N · Ψ_shared · 4 B"),
+    Exercise("refresh-bytes", f"{_MODEL}, k = 1, backward masking. Bytes one rank sends per step "
+             "in the refresh all-gather alone (non-owners receive each updated block)?",
+             numeric(_A["refresh-bytes"], rtol=0.005),
+             "Every rank publishes the blocks it owns; a ring all-gather of N parts sends N−1 of them.",
+             "(N − 1) · (4 blocks · Ψ_block) · 4 B"),
 ]
 
 

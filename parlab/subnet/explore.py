@@ -113,7 +113,7 @@ def sweep(world_size: int = 2, model: str = "gpt", configs=CONFIGS, steps: int =
 def plot_memory(df: pd.DataFrame, ax=None):
     """Stacked bars of the largest rank's model states per (k, mask, granularity), DDP's as a line."""
     ax = ax or plt.gca()
-    labels = [f"k={r.k}\n{r.mask[:3]}/{r.granularity[:3]}" for r in df.itertuples()]
+    labels = [f"k={r.k}\n{r.mask}\n{r.granularity}" for r in df.itertuples()]
     bottom = [0.0] * len(df)
     for kind, color in zip(KINDS, ("tab:blue", "tab:orange", "tab:green")):
         values = list(df[kind] / 1e3)
@@ -136,8 +136,17 @@ def curves(world_size: int = 2, owners: int = 1, steps: int = 12, model: str = "
     return out
 
 
+def _unit_means(em) -> tuple[float, float]:
+    """Mean over steps of cos(ĝ_u, g_u): averaged over the owned units, and of the shared unit."""
+    owned = [statistics.mean(c for label, c in step.items() if label != "shared")
+             for step in em.unit_cosines]
+    shared = [step["shared"] for step in em.unit_cosines if "shared" in step]
+    return statistics.mean(owned), (statistics.mean(shared) if shared else float("nan"))
+
+
 def curve_summary(found: dict, last: int = 5) -> pd.DataFrame:
-    """Mean full-model loss over the last steps vs DDP's, and mean cos(ĝ, g)."""
+    """Mean full-model loss over the last steps vs DDP's, and mean cos(ĝ, g): whole vector, owned
+    units (each unit's own cosine, averaged) and the shared unit."""
     ddp = statistics.mean(found["ddp"][-last:])
     rows = []
     for key, em in found.items():
@@ -145,35 +154,74 @@ def curve_summary(found: dict, last: int = 5) -> pd.DataFrame:
             continue
         loss = statistics.mean(em.full_losses[-last:])
         rows.append({"mask": key[0], "granularity": key[1], "loss": loss, "ddp_loss": ddp,
-                     "loss_gap": loss / ddp - 1, "mean_cos": statistics.mean(em.cosines)})
+                     "loss_gap": loss / ddp - 1, "cos_whole": statistics.mean(em.cosines),
+                     "cos_owned_units": _unit_means(em)[0], "cos_shared": _unit_means(em)[1]})
     return pd.DataFrame(rows)
 
 
 def plot_curves(found: dict, axes=None):
-    """Left: full-model loss per step (DDP dashed). Right: cos(ĝ, g) per step."""
+    """Left: full-model loss per step (DDP dashed). Middle: cos(ĝ, g) over the whole vector.
+    Right: the owned units' own cosine, averaged over units (the shared parameters, averaged over
+    all N ranks, dominate the whole vector's)."""
     if axes is None:
-        _, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+        _, axes = plt.subplots(1, 3, figsize=(13, 3.4))
     axes[0].plot(found["ddp"], "k--", label="DDP (= single)")
     for key, em in found.items():
         if key != "ddp":
-            axes[0].plot(em.full_losses, label=f"{key[0]} / {key[1]}")
-            axes[1].plot(em.cosines, label=f"{key[0]} / {key[1]}")
-    axes[0].set(xlabel="step", ylabel="full model's loss", title="loss on each step's global batch")
-    axes[1].set(xlabel="step", ylabel="cos(ĝ, g)", title="SDP update vs full gradient")
-    axes[0].legend(fontsize=8)
+            label = f"{key[0]} masking, {key[1]} level"
+            axes[0].plot(em.full_losses, label=label)
+            axes[1].plot(em.cosines, label=label)
+            axes[2].plot([statistics.mean(c for u, c in step.items() if u != "shared")
+                          for step in em.unit_cosines], label=label)
+    axes[0].set(xlabel="step", ylabel="full model's loss (nats)", title="loss on each step's global batch")
+    axes[1].set(xlabel="step", ylabel="cos(ĝ, g)", title="whole vector (shared parameters weigh most)")
+    axes[2].set(xlabel="step", ylabel="mean over units of cos(ĝ_u, g_u)", title="each owned unit's own")
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    axes[0].legend(fontsize=7)
+    axes[0].figure.tight_layout()
     return axes
+
+
+def alignment_findings(found: dict, mlp: dict | None = None) -> None:
+    """What the curves say, computed: the loss gap to DDP, the whole-vector cosine against each
+    owned unit's own, which granularity aligns better under forward masking, and (the spirals MLP,
+    no skip connections) whether forward-masked blocks lose alignment and loss while backward
+    masking keeps both."""
+    gpt = curve_summary(found)
+    print(f"tiny GPT: the full-model loss stays within {gpt.loss_gap.abs().max():.2%} of DDP's for all "
+          f"{len(gpt)}; cos(ĝ, g) over the whole vector ≥ {gpt.cos_whole.min():.3f}, but each owned "
+          f"unit's own only {gpt.cos_owned_units.min():.3f}–{gpt.cos_owned_units.max():.3f}: the "
+          f"shared parameters (averaged over all N, cos {gpt.cos_shared.min():.3f}) dominate the vector")
+    fwd = gpt[gpt["mask"] == "forward"].set_index("granularity")
+    if {"block", "neuron"} <= set(fwd.index):
+        better = "neuron" if fwd.cos_owned_units["neuron"] > fwd.cos_owned_units["block"] else "block"
+        print(f"forward masking: {better} level is the better aligned per unit here "
+              f"(block {fwd.cos_owned_units['block']:.3f}, neuron {fwd.cos_owned_units['neuron']:.3f})"
+              + (" — unlike the paper's larger models, where block level aligns better"
+                 if better == "neuron" else ", as the paper finds"))
+    if mlp is not None:
+        rows = curve_summary(mlp).set_index("mask")
+        f, b = rows.loc["forward"], rows.loc["backward"]
+        holds = f.cos_owned_units < b.cos_owned_units and f.loss_gap > b.loss_gap
+        print(f"spirals MLP, block level: forward masking's units align at {f.cos_owned_units:.3f} "
+              f"with loss {f.loss_gap:+.1%} vs DDP, backward masking's at {b.cos_owned_units:.3f} "
+              f"with {b.loss_gap:+.1%} — without skip connections forward-masked blocks lose both: "
+              f"{'holds' if holds else 'does not hold in this run'}")
 
 
 def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners: int = 1,
                clock: str = "A100") -> list[dict]:
     """Median step time of ddp-naive, ddp-bucketed (one message per bucket, as SDP sends one per owner
-    set) and sdp (forward masking, both granularities) on a link, each over ddp-naive's, on `clock`
+    set) and sdp (forward masking, both granularities; backward masking at block level, its refresh
+    all-gather included) on a link, each over ddp-naive's, on `clock`
     (paced A100 time on the real link by default, `parlab.core.clock`; "wall": this CPU, raw, on
     the teaching preset). Each sdp row's verdict: does it take less time than ddp-bucketed, as its
     fewer bytes and its smaller subnetwork say it should?"""
     rows = []
     runs = [("ddp-naive", {}), ("ddp-bucketed", {})] + [
-        ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")]
+        ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")] + [
+        ("sdp", {"owners": owners, "mask": "backward", "granularity": "block"})]
     base = bucketed = None
     for scheme, options in runs:
         result = parlab.run(scheme, world_size=world_size, steps=steps, link=link, clock=clock,
@@ -210,6 +258,19 @@ def summary(table: pd.DataFrame, found: dict, world_size: int, tolerance: float 
         print(f"{r.mask}/{r.granularity}: full-model loss {r.loss_gap:+.2%} vs DDP over the last "
               f"steps — {'within' if ok else 'NOT within'} {tolerance:.0%}"
               + ("" if ok else " (this subnetwork drops what the model needs at this k)"))
+    fwd = table[(table.k == 1) & (table["mask"] == "forward")]
+    bwd = table[(table.k == 1) & (table["mask"] == "backward")]
+    print("\nWhen to use it (from this run):")
+    if len(fwd):
+        print(f"- when per-rank model states, not compute, are the limit: forward masking at k = 1 "
+              f"cut the largest rank's states by {fwd.saved.max():.0%} and its bytes to "
+              f"{fwd.bytes_vs_ddp.min():.2f}× DDP's; it trains a different (smaller) function, so keep "
+              f"skip connections (blocks) and check the full model's loss, as above")
+    if len(bwd):
+        print(f"- backward masking keeps the full model's gradient (unbiased, from k/N of the batch) "
+              f"but holds every parameter and pays the refresh all-gather: it saved "
+              f"{bwd.saved.max():.0%} of the states here, at {bwd.bytes_vs_ddp.min():.2f}× DDP's bytes")
+    print("- k = N is plain data parallelism; between, each parameter learns from k/N of the batch")
 
 
 def panel(world_size: int = 2, owners: int = 1, mask: str = "forward",
