@@ -16,7 +16,7 @@ import torch
 import parlab
 from parlab import models
 from parlab.core import checks
-from parlab.engine import runner
+from parlab.engine import run_config, runner
 from parlab.engine.runner import make_config
 from parlab.models import data
 
@@ -54,7 +54,7 @@ def test_out_of_range_values_are_refused_before_spawn(no_launch, scheme, kwargs,
 
 
 def test_the_range_bounds_themselves_are_accepted():
-    make_config("ddp-naive", world_size=2, timeout=runner.MAX_TIMEOUT, speeds=[1e-3, 1e3])
+    make_config("ddp-naive", world_size=2, timeout=run_config.MAX_TIMEOUT, speeds=[1e-3, 1e3])
     make_config("ps-async", world_size=3, straggler=100.0, jitter=100.0)
     make_config("hetero-dp", world_size=2, fixed_rows=1e6)
     make_config("ddp-naive", precision="fp16-mixed", loss_scale=2.0 ** -14)
@@ -102,7 +102,7 @@ def test_huge_seeds_train(scheme, world_size, model, seed):
     assert len(r.losses) == 2 and all(math.isfinite(x) for x in r.losses)
     # the same run checks that the memory estimate's activations are generous: at least what
     # each rank measured (ActivationMeter)
-    estimate = runner.ACTIVATION_BYTES * models.activation_count(
+    estimate = run_config.ACTIVATION_BYTES * models.activation_count(
         model, r.config.model_config, r.config.batch_size) / world_size
     assert estimate >= max(m["activations"] for m in r.memory) > 0, (estimate, r.memory)
 
@@ -140,14 +140,14 @@ def test_the_estimate_compares_with_what_is_available(monkeypatch):
     """The refusal is a comparison of two stated numbers, not a size limit: the same default run
     is refused when the machine has less free than the estimate."""
     cfg = make_config("ddp-naive", world_size=2)
-    need = runner.predicted_memory(cfg)
+    need = run_config.predicted_memory(cfg)
     assert need["total"] == need["ranks"] * need["per_rank"] + need["parent"]
     assert need["params"] == sum(p.numel() for p in models.build_model("gpt", cfg.model_config, 0)
                                  .parameters())
-    monkeypatch.setattr(runner, "available_memory", lambda: need["total"] - 1)
+    monkeypatch.setattr(run_config, "available_memory", lambda: need["total"] - 1)
     with pytest.raises(ValueError, match="cannot fit in memory"):
         make_config("ddp-naive", world_size=2)
-    monkeypatch.setattr(runner, "available_memory", lambda: need["total"])
+    monkeypatch.setattr(run_config, "available_memory", lambda: need["total"])
     make_config("ddp-naive", world_size=2)
 
 

@@ -8,7 +8,7 @@ A scheme declares its options with types instead of repeating `isinstance` check
                                            "accum_steps": Int(1, min=1),
                                            "algo": Choice("gloo", ("gloo", "ring", "tree"))})
 
-and `parlab.engine.runner.make_config` checks every value (`check_options`). A plain value in
+and `parlab.engine.run_config.make_config` checks every value (`check_options`). A plain value in
 `options` is a default that is not type-checked (paths, partitions given as lists ...).
 """
 

@@ -18,21 +18,23 @@ a stated estimate compared with what this machine has free): a config that canno
 with both numbers instead of waking the out-of-memory killer. A run that diverges (a NaN or an
 infinity in a loss or the final parameters) stops with an error naming the step, the rank and the
 tensor (`parlab.engine.loop`), unless `on_nonfinite="record"`.
+
+Here: the worker's side (`RankContext`, what each rank runs) and `run`, which launches the ranks
+and assembles their results; the configuration and its checks are `parlab.engine.run_config`,
+the result `parlab.engine.run_result`.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from parlab import models
-from parlab.core import checks, precision, speeds, topology
 from parlab.core import clock as clocks
-from parlab.core.launch import START_METHODS, launch
+from parlab.core import precision, speeds
+from parlab.core.launch import launch
 from parlab.core.rank_process import report_progress
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
     Scheme,
@@ -43,216 +45,8 @@ from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import
     scheme_modules,
     schemes,
 )
-from parlab.models import data as model_data
-
-COMMON_OPTIONS = {
-    "batch_size": 12,  # global batch: divisible by 1, 2, 3, 4
-    "lr": None,  # None: 3e-3 for adamw, 0.1 for sgd
-    "optimizer": "adamw",
-    "model_config": None,  # dict of GPTConfig / MLPConfig overrides
-    "timeout": 300.0,  # seconds, finite, >= MIN_TIMEOUT
-    "start_method": "forkserver",
-    "checkpoint": False,  # activation checkpointing: recompute each block in backward
-    "speeds": None,  # per-rank compute speed, e.g. [1, 1, 0.5, 0.25] (parlab.core.speeds)
-    "precision": "fp32",  # "bf16-mixed" | "fp16-mixed": 16-bit compute, fp32 master (core.precision)
-    "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
-    "clock": "wall",  # "wall" (this CPU, raw) or paced time: "A100", "H100", "V100" (core.clock)
-    "on_nonfinite": "raise",  # a NaN/inf loss or parameter: "raise" (stop the run) or "record"
-}
-ON_NONFINITE = ("raise", "record")
-OPTIMIZERS = ("adamw", "sgd")
-MIXED_MODELS = ("gpt", "mlp")  # models whose loss is taken in fp32 and tested in mixed precision
-MAX_WORLD_SIZE = 64  # processes on one machine: gloo rendezvous and memory grow with it
-MIN_TIMEOUT = 1.0  # seconds: a rank's first rendezvous alone takes ~0.1-4 s
-MAX_LR = 1e36  # float32 holds up to 3.4e38, and AdamW's first step size is 10·lr
-MAX_TIMEOUT = 7 * 86400.0  # one week; far beyond it the store's timedelta overflows
-
-# The memory a run needs, estimated before any process starts (`predicted_memory`): stated, and
-# generous where a scheme could hold less (every rank is counted as holding the whole model).
-BYTES_PER_PARAM = 24  # fp32 parameter, gradient, AdamW's two moments, the state sent home, its bytes
-ACTIVATION_BYTES = 4  # per element saved for backward (fp32; mixed precision saves less)
-RANK_OVERHEAD = {"forkserver": 96 << 20, "fork": 96 << 20, "spawn": 384 << 20}  # a rank's own
-LAUNCH_OVERHEAD = 512 << 20  # the forkserver's copy of torch, buffers of the launch
-
-
-# ----------------------------------------------------------------------------- configuration
-@dataclass(frozen=True)
-class RunConfig:
-    scheme: str
-    world_size: int
-    model: str
-    model_config: Any  # GPTConfig | MLPConfig
-    steps: int
-    seed: int
-    link: Any  # parlab.core.link.Link | parlab.core.topology.Topology | None
-    batch_size: int
-    lr: float
-    optimizer: str
-    timeout: float
-    start_method: str
-    options: dict  # the scheme's own options, defaults filled in
-    checkpoint: bool = False  # activation checkpointing (honoured by parlab.engine.loop.build_model)
-    speeds: tuple | None = None  # per-rank compute speed (parlab.core.speeds); None: all 1
-    precision: str = "fp32"  # "bf16-mixed" | "fp16-mixed" (parlab.core.precision)
-    loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
-    clock: Any = clocks.WALL  # parlab.core.clock.Clock: the wall clock or paced time
-    on_nonfinite: str = "raise"  # "raise": a NaN/inf stops the run; "record": RunResult.nonfinite
-
-    @property
-    def paced(self) -> bool:
-        return self.clock.paced
-
-    def option(self, name: str):
-        return self.options[name]
-
-
-def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5,
-                seed: int = 0, link=None, **options) -> RunConfig:
-    """Validate everything and build the RunConfig; ValueError names each bad value."""
-    import math
-
-    spec = get_scheme(scheme)
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size={world_size!r} must be an int >= 1")
-    if world_size > MAX_WORLD_SIZE:
-        raise ValueError(f"world_size={world_size} is above {MAX_WORLD_SIZE}: every rank is a process "
-                         "on this machine")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps={steps!r} must be an int >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise ValueError(f"seed={seed!r} must be an int in [0, 2**63) (a torch.Generator seed)")
-    if model not in spec.models:
-        raise ValueError(f"model={model!r} is not supported by scheme {scheme!r}; "
-                         f"choose one of {list(spec.models)}")
-    unknown = sorted(set(options) - set(COMMON_OPTIONS) - set(spec.options))
-    if unknown:
-        raise ValueError(f"options {unknown} are unknown for scheme {scheme!r}; its options: "
-                         f"{sorted(spec.options)}; common options: {sorted(COMMON_OPTIONS)}")
-    common = {k: options.get(k, v) for k, v in COMMON_OPTIONS.items()}
-    batch_size = common["batch_size"]
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be an int >= 1")
-    if common["optimizer"] not in OPTIMIZERS:
-        raise ValueError(f"optimizer={common['optimizer']!r} must be one of {OPTIMIZERS}")
-    lr = common["lr"] if common["lr"] is not None else (
-        3e-3 if common["optimizer"] == "adamw" else 0.1)
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
-        raise ValueError(f"lr={lr!r} must be a finite number > 0")
-    if lr > MAX_LR:
-        raise ValueError(f"lr={lr!r} must be at most {MAX_LR:g}: the optimizer applies it in float32 "
-                         "(AdamW as lr/(1-β1^t), up to 10·lr)")
-    timeout = common["timeout"]
-    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-            or not MIN_TIMEOUT <= timeout < math.inf):
-        raise ValueError(f"timeout={timeout!r} must be a finite number of seconds >= {MIN_TIMEOUT:g}")
-    if timeout > MAX_TIMEOUT:
-        raise ValueError(f"timeout={timeout!r} must be at most {MAX_TIMEOUT:g} seconds (one week)")
-    if not isinstance(common["start_method"], str) or common["start_method"] not in START_METHODS:
-        raise ValueError(f"start_method={common['start_method']!r} must be one of {START_METHODS}")
-    if not any(common["on_nonfinite"] == c and type(common["on_nonfinite"]) is str
-               for c in ON_NONFINITE):
-        raise ValueError(f"on_nonfinite={common['on_nonfinite']!r} must be one of {ON_NONFINITE}")
-    if common["model_config"] is not None and not isinstance(common["model_config"], dict):
-        raise ValueError(f"model_config={common['model_config']!r} must be a dict of {model} config "
-                         "fields (e.g. {'n_layer': 2}) or None")
-    if not isinstance(common["checkpoint"], bool):
-        raise ValueError(f"checkpoint={common['checkpoint']!r} must be True or False")
-    mixed = precision.check(common["precision"])
-    if mixed not in spec.precisions:
-        raise ValueError(f"precision={mixed!r} is not supported by scheme {scheme!r} (it honours "
-                         f"{list(spec.precisions)}" + (": fp16 needs dynamic loss scaling, which "
-                         "this scheme cannot apply to its loss; use 'bf16-mixed'"
-                         if mixed == "fp16-mixed" else "") + ")")
-    if mixed != "fp32" and model not in MIXED_MODELS:
-        raise ValueError(f"precision={mixed!r} is not supported for model={model!r} (mixed "
-                         f"precision is tested on {list(MIXED_MODELS)})")
-    loss_scale = common["loss_scale"]
-    if loss_scale is not None and (mixed != "fp16-mixed" or isinstance(loss_scale, bool)
-                                   or not isinstance(loss_scale, (int, float))
-                                   or not 0 < loss_scale < math.inf):
-        raise ValueError(f"loss_scale={loss_scale!r} must be None or a finite number > 0, and only "
-                         f"with precision='fp16-mixed' (got precision={mixed!r})")
-    if loss_scale is not None:
-        precision.check_loss_scale(loss_scale)  # within what fp16 can use
-    clock = clocks.resolve(common["clock"], world_size)
-    cfg = RunConfig(
-        scheme=scheme, world_size=world_size, model=model,
-        model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
-        link=clocks.pace_link(topology.resolve(link, world_size), clock), batch_size=batch_size,
-        lr=float(lr),
-        optimizer=common["optimizer"], timeout=float(timeout),
-        start_method=common["start_method"],
-        options=checks.check_options(spec.options, options),
-        checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
-        precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
-        clock=clock, on_nonfinite=common["on_nonfinite"],
-    )
-    models.check_checkpointing(model, cfg.checkpoint)
-    model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
-    if spec.validate is not None:
-        spec.validate(cfg)
-    check_fits(cfg)
-    return cfg
-
-
-# ----------------------------------------------------------------------------- will it fit?
-def predicted_memory(cfg: RunConfig) -> dict:
-    """Bytes this run needs on this machine, estimated from the model config and the batch alone.
-
-    Per rank: BYTES_PER_PARAM (24) per parameter of the *whole* model (fp32 weight, gradient,
-    AdamW's two moments, the state sent home and its serialised copy: no credit for ZeRO, tensor
-    or pipeline sharding), the activations of its share of the global batch
-    (`parlab.models.activation_count` / world_size, 4 bytes each), and the process itself
-    (RANK_OVERHEAD). In the parent: the launch (LAUNCH_OVERHEAD) and the states the ranks send
-    home (4 bytes per parameter per rank, plus the assembled one). Ranks on this machine: the
-    world size (LOCAL_WORLD_SIZE under torchrun, where the parent is a rank)."""
-    params = models.param_count(cfg.model, cfg.model_config)
-    activations = models.activation_count(cfg.model, cfg.model_config, cfg.batch_size)
-    local = cfg.world_size
-    torchrun = "LOCAL_WORLD_SIZE" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
-    if torchrun:
-        local = int(os.environ["LOCAL_WORLD_SIZE"])
-    per_rank = (BYTES_PER_PARAM * params + -(-ACTIVATION_BYTES * activations // cfg.world_size)
-                + RANK_OVERHEAD.get(cfg.start_method, RANK_OVERHEAD["spawn"]))
-    parent = 0 if torchrun else LAUNCH_OVERHEAD + 4 * params * (cfg.world_size + 1)
-    return {"params": params, "activations": activations, "per_rank": per_rank, "ranks": local,
-            "parent": parent, "total": local * per_rank + parent}
-
-
-def available_memory() -> int:
-    """Bytes this process may still allocate: the machine's available memory (psutil), or less
-    when a cgroup (a container's limit) allows less."""
-    import psutil
-    free = psutil.virtual_memory().available
-    try:
-        limit = open("/sys/fs/cgroup/memory.max").read().strip()
-        used = int(open("/sys/fs/cgroup/memory.current").read())
-        if limit != "max":
-            free = min(free, int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return max(free, 0)
-
-
-def _gib(n: int) -> str:
-    return f"{n / 2**30:,.2f} GiB"
-
-
-def check_fits(cfg: RunConfig) -> None:
-    """ValueError, before any process starts, when `predicted_memory` exceeds `available_memory`."""
-    need, free = predicted_memory(cfg), available_memory()
-    if need["total"] > free:
-        c = cfg.model_config
-        shape = ", ".join(f"{k}={getattr(c, k)}" for k in
-                          ("n_layer", "n_embd", "block_size", "d_hidden", "base", "levels") if hasattr(c, k))
-        raise ValueError(
-            f"this run cannot fit in memory: it needs about {_gib(need['total'])} but "
-            f"{_gib(free)} are available. Estimate: {need['ranks']} rank(s) × "
-            f"{_gib(need['per_rank'])} ({need['params']:,} parameters × {BYTES_PER_PARAM} B, "
-            f"{need['activations']:,} activation elements of batch_size={cfg.batch_size} split "
-            f"over world_size={cfg.world_size}, the process) + {_gib(need['parent'])} in this "
-            f"process; model={cfg.model!r} with {shape}. Make batch_size, model_config or "
-            "world_size smaller.")
+from parlab.engine.run_config import RunConfig, make_config
+from parlab.engine.run_result import RunResult
 
 
 # ----------------------------------------------------------------------------- in each rank
@@ -298,103 +92,6 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig):
         out.pace = pacer.stats()
     report_progress(cfg.steps, cfg.steps)
     return out, ledger.records, timeline.records()
-
-
-# ----------------------------------------------------------------------------- in the parent
-@dataclass
-class RunResult:
-    losses: list[float]
-    state: dict
-    ledger: list[dict]
-    timeline: list[dict]
-    memory: list[dict]
-    wall_s: float
-    config: RunConfig
-    step_times: list[float] = field(default_factory=list)  # seconds per step, the slowest rank's
-    outputs: list = field(default_factory=list, repr=False)  # every rank's RankResult
-
-    @property
-    def nonfinite(self) -> list[dict]:
-        """on_nonfinite="record": every rank's first non-finite loss or final parameter, as
-        {"step", "rank", "loss", "tensor"} (empty when the run stayed finite)."""
-        return [event for out in self.outputs for event in getattr(out, "nonfinite", [])]
-
-    @property
-    def diverged(self) -> bool:
-        """Whether a NaN or an infinity was recorded (on_nonfinite="record"; "raise" never returns one)."""
-        return bool(self.nonfinite)
-
-    @property
-    def skipped_steps(self) -> list[int]:
-        """fp16-mixed: the steps whose update was skipped (gradient overflow; the same on every
-        rank: the decision is all-reduced)."""
-        return list(self.outputs[0].skipped) if self.outputs else []
-
-    @property
-    def loss_scales(self) -> list[float]:
-        """fp16-mixed: the loss scale S each step used (empty otherwise)."""
-        return list(self.outputs[0].loss_scales) if self.outputs else []
-
-    def bytes_per_rank(self, key: str = "bytes_sent", **match) -> list[int]:
-        """Sum of `key` over ledger records matching `match` (op=..., phase=...), per rank."""
-        totals = [0] * self.config.world_size
-        for r in self.ledger:
-            if all(r.get(k) == v for k, v in match.items()):
-                totals[r["rank"]] += r[key]
-        return totals
-
-    def ledger_frame(self):
-        import pandas as pd
-        return pd.DataFrame(self.ledger)
-
-    def compare(self, reference: RunResult, rtol: float | None = None):
-        from parlab.engine.verify import compare
-        return compare(self, reference, rtol)
-
-    def summary(self) -> str:
-        sent = self.bytes_per_rank()
-        lines = [f"{self.config.scheme} on {self.config.world_size} rank(s), model "
-                 f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"
-                 + ("" if self.config.precision == "fp32" else
-                    f", {self.config.precision} (skipped steps: {self.skipped_steps})")]
-        if self.clock.paced:
-            pace = self.pace
-            lines.append(f"  clock: {self.clock.label}; step time {self.step_time():.4f} s paced "
-                         f"= {self.clock.accelerator_seconds(self.step_time()) * 1e6:.1f} µs on the "
-                         f"{self.clock.name}; contention overran {pace['overrun_share']:.1%} of "
-                         "paced compute")
-        lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
-        lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
-                  " comm ops" for r, b in enumerate(sent)]
-        return "\n".join(lines)
-
-
-    @property
-    def clock(self):
-        """The run's `parlab.core.clock.Clock` (its `.label`: "A100 time ×N" or "this CPU, raw")."""
-        return self.config.clock
-
-    @property
-    def pace(self) -> dict:
-        """A paced run's honesty check, over all ranks: compute segments (stretches of compute
-        between communications), how many overran their paced time (real work, or this rank
-        descheduled, longer than the paced span: contention showing through), the seconds they
-        added, and that as a share of all paced compute (`overrun_share`). Empty on the wall clock."""
-        stats = [out.pace for out in self.outputs if getattr(out, "pace", None)]
-        if not stats:
-            return {}
-        paced = sum(s["paced_s"] for s in stats)
-        overrun = sum(s["overrun_s"] for s in stats)
-        return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
-                "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
-                "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
-                "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats)}
-
-    def step_time(self, warmup: int = 1) -> float:
-        """Median seconds per step, leaving out the first `warmup` steps (when there are more)."""
-        import statistics
-        times = self.step_times[warmup:] if len(self.step_times) > warmup else self.step_times
-        return statistics.median(times) if times else float("nan")
 
 
 def _default_assemble(outputs: list, cfg: RunConfig) -> dict:

@@ -13,7 +13,7 @@ import statistics
 
 import parlab
 from parlab.core import cost as comm_cost
-from parlab.engine.runner import COMMON_OPTIONS
+from parlab.engine.run_config import COMMON_OPTIONS
 from parlab.pipeline import cost
 from parlab.pipeline.draw import gantt, ideal_and_measured
 from parlab.pipeline.schedules import make_schedule
