@@ -20,7 +20,9 @@ Reconstruction (`reconstruction=`), how the overlapping parts become one latent 
 
 * "crop": each rank keeps only its slab and drops the halo it computed (hard cut at the slab
   border); the exchange sends slab parts only.
-* "blend" (the paper's position-aware latent reconstruction, as far as we could read it): every
+* "blend" (the paper's position-aware latent reconstruction, the last of the three stages of
+  each LP timestep after the rotating partition and the parallel denoising, as far as we could
+  read it; the name "blend" is ours): every
   patch that two or more ranks computed is the weighted mean of their values, each rank's weight
   falling off linearly toward the *cut* borders of its region (`blend_weights`): halo+1 over the
   slab, h+1−d at the d-th patch into a halo (d = 1..h). The weights form a partition of unity, so
