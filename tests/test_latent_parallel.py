@@ -109,3 +109,22 @@ def test_bad_input_is_a_value_error_before_launch(kwargs, match):
     kwargs = {"cfg": CFG, "world_size": 2, **kwargs}
     with pytest.raises(ValueError, match=match):
         serve(**kwargs)
+
+
+def test_the_reconstruction_verdict_is_computed_from_the_rows(capsys):
+    from parlab.context_parallel.explore_latent import bias_reach, explain_reconstruction
+
+    assert bias_reach(VideoConfig(locality=1.0)) == 8.0 and bias_reach(VideoConfig(locality=4.0)) == 2.0
+
+    def row(locality, halo, crop, blend, crop_bytes=100, blend_bytes=200):
+        return {"locality": locality, "reach": 8.0 / locality, "halo": halo, "crop error": crop,
+                "blend error": blend, "crop bytes/step": crop_bytes, "crop formula": crop_bytes,
+                "blend bytes/step": blend_bytes, "blend formula": blend_bytes}
+
+    explain_reconstruction([row(1.0, 0, 0.3, 0.3, 50, 50), row(1.0, 1, 0.2, 0.1),
+                            row(4.0, 0, 0.2, 0.2, 50, 50), row(4.0, 1, 0.05, 0.08)])
+    out = capsys.readouterr().out
+    assert "every row: True" in out and "in 1 of 2 rows" in out and "2.00–2.00×" in out
+    assert "crop better at locality 4.0, halo 1" in out and "blend = crop: True" in out
+    assert "blending helped more where the bias reaches further (8 vs 2 patches)" in out
+    assert "smaller error at every halo > 0, crop and blend: True" in out  # 0.05 < 0.2, 0.08 < 0.1
