@@ -18,7 +18,7 @@ CASES += [("sdp", 2, {"owners": 1}), ("sdp", 3, {"owners": 2, "mask": "backward"
           ("sdp", 4, {"owners": 2, "mask": "backward", "granularity": "neuron"})]
 CASES += [("topk", 2, {"ratio": 0.05}), ("randomk", 3, {}), ("qsgd", 2, {"bits": 2}),
           ("signsgd", 4, {}), ("powersgd", 2, {"rank": 2}), ("local-sgd", 2, {"sync_every": 2}),
-          ("diloco", 3, {})]  # chapter 08
+          ("diloco", 3, {}), ("lowdim", 3, {"observed": 0.75})]  # chapter 08
 
 
 @pytest.mark.parametrize("scheme,world_size,options", CASES)

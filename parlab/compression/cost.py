@@ -198,3 +198,52 @@ def compression_ratio(scheme: str, shapes, n: int, steps: int = 1, **options) ->
     sent = total_bytes(scheme, shapes, n, steps, **options)
     reference = steps * ddp_bytes([math.prod(s) for s in shapes], n)
     return reference / sent if sent else math.inf
+
+
+# ----------------------------------------------------------------------------- lowdim (Kwon et al. 2024)
+def dln_shapes(d: int, width: int, depth: int) -> list[tuple[int, int]]:
+    """Parameter shapes of a depth-L deep linear network of width w on d×d matrices
+    (`parlab.compression.lowdim.DeepLinear`): W_1 (w×d), L−2 × (w×w), W_L (d×w)."""
+    return [(width, d)] + [(width, width)] * (depth - 2) + [(d, width)]
+
+
+def dln_params(d: int, width: int, depth: int) -> int:
+    """2·d·w + (L−2)·w²: L·d² for the original network (w = d), 2dr̂ + (L−2)r̂² compressed (w = r̂;
+    Kwon et al., AISTATS 2024, §3)."""
+    return 2 * d * width + (depth - 2) * width * width
+
+
+def lowdim_width(d: int, network: str, width: int | None, target_rank: int) -> int:
+    """The width `lowdim` trains: d for the original network; r̂ (default 2r, the paper's) compressed."""
+    if network == "original":
+        return d
+    return 2 * target_rank if width is None else width
+
+
+class LowDimCost(CompressionCost):
+    """`lowdim`: one ring all-reduce of the network's 2dw + (L−2)w² float32 gradients per step, or
+    with `powersgd_rank` r PowerSGD's two all-reduces of its factors (`PowerSGDCost`) — the
+    compressed model against the compressed gradient. The shapes are the DLN's, not `model=`'s."""
+
+    name = "LOWDIM"
+
+    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+        if options.get("powersgd_rank") is not None:
+            return POWERSGD.step_bytes(shapes, n, sender, rank=options["powersgd_rank"])
+        numel = sum(math.prod(s) for s in shapes)
+        return {"all_reduce": FLOAT_BYTES * cost.ring_all_reduce(numel, n, sender)[0]}
+
+    def shapes(self, cfg) -> list[tuple[int, int]]:
+        o = cfg.options
+        width = lowdim_width(o["d"], o["network"], o["width"], o["target_rank"])
+        return dln_shapes(o["d"], width, o["depth"])
+
+    def __call__(self, cfg) -> Prediction:
+        shapes = self.shapes(cfg)
+        return Prediction([sum(sum(self.step_bytes(shapes, cfg.world_size, rank, s, cfg.steps,
+                                                   **cfg.options).values())
+                               for s in range(cfg.steps)) for rank in range(cfg.world_size)],
+                          "parlab.compression.cost.LOWDIM.step_bytes")
+
+
+LOWDIM = LowDimCost()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from parlab.compression import cost
 from parlab.compression.compressors import Sign
 from parlab.compression.explore import param_shapes
+from parlab.exercises import Exercise, find, numeric
 
 
 def _verdict(ok: bool, hint: str) -> bool:
@@ -43,3 +44,24 @@ def check_crossover(answer: int, ratio: float = 0.01) -> bool:
         n += 1
     return _verdict(answer == n, "all-gather: (N-1)·P per rank; all-reduce: 2(N-1)/N·Ψ·4 — "
                     "set them equal")
+
+
+# ----------------------------------------------------------------------------- Exercise form
+# (`parlab.exercises`): Kwon et al. (AISTATS 2024), the compressed deep linear network at GPU scale
+EXERCISES = [
+    Exercise("lowdim-bytes-gpu",
+             "A depth-4 deep linear network of width d = 8192 is compressed to width r̂ = 64 (Kwon "
+             "et al.: W_1 r̂×d, two r̂×r̂ inner layers, W_4 d×r̂) and trained data-parallel on "
+             "N = 8 GPUs in fp32. How many MB (10^6 bytes) does each GPU send per step in the ring "
+             "all-reduce of its gradients?",
+             numeric(2 * 7 / 8 * cost.dln_params(8192, 64, 4) * 4 / 1e6, rtol=0.01),
+             "Count the parameters first: 2·d·r̂ + (L−2)·r̂². A ring all-reduce sends 2(N−1)/N of "
+             "the buffer, 4 bytes a float.",
+             "Ψ = 2·8192·64 + 2·64² = 1,056,768 floats; 2·7/8·Ψ·4 B = 7.40 MB per GPU per step — the "
+             "original network (4·8192² floats) would send 1,879 MB."),
+]
+
+
+def exercise(name: str) -> Exercise:
+    """The chapter's exercise `name` (`EXERCISES`)."""
+    return find(EXERCISES, name)
