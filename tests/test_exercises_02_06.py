@@ -26,7 +26,7 @@ RIGHT = {
         "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
         "sp-bytes-ratio": 1.25,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 32 * 4,
-        "balanced-reshard": 32768,
+        "balanced-reshard": 4096 * 4096,
     },
     pp_exercises: {
         "gpipe-bubble-gpu": 7 / 39,

@@ -54,15 +54,15 @@ EXERCISES = [
              "S = 12·32·32 = 12,288 floats; a ring all-reduce on 2 ranks sends 2·(1/2)·S: "
              "4 blocks · 2 · 12,288 · 4 B = 393,216 B."),
     Exercise("balanced-reshard",
-             "A (128, 128) fp32 tensor replicated on 2 source ranks is needed replicated on 2 "
+             "A (4096, 4096) fp32 tensor replicated on 4 source ranks is needed replicated on 4 "
              "destination ranks. With our even split (method='even-split': each replicated cell cut "
              "evenly over its holders, not AlpaComm's whole tiles), how many bytes does the "
-             "busiest source send?",
-             numeric(128 * 128 * 4 / 2, rtol=0, atol=0.5),
+             "busiest source send? (Check at small scale with reshard.plan and reshard.traffic.)",
+             numeric(4096 * 4096 * 4 / 4, rtol=0, atol=0.5),
              "Each cell leaves the sources once and travels down the chain of destinations; the "
              "replicas split the cells between them.",
-             "The 64 KiB tensor leaves the sources once, split over 2 replicas: 32,768 B each "
-             "(send-recv: one source sends it to both destinations, 131,072 B)."),
+             "The 64 MiB tensor leaves the sources once, split over 4 replicas: 16 MiB each "
+             "(send-recv: one source sends it to all 4 destinations, 256 MiB)."),
 ]
 
 

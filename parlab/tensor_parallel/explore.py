@@ -51,7 +51,9 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), 
         tp_bytes = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
         rows.append({"scheme": scheme, "tp": tp, "step_ms": step * 1e3, "vs_tp": step / base,
                      "tp_MB_per_step": tp_bytes / (steps + 1) / 1e6,
-                     "activations_kB": result.memory[0].get("activations", float("nan")) / 1e3,
+                     # a run that does not measure activations (torch-tp's DTensor) records 0: n/a
+                     "activations_kB": result.memory[0].get("activations") / 1e3
+                     if result.memory[0].get("activations") else float("nan"),
                      "match": result.compare(reference).match,
                      "max_param_diff": result.compare(reference).max_param_diff})
     rows.append({"scheme": "single", "tp": 1, "step_ms": reference.step_time()
@@ -153,11 +155,11 @@ def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=P
 
 def print_rows(rows: list[dict]) -> None:
     """A table of rows; a column with no value at all (a prediction on loopback) is left out,
-    a missing cell prints as "—"."""
+    a missing cell (a measurement the run did not make) prints as "n/a", never 0."""
     import pandas as pd
     frame = pd.DataFrame(rows).dropna(axis="columns", how="all")
     with pd.option_context("display.width", 140, "display.precision", 3):
-        print(frame.to_string(index=False, na_rep="—"))
+        print(frame.to_string(index=False, na_rep="n/a"))
 
 
 def explain_reshard(rows: list[dict], shape=(128, 128), world_size: int = 4, link=None) -> None:
@@ -181,19 +183,26 @@ def explain_reshard(rows: list[dict], shape=(128, 128), world_size: int = 4, lin
                 reshard.traffic(reshard.plan(shape, a, src, b, dst, method)).values())
             for method in (row["method"], "send-recv"))
         plans = [reshard.plan(shape, a, src, b, dst, method) for method in (row["method"], "send-recv")]
+        regions = [reshard.region(shape, a.strip(), i, m) for i in range(m)]
+        replicated = len(set(regions)) < len(regions)  # sources holding the same region
         if reshard.traffic(plans[0]) == reshard.traffic(plans[1]) and \
                 max(len(t.dsts) for t in plans[0]) == 1:
             print(f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
-                  f"{base['measured_ms']:.1f} ms, but its plan moves send-recv's bytes (one holder and "
-                  "one needer per cell; an order that differs changes nothing when every message "
-                  "is issued at once): the difference is the shared machine's noise.")
+                  f"{base['measured_ms']:.1f} ms, but its plan moves send-recv's bytes (one needer "
+                  "per cell; " + ("several holders, but both methods send each cell from its first"
+                                  if replicated else "one holder")
+                  + "; an order that differs changes nothing when every message is issued at "
+                  "once): the difference is the shared machine's noise.")
             continue
         line = (f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
                 f"{base['measured_ms']:.1f} ms ({1 / row['speedup']:.2f}× slower). Its busiest rank "
                 f"moves {4 * mine_el:,} B in {mine_msgs} messages, send-recv's {4 * base_el:,} B in "
                 f"{base_msgs}")
-        line += (": no bytes saved (each cell has one holder: nothing to balance)" if mine_el >= base_el
-                 else "")
+        if mine_el >= base_el:
+            line += (f": no bytes saved — every cell is held by several of the {m} sources, yet "
+                     f"{row['method']}'s plan leaves its busiest rank as many bytes as send-recv's"
+                     if replicated else ": no bytes saved (each cell has one holder: nothing to "
+                     "balance)")
         if link:
             extra = (mine_msgs - base_msgs) * link.latency_s * 1e3
             fill = row["predicted_ms"] - base["predicted_ms"] - extra
