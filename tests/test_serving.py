@@ -315,7 +315,7 @@ def test_exchange_refuses_backward():
 
 # ----------------------------------------------------------------------------- exercises, bench
 RIGHT = {"job-bytes": 50_112, "balanced": 2.0, "compute-bound": 1.2, "edge-bytes": 7_720,
-         "break-even": 40_000 / (0.010 - 0.003)}
+         "break-even": 40_000 / (0.010 - 0.003), "search-latency": 35.28}
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

@@ -1,8 +1,9 @@
 """Closed forms of chapter 12: what two jobs on one cluster send and how long a round of their
 steps takes under each schedule (Luo et al., "CrossoverScheduler", 2021), and what a grouped
-network split over edge devices sends per request and how long a request takes (Lin & Wang,
-"Communication-Efficient Separable Neural Network for Distributed Inference on Edge Devices",
-2021).
+network split over edge devices sends per request and how long a request takes — the quantities
+Lin & Wang ("Communication-Efficient Separable Neural Network for Distributed Inference on Edge
+Devices", 2021) trade against accuracy when they search the transmission policy, and the link time
+our search (`edge_search`) prices.
 
 Jobs. A job's step all-reduces its gradient buckets (ring: 2(N-1)/N·S elements per rank and
 bucket, exact per chunk in `parlab.core.cost`), so its ledger holds steps × those bytes, whatever
@@ -19,7 +20,8 @@ Edge. Before block b's mix rank a sends rank b' the channels plan[a][b'] (`masks
 each H_b·W_b floats per image; at the head every rank but 0 sends B × classes floats. With every
 channel exchanged (the dense mask) that is (N-1)·(G/N)·c·Σ_b H_b·W_b·B·4 bytes per rank.
 A request takes P/N of compute plus its messages; one device alone takes P. Distributing pays off
-only above the break-even bandwidth β* = bytes / (P(1 - 1/N) - k·α).
+only above the break-even bandwidth β* = bytes / (P(1 - 1/N) - k·α). A block whose mask sends
+nothing across devices skips its exchange, so k = (N-1)·(blocks that exchange) + 1.
 """
 
 from __future__ import annotations
@@ -135,9 +137,27 @@ def dense_edge_bytes(cfg: GroupedConfig, world_size: int, batch: int, rank: int 
     return (features + (cfg.classes if rank else 0)) * batch * FP32
 
 
-def edge_rounds(cfg: GroupedConfig, world_size: int) -> int:
-    """Sequential message rounds on the critical path: N-1 per exchange, 1 for the head."""
-    return 0 if world_size == 1 else cfg.n_blocks * (world_size - 1) + 1
+def edge_rounds(cfg: GroupedConfig, world_size: int, masks=None) -> int:
+    """Sequential message rounds on the critical path: N-1 per exchange, 1 for the head. With
+    `masks`, a block whose mask sends nothing across devices skips its exchange (no round)."""
+    if world_size == 1:
+        return 0
+    active = cfg.n_blocks if masks is None else sum(
+        any(map(any, send_channels(mask, world_size))) for mask in masks)
+    return active * (world_size - 1) + 1
+
+
+def transfer_bytes(cfg: GroupedConfig, batch: int = 1) -> list[int]:
+    """Bytes of one kept transfer — one channel of one group to one other device — before each
+    block's mix: H_b·W_b floats per image."""
+    return [side * side * batch * FP32 for side in block_sides(cfg)]
+
+
+def edge_comm_seconds(cfg: GroupedConfig, masks, world_size: int, batch: int, link) -> float:
+    """Seconds a request spends on the link: rounds·α + the busiest device's bytes / β (the
+    communication part of `edge_latency`; what the transfer search prices)."""
+    nbytes = max(sum(p.values()) for p in edge_bytes(cfg, masks, world_size, batch))
+    return edge_latency(0.0, nbytes, edge_rounds(cfg, world_size, masks), world_size, link)
 
 
 def edge_latency(compute_s: float, nbytes: float, rounds: int, world_size: int, link) -> float:

@@ -1,15 +1,18 @@
-"""Distributed inference on edge devices: the grouped network split by groups over ranks (Lin &
-Wang, "Communication-Efficient Separable Neural Network for Distributed Inference on Edge
-Devices", 2021; the groups are ResNeXt's, Xie et al., CVPR 2017).
+"""Distributed inference on edge devices: the grouped network split by groups over ranks, the model
+parallelism of Lin & Wang ("Communication-Efficient Separable Neural Network for Distributed
+Inference on Edge Devices", 2021: a ResNeXt split by its groups over edge devices, which features
+travel chosen by a search; the groups are ResNeXt's, Xie et al., CVPR 2017).
 
 Rank r of N holds G/N consecutive groups: their rows of the stem, of every block's 1×1 mix and
 grouped 3×3 conv, and their columns of the head. Every device sees the input image (one camera
-read by all). Features cross devices in two places only:
+read by all), or with `GroupedConfig(sensors=G)` reads only its groups' own sensors. Features
+cross devices in two places only:
 
 - before each block's mix, `ExchangeChannels`: rank a sends rank b exactly the channels of a's
   groups that one of b's groups reads (`masks.send_channels`; all of them with the dense mask) in
   one uneven all-to-all; the receiver places them among its own, zeros elsewhere, and applies its
-  rows of the masked mix weight — the same arithmetic as one process, so the result is the same;
+  rows of the masked mix weight — the same arithmetic as one process, so the result is the same
+  (a block whose mask sends nothing across devices skips the exchange: no message, no round);
 - at the head, each rank's partial logits (its channels' share of the linear layer) go to rank 0,
   which adds them and the bias: B × classes floats from every other rank.
 
@@ -90,10 +93,17 @@ class EdgeShard:
     @torch.no_grad()
     def forward(self, x):
         """Rank 0: the logits (B, classes); other ranks: None."""
-        h = F.max_pool2d(F.relu(F.conv2d(x, *self.stem, padding=1)), 2)  # (B, k·c, 8, 8)
+        if self.cfg.sensors > 1:  # each group reads its own sensor: this rank's channels of x
+            x = x[:, list(self.groups)]  # (B, k, 16, 16)
+        h = F.max_pool2d(F.relu(F.conv2d(x, *self.stem, padding=1, groups=x.shape[1])),
+                         2)  # (B, k·c, 8, 8)
         for b in range(self.cfg.n_blocks):
-            full = ExchangeChannels.apply(h, self.comm, self.plans[b], self.own,
-                                          self.cfg.channels, f"block {b}")  # (B, G·c, H, W)
+            if any(map(any, self.plans[b])):  # every rank holds the same plans: all skip or none
+                full = ExchangeChannels.apply(h, self.comm, self.plans[b], self.own,
+                                              self.cfg.channels, f"block {b}")  # (B, G·c, H, W)
+            else:  # no transfer crosses a device before this mix: no message, no round
+                full = h.new_zeros(h.shape[0], self.cfg.channels, *h.shape[2:])  # (B, G·c, H, W)
+                full[:, self.own] = h
             m = F.relu(F.conv2d(full, *self.mix[b]))  # (B, k·c, H, W) this rank's groups
             h = h + F.relu(F.conv2d(m, *self.conv[b], padding=1, groups=len(self.groups)))
             h = F.avg_pool2d(h, 2)  # (B, k·c, H/2, W/2)
@@ -140,11 +150,13 @@ def check_world_size(net: GroupedNet, world_size) -> None:
 
 def run_edge(net: GroupedNet, images: torch.Tensor, world_size: int = 2, link=None,
              batch: int | None = None, repeats: int = 1, timeout: float = 60.0) -> EdgeResult:
-    """Classify `images` (M, 1, 16, 16) with `net` split over `world_size` ranks, in requests of
+    """Classify `images` (M, S, 16, 16) with `net` split over `world_size` ranks, in requests of
     `batch` images (default: all at once); the whole set is sent `repeats` times (latency samples)."""
     check_world_size(net, world_size)
-    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != 1:
-        raise ValueError(f"images of shape {getattr(images, 'shape', None)} must be (M, 1, H, W)")
+    sensors = net.cfg.sensors
+    if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != sensors:
+        raise ValueError(f"images of shape {getattr(images, 'shape', None)} must be "
+                         f"(M, {sensors}, H, W): one channel per sensor of the network")
     batch = len(images) if batch is None else batch
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= len(images):
         raise ValueError(f"batch={batch!r} must be an int in [1, {len(images)}]")
@@ -161,7 +173,7 @@ def run_edge(net: GroupedNet, images: torch.Tensor, world_size: int = 2, link=No
 def _edge_rank(rank: int, world_size: int, net: GroupedNet, images, batch: int, repeats: int):
     comm = Comm(None)
     shard = EdgeShard(net, comm)
-    requests = [images[i:i + batch] for i in range(0, len(images), batch)]  # (batch, 1, 16, 16) each
+    requests = [images[i:i + batch] for i in range(0, len(images), batch)]  # (batch, S, 16, 16) each
     outputs, latencies, request = [], [], 0
     for repeat in range(repeats):
         for x in requests:

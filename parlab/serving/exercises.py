@@ -1,13 +1,26 @@
 """Notebook 12's exercises (`parlab.exercises`): the bytes and balance of two jobs sharing ranks
 (Luo et al., CrossoverScheduler, 2021), when a job is compute-bound, the edge split's bytes and its
-break-even; each check says right or wrong, never the answer.
+break-even, and the link time the transfer search prices (Lin & Wang, 2021, search the
+transmission policy with latency in the objective); each check says right or wrong, never the
+answer.
 """
 
 from __future__ import annotations
 
 from parlab.exercises import Exercise, find, numeric
-from parlab.serving import cost, explore_edge
+from parlab.serving import cost, edge, explore_edge, explore_search
 from parlab.serving.explore import jobs
+
+
+def _searched_link_ms() -> float:
+    """The `search-latency` exercise: 5 transfers of group 2 to device 0 before block 0, none
+    across devices before block 1, 2 devices on the Bluetooth-like link, one image."""
+    import torch
+
+    cfg = explore_search.CONFIG
+    kept = [torch.zeros(cfg.groups, cfg.groups, cfg.width, dtype=torch.bool) for _ in range(2)]
+    kept[0][2, 0, :5] = True
+    return 1e3 * cost.edge_comm_seconds(cfg, kept, 2, 1, edge.EDGE_LINKS["Bluetooth"])
 
 
 def _job_a_bytes(n: int) -> int:
@@ -36,6 +49,15 @@ EXERCISES = [
              "(40,000 B) in 3 rounds of α = 1 ms. Above what bandwidth (bytes/s) is the split "
              "faster?", numeric(cost.break_even_bandwidth(0.02, 40_000, 3, 2, 1e-3), rtol=0.01),
              "Solve P/N + kα + bytes/β = P for β.", "40,000 / (0.010 − 0.003) ≈ 5.7 MB/s."),
+    Exercise("search-latency", "Two devices on the Bluetooth-like link (α = 15 ms, β = 250,000 "
+             "B/s), one image per request. The search kept 5 channels of device 1's groups for "
+             "device 0 before block 0 (8×8 maps) and no transfer across devices before block 1. "
+             "Link time of a request in ms, as the search prices it (rounds·α + the busiest "
+             "device's bytes / β; device 1 also sends its 10 partial logits)?",
+             numeric(_searched_link_ms(), rtol=0.01),
+             "A block with no transfer across devices skips its exchange: count the rounds left.",
+             "Rounds: block 0 (N−1 = 1) + head (1) = 2 → 30 ms; device 1 sends 5·64·4 + 10·4 = "
+             "1,320 B → 5.28 ms; 35.28 ms."),
 ]
 
 

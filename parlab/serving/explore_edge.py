@@ -1,7 +1,9 @@
-"""What notebooks/12_serving.ipynb runs, part 2: the grouped network split over edge devices (Lin &
-Wang, "Communication-Efficient Separable Neural Network for Distributed Inference on Edge
-Devices", 2021; groups as in ResNeXt, Xie et al., CVPR 2017) — the split drawn, exactness, bytes
-against the closed forms, accuracy against bytes, latency against bandwidth with the break-even.
+"""What notebooks/12_serving.ipynb runs, part 2: the grouped network split over edge devices (the
+setting of Lin & Wang, "Communication-Efficient Separable Neural Network for Distributed Inference
+on Edge Devices", 2021; groups as in ResNeXt, Xie et al., CVPR 2017) with one camera read by all
+and our saliency ranking of transfers (`masks.search`, not the paper's search: that is part 3,
+`explore_search`) — the split drawn, exactness, bytes against the closed forms, accuracy against
+bytes, latency against bandwidth with the break-even.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ def draw_split(density: float = 0.1, world_size: int = 2):
     net = tuned(density)
     fig, axes = plt.subplots(1, CONFIG.n_blocks, figsize=(3.2 * CONFIG.n_blocks, 4))
     per = CONFIG.groups // world_size
+    cross = ~torch.eye(CONFIG.groups, dtype=torch.bool)[:, :, None]  # (s, d, 1) s ≠ d
     for b, (ax, mask) in enumerate(zip(axes, net.masks)):
         picture = mask.permute(0, 2, 1).reshape(CONFIG.channels, CONFIG.groups).float()  # (s·c+j, d)
         ax.imshow(picture, aspect="auto", cmap="Greys", vmin=0, vmax=1, interpolation="nearest")
@@ -56,9 +59,11 @@ def draw_split(density: float = 0.1, world_size: int = 2):
             ax.axvline(k * per - 0.5, color="red")
             ax.axhline(k * per * CONFIG.width - 0.5, color="red")
         ax.set(xlabel="to group", ylabel="channel of group (s·c + j)" if b == 0 else "",
-               title=f"block {b}: {int(mask.sum())} of {mask.numel()} kept")
+               title=f"block {b}: {int((mask & cross).sum())} of "
+                     f"{int(cross.expand_as(mask).sum())} cross-group kept")
         ax.set_xticks(range(CONFIG.groups))
-    fig.suptitle(f"density {density}: black = transferred; {world_size} devices", fontsize=10)
+    fig.suptitle(f"density {density} (the fraction of cross-group transfers kept; a group always "
+                 f"reads itself): black = transferred; {world_size} devices", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -1,10 +1,11 @@
 """A ResNeXt-style grouped convolutional network that splits into groups over devices (Xie et al.,
 "Aggregated Residual Transformations for Deep Neural Networks", CVPR 2017; Lin & Wang,
 "Communication-Efficient Separable Neural Network for Distributed Inference on Edge Devices",
-2021).
+2021, split such a network by groups over edge devices; this one is a tiny version of ours).
 
-    image (B, 1, 16, 16)
-    stem    3×3 conv 1 → G·c, ReLU, 2×2 max-pool               (B, G·c, 8, 8)   each group alone
+    image (B, S, 16, 16)                                        S = 1 camera read by all, or G sensors
+    stem    3×3 conv S → G·c, ReLU, 2×2 max-pool               (B, G·c, 8, 8)   each group alone
+            (S = G: grouped, group g reads sensor g only)
     block × n_blocks:
       mix   1×1 conv G·c → G·c (dense), ReLU                    every group reads every group
       conv  3×3 conv, groups=G, ReLU; added to the block input  each group alone
@@ -34,6 +35,7 @@ class GroupedConfig:
     width: int = 8  # c: channels per group
     n_blocks: int = 2
     classes: int = 10
+    sensors: int = 1  # S input channels: 1 (one camera every group reads) or `groups` (one each)
 
     @property
     def channels(self) -> int:
@@ -44,6 +46,9 @@ class GroupedConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"GroupedConfig.{name}={value!r} must be an int >= 1")
+        if self.sensors not in (1, self.groups):
+            raise ValueError(f"GroupedConfig.sensors={self.sensors!r} must be 1 (one camera read by "
+                             f"every group) or groups={self.groups} (one sensor per group)")
 
 
 def full_masks(cfg: GroupedConfig) -> list[torch.Tensor]:
@@ -53,7 +58,9 @@ def full_masks(cfg: GroupedConfig) -> list[torch.Tensor]:
 
 
 def mask_matrix(mask: torch.Tensor) -> torch.Tensor:
-    """(G, G, c) bool mask[s, d, j] → (G·c, G·c) float M[out, in] for the 1×1 mix weight."""
+    """(G, G, c) bool mask[s, d, j] → (G·c, G·c) float M[out, in] for the 1×1 mix weight. A float
+    mask in [0, 1] (the relaxed gates of `parlab.serving.edge_search`) passes through, gradient and
+    all."""
     groups, _, width = mask.shape
     keep = mask.clone()
     keep[torch.arange(groups), torch.arange(groups)] = True  # a group always reads itself
@@ -70,7 +77,7 @@ class GroupedNet(nn.Module):
         self.cfg = cfg
         torch.manual_seed(seed)
         c = cfg.channels
-        self.stem = nn.Conv2d(1, c, 3, padding=1)
+        self.stem = nn.Conv2d(cfg.sensors, c, 3, padding=1, groups=cfg.sensors)  # (G·c, 1, 3, 3)
         self.mix = nn.ModuleList(nn.Conv2d(c, c, 1) for _ in range(cfg.n_blocks))
         self.conv = nn.ModuleList(nn.Conv2d(c, c, 3, padding=1, groups=cfg.groups)
                                   for _ in range(cfg.n_blocks))
@@ -88,20 +95,23 @@ class GroupedNet(nn.Module):
         for b, mask in enumerate(masks):
             getattr(self, f"mask{b}").copy_(mask)
 
-    def mix_weight(self, b: int) -> torch.Tensor:
-        """Block b's 1×1 weight with the channels that do not travel zeroed: (G·c, G·c, 1, 1)."""
-        return self.mix[b].weight * mask_matrix(self.masks[b])[:, :, None, None]
+    def mix_weight(self, b: int, gate: torch.Tensor | None = None) -> torch.Tensor:
+        """Block b's 1×1 weight with the channels that do not travel zeroed: (G·c, G·c, 1, 1).
+        `gate` (G, G, c) in [0, 1], when given, stands in for the block's bool mask."""
+        mask = self.masks[b] if gate is None else gate
+        return self.mix[b].weight * mask_matrix(mask)[:, :, None, None]
 
-    def features(self, x):
-        """The pooled features (B, G·c) before the head."""
+    def features(self, x, gates: list[torch.Tensor] | None = None):
+        """The pooled features (B, G·c) before the head (`gates`: one per block, see mix_weight)."""
         h = F.max_pool2d(F.relu(self.stem(x)), 2)  # (B, G·c, 8, 8)
         for b in range(self.cfg.n_blocks):
-            m = F.relu(F.conv2d(h, self.mix_weight(b), self.mix[b].bias))  # (B, G·c, H, W)
+            w = self.mix_weight(b, None if gates is None else gates[b])
+            m = F.relu(F.conv2d(h, w, self.mix[b].bias))  # (B, G·c, H, W)
             h = F.avg_pool2d(h + F.relu(self.conv[b](m)), 2)  # (B, G·c, H/2, W/2)
         return h.mean(dim=(2, 3))  # (B, G·c)
 
-    def forward(self, x):
-        return self.head(self.features(x))  # (B, classes)
+    def forward(self, x, gates: list[torch.Tensor] | None = None):
+        return self.head(self.features(x, gates))  # (B, classes)
 
     def loss(self, x, y):
         return F.cross_entropy(self(x), y)

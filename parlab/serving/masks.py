@@ -1,6 +1,8 @@
-"""Which channels cross devices: a saliency search over the grouped network's mixing layers, then
-fine-tuning with the mask in place (Lin & Wang, "Communication-Efficient Separable Neural Network
-for Distributed Inference on Edge Devices", 2021: a search decides which transfers to keep).
+"""Which channels cross devices, by our saliency ranking (a baseline of ours, not the paper's
+method), then fine-tuning with the mask in place. Lin & Wang ("Communication-Efficient Separable
+Neural Network for Distributed Inference on Edge Devices", 2021) instead search the transmission
+policy with neural architecture search, communication latency in the objective; the
+latency-priced search of ours is `edge_search`.
 
 A transfer is one channel j of group s sent to group d ≠ s before block b's 1×1 mix. Its saliency
 is how much group d's mix can feel it: the mean magnitude of the channel over a batch times the
@@ -9,8 +11,9 @@ norm of the mix weights that read it,
     score[b][s, d, j] = E|h_b[:, s·c + j]| · ‖W_b[d·c:(d+1)·c, s·c + j]‖₂ ,
 
 and `search` keeps the highest `density` fraction of the transfers of each block (at least one per
-block when density > 0). The kept mask goes into the network (`GroupedNet.set_masks`); a few steps
-of training with it (`finetune`) let the weights adapt to the channels that no longer arrive.
+block when density > 0) — blind to the link and to which transfers cross a device. The kept mask
+goes into the network (`GroupedNet.set_masks`); a few steps of training with it (`finetune`) let
+the weights adapt to the channels that no longer arrive.
 """
 
 from __future__ import annotations
