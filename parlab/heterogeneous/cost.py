@@ -29,6 +29,7 @@ from parlab.core.topology import Topology
 from parlab.engine.prediction import Prediction, param_numels
 from parlab.heterogeneous import shares as shares_mod
 from parlab.heterogeneous import tp_shares
+from parlab.heterogeneous.programs import WIDTHS, D, edges, feature_dimension, partial_gradients, step_kind
 from parlab.tensor_parallel.cost import replicated_numels
 
 CPU_FLOPS = 9e9  # FLOP/s of forward + backward of the default GPT here (docs/measurements.md)
@@ -204,3 +205,57 @@ def work_shares(m, split: dict) -> list[float]:
     total = sum(weight for weight, _ in parts)
     n = len(split["heads"])
     return [sum(weight * sizes[r] / sum(sizes) for weight, sizes in parts) / total for r in range(n)]
+
+
+# ----------------------------------------------------------------------------- hetero-hap
+def hap_units(layout: str, width: int, m, batch: int) -> tuple[str, int]:
+    """(split, elements per unit) of a (B, T, width·C) tensor split along `layout`: batch rows
+    (D: T·width·C each), whole heads (F of a C- or 3C-wide tensor: B·T·hs, ×3 for q, k, v) or
+    hidden columns (F of the 4C hidden: B·T each)."""
+    if layout == D:
+        return "rows", m.block_size * width * m.n_embd
+    if feature_dimension(width) == "heads":
+        return "heads", batch * m.block_size * m.head_dim * width
+    return "columns", batch * m.block_size
+
+
+def hap_step_bytes(kind: str, layout: str | None, width: int, m, batch: int, split: dict, n: int,
+                   rank: int) -> int:
+    """Bytes `rank` sends in one resharding step (`parlab.heterogeneous.programs.resharding`) of a
+    (B, T, width·C) fp32 tensor: an exact-size ring all-gather / reduce-scatter of the chunks of
+    `hap_units` (S − S_{r+1} / S − S_r units), a ring all-reduce of all of it, or a slice (none)."""
+    if n == 1 or kind == "slice":
+        return 0
+    if kind == "all_reduce":
+        return core_cost.ring_all_reduce(batch * m.block_size * width * m.n_embd, n, rank)[0] \
+            * core_cost.FP32_BYTES
+    dim, inner = hap_units(layout, width, m, batch)
+    return uneven_bytes(kind, "exact", split[dim], inner, rank)
+
+
+def hap_sync_numel(m, program) -> int:
+    """Elements of the one flat all-reduce after backward: the stream's parameters (embeddings,
+    LayerNorms) if the stream is data-parallel, and the data-parallel linears' weights."""
+    stream, linears = partial_gradients(program)
+    C = m.n_embd
+    numel = (m.vocab_size * C + m.block_size * C + (4 * m.n_layer + 2) * C) if stream else 0
+    return numel + m.n_layer * sum(WIDTHS[op][0] * WIDTHS[op][1] * C * C for op in linears)
+
+
+def hap_bytes(cfg, program, split: dict) -> list[dict[str, int]]:
+    """Bytes each rank sends over the run under `program` and `split`, by ledger phase: every
+    block's reshardings forward (hap-forward) and backward (hap-backward), and the flat all-reduce
+    of the partial gradients (hap-grad-sync)."""
+    m, n = cfg.model_config, cfg.world_size
+    out = []
+    for r in range(n):
+        per = {"hap-forward": 0, "hap-backward": 0}
+        for e in edges(program):
+            for phase, steps in (("hap-forward", e.forward), ("hap-backward", e.backward)):
+                per[phase] += sum(hap_step_bytes(*step_kind(step), e.width, m, cfg.batch_size, split,
+                                                 n, r) for step in steps)
+        sync = hap_sync_numel(m, program)
+        out.append({phase: cfg.steps * m.n_layer * b for phase, b in per.items()}
+                   | {"hap-grad-sync": cfg.steps * core_cost.ring_all_reduce(sync, n, r)[0]
+                      * core_cost.FP32_BYTES if n > 1 and sync else 0})
+    return out

@@ -1,0 +1,498 @@
+"""HAP's search, small: the cheapest program of `parlab.heterogeneous.programs` for these devices
+and this link by A*, alternating with the sharding-ratio LP until the program stops changing.
+
+Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
+Synthesis" (EuroSys 2024, §4–§6) synthesise a distributed program instruction by instruction with
+A* (a program's cost: for every instruction, its slowest device's computation plus its slowest
+device's communication, summed), solve a linear program for the sharding ratios of that program,
+and alternate the two until the cost stops improving (their released synthesiser starts from
+ratios proportional to device FLOPS).
+
+Cost of a program at ratios w (seconds, `program_cost`), HAP's form on our closed forms:
+
+    Σ_op [max_r fwd_op,r + max_r bwd_op,r + max_r opt_op,r]·L  +  Σ_edge [comm fwd + comm bwd]·L
+    + the all-reduce of the partial gradients
+
+- compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
+  its parameters' AdamW step are counted once with the clock's meter (`count_work`: aten
+  operators and FLOPs) at two sizes of its share, so a rank holding u units (heads, hidden
+  columns or batch rows) computes M·(ops·c0 + FLOPs(u)/F_ref)/s_r — FLOPs are affine in u and
+  the operator count does not shrink with the share (`Profile`);
+- communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes
+  from `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings; N−1 rounds, 2(N−1) for an
+  all-reduce);
+- L = n_layer: every block runs the same program. The stream's cost holds the embedding and the
+  tied head (once a step) besides the blocks' LayerNorms and residuals.
+
+A* (`a_star`) builds the program operator by operator in `programs.OPS` order: a node is a
+prefix of choices, g its operators' and its decided edges' cost (and the gradient all-reduce
+once complete). The heuristic h = Σ over the operators still to choose of min over their choices
+of the operator's compute is *admissible* (every completion pays at least that compute, and
+communication and the all-reduce cost ≥ 0) and consistent, so the first complete program popped
+is optimal; `exhaustive` evaluates all 4608 programs, and the tests hold the two equal.
+
+The ratio LP (`solve_ratios`) is HAP's for one program: every term above is affine in w once a
+share is taken as continuous units U·w_r (exact all-gather: S − S_{r+1}; reduce-scatter: S − S_r),
+so minimise Σ_k t_k with t_k ≥ term_k,r(w) for every rank, Σ_r w_r = 1, w_r ≥ W_MIN.
+
+What ours simplifies, stated: one program for every block (HAP: one choice per operator of the
+whole graph, thousands of instructions); one ratio vector for every sharded dimension (HAP: one
+per segment of the graph); seven operators with 2–4 choices each, small enough to check by
+enumeration; collectives are exact-size rings and an all-reduce (no all-to-all: F ↔ D goes through
+an all-gather; no grouped broadcast, no sufficient-factor broadcasting); the local copies and
+slices of a resharding are not priced; and the per-operator max (HAP's own cost) charges every
+operator its slowest rank, as if each ended in a barrier — `step_seconds` is the sharper model
+of the run (ranks wait only at collectives) that the notebook prints beside the measurement.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from parlab.core import clock as clocks
+from parlab.core import cost as core_cost
+from parlab.core.clock import count_work
+from parlab.heterogeneous import cost
+from parlab.heterogeneous import programs as pg
+from parlab.models.gpt import multi_head, split_qkv
+
+PHASES = ("fwd", "bwd", "opt")
+W_MIN = 0.01  # every rank keeps a share of the sharded dimensions (SPMD: it runs the program)
+MAX_ROUNDS = 8  # alternations at most (the program stops changing after two or three)
+
+
+# ----------------------------------------------------------------------------- the compute model
+def _units_full(op: str, choice: str, m, batch: int) -> int:
+    dim = pg.units_dimension(op, choice)
+    if op == "stream" and choice == pg.REPLICATE:
+        return batch
+    return {"heads": m.n_head, "columns": 4 * m.n_embd, "rows": batch, None: 1}[dim]
+
+
+def _harness(op: str, choice: str, u: int, m, batch: int):
+    """(forward closure -> outputs, parameters) of one operator on a share of u units, at random
+    values (the meter counts operators and FLOPs; the values do not matter)."""
+    C, T, hs = m.n_embd, m.block_size, m.head_dim
+    dim = pg.units_dimension(op, choice)
+    rows = u if dim == "rows" or (op == "stream" and choice == pg.REPLICATE) else batch
+    if op == "stream":
+        ln_1, ln_2 = torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+        x, a, b = (torch.randn(rows, T, C, requires_grad=True) for _ in range(3))
+
+        def block():
+            h1 = ln_1(x)
+            x2 = x + a  # (rows, T, C) the residuals
+            return h1, ln_2(x2), x2 + b
+        return block, [*ln_1.parameters(), *ln_2.parameters()]
+    if op in pg.LINEARS:
+        (w_in, w_out), unit = pg.WIDTHS[op], lambda w: 1 if w == 4 else hs * (3 if w == 3 else 1)
+        d_in = u * unit(w_in) if choice == pg.ROWS else w_in * C
+        d_out = u * unit(w_out) if choice == pg.COLUMNS else w_out * C
+        weight = torch.nn.Parameter(torch.randn(d_out, d_in))
+        x = torch.randn(rows, T, d_in, requires_grad=True)
+        return (lambda: (F.linear(x, weight),)), [weight]
+    if op == "core":
+        heads = u if choice == pg.COLUMNS else m.n_head
+        qkv = torch.randn(rows, T, 3 * heads * hs, requires_grad=True)
+        return (lambda: (multi_head(*split_qkv(qkv), hs),)), []
+    width = u if choice == pg.COLUMNS else 4 * C  # gelu
+    x = torch.randn(rows, T, width, requires_grad=True)
+    return (lambda: (F.gelu(x),)), []
+
+
+def _ends_harness(rows: int, m, batch: int):
+    """Embedding, final LayerNorm, tied head and summed cross-entropy on `rows` rows: once a step."""
+    wte, wpe = torch.nn.Embedding(m.vocab_size, m.n_embd), torch.nn.Embedding(m.block_size, m.n_embd)
+    ln_f = torch.nn.LayerNorm(m.n_embd)
+    idx = torch.randint(0, m.vocab_size, (rows, m.block_size))
+
+    def run():
+        x = wte(idx) + wpe(torch.arange(m.block_size))  # (rows, T, C)
+        logits = ln_f(x) @ wte.weight.t()  # (rows, T, V)
+        return (F.cross_entropy(logits.reshape(-1, m.vocab_size), idx.reshape(-1), reduction="sum")
+                / (batch * m.block_size),)
+    return run, [*wte.parameters(), *wpe.parameters(), *ln_f.parameters()]
+
+
+def _count(run, params, optimizer_cfg) -> dict[str, tuple[int, float]]:
+    """(operators, FLOPs) of forward, backward and the second AdamW step (the first creates the state)."""
+    from parlab.engine.loop import make_optimizer
+
+    holder = {}
+    work = {"fwd": count_work(lambda: holder.update(out=run()))}
+    outs = holder["out"]
+    grads = [torch.ones_like(o) for o in outs]
+    work["bwd"] = count_work(lambda: torch.autograd.backward(list(outs), grads))
+    work["opt"] = (0, 0.0)
+    if params:
+        optimizer = make_optimizer(params, optimizer_cfg)
+        optimizer.step()
+        work["opt"] = count_work(optimizer.step)
+    return work
+
+
+@dataclass
+class Profile:
+    """Each operator choice's paced seconds at speed 1 as a function of its units u, by phase:
+    seconds(u) = a + b·u (FLOPs affine in u, operator count fixed), counted at u = 2 and 3;
+    `ends` the embedding and head on a given number of rows (a + b·rows)."""
+
+    clock: object
+    affine: dict = field(default_factory=dict)  # (op, choice, phase) -> (a, b)
+    full: dict = field(default_factory=dict)  # (op, choice) -> units of the whole operator
+
+    def seconds(self, op: str, choice: str, phase: str, units: float) -> float:
+        a, b = self.affine[(op, choice, phase)]
+        return a + b * units
+
+
+def profile(cfg) -> Profile:
+    """The compute model of `cfg`'s model on `cfg`'s clock (the A100 one on the wall clock), cached."""
+    clock = model_clock(cfg)
+    key = (cfg.model, repr(cfg.model_config), cfg.batch_size, cfg.optimizer, cfg.lr, clock.label)
+    if key not in _PROFILES:
+        _PROFILES[key] = _measure(cfg, clock)
+    return _PROFILES[key]
+
+
+_PROFILES: dict = {}
+
+
+def model_clock(cfg):
+    """The clock the model prices compute on: the run's if paced, else A100's (relative costs only)."""
+    return cfg.clock if cfg.clock.paced else clocks.resolve("A100", cfg.world_size)
+
+
+def _measure(cfg, clock) -> Profile:
+    m, batch = cfg.model_config, cfg.batch_size
+    out = Profile(clock)
+    torch.manual_seed(0)
+    for op in pg.OPS:
+        for choice in pg.CHOICES[op]:
+            out.full[(op, choice)] = _units_full(op, choice, m, batch)
+            counted = {}
+            for u in (2, 3):
+                counted[u] = _count(*_harness(op, choice, u, m, batch), cfg)
+                if op == "stream":  # the embedding and head, once a step, on the stream's rows
+                    ends = _count(*_ends_harness(u, m, batch), cfg)
+                    counted[u] = {k: (v[0] + ends[k][0] / m.n_layer, v[1] + ends[k][1] / m.n_layer)
+                                  for k, v in counted[u].items()}
+            for phase in PHASES:
+                (_, f2), (ops3, f3) = counted[2][phase], counted[3][phase]
+                slope = clock.seconds(0, f3 - f2)  # per unit
+                out.affine[(op, choice, phase)] = (clock.seconds(ops3, f3) - 3 * slope, slope)
+    return out
+
+
+# ----------------------------------------------------------------------------- a program's cost
+def units_of(op: str, choice: str, split: dict, prof: Profile) -> list[int]:
+    dim = pg.units_dimension(op, choice)
+    n = len(split["rows"])
+    return list(split[dim]) if dim is not None else [prof.full[(op, choice)]] * n
+
+
+def op_cost(op: str, choice: str, split: dict, speeds, prof: Profile, layers: int) -> float:
+    """Σ_phase max_r seconds of this operator choice on rank r, over every block (the stream's
+    share of the embedding and head is counted per block: L of them make one)."""
+    units = units_of(op, choice, split, prof)
+    return layers * sum(max(prof.seconds(op, choice, ph, u) / s for u, s in zip(units, speeds))
+                        for ph in PHASES)
+
+
+def steps_seconds(steps, width: int, cfg, split: dict) -> float:
+    """Seconds of resharding steps on the run's link: each step's busiest sender, k·α + bytes/β."""
+    link, n = cost.all_reduce_link(cfg), cfg.world_size
+    if link is None or n == 1:
+        return 0.0
+    total = 0.0
+    for step in steps:
+        kind, layout = pg.step_kind(step)
+        if kind == "slice":
+            continue
+        busiest = max(cost.hap_step_bytes(kind, layout, width, cfg.model_config, cfg.batch_size,
+                                          split, n, r) for r in range(n))
+        total += link.cost(busiest, 2 * (n - 1) if kind == "all_reduce" else n - 1)
+    return total
+
+
+def sync_seconds(program: pg.Program, cfg) -> float:
+    """The flat all-reduce of the partial gradients on the run's link (0 if none)."""
+    link, n = cost.all_reduce_link(cfg), cfg.world_size
+    numel = cost.hap_sync_numel(cfg.model_config, program)
+    if link is None or n == 1 or numel == 0:
+        return 0.0
+    busiest = max(core_cost.ring_all_reduce(numel, n, r)[0] for r in range(n)) * core_cost.FP32_BYTES
+    return link.cost(busiest, 2 * (n - 1))
+
+
+class CostTable:
+    """Every operator choice's and every edge's cost at one split: what A* and the enumeration add."""
+
+    def __init__(self, cfg, split: dict):
+        self.cfg, self.split = cfg, split
+        self.prof = profile(cfg)
+        speeds = cost.speeds_of(cfg)
+        layers = cfg.model_config.n_layer
+        self.ops = {(op, c): op_cost(op, c, split, speeds, self.prof, layers)
+                    for op in pg.OPS for c in pg.CHOICES[op]}
+        self.cheapest = {op: min(self.ops[(op, c)] for c in pg.CHOICES[op]) for op in pg.OPS}
+        self._edges: dict = {}
+        self._sync: dict = {}
+
+    def edge(self, name: str, producer: str, consumer: str, made: str, used: str) -> float:
+        key = (name, made, used)
+        if key not in self._edges:
+            e = pg.edge(name, producer, consumer, made, used)
+            self._edges[key] = self.cfg.model_config.n_layer * sum(
+                steps_seconds(s, e.width, self.cfg, self.split) for s in (e.forward, e.backward))
+        return self._edges[key]
+
+    def sync(self, program: pg.Program) -> float:
+        key = pg.partial_gradients(program)
+        key = (key[0], tuple(key[1]))
+        if key not in self._sync:
+            self._sync[key] = sync_seconds(program, self.cfg)
+        return self._sync[key]
+
+    def total(self, program: pg.Program) -> float:
+        return (sum(self.ops[(op, c)] for op, c in zip(pg.OPS, program.choices))
+                + sum(self.edge(name, p, c, program[p], program[c]) for name, p, c in pg.EDGES)
+                + self.sync(program))
+
+
+def program_cost(cfg, program: pg.Program, split: dict) -> float:
+    """HAP's cost of `program` at `split` (module docstring), seconds per step."""
+    return CostTable(cfg, split).total(program)
+
+
+# ----------------------------------------------------------------------------- A* and enumeration
+@dataclass
+class SearchResult:
+    program: pg.Program
+    cost: float
+    expanded: int  # nodes taken off the queue (A*) or programs evaluated (enumeration)
+
+
+def a_star(table: CostTable) -> SearchResult:
+    """The cheapest program under `table` by A* over prefixes of choices in `programs.OPS` order,
+    h = Σ of the remaining operators' cheapest compute (admissible: module docstring)."""
+    rest = [sum(table.cheapest[op] for op in pg.OPS[k:]) for k in range(len(pg.OPS) + 1)]
+    decided = {k: [(name, p, c) for name, p, c in pg.EDGES
+                   if max(pg.OPS.index(p), pg.OPS.index(c)) == k] for k in range(len(pg.OPS))}
+    queue = [(rest[0], 0, 0.0, ())]
+    counter, expanded = 1, 0
+    while queue:
+        f, _, g, prefix = heapq.heappop(queue)
+        k = len(prefix)
+        if k == len(pg.OPS):
+            return SearchResult(pg.Program(prefix), g, expanded)
+        expanded += 1
+        op = pg.OPS[k]
+        for choice in pg.CHOICES[op]:
+            chosen = prefix + (choice,)
+            g2 = g + table.ops[(op, choice)] + sum(
+                table.edge(name, p, c, chosen[pg.OPS.index(p)], chosen[pg.OPS.index(c)])
+                for name, p, c in decided[k])
+            if k + 1 == len(pg.OPS):
+                g2 += table.sync(pg.Program(chosen))
+            heapq.heappush(queue, (g2 + rest[k + 1], counter, g2, chosen))
+            counter += 1
+    raise ValueError("the program space is empty")
+
+
+def exhaustive(table: CostTable) -> SearchResult:
+    """Every program evaluated; the cheapest (ties: the first in `programs.every_program` order)."""
+    best, count = None, 0
+    for program in pg.every_program():
+        c = table.total(program)
+        count += 1
+        if best is None or c < best.cost - 1e-15:
+            best = SearchResult(program, c, count)
+    best.expanded = count
+    return best
+
+
+# ----------------------------------------------------------------------------- the ratio LP
+def _terms(cfg, program: pg.Program, prof: Profile):
+    """Every term of `program_cost` as N affine functions of w: (const_r, {j: coeff}) per rank."""
+    m, n, speeds = cfg.model_config, cfg.world_size, cost.speeds_of(cfg)
+    layers, totals = m.n_layer, {"heads": m.n_head, "columns": 4 * m.n_embd, "rows": cfg.batch_size}
+    terms = []
+    for op, choice in zip(pg.OPS, program.choices):
+        dim = pg.units_dimension(op, choice)
+        for ph in PHASES:
+            a, b = prof.affine[(op, choice, ph)]
+            if dim is None:
+                full = prof.full[(op, choice)]
+                terms.append([(layers * (a + b * full) / s, {}) for s in speeds])
+            else:
+                terms.append([(layers * a / s, {r: layers * b * totals[dim] / s})
+                              for r, s in enumerate(speeds)])
+    link = cost.all_reduce_link(cfg)
+    if link is not None and n > 1:
+        for e in pg.edges(program):
+            for steps in (e.forward, e.backward):
+                for step in steps:
+                    kind, layout = pg.step_kind(step)
+                    if kind == "slice":
+                        continue
+                    if kind == "all_reduce":
+                        busiest = max(cost.hap_step_bytes(kind, layout, e.width, m, cfg.batch_size,
+                                                          {}, n, r) for r in range(n))
+                        terms.append([(layers * link.cost(busiest, 2 * (n - 1)), {})] * n)
+                        continue
+                    dim, inner = cost.hap_units(layout, e.width, m, cfg.batch_size)
+                    whole = totals[dim] * inner * core_cost.FP32_BYTES / link.bandwidth_Bps
+                    gather = kind == "all_gather"  # rank r lacks S_{r+1} (all-gather), S_r
+                    terms.append([(layers * (link.cost(0, n - 1) + whole),
+                                   {(r + 1) % n if gather else r: -layers * whole})
+                                  for r in range(n)])
+    sync = sync_seconds(program, cfg)
+    if sync:
+        terms.append([(sync, {})] * n)
+    return terms
+
+
+def solve_ratios(cfg, program: pg.Program) -> tuple[list[float], float]:
+    """HAP's sharding-ratio LP for `program` (module docstring): (w, its continuous cost)."""
+    from scipy.optimize import linprog
+
+    n = cfg.world_size
+    if n == 1 or not pg.dimensions_used(program):  # nothing is split: any w will do, keep ∝ speed
+        w = proportional(cfg)
+        return w, program_cost(cfg, program, pg.split(cfg.model_config, cfg.batch_size, w))
+    terms = _terms(cfg, program, profile(cfg))
+    k = len(terms)
+    objective = [0.0] * n + [1.0] * k
+    a_ub, b_ub = [], []
+    for t, term in enumerate(terms):
+        for const, coeffs in term:  # Σ_j coeff_j·w_j − t_k ≤ −const
+            row = [0.0] * (n + k)
+            for j, c in coeffs.items():
+                row[j] += c
+            row[n + t] = -1.0
+            a_ub.append(row)
+            b_ub.append(-const)
+    bounds = [(W_MIN, None)] * n + [(None, None)] * k
+    result = linprog(objective, A_ub=a_ub, b_ub=b_ub, A_eq=[[1.0] * n + [0.0] * k], b_eq=[1.0],
+                     bounds=bounds, method="highs")
+    if not result.success:
+        raise ValueError(f"the ratio LP failed for program={program.code!r}, "
+                         f"speeds={cost.speeds_of(cfg)}: {result.message}")
+    # The optimum is often degenerate (a slow rank's fixed work sets every term, and any w that
+    # keeps the others below it is optimal): among the optimal w, take the one whose largest
+    # share per unit of speed, max_r w_r/s_r, is smallest — ∝ speed where the optimum allows it,
+    # and equal shares for equal devices.
+    speeds, best = cost.speeds_of(cfg), float(result.fun)
+    a_ub2 = [row + [0.0] for row in a_ub] + [objective + [0.0]]
+    b_ub2 = b_ub + [best + 1e-9 * max(1.0, abs(best))]
+    a_ub2 += [[1.0 / speeds[r] if j == r else 0.0 for j in range(n)] + [0.0] * k + [-1.0]
+              for r in range(n)]
+    b_ub2 += [0.0] * n
+    tied = linprog([0.0] * (n + k) + [1.0], A_ub=a_ub2, b_ub=b_ub2,
+                   A_eq=[[1.0] * n + [0.0] * (k + 1)], b_eq=[1.0],
+                   bounds=bounds + [(None, None)], method="highs")
+    x = tied.x if tied.success else result.x
+    return [float(v) for v in x[:n]], best
+
+
+def proportional(cfg) -> list[float]:
+    speeds = cost.speeds_of(cfg)
+    return [s / sum(speeds) for s in speeds]
+
+
+def ratios_of(cfg, program: pg.Program) -> list[float]:
+    """w under the configuration's `shard`: even, ∝ speed, or the LP for this program."""
+    shard, n = cfg.options.get("shard", "lp"), cfg.world_size
+    if shard == "even":
+        return [1.0 / n] * n
+    if shard == "proportional":
+        return proportional(cfg)
+    return solve_ratios(cfg, program)[0]
+
+
+# ----------------------------------------------------------------------------- the alternation
+@dataclass
+class Round:
+    weights: list  # the ratios A* searched at
+    program: pg.Program  # what it found
+    cost: float  # its cost there
+    expanded: int
+    solved: list  # the LP's ratios for that program
+    solved_cost: float  # its cost at those ratios (whole units)
+
+
+@dataclass
+class Synthesis:
+    program: pg.Program
+    weights: list
+    split: dict
+    cost: float
+    rounds: list
+
+
+def synthesise(cfg, start=None) -> Synthesis:
+    """HAP's alternation: A* at ratios w (first: ∝ speed), the LP's ratios for the program it
+    found, A* again at those, ... until the program stops changing (or `MAX_ROUNDS`)."""
+    weights = list(start) if start is not None else proportional(cfg)
+    rounds: list[Round] = []
+    m, batch = cfg.model_config, cfg.batch_size
+    for _ in range(MAX_ROUNDS):
+        found = a_star(CostTable(cfg, pg.split(m, batch, weights)))
+        solved, _ = solve_ratios(cfg, found.program)
+        solved_cost = program_cost(cfg, found.program, pg.split(m, batch, solved))
+        rounds.append(Round(weights, found.program, found.cost, found.expanded, solved, solved_cost))
+        if len(rounds) > 1 and rounds[-2].program == found.program:
+            break
+        weights = solved
+    last = rounds[-1]
+    return Synthesis(last.program, last.solved, pg.split(m, batch, last.solved), last.solved_cost,
+                     rounds)
+
+
+# ----------------------------------------------------------------------------- the sharper model
+def step_seconds(cfg, program: pg.Program, split: dict) -> float:
+    """A step of `program` as the run keeps time: each rank computes its operators in order and
+    waits only at a collective, so a step is Σ over the stretches between collectives (cyclic: the
+    optimizer runs into the next forward) of the slowest rank's compute, plus the collectives."""
+    prof, speeds, layers = profile(cfg), cost.speeds_of(cfg), cfg.model_config.n_layer
+    n = cfg.world_size
+
+    def compute(op, phase):
+        units = units_of(op, program[op], split, prof)
+        return [prof.seconds(op, program[op], phase, u) / s for u, s in zip(units, speeds)]
+
+    by = {e.name: e for e in pg.edges(program)}
+    order = ("stream", "ln_1", "c_attn", "qkv", "core", "heads", "attn_proj", "attn_out", "ln_2",
+             "c_fc", "hidden", "gelu", "act", "mlp_proj", "mlp_out")
+    items = []  # ("c", per-rank seconds) or ("m", seconds)
+    for phase, names in (("fwd", order), ("bwd", order[::-1])):
+        for _ in range(layers):
+            for name in names:
+                if name in by:
+                    e = by[name]
+                    steps = e.forward if phase == "fwd" else e.backward
+                    if pg.communicates(steps):
+                        items.append(("m", steps_seconds(steps, e.width, cfg, split)))
+                else:
+                    items.append(("c", compute(name, phase)))
+    if n > 1 and cost.hap_sync_numel(cfg.model_config, program):
+        items.append(("m", sync_seconds(program, cfg)))
+    items.append(("c", [layers * sum(x) for x in zip(*(compute(op, "opt") for op in pg.OPS))]))
+    comm = sum(v for kind, v in items if kind == "m")
+    if not any(kind == "m" for kind, _ in items):
+        return max(sum(col) for col in zip(*(v for kind, v in items if kind == "c")))
+    first = next(i for i, (kind, _) in enumerate(items) if kind == "m")
+    rotated = items[first:] + items[:first]  # start at a collective: stretches are cyclic
+    total, open_ = comm, [0.0] * n
+    for kind, v in rotated + [("m", 0.0)]:
+        if kind == "m":
+            total += max(open_)
+            open_ = [0.0] * n
+        else:
+            open_ = [a + b for a, b in zip(open_, v)]
+    return total
