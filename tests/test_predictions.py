@@ -54,7 +54,9 @@ def test_expert_parallel_prediction_equals_the_ledger(scheme, world_size, option
 HETERO_CASES = [("hetero-dp", 2, {"shard": "lp", "speeds": [1, 0.5]}), ("hetero-dp", 3, {"shard": "even"}),
                 ("backup-workers", 2, {"backups": 1}), ("backup-workers", 4, {"backups": 1}),
                 ("hetero-tp", 3, {"speeds": [1, 1, 0.5], "collective": "padded"}),
-                ("hetero-tp", 4, {"speeds": [1, 1, 1, 0.5]})]
+                ("hetero-tp", 4, {"speeds": [1, 1, 1, 0.5]}),
+                ("hetero-hap", 2, {"speeds": [1, 0.5], "program": "dp col col row col col row",
+                                   "shard": "proportional"})]
 CASES += HETERO_CASES
 
 
