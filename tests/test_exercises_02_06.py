@@ -18,8 +18,8 @@ RIGHT = {
         "zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64,          # GB: 2Ψ + 14Ψ/N
         "zero3-fit": 14,                                # 16·70e9/N <= 80e9
         "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
-        "zero3-padding": (1387 + 4 * 4139) * 4,         # Σ ⌈u/3⌉ · 4 B
-        "zero2-bytes": 2 * 3 * 53824,                   # 2 · 3/4 · Ψ · 4 B
+        "zero3-padding": (1734 + 4 * 6454) * 4,         # n_embd=40: Σ ⌈u/3⌉ · 4 B
+        "zero2-bytes": 2 * 3 * 82640,                   # n_embd=40: 2 · 3/4 · Ψ · 4 B
     },
     tp_exercises: {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
@@ -29,12 +29,12 @@ RIGHT = {
         "balanced-reshard": 4096 * 4096,
     },
     pp_exercises: {
-        "gpipe-bubble-gpu": 7 / 39,
-        "microbatches-for-10pct": 27,
-        "interleaved-bubble": 3 / 19,
-        "1f1b-memory-gpu": 16,
-        "zb-bubble": 3 / 27,
-        "p2p-bytes": 4 * 3 * 32 * 32 * 4,
+        "gpipe-bubble-gpu": 15 / 79,                    # (p-1)/(m+p-1), p=16, m=64
+        "microbatches-for-5pct": 133,                   # 7/(m+7) <= 0.05
+        "interleaved-bubble": 7 / 55,                   # (p-1)/(v·m+p-1), p=8, m=24, v=2
+        "1f1b-memory-gpu": 9 * 2.5,                     # GB: (p - s) · 2.5, p=12, s=3
+        "zb-bubble": 7 / 79,                            # (p-1)/(3m+p-1), p=8, m=24
+        "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B
     },
     cp_exercises: {
         "score-bytes-gpu": 2 * 131072 ** 2 / 1e9,

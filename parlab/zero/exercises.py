@@ -1,6 +1,7 @@
 """Notebook 02's exercises (`parlab.exercises`): ZeRO's model states per GPU and how many GPUs a
 70B model needs (Rajbhandari et al., SC 2020), ZeRO-3's bytes per step, and on this machine the
-padding of flat units and ZeRO-2's bytes; each check says right or wrong, never the answer.
+padding of flat units and ZeRO-2's bytes of a wider GPT than the chapter runs (predict, then
+measure with the run the prompt names); each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -9,19 +10,28 @@ from parlab.core.cost import FP32_BYTES, round_up
 from parlab.exercises import Exercise, find, numeric
 from parlab.zero.cost import step_bytes
 
+WIDER = {"n_embd": 40}  # the exercises' GPT: not the chapter's, so no cell prints their answers
+
 
 def _unit_numels(cfg=None) -> list[int]:
     from parlab.engine.loop import build_model
     from parlab.engine.runner import make_config
     from parlab.zero.shard import unit_modules
 
-    cfg = cfg or make_config("zero3", world_size=3, steps=1)
+    cfg = cfg or make_config("zero3", world_size=3, steps=1, model_config=WIDER)
     return [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
 
 
 def _padded_params_bytes(world: int) -> int:
     """ZeRO-3: bytes of the parameter shards one rank holds, every unit padded to a multiple of N."""
     return sum(round_up(u, world) // world for u in _unit_numels()) * FP32_BYTES
+
+
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    return {"zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64, "zero3-fit": 14,
+            "zero3-bytes-gpu": 3 * 7 / 8 * 7e9 * 2 / 1e9, "zero3-padding": _padded_params_bytes(3),
+            "zero2-bytes": step_bytes(2, _unit_numels(), 4)}
 
 
 EXERCISES = [
@@ -49,23 +59,24 @@ EXERCISES = [
              "reduce-scatter of the gradients, each (N-1)/N of the 2Ψ bytes.",
              "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step: 1.5× DDP's 2 · 7/8 · 14 = 24.5 GB."),
     Exercise("zero3-padding",
-             "Run on this machine: the default GPT's flat units hold 4,160 (root) and 12,416 (each "
-             "of 4 blocks) parameters. How many bytes of parameters does one rank hold under ZeRO-3 "
-             "at N = 3? (Check it afterwards: parlab.run('zero3', world_size=3, steps=1)"
-             ".memory[0]['params'].)",
+             "Predict, then measure: the GPT with n_embd = 40 has flat units of 5,200 (root) and "
+             "19,360 (each of 4 blocks) parameters. How many bytes of parameters does one rank "
+             "hold under ZeRO-3 at N = 3? Measure it afterwards: parlab.run('zero3', world_size=3, "
+             "steps=1, model_config={'n_embd': 40}).memory[0]['params'].",
              numeric(_padded_params_bytes(3), rtol=0, atol=0.5),
              "Each unit is padded with zeros to a multiple of N before it is cut into N equal "
              "chunks; a rank holds one chunk of every unit, 4 bytes per element.",
-             "Σ ⌈u/3⌉ · 4 over the units: (⌈4,160/3⌉ + 4 · ⌈12,416/3⌉) · 4 = (1,387 + 4 · 4,139) · 4 "
-             "= 71,772 B, above the formula's 4Ψ/N = 71,765.3 B by this rank's share of the padding."),
+             "Σ ⌈u/N⌉ · 4 over the units, above the formula's 4Ψ/N by this rank's share of the "
+             "padding."),
     Exercise("zero2-bytes",
-             "Run on this machine: how many bytes does one rank send per step under ZeRO-2 at "
-             "N = 4 for the default GPT? (Check it afterwards with "
-             "max(parlab.run('zero2', world_size=4, steps=1).bytes_per_rank()).)",
+             "Predict, then measure: how many bytes does one rank send per step under ZeRO-2 at "
+             "N = 4 for the GPT with n_embd = 40 (units as above)? Measure it afterwards with "
+             "max(parlab.run('zero2', world_size=4, steps=1, model_config={'n_embd': 40})"
+             ".bytes_per_rank()).",
              numeric(step_bytes(2, _unit_numels(), 4), rtol=0, atol=0.5),
              "A reduce-scatter of the gradients and an all-gather of the parameters, each "
              "(N-1)/N of the padded flat units, 4 bytes per element.",
-             "2 · 3/4 · 53,824 · 4 B = 322,944 B: what DDP's all-reduce sends."),
+             "2 · (N−1)/N · Σ (units padded to a multiple of N) · 4 B: what DDP's all-reduce sends."),
 ]
 
 

@@ -259,3 +259,26 @@ def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
         rows.append({"scheme": scheme, "link": link, "measured_ms": 1e3 * comm_seconds(result),
                      "predicted_ms": 1e3 * predicted_comm_s(result, link)})
     return rows
+
+
+def when_to_use(table, comm_rows: list[dict]) -> None:
+    """The chapter's verdict, from this run: what each stage cut per rank (measured model states at
+    the largest N the table ran, over DDP's) against what it costs in bytes and, on the link of
+    section 9, in communication time."""
+    n = int(table.world_size.max())
+    at_n = table[table.world_size == n].set_index("scheme")
+    ddp = at_n.loc["ddp-naive", "states"]
+    comm = {r["scheme"]: r["measured_ms"] for r in comm_rows}
+    link = comm_rows[0]["link"] if comm_rows else "?"
+    print(f"When to use it (from this run, N = {n}):")
+    for stage, what in (("zero1", "the optimizer state is"), ("zero2", "optimizer state and gradients are")):
+        if stage in at_n.index:
+            print(f"- {stage} when {what} what does not fit: it held "
+                  f"{at_n.loc[stage, 'states'] / ddp:.2f}× DDP's model states per rank, at DDP's bytes "
+                  f"(section 5) — nothing to lose once N > 1")
+    if "zero3" in at_n.index:
+        slower = (f"; on {link} its communication took {comm['zero3'] / comm['zero1']:.2f}× ZeRO-1's"
+                  if {"zero1", "zero3"} <= set(comm) else "")
+        print(f"- zero3 when even the parameters do not fit: {at_n.loc['zero3', 'states'] / ddp:.2f}× "
+              f"DDP's states, for 1.5× the bytes{slower}; prefetch hides the gathers only up to the "
+              f"compute (section 6½), so it pays on links fast enough to keep up")

@@ -135,6 +135,8 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
     ref = curves["fp32"]
     lines = []
     for precision, c in curves.items():
+        if precision == "fp32":
+            continue  # the reference itself: nothing to compare
         gap_early = max(abs(a - b) for a, b in zip(c["losses"][:early], ref["losses"][:early]))
         diffs = [a - b for a, b in zip(c["finals"], ref["finals"])]
         lines.append(f"{precision:10s} first {early} steps within {gap_early:.4f} of fp32 "
@@ -170,15 +172,26 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
 
 
 def plot_curves(curves: dict, ax=None):
+    """Each 16-bit run's loss minus fp32's, step by step (the curves themselves lie on top of one
+    another), fp16's skipped steps marked where it skipped any; the title says how far apart the
+    runs ended, from this run."""
     import matplotlib.pyplot as plt
 
     ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    ref = curves["fp32"]["losses"]
+    ax.axhline(0, color="black", lw=0.8, label="fp32 (reference)")
+    ends = []
     for precision, c in curves.items():
-        ax.plot(c["losses"], label=precision, lw=1)
-        for s in c["skipped"]:
-            ax.axvline(s, color="grey", lw=0.3)
+        if precision == "fp32":
+            continue
+        diff = [a - b for a, b in zip(c["losses"], ref)]
+        ax.plot(diff, label=precision, lw=1)
+        ends.append(f"{precision} {diff[-1]:+.3f}")
+        for k, s in enumerate(c["skipped"]):
+            ax.axvline(s, color="grey", lw=0.3, label="fp16 step skipped (overflow)" if k == 0 else None)
     ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.set_title("the same run in three precisions (grey: fp16 steps skipped on overflow)")
-    ax.legend()
+    ax.set_ylabel("loss − fp32's loss (nats)")
+    ax.set_title("16-bit runs against fp32, last step: " + ", ".join(ends), fontsize=9)
+    ax.legend(fontsize=8)
+    ax.figure.tight_layout()
     return ax
