@@ -1,73 +1,90 @@
-"""Chapter 04's exercises (`parlab.exercises`): bubbles of GPipe, 1F1B and interleaved schedules,
-bytes between stages, activations in flight; each check says right or wrong, never the answer.
+"""Chapter 04's exercises (`parlab.exercises`), at GPU scale so that the chapter's formulas, not
+its printed numbers, answer them: the bubble of GPipe / 1F1B (Huang et al., GPipe, NeurIPS 2019,
+§2.3), of interleaved 1F1B (Narayanan et al., Megatron-LM, SC 2021, §2.2.2) and of ZB-H1 (Qi et
+al., ICLR 2024, §3.1), the micro-batches a bubble target needs, 1F1B's activations in flight and
+the bytes an interleaved rank sends. Every accepted answer is computed here from `cost`, the
+closed forms the tests hold equal to the simulator and the ledger; each check says right or not
+yet, never the answer.
 """
 
 from __future__ import annotations
+
+import math
 
 from parlab.exercises import Exercise, find, numeric
 from parlab.pipeline import cost
 from parlab.pipeline.schedules import make_schedule
 
-
-def _interleaved_bubble(pp: int = 4, microbatches: int = 8, chunks: int = 2) -> float:
-    return cost.ideal_bubble(make_schedule("interleaved", pp, microbatches, chunks),
-                             forward=1.0 / chunks)
+# 70B-class model: hidden C = 8192; one micro-batch of one 4,096-token sequence, bf16 activations
+HIDDEN, TOKENS, BF16 = 8192, 4096, 2
 
 
-def _p2p_bytes_1f1b(pp: int = 2, microbatches: int = 4) -> int:
-    """Bytes pipeline rank 0 sends per step in pp-1f1b at the default GPT and batch."""
-    from parlab.engine.runner import make_config
+def _smallest_m(p: int, target: float) -> int:
+    """Fewest micro-batches m with (p−1)/(m+p−1) <= target (`cost.theory_bubble`)."""
+    m = max(1, math.floor((p - 1) / target - (p - 1)) - 1)
+    while cost.theory_bubble("1f1b", p, m) > target:
+        m += 1
+    return m
 
-    cfg = make_config("pp-1f1b", world_size=pp, microbatches=microbatches)
-    mc = cfg.model_config
-    numel = cfg.batch_size // microbatches * mc.block_size * mc.n_embd
-    return cost.p2p_bytes_per_step(pp, 1, microbatches, 0, numel)
 
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    return {
+        "gpipe-bubble-gpu": cost.theory_bubble("gpipe", 16, 64),
+        "microbatches-for-5pct": _smallest_m(8, 0.05),
+        "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 24, 2),
+                                                forward=1.0 / 2),
+        "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 12, 48, 3) * 2.5,
+        "zb-bubble": cost.theory_bubble("zb", 8, 24),
+        "p2p-bytes": cost.p2p_bytes_per_step(8, 2, 16, 0, TOKENS * HIDDEN, itemsize=BF16) / 1e9,
+    }
+
+
+_A = answers()
 
 EXERCISES = [
     Exercise("gpipe-bubble-gpu",
-             "GPipe on p = 8 stages with m = 32 micro-batches, equal stages. What fraction of the "
-             "step is bubble? (A fraction, e.g. 0.25.)",
-             numeric(7 / 39, rtol=0.01),
+             "GPipe on p = 16 stages (16 GPUs, one stage each) with m = 64 micro-batches, equal "
+             "stages. What fraction of the step is bubble? (A fraction, e.g. 0.25.)",
+             numeric(_A["gpipe-bubble-gpu"], rtol=0.01),
              "Every stage idles (p−1) slots of forward+backward out of (m+p−1).",
-             "(p−1)/(m+p−1) = 7/39 = 0.179."),
-    Exercise("microbatches-for-10pct",
-             "1F1B on p = 4 stages: what is the smallest number of micro-batches m that brings the "
-             "bubble to 10% or less?",
-             numeric(27, rtol=0, atol=0.5),
-             "Solve (p−1)/(m+p−1) <= 0.1 for m.",
-             "3/(m+3) <= 0.1  =>  m + 3 >= 30  =>  m = 27."),
+             "(p−1)/(m+p−1), with this chapter's step fraction (not Megatron's (p−1)/m)."),
+    Exercise("microbatches-for-5pct",
+             "1F1B on p = 8 stages: what is the smallest number of micro-batches m that brings the "
+             "bubble (as a fraction of the step) to 5% or less?",
+             numeric(_A["microbatches-for-5pct"], rtol=0, atol=0.5),
+             "Solve (p−1)/(m+p−1) <= 0.05 for m, and round up.",
+             "(p−1)/(m+p−1) <= t  =>  m >= (p−1)(1/t − 1)."),
     Exercise("interleaved-bubble",
-             "Interleaved 1F1B at p = 4, m = 8, v = 2 chunks per rank (forward = 1/v unit per "
+             "Interleaved 1F1B at p = 8, m = 24, v = 2 chunks per rank (forward = 1/v unit per "
              "chunk, backward twice that). What fraction of the step is bubble? This chapter's "
              "simulator (cost.ideal_bubble) is the judge.",
-             numeric(_interleaved_bubble(), rtol=0.02),
-             "Each fill / drain slot is v times shorter: (p−1)/(v·m+p−1).",
-             "(p−1)/(v·m+p−1) = 3/19 = 0.158; the simulated schedule agrees."),
+             numeric(_A["interleaved-bubble"], rtol=0.02),
+             "Each fill / drain slot is v times shorter.",
+             "(p−1)/(v·m+p−1); the simulated schedule agrees."),
     Exercise("1f1b-memory-gpu",
-             "A 1F1B pipeline of p = 8 stages runs m = 32 micro-batches; one micro-batch's "
-             "activations on one stage take 2 GB. How many GB of activations does stage 0 hold at "
-             "its peak? (GPipe would hold 64 GB.)",
-             numeric(16, rtol=0.01),
-             "1F1B's warm-up on stage s runs p − s forwards before its first backward, then keeps "
-             "that many in flight.",
-             "Stage 0 holds p = 8 micro-batches: 8 · 2 GB = 16 GB, whatever m is."),
+             "A 1F1B pipeline of p = 12 stages runs m = 48 micro-batches; one micro-batch's "
+             "activations on one stage take 2.5 GB. How many GB of activations does stage 3 "
+             "(counting from 0) hold at its peak?",
+             numeric(_A["1f1b-memory-gpu"], rtol=0.01),
+             "1F1B's warm-up on stage s runs p − s − 1 forwards, then one more before its first "
+             "backward, and keeps that many in flight.",
+             "min(p − s, m) micro-batches × 2.5 GB, whatever m is beyond that."),
     Exercise("zb-bubble",
-             "ZB-H1 at p = 4, m = 8 with F = B = W (each 1 unit). What fraction of the step is "
+             "ZB-H1 at p = 8, m = 24 with F = B = W (each 1 unit). What fraction of the step is "
              "bubble?",
-             numeric(3 / 27, rtol=0.01),
+             numeric(_A["zb-bubble"], rtol=0.01),
              "W's fill what would be idle: ZB-H1 leaves (p−1)(F+B−W) of idle per stage, over a "
              "step of m(F+B+W) + that.",
-             "(p−1)/(3m+p−1) = 3/27 = 0.111 (valid since m >= p)."),
+             "(p−1)/(3m+p−1), valid since m >= p."),
     Exercise("p2p-bytes",
-             "Run on this machine: how many bytes does rank 0 send per step in pp-1f1b at p = 2, "
-             "m = 4 for the default GPT and batch (12 rows, T = 32, C = 32)? Check afterwards with "
-             "parlab.run('pp-1f1b', world_size=2, microbatches=4, steps=1).bytes_per_rank("
-             "op='send', phase='pp-fwd')[0].",
-             numeric(_p2p_bytes_1f1b(), rtol=0, atol=0.5),
-             "Rank 0 is the first stage: it sends each micro-batch's activation forward and "
-             "receives gradients (it sends none back). One activation is (12/m)·T·C floats.",
-             "m · (12/4)·32·32 · 4 B = 4 · 12,288 B = 49,152 B."),
+             "A 70B-class model (hidden C = 8,192) in interleaved 1F1B: p = 8 pipeline ranks, "
+             "v = 2 chunks per rank, m = 16 micro-batches of one 4,096-token sequence each, bf16 "
+             "activations and gradients. How many GB (1e9 B) does pipeline rank 0 send per step?",
+             numeric(_A["p2p-bytes"], rtol=0.01),
+             "Rank 0 owns stages 0 and p: it sends activations onward from both and gradients back "
+             "from stage p only (stage 0 has no predecessor).",
+             "(2v − [first] − [last])·m messages of T·C·2 B — cost.p2p_bytes_per_step."),
 ]
 
 
