@@ -209,7 +209,7 @@ def dln_shapes(d: int, width: int, depth: int) -> list[tuple[int, int]]:
 
 def dln_params(d: int, width: int, depth: int) -> int:
     """2·d·w + (L−2)·w²: L·d² for the original network (w = d), 2dr̂ + (L−2)r̂² compressed (w = r̂;
-    Kwon et al., AISTATS 2024, §3)."""
+    Kwon et al., AISTATS 2024, the compressed DLN)."""
     return 2 * d * width + (depth - 2) * width * width
 
 

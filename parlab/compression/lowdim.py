@@ -2,12 +2,12 @@
 Compression of Overparameterized Deep Models through Low-Dimensional Learning Dynamics" (AISTATS
 2024, arXiv 2311.05061).
 
-The observation (the paper's §3, following Yaras et al. 2023): train a depth-L, width-d deep
-linear network (DLN) W_L ⋯ W_1 by gradient descent from a small orthogonal initialisation
-W_l(0) = ε·O_l on a rank-r recovery problem, and each update ΔW_l(t) = W_l(t) − W_l(0) stays in a
-fixed subspace of dimension about 2r: all but ~2r singular values of ΔW_l stay at zero, the
-others are fitted one after another (incremental learning). So the network can be compressed to
-width r̂ (the paper takes r̂ = 2r) before training:
+The observation (the paper's method for deep linear networks, after Yaras et al. 2023): train a
+depth-L, width-d deep linear network (DLN) W_L ⋯ W_1 by gradient descent from a small orthogonal
+initialisation W_l(0) = ε·O_l on a rank-r recovery problem, and each update ΔW_l(t) = W_l(t) −
+W_l(0) stays in a fixed subspace of dimension about 2r: all but ~2r singular values of ΔW_l stay
+at zero, the others are fitted one after another (incremental learning). So the network can be
+compressed to width r̂ (the paper takes r̂ = 2r) before training:
 
     W_1 = ε·V̂ᵀ (r̂×d),   W_l = ε·I_r̂ (l = 2..L−1),   W_L = ε·Û (d×r̂)     (the compressed DLN)
 
@@ -16,16 +16,19 @@ the top-r̂ singular vectors of the surrogate (1/p)·P_Ω(M) of the observed ent
 initialisation); the outer factors W_1, W_L learn α times faster than the inner ones (the paper's
 discrepant learning rate α; `param_groups`). The paper's theory (deep matrix factorisation) and
 experiments (matrix completion and sensing) find the compressed network converges in fewer
-iterations to a smaller recovery error; its §5 carries the idea into nonlinear networks by
-replacing wide layers with compressed factor chains (`LowRankLinear`, `compress_mlp`).
+iterations to a smaller recovery error; its deep nonlinear experiments carry the idea on by
+replacing wide layers with compressed factor chains (`LowRankLinear`, `compress_mlp`). The
+construction follows the authors' released code (soominkwon/comp-deep-nets: `network.py`'s
+`kwon_compress_network` with grad_rank = 2r, `solver.py`'s `dlr` scaling the first and last
+factors' updates).
 
-The task here is deep matrix completion (the paper's §4): a d×d matrix M of rank r, a fraction p
-of its entries observed (Ω), loss ½·mean over Ω of ((W_L⋯W_1)_ij − M_ij)². A batch is a tensor of
-(i, j) index pairs and their values, so data parallelism shards the observed entries as it shards
-any batch. Where this departs from the paper's code (soominkwon/comp-deep-nets): float32, not
-float64; full-batch GD (or AdamW) in the lab's loop; the target's singular values are √d·(1 … ½)
-(ours); the MLP's compressed layers start from orthonormal factors (ours: the paper's nonlinear
-experiment draws them at random).
+The task here is deep matrix completion (one of the paper's recovery experiments): a d×d matrix M
+of rank r, a fraction p of its entries observed (Ω), loss ½·mean over Ω of ((W_L⋯W_1)_ij − M_ij)².
+A batch is a tensor of (i, j) index pairs and their values, so data parallelism shards the
+observed entries as it shards any batch. Where this departs from the authors' code: float32, not
+float64; full-batch GD (or AdamW) in the lab's loop; the target's singular values are
+√d·(1 … ½) (ours); the MLP's compressed layers start from orthonormal factors and keep a bias,
+with no nonlinearity inside a chain (ours: their nonlinear experiment draws them at random).
 
 Reading order: `completion_task`, `DeepLinear`, `original_init` / `spectral_init`,
 `param_groups`, `fit` (the in-process reference), `update_spectrum` and `outside_share`,
@@ -128,8 +131,8 @@ def original_init(d: int, depth: int, scale: float, seed: int = 0) -> list[torch
 
 
 def spectral_init(task: CompletionTask, width: int, depth: int, scale: float) -> list[torch.Tensor]:
-    """The compressed DLN (§3): W_1 = ε·V̂ᵀ, W_l = ε·I, W_L = ε·Û, where Û, V̂ are the top-`width`
-    singular vectors of the surrogate (1/p)·P_Ω(M)."""
+    """The compressed DLN (the paper's construction): W_1 = ε·V̂ᵀ, W_l = ε·I, W_L = ε·Û, where Û,
+    V̂ are the top-`width` singular vectors of the surrogate (1/p)·P_Ω(M)."""
     u, _, vh = torch.linalg.svd(task.surrogate())  # (d, d), (d,), (d, d)
     middle = [scale * torch.eye(width) for _ in range(depth - 2)]  # (r̂, r̂) each
     return [scale * vh[:width].clone()] + middle + [scale * u[:, :width].clone()]
@@ -219,7 +222,7 @@ def outside_share(delta: torch.Tensor, reference: torch.Tensor, k: int) -> float
 # ----------------------------------------------------------------------------- nonlinear transfer
 class LowRankLinear(nn.Module):
     """A d_in → d_out layer as the compressed chain C·B·A + bias, A (r̂×d_in), B (r̂×r̂), C (d_out×r̂):
-    2·d·r̂ + r̂² + d_out parameters instead of d_in·d_out + d_out (the paper's §5 transfer).
+    2·d·r̂ + r̂² + d_out parameters instead of d_in·d_out + d_out (the paper's nonlinear transfer).
     A and C start orthonormal and B = I (ours), so the chain starts as a rank-r̂ isometry."""
 
     def __init__(self, d_in: int, d_out: int, width: int, generator: torch.Generator):
