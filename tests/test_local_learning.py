@@ -149,7 +149,7 @@ def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
 
 # ----------------------------------------------------------------------------- exercises
 RIGHT = {"interlock-bytes": 98304, "global-depth": 5, "pipedream-versions": 8,
-         "decoupled-idle": 3 / 403, "which-lock": "forward"}
+         "decoupled-idle": 3 / 403, "which-lock": "forward", "merge-bytes": 131072}
 
 
 def test_exercises_check_without_telling(capsys):
@@ -161,6 +161,7 @@ def test_exercises_check_without_telling(capsys):
         assert ex.check(answer) and not ex.check(None) and not ex.check("backward")
     out = capsys.readouterr().out
     assert "98304" not in out and "98,304" not in out and "right" in out
+    assert "131072" not in out and "131,072" not in out
 
 
 def test_explain_idle_names_the_link_bound_stage(capsys):

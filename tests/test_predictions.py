@@ -79,7 +79,8 @@ def test_parameter_server_prediction_equals_the_ledger(scheme, world_size, optio
 
 # chapter 05 (parlab/local_learning): activations up, gradient components down, tie and dp rings
 LOCAL_CASES = [("local", 2, {}), ("interlocking", 3, {"depth": 2}), ("local", 4, {"pp": 2}),
-               ("pipedream", 2, {}), ("pipedream-2bw", 2, {"microbatches": 1})]
+               ("pipedream", 2, {}), ("pipedream-2bw", 2, {"microbatches": 1}),
+               ("layerwise-merge", 4, {"pp": 2})]
 CASES += LOCAL_CASES
 
 

@@ -16,6 +16,15 @@ backward must use the weights its forward used, so stage s stashes one version p
 flight, min(p−s, m) — the input stage the most. PipeDream-2BW (ICML 2021, §3.1) updates once per
 m micro-batches and keeps two versions, the one in use and the one before it, whatever p is, as
 long as m >= p.
+
+Layer-wise partitioning and merging (Akintoye et al., FGCS 2023; `partition_merge`): k stages ×
+dp replicas of one synchronous 1F1B pipeline. Per step and rank (stage s, replica d): r·T·C·4 up
+if s < k−1 and r·T·C·4 down if s > 0 (r = rows of the replica), the tied embedding's ring of two
+between the first and last stage (GPT, k > 1), and one flat ring all-reduce of the stage's Ψ_s
+parameters over dp: 2(dp−1)/dp·Ψ_s·4 (`merge_bytes_per_rank`). Memory per stage: Ψ_s·4 weights,
+Ψ_s·4 gradients, Ψ_s·8 AdamW moments, and **no** stashed weight version (`merge_stage_memory`);
+PipeDream's stage s stashes min(p−s, m) copies on top, 2BW two. The step the merge minimises:
+`merge_step_time`.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from parlab.engine.prediction import Prediction
 from parlab.local_learning.heads import head_numel
 from parlab.local_learning.layout import Layout, resolve, stage_parameters
 from parlab.local_learning.routes import Route
+from parlab.pipeline import cost as pp_cost
 
 
 def boundary_numel(model_config, rows: int) -> int:
@@ -128,3 +138,53 @@ def predict_pipe(cfg) -> Prediction:
     route = Route.of(layout.pp, layout.pp - 1, 0.0)
     return Prediction(bytes_per_rank(cfg, layout, route, tie_every_step=layout.microbatches == 1),
                       "r·T·C·4 up and r·T·C·4 down per boundary and step (local_learning.cost)")
+
+
+# ----------------------------------------------------------------------------- partition and merge
+def merge_messages_received(pp: int, stage: int) -> int:
+    """Messages a stage of a k-stage 1F1B pipeline receives per micro-batch: its input from below
+    (s > 0) and its output's gradient from above (s < k−1)."""
+    return (stage > 0) + (stage < pp - 1)
+
+
+def merge_step_time(pipeline_s: float, sync_s: list[float], optimizer_s: list[float]) -> float:
+    """The merge's step: its pipeline (the simulated 1F1B of `partition_merge`; equal stages of t
+    per micro-batch and free messages: (m+k−1)·t, chapter 04's), then the slowest stage's
+    gradient sync and update: pipeline + max_s(sync_s + optimizer_s)."""
+    return pipeline_s + max(a + b for a, b in zip(sync_s, optimizer_s))
+
+
+def merge_in_flight(pp: int, microbatches: int, stage: int) -> int:
+    """Micro-batches whose activations a merged stage holds at once: 1F1B's min(k−s, m)."""
+    return pp_cost.in_flight_peak("1f1b", pp, microbatches, stage)
+
+
+def merge_bytes_per_rank(cfg, layout: Layout) -> list[int]:
+    """Bytes each world rank sends over the run (module docstring): boundaries, tie, flat dp ring."""
+    p, dp, mc = layout.pp, layout.dp, cfg.model_config
+    numels = [sum(n) for n in _stage_numels(cfg, layout)]
+    out = []
+    for rank in range(cfg.world_size):
+        d, s = divmod(rank, p)
+        per_step = activation_bytes(mc, layout.rows) * ((s < p - 1) + (s > 0))  # up + down
+        if cfg.model == "gpt" and p > 1 and s in (0, p - 1):
+            per_step += core_cost.ring_all_reduce(mc.vocab_size * mc.n_embd, 2,
+                                                  0 if s == 0 else 1)[0] * FP32_BYTES
+        if dp > 1:
+            per_step += core_cost.ring_all_reduce(numels[s], dp, d)[0] * FP32_BYTES
+        out.append(per_step * cfg.steps)
+    return out
+
+
+def predict_merge(cfg, layout: Layout) -> Prediction:
+    return Prediction(merge_bytes_per_rank(cfg, layout),
+                      "r·T·C·4 up and down per boundary and step, the tie's ring of two, one flat "
+                      "dp ring per stage (local_learning.cost.merge_bytes_per_rank)")
+
+
+def merge_stage_memory(stage_numel: int, optimizer: str = "adamw") -> dict:
+    """Bytes a merged stage holds besides activations (fp32): weights, gradients, optimizer state
+    (AdamW's two moments; none for SGD) and stashed weight versions — none: one version only."""
+    return {"params": stage_numel * FP32_BYTES, "grads": stage_numel * FP32_BYTES,
+            "optimizer": 2 * stage_numel * FP32_BYTES if optimizer == "adamw" else 0,
+            "stashed_weights": 0}

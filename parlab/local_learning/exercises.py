@@ -1,7 +1,8 @@
 """Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes and depth
 (Gomez et al., JMLR 2022), PipeDream's stashed versions (Narayanan et al., SOSP 2019), decoupled
-greedy learning's idle time (Belilovsky et al., ICML 2020) and which lock each removes; each check
-says right or wrong, never the answer.
+greedy learning's idle time (Belilovsky et al., ICML 2020), which lock each removes, and the
+boundary bytes merging layer-wise partitions saves (Akintoye et al., FGCS 2023); each check says
+right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from parlab.local_learning.routes import Route
 
 def _gpt_mc():
     return make_config("single").model_config
+
+
+def _merged_boundary_bytes() -> int:
+    """Boundary bytes per step after the merge of the `merge-bytes` exercise: dp = 2 replicas of
+    k = 2 stages, each replica's 8 rows crossing its one boundary up and down."""
+    dp, k, rows = 2, 2, 16 // 2
+    return dp * (k - 1) * 2 * cost.activation_bytes(_gpt_mc(), rows)
 
 
 EXERCISES = [
@@ -43,6 +51,18 @@ EXERCISES = [
              expect=numeric(cost.decoupled_idle(4, 4, 100), rtol=0.02),
              hint_text="The pipeline fills once per run, not once per step.",
              solution_text="(p−1)/(steps·m + p−1) = 3/403 ≈ 0.0074"),
+    Exercise("merge-bytes",
+             "Layer-wise partitioning and merging on 4 devices, default GPT (T = 32, C = 32), 16 rows "
+             "per step. Un-merged, the 4 layers are k = 4 stages of one pipeline; the merge keeps "
+             "k = 2 stages and makes the freed devices a second replica (dp = 2, 8 rows each). How "
+             "many bytes of activations and gradients cross stage boundaries per step after the "
+             "merge, summed over both replicas?",
+             expect=numeric(_merged_boundary_bytes(), rtol=0),
+             hint_text="Each boundary carries a replica's rows once up (activations) and once down "
+                  "(gradients), r·T·C·4 bytes each way; count the boundaries each replica keeps.",
+             solution_text="2 replicas × 1 boundary × 2 directions × 8·32·32·4 B = 131,072 B — a third of "
+                      "the un-merged pipeline's 3 × 2 × 16·32·32·4 B (the flat dp ring it adds is "
+                      "priced by the merge's model)"),
     Exercise("which-lock",
              "Local learning removes backward and update locking. Which lock remains? "
              "(forward, backward or update)",

@@ -158,6 +158,7 @@ class StalePipeline(Stages):
     def __init__(self, ctx, two_buffers: bool):
         layout = resolve(ctx.cfg, allow_dp=False)
         super().__init__(ctx, layout)
+        self.two_buffers = two_buffers
         m = layout.microbatches
         tie = self.sync_tie if m == 1 else None  # one in flight: the ends are locked anyway
         if tie is None:
@@ -178,9 +179,12 @@ class StalePipeline(Stages):
         self.pipe.drain(self.ctx.cfg.steps)
 
     def extras(self) -> dict:
-        return {"stage": self.pp_rank, "versions": self.pipe.records,
+        p, m, s = self.layout.pp, self.layout.microbatches, self.pp_rank
+        formula = cost.twobw_versions(p, m, s) if self.two_buffers else cost.pipedream_versions(p, m, s)
+        return {"stage": s, "versions": self.pipe.records,
                 "peak_versions": self.pipe.stash.peak_versions, "warmup": self.pipe.warmup,
-                "stage_numel": self.pipe.stash.numel(), "tied": self.tied is not None}
+                "stage_numel": self.pipe.stash.numel(), "tied": self.tied is not None,
+                "versions_formula": formula}  # the closed form beside the measured peak
 
 
 def _validate_pipe(cfg):

@@ -1,0 +1,244 @@
+"""Layer-wise partitioning and merging: cut the model after every layer, then merge neighbouring
+partitions wherever a boundary costs more in messages than it buys in parallel compute — the
+stage count, the layers per stage and the data-parallel replicas the freed devices become, chosen
+by one step-time model of compute and communication.
+
+Paper: Akintoye, Han, Lloyd, Zhang, Dancey, Chen, Zhang, "Layer-wise partitioning and merging for
+efficient and scalable deep learning", Future Generation Computer Systems 149 (2023) 432–444,
+arXiv 2207.11019. What the paper contributes, in its own words (abstract and highlights): (1) a
+layer-wise partition and merging model that minimises the communication overhead between devices
+*without the memory cost of existing strategies* — the weight versions PipeDream stashes
+(`stash`) are that cost; (2) a forward-pass and backward-pass parallelisation against the
+update-locking problem that minimises the total training cost; almost linear speedup *without
+compromising the accuracy of the non-parallel approach*.
+
+parlab's rendering — simplifications, stated here where they are made:
+
+- Source. Only the paper's abstract, highlights and the start of its introduction were available
+  to this implementation; its cost model and algorithm are not copied from its method section.
+  What follows realises the two claims above in the most literal synchronous way, and every
+  choice below is parlab's.
+- Partition. The layer-wise partition puts each layer (a GPT block, an MLP linear) on its own
+  partition; the first also holds the embedding, the last the head and the loss (`unit_work`).
+  A merge removes a boundary. For k stages the merge kept is the contiguous grouping minimising
+  the slowest stage's per-micro-batch cost — its compute plus one message per micro-batch from
+  each neighbour (an end stage receives one, a middle stage two) — exactly, by chapter 04's
+  min-max dynamic programme (`parlab.pipeline.partition.min_max_split`). Every boundary of these
+  models carries the same r·T·C·4 bytes, so *where* to cut is a compute question and *how many*
+  cuts a communication question.
+- Devices freed by merging become data-parallel replicas: k stages × dp = world_size/k replicas
+  (the paper's index terms name data and model parallelism). Each replica's stage averages its
+  gradients over dp in one flat bucket (`parlab.data_parallel.flat.all_reduce_flat`: 2(dp−1)
+  rounds a step, not per tensor).
+- Compute is *counted*, not timed: each partition's forward + backward and its optimizer step run
+  once here under the paced clock's own work meter (`parlab.core.clock.count_work`) and are priced
+  by the run's clock (`Clock.seconds`: paced seconds, or the reference machine's on the wall
+  clock). The count is a function of operators and shapes alone, so every rank and the parent
+  compute the same plan from the configuration, with no broadcast.
+- Messages are priced on the run's link (α + bytes/β each; a `Topology` by its slowest pair; no
+  link: free). A merge's step is its pipeline, simulated — chapter 04's 1F1B action lists run by
+  `parlab.pipeline.validate.simulate` with each stage's counted F and B and the message charged
+  from the receiver's post, as `parlab.core.comm`'s emulated link charges it — then the slowest
+  stage's gradient sync (the tie's ring of two, the flat dp ring: α-β closed forms) and update
+  (`cost.merge_step_time`). The cut for k stages minimises the slowest stage's pace, F + B + the
+  messages it receives per micro-batch, which sets the steady state; the step time then ranks
+  the k. The model is checked against paced runs (notebook 05, `tests/test_local_learning_merge.py`).
+- The forward/backward parallelisation is 1F1B with a flush (`parlab.pipeline.schedules`): the
+  forward of micro-batch i+1 beside the backward of micro-batch i on neighbouring stages; each
+  stage updates as soon as its own last backward and its sync are done, with no barrier across
+  stages, on the one weight version it holds. Synchronous, so the scheme equals `single`; the
+  update lock that remains is the flush, the price of holding no stashed version
+  (notebook 05 measures it beside PipeDream's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from parlab.core import cost as core_cost
+from parlab.core import topology
+from parlab.core.clock import count_work
+from parlab.core.cost import FP32_BYTES
+from parlab.engine.loop import build_model, make_optimizer, step_batch
+from parlab.local_learning import cost
+from parlab.local_learning.layout import Layout, n_layers
+from parlab.pipeline import cost as pp_cost
+from parlab.pipeline import stages as stages_mod
+from parlab.pipeline.partition import min_max_split
+from parlab.pipeline.schedules import one_f_one_b
+from parlab.pipeline.validate import simulate
+
+
+@dataclass(frozen=True)
+class UnitWork:
+    """One layer-wise partition's counted work, each (operators, FLOPs): its forward and its
+    backward on one micro-batch, one optimizer step over its parameters; its parameter count."""
+
+    forward: tuple[int, float]
+    backward: tuple[int, float]
+    optimizer: tuple[int, float]
+    numel: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One merge: k stages (`layout.pp`) × dp replicas, its layers per stage, and the model's
+    seconds (the run's clock): per stage and micro-batch its forward, backward and pace (F + B +
+    the messages it receives), one message, the simulated pipeline, per stage sync and update, and
+    the step."""
+
+    layout: Layout
+    forward_s: tuple
+    backward_s: tuple
+    pace_s: tuple
+    message_s: float
+    pipeline_s: float
+    sync_s: tuple
+    optimizer_s: tuple
+    step_s: float
+
+
+_UNITS: dict = {}
+
+
+def unit_work(cfg, rows: int, microbatches: int) -> list[UnitWork]:
+    """Every layer-wise partition's work on a micro-batch of `rows` rows (cached per model and
+    shape): partition u is layer u, the first with the embedding, the last with the head and the
+    loss (/ m), as the executor's F and B spans run them."""
+    key = (cfg.model, cfg.model_config, cfg.seed, cfg.optimizer, rows, microbatches)
+    if key in _UNITS:
+        return _UNITS[key]
+    model = build_model(cfg)
+    L = n_layers(cfg)
+    units = stages_mod.build_stages(model, list(range(L)), [1] * L)  # one layer each
+    x_all, y_all = step_batch(cfg, 0)
+    x0, y = x_all[:rows], y_all[:rows]  # (rows, T) ids or (rows, 2) points
+    shape = stages_mod.boundary_shape(cfg.model_config, rows)  # (rows, T, C) or (rows, d)
+    g = torch.Generator().manual_seed(cfg.seed)
+    out = []
+    for u in range(L):
+        x = x0 if u == 0 else torch.randn(shape, generator=g).requires_grad_()
+        grad = None if u == L - 1 else torch.randn(shape, generator=g)  # (rows, T, C) from above
+        forward, backward = _count_pass(units[u], x, y, grad, microbatches)
+        params = list(units[u].parameters())
+        opt = make_optimizer(params, cfg)
+        opt.step()  # the first step creates the optimizer's state; the second is every step's
+        out.append(UnitWork(forward, backward, count_work(opt.step),
+                            sum(p.numel() for p in params)))
+    _UNITS[key] = out
+    return out
+
+
+def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[tuple, tuple]:
+    """(operators, FLOPs) of F (the stage, and on the last its loss / m) and of B (one backward
+    from the loss, or from the output with `grad`), as the executor's spans run them."""
+    held = {}
+
+    def forward():
+        h = stage(x)  # (rows, T, C), or the logits on the last partition
+        held["root"] = stage.loss(h, targets) / microbatches if grad is None else h
+
+    def backward():
+        torch.autograd.backward([held["root"]], None if grad is None else [grad])
+
+    return count_work(forward), count_work(backward)
+
+
+def link_of(cfg):
+    """The link the model prices messages on: the run's, a `Topology`'s slowest pair, or None."""
+    link = cfg.link
+    if isinstance(link, topology.Topology):
+        return link.link_for(range(cfg.world_size))
+    return link
+
+
+def _alpha_beta(cfg) -> tuple[float, float]:
+    link = link_of(cfg)
+    return (0.0, float("inf")) if link is None else (link.latency_s, link.bandwidth_Bps)
+
+
+def default_microbatches(rows: int, pp: int) -> int:
+    """The fewest micro-batches that fill k stages: the smallest divisor of the rows >= pp."""
+    return next((k for k in range(1, rows + 1) if rows % k == 0 and k >= pp), rows)
+
+
+def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
+    """The best merge into `pp` stages for dp replicas of m micro-batches, and its step time."""
+    mc, layers, clock = cfg.model_config, n_layers(cfg), cfg.clock
+    rows = cfg.batch_size // dp
+    units = unit_work(cfg, rows // microbatches, microbatches)
+    f_unit = [clock.seconds(*u.forward) for u in units]
+    b_unit = [clock.seconds(*u.backward) for u in units]
+    alpha, beta = _alpha_beta(cfg)
+    message = alpha + cost.activation_bytes(mc, rows // microbatches) / beta if pp > 1 else 0.0
+
+    def pace(s, i, j):  # stage s holds layers [i, j): F + B + the messages it receives
+        return sum(f_unit[i:j]) + sum(b_unit[i:j]) + message * cost.merge_messages_received(pp, s)
+
+    counts = min_max_split(layers, pp, pace)
+    bounds = stages_mod.stage_bounds(counts)
+    forward_s = [sum(f_unit[i:j]) for i, j in bounds]
+    backward_s = [sum(b_unit[i:j]) for i, j in bounds]
+    schedule = one_f_one_b(pp, microbatches)
+    events = simulate(schedule, pp_cost.stage_durations(schedule, forward_s, backward_s), message,
+                      charged="receiver")  # as the emulated link charges a message
+    pipeline = max(e["t1"] for e in events) - min(e["t0"] for e in events)
+    tie_s = core_cost.all_reduce_time(mc.vocab_size * mc.n_embd * FP32_BYTES, 2, alpha, beta) \
+        if cfg.model == "gpt" and pp > 1 else 0.0
+    sync_s, opt_s = [], []
+    for s, (i, j) in enumerate(bounds):
+        numel = sum(u.numel for u in units[i:j])
+        sync_s.append(core_cost.all_reduce_time(numel * FP32_BYTES, dp, alpha, beta)
+                      + (tie_s if s in (0, pp - 1) else 0.0))
+        opt_s.append(sum(clock.seconds(*u.optimizer) for u in units[i:j]))
+    return Candidate(Layout(dp, pp, microbatches, tuple(counts), rows), tuple(forward_s),
+                     tuple(backward_s), tuple(pace(s, i, j) for s, (i, j) in enumerate(bounds)),
+                     message, pipeline, tuple(sync_s), tuple(opt_s),
+                     cost.merge_step_time(pipeline, sync_s, opt_s))
+
+
+def candidates(cfg) -> list[Candidate]:
+    """Every merge the configuration allows, fewest stages first: k | world_size stages (only
+    `pp=` if given), k <= layers, the replicas' rows divisible by dp × m. ValueError names the
+    values when none is left."""
+    o, world, layers = cfg.options, cfg.world_size, n_layers(cfg)
+    fixed, m_given = o.get("pp"), o.get("microbatches")
+    if fixed is not None:
+        if world % fixed:
+            raise ValueError(f"pp={fixed} does not divide world_size={world}")
+        if fixed > layers:
+            raise ValueError(f"pp={fixed} stages > {layers} layers (model={cfg.model!r}, "
+                             f"n_layer={cfg.model_config.n_layer}): more stages than layers")
+    out, refused = [], []
+    for k in ([fixed] if fixed is not None else range(1, min(world, layers) + 1)):
+        if world % k:
+            continue
+        dp = world // k
+        if cfg.batch_size % dp:
+            refused.append(f"pp={k}: batch_size={cfg.batch_size} is not divisible by dp={dp}")
+            continue
+        rows = cfg.batch_size // dp
+        m = m_given if m_given is not None else default_microbatches(rows, k)
+        if rows % m:
+            refused.append(f"pp={k}: batch_size={cfg.batch_size} is not divisible by dp={dp} × "
+                           f"microbatches={m}")
+            continue
+        out.append(evaluate(cfg, k, dp, m))
+    if not out:
+        raise ValueError("no merge fits: " + "; ".join(refused))
+    return out
+
+
+_PLANS: dict = {}
+
+
+def plan(cfg) -> Candidate:
+    """The merge with the smallest modelled step time (ties: the fewer stages, fewer messages)."""
+    key = (cfg.model, cfg.model_config, cfg.seed, cfg.optimizer, cfg.world_size, cfg.batch_size,
+           cfg.options.get("pp"), cfg.options.get("microbatches"), link_of(cfg),
+           cfg.clock)
+    if key not in _PLANS:
+        _PLANS[key] = min(candidates(cfg), key=lambda c: c.step_s)  # first minimum: fewest stages
+    return _PLANS[key]
