@@ -262,23 +262,26 @@ def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
 
 
 def when_to_use(table, comm_rows: list[dict]) -> None:
-    """The chapter's verdict, from this run: what each stage cut per rank (measured model states at
-    the largest N the table ran, over DDP's) against what it costs in bytes and, on the link of
-    section 9, in communication time."""
+    """The chapter's verdict, from this run: what each stage sheds (the kinds of model state it
+    holds less of than DDP, measured at the largest N the table ran) and how much it holds, then
+    what the link of section 9 charged each for its communication."""
     n = int(table.world_size.max())
-    at_n = table[table.world_size == n].set_index("scheme")
-    ddp = at_n.loc["ddp-naive", "states"]
-    comm = {r["scheme"]: r["measured_ms"] for r in comm_rows}
-    link = comm_rows[0]["link"] if comm_rows else "?"
+    at_n = table[table.world_size == n]
+    ddp = at_n[at_n.scheme == "ddp-naive"].iloc[0]
     print(f"When to use it (from this run, N = {n}):")
-    for stage, what in (("zero1", "the optimizer state is"), ("zero2", "optimizer state and gradients are")):
-        if stage in at_n.index:
-            print(f"- {stage} when {what} what does not fit: it held "
-                  f"{at_n.loc[stage, 'states'] / ddp:.2f}× DDP's model states per rank, at DDP's bytes "
-                  f"(section 5) — nothing to lose once N > 1")
-    if "zero3" in at_n.index:
-        slower = (f"; on {link} its communication took {comm['zero3'] / comm['zero1']:.2f}× ZeRO-1's"
-                  if {"zero1", "zero3"} <= set(comm) else "")
-        print(f"- zero3 when even the parameters do not fit: {at_n.loc['zero3', 'states'] / ddp:.2f}× "
-              f"DDP's states, for 1.5× the bytes{slower}; prefetch hides the gathers only up to the "
-              f"compute (section 6½), so it pays on links fast enough to keep up")
+    for row in at_n.itertuples():
+        if row.scheme == ddp.scheme:
+            continue
+        shed = [kind for kind in ("optimizer", "grads", "params") if getattr(row, kind) < ddp[kind]]
+        words = {"optimizer": "optimizer state", "grads": "gradients", "params": "parameters"}
+        print(f"- {row.scheme} when its {' + '.join(words[k] for k in shed) or 'nothing'} must "
+              f"shrink: it held "
+              f"{row.states / ddp.states:.2f}× DDP's model states per rank"
+              + ("; sharded parameters are gathered before every use (1.5× the bytes, section 5), "
+                 "so it pays on links fast enough for prefetch to hide that (section 6½)"
+                 if "params" in shed else ", at DDP's bytes (section 5): nothing to lose once N > 1"))
+    if len(comm_rows) > 1:
+        first = comm_rows[0]
+        print(f"- on {first['link']} (section 9): " + ", ".join(
+            f"{r['scheme']}'s communication took {r['measured_ms'] / first['measured_ms']:.2f}× "
+            f"{first['scheme']}'s" for r in comm_rows[1:]))
