@@ -78,15 +78,38 @@ def bytes_table(world_size: int, model: str = "gpt", precision: str = "fp32") ->
         print(f"  {variant:<13} {len(msgs):>3} messages  rank 0 sends {parts}")
 
 
-def predicted_table(world_size: int, t_forward=0.01, t_backward=0.02, t_optimizer=0.005,
-                    flops: float = 40e9, accelerator: str = "A100", model: str = "gpt") -> None:
-    """α-β predicted step time of every variant on real links as `accelerator` sees them from a
-    machine that computes `flops` (parlab.core.link.faithful), for a given compute profile."""
+def paced_profile(world_size: int, clock: str = "A100", model: str = "gpt") -> tuple:
+    """(forward, backward, optimizer) seconds of one rank's step in paced time: the operators and
+    FLOPs of the model on its rows (`parlab.core.clock.count_work`), priced by the clock exactly as
+    a paced run prices them (section 5 runs them)."""
+    from parlab.core import clock as clocks
+    from parlab.engine.loop import build_model, make_optimizer, step_batch
+    from parlab.engine.runner import make_config
+
+    cfg = make_config("ddp-naive", world_size=world_size, model=model)
+    paced = clocks.resolve(clock, world_size)
+    net = build_model(cfg)
+    x, y = step_batch(cfg, 0, 0, world_size)
+    held = {}
+    forward = clocks.count_work(lambda: held.setdefault("loss", net.loss(x, y)))
+    backward = clocks.count_work(lambda: held["loss"].backward())
+    optimizer = clocks.count_work(make_optimizer(net.parameters(), cfg).step)
+    return tuple(paced.seconds(*work) for work in (forward, backward, optimizer)), paced
+
+
+def predicted_table(world_size: int, clock: str = "A100", model: str = "gpt") -> None:
+    """α-β predicted step time of every variant on real links in paced time (`clock`: the
+    accelerator's time ×N, the real links dilated by the same N, `parlab.core.clock`), beside the
+    paced compute profile of the model (`paced_profile`): what section 5 then measures."""
+    from parlab.core.clock import pace_link
+    from parlab.core.link import PRESETS
+
+    (t_forward, t_backward, t_optimizer), paced = paced_profile(world_size, clock, model)
     numels = param_numels(model)
-    links = {name: faithful(name, flops, accelerator) for name in ("NVLink", "100Gb-IB", "10GbE")}
-    print(f"predicted ms per step, N={world_size}, compute {1e3 * (t_forward + t_backward + t_optimizer):.0f}"
-          f" ms (forward + backward + optimizer); links as an {accelerator} sees them, time "
-          f"×{next(iter(links.values())).dilation:,.0f}")
+    links = {name: pace_link(PRESETS[name], paced) for name in ("NVLink", "100Gb-IB", "10GbE")}
+    print(f"predicted ms per step, N={world_size}, {paced.label}: compute {1e3 * t_forward:.0f} + "
+          f"{1e3 * t_backward:.0f} + {1e3 * t_optimizer:.0f} ms (forward + backward + optimizer, "
+          f"priced by the clock); the real links dilated by the same ×{paced.dilation:,.0f}")
     print(f"  {'variant':<13}" + "".join(f"{name:>10}" for name in links))
     for variant in OWN:
         row = [dp_cost.predict_step_time(variant, numels, world_size, t_forward, t_backward,
@@ -194,6 +217,23 @@ def headline(runs: dict, loopback: dict | None = None, warmup: int = 1,
                       + ("agrees" if ok and winner_ok else "does NOT agree")
                       + f" (±{tolerance:.0%})"
                       + ("" if ok and winner_ok else " — " + _why_not(rs, a, b)))
+    link_key = next((k for k in out if k.startswith("link")), None)
+    if link_key:
+        step, exposed = out[link_key]
+        gain = step["ddp-overlap"] / step["dear"]
+        print("\nWhen to use it (from this run, on the accelerator's link):")
+        print(f"- overlap (WFBP) whenever communication is comparable to the backward: it cut "
+              f"ddp-naive's step {step['ddp-naive'] / step['ddp-overlap']:.2f}×, leaving "
+              f"{exposed['ddp-overlap']:.0%} of the step exposed")
+        model = (f" (α-β model {predicted['ddp-overlap'][1] / predicted['dear'][1]:.2f}×)"
+                 if predicted else "")
+        print(f"- DeAR when WFBP still leaves communication exposed after backward and the next "
+              f"forward is long enough to cover the all-gathers: here it ran at {gain:.2f}× WFBP's "
+              f"speed{model} — " + ("worth it" if gain > 1.02 else
+                                    "no gain in this regime: it sends the same bytes in the same "
+                                    "rounds, and its exposed share is WFBP's or more"))
+        print("- bucketing always (naive pays one latency per tensor); the bucket size: the sweep "
+              "above")
     return out
 
 

@@ -254,6 +254,7 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
     real link's name; the clock dilates it)."""
     numels = param_numels(config=options.get("model_config"))
     common = {k: v for k, v in options.items() if k in COMMON}
+    rows = []
     for bucket_mb in sizes:
         result = parlab.run("ddp-overlap", world_size=world_size, steps=steps, link=link,
                             bucket_mb=bucket_mb, clock=clock, **common)
@@ -265,3 +266,24 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
         print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
               f"step {step * 1e3:7.1f} ms (predicted {predicted * 1e3:7.1f})   exposed "
               f"{exposed_fraction(result, 1):4.0%}   {diagnosis(result, step, predicted)}")
+        rows.append((bucket_mb, len(plan_buckets(numels, bucket_mb)), step, predicted,
+                     result.config.link))
+    _bucket_verdict(rows, world_size)
+
+
+def _bucket_verdict(rows: list[tuple], world_size: int) -> None:
+    """Which bucket size won, measured and by the model, and the latency every bucket pays:
+    2(N−1)α per all-reduce against the overlap a finer bucket buys."""
+    best = min(rows, key=lambda r: r[2])
+    model = min(rows, key=lambda r: r[3])
+    link = rows[0][4]
+    per_bucket = 2 * (world_size - 1) * link.latency_s if link is not None else 0.0
+    print(f"  best measured: bucket_mb={best[0]} ({best[1]} buckets); best by the α-β model: "
+          f"bucket_mb={model[0]} — {'agree' if best[0] == model[0] else 'differ'}"
+          + ("" if best[0] == model[0] else
+             f" (the model's margin between them: {abs(best[3] - model[3]) * 1e3:.1f} ms, within "
+             "what the measurement resolves)" if abs(best[3] - model[3]) < 0.05 * model[3] else ""))
+    if per_bucket:
+        print(f"  every bucket pays 2(N−1)α = {per_bucket * 1e3:.0f} ms of latency on this link: "
+              + ", ".join(f"{r[1]} bucket(s) {r[1] * per_bucket * 1e3:.0f} ms" for r in rows)
+              + " — a finer bucket wins only while the backward it overlaps is longer than that")
