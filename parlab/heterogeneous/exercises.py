@@ -1,13 +1,14 @@
 """Notebook 11's exercises (`parlab.exercises`): step time with even, proportional and LP shares
 (Zhang et al., "HAP", EuroSys 2024), the loss weight of an uneven shard, backup workers' bias
-(Chen et al. 2016), the bytes of hetero-dp, and hetero-tp's padded and exact-size all-gathers
-and shares; each check says right or wrong, never the answer.
+(Chen et al. 2016), the bytes of hetero-dp, hetero-tp's padded and exact-size all-gathers
+and shares, and the collectives of a HAP program; each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.heterogeneous import cost, shares
+from parlab.heterogeneous import programs as pg
 
 # hetero-tp's (notebook 11, part 2: parlab.heterogeneous.explore_tp)
 TP_EXERCISES = [
@@ -26,6 +27,26 @@ TP_EXERCISES = [
              "give the slow rank? (parlab then refuses the run, naming it)", numeric(0, rtol=0, atol=1e-9),
              "Rank 3 alone needs f/s_3 = 2 units of W's time before any share; what do the others need "
              "if they take everything?", "(0.1 + 1/3)/1 ≈ 0.43 < 2: the LP's T* is below f/s_3, so w_3 = 0."),
+]
+
+
+def _collectives(code: str) -> int:
+    """Collectives one block of program `code` runs per step, forward and backward."""
+    return sum(sum(1 for step in steps if step[0] != "slice")
+               for e in pg.edges(pg.parse(code)) for steps in (e.forward, e.backward))
+
+
+# HAP's program search (notebook 11, part 7: parlab.heterogeneous.explore_hap)
+HAP_EXERCISES = [
+    Exercise("hap-collectives", "Program 'dp dp dp dp col col row' (attention data-parallel, the MLP "
+             "Megatron's: c_fc by columns, GeLU on its columns, mlp_proj by rows, the stream split by "
+             "batch rows): how many collectives does one block run per step, forward and backward "
+             "together?", numeric(_collectives("dp dp dp dp col col row"), rtol=0, atol=0),
+             "Walk the eight tensors between operators (programs.EDGES): where do producer and "
+             "consumer disagree on the layout, and what does each gradient need?",
+             "Only around the MLP: all-gather the rows before c_fc (its backward: reduce-scatter) and "
+             "reduce-scatter mlp_proj's partial sums back to rows (backward: all-gather); half of "
+             "Megatron's with sequence parallelism, which does the same around attention too."),
 ]
 
 
@@ -57,7 +78,7 @@ EXERCISES = [
              numeric(cost.grad_sync_bytes(53824, 2, 0), rtol=0, atol=0),
              "The all-reduce moves the gradient, whose size does not depend on the shares.",
              "2(N−1)/N·Ψ·4 = 215,296 bytes, as with even shares."),
-] + TP_EXERCISES
+] + TP_EXERCISES + HAP_EXERCISES
 
 
 def exercise(name: str) -> Exercise:
