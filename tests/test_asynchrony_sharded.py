@@ -122,3 +122,17 @@ def test_sharded_async_real_arrival_order(runs):
     predicted = cost.async_bytes(numel, {1: steps, 2: 0}, steps, servers=2)
     assert result.bytes_per_rank()[:2] == predicted[:2]
     assert sum(result.bytes_per_rank()[2:]) == sum(predicted[2:])
+
+
+def test_the_sharded_drop_splits_into_role_change_and_sharding(runs):
+    """4 ranks, 1 → 2 servers: the busiest server's bytes in drop 3×, 1.5× because a worker became a
+    server (measured: one server with W = 2, on 3 ranks) and 2× from sharding at equal W."""
+    def busiest_in(result):
+        servers = result.config.options.get("servers", 1)
+        return max(result.bytes_per_rank("bytes_recv", phase="push")[:servers]) // STEPS
+
+    sharded = runs("ps-sync", 4, servers=2)
+    measured = busiest_in(runs("ps-sync", 4)), busiest_in(runs("ps-sync", 3)), busiest_in(sharded)
+    effects = cost.sharding_effects(sum(v.numel() for v in sharded.state.values()), 4, 2)
+    assert measured == (effects["one server"], effects["one server, same W"], effects["sharded"])
+    assert effects["role factor"] == 3 / 2 and abs(effects["shard factor"] - 2) < 1e-3

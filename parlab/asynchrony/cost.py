@@ -31,11 +31,14 @@ schedule's, computed here exactly by running the server's book without processes
 (`parlab.asynchrony.versions.simulate`). Without it, the prediction splits the jobs evenly, which
 only the sum is sure to match.
 
-Asynchronous iterations x ← Mx + c converge for every delay pattern (unbounded, out of order) iff
-ρ(|M|) < 1 (Chazan & Miranker 1969); synchronous ones iff ρ(M) < 1 (`contraction`).
+Asynchronous iterations x ← Mx + c converge for every pattern of bounded delays iff ρ(|M|) < 1
+(Chazan & Miranker 1969; Baudet 1978: the condition suffices for unbounded, out-of-order delays too);
+synchronous ones iff ρ(M) < 1 (`contraction`). The exercises' closed forms close the file.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -127,3 +130,41 @@ def contraction(matrix: torch.Tensor) -> tuple[float, float]:
     rho = torch.linalg.eigvals(matrix.double()).abs().max().item()
     rho_abs = torch.linalg.eigvals(matrix.double().abs()).abs().max().item()
     return rho, rho_abs
+
+
+# ----------------------------------------------------------------------------- the exercises' closed forms
+def busiest_server_in(numel: int, workers: int, servers: int = 1) -> int:
+    """Bytes into the busiest server per ps-sync update: W·M_0 (server 0 holds the largest slice)."""
+    return workers * shard_messages(numel, servers)[0]
+
+
+def sharding_effects(numel: int, world_size: int, servers: int) -> dict:
+    """The busiest server's bytes in per sync update when `servers` of `world_size` ranks serve,
+    split into its two causes: the role change (k − 1 workers became servers: W = N − 1 → N − k)
+    and the sharding proper (M → M_0 at equal W). The product of the two factors is the drop."""
+    before = busiest_server_in(numel, world_size - 1)
+    equal_w = busiest_server_in(numel, world_size - servers)
+    after = busiest_server_in(numel, world_size - servers, servers)
+    return {"one server": before, "one server, same W": equal_w, "sharded": after,
+            "role factor": before / equal_w, "shard factor": equal_w / after, "total factor": before / after}
+
+
+def asp_steady_staleness(workers: int) -> int:
+    """ASP with W equally fast workers: while one computes, each of the W − 1 others pushes once."""
+    return workers - 1
+
+
+def ssp_lead(staleness: int) -> int:
+    """Clocks the fastest worker may run ahead of the slowest under SSP (Ho et al. 2013): starting
+    clock c' needs version ≥ c' − s, and the version is c while clock c is unfinished: c' − c ≤ s."""
+    return staleness
+
+
+def jacobi_gamma(sigma_h2: float) -> float:
+    """γ = 4/(4 + σh²): the max-norm contraction of one Jacobi sweep of −Δu + σu = f."""
+    return 4.0 / (4.0 + sigma_h2)
+
+
+def macroiterations_for(gamma: float, reduction: float) -> int:
+    """Macroiterations m with γ^m ≤ reduction (Bertsekas & Tsitsiklis: one γ per macroiteration)."""
+    return math.ceil(math.log(reduction) / math.log(gamma))

@@ -1,64 +1,76 @@
-"""Notebook 09's exercises: each `check(answer)` says right or wrong, never the answer.
-
-Server bytes (Li et al., OSDI 2014, sharded too), ASP staleness (Dean et al. 2012), SSP's bound
-(Ho et al., NeurIPS 2013), macroiterations (Bertsekas & Tsitsiklis 1989) and the contraction
-condition (Chazan & Miranker 1969); the answers come from `parlab.asynchrony.cost` and the
-server's book, never typed in.
+"""Notebook 09's exercises, at GPU scale so that the chapter's formulas, not its printed numbers,
+answer them: a 7B model's bytes into one parameter server and into a sharded one (Li et al.,
+"Scaling Distributed Machine Learning with the Parameter Server", OSDI 2014), the role change
+hidden in "sharding" (k − 1 workers become servers), ASP's steady staleness (Dean et al.'s
+Downpour SGD, 2012), SSP's lead (Ho et al., NeurIPS 2013), macroiterations of a large Jacobi
+grid (Bertsekas & Tsitsiklis 1989) and the Chazan–Miranker (1969) condition. The answers come
+from `parlab.asynchrony.cost`, never typed in; each check says right or not yet, never the answer.
 """
 
 from __future__ import annotations
 
-import math
+import torch
 
 from parlab.asynchrony import cost
-from parlab.asynchrony.explore import schedule
-from parlab.exercises import Exercise, numeric, one_of
+from parlab.exercises import Exercise, find, numeric
+
+PSI_7B = 7_000_000_000
+GRID = 4096  # interior points per side of the Jacobi exercise's grid
 
 
-def _asp_steady_staleness(workers: int = 4) -> int:
-    book, _ = schedule("asp", workers, 40, straggler=1.0)
-    hist = book.staleness_histogram()
-    return max(hist, key=hist.get)
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    effects = cost.sharding_effects(PSI_7B, 64, 4)
+    return {"server-bytes": cost.server_bytes_per_update(PSI_7B, 63, "ssp")[0],
+            "sharded-bytes": cost.server_bytes_per_update(PSI_7B, 60, "ssp", 4)[0][0],
+            "role-change": effects["role factor"],
+            "asp-staleness": cost.asp_steady_staleness(256),
+            "ssp-ahead": cost.ssp_lead(4),
+            "macroiterations": cost.macroiterations_for(cost.jacobi_gamma(1.0 / (GRID + 1) ** 2), 1e-6),
+            "chaotic": 1.0 / cost.contraction(torch.tensor([[1.0, 1.0], [-1.0, 1.0]]))[1]}  # ρ(|M|) ∝ a
 
 
-def _macro_needed(sigma_h2: float = 0.2, tol: float = 1e-6) -> int:
-    return math.ceil(math.log(tol) / math.log(4 / (4 + sigma_h2)))
-
+_A = answers()
 
 EXERCISES = [
-    Exercise("server-bytes", "ps-sync with W = 7 workers and Ψ = 1,000,000 parameters: how many bytes go "
-             "INTO the server per update (headers included)?",
-             numeric(7 * cost.message_bytes(1_000_000), rtol=1e-9),
+    Exercise("server-bytes", "A 7B-parameter model (Ψ = 7·10⁹, fp32 on the wire) trained with ps-sync "
+             "on 64 GPUs: one is the parameter server, 63 are workers. Bytes INTO the server per update, "
+             "headers included?", numeric(_A["server-bytes"], rtol=1e-6),
              "Every worker pushes one header (two int64) and Ψ float32 per update.",
-             "W·(16 + 4Ψ) = 7 · 4,000,016 = 28,000,112 bytes"),
-    Exercise("sharded-bytes", "ps-sync with W = 6 workers, Ψ = 1,000,000 parameters and servers = 4: how "
-             "many bytes go INTO server 0 per update (headers included)?",
-             numeric(cost.server_bytes_per_update(1_000_000, 6, "ssp", 4)[0][0], rtol=1e-9),
-             "Server i holds Ψ/k elements; every worker pushes it one header and its shard of the gradient.",
-             "W·(16 + 4Ψ/k) = 6 · 1,000,016 = 6,000,096 bytes"),
-    Exercise("asp-staleness", "ps-async with 4 equally fast workers and no jitter: in the steady state, how "
-             "many versions behind is almost every gradient?",
-             numeric(_asp_steady_staleness(4), rtol=0),
+             "W · (16 + 4Ψ)"),
+    Exercise("sharded-bytes", "The same 64 GPUs and 7B model, now with servers = 4 (ranks 0–3 serve "
+             "a quarter of Ψ each, 60 workers). Bytes INTO server 0 per update, headers included?",
+             numeric(_A["sharded-bytes"], rtol=1e-6),
+             "Server i holds Ψ/k elements; every worker pushes it one header and its slice.",
+             "W · (16 + 4Ψ/k), W = 64 − 4"),
+    Exercise("role-change", "Of the drop in the busiest server's inbound bytes from 1 server (63 "
+             "workers) to 4 servers (60 workers) on those 64 GPUs, what factor comes from the role "
+             "change alone (fewer workers pushing, at the same message size)?",
+             numeric(_A["role-change"], rtol=1e-4),
+             "Hold the message size fixed and compare W·M before and after three workers became servers.",
+             "(N − 1) / (N − k)"),
+    Exercise("asp-staleness", "ps-async with 256 equally fast workers and no jitter: in the steady "
+             "state, how many versions behind is almost every gradient?",
+             numeric(_A["asp-staleness"], rtol=0),
              "While one worker computes, each of the others pushes once.",
-             "W − 1 = 3: the other three workers' gradients are applied while it computes"),
-    Exercise("ssp-ahead", "ps-ssp with staleness s = 3: while the slowest worker is still computing "
-             "clock c, up to which clock may the fastest worker already be computing? (answer c + ?)",
-             numeric(3, rtol=0),
+             "W − 1: the other workers' gradients are applied while it computes"),
+    Exercise("ssp-ahead", "ps-ssp with staleness s = 4 on 1,024 workers: while the slowest worker is "
+             "still computing clock c, up to which clock may the fastest already be computing? "
+             "(answer the lead: c + ?)", numeric(_A["ssp-ahead"], rtol=0),
              "Starting clock c' needs version ≥ c' − s, and the version is c while clock c is unfinished.",
-             "c' − c ≤ s: the fastest may run s = 3 clocks ahead, on clock c + 3"),
-    Exercise("macroiterations", "Jacobi on −Δu + σu = f with σh² = 0.2: how many macroiterations guarantee "
-             "‖u − u*‖∞ ≤ 1e-6·‖u₀ − u*‖∞, whatever the delays?",
-             numeric(_macro_needed(), rtol=0),
+             "c' − c ≤ s"),
+    Exercise("macroiterations", "Jacobi on −Δu + u = f on the unit square, a 4,096 × 4,096 interior "
+             "grid (h = 1/4,097, so σh² = h²), strips over 1,024 GPUs: how many macroiterations "
+             "guarantee ‖u − u*‖∞ ≤ 1e-6·‖u₀ − u*‖∞, whatever the delays?",
+             numeric(_A["macroiterations"], rtol=1e-3),
              "Each macroiteration contracts the max-norm error by γ = 4/(4 + σh²).",
-             "⌈ln 1e-6 / ln(4/4.2)⌉ = 284"),
-    Exercise("chaotic", "M = [[0.6, 0.6], [−0.6, 0.6]] has ρ(M) ≈ 0.85. Does x ← Mx + c converge under every "
-             "pattern of bounded delays? (yes / no)",
-             one_of("no"),
+             "⌈ln 1e-6 / ln γ⌉"),
+    Exercise("chaotic", "x ← Mx + c with M = [[a, a], [−a, a]], a > 0: below which a does it converge "
+             "under every pattern of bounded delays?", numeric(_A["chaotic"], rtol=1e-3),
              "Chazan–Miranker: the condition is on |M|, the matrix of absolute values.",
-             "No: ρ(|M|) = 1.2 > 1, so some delay pattern makes it diverge"),
+             "ρ(|M|) < 1, and ρ(|M|) = 2a"),
 ]
 
 
 def exercise(name: str) -> Exercise:
-    from parlab.exercises import find
     return find(EXERCISES, name)

@@ -67,10 +67,14 @@ def draw_schedules(workers: int = 3, steps: int = 9, straggler: float = 3.0):
     import matplotlib.pyplot as plt
 
     cases = [("ps-sync (BSP)", "ssp", 0), ("ps-ssp, s=1", "ssp", 1), ("ps-async (ASP)", "asp", 0)]
-    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 1.2 + 0.9 * workers * len(cases) / 2),
+    from matplotlib.patches import Patch
+
+    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 1.6 + 0.9 * workers * len(cases) / 2),
                              sharex=True)
+    ends, stale = {}, {}
     for ax, (title, mode, s) in zip(axes, cases):
         book, spans = schedule(mode, max(workers, 1), steps, s, straggler)
+        ends[title], stale[title] = max(e for _, _, e in spans), max(g.staleness for g in book.log)
         for g, (worker, start, end) in zip(book.log, spans):
             color = "tab:red" if g.staleness else "tab:blue"
             ax.barh(worker, end - start, left=start, color=color, alpha=0.35 + 0.15 * min(g.staleness, 4),
@@ -80,8 +84,15 @@ def draw_schedules(workers: int = 3, steps: int = 9, straggler: float = 3.0):
         ax.invert_yaxis()
         ax.set_title(f"{title}: {steps} updates by virtual time {max(e for _, _, e in spans):.1f}",
                      fontsize=9, loc="left")
-    axes[-1].set_xlabel(f"virtual time (one gradient = 1; the last worker {straggler:g}× slower)")
-    fig.tight_layout()
+    axes[-1].set_xlabel(f"virtual time (units: one gradient = 1; the last worker {straggler:g}× slower)")
+    fig.legend(handles=[Patch(color="tab:blue", alpha=0.35, label="fresh (staleness 0)"),
+                        Patch(color="tab:red", alpha=0.6, label="stale (darker: more versions behind)")],
+               fontsize=8, loc="lower center", ncol=2)
+    bsp, asp = ends[cases[0][0]], ends[cases[-1][0]]
+    fig.suptitle(f"ASP finishes {steps} updates {bsp / asp:.2f}× as soon as BSP (virtual time {asp:.1f} vs "
+                 f"{bsp:.1f}), paying staleness up to {stale[cases[-1][0]]} versions; SSP (s=1) ends at "
+                 f"{ends[cases[1][0]]:.1f}", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
 
 
@@ -245,12 +256,16 @@ def draw_race(runs: dict):
         hist = staleness_stats(r)["histogram"]
         c.bar([k + 0.25 * index for k in hist], list(hist.values()), width=0.25,
               color=COLORS[index], label=name)
-    a.set(xlabel="update (step)", ylabel="loss of the step's batch", title="loss vs updates")
+    a.set(xlabel="update (step)", ylabel="loss of the step's batch (nats)", title="loss vs updates")
     b.set(xlabel=f"seconds since the server started ({runs['ps-sync'].config.clock.label})",
-          title="loss vs time")
-    c.set(xlabel="staleness (versions behind)", ylabel="gradients", title="staleness")
-    a.legend(fontsize=8)
-    c.legend(fontsize=8)
+          ylabel="loss of the step's batch (nats)", title="loss vs time")
+    c.set(xlabel="staleness (versions behind)", ylabel="gradients (count)", title="staleness")
+    for ax in (a, b, c):
+        ax.legend(fontsize=8)
+    base = last_update(runs["ps-sync"])
+    fig.suptitle(f"ASP reached its last update {base / last_update(runs['ps-async']):.2f}× and SSP "
+                 f"{base / last_update(runs['ps-ssp']):.2f}× as soon as BSP; ASP's gradients up to "
+                 f"{staleness_stats(runs['ps-async'])['max']} versions stale", fontsize=10)
     fig.tight_layout()
     return fig
 

@@ -1,57 +1,139 @@
-"""Notebook 09's measured summary: every figure printed from this run's results, each with its
-verdict computed from the same run (never typed into markdown). It reads the runs the chapter's
-sections made: the parameter-server race (`explore.race`), block-Jacobi (`explore_jacobi.jacobi_runs`)
-and dual-batch (`explore_dualbatch.measure`)."""
+"""Notebook 09's measured summaries: one per part (A parameter servers, B dual-batch, C asynchronous
+iterations, D flexible communication) and the chapter's, every figure printed from this run's
+results with its verdict computed from the same run (never typed into markdown), each part ending
+in its "When to use it (from this run)" lines; the chapter's summary collects them. It reads the
+runs the parts made: the race (`explore.race`), SSP's jitter comparison (`explore_ssp`), the
+sharded servers (`explore_sharded`), dual-batch (`explore_dualbatch.measure`) and block-Jacobi
+(`explore_jacobi.jacobi_runs`).
+"""
 
 from __future__ import annotations
 
 import math
 
+import torch
+
+from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
 from parlab.asynchrony import explore_dualbatch as ex_dualbatch
 from parlab.asynchrony.explore_jacobi import jacobi_speedups
 
+_HELDOUT: dict = {}
 
-def summary(runs: dict, jruns: dict, dual: dict, tol: float = 1e-6) -> dict:
-    """Print the headline numbers of this run and their verdicts; return them."""
+
+def _heldout(result) -> float:
+    """`explore.eval_loss` of a run's final parameters, once per run object (the parts share it)."""
+    if id(result) not in _HELDOUT:
+        _HELDOUT[id(result)] = (result, ex.eval_loss(result.state))  # keep result alive: ids stay unique
+    return _HELDOUT[id(result)][1]
+
+
+def _emit(lines: list[str], show: bool) -> list[str]:
+    if show:
+        print("When to use it (from this run):")
+        for line in lines:
+            print(f"  - {line}")
+    return lines
+
+
+def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]:
+    """Parameter servers (Dean et al. 2012; Ho et al. 2013; Li et al. 2014): BSP, SSP, ASP, sharding."""
     base = ex.last_update(runs["ps-sync"])
-    asp, ssp = base / ex.last_update(runs["ps-async"]), base / ex.last_update(runs["ps-ssp"])
-    single = ex.eval_loss(runs["single"].state)
-    loss = {n: ex.eval_loss(runs[n].state) / single - 1 for n in ex.SCHEMES}
-    stale = {n: ex.staleness_stats(runs[n])["max"] for n in ex.SCHEMES}
-    workers = runs["ps-sync"].config.world_size - 1
-    print(f"parameter server ({runs['ps-sync'].config.clock.label}, {workers} worker(s), the last "
-          f"{runs['ps-sync'].config.options['straggler']:g}× slower): ASP reached its last update "
-          f"{asp:.2f}× and SSP {ssp:.2f}× as soon as BSP; held-out loss vs single: "
-          f"BSP {loss['ps-sync']:+.1%}, SSP {loss['ps-ssp']:+.1%}, ASP {loss['ps-async']:+.1%}; "
-          f"max staleness ASP {stale['ps-async']}, "
-          f"SSP {stale['ps-ssp']}")
-    if workers < 2:
-        print("  verdict: one worker, nothing to wait for: the three coincide (as expected)")
+    asp = base / ex.last_update(runs["ps-async"])
+    loss = _heldout(runs["ps-async"]) / _heldout(runs["single"]) - 1
+    stale = ex.staleness_stats(runs["ps-async"])["max"]
+    straggler = runs["ps-sync"].config.options["straggler"]
+    lines = [f"BSP (ps-sync) when the workers are equally fast: it is `single` exactly (match on this run: "
+             f"{sharded.get('match')}); with a {straggler:g}× straggler every update waited for "
+             f"it ({base:.2f} s to the last update)"]
+    lines.append(f"ASP (ps-async) when one worker is persistently slow and stale gradients are tolerable: "
+                 f"{asp:.2f}× as soon as BSP here, at max staleness {stale} and held-out loss {loss:+.1%} vs "
+                 f"single" + ("" if asp > 1.05 else " — no gain on this run, so BSP"))
+    jit, per = ssp.values()
+    top = max(jit)
+    if jit[0] - jit[top] > 0.01:
+        lines.append(f"SSP (s ≥ 1) when step times jitter: the fast workers' waiting fell {jit[0]:.1%} → "
+                     f"{jit[top]:.1%}; not for a persistent straggler ({per[0]:.1%} → {per[top]:.1%}): "
+                     "use ASP or rebalance the work there")
     else:
-        ok = asp > max(ssp, 1) and ssp >= 0.9
-        print(f"  verdict: {'agrees' if ok else 'does NOT agree'} with the model (ASP soonest; SSP ≈ BSP to "
-              "the last update: a constant straggler still owes its shard of every clock)")
-    speed = jacobi_speedups(jruns, tol)
+        lines.append(f"SSP: no waiting absorbed on this run (jitter {jit[0]:.1%} → {jit[top]:.1%}): "
+                     "BSP suffices")
+    eff = sharded.get("effects")
+    if eff:
+        lines.append(f"shard the server (servers = k) when its link is the bottleneck: k = 2 cut the busiest "
+                     f"server's bytes {eff['shard']:.2f}× at equal W; the other {eff['role']:.2f}× of the "
+                     f"{eff['total']:.2f}× came from a worker becoming a server (fewer gradients, not "
+                     "sharding)")
+    return _emit(lines, show)
+
+
+def part_b(dual: dict, show: bool = True) -> list[str]:
+    """Dual-batch and cyclic progressive learning (Lu et al. 2025)."""
+    rows = dual["rows"]
+    base = rows["one batch size"]["seconds_to_target"]
+    change = rows["hybrid"]["seconds_to_target"] / base - 1
+    alone = rows["dual-batch"]["seconds_to_target"] / base - 1
+    if change <= ex_dualbatch.CLAIM / 2:
+        line = (f"the hybrid (dual-batch + cyclic sequence length) when one worker is slow and its batch can "
+                f"shrink: {change:+.1%} time to target here (the paper: {ex_dualbatch.CLAIM:+.1%})")
+    else:
+        line = (f"not at this scale: the hybrid took {change:+.1%} (dual-batch alone {alone:+.1%}) vs "
+                f"one batch size to the same held-out loss (the paper: {ex_dualbatch.CLAIM:+.1%}); "
+                "keep one batch size")
+    return _emit([line], show)
+
+
+def part_c(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
+    """Asynchronous iterations (Chazan & Miranker 1969; Baudet 1978; Bertsekas & Tsitsiklis 1989)."""
+    speed = jacobi_speedups(jruns, tol)["async"]["speedup"]
     cfg = jruns["sync"].cfg
-    print(f"block-Jacobi ({cfg.label}; {jruns['sync'].ranks} ranks): to a {tol:.0e} residual asynchronous "
-          f"{speed['async']['speedup']:.2f}×, with injected delays "
-          f"{speed['async + delays']['speedup']:.2f}×, "
-          f"flexible {speed['flexible']['speedup']:.2f}× as soon as synchronous; macroiterations sync "
-          f"{len(jruns['sync'].macro_times())}, async {len(jruns['async'].macro_times())}")
-    for name in ("async", "flexible"):
-        s = speed[name]["speedup"]
-        verdict = "agrees (never waiting for the straggler pays)" if s > 1 else \
-            "does NOT agree: see the diagnosis printed under the Jacobi table"
-        print(f"  verdict, {name} sooner than sync: {verdict}")
+    rho, rho_abs = cost.contraction(torch.tensor([[0.6, 0.6], [-0.6, 0.6]]))
+    lines = [(f"asynchronous iterations when ρ(|M|) < 1 and the ranks run at different speeds: "
+              f"{speed:.2f}× sooner to {tol:.0e} than synchronous sweeps with a {cfg.straggler:g}× straggler"
+              if speed > 1 else f"asynchronous iterations: not sooner on this run ({speed:.2f}×): sweep "
+              "synchronously"),
+             f"synchronous only when ρ(M) < 1 ≤ ρ(|M|) (e.g. ρ(M) = {rho:.2f}, ρ(|M|) = {rho_abs:.2f} "
+             "above): some delay pattern diverges"]
+    return _emit(lines, show)
+
+
+def part_d(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
+    """Flexible communication (Miellou, El Baz & Spiteri 1998)."""
+    flexible, plain = jruns["flexible"].time_to(tol), jruns["async"].time_to(tol)
+    inner = jruns["flexible"].cfg.inner
+    ratio = flexible / plain if math.isfinite(flexible) and math.isfinite(plain) else math.nan
+    line = (f"flexible communication when an update is long ({inner} relaxations here) and a neighbour is "
+            f"slow: {1 / ratio:.2f}× sooner than plain asynchronous" if ratio < 1 else
+            f"flexible communication: not sooner on this run ({ratio:.2f}× async's time to {tol:.0e}): "
+            "partial values pay only when the updates are long and the links idle")
+    return _emit([line], show)
+
+
+def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: float = 1e-6) -> dict:
+    """Print the headline numbers of this run and their verdicts, then every part's "when to use
+    it" lines; return the numbers."""
+    base = ex.last_update(runs["ps-sync"])
+    asp, ssp_speed = base / ex.last_update(runs["ps-async"]), base / ex.last_update(runs["ps-ssp"])
+    loss = {n: _heldout(runs[n]) / _heldout(runs["single"]) - 1 for n in ex.SCHEMES}
+    workers = runs["ps-sync"].config.world_size - 1
+    print(f"A. parameter server ({runs['ps-sync'].config.clock.label}, {workers} worker(s), the last "
+          f"{runs['ps-sync'].config.options['straggler']:g}× slower): ASP reached its last update {asp:.2f}× "
+          f"and SSP {ssp_speed:.2f}× as soon as BSP; held-out loss vs single: BSP {loss['ps-sync']:+.1%}, "
+          f"SSP {loss['ps-ssp']:+.1%}, ASP {loss['ps-async']:+.1%}")
+    speed = jacobi_speedups(jruns, tol)
+    print(f"C/D. block-Jacobi ({jruns['sync'].cfg.label}; {jruns['sync'].ranks} ranks): to a {tol:.0e} "
+          f"residual asynchronous {speed['async']['speedup']:.2f}×, with injected delays "
+          f"{speed['async + delays']['speedup']:.2f}×, flexible {speed['flexible']['speedup']:.2f}× as soon "
+          f"as synchronous; macroiterations sync {len(jruns['sync'].macro_times())}, async "
+          f"{len(jruns['async'].macro_times())}")
     rows = dual["rows"]
     change = rows["hybrid"]["seconds_to_target"] / rows["one batch size"]["seconds_to_target"] - 1
-    alone = rows["dual-batch"]["seconds_to_target"] / rows["one batch size"]["seconds_to_target"] - 1
-    print(f"dual-batch ({dual.get('clock', 'this CPU, raw')}): time to a common held-out loss {change:+.1%} "
-          f"for the hybrid, {alone:+.1%} for dual-batch alone, vs one batch size (the paper: "
-          f"{ex_dualbatch.CLAIM:+.1%}, ResNet-18 on CIFAR-100)")
-    verdict = "agrees with the paper's direction" if change <= ex_dualbatch.CLAIM / 2 else \
-        "does NOT reproduce it: see the diagnosis under the dual-batch table"
-    print(f"  verdict: {verdict}")
-    return {"asp_speedup": asp, "ssp_speedup": ssp, "jacobi": {k: v["speedup"] for k, v in speed.items()},
-            "hybrid_change": change if math.isfinite(change) else math.nan}
+    print(f"B. dual-batch ({dual.get('clock', 'this CPU, raw')}): time to a common held-out loss "
+          f"{change:+.1%} for the hybrid vs one batch size (the paper: {ex_dualbatch.CLAIM:+.1%}, "
+          "ResNet-18 on CIFAR-100)")
+    lines = (part_a(runs, ssp, sharded, show=False) + part_b(dual, show=False)
+             + part_c(jruns, tol, show=False) + part_d(jruns, tol, show=False))
+    _emit(lines, True)
+    return {"asp_speedup": asp, "ssp_speedup": ssp_speed,
+            "jacobi": {k: v["speedup"] for k, v in speed.items()},
+            "hybrid_change": change if math.isfinite(change) else math.nan, "when": lines}
