@@ -176,7 +176,7 @@ def fit_and_check(rows: list, world_size: int, algo: str, held_out="alternate"):
     return fit, table
 
 
-def print_fits(rows: list, world_sizes, algos=ALGOS) -> dict:
+def print_fits(rows: list, world_sizes, algos=ALGOS, per_size: bool = True) -> dict:
     """Every (world size, algo) fit with its held-out error; a fit off by > 2× is flagged, and its
     predictions are not printed as predictions. These are this CPU's own α and β, raw (gloo on
     loopback): the per-message software overhead they measure is the lesson, so they are not paced."""
@@ -192,12 +192,73 @@ def print_fits(rows: list, world_sizes, algos=ALGOS) -> dict:
             print(f"N={n} {algo:<5} α = {fit.alpha * 1e6:6.1f} µs/round  β = {fit.beta / 1e9:6.3f} GB/s"
                   f"  held-out error {fit.held_out_error:4.0%} (median; worst {fit.worst_error:.0%})"
                   f"{verdict}")
-            for t in table:
+            for t in table if per_size else ():  # the notebook draws them (`draw_fits`)
                 tag = "fit     " if t["used_in_fit"] else "held out"
                 label = "model" if fit.reliable or t["used_in_fit"] else "model (unreliable)"
                 print(f"    {t['bytes']:>9,} B ({tag}): measured {t['measured_s'] * 1e3:8.3f} ms, "
                       f"{label} {t['predicted_s'] * 1e3:8.3f} ms")
     return fits
+
+
+def draw_fits(rows: list, world_sizes, fits: dict, algos=ALGOS):
+    """Measured seconds against bytes, log-log, one panel per world size: the sizes the fit used
+    (filled) and the ones it predicts (hollow), beside each algorithm's fitted α-β line."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(world_sizes), figsize=(6 * len(world_sizes), 3.8), squeeze=False)
+    worst = 0.0
+    for ax, n in zip(axes[0], world_sizes):
+        for k, algo in enumerate(algos):
+            fit, table = fit_and_check(rows, n, algo)
+            color = f"C{k}"
+            xs = [t["bytes"] for t in table]
+            ax.plot(xs, [fit.predict(x) * 1e3 for x in xs], "-", color=color, lw=1,
+                    label=f"{algo}: α {fit.alpha * 1e6:.0f} µs, β {fit.beta / 1e9:.2f} GB/s")
+            for used in (True, False):
+                pts = [t for t in table if t["used_in_fit"] == used]
+                ax.plot([t["bytes"] for t in pts], [t["measured_s"] * 1e3 for t in pts], "o",
+                        color=color, markersize=4, fillstyle="full" if used else "none")
+            worst = max(worst, fits[(n, algo)].held_out_error)
+        ax.set(xscale="log", yscale="log", xlabel="bytes all-reduced", ylabel="ms (fastest repeat)",
+               title=f"N={n}: filled = fitted, hollow = predicted")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"α-β fits on loopback (this CPU, raw): median held-out errors up to {worst:.0%}",
+                 fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def same_cost_at(rows: list, world_size: int, algos=ALGOS) -> None:
+    """At the largest size swept: each algorithm's bytes on the busiest rank and its rounds (the
+    closed forms) beside its measured time; where bytes and rounds are equal, the spread is each
+    implementation's own work around the messages, which the α-β model does not see."""
+    size = max(r["bytes"] for r in rows if r["world_size"] == world_size)
+    numel = size // 4
+    forms = {"ring": cost.ring_all_reduce, "tree": cost.tree_all_reduce,
+             "naive": cost.naive_all_reduce}
+    measured = {r["algo"]: r["seconds"] for r in rows
+                if r["world_size"] == world_size and r["bytes"] == size and r["algo"] in algos}
+    shapes = {}
+    print(f"N={world_size}, {size / 2**20:g} MiB:")
+    for algo, t in sorted(measured.items(), key=lambda kv: kv[1]):
+        if algo in forms:
+            busiest = max(forms[algo](numel, world_size, r) for r in range(world_size))
+            shapes[algo] = (busiest[0], busiest[2])
+            print(f"  {algo:<5} {t * 1e3:7.1f} ms   busiest rank sends {4 * busiest[0]:>12,} B in "
+                  f"{busiest[2]} rounds")
+        else:
+            print(f"  {algo:<5} {t * 1e3:7.1f} ms   (gloo's own algorithm)")
+    slowest = max(measured, key=measured.get)
+    if len(set(shapes.values())) == 1 and len(shapes) > 1:
+        print(f"  our {', '.join(shapes)} send the same bytes in the same rounds here, yet {slowest} is "
+              f"{measured[slowest] / min(measured.values()):.2f}× the fastest: the difference is "
+              "each implementation's own work around the messages, not the network"
+              + (" (the ring cuts the tensor into N chunks and copies and reduces them chunk by "
+                 "chunk in Python)" if slowest == "ring" else "")
+              + ", and this machine's load — the ring's advantage, 2(N−1)/N·S against the root's "
+              "(N−1)·S, only appears from N = 3 on")
+    else:
+        print(f"  slowest: {slowest}; the algorithms differ in bytes or rounds here (closed forms above)")
 
 
 def link_comparison(world_size: int, nbytes: int, links=("loopback", "1GbE"), algo="ring"):
