@@ -10,8 +10,11 @@ Papers: Belilovsky, Eickenberg, Oyallon, "Decoupled Greedy Learning of CNNs" (IC
 Gomez, Key, Perlin, Gou, Frosst, Dean, Gal, "Interlocking Backpropagation: Improving depthwise
 model-parallelism" (JMLR 2022); Harlap et al. / Narayanan et al., "PipeDream: Generalized Pipeline
 Parallelism for DNN Training" (SOSP 2019: 1F1B with weight stashing); Narayanan et al.,
-"Memory-Efficient Pipeline-Parallel DNN Training" (PipeDream-2BW, ICML 2021); "Layer-wise
-partitioning and merging for efficient and scalable deep learning".
+"Memory-Efficient Pipeline-Parallel DNN Training" (PipeDream-2BW, ICML 2021); Akintoye, Han,
+Lloyd, Zhang, Dancey, Chen, Zhang, "Layer-wise partitioning and merging for efficient and scalable
+deep learning" (Future Generation Computer Systems 149, 2023: a layer-wise partition-and-merge
+model that cuts inter-device communication without the memory of weight stashing, and
+forward/backward parallelisation against update locking).
 
 Reading order:
 
@@ -30,4 +33,8 @@ Reading order:
 - `cost`: bytes per boundary, stashed versions, idle fractions, in closed form.
 - `schemes`: `local`, `interlocking`, `pipedream`, `pipedream-2bw`; `explore`, `exercises` and
   `bench`: notebook 05 and `python -m parlab bench local_learning`.
+- `partition_merge`: layer-wise partitions merged into k stages × dp replicas by a counted
+  step-time model (Akintoye et al.; what is ours is stated there); `schemes_merge`: the scheme
+  `layerwise-merge` (synchronous 1F1B, no stash, exact); `explore_merge`: its notebook section
+  beside PipeDream and 2BW.
 """

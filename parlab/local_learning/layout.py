@@ -3,8 +3,8 @@
 The stages are chapter 04's (`parlab.pipeline.stages`): every rank builds the whole reference
 model from the seed and keeps only its stage's layers, so stage k's weights *are* the reference's
 layers and the exact cases of this chapter (one stage; global backprop) compute what `single`
-computes. Layers per stage are even ("Layer-wise partitioning and merging for efficient and
-scalable deep learning" balances them by measured cost; chapter 04's `partition` does that).
+computes. Layers per stage are even (chapter 04's `partition` balances them by measured time,
+PipeDream's min-max split; `partition_merge` cuts and merges them for `layerwise-merge`).
 
 Everything is checked here, before any process starts, with a ValueError naming each value.
 """

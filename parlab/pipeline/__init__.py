@@ -6,8 +6,7 @@ Papers: Huang et al., "GPipe" (NeurIPS 2019); Narayanan et al., "PipeDream" (SOS
 et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
 (SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhuang
 et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023: AlpaComm); Zhu et
-al., "LAMP" (MICCAI 2020); "Layer-wise partitioning and merging for efficient and scalable deep
-learning"; DeepSeek-AI, "DeepSeek-V3 Technical Report" (2024, §3.2.1: DualPipe).
+al., "LAMP" (MICCAI 2020); DeepSeek-AI, "DeepSeek-V3 Technical Report" (2024, §3.2.1: DualPipe).
 
 Reading order:
 

@@ -4,11 +4,15 @@ can be.
 
 A pipeline runs at the speed of its slowest stage: with stage times t_s, a step of m micro-batches
 takes about (m + p − 1)·max_s t_s, so an uneven split wastes Σ_s (max t − t_s) on every
-micro-batch on top of the bubble. Balancing layers over stages is the partitioning problem of
-PipeDream (Narayanan et al., SOSP 2019, §3.1, by dynamic programming over a per-layer profile)
-and of "Layer-wise partitioning and merging for efficient and scalable deep learning"; here:
+micro-batch on top of the bubble. Balancing layers over stages is PipeDream's partitioning
+problem (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism for DNN Training", SOSP
+2019, §3.1: dynamic programming over a per-layer profile, minimising the slowest stage); here:
 minimise the largest stage time over contiguous splits, with the embedding fixed to the first
-stage and the head (+ loss) to the last, exactly by dynamic programming in O(p·L²).
+stage and the head (+ loss) to the last, exactly by dynamic programming in O(p·L²). (Akintoye et
+al., "Layer-wise partitioning and merging for efficient and scalable deep learning", FGCS 2023,
+instead merge layer-wise partitions to cut the communication between devices without
+PipeDream's stashed weights: chapter 05's `parlab.local_learning.partition_merge`, which reuses
+`min_max_split` for its cut.)
 """
 
 from __future__ import annotations
