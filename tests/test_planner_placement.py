@@ -1,7 +1,9 @@
 """Chapter 13, operator-level placement (She et al., 2025): the MILP and the exhaustive search agree,
 the plan is data that the timing model, the executor and the drawing share, a run of any plan equals
-the single process, and the ledger holds exactly the bytes of the closed form; bad input fails
-before any process starts."""
+the single process, the ledger holds exactly the bytes of the closed form, and what a run holds
+stays within the memory model; bad input fails before any process starts. Memory caps and the
+bi-level decomposition: tests/test_planner_placement_memory.py; the comparison with DualPipe:
+tests/test_planner_placement_dualpipe.py."""
 
 import pytest
 import torch
@@ -14,6 +16,8 @@ from parlab.planner.placement import (
     evaluate,
     exhaustive,
     greedy,
+    measure_memory,
+    peak_memory,
     precedences,
     tasks,
 )
@@ -173,6 +177,9 @@ def test_run_equals_single_and_ledger_equals_closed_form(ranks, which, both2):
     assert len(run.makespans) == 2 and all(t > 0 for t in run.makespans)
     assert all(0 <= b < 1 for b in run.bubble)
     assert set(run.task_seconds()) == set(tasks(g))
+    model = peak_memory(plan, measure_memory(g))  # each op's saved tensors counted on its own
+    for step in run.memory:  # the run holds a buffer two ops save once: never more than the model
+        assert all(0 < got <= want for got, want in zip(step, model))
 
 
 def test_run_over_an_emulated_link_is_exact():
@@ -223,9 +230,12 @@ def test_report_rows_and_drawings(capsys, both2):
     for r in rows:
         assert r["match"] and r["bytes_ledger"] == r["bytes_closed_form"]
         assert r["measured_ms"] > 0 and len(r["measured_bubble"]) == 2
+        assert all(m <= p for m, p in zip(r["measured_memory"], r["predicted_memory"]))
     assert rows[0]["predicted_ms"] <= rows[1]["predicted_ms"] + 1e-9  # optimal ≤ 1F1B, same model
+    assert max(rows[0]["predicted_memory"]) <= max(rows[1]["predicted_memory"]) * (1 + 1e-9)
     print_report(rows)
     out = capsys.readouterr().out
     assert "1F1B closed form" in out and out.count("match: True") == 2
+    assert out.count("measured ≤ predicted on every rank") == 2 and "fits" in out
     assert draw(g, solve(g, 2)).get_title().startswith("milp predicted")
     assert "measured" in draw_run(runs["1F1B pipeline"][1]).get_title()

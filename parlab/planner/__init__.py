@@ -10,8 +10,12 @@ Papers: Narayanan et al., "Efficient Large-Scale Language Model Training on GPU 
 Megatron-LM" (SC 2021: the PTD-P rules); Zheng et al., "Alpa: Automating Inter- and Intra-Operator
 Parallelism for Distributed Deep Learning" (OSDI 2022); Hsia et al., "MAD-Max Beyond Single-Node:
 Enabling Large Machine Learning Model Acceleration on Distributed Systems" (ISCA 2024); She et al.,
-operator-level MIP planning (2025); Go et al., power/performance characterization of distributed
-training (2025).
+"Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A Mixed-Integer
+Programming Approach" (2025: operators placed and ordered by a MIP under memory capacity, solved
+bi-level, compared with DualPipe at equal memory); Go et al., "Characterizing the Efficiency of
+Distributed Training: A Power, Performance, and Thermal Perspective" (2025: throughput, power and
+temperature of TP/PP/DP/EP training on H100/H200/MI250 clusters — its performance half is the
+sweep here; power and thermals are not measured, energy only where RAPL is readable).
 
 Reading order:
 
@@ -22,9 +26,13 @@ Reading order:
 - `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
   wall clock, counted in paced time), the predicted step time (paced seconds on `clock="A100"`)
   and peak memory of any plan, the planner, and its judge (calibrated leave one out).
-- `graph`, `placement`, `placement_milp`, `placement_run`: operator-level placement of a branchy graph, solved
-  exactly (MILP, checked by exhaustive search) and run with send/recv beside a 1F1B pipeline.
+- `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_run`: operator-level
+  placement of a branchy graph under memory per rank, solved exactly (MILP, checked by exhaustive
+  search) and by the paper's merge-then-place decomposition, run with send/recv beside a 1F1B
+  pipeline; `placement_dualpipe`: the planner against DualPipe and 1F1B at equal memory.
+- `energy`: the RAPL energy counter, where the machine exposes one.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
-- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`),
+- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`,
+  `explore_energy`: Go et al.'s characterization, what is measured here and what is not),
   `exercises` and `bench`: notebook 13 and `python -m parlab bench planner`.
 """

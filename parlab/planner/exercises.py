@@ -8,6 +8,8 @@ from __future__ import annotations
 from parlab.core.cost import ring_all_reduce
 from parlab.exercises import Exercise, find, numeric
 from parlab.planner import costmodel, extrapolate
+from parlab.planner.energy import EnergyReading
+from parlab.planner.placement import PlacementPlan, Task, memory_of, peak_memory
 from parlab.planner.plan import Plan
 
 
@@ -37,6 +39,31 @@ def _min_model_parallel() -> int:
     return k
 
 
+HELD_ORDER = ("F:a.0", "F:b.0", "F:a.1", "B:b.0", "B:a.0", "F:b.1", "B:b.1", "B:a.1")
+
+
+def _task(text: str) -> Task:
+    kind, rest = text.split(":")
+    op, mb = rest.split(".")
+    return Task(kind, op, int(mb))
+
+
+def _held_peak_mb() -> float:
+    """The peak of one rank running HELD_ORDER (`placement.peak_memory`, the planner's own count)."""
+    order = tuple(_task(t) for t in HELD_ORDER)
+    plan = PlacementPlan("exercise", 1, (("a", 0), ("b", 0)), (order,))
+    return max(peak_memory(plan, memory_of({"a": 1, "b": 1}, {"a": 3, "b": 2})))
+
+
+def _rapl_joules_per_step() -> float:
+    span = 262_143_328_850
+    before = EnergyReading((("intel-rapl:0", 262_000_000_000),), (("intel-rapl:0", span),),
+                           (("intel-rapl:0", "package-0"),), 0.0)
+    after = EnergyReading((("intel-rapl:0", 1_856_671_150),), (("intel-rapl:0", span),),
+                          (("intel-rapl:0", "package-0"),), 1.0)
+    return after.joules_since(before) / 4
+
+
 EXERCISES = [
     Exercise("bubble", "A 1F1B pipeline of 4 stages runs 4 micro-batches with equal stages. What "
              "fraction of each rank's step is bubble?", numeric(3 / 7, rtol=0.01),
@@ -61,6 +88,19 @@ EXERCISES = [
              "(activations aside)?", numeric(_min_model_parallel(), rtol=0.0, atol=0.0),
              "16Ψ / (tp·pp) ≤ 80 GB.",
              "16 · 18.4e9 / 80e9 ≈ 3.7 → 4; Megatron ran it at tp8 (Table 1) for speed, not fit."),
+    Exercise("held-memory", "One rank holds ops a and b (1 MB of weights each) and runs "
+             + " ".join(HELD_ORDER) + ". A forward of a holds 3 MB until its backward ends, one of "
+             "b 2 MB. Peak memory of the rank in MB, as the planner's memory constraint counts it?",
+             numeric(_held_peak_mb(), rtol=0.001),
+             "Weights all step; add an op's activations when its F starts, free them when its B "
+             "ends; the peak is at some F.",
+             "2 MB of weights + after F:a.1 three forwards are held: 3 + 2 + 3 = 8 → 10 MB."),
+    Exercise("rapl-wrap", "A RAPL package counter (intel-rapl:0/energy_uj) reads 262,000,000,000 "
+             "before a 4-step run and 1,856,671,150 after; its max_energy_range_uj is "
+             "262,143,328,850. Joules per step?", numeric(_rapl_joules_per_step(), rtol=0.001),
+             "The counter wrapped: add the range to the negative difference; µJ → J.",
+             "(262,143,328,850 − 262,000,000,000 + 1,856,671,150) µJ = 2,000 J over 4 steps = "
+             "500 J per step."),
 ]
 
 

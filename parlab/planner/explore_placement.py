@@ -1,20 +1,30 @@
-"""Operator-level placement in the notebook: solve, draw, run, and compare with a 1F1B pipeline.
+"""Operator-level placement in the notebook: solve under a memory cap, decompose, draw, run, and
+ask the paper's question of DualPipe.
 
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
-Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) report about half the pipeline bubble
-of DualPipe at equal memory. Here the same question is asked of one small branchy graph
-(`parlab.planner.graph`): the exact plan (`parlab.planner.placement_milp.solve`) against 1F1B of the
-same graph cut into stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from
-measured op times and the α-β link, and each run for real.
+Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) pose planning as a scheduling MIP
+with memory constraints, solve it with a bi-level framework (operators merged, then the MIP), and
+report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same memory. Here:
+
+- one small branchy graph (`parlab.planner.graph`), op times and memory measured here: the exact
+  plan (`parlab.planner.placement_milp.solve`) under a memory cap, beside the decomposition
+  (`parlab.planner.placement_bilevel.bilevel`) and a 1F1B pipeline of the same graph cut into
+  stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from measured op times
+  and the α-β link and each run for real, memory predicted and measured;
+- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_dualpipe`):
+  the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
+  simulator, with the verdict on "about half" computed from the rows.
 
 API for notebook 13:
 
     graph = demo_graph(microbatches=2)              # op times measured once, here
-    plan = solve(graph, ranks=2, link=None)          # MILP (scipy.optimize.milp); print(plan.model)
+    plan = solve(graph, ranks=2, memory_cap=8e6)     # MILP (scipy.optimize.milp); print(plan.model)
     draw(graph, plan)                                # the predicted schedule, one row per rank
-    rows = placement_report(graph, ranks=2)          # both plans solved, run, compared: printable rows
+    print_memory_table(memory_table(graph, ranks=2)) # monolithic vs bi-level over memory caps
+    rows = placement_report(graph, ranks=2)          # MILP at 1F1B's memory vs 1F1B, run: rows
     print_report(rows)                               # the table, and a diagnosis where the
                                                      # measured order of the plans differs from the model
+    dualpipe_comparison(p=4, m=8)                    # planner vs DualPipe vs 1F1B at equal memory
     show(ranks=2, microbatches=2, link="loopback")   # all of it for one setting (a widget callback)
 
 `build_milp(graph, ranks)[0].text()` prints the model without solving it; `exhaustive(graph, ranks)`
@@ -29,7 +39,9 @@ import os
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
 from parlab.planner.graph import Graph, demo_graph
-from parlab.planner.placement import PlacementPlan, evaluate
+from parlab.planner.placement import PlacementPlan, evaluate, measure_memory, peak_memory
+from parlab.planner.placement_bilevel import bilevel
+from parlab.planner.placement_dualpipe import Units, compare, verdicts
 from parlab.planner.placement_milp import solve
 from parlab.planner.placement_run import (
     PlacementRun,
@@ -40,7 +52,8 @@ from parlab.planner.placement_run import (
 )
 
 __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
-           "run_both", "show"]
+           "run_both", "pipeline_cap", "memory_table", "print_memory_table",
+           "dualpipe_comparison", "print_dualpipe", "show"]
 
 
 SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "cv", "merge": "mg",
@@ -90,12 +103,20 @@ def draw_run(run: PlacementRun, step: int | None = None, ax=None):
                   f"{run.makespans[step] * 1e3:.2f} ms", comm)
 
 
+def pipeline_cap(graph: Graph, ranks: int) -> float:
+    """1F1B's memory: the most bytes any rank of the 1F1B plan holds (weights + activations)."""
+    return max(peak_memory(pipeline_plan(graph, ranks), measure_memory(graph)))
+
+
 def run_both(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
              time_limit: float = 30.0) -> dict[str, tuple[PlacementPlan, PlacementRun]]:
-    """The solved plan and the 1F1B plan of the same graph, each run for `steps` steps."""
+    """The plan solved at 1F1B's memory (`pipeline_cap`) and the 1F1B plan of the same graph,
+    each run for `steps` steps."""
     link = resolve(link)
-    plans = {"planned (MILP)": solve(graph, ranks, link, time_limit=time_limit),
-             "1F1B pipeline": pipeline_plan(graph, ranks)}
+    pipe = pipeline_plan(graph, ranks)
+    plans = {"planned (MILP)": solve(graph, ranks, link, time_limit=time_limit,
+                                     memory_cap=pipeline_cap(graph, ranks)),
+             "1F1B pipeline": pipe}
     return {name: (plan, run_placement(graph, plan, steps=steps, link=link))
             for name, plan in plans.items()}
 
@@ -104,9 +125,11 @@ def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, s
                      runs: dict | None = None) -> list[dict]:
     """Printable rows, one per plan: makespan and idle fraction per rank predicted (α-β model,
     measured op times) beside measured, the same plan replayed with the run's own task times, the
-    ledger's bytes beside the closed form, and whether losses and gradients match `single`."""
+    ledger's bytes beside the closed form, memory per rank predicted (`peak_memory`) beside
+    measured (the run's saved tensors), and whether losses and gradients match `single`."""
     link = resolve(link)
     runs = run_both(graph, ranks, link, steps) if runs is None else runs
+    memory = measure_memory(graph)
     rows = []
     for name, (plan, run) in runs.items():
         model = evaluate(graph, plan, link)
@@ -118,6 +141,9 @@ def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, s
                      "predicted_bubble": list(model.bubble), "measured_bubble": run.bubble,
                      "bytes_closed_form": message_bytes(graph, plan),
                      "bytes_ledger": run.sent_bytes(0), "match": check["match"],
+                     "predicted_memory": list(peak_memory(plan, memory)),
+                     "measured_memory": [max(step[r] for step in run.memory)
+                                         for r in range(plan.ranks)],
                      "ranks": plan.ranks, "microbatches": graph.microbatches,
                      "max_diff": max(check["loss"], check["grad"], check["param"])})
     return rows
@@ -125,6 +151,10 @@ def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, s
 
 def _pct(values) -> str:
     return " ".join(f"{v:4.0%}" for v in values)
+
+
+def _kb(values) -> str:
+    return " ".join(f"{v / 1e3:,.0f}" for v in values)
 
 
 def print_report(rows: list[dict]) -> None:
@@ -142,6 +172,17 @@ def print_report(rows: list[dict]) -> None:
               f"   match: {r['match']}")
     print("predicted: the α-β model with op times profiled once; replay: the same plan timed with "
           "the task times this run measured (compute drift removed, messages still modelled)")
+    for r in rows:
+        fits = all(m <= p for m, p in zip(r["measured_memory"], r["predicted_memory"]))
+        print(f"{r['plan']}: memory per rank (kB) predicted {_kb(r['predicted_memory'])}, measured "
+              f"{_kb(r['measured_memory'])}: "
+              + ("measured ≤ predicted on every rank (the model counts a buffer two ops save "
+                 "twice; the run holds it once)" if fits else "MEASURED ABOVE THE MODEL"))
+    if len(rows) > 1 and rows[0]["plan"].startswith("planned"):
+        cap = max(rows[1]["predicted_memory"])
+        print(f"the planned row was solved at 1F1B's memory, {cap / 1e3:,.0f} kB per rank: its "
+              f"predicted peak {max(rows[0]['predicted_memory']) / 1e3:,.0f} kB "
+              + ("fits" if max(rows[0]["predicted_memory"]) <= cap * (1 + 1e-9) else "DOES NOT fit"))
     for r in rows:
         if r["plan"].startswith("1F1B") and r["ranks"] > 1:
             p, m = r["ranks"], r["microbatches"]
@@ -168,6 +209,103 @@ def print_report(rows: list[dict]) -> None:
                  "ran slower in one plan")
               + f"; measured / replay = {ratio[0]:.2f} and {ratio[1]:.2f} (what messages and "
                 "waits cost beyond the α-β model)")
+
+
+def memory_table(graph: Graph, ranks: int, link: Link | str | None = None,
+                 fractions: tuple = (0.8, 0.6, 0.45), groups: int | None = None,
+                 time_limit: float = 30.0) -> list[dict]:
+    """The monolithic MILP and the bi-level decomposition side by side under memory caps:
+    `fractions` of 1F1B's memory (`pipeline_cap`). Rows per cap: each method's makespan
+    (predicted), solve time and peak; "infeasible" where no plan fits."""
+    link = resolve(link)
+    memory = measure_memory(graph)
+    top = pipeline_cap(graph, ranks)
+    rows = []
+    for f in fractions:
+        cap = top * f
+        row = {"fraction": f, "cap": cap}
+        for key, method in (("milp", "monolithic"), ("bilevel", "bi-level")):
+            try:
+                if key == "milp":
+                    plan = solve(graph, ranks, link, time_limit=time_limit, memory_cap=cap,
+                                 memory=memory)
+                    solve_s, extra = plan.solve_s, plan.model.splitlines()[0]
+                else:
+                    b = bilevel(graph, ranks, link, groups, cap, memory, time_limit)
+                    plan, solve_s = b.plan, b.solve_s
+                    extra = "merged " + ", ".join("+".join(g) for g in b.merged if len(g) > 1)
+                row[key] = {"method": method, "makespan": evaluate(graph, plan, link).makespan,
+                            "objective": plan.objective, "solve_s": solve_s,
+                            "peak": max(peak_memory(plan, memory)), "status": plan.status,
+                            "model": extra}
+            except ValueError as error:
+                row[key] = {"method": method, "infeasible": str(error)}
+        rows.append(row)
+    return rows
+
+
+def print_memory_table(rows: list[dict]) -> None:
+    """The caps, each method's makespan and solve time, and what the rows say."""
+    print("times: this CPU, raw (the graph's op times); memory per rank: weights + activations "
+          "held from each forward to its backward")
+    print(f"{'cap':>24}  {'monolithic MILP':<34}{'bi-level (merge, place, order)':<34}")
+    for r in rows:
+        cells = []
+        for key in ("milp", "bilevel"):
+            c = r[key]
+            cells.append("no plan fits" if "infeasible" in c else
+                         f"{c['makespan'] * 1e3:6.2f} ms  {c['solve_s']:5.2f} s  "
+                         f"peak {c['peak'] / 1e6:5.2f} MB")
+        print(f"{r['cap'] / 1e6:6.2f} MB ({r['fraction']:>4.0%} of 1F1B's)  {cells[0]:<34}"
+              f"{cells[1]:<34}")
+    ok = [r for r in rows if "infeasible" not in r["milp"] and "infeasible" not in r["bilevel"]]
+    if ok:
+        worse = max(r["bilevel"]["makespan"] / r["milp"]["makespan"] for r in ok)
+        faster = sum(r["milp"]["solve_s"] for r in ok) / max(sum(r["bilevel"]["solve_s"]
+                                                                 for r in ok), 1e-9)
+        print(f"bi-level vs monolithic over these caps: makespan at most {worse:.2f}× the "
+              f"optimum, solve time {faster:.1f}× shorter in total ({ok[0]['bilevel']['model']})")
+    for r in rows:
+        for key in ("milp", "bilevel"):
+            c = r[key]
+            if "infeasible" not in c and c["peak"] > r["cap"] * (1 + 1e-6):
+                print(f"{c['method']} at {r['cap'] / 1e6:.2f} MB: peak {c['peak'] / 1e6:.2f} MB "
+                      "ABOVE THE CAP")
+    tight = [r for r in ok if r["fraction"] < ok[0]["fraction"]]
+    if tight and ok:
+        slow = tight[-1]["milp"]["makespan"] / ok[0]["milp"]["makespan"]
+        print(f"the tightest cap that fits ({tight[-1]['fraction']:.0%} of 1F1B's memory) costs "
+              f"{slow:.2f}× the makespan at 1F1B's memory")
+
+
+def dualpipe_comparison(p: int = 4, m: int = 8, latencies: tuple = (0, 1),
+                        with_1f1b: tuple = (0,), units: Units | None = None,
+                        show: bool = True) -> list[list[dict]]:
+    """The paper's comparison (`placement_dualpipe.compare`) at each message latency (ticks):
+    DualPipe and the planner at its memory at every latency, 1F1B and the planner at its memory
+    at the latencies in `with_1f1b`; printed with the verdicts. Returns the rows per latency."""
+    units = Units() if units is None else units
+    out = []
+    for latency in latencies:
+        u = Units(units.forward, units.backward, units.weight, latency)
+        names = ("1F1B", "DualPipe") if latency in with_1f1b else ("DualPipe",)
+        out.append(compare(p, m, u, schedules=names))
+        if show:
+            print_dualpipe(out[-1])
+    return out
+
+
+def print_dualpipe(rows: list[dict]) -> None:
+    """One comparison's rows and its verdicts."""
+    print(f"{'schedule':<30}{'placement':<28}{'makespan':>9}{'bubble':>8}{'act.':>6}"
+          f"{'weights':>8}{'solve':>8}")
+    for r in rows:
+        solve_s = f"{r['solve_s']:.1f} s" if r["solve_s"] is not None else ""
+        print(f"{r['schedule']:<30}{r['placement']:<28}{r['makespan']:>7.0f} t{r['bubble']:>8.1%}"
+              f"{r['peak_chunks']:>6}{r['weight_chunks']:>8}{solve_s:>8}")
+    for line in verdicts(rows):
+        print("  " + line)
+    print()
 
 
 def show(ranks: int = 2, microbatches: int = 2, link: Link | str | None = "loopback",

@@ -1,9 +1,11 @@
 """Operator placement and order, solved exactly: a mixed-integer program and an exhaustive search.
 
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
-Mixed-Integer Programming Approach" (2025, arXiv 2503.09357): put every operator of a graph on a
-device and order the work on each device so that a training step (forward and backward of m
-micro-batches) ends as early as possible. The problem here, for R ranks:
+Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) pose parallelism planning as a
+scheduling problem (a flexible distributed job shop): put every operator of a graph on a device
+and order the work on each device so that a training step (forward and backward of m
+micro-batches) ends as early as possible, under each device's memory capacity. The problem here,
+for R ranks:
 
 - tasks: F(op, k) and B(op, k) for every op and micro-batch k, lasting the op's MEASURED forward /
   backward time (`parlab.planner.graph.profile`); B(op, k) runs where F(op, k) ran (it needs the
@@ -13,15 +15,24 @@ micro-batches) ends as early as possible. The problem here, for R ranks:
   modelling choice, the executors' too). An edge whose ends are on different ranks delays the
   consumer by one message, α + n/β (Hockney; `message_seconds`).
 - no overlap: two tasks on one rank do not run at once (disjunctive constraints with big-M).
+- memory (`Memory`, optional cap): a rank holds the weights of its ops (parameters and their
+  gradients, all step) and, from the start of F(op, k) to the end of B(op, k), what that forward
+  saved for its backward (`measure_memory`: the tensors autograd saves, measured once); at every
+  moment the sum must fit the cap. Memory only grows when an F starts, so it is checked there
+  (`peak_memory`).
 - objective: the makespan C ≥ end of every task.
 
 `exhaustive` enumerates every placement (up to renaming ranks) and every order (the orders a
 topological order of the tasks induces on each rank; each is timed as soon as possible, which is
-optimal for that order); `greedy` list-schedules a good placement, an upper bound. The
-mixed-integer program and `solve`, which picks either, are `parlab.planner.placement_milp`; the
-MILP and the exhaustive search must agree. The answer is DATA, a `PlacementPlan`
-(per-rank lists of tasks, like `parlab.pipeline.schedules`), timed by `evaluate`, run by
-`parlab.planner.placement_run`, drawn by `parlab.planner.explore_placement`: one source.
+optimal for that order), skipping those that overflow the cap; `greedy` list-schedules a good
+placement, an upper bound. The mixed-integer program and `solve`, which picks either, are
+`parlab.planner.placement_milp`; the paper's bi-level decomposition is
+`parlab.planner.placement_bilevel`; the MILP, the decomposition and the exhaustive search are
+checked against each other. The answer is DATA, a `PlacementPlan` (per-rank lists of tasks, like
+`parlab.pipeline.schedules`), timed by `evaluate`, run by `parlab.planner.placement_run`, drawn by
+`parlab.planner.explore_placement`: one source. Any graph with `names`, `edges()`, `microbatches`
+and `times()` can be planned: the chapter's branchy model (`parlab.planner.graph.Graph`) or an
+`OpGraph` of given costs (tests, and the decomposition's merged graphs).
 """
 
 from __future__ import annotations
@@ -41,6 +52,127 @@ LOOPBACK_P2P = Link(1e-4, 2.4e9, "loopback send/recv (docs/measurements.md)")
 def message_seconds(nbytes: float, link: Link | None = None) -> float:
     """One message of `nbytes` between ranks: loopback's own α + n/β, plus the emulated link's."""
     return LOOPBACK_P2P.cost(nbytes) + (link.cost(nbytes) if link is not None else 0.0)
+
+
+@dataclass(frozen=True)
+class OpGraph:
+    """A graph of operators given by its costs alone: ops in topological order, edges with the
+    bytes of one micro-batch's activation, forward / backward seconds per op. What the planner
+    needs of `parlab.planner.graph.Graph`, without the modules (tests; merged graphs)."""
+
+    ops: tuple  # names, topological order
+    edge_list: tuple  # ((u, v, bytes), ...)
+    microbatches: int
+    fwd_s: tuple  # ((op, seconds), ...)
+    bwd_s: tuple
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.ops)
+
+    def edges(self) -> list[tuple[str, str, int]]:
+        return list(self.edge_list)
+
+    def times(self) -> tuple[dict[str, float], dict[str, float]]:
+        return dict(self.fwd_s), dict(self.bwd_s)
+
+
+def op_graph(edges: list, fwd: dict, bwd: dict, microbatches: int = 1) -> OpGraph:
+    """An `OpGraph` from edges (u, v, bytes) and times; ops in the order `fwd` lists them, which
+    must be topological."""
+    names = tuple(fwd)
+    index = {n: i for i, n in enumerate(names)}
+    bad = [(u, v) for u, v, _ in edges if u not in index or v not in index or index[u] >= index[v]]
+    if bad:
+        raise ValueError(f"edges {bad} do not go forward in the op order {names}")
+    if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
+        raise ValueError(f"microbatches={microbatches!r} must be an int >= 1")
+    return OpGraph(names, tuple((u, v, int(b)) for u, v, b in edges), microbatches,
+                   tuple((n, float(fwd[n])) for n in names),
+                   tuple((n, float(bwd[n])) for n in names))
+
+
+# ----------------------------------------------------------------------------- memory
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per op: `weights`, held all step (parameters and their gradients, fp32; SGD keeps no
+    other state), and `acts`, what one micro-batch's forward holds until its backward ends."""
+
+    weights: tuple  # ((op, bytes), ...)
+    acts: tuple
+
+    @property
+    def w(self) -> dict[str, float]:
+        return dict(self.weights)
+
+    @property
+    def a(self) -> dict[str, float]:
+        return dict(self.acts)
+
+
+def memory_of(weights: dict, acts: dict) -> Memory:
+    """A `Memory` of given bytes per op (tests and what-if questions)."""
+    if set(weights) != set(acts):
+        raise ValueError(f"weights name {sorted(weights)}, acts {sorted(acts)}: the same ops")
+    return Memory(tuple((n, float(weights[n])) for n in weights),
+                  tuple((n, float(acts[n])) for n in acts))
+
+
+def tensor_key(t) -> tuple:
+    """A tensor's memory: where its data starts and how many bytes it spans (views of one
+    buffer at one offset count once; a slice of a batch counts as its own rows)."""
+    return (t.data_ptr(), t.numel() * t.element_size())
+
+
+def measure_memory(graph: Graph) -> Memory:
+    """Each op's weights (parameters + gradients) and what its forward on one micro-batch holds
+    for its backward: the tensors autograd saves (`torch.autograd.graph.saved_tensors_hooks`),
+    parameters left out, plus the op's output (the executor keeps it until the op's backward),
+    each distinct buffer once. Counted per op in isolation, so a buffer two ops save (a producer's
+    output that its consumer saves as input) counts for both: an upper bound of what a rank holds."""
+    import torch
+    from torch.autograd.graph import saved_tensors_hooks
+
+    from parlab.planner.graph import DATA, forward
+    modules = graph.modules()
+    data = graph.micro(graph.data(0), 0)
+    with torch.no_grad():
+        values = forward(graph, modules, data)
+    weights, acts = {}, {}
+    for op in graph.ops:
+        params = list(modules[op.name].parameters())
+        weights[op.name] = 2 * sum(p.numel() * p.element_size() for p in params)
+        owned = {p.data_ptr() for p in params}
+        xs = [values[u].detach().clone().requires_grad_(u not in DATA) for u in op.inputs]
+        seen: dict = {}
+
+        def pack(t, seen=seen, owned=owned):
+            if t.data_ptr() not in owned:
+                seen[tensor_key(t)] = t.numel() * t.element_size()
+            return t
+
+        with saved_tensors_hooks(pack, lambda t: t):
+            out = modules[op.name](*xs)
+        seen[tensor_key(out)] = out.numel() * out.element_size()
+        acts[op.name] = sum(seen.values())
+    return memory_of(weights, acts)
+
+
+def peak_memory(plan: PlacementPlan, memory: Memory) -> tuple[float, ...]:
+    """Per rank: its ops' weights + the most activation bytes it holds along its order (an F adds
+    its op's bytes when it starts, the matching B frees them when it ends)."""
+    w, a, place = memory.w, memory.a, plan.placement
+    out = []
+    for r, seq in enumerate(plan.order):
+        held = peak = 0.0
+        for t in seq:
+            if t.kind == "F":
+                held += a[t.op]
+                peak = max(peak, held)
+            else:
+                held -= a[t.op]
+        out.append(sum(w[n] for n, rank in place.items() if rank == r) + peak)
+    return tuple(out)
 
 
 class Task(NamedTuple):
@@ -187,12 +319,26 @@ def _topological_orders(nodes: list, preds: dict):
 MAX_EXHAUSTIVE_TASKS = 16
 
 
-def exhaustive(graph: Graph, ranks: int, link: Link | None = None) -> PlacementPlan:
-    """The optimal plan by enumeration: placements × the orders of a topological order of tasks."""
+def _fits(weights: dict, place: dict, ranks: int, cap: float | None) -> bool:
+    if cap is None:
+        return True
+    load = [0.0] * ranks
+    for n, r in place.items():
+        load[r] += weights[n]
+    return max(load) <= cap
+
+
+def exhaustive(graph: Graph, ranks: int, link: Link | None = None, memory: Memory | None = None,
+               cap: float | None = None, place: dict | None = None) -> PlacementPlan:
+    """The optimal plan by enumeration: placements × the orders of a topological order of tasks,
+    those that hold more than `cap` bytes on a rank (`Memory`) left out; `place`: only that
+    placement (the best order for it). ValueError when no plan fits the cap."""
     all_tasks, dur = tasks(graph), durations(graph)
     if len(all_tasks) > MAX_EXHAUSTIVE_TASKS:
         raise ValueError(f"exhaustive search is for ≤ {MAX_EXHAUSTIVE_TASKS} tasks; this graph has "
                          f"{len(all_tasks)} (microbatches={graph.microbatches}): use method='milp'")
+    if cap is not None and memory is None:
+        raise ValueError("a memory cap needs the ops' memory (memory=Memory)")
     t0 = time.perf_counter()
     prec = precedences(graph)
     preds = {t: [a for a, b, _ in prec if b == t] for t in all_tasks}
@@ -200,31 +346,55 @@ def exhaustive(graph: Graph, ranks: int, link: Link | None = None) -> PlacementP
     idx = {t: i for i, t in enumerate(all_tasks)}
     d = [dur[t] for t in all_tasks]
     ops = list(graph.names)
+    w = memory.w if memory is not None else dict.fromkeys(ops, 0.0)
+    act = [memory.a[t.op] if memory is not None else 0.0 for t in all_tasks]
+    grow = [t.kind == "F" for t in all_tasks]
+    assigns = [tuple(place[n] for n in ops)] if place is not None else _placements(len(ops), ranks)
     best, best_start, best_place, evaluated = float("inf"), None, None, 0
-    for assign in _placements(len(ops), ranks):
-        place = dict(zip(ops, assign))
-        rank = [place[t.op] for t in all_tasks]
-        inc = [[(idx[a], message_seconds(n, link) if n is not None and place[a.op] != place[b.op]
+    for assign in assigns:
+        where = dict(zip(ops, assign))
+        if not _fits(w, where, ranks, cap):
+            continue
+        rank = [where[t.op] for t in all_tasks]
+        base = [0.0] * ranks
+        for n, r in where.items():
+            base[r] += w[n]
+        inc = [[(idx[a], message_seconds(n, link) if n is not None and where[a.op] != where[b.op]
                  else 0.0) for a, b, n in prec if b == t] for t in all_tasks]
         for order in orders:
-            free, end = [0.0] * ranks, [0.0] * len(all_tasks)
+            free, end, held = [0.0] * ranks, [0.0] * len(all_tasks), list(base)
+            fits = True
             for t in order:
                 i = idx[t]
-                s = max([free[rank[i]]] + [end[j] + c for j, c in inc[i]])
-                end[i] = free[rank[i]] = s + d[i]
+                r = rank[i]
+                if cap is not None:
+                    held[r] += act[i] if grow[i] else -act[i]
+                    if grow[i] and held[r] > cap * (1 + 1e-12):
+                        fits = False
+                        break
+                s = max([free[r]] + [end[j] + c for j, c in inc[i]])
+                end[i] = free[r] = s + d[i]
             evaluated += 1
+            if not fits:
+                continue
             span = max(end)
             if span < best - 1e-12:
-                best, best_place = span, place
+                best, best_place = span, where
                 best_start = {t: end[idx[t]] - d[idx[t]] for t in all_tasks}
+    if best_place is None:
+        raise ValueError(f"no plan of {ranks} ranks holds at most memory_cap={cap:,.0f} bytes per "
+                         "rank")
     return plan_from_starts(graph, "exhaustive", ranks, best_place, best_start, objective=best,
                             status=f"optimal ({evaluated:,} schedules)",
                             solve_s=time.perf_counter() - t0)
 
 
-def list_schedule(graph: Graph, place: dict, link: Link | None = None) -> dict[Task, float]:
+def list_schedule(graph: Graph, place: dict, link: Link | None = None,
+                  memory: Memory | None = None, cap: float | None = None) -> dict[Task, float] | None:
     """Start times of a greedy list schedule for one placement: repeatedly start the task that can
-    start earliest (ties: the longest path still ahead of it first). Not optimal; fast."""
+    start earliest (ties: the longest path still ahead of it first). Under a memory cap an F starts
+    only if its activations fit beside what its rank holds; None if that leaves every rank stuck.
+    Not optimal; fast."""
     dur, prec = durations(graph), precedences(graph)
     preds = {t: [] for t in dur}
     succs = {t: [] for t in dur}
@@ -235,31 +405,57 @@ def list_schedule(graph: Graph, place: dict, link: Link | None = None) -> dict[T
     ahead: dict[Task, float] = {}
     for t in reversed(tasks(graph)):  # the longest path from t's start to the end of the step
         ahead[t] = dur[t] + max((c + ahead[b] for b, c in succs[t]), default=0.0)
+    held = dict.fromkeys(set(place.values()), 0.0)
+    if cap is not None:
+        for n, r in place.items():
+            held[r] += memory.w[n]
     free, start, end = {}, {}, {}
 
     def earliest(t):
         return max([free.get(place[t.op], 0.0)] + [end[p] + c for p, c in preds[t]])
 
+    def room(t):
+        return cap is None or t.kind == "B" or held[place[t.op]] + memory.a[t.op] <= cap
+
     while len(start) < len(dur):
-        ready = [t for t in dur if t not in start and all(p in end for p, _ in preds[t])]
+        ready = [t for t in dur if t not in start and all(p in end for p, _ in preds[t]) and room(t)]
+        if not ready:
+            return None
         t = min(ready, key=lambda t: (earliest(t), -ahead[t]))
         start[t] = earliest(t)
         end[t] = free[place[t.op]] = start[t] + dur[t]
+        if cap is not None:
+            held[place[t.op]] += memory.a[t.op] if t.kind == "F" else -memory.a[t.op]
     return start
 
 
-def greedy(graph: Graph, ranks: int, link: Link | None = None) -> PlacementPlan:
-    """The best greedy list schedule over every placement (up to renaming ranks): an upper bound
-    on the optimum, and the MILP's big-M."""
+def greedy(graph: Graph, ranks: int, link: Link | None = None, memory: Memory | None = None,
+           cap: float | None = None, place: dict | None = None) -> PlacementPlan | None:
+    """The best greedy list schedule over every placement (up to renaming ranks; `place`: only
+    that one) within the memory cap: an upper bound on the optimum, and the MILP's big-M. None
+    when no list schedule fits the cap."""
     best, dur = None, durations(graph)
-    for assign in _placements(len(graph.names), ranks):
-        place = dict(zip(graph.names, assign))
-        start = list_schedule(graph, place, link)
+    w = memory.w if memory is not None else {}
+    assigns = [tuple(place[n] for n in graph.names)] if place is not None else \
+        _placements(len(graph.names), ranks)
+    for assign in assigns:
+        where = dict(zip(graph.names, assign))
+        if not _fits(w, where, ranks, cap):
+            continue
+        start = list_schedule(graph, where, link, memory, cap)
+        if start is None:
+            continue
         span = max(start[t] + d for t, d in dur.items())
         if best is None or span < best[0]:
-            best = (span, place, start)
+            best = (span, where, start)
+    if best is None:
+        return None
     return plan_from_starts(graph, "greedy", ranks, best[1], best[2], objective=best[0],
                             status="list schedule (an upper bound)")
 
 
-# ----------------------------------------------------------------------------- the MILP
+def serial_bound(graph: Graph, link: Link | None = None) -> float:
+    """An upper bound on the optimal makespan whatever the cap: every task and every message one
+    after the other (a schedule started as early as its order allows is a chain of them)."""
+    return sum(durations(graph).values()) + sum(
+        message_seconds(n, link) for _, _, n in precedences(graph) if n is not None)

@@ -14,6 +14,15 @@ goes back to u's rank. Each receiver posts all its receives at the start of the 
 sender's send order, and waits on one just before the task that needs it. With an emulated `link`
 a message leaves α + n/β after its tensor is ready (one sender thread per rank, so it may also
 wait behind the previous message), the sender-side delay of `parlab.pipeline.reshard_boundary`.
+
+Memory, beside the planner's model (`placement.peak_memory`): each forward runs under a
+saved-tensors hook that notes every tensor autograd saves (parameters left out) and its output;
+after each forward the rank's live set — the union over forwards whose backward has not run, each
+buffer once — is summed, and the step's peak plus the weights (parameters and gradients) is
+`PlacementRun.memory`. The model counts each op's saved tensors on their own, so a buffer two ops
+save (a producer's output its consumer saves as input) counts twice there and once here: measured
+≤ model. Not counted on either side: the receive buffers this executor posts for the whole step and
+the gradients it accumulates between backwards.
 """
 
 from __future__ import annotations
@@ -26,13 +35,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from torch.autograd.graph import saved_tensors_hooks
 
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.link import Link, resolve
 from parlab.pipeline.schedules import one_f_one_b
 from parlab.planner.graph import DATA, Graph, reference
-from parlab.planner.placement import PlacementPlan, Task
+from parlab.planner.placement import PlacementPlan, Task, tensor_key
 
 
 class Message(NamedTuple):
@@ -158,6 +168,10 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: PlacementPlan, steps
     for msg in sends[rank]:
         after.setdefault(msg.after, []).append(msg)
     losses, events, marks, grads = [], [], [], None
+    owned = {n: {p.data_ptr() for p in modules[n].parameters()} for n in graph.names}
+    weights = sum(2 * p.numel() * p.element_size() for p in params)  # parameters + gradients
+    live: dict = {}  # (op, mb) -> {tensor key: bytes} its forward saved, until its backward
+    peak = [0] * steps
     for step in range(steps):
         data = graph.data(step)
         micro = [graph.micro(data, k) for k in range(graph.microbatches)]
@@ -173,8 +187,10 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: PlacementPlan, steps
                            if place[u] == rank else posted[("act", u, t.mb, place[u])].wait())
                           .detach().requires_grad_(u not in DATA)
                           for u in graph.op(t.op).inputs]  # (B/m, T, ·) each
-                    t0 = time.perf_counter()
-                    out = modules[t.op](*xs)
+                    saved: dict = {}
+                    with saved_tensors_hooks(_recorder(saved, owned[t.op]), lambda x: x):
+                        t0 = time.perf_counter()
+                        out = modules[t.op](*xs)
                     leaves[t.op, t.mb], outs[t.op, t.mb] = xs, out
                     if t.op == "head":
                         loss += out.item() / graph.microbatches
@@ -192,6 +208,13 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: PlacementPlan, steps
                             key = (u, t.mb)
                             gacc[key] = x.grad if key not in gacc else gacc[key] + x.grad
                 t1 = time.perf_counter()
+                if t.kind == "F":  # what this rank holds now: every live F's saved tensors
+                    saved[tensor_key(out)] = out.numel() * out.element_size()
+                    live[t.op, t.mb] = saved
+                    union = {k: b for held in live.values() for k, b in held.items()}
+                    peak[step] = max(peak[step], sum(union.values()))
+                else:
+                    live.pop((t.op, t.mb))
                 events.append({"rank": rank, "kind": "compute",
                                "name": "forward" if t.kind == "F" else "backward",
                                "t0": t0, "t1": t1, "args": {"step": step, "task": tuple(t)}})
@@ -212,7 +235,17 @@ def _worker(rank: int, world_size: int, graph: Graph, plan: PlacementPlan, steps
         marks.append((t_start, t_end))
     state = {f"{n}.{k}": p.detach().clone() for n in mine for k, p in modules[n].named_parameters()}
     return {"losses": losses, "state": state, "grads": grads, "events": events, "marks": marks,
-            "ledger": comm.ledger.records, "comm_events": comm.timeline.records()}
+            "ledger": comm.ledger.records, "comm_events": comm.timeline.records(),
+            "memory": [weights + p for p in peak]}
+
+
+def _recorder(saved: dict, owned: set):
+    """A saved-tensors pack hook that notes each saved tensor's bytes (parameters left out)."""
+    def pack(x):
+        if x.data_ptr() not in owned:
+            saved[tensor_key(x)] = x.numel() * x.element_size()
+        return x
+    return pack
 
 
 @dataclass
@@ -229,6 +262,7 @@ class PlacementRun:
     makespans: list  # seconds, per step
     busy: list  # per step: per rank, seconds of compute
     comm_events: list  # Comm's "comm" (issue to completion) and "wait" (blocked) events
+    memory: list = None  # per step: per rank, weights + the most bytes its live forwards saved
 
     @property
     def makespan(self) -> float:
@@ -286,7 +320,8 @@ def run_placement(graph: Graph, plan: PlacementPlan, steps: int = 3, lr: float =
     return PlacementRun(plan, losses, merged("state"), merged("grads"),
                         [e for r in results for e in r["events"]],
                         [rec for r in results for rec in r["ledger"]], makespans, busy,
-                        [e for r in results for e in r["comm_events"]])
+                        [e for r in results for e in r["comm_events"]],
+                        [[r["memory"][s] for r in results] for s in range(steps)])
 
 
 def check_against_reference(graph: Graph, run: PlacementRun, lr: float = 0.1) -> dict:

@@ -1,0 +1,368 @@
+"""The paper's comparison: the planner (a MIP) against DualPipe and 1F1B, bubble at equal memory.
+
+She et al. (2025, arXiv 2503.09357) report that their MIP planner reproduces DeepSeek-V3's DualPipe
+and, searching longer, finds schedules with about half of its pipeline bubble under the same
+memory constraints. The question is asked here of the pipeline chapter's own schedules
+(`parlab.pipeline`: `one_f_one_b`, `dualpipe`, as data), on the units of the DeepSeek-V3 report's
+Table 2: a forward chunk F, an input-gradient chunk B and a weight-gradient chunk W, integers
+(`Units`; F = B = W = 1 by default, as the report's comparison reads), a message `latency` units.
+
+The planner is a time-indexed mixed-integer program over the tasks F, B, W of every (stage,
+micro-batch) of a schedule's task set, on that schedule's placement (which rank holds which stage:
+DualPipe's two mirrored copies, or 1F1B's one stage per rank):
+
+- x[a, τ] = 1 when task a starts at tick τ, inside its window [earliest, latest] (longest paths
+  through the precedences, and the horizon: the makespan of the schedule it is compared with, so
+  that schedule is a feasible point and the planner can only tie or beat it);
+- precedence: a stage's F after the previous stage's F of the micro-batch, its B after its own F
+  and the next stage's B, its W after its B, each + `latency` where the two sit on different
+  ranks; micro-batches pass each (stage, direction) in order, as in every schedule here (so the
+  planned lists keep each message channel first-in first-out, what `validate.check` asks);
+- one task at a time per rank (capacity 1 per tick);
+- memory: per rank and tick, the chunks whose F has started and whose W has not ended (the
+  activations `cost.held_peak` counts) ≤ the cap — DualPipe's own peak for "at DualPipe's
+  memory", 1F1B's for "at 1F1B's memory"; the weights are the compared schedule's, the same
+  placement;
+- objective: the makespan C ≥ every task's end.
+
+The solution is returned as a `Schedule` (per rank, its actions by start tick), checked by
+`parlab.pipeline.validate.check` and timed by the same simulator as DualPipe and 1F1B
+(`validate.simulate`), so all three bubbles come from one definition (`cost.bubble_of`).
+
+Simplifications, stated: the placement is the compared schedule's (the planner orders, it does not
+move stages: the operator placement question is `parlab.planner.placement`'s, on a branchy graph);
+times are integer ticks (the time-indexed model is exact for them); and as everywhere in chapter 04
+a rank runs one chunk at a time, so DualPipe's F&B pair costs F + B, not the report's overlapped F&B.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from parlab.pipeline import cost as pp_cost
+from parlab.pipeline.actions import Action, Schedule
+from parlab.pipeline.validate import check, simulate
+
+
+@dataclass(frozen=True)
+class Units:
+    """Durations in integer ticks: forward F, input gradient B, weight gradient W; a message."""
+
+    forward: int = 1
+    backward: int = 1
+    weight: int = 1
+    latency: int = 0
+
+    def __post_init__(self):
+        for name in ("forward", "backward", "weight"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name}={v!r} must be an int >= 1 (ticks)")
+        if isinstance(self.latency, bool) or not isinstance(self.latency, int) or self.latency < 0:
+            raise ValueError(f"latency={self.latency!r} must be an int >= 0 (ticks)")
+
+    def of(self, op: str) -> int:
+        return {"F": self.forward, "B": self.backward, "W": self.weight}[op]
+
+
+def split(schedule: Schedule) -> Schedule:
+    """The schedule with every full backward written as B then its W (same order, same memory:
+    the W frees the chunk right after the B would have)."""
+    if schedule.split_backward:
+        return schedule
+    ranks = [[x for a in seq for x in ((a, Action("W", a.stage, a.mb, a.dir)) if a.op == "B"
+                                         else (a,))] for seq in schedule.actions]
+    return Schedule(schedule.name, schedule.pp, schedule.microbatches, schedule.chunks, True,
+                    tuple(tuple(seq) for seq in ranks), schedule.bidirectional, ())
+
+
+def duration(units: Units, schedule: Schedule):
+    """duration(action) for `validate.simulate`: an unsplit B is B + W."""
+    def d(a: Action) -> int:
+        if a.op == "B" and not schedule.split_backward:
+            return units.backward + units.weight
+        return units.of(a.op)
+    return d
+
+
+def makespan(schedule: Schedule, units: Units) -> tuple[float, list[dict]]:
+    """The list-scheduled makespan (ticks) and events of `schedule`: messages on a wire."""
+    events = simulate(schedule, duration(units, schedule), units.latency)
+    return max(e["t1"] for e in events), events
+
+
+def peak_chunks(schedule: Schedule) -> list[int]:
+    """Per rank, the most micro-batch chunks whose activations it holds (`cost.held_peak`)."""
+    ones = {s: 1 for s in range(schedule.stages)}
+    return [pp_cost.held_peak(schedule, r, ones) for r in range(schedule.pp)]
+
+
+def weight_chunks(schedule: Schedule) -> list[int]:
+    """Per rank, the model chunks (stage copies) whose weights it holds."""
+    return [len({(a.stage, a.dir) for a in seq}) for seq in schedule.actions]
+
+
+def precedences(schedule: Schedule, units: Units) -> list[tuple[Action, Action, int]]:
+    """(before, after, lag in ticks) of the split task set of `schedule` on its placement."""
+    s = split(schedule)
+    last, out = s.stages - 1, []
+    rank = {a: r for r, seq in enumerate(s.actions) for a in seq}
+
+    def lag(a: Action, b: Action) -> int:
+        return units.of(a.op) + (units.latency if rank[a] != rank[b] else 0)
+
+    mbs: dict[tuple, list] = {}
+    for a in rank:
+        mbs.setdefault((a.op, a.stage, a.dir), []).append(a.mb)
+        if a.op == "F" and a.stage > 0:
+            p = Action("F", a.stage - 1, a.mb, a.dir)
+            out.append((p, a, lag(p, a)))
+        if a.op == "B":
+            f = Action("F", a.stage, a.mb, a.dir)
+            out.append((f, a, lag(f, a)))
+            if a.stage < last:
+                n = Action("B", a.stage + 1, a.mb, a.dir)
+                out.append((n, a, lag(n, a)))
+        if a.op == "W":
+            b = Action("B", a.stage, a.mb, a.dir)
+            out.append((b, a, lag(b, a)))
+    for (op, stage, d), ks in mbs.items():  # micro-batches pass each chunk in order
+        ks.sort()
+        for k0, k1 in zip(ks, ks[1:]):
+            a, b = Action(op, stage, k0, d), Action(op, stage, k1, d)
+            out.append((a, b, units.of(op)))
+    return out
+
+
+@dataclass(frozen=True)
+class PlannedPipeline:
+    """The planner's schedule and how it was found."""
+
+    schedule: Schedule
+    objective: float  # the MIP's makespan (ticks)
+    horizon: int  # the compared schedule's makespan: the planner's upper bound
+    cap: int  # activation chunks per rank allowed
+    status: str
+    solve_s: float
+    variables: int
+    binaries: int
+    constraints: int
+
+
+def _windows(tasks: list, dur: dict, prec: list, horizon: int) -> tuple[dict, dict]:
+    """Earliest start (longest path from the sources) and latest start (horizon − longest path
+    from the task's start to the end) of every task."""
+    preds: dict = {t: [] for t in tasks}
+    succs: dict = {t: [] for t in tasks}
+    for a, b, lag in prec:
+        preds[b].append((a, lag))
+        succs[a].append((b, lag))
+    order, seen = [], set()
+
+    def visit(t):  # depth-first topological order (the DAG is small)
+        stack = [(t, iter(succs[t]))]
+        seen.add(t)
+        while stack:
+            node, it = stack[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                stack.pop()
+                order.append(node)
+            elif nxt[0] not in seen:
+                seen.add(nxt[0])
+                stack.append((nxt[0], iter(succs[nxt[0]])))
+    for t in tasks:
+        if t not in seen:
+            visit(t)
+    order.reverse()
+    early = {}
+    for t in order:
+        early[t] = max((early[a] + lag for a, lag in preds[t]), default=0)
+    tail = {}
+    for t in reversed(order):
+        tail[t] = max([dur[t]] + [lag + tail[b] for b, lag in succs[t]])
+    return early, {t: horizon - tail[t] for t in tasks}
+
+
+def plan(schedule: Schedule, units: Units = Units(), cap: int | None = None,
+         horizon: int | None = None, time_limit: float = 20.0) -> PlannedPipeline:
+    """The MIP's schedule of `schedule`'s tasks on its placement, holding at most `cap` chunks per
+    rank (default: `schedule`'s own peak), ending by `horizon` ticks (default: `schedule`'s own
+    makespan, so it is a feasible point). ValueError when no schedule fits."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    t0 = time.perf_counter()
+    s = split(schedule)
+    cap = max(peak_chunks(s)) if cap is None else cap
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise ValueError(f"cap={cap!r} must be an int >= 1 (activation chunks per rank)")
+    horizon = int(makespan(s, units)[0]) if horizon is None else horizon
+    rank = {a: r for r, seq in enumerate(s.actions) for a in seq}
+    tasks = list(rank)
+    dur = {a: units.of(a.op) for a in tasks}
+    prec = precedences(s, units)
+    early, late = _windows(tasks, dur, prec, horizon)
+    if any(late[t] < early[t] for t in tasks):
+        raise ValueError(f"no schedule of these tasks ends by horizon={horizon} ticks")
+    col: dict = {}
+    for t in tasks:
+        for tau in range(early[t], late[t] + 1):
+            col[t, tau] = len(col)
+    c_var = len(col)
+    n = c_var + 1
+    rows, cols, vals, lo, hi = [], [], [], [], []
+
+    def add(entries, low, high):
+        r = len(lo)
+        for j, v in entries:
+            rows.append(r)
+            cols.append(j)
+            vals.append(v)
+        lo.append(low)
+        hi.append(high)
+
+    def started_by(t, tau):  # Σ_{τ' ≤ τ} x[t, τ']: 1 once t has started by tick τ
+        return [(col[t, k], 1.0) for k in range(early[t], min(tau, late[t]) + 1)]
+
+    for t in tasks:
+        add([(col[t, k], 1.0) for k in range(early[t], late[t] + 1)], 1, 1)
+    for a, b, lag in prec:  # b started by τ  ⇒  a started by τ − lag
+        for tau in range(early[b], late[b] + 1):
+            if tau - lag >= late[a]:
+                continue  # a has surely started by then
+            add(started_by(b, tau) + [(j, -v) for j, v in started_by(a, tau - lag)], -np.inf, 0)
+    per_rank: dict = {}
+    for t in tasks:
+        per_rank.setdefault(rank[t], []).append(t)
+    for mine in per_rank.values():
+        for tau in range(horizon):
+            busy = [(col[t, k], 1.0) for t in mine
+                    for k in range(max(early[t], tau - dur[t] + 1), min(late[t], tau) + 1)]
+            if len(busy) > 1:
+                add(busy, -np.inf, 1)
+            held = [e for t in mine if t.op == "F" for e in started_by(t, tau)]
+            held += [(j, -v) for t in mine if t.op == "W"
+                     for j, v in started_by(t, tau - dur[t])]
+            if sum(v for _, v in held if v > 0) > cap:
+                add(held, -np.inf, cap)
+    sinks = {t for t in tasks} - {a for a, _, _ in prec}
+    for t in sinks:  # C ≥ end of every last task
+        add([(col[t, k], float(k + dur[t])) for k in range(early[t], late[t] + 1)]
+            + [(c_var, -1.0)], -np.inf, 0)
+    a = coo_matrix((vals, (rows, cols)), shape=(len(lo), n)).tocsr()
+    cost = np.zeros(n)
+    cost[c_var] = 1.0
+    busy_max = max(sum(dur[t] for t in mine) for mine in per_rank.values())
+    lb, ub = np.zeros(n), np.ones(n)
+    lb[c_var], ub[c_var] = busy_max, horizon
+    integrality = np.ones(n)
+    integrality[c_var] = 0
+    res = milp(cost, integrality=integrality, bounds=Bounds(lb, ub),
+               constraints=LinearConstraint(a, lo, hi),
+               options={"time_limit": time_limit, "mip_rel_gap": 1e-9})
+    if res.x is None:
+        raise ValueError(f"no schedule holds at most cap={cap} chunks per rank and ends by "
+                         f"{horizon} ticks ({res.message})")
+    start = {t: next(k for k in range(early[t], late[t] + 1) if res.x[col[t, k]] > 0.5)
+             for t in tasks}
+    ranks = [tuple(sorted(per_rank.get(r, []), key=lambda t: (start[t], "FBW".index(t.op))))
+             for r in range(s.pp)]
+    planned = check(Schedule("planned", s.pp, s.microbatches, s.chunks, True, tuple(ranks),
+                             s.bidirectional, ()))
+    status = "optimal" if res.status == 0 else f"stopped at {time_limit:g} s ({res.message})"
+    return PlannedPipeline(planned, float(round(res.x[c_var], 6)), horizon, cap, status,
+                           time.perf_counter() - t0, n, n - 1, len(lo))
+
+
+def report_fraction(name: str, p: int, m: int, units: Units) -> float:
+    """The DeepSeek-V3 report's Table 2 bubble for `name` ("1f1b" or "dualpipe") in these units
+    (its F&B = F + B + W: one chunk at a time), as a fraction of a rank's step (messages free)."""
+    idle = pp_cost.report_bubble(name, p, units.forward, units.backward, units.weight)
+    busy = m * (units.forward + units.backward + units.weight)
+    return idle / (busy + idle)
+
+
+def compare(p: int = 4, m: int = 8, units: Units = Units(), time_limit: float = 20.0,
+            schedules: tuple = ("1F1B", "DualPipe")) -> list[dict]:
+    """Each of `schedules` (1F1B, DualPipe) and the planner at its memory, on one simulator: rows
+    with makespan (ticks), bubble, peak activation chunks and weight chunks per rank (the
+    busiest), and for the planner its solve time and status."""
+    from parlab.pipeline.dualpipe import check_sizes
+    from parlab.pipeline.schedules import make_schedule
+    check_sizes(p, m)
+    unknown = [s for s in schedules if s not in ("1F1B", "DualPipe")]
+    if unknown or not schedules:
+        raise ValueError(f"schedules={schedules!r}: choose from ('1F1B', 'DualPipe')")
+    rows = []
+    for name, horizon, what in (("1F1B", None, "1 stage per rank"),
+                                ("DualPipe", None, "2 mirrored stages per rank")):
+        if name not in schedules:
+            continue
+        base = make_schedule(name.lower(), p, m)
+        span, events = makespan(base, units)
+        peak = max(peak_chunks(split(base)))
+        rows.append({"schedule": name, "placement": what, "makespan": span,
+                     "bubble": pp_cost.bubble_of(events), "peak_chunks": peak,
+                     "weight_chunks": max(weight_chunks(base)),
+                     "report": report_fraction(name.lower(), p, m, units),
+                     "solve_s": None, "status": "", "p": p, "m": m, "units": units})
+        if name == "1F1B":  # ZB-H1 (chapter 04) holds 1F1B's peak too: a feasible point as well
+            horizon = min(int(span), int(makespan(make_schedule("zb", p, m), units)[0]))
+        planned = plan(base, units, cap=peak, horizon=horizon, time_limit=time_limit)
+        span, events = makespan(planned.schedule, units)
+        rows.append({"schedule": f"planner at {name}'s memory", "placement": what,
+                     "makespan": span, "bubble": pp_cost.bubble_of(events),
+                     "peak_chunks": max(peak_chunks(planned.schedule)),
+                     "weight_chunks": max(weight_chunks(planned.schedule)), "report": None,
+                     "solve_s": planned.solve_s, "status": planned.status, "p": p, "m": m,
+                     "units": units, "planned": planned})
+    return rows
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    """What the rows say about the paper's claim, each line computed from them."""
+    by = {r["schedule"]: r for r in rows}
+    u, first = rows[0]["units"], rows[0]
+    out = [f"p={first['p']}, m={first['m']}, F={u.forward} B={u.backward} W={u.weight} ticks, "
+           f"message {u.latency} tick(s)"]
+
+    def ratio(a, b):
+        return a / b if b > 0 else float("nan")
+
+    def half(r):
+        return "about half, as the paper reports" if 0.4 <= r <= 0.6 else (
+            "no reduction" if r >= 0.99 else "a reduction, but not about half")
+
+    if "DualPipe" in by:
+        out += _dualpipe_verdicts(by["DualPipe"], by["planner at DualPipe's memory"], u, half, ratio)
+    if "1F1B" in by:
+        one, p1 = by["1F1B"], by["planner at 1F1B's memory"]
+        r3 = ratio(p1["bubble"], one["bubble"])
+        out.append(f"planner at 1F1B's memory ({one['peak_chunks']} chunks, B split into B and W) "
+                   f"vs 1F1B: {p1['bubble']:.1%} vs {one['bubble']:.1%} = {r3:.2f}× (1F1B's closed "
+                   f"form (p−1)/(m+p−1) = {one['report']:.1%} when messages are free)")
+    return out
+
+
+def _dualpipe_verdicts(dual: dict, pd: dict, u: Units, half, ratio) -> list[str]:
+    out = []
+    proven = pd["status"] == "optimal"
+    r = ratio(pd["bubble"], dual["bubble"])
+    out.append(f"planner vs DualPipe's own action lists, both at DualPipe's memory ({dual['peak_chunks']} "
+               f"activation chunks, {dual['weight_chunks']} weight chunks per rank), one simulator: "
+               f"bubble {pd['bubble']:.1%} vs {dual['bubble']:.1%} = {r:.2f}×: {half(r)}"
+               + (" — and the MIP proves nothing shorter exists" if proven else
+                  f" (the MIP stopped before proving it: {pd['status']})"))
+    if u.latency == 0:
+        r2 = ratio(pd["bubble"], dual["report"])
+        out.append(f"planner vs DualPipe as the DeepSeek-V3 report's Table 2 prices it "
+                   f"((p/2−1)(F&B+B−3W) with F&B = F + B + W: one chunk at a time): "
+                   f"{pd['bubble']:.1%} vs {dual['report']:.1%} = {r2:.2f}×: {half(r2)}")
+    else:
+        out.append(f"the report's Table 2 formula has no messages ({dual['report']:.1%} here "
+                   "without them): no like-for-like ratio at this latency")
+    return out
