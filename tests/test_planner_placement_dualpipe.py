@@ -12,15 +12,14 @@ from parlab.pipeline import cost as pp_cost
 from parlab.pipeline.actions import Schedule
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import ScheduleError, check
+from parlab.planner.placement_compare import compare, verdicts
 from parlab.planner.placement_dualpipe import (
     Units,
-    compare,
     makespan,
     peak_chunks,
     plan,
     precedences,
     split,
-    verdicts,
     weight_chunks,
 )
 

@@ -29,7 +29,8 @@ Reading order:
 - `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_run`: operator-level
   placement of a branchy graph under memory per rank, solved exactly (MILP, checked by exhaustive
   search) and by the paper's merge-then-place decomposition, run with send/recv beside a 1F1B
-  pipeline; `placement_dualpipe`: the planner against DualPipe and 1F1B at equal memory.
+  pipeline (`placement_costs`: what the planner knows of a graph, memory included);
+  `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory.
 - `energy`: the RAPL energy counter, where the machine exposes one.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
 - `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`,

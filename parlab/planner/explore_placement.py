@@ -11,7 +11,7 @@ report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same m
   (`parlab.planner.placement_bilevel.bilevel`) and a 1F1B pipeline of the same graph cut into
   stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from measured op times
   and the α-β link and each run for real, memory predicted and measured;
-- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_dualpipe`):
+- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_compare`):
   the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
   simulator, with the verdict on "about half" computed from the rows.
 
@@ -41,7 +41,8 @@ from parlab.pipeline.cost import theory_bubble
 from parlab.planner.graph import Graph, demo_graph
 from parlab.planner.placement import PlacementPlan, evaluate, measure_memory, peak_memory
 from parlab.planner.placement_bilevel import bilevel
-from parlab.planner.placement_dualpipe import Units, compare, verdicts
+from parlab.planner.placement_compare import compare, verdicts
+from parlab.planner.placement_dualpipe import Units
 from parlab.planner.placement_milp import solve
 from parlab.planner.placement_run import (
     PlacementRun,
