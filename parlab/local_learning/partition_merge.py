@@ -101,12 +101,14 @@ class Candidate:
 
 
 _UNITS: dict = {}
+_OPTIMIZER: dict = {}
 
 
 def unit_work(cfg, rows: int, microbatches: int) -> list[UnitWork]:
     """Every layer-wise partition's work on a micro-batch of `rows` rows (cached per model and
     shape): partition u is layer u, the first with the embedding, the last with the head and the
-    loss (/ m), as the executor's F and B spans run them."""
+    loss (/ m), as the executor's F and B spans run them. The middle partitions are one and the
+    same layer (a GPT block, an MLP hidden linear), counted once."""
     key = (cfg.model, cfg.model_config, cfg.seed, cfg.optimizer, rows, microbatches)
     if key in _UNITS:
         return _UNITS[key]
@@ -117,18 +119,30 @@ def unit_work(cfg, rows: int, microbatches: int) -> list[UnitWork]:
     x0, y = x_all[:rows], y_all[:rows]  # (rows, T) ids or (rows, 2) points
     shape = stages_mod.boundary_shape(cfg.model_config, rows)  # (rows, T, C) or (rows, d)
     g = torch.Generator().manual_seed(cfg.seed)
-    out = []
+    out, seen = [], {}
     for u in range(L):
-        x = x0 if u == 0 else torch.randn(shape, generator=g).requires_grad_()
-        grad = None if u == L - 1 else torch.randn(shape, generator=g)  # (rows, T, C) from above
-        forward, backward = _count_pass(units[u], x, y, grad, microbatches)
-        params = list(units[u].parameters())
-        opt = make_optimizer(params, cfg)
-        opt.step()  # the first step creates the optimizer's state; the second is every step's
-        out.append(UnitWork(forward, backward, count_work(opt.step),
-                            sum(p.numel() for p in params)))
+        kind = "first" if u == 0 else "last" if u == L - 1 else "middle"  # middles: one same layer
+        if kind not in seen:
+            x = x0 if u == 0 else torch.randn(shape, generator=g).requires_grad_()
+            grad = None if u == L - 1 else torch.randn(shape, generator=g)  # (rows, T, C) from above
+            forward, backward = _count_pass(units[u], x, y, grad, microbatches)
+            params = list(units[u].parameters())
+            seen[kind] = UnitWork(forward, backward, _optimizer_work(cfg, kind, params),
+                                  sum(p.numel() for p in params))
+        out.append(seen[kind])
     _UNITS[key] = out
     return out
+
+
+def _optimizer_work(cfg, kind: str, params: list) -> tuple[int, float]:
+    """(operators, FLOPs) of one optimizer step over a partition's parameters (with gradients):
+    the same at every micro-batch size, so counted once per model and partition kind."""
+    key = (cfg.model, cfg.model_config, cfg.optimizer, kind)
+    if key not in _OPTIMIZER:
+        opt = make_optimizer(params, cfg)
+        opt.step()  # the first step creates the optimizer's state; the second is every step's
+        _OPTIMIZER[key] = count_work(opt.step)
+    return _OPTIMIZER[key]
 
 
 def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[tuple, tuple]:
