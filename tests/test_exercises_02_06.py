@@ -25,13 +25,13 @@ RIGHT = {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
         "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
         "sp-bytes-ratio": 1.25,
-        "tp-forward-bytes": 4 * 2 * 12 * 32 * 32 * 4,
+        "tp-forward-bytes": 4 * 2 * 12 * 32 * 48 * 4,     # C = 48
         "balanced-reshard": 4096 * 4096,
     },
     pp_exercises: {
         "gpipe-bubble-gpu": 15 / 79,                    # (p-1)/(m+p-1), p=16, m=64
         "microbatches-for-5pct": 133,                   # 7/(m+7) <= 0.05
-        "interleaved-bubble": 7 / 55,                   # (p-1)/(v·m+p-1), p=8, m=24, v=2
+        "interleaved-bubble": 7 / 71,                   # (p-1)/(v·m+p-1), p=8, m=32, v=2
         "1f1b-memory-gpu": 9 * 2.5,                     # GB: (p - s) · 2.5, p=12, s=3
         "zb-bubble": 7 / 79,                            # (p-1)/(3m+p-1), p=8, m=24
         "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B

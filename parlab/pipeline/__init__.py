@@ -31,7 +31,7 @@ Reading order:
   contiguous split; `partition="lamp"` (by memory) or `"balanced"` (by time).
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
-  the registered schemes; `explore` (with `explore_eager`, `explore_dualpipe`,
-  `explore_unet`, `explore_lamp`), `exercises` and `bench`: notebook 04 and
+  the registered schemes; `explore` (with `explore_stages`, `explore_eager`, `explore_dualpipe`,
+  `explore_unet`, `explore_lamp`, `explore_summary`), `exercises` and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """

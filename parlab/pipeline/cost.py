@@ -26,6 +26,7 @@ point-to-point traffic by v (Narayanan et al., SC 2021, §2.2.2).
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from parlab.core import cost as comm_cost
@@ -299,3 +300,23 @@ def mirror_sync_bytes(param_numels: list[int], group: int, index: int, itemsize:
     """Bytes one rank sends summing its gradients over its mirror group (ranks r and p−1−r of
     every replica, `group` = 2·dp ranks): a ring all-reduce per tensor (`parlab.core.cost`)."""
     return sum(comm_cost.ring_all_reduce(n, group, index)[0] for n in param_numels) * itemsize
+
+
+def bubble_overhead(p: int, m: int, v: int = 1) -> float:
+    """The bubble as Megatron-LM (Narayanan et al., SC 2021, §2.2.1) and the Ultra-Scale Playbook
+    write it: idle time over ideal compute time, (p−1)/(v·m). `theory_bubble` is the same idle
+    time over the whole step: with x this ratio, x/(1+x) = (p−1)/(v·m+p−1) for GPipe / 1F1B and
+    interleaved; the two agree only when v·m ≫ p."""
+    if p < 1 or m < 1 or v < 1:
+        raise ValueError(f"p={p}, m={m}, v={v}: each must be >= 1")
+    return (p - 1) / (v * m)
+
+
+def smallest_microbatches(p: int, target: float) -> int:
+    """Fewest micro-batches m with (p−1)/(m+p−1) <= target: m = ⌈(p−1)(1/target − 1)⌉."""
+    if not 0 < target < 1:
+        raise ValueError(f"target={target}: a bubble fraction in (0, 1)")
+    m = max(1, math.ceil((p - 1) * (1 / target - 1) - 1e-9))
+    while theory_bubble("1f1b", p, m) > target:
+        m += 1
+    return m

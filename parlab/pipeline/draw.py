@@ -32,7 +32,8 @@ def gantt(events: list[dict], ax=None, title: str = "", unit: float = 1e3, label
         if label:
             a = e["args"]
             text = f"{a['mb']}" if not many_chunks else f"{a['mb']}.{a['stage'] // len(ranks)}"
-            ax.text(x0 + width / 2, e["rank"], text, ha="center", va="center", fontsize=7,
+            ax.text(x0 + width / 2, e["rank"], text, ha="center", va="center",
+                    fontsize=5.5 if many_chunks else 7,  # "mb.chunk" on bars v times narrower
                     color="white", clip_on=True)
     ax.set_yticks(ranks, [f"rank {r}" for r in ranks])
     ax.invert_yaxis()

@@ -9,8 +9,6 @@ yet, never the answer.
 
 from __future__ import annotations
 
-import math
-
 from parlab.exercises import Exercise, find, numeric
 from parlab.pipeline import cost
 from parlab.pipeline.schedules import make_schedule
@@ -19,20 +17,12 @@ from parlab.pipeline.schedules import make_schedule
 HIDDEN, TOKENS, BF16 = 8192, 4096, 2
 
 
-def _smallest_m(p: int, target: float) -> int:
-    """Fewest micro-batches m with (p−1)/(m+p−1) <= target (`cost.theory_bubble`)."""
-    m = max(1, math.floor((p - 1) / target - (p - 1)) - 1)
-    while cost.theory_bubble("1f1b", p, m) > target:
-        m += 1
-    return m
-
-
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
     return {
         "gpipe-bubble-gpu": cost.theory_bubble("gpipe", 16, 64),
-        "microbatches-for-5pct": _smallest_m(8, 0.05),
-        "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 24, 2),
+        "microbatches-for-5pct": cost.smallest_microbatches(8, 0.05),
+        "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 32, 2),
                                                 forward=1.0 / 2),
         "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 12, 48, 3) * 2.5,
         "zb-bubble": cost.theory_bubble("zb", 8, 24),
@@ -56,7 +46,7 @@ EXERCISES = [
              "Solve (p−1)/(m+p−1) <= 0.05 for m, and round up.",
              "(p−1)/(m+p−1) <= t  =>  m >= (p−1)(1/t − 1)."),
     Exercise("interleaved-bubble",
-             "Interleaved 1F1B at p = 8, m = 24, v = 2 chunks per rank (forward = 1/v unit per "
+             "Interleaved 1F1B at p = 8, m = 32, v = 2 chunks per rank (forward = 1/v unit per "
              "chunk, backward twice that). What fraction of the step is bubble? This chapter's "
              "simulator (cost.ideal_bubble) is the judge.",
              numeric(_A["interleaved-bubble"], rtol=0.02),

@@ -13,7 +13,6 @@ import statistics
 
 import parlab
 from parlab.core import cost as comm_cost
-from parlab.engine.run_config import COMMON_OPTIONS
 from parlab.pipeline import cost
 from parlab.pipeline.draw import gantt, ideal_and_measured
 from parlab.pipeline.schedules import make_schedule
@@ -21,24 +20,36 @@ from parlab.pipeline.schedules import make_schedule
 SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zb")
 # A model where stage compute dominates a loopback message: 64 tokens × 128 channels.
 COMPUTE_HEAVY = {"n_layer": 4, "n_embd": 128, "n_head": 4, "block_size": 64}
-# A model with a heavy head: an 8192-token vocabulary costs ~5 blocks of compute at the last stage.
-HEAVY_HEAD = {"n_layer": 8, "n_embd": 64, "n_head": 4, "block_size": 32, "vocab_size": 8192}
 
 
 def show_schedules(pp: int, microbatches: int, chunks: int = 2) -> None:
-    """Each schedule's ideal Gantt chart (F = 1, B = 2 or B = W = 1) and its bubble."""
+    """Each schedule's ideal Gantt chart at the same total work: one stage's forward of the whole
+    batch is 1 unit, so a micro-batch's forward lasts 1/m (1/(v·m) per chunk), its backward twice
+    that (B = W = half of it when split). Naive runs the batch as one piece (m = 1)."""
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(SCHEDULES), 1, figsize=(10, 1.0 + 0.5 * pp * len(SCHEDULES)))
+    fig, axes = plt.subplots(len(SCHEDULES), 1, figsize=(12, 1.0 + 0.5 * pp * len(SCHEDULES)),
+                             sharex=True)
+    spans = {}
     for ax, name in zip(axes, SCHEDULES):
         m = microbatches if name != "interleaved" else max(pp, microbatches - microbatches % pp)
         v = chunks if name == "interleaved" else 1
         schedule = make_schedule(name, pp, m, v)
-        events = cost.ideal_timeline(schedule, forward=1.0 / v)
-        gantt(events, ax, f"{name} (p={pp}, m={schedule.microbatches}, v={v}): bubble "
-              f"{cost.bubble_of(events):.1%}, closed form {cost.theory_bubble(name, pp, m, v):.1%}",
-              unit=1.0, xlabel="time (units of one forward)")
+        events = cost.ideal_timeline(schedule, forward=1.0 / (v * schedule.microbatches))
+        spans[name] = max(e["t1"] for e in events)
+        gantt(events, ax, f"{name} (p={pp}, m={schedule.microbatches}, v={v}): step "
+              f"{spans[name]:.2f} units, bubble {cost.bubble_of(events):.1%} (closed form "
+              f"{cost.theory_bubble(name, pp, schedule.microbatches, v):.1%})", unit=1.0,
+              xlabel="time (units of one stage's forward of the whole batch)")
+        if ax is not axes[-1]:
+            ax.set_xlabel("")  # one shared time axis, labelled once at the bottom
+    best = min(spans, key=spans.get)
+    fig.suptitle(f"same work in every panel: {best} finishes first, in "
+                 f"{spans[best] / spans['naive']:.0%} of naive's step", fontsize="medium")
     fig.tight_layout()
+    print("step in units of one stage's forward of the whole batch: "
+          + ", ".join(f"{k} {t:.2f}" for k, t in spans.items())
+          + " — each panel computes 3 units per stage; the rest of its step is bubble")
 
 
 def bubble_table(pp: int, microbatches: list[int], chunks: int = 2) -> None:
@@ -62,6 +73,13 @@ def bubble_table(pp: int, microbatches: list[int], chunks: int = 2) -> None:
             row.append(f"{sim:5.1%} ({cost.theory_bubble(name, pp, m, v):5.1%})")
         print(f"{name:12} " + " ".join(row))
     print("simulated (closed form); interleaved: v = 2 chunks per rank, m a multiple of p")
+    top = max(microbatches)
+    megatron = [f"m={m} {cost.bubble_overhead(pp, m):.1%}" for m in microbatches]
+    gap = cost.bubble_overhead(pp, top) - cost.theory_bubble("1f1b", pp, top)
+    print("GPipe / 1F1B as Megatron-LM (§2.2.1) and the Ultra-Scale Playbook write the bubble, "
+          f"idle over ideal compute, (p−1)/m: {', '.join(megatron)} — the same idle time over a "
+          f"different denominator: x = (p−1)/m is the step fraction x/(1+x) = (p−1)/(m+p−1); "
+          f"they differ by {gap * 100:.1f} points at m={top} and agree only when m ≫ p")
     if invalid:
         print(f"* m < p = {pp}: ZB-H1's (p−1)/(3m+p−1) is not valid — with fewer micro-batches than "
               "stages there are too few W's to fill the warm-up bubble; the simulation is the answer")
@@ -141,7 +159,7 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
           f"the measured stage times {predicted:.1%}, and with the measured message latency "
           f"{latency * 1e3:.2f} ms {with_latency:.1%}, and with the measured "
           f"{overhead * 1e3:.2f} ms per action outside compute and waits (sends, receives, "
-          f"bookkeeping) {with_overhead:.1%}; step {r.step_time() * 1e3:.0f} ms ({r.clock.label})")
+          f"bookkeeping) {with_overhead:.1%}; {step_label(r)}")
     if schedule.split_backward:
         explain_zero_bubble(r, plan, measured)
     if draw:
@@ -149,6 +167,15 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
     return {"measured": measured, "least": least, "ideal": predicted, "theory": theory,
             "latency": latency, "ideal_with_latency": with_latency, "overhead": overhead,
             "ideal_with_overhead": with_overhead, "result": r}
+
+
+def step_label(result) -> str:
+    """A run's median step in accelerator time beside the paced time it took ("wall": raw)."""
+    t = result.step_time()
+    if not result.clock.paced:
+        return f"step {t * 1e3:.1f} ms ({result.clock.label})"
+    return (f"step {result.clock.accelerator_seconds(t) * 1e6:.1f} µs on the "
+            f"{result.clock.name} ({t * 1e3:.0f} ms paced, {result.clock.label})")
 
 
 def explain_zero_bubble(result, plan, measured: float) -> None:
@@ -197,57 +224,6 @@ def bubble_curve(world_size: int, microbatches: list[int], schedules=("1f1b",), 
     ax.set_title(f"bubble vs micro-batches, p={world_size}")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     return rows
-
-
-def memory_report(world_size: int, microbatches: int, steps: int = 1) -> None:
-    """Peak activation bytes per stage: GPipe holds m micro-batches, 1F1B at most p − s."""
-    print(f"p={world_size}, m={microbatches}: peak activations per rank (micro-batches in flight)")
-    for scheme in ("pp-gpipe", "pp-1f1b", "pp-zb"):
-        r = parlab.run(scheme, world_size=world_size, steps=steps, microbatches=microbatches)
-        cells = [f"{mem['activations'] / 1e6:6.2f} MB ({out.extras['in_flight_peak']})"
-                 for mem, out in zip(r.memory, r.outputs)]
-        print(f"  {scheme:9} " + "  ".join(cells))
-
-
-def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4,
-                     clock: str = "A100") -> dict:
-    """Even vs balanced split of a model with a heavy head: profile (this CPU, raw: the profile
-    the split is computed from), split, run on `clock` (paced A100 time by default), compare."""
-    import torch
-
-    from parlab.models import build_model, model_config
-    from parlab.pipeline.partition import balanced_partition, profile_layers, stage_times
-    from parlab.pipeline.stages import even_partition
-
-    mc = model_config("gpt", HEAVY_HEAD)
-    rows = COMMON_OPTIONS["batch_size"] // microbatches  # the default global batch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # profile as a rank computes: one thread
-    try:
-        profile = profile_layers(build_model("gpt", mc, 0), mc, rows)
-    finally:
-        torch.set_num_threads(threads)
-    even = even_partition(mc.n_layer, world_size)
-    balanced = balanced_partition(profile, world_size)
-    print(f"per-layer fwd+bwd (ms): blocks {[round(t * 1e3, 2) for t in profile['layers']]}, "
-          f"embedding {profile['first'] * 1e3:.2f}, head+loss {profile['last'] * 1e3:.2f}")
-    out = {}
-    for label, counts in (("even", even), ("balanced", balanced)):
-        predicted = stage_times(counts, profile)
-        r = parlab.run("pp-1f1b", world_size=world_size, steps=steps, microbatches=microbatches,
-                       model_config=HEAVY_HEAD, partition=list(counts), clock=clock)
-        step = min(r.step_times[1:] or r.step_times)
-        out[label] = {"counts": counts, "step_s": step,
-                      "bubble": cost.measured_bubble(r.timeline, stat="min")}
-        print(f"{label:9} layers {counts}: predicted stage ms {[round(t * 1e3, 1) for t in predicted]}"
-              f", fastest step {step * 1e3:.0f} ms, least bubble {out[label]['bubble']:.1%}")
-    gain = out["even"]["step_s"] / out["balanced"]["step_s"]
-    print(f"balanced / even throughput: {gain:.2f}× ({r.clock.label}): "
-          + ("the balanced split is faster, as its predicted stage times say" if gain > 1.0 else
-             "the balanced split is NOT faster: the profile (this CPU, raw) priced the layers "
-             "differently from the run's clock" if r.clock.paced else
-             "the balanced split is NOT faster: on this CPU, raw, contention decided"))
-    return out
 
 
 def step_anatomy(result) -> dict:
@@ -335,24 +311,6 @@ def compare_step_times(results: dict) -> None:
                   "the ordering above is noise as much as schedule.")
         print("The bubble pays off only when a micro-batch's compute dwarfs those fixed costs: "
               "the wide model of the Timelines section, where the measured bubbles follow theory.")
-
-
-def link_report(world_size: int, microbatches: int, links=("loopback", "10GbE", "1GbE"),
-                steps: int = 3, clock: str = "A100") -> None:
-    """The same 1F1B run over links: the same bytes, each message α + bytes/β later, on `clock`
-    (paced A100 time on the real links by default; "wall": this CPU, raw, teaching presets)."""
-    for link in links:
-        r = parlab.run("pp-1f1b", world_size=world_size, steps=steps, microbatches=microbatches,
-                       link=None if link == "loopback" else link, clock=clock)
-        sends = [x for x in r.ledger if x["op"] == "send" and x["rank"] == 0]
-        emulated = r.config.link
-        per_message = emulated.cost(sends[0]["bytes_sent"]) if emulated else 0.0
-        blocked = sum(e["t1"] - e["t0"] for e in r.timeline if e["kind"] == "wait"
-                      and e["name"] == "wait recv") / steps / world_size
-        print(f"{link:9} {len(sends) // steps} sends/step/rank of {sends[0]['bytes_sent']:,} B, "
-              f"α+n/β = {per_message * 1e3:5.1f} ms each; measured: blocked in recv "
-              f"{blocked * 1e3:6.1f} ms/step/rank, bubble {cost.measured_bubble(r.timeline):5.1%}, "
-              f"step {r.step_time() * 1e3:6.1f} ms ({r.clock.label})")
 
 
 def widget_run(world_size: int = 2, microbatches: int = 4, schedule: str = "1f1b") -> None:

@@ -6,6 +6,7 @@ per stage against model and input size, and whole-volume vs sliding-window infer
 
 from __future__ import annotations
 
+import math
 import time
 
 import torch
@@ -47,7 +48,26 @@ def unet_check(world_size: int, steps: int = 2, batch_size: int = 8, schedules=(
     direct, relayed = unet_cost.relayed_skip_bytes(cfg, counts, batch_size)
     print(f"skips per step sent straight: {direct:,} B; relayed stage by stage they would be "
           f"{relayed:,} B ({relayed / max(direct, 1):.2f}×)")
+    straight_vs_relayed(cfg, batch_size)
     return results
+
+
+def straight_vs_relayed(cfg, rows: int) -> list[tuple]:
+    """Closed form (`unet_cost.relayed_skip_bytes`) at every even split of this U-Net's 2L layers:
+    where a skip passes a stage (p ≥ 3), relaying it costs (consumer − producer) times its bytes."""
+    from parlab.pipeline.stages import even_partition
+
+    out = []
+    for p in range(2, 2 * cfg.levels + 1):
+        counts = even_partition(2 * cfg.levels, p)
+        direct, relayed = unet_cost.relayed_skip_bytes(cfg, counts, rows)
+        out.append((p, counts, direct, relayed))
+    cells = [f"p={p} {c}: {d:,} → {r:,} B ({r / max(d, 1):.2f}×)" for p, c, d, r in out]
+    differ = [p for p, _, d, r in out if r != d]
+    print("skip bytes per step, straight → relayed (closed form, even splits): " + "; ".join(cells))
+    print(f"they differ from p = {min(differ)} on, where a skip passes a stage in between"
+          if differ else "no split makes a skip pass a stage: straight and relayed cost the same")
+    return out
 
 
 def skip_timeline(result, ax=None):
@@ -115,10 +135,19 @@ def memory_per_stage(pps=(1, 2, 4), sizes=(16, 32), bases=(4, 8), batch_size: in
         by = {(r["side"], r["pp"]): r["activations"] for r in rows if r["base"] == base}
         if len(sizes) > 1:
             s0, s1 = sizes[0], sizes[-1]
+            grow, top = by[(s1, 1)] / by[(s0, 1)], pps[-1]
             print(f"base {base}: whole-model activations S={s1} / S={s0}: "
-                  f"{by[(s1, 1)] / by[(s0, 1)]:.2f}× (closed form {(s1 / s0) ** 3:.0f}×); largest "
-                  f"stage at pp={pps[-1]}, S={s1} / whole model at S={s0}: "
-                  f"{by[(s1, pps[-1])] / by[(s0, 1)]:.2f}×")
+                  f"{grow:.2f}× (closed form {(s1 / s0) ** 3:.0f}×); largest "
+                  f"stage at pp={top}, S={s1} / whole model at S={s0}: "
+                  f"{by[(s1, top)] / by[(s0, 1)]:.2f}×")
+            if top > 1:
+                cut = by[(s1, 1)] / by[(s1, top)]
+                print(f"reading it: pp={top} cuts the largest stage's activations {cut:.2f}× (an "
+                      f"even split would cut {top}×: the full-resolution layers Down(0), Up(0) and "
+                      f"the head sit in the first and last stages), while doubling S multiplies "
+                      f"them {grow:.1f}× — pipelining over {top} stages buys back "
+                      f"{math.log(cut, grow):.0%} of one doubling of the side (LAMP's memory-balanced "
+                      "split, below, measures what a better split recovers)")
     return rows
 
 
@@ -202,8 +231,10 @@ def inference_compare(model, index: int = 0, side: int = 64, window: int = 16,
     names = list(rows)
     w, t, o = (rows[n] for n in names)
     if abs(w["dice"] - t["dice"]) < 0.01:
-        why = ("no difference beyond ±0.01 on this volume: at this training, context beyond one "
-               "window does not decide a voxel's class")
+        why = (f"no difference beyond ±0.01 on this volume, at a mean Dice of {w['dice']:.2f}: "
+               "what this run shows is that the whole volume and the windows give the same "
+               "predictions for this model, not whether context beyond a window would decide a "
+               "voxel for one trained longer or on larger crops")
     elif w["dice"] > t["dice"]:
         why = ("windows cut objects at their borders and lose the context there, the whole volume "
                "does not")
