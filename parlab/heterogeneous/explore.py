@@ -83,6 +83,9 @@ def lp_written_out(batch: int, speeds, fixed_rows: float = FIXED_ROWS) -> None:
     print(f"  b_0 + ... + b_{len(speeds) - 1} = {batch}")
     continuous, t_star = shares.solve_lp(batch, speeds, fixed_rows)
     print("solution: b = [" + ", ".join(f"{b:.2f}" for b in continuous) + f"], T* = {t_star:.2f}")
+    if shares.degenerate(batch, speeds, fixed_rows):
+        print("the optimum is degenerate (rows can move between ranks without changing T*): of the "
+              "optimal b, the one with the fewest rows per unit of speed on its busiest rank")
     print(f"whole rows: {shares.lp(batch, speeds, fixed_rows)}")
 
 

@@ -119,8 +119,13 @@ def print_collective_bytes(rows: list[dict]) -> None:
               f"equal: {r['sent'] == r['closed']}")
     saved = 1 - sum(rows[1]["sent"]) / max(1, sum(rows[0]["sent"]))
     busiest = 1 - max(rows[1]["sent"]) / max(1, max(rows[0]["sent"]))
+    sizes, inner, n = rows[0]["sizes"], rows[0]["inner"], len(rows[0]["sizes"])
+    per_op = {op: 1 - max(cost.uneven_bytes(op, "exact", sizes, inner, r) for r in range(n))
+              / max(1, max(cost.uneven_bytes(op, "padded", sizes, inner, r) for r in range(n)))
+              for op in ("all_gather", "reduce_scatter")}
     print(f"  exact sends {100 * saved:.0f}% fewer bytes in all, {100 * busiest:.0f}% fewer from the "
-          "busiest rank")
+          "busiest rank over both ops; per op, the busiest sender (what sets a ring's time) sends "
+          + ", ".join(f"{100 * v:.0f}% fewer in the {op.replace('_', '-')}" for op, v in per_op.items()))
 
 
 def print_collective_times(rows: list[dict]) -> None:

@@ -52,20 +52,63 @@ def rank_time(rows: float, speed: float, fixed_rows: float, comm_rows: float = 0
     return (fixed_rows + rows) / speed + comm_rows
 
 
-def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
-    """HAP's linear program (module docstring): (continuous rows per rank, T*)."""
-    from scipy.optimize import linprog
-
+def _lp_problem(batch: int, speeds, fixed_rows: float, comm_rows: float):
+    """The LP of the module docstring in `linprog`'s form: (cost, A_ub, b_ub, A_eq, b_eq)."""
     n = len(speeds)
     cost = [0.0] * n + [1.0]  # minimise T, the last variable
     a_ub = [[(1.0 / speeds[r]) if j == r else 0.0 for j in range(n)] + [-1.0] for r in range(n)]
     b_ub = [-fixed_rows / speeds[r] - comm_rows for r in range(n)]  # b_r/s_r − T ≤ −f/s_r − c
-    a_eq, b_eq = [[1.0] * n + [0.0]], [float(batch)]  # Σ b_r = B
+    return cost, a_ub, b_ub, [[1.0] * n + [0.0]], [float(batch)]  # Σ b_r = B
+
+
+def _solve_first(batch: int, speeds, fixed_rows: float, comm_rows: float):
+    from scipy.optimize import linprog
+
+    n = len(speeds)
+    cost, a_ub, b_ub, a_eq, b_eq = _lp_problem(batch, speeds, fixed_rows, comm_rows)
     result = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=b_eq,
                      bounds=[(0, None)] * n + [(None, None)], method="highs")
     if not result.success:
         raise ValueError(f"the sharding LP failed for speeds={list(speeds)}: {result.message}")
     return list(result.x[:n]), float(result.x[n])
+
+
+def degenerate(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0) -> bool:
+    """Whether the LP's optimum is degenerate: rows can move between ranks without changing T*
+    (rank 0's least and greatest optimal rows differ)."""
+    from scipy.optimize import linprog
+
+    n = len(speeds)
+    _, t_star = _solve_first(batch, speeds, fixed_rows, comm_rows)
+    a_ub = [[(1.0 / speeds[r]) if j == r else 0.0 for j in range(n)] for r in range(n)]
+    b_ub = [t_star + 1e-9 - fixed_rows / speeds[r] - comm_rows for r in range(n)]
+    ends = [linprog([sign] + [0.0] * (n - 1), A_ub=a_ub, b_ub=b_ub, A_eq=[[1.0] * n], b_eq=[batch],
+                    bounds=[(0, None)] * n, method="highs").x[0] for sign in (1.0, -1.0)]
+    return ends[1] - ends[0] > 1e-6
+
+
+def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
+    """HAP's linear program (module docstring): (continuous rows per rank, T*).
+
+    The optimum can be degenerate (a slow rank's f/s_r sets T*, and any b that keeps the others
+    under it is optimal; HiGHS returns some vertex, e.g. [4.5, 3, 4.5, 0] for three equal ranks):
+    then, among the optimal b, the one whose largest rows per unit of speed is smallest, so equal
+    devices get equal rows (variables b, T ≤ T*, z ≥ b_r/s_r; minimise z)."""
+    from scipy.optimize import linprog
+
+    rows, t_star = _solve_first(batch, speeds, fixed_rows, comm_rows)
+    if not degenerate(batch, speeds, fixed_rows, comm_rows):
+        return rows, t_star
+    n = len(speeds)
+    _, a_ub, b_ub, a_eq, b_eq = _lp_problem(batch, speeds, fixed_rows, comm_rows)
+    tied = linprog([0.0] * (n + 1) + [1.0],
+                   A_ub=[row + [0.0] for row in a_ub]
+                   + [[1.0 / speeds[r] if j == r else 0.0 for j in range(n)] + [0.0, -1.0]
+                      for r in range(n)],
+                   b_ub=b_ub + [0.0] * n, A_eq=[a_eq[0] + [0.0]], b_eq=b_eq,
+                   bounds=[(0, None)] * n + [(None, t_star + 1e-9 * max(1.0, abs(t_star))),
+                                              (None, None)], method="highs")
+    return ([float(v) for v in tied.x[:n]] if tied.success else rows), t_star
 
 
 def lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0) -> list[int]:
