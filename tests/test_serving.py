@@ -314,7 +314,8 @@ def test_exchange_refuses_backward():
 
 
 # ----------------------------------------------------------------------------- exercises, bench
-RIGHT = {"job-bytes": 50_112, "balanced": 2.0, "compute-bound": 1.2, "edge-bytes": 7_720,
+RIGHT = {"job-bytes": 2 * 63 / 64 * 1.3e9 * 4, "balanced": 2.0, "compute-bound": 1.2,
+         "edge-bytes": 3 * 16 * (16 * 16 + 8 * 8) * 4 + 10 * 4,
          "break-even": 40_000 / (0.010 - 0.003), "search-latency": 35.28}
 
 

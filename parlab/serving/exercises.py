@@ -7,9 +7,9 @@ answer.
 
 from __future__ import annotations
 
+from parlab.core import cost as core_cost
 from parlab.exercises import Exercise, find, numeric
 from parlab.serving import cost, edge, explore_edge, explore_search
-from parlab.serving.explore import jobs
 
 
 def _searched_link_ms() -> float:
@@ -23,16 +23,20 @@ def _searched_link_ms() -> float:
     return 1e3 * cost.edge_comm_seconds(cfg, kept, 2, 1, edge.EDGE_LINKS["Bluetooth"])
 
 
-def _job_a_bytes(n: int) -> int:
-    cfg = jobs(n)[0].config(n, 1)
-    return cost.job_bytes(cfg)[0]
+def _wider_edge_bytes() -> int:
+    """`edge-bytes`: the closed form for c = 16 channels per group and maps of 16² and 8²."""
+    cfg = explore_edge.CONFIG
+    features = (4 - 1) * (cfg.groups // 4) * 16 * (16 * 16 + 8 * 8)
+    return (features + cfg.classes) * cost.FP32
 
 
 EXERCISES = [
-    Exercise("job-bytes", "Bytes rank 0 of job A (the tiny GPT) sends per step on 4 ranks?",
-             numeric(_job_a_bytes(4), rtol=0.001),
+    Exercise("job-bytes", "Job A at GPU scale: a 1.3B-parameter model trained data-parallel on "
+             "64 GPUs, its fp32 gradients in one flat bucket, ring all-reduce. Bytes one GPU sends "
+             "per step?", numeric(core_cost.ring_all_reduce(1_300_000_000, 64, 0)[0] * 4,
+                                  rtol=0.001),
              "One flat bucket, ring all-reduce: 2(N−1)/N of its Ψ·4 bytes.",
-             "Ψ_A = 8,352 parameters in one bucket: 2·3/4·8,352·4 = 50,112 bytes."),
+             "2·(N−1)/N · Ψ · 4 B."),
     Exercise("balanced", "Each job computes 40 ms and communicates 40 ms per step. Crossover "
              "throughput ÷ sequential, in steady state?", numeric(2.0, rtol=0.01),
              "Sequential: 4 phases in a row. Crossover: the processor and the link each busy 80 ms.",
@@ -40,11 +44,11 @@ EXERCISES = [
     Exercise("compute-bound", "P = 50 ms, C = 10 ms for both jobs: crossover ÷ sequential?",
              numeric(1.2, rtol=0.01), "The processor is the bottleneck: Σ P per round.",
              "120 / max(100, 20, 60) = 1.2."),
-    Exercise("edge-bytes", "All features exchanged on 4 devices: bytes device 1 sends per image "
-             "(G=4 groups of c=8 channels, blocks see 8×8 and 4×4 maps, 10 classes, fp32)?",
-             numeric(cost.dense_edge_bytes(explore_edge.CONFIG, 4, 1, rank=1), rtol=0.001),
+    Exercise("edge-bytes", "A wider split: all features exchanged on 4 devices, G = 4 groups of "
+             "c = 16 channels, blocks that see 16×16 and 8×8 maps, 10 classes, fp32. Bytes device 1 "
+             "sends per image?", numeric(_wider_edge_bytes(), rtol=0.001),
              "Each block: its c channels to each of the 3 others; then its partial logits.",
-             "3·8·(64+16)·4 + 10·4 = 7,720 bytes."),
+             "(N−1)·c·Σ side² · 4 B + classes · 4 B."),
     Exercise("break-even", "A request computes 20 ms on one device; split over 2 it sends 40 KB "
              "(40,000 B) in 3 rounds of α = 1 ms. Above what bandwidth (bytes/s) is the split "
              "faster?", numeric(cost.break_even_bandwidth(0.02, 40_000, 3, 2, 1e-3), rtol=0.01),

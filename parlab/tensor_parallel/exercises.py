@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from parlab.exercises import Exercise, find, numeric
 
+WIDER = {"n_embd": 48}  # the exercise's GPT: not the chapter's, so no cell prints its answer
+
 
 def _forward_bytes(tp: int) -> int:
-    """tp-forward bytes rank 0 sends per step at the default model and batch."""
+    """tp-forward bytes rank 0 sends per step for the GPT of width 48 and the default batch."""
     from parlab.engine.runner import make_config
     from parlab.tensor_parallel.cost import closed_form_bytes
 
-    cfg = make_config("tp", world_size=tp)
+    cfg = make_config("tp", world_size=tp, model_config=WIDER)
     return closed_form_bytes(cfg.model_config, cfg.batch_size, tp, 0, 1, False)["tp-forward"]
 
 
@@ -46,13 +48,13 @@ EXERCISES = [
              "tp: 4 all-reduces = 8 halves per block. tp-sp: 8 halves + 2 all-gathers = 10 halves: "
              "10/8 = 1.25 (the ledger's 1.27 adds the gradient all-reduce)."),
     Exercise("tp-forward-bytes",
-             "Run on this machine: how many bytes does rank 0 send in `tp-forward` per step at "
-             "tp = 2 for the default GPT and batch (12 rows; 4 blocks, T = 32, C = 32)? Check "
-             "afterwards with parlab.run('tp', world_size=2, steps=1).bytes_per_rank(phase='tp-forward')[0].",
+             "Predict, then measure: how many bytes does rank 0 send in `tp-forward` per step at "
+             "tp = 2 for the GPT of width C = 48 (model_config={'n_embd': 48}; 4 blocks, T = 32) "
+             "and the default batch of 12 rows? Measure it afterwards with parlab.run('tp', "
+             "world_size=2, steps=1, model_config={'n_embd': 48}).bytes_per_rank(phase='tp-forward')[0].",
              numeric(_forward_bytes(2), rtol=0, atol=0.5),
              "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
-             "S = 12·32·32 = 12,288 floats; a ring all-reduce on 2 ranks sends 2·(1/2)·S: "
-             "4 blocks · 2 · 12,288 · 4 B = 393,216 B."),
+             "blocks · 2 · 2(N−1)/N · B·T·C · 4 B."),
     Exercise("balanced-reshard",
              "A (4096, 4096) fp32 tensor replicated on 4 source ranks is needed replicated on 4 "
              "destination ranks. With our even split (method='even-split': each replicated cell cut "
