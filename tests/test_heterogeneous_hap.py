@@ -8,6 +8,7 @@ import pytest
 
 import parlab
 from parlab.engine.runner import make_config
+from parlab.heterogeneous import hap_time
 from parlab.heterogeneous import program_search as ps
 from parlab.heterogeneous import programs as pg
 
@@ -106,7 +107,7 @@ def test_a_paced_run_lands_near_the_model():
                   program="dp col col row col col row", shard="proportional")
     r = parlab.run("hetero-hap", **kwargs)
     split = r.outputs[0].extras["split"]
-    model = ps.step_seconds(r.config, pg.MEGATRON_SP, split)
+    model = hap_time.step_seconds(r.config, pg.MEGATRON_SP, split)
     assert r.step_time(warmup=1) == pytest.approx(model, rel=0.15)
 
 

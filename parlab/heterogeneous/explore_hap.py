@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import parlab
 from parlab.engine.runner import make_config
-from parlab.heterogeneous import cost, program_search
+from parlab.heterogeneous import cost, hap_time, program_search
 from parlab.heterogeneous import programs as pg
 
 # the GPT the timing runs on: wide enough that the matmuls, not each operator's fixed cost, are
@@ -85,7 +85,7 @@ def measure_against_fixed(world_size: int, speeds, found, clock: str = "A100", l
                           steps: int = 2) -> list[dict]:
     """Paced step time of the searched program (`hetero-hap` at its ratios) and of today's fixed
     program (`hetero-tp`: Megatron's tensor + sequence parallel block, LP shares), same cluster,
-    each beside the model (`program_search.step_seconds`; hetero-tp's by its own closed form)."""
+    each beside the model (`hap_time.step_seconds`; hetero-tp's by its own closed form)."""
     common = dict(world_size=world_size, speeds=speeds, clock=paced(clock), link=link,
                   model_config=WIDE, batch_size=WIDE_BATCH, steps=steps)
     hap = parlab.run("hetero-hap", program=found.program.code, ratios=found.weights, **common)
@@ -94,10 +94,10 @@ def measure_against_fixed(world_size: int, speeds, found, clock: str = "A100", l
     tp_split = tp.outputs[0].extras["split"]
     rows = [{"name": "searched (hetero-hap)", "program": found.program.code,
              "step_ms": 1e3 * hap.step_time(warmup=1),
-             "model_ms": 1e3 * program_search.step_seconds(cfg, found.program, found.split)},
+             "model_ms": 1e3 * hap_time.step_seconds(cfg, found.program, found.split)},
             {"name": "fixed (hetero-tp)", "program": "Megatron TP+SP, positions "
              f"{tp_split['tokens']}", "step_ms": 1e3 * tp.step_time(warmup=1),
-             "model_ms": 1e3 * program_search.step_seconds(
+             "model_ms": 1e3 * hap_time.step_seconds(
                  cfg, pg.MEGATRON_SP, pg.split(cfg.model_config, cfg.batch_size, cost.tp_ratios(tp.config)))}]
     print(f"N={world_size}, speeds {list(speeds)}, {cfg.clock.label}, link {cfg.link}")
     for r in rows:
