@@ -2,7 +2,7 @@
 
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
 Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) pose parallelism planning as a
-scheduling problem (a flexible distributed job shop): put every operator of a graph on a device
+scheduling problem solved by mixed-integer programming: put every operator of a graph on a device
 and order the work on each device so that a training step (forward and backward of m
 micro-batches) ends as early as possible, under each device's memory capacity. The problem here,
 for R ranks:

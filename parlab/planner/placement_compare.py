@@ -1,8 +1,8 @@
 """The paper's comparison: the planner against DualPipe and 1F1B, bubble at equal memory.
 
-She et al. (2025, arXiv 2503.09357) report that their MIP planner reproduces DeepSeek-V3's DualPipe
-and, searching longer, finds schedules with about half of its pipeline bubble under the same
-memory constraints. `compare` asks it of the pipeline chapter's schedules: 1F1B and DualPipe as
+She et al. (2025, arXiv 2503.09357) report, against DeepSeek's DualPipe, "comparable or superior
+performance, reducing computational bubbles by half under the same memory constraints" (abstract).
+`compare` asks it of the pipeline chapter's schedules: 1F1B and DualPipe as
 chapter 04 builds them, each beside the planner (`parlab.planner.placement_dualpipe.plan`) on its
 task set, placement and memory, all timed by one simulator; `verdicts` says, from the rows, where
 the paper's "about half" holds here and where not — against DualPipe's own action lists, and

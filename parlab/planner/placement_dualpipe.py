@@ -1,8 +1,8 @@
 """The paper's comparison: the planner (a MIP) against DualPipe and 1F1B, bubble at equal memory.
 
-She et al. (2025, arXiv 2503.09357) report that their MIP planner reproduces DeepSeek-V3's DualPipe
-and, searching longer, finds schedules with about half of its pipeline bubble under the same
-memory constraints. The question is asked here of the pipeline chapter's own schedules
+She et al. (2025, arXiv 2503.09357) report, against DeepSeek's DualPipe, "comparable or superior
+performance, reducing computational bubbles by half under the same memory constraints" (abstract).
+The question is asked here of the pipeline chapter's own schedules
 (`parlab.pipeline`: `one_f_one_b`, `dualpipe`, as data), on the units of the DeepSeek-V3 report's
 Table 2: a forward chunk F, an input-gradient chunk B and a weight-gradient chunk W, integers
 (`Units`; F = B = W = 1 by default, as the report's comparison reads), a message `latency` units.
