@@ -3,8 +3,10 @@ then order every operator with that placement fixed.
 
 She et al. (2025, arXiv 2503.09357) solve their scheduling MIP with "a bi-level solution
 framework balancing optimality with computational efficiency" (abstract): a heuristic merges
-operators into larger ones, so the MIP is solved on a smaller graph. Here, on the same problem as
-the monolithic MILP (`parlab.planner.placement`, `parlab.planner.placement_milp`):
+operators into larger ones ("operation merging"), so the MIP is solved on a smaller graph. Only
+the structure is followed here — the paper's own merging rule is not reproduced (the rule below is
+ours). On the same problem as the monolithic MILP (`parlab.planner.placement`,
+`parlab.planner.placement_milp`):
 
 1. Upper level, merging (`merge_ops`, our heuristic in the paper's spirit, stated as ours): while
    there are more groups than `groups`, contract the edge between two groups whose message costs
