@@ -49,7 +49,7 @@ def merge_table(world_size: int, **common) -> partition_merge.Candidate:
 
 
 # ----------------------------------------------------------------------------- correctness, bytes
-def check_exact(world_size: int, steps: int = 3):
+def exact_against_single(world_size: int, steps: int = 3):
     """`layerwise-merge` at its own merge against `single`: losses and parameters within 1e-4
     (synchronous: exact; forced stage counts and world sizes 1, 2, 4 are in
     `tests/test_local_learning_merge.py`). Returns the run."""
@@ -59,7 +59,7 @@ def check_exact(world_size: int, steps: int = 3):
     return r
 
 
-def ledger_report(result) -> None:
+def bytes_report(result) -> None:
     """Bytes each rank sent per step, by phase, beside `cost.merge_bytes_per_rank`."""
     cfg = result.config
     layout = partition_merge.plan(cfg).layout
@@ -132,7 +132,7 @@ def throughput_report(rows: list[dict]) -> dict:
             "vs_pipedream": vs_pd, "vs_2bw": vs_2bw, "speed_holds": ok_speed}
 
 
-def memory_report(rows: list[dict]) -> dict:
+def stage_memory_report(rows: list[dict]) -> dict:
     """Per stage (dp replica 0) of layerwise-merge, PipeDream and 2BW: measured weights, gradients,
     optimizer state and activations, and the stashed weight copies (the run's own count at its
     peak × the stage's bytes), each beside its closed form; the verdicts: no merged stage stashes a
@@ -165,7 +165,7 @@ def memory_report(rows: list[dict]) -> dict:
     return {"no_stash": no_stash, "lighter": lighter}
 
 
-def loss_report(rows: list[dict]) -> dict:
+def loss_comparison(rows: list[dict]) -> dict:
     """Final losses of the sweep: layerwise-merge and pp-1f1b are both global backprop on the same
     batches (each equals `single`), so their losses agree within 1e-4 whatever the merge — the
     paper's "without compromising the accuracy of the non-parallel approach"; PipeDream's and 2BW's
