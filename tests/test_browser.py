@@ -5,8 +5,10 @@ browser does can write back into the repository). For each chapter the test open
 Run ▸ Run All Cells, and checks: every code cell ran, no cell shows a traceback, the world-size
 panel (`parlab.widgets.experiment_panel`) renders and shows its current values, and clicking
 another world size re-runs the experiment: the panel's first line becomes the new value and what
-it shows below changes; the notebook Run All produced is saved and its golden cells
-(`# NBVAL_CHECK_OUTPUT`) must show the stored outputs — nbval's check, on the same execution. A
+it shows below changes, its figure included (a panel that drew one must draw another); the
+notebook Run All produced is saved, its golden cells (`# NBVAL_CHECK_OUTPUT`) must show the stored
+outputs — nbval's check, on the same execution — and no exercise's accepted answer may stand in
+its markdown or outputs (`tools.leaks`). A
 screenshot per chapter goes to build/screenshots/. A last test feeds the same harness a notebook
 with a failing cell, to prove it notices, and the golden check is shown to fail on a changed
 output.
@@ -21,6 +23,7 @@ import shutil
 import pytest
 
 from tools.browser import chromium, exercise_chapter, golden_mismatches, jupyterlab
+from tools.leaks import leaked_answers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -70,6 +73,8 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     # executing every chapter a second time)
     stored = json.loads(path.read_text())
     assert golden_mismatches(stored, report["executed"]) == [], path.name
+    # exercises check, never tell: no accepted answer in the chapter's markdown or outputs
+    assert leaked_answers(path, report["executed"]) == [], path.name
 
     assert report["panels"] >= 1, f"{path.name}: no experiment_panel with a world_size control rendered"
     assert report["before"].startswith("world_size="), report["before"][:200]
@@ -79,6 +84,9 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert first_after.startswith(f"world_size={report['clicked']}"), first_after
     assert first_after.split(",")[0] != first_before.split(",")[0], (first_before, first_after)
     assert body_after != body_before, f"{path.name}: the panel shows the same result after the click"
+    if report["figures_before"]:  # a panel that draws must redraw: a stale figure beside new text
+        assert report["figures_after"] and report["figures_after"] != report["figures_before"], \
+            f"{path.name}: the panel's figure did not change after the click"
     assert not _panel_errors(report["before"]) and not _panel_errors(report["after"]), \
         f"{path.name}: the panel's experiment failed: {_panel_errors(report['before'] + report['after'])}"
     assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000

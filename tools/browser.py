@@ -233,6 +233,14 @@ def _panel_text(output) -> str:
         [...e.querySelectorAll('img')].map(i => i.src.length + ':' + i.src.slice(-64)).join('\\n')""")
 
 
+def image_digests(locator) -> list[str]:
+    """A digest of every <img> under `locator`: what a redrawn figure changes."""
+    import hashlib
+
+    return [hashlib.sha256(src.encode()).hexdigest()[:16]
+            for src in locator.locator("img").evaluate_all("es => es.map(e => e.src)")]
+
+
 def blank_images(locator) -> int:
     """How many of the <img> under `locator` are a single flat colour (a plot that drew nothing)."""
     import base64
@@ -255,6 +263,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
 
     Returns what happened: {"seconds", "errors": [...], "prompts", "panels", "before", "after",
     "clicked", "images" and "blank_plots" (all and flat images in the panel after the click),
+    "figures_before" and "figures_after" (digests of the panel's images around the click),
     "screenshot"}.
     Raises TimeoutError when the notebook or the panel never settles.
     """
@@ -280,6 +289,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
               "before": None, "after": None, "clicked": None, "images": 0, "blank_plots": 0,
+              "figures_before": [], "figures_after": [],
               "screenshot": str(screenshot), "executed": None}
     if not report["errors"]:  # save what Run All produced: its golden cells are checked from it
         report["executed"] = _save(page, lab.root_dir / relpath, code_cells)
@@ -294,6 +304,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
         active = panel.locator(".parlab-control-world_size button.mod-active").inner_text().strip()
         output = panel.locator(".parlab-output")
         report["before"] = _panel_text(output)
+        report["figures_before"] = image_digests(output)
         # the smallest other world size: a real re-run with other values, and the cheapest one
         # (four ranks on two cores can take minutes in a chapter that is light at two)
         others = sorted((label for label in labels if label != active),
@@ -314,6 +325,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
 
             report["after"] = _wait(settled, rerun_timeout, f"the panel to show {header}")
             report["images"] = output.locator("img").count()
+            report["figures_after"] = image_digests(output)
             report["blank_plots"] = blank_images(output)
             report["errors"] += page.evaluate(_NOTEBOOK_STATE_JS)["errors"][len(state["errors"]):]
         panel.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")  # its code, then it
