@@ -23,6 +23,13 @@ import importlib
 import pathlib
 import re
 
+# (chapter, exercise, number): a number a chapter prints that an exercise accepts by coincidence,
+# another quantity that happens to have the answer's value; each with what it is.
+COINCIDENCES = {
+    ("09_asynchrony", "ssp-ahead", 4.0):
+        "synchronous Jacobi's 4.00 relaxations per macroiteration (Part D's table), not SSP's lead",
+}
+
 # a number as people write it: 24,576 · 1.25 · 6.00 · 9.6e+10 · 462422016.0 (not part of a word)
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?([eE][-+]?\d+)?(?![\w])")
 
@@ -74,6 +81,8 @@ def leaked_answers(notebook: pathlib.Path, executed: dict) -> list[str]:
                 else _output_text(cell))
         for number, unit in sorted(telling_numbers(text)):
             for exercise in exercises:
+                if (notebook.stem, exercise.name, number) in COINCIDENCES:
+                    continue
                 if _accepts(exercise, number) and \
                         abs(number - _accepted_middle(exercise, number)) <= unit / 2:
                     leaks.append(f"{exercise.name}: {number:g} in cell {index}")
