@@ -131,9 +131,9 @@ def test_bad_input_is_named_before_launch(kwargs, named):
 def test_exercise_checks_without_telling(capsys):
     from parlab.heterogeneous import exercises
     exercise = exercises.exercise("hap-collectives")
-    assert exercise.check(4)
-    assert not exercise.check(3)
-    assert "4" not in capsys.readouterr().out.replace("hap-collectives", "")
+    assert exercise.check(48 * 4 + 1)  # 4 collectives a block, and the gradients' all-reduce
+    assert not exercise.check(48 * 4)
+    assert str(48 * 4 + 1) not in capsys.readouterr().out
 
 
 def test_chapter_lp_breaks_ties_towards_equal_rows_for_equal_devices():

@@ -101,7 +101,7 @@ def test_registered_exact():
     assert parlab.schemes()["hetero-tp"].exact
 
 
-RIGHT = {"padded-bytes": 18, "exact-bytes": 6, "tp-shares": 1 / 3, "lp-zero": 0}
+RIGHT = {"padded-bytes": 18432, "exact-bytes": 6144, "tp-shares": 1 / 3, "lp-zero": 0}
 
 
 @pytest.mark.parametrize("name,answer", sorted(RIGHT.items()))

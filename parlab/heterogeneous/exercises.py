@@ -10,15 +10,20 @@ from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.heterogeneous import cost, shares
 from parlab.heterogeneous import programs as pg
 
+SKEWED = [6144, 2048, 2048, 2048]  # one fast device's shard, three slow ones
+
 # hetero-tp's (notebook 11, part 2: parlab.heterogeneous.explore_tp)
 TP_EXERCISES = [
-    Exercise("padded-bytes", "hetero-tp's all-gather of shards of [6, 2, 2, 2] rows, padded: how many rows "
-             "does each rank send (ring)?", numeric(18, rtol=0, atol=0),
+    Exercise("padded-bytes", "hetero-tp's all-gather of shards of [6144, 2048, 2048, 2048] rows, padded: "
+             "how many rows does each rank send (ring)?",
+             numeric(3 * max(SKEWED), rtol=0, atol=0),
              "Every shard is padded to the largest; a ring rank forwards N−1 chunks.",
-             "(N−1)·M = 3·6 = 18 rows, though the data is only 12."),
+             f"(N−1)·M = 3·{max(SKEWED)} = {3 * max(SKEWED)} rows, though the data is only "
+             f"{sum(SKEWED)}."),
     Exercise("exact-bytes", "The same all-gather, exact-size ring: how many rows does rank 3 send? "
-             "(it forwards every chunk but rank 0's)", numeric(6, rtol=0, atol=0),
-             "S − S_{r+1} for r = 3: the next rank is 0.", "12 − 6 = 6 rows."),
+             "(it forwards every chunk but rank 0's)", numeric(sum(SKEWED) - SKEWED[0], rtol=0, atol=0),
+             "S − S_{r+1} for r = 3: the next rank is 0.",
+             f"{sum(SKEWED)} − {SKEWED[0]} = {sum(SKEWED) - SKEWED[0]} rows."),
     Exercise("tp-shares", "hetero-tp puts one ratio per device on heads, columns and positions. For "
              "speeds [1, 0.5] and f = 0, what fraction of the MLP columns does rank 1 get?",
              numeric(1 / 3, rtol=0.01), "f = 0: the LP is proportional to speed.",
@@ -40,13 +45,15 @@ def _collectives(code: str) -> int:
 HAP_EXERCISES = [
     Exercise("hap-collectives", "Program 'dp dp dp dp col col row' (attention data-parallel, the MLP "
              "Megatron's: c_fc by columns, GeLU on its columns, mlp_proj by rows, the stream split by "
-             "batch rows): how many collectives does one block run per step, forward and backward "
-             "together?", numeric(_collectives("dp dp dp dp col col row"), rtol=0, atol=0),
+             "batch rows) on a GPT of 48 blocks: how many collectives does a step run, forward, "
+             "backward and the all-reduce of the partial gradients together?",
+             numeric(48 * _collectives("dp dp dp dp col col row") + 1, rtol=0, atol=0),
              "Walk the eight tensors between operators (programs.EDGES): where do producer and "
              "consumer disagree on the layout, and what does each gradient need?",
              "Only around the MLP: all-gather the rows before c_fc (its backward: reduce-scatter) and "
-             "reduce-scatter mlp_proj's partial sums back to rows (backward: all-gather); half of "
-             "Megatron's with sequence parallelism, which does the same around attention too."),
+             "reduce-scatter mlp_proj's partial sums back to rows (backward: all-gather), per block "
+             "— half of Megatron's with sequence parallelism, which does the same around attention "
+             "too — and one flat all-reduce of the stream's and attention's gradients."),
 ]
 
 
@@ -59,13 +66,15 @@ EXERCISES = [
              "even shares?", numeric(12, rtol=0, atol=1e-6),
              "The slow rank has B/N rows and works at a quarter of the speed.",
              "3 rows / 0.25 = 12 row-times; the three fast ranks finish after 3 and wait 9."),
-    Exercise("proportional-rows", "Speeds [1, 0.5], B = 12, proportional shares: how many rows does "
-             "rank 1 take?", numeric(4, rtol=0, atol=0),
-             "b_r = B·s_r / Σ s.", "12 · 0.5 / 1.5 = 4."),
-    Exercise("lp-time", "Speeds [1, 1, 1, 0.25], B = 12, f = 1.5: the LP sharding's step in row-times "
-             "(whole rows)?", numeric(_lp_time(12, [1, 1, 1, 0.25], 1.5), rtol=0, atol=1e-6),
-             "Compare giving the slow rank 1 row with giving it none: it pays f/s either way.",
-             "rows [4, 4, 4, 0]: the fast ranks take 5.5, the slow one 1.5/0.25 = 6."),
+    Exercise("proportional-rows", "Speeds [1, 0.5], B = 3072, proportional shares: how many rows does "
+             "rank 1 take?", numeric(3072 * 0.5 / 1.5, rtol=0, atol=0),
+             "b_r = B·s_r / Σ s.", f"3072 · 0.5 / 1.5 = {3072 * 0.5 / 1.5:.0f}."),
+    Exercise("lp-time", "Speeds [1, 1, 1, 0.25], B = 1024, f = 96 rows: the LP sharding's step in "
+             "row-times (whole rows)?", numeric(_lp_time(1024, [1, 1, 1, 0.25], 96), rtol=0, atol=1e-6),
+             "The slow rank pays f/s = 384 before any row; balance the rest so everyone ends together, "
+             "then hand out whole rows.",
+             f"rows {shares.lp(1024, [1, 1, 1, 0.25], 96)}: a step of "
+             f"{_lp_time(1024, [1, 1, 1, 0.25], 96):g} row-times."),
     Exercise("weight", "Rank r took b_r of B rows. By what factor must it scale its mean loss before "
              "backward so that one all-reduce(sum) gives the single-process gradient? (answer as a "
              "number for b_r = 3, B = 12)", numeric(0.25, rtol=0, atol=1e-9),
