@@ -134,11 +134,15 @@ def curriculum_vs_fixed(steps: int = 90, sides=(8, 16, 32), batch_size: int = 4,
     share = steps // len(sides)
     runs["curriculum " + " → ".join(f"{s}³" for s in sides)] = \
         [(s, share) for s in sides[:-1]] + [(sides[-1], steps - share * (len(sides) - 1))]
-    out = {}
+    out, threads = {}, torch.get_num_threads()
     for name, phases in runs.items():
-        model, losses = train_patches(phases, batch_size=batch_size, seed=seed)
-        with torch.no_grad():
-            scores = _scores(model(x), y)
+        torch.set_num_threads(1)  # one thread, as a rank computes: on shared cores 2 threads spin
+        try:
+            model, losses = train_patches(phases, batch_size=batch_size, seed=seed)
+            with torch.no_grad():
+                scores = _scores(model(x), y)
+        finally:
+            torch.set_num_threads(threads)
         voxels = sum(n * s ** 3 for s, n in phases) * batch_size
         out[name] = {**scores, "voxels_seen": voxels, "last_loss": losses[-1]}
         print(f"{name:28} {steps} steps, {voxels / 1e6:5.2f} M training voxels: whole-volume "
