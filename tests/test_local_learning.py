@@ -149,7 +149,7 @@ def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
 
 # ----------------------------------------------------------------------------- exercises
 RIGHT = {"interlock-bytes": 98304, "global-depth": 5, "pipedream-versions": 8,
-         "decoupled-idle": 3 / 403, "which-lock": "forward", "merge-bytes": 131072}
+         "decoupled-idle": 3 / 403, "stash-gpu": 15 * 70 / 16 * 2, "merge-bytes": 131072}
 
 
 def test_exercises_check_without_telling(capsys):

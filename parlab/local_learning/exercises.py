@@ -1,6 +1,6 @@
 """Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes and depth
 (Gomez et al., JMLR 2022), PipeDream's stashed versions (Narayanan et al., SOSP 2019), decoupled
-greedy learning's idle time (Belilovsky et al., ICML 2020), which lock each removes, and the
+greedy learning's idle time (Belilovsky et al., ICML 2020), PipeDream's stash at GPU scale, and the
 boundary bytes merging layer-wise partitions saves (Akintoye et al., FGCS 2023); each check says
 right or wrong, never the answer.
 """
@@ -8,7 +8,7 @@ right or wrong, never the answer.
 from __future__ import annotations
 
 from parlab.engine.runner import make_config
-from parlab.exercises import Exercise, find, numeric, one_of
+from parlab.exercises import Exercise, find, numeric
 from parlab.local_learning import cost
 from parlab.local_learning.routes import Route
 
@@ -63,12 +63,15 @@ EXERCISES = [
              solution_text="2 replicas × 1 boundary × 2 directions × 8·32·32·4 B = 131,072 B — a third of "
                       "the un-merged pipeline's 3 × 2 × 16·32·32·4 B (the flat dp ring it adds is "
                       "priced by the merge's model)"),
-    Exercise("which-lock",
-             "Local learning removes backward and update locking. Which lock remains? "
-             "(forward, backward or update)",
-             expect=one_of("forward", "forward locking"),
-             hint_text="What must a stage have before it can compute anything at all?",
-             solution_text="forward locking: stage k still needs stage k−1's activation"),
+    Exercise("stash-gpu",
+             "PipeDream at GPU scale: a 70B-parameter model split evenly over p = 16 stages, bf16 "
+             "weights (2 bytes each), m = 32 micro-batches in flight. How many GB (10^9 B) of "
+             "stashed weight versions does the first stage hold beyond its one live copy?",
+             expect=numeric((cost.pipedream_versions(16, 32, 0) - 1) * 70e9 / 16 * 2 / 1e9,
+                            rtol=0.01),
+             hint_text="Count the first stage's versions at its peak first; each is one stage's "
+                  "weights.",
+             solution_text="(min(p, m) − 1) · Ψ/p · 2 B"),
 ]
 
 

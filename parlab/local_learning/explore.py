@@ -326,6 +326,12 @@ def loss_report(rows: list[dict]) -> dict:
         r = row["result"]
         print(f"{row['scheme']:22} final loss {r.losses[-1]:.4f} after {len(r.losses)} steps, "
               f"{sum(r.step_times):.2f} s ({clock})")
+    stashing = [row for row in rows if row["scheme"].startswith("pipedream")]
+    if stashing:
+        m = stashing[0]["result"].config.options.get("microbatches")
+        print(f"per sample: every scheme sees the same rows each step (the step axis counts samples), "
+              f"but pipedream updates after each of its {m} micro-batches — {m}× the updates of a "
+              f"flushed step — so at equal samples it has taken {m}× the optimizer steps")
     g, i, loc = (by[k]["final_loss"] for k in ("pp-1f1b", "interlocking", "local"))
     holds = i < loc
     print(f"loss: interlocking {i:.4f} < local {loc:.4f} (global backprop {g:.4f}): "
@@ -350,6 +356,7 @@ def summary(lesson: dict, losses: dict) -> None:
 def stash_report(world_size: int, microbatches: int = 4, steps: int = 3) -> None:
     """Weight versions each stage held at its peak, PipeDream vs 2BW, beside the closed forms, and
     what every backward used (its forward's version)."""
+    held = {}
     for scheme in ("pipedream", "pipedream-2bw"):
         r = parlab.run(scheme, world_size=world_size, steps=steps, microbatches=microbatches)
         print(f"{scheme}, p={world_size}, m={microbatches}:")
@@ -362,6 +369,13 @@ def stash_report(world_size: int, microbatches: int = 4, steps: int = 3) -> None
             print(f"  stage {s}: {x['peak_versions']} versions (closed form {formula}) = "
                   f"{cost.stash_bytes(x['peak_versions'], x['stage_numel']):>8,} B; every backward "
                   f"used its forward's weights: {used_own}; most updates behind: {stale}")
+        held[scheme] = sum(cost.stash_bytes(o.extras["peak_versions"], o.extras["stage_numel"])
+                           for o in r.outputs)
+    ratio = held["pipedream"] / held["pipedream-2bw"]
+    print(f"all stages together: PipeDream stashes {held['pipedream']:,} B, 2BW "
+          f"{held['pipedream-2bw']:,} B — 2BW holds {ratio:.2f}× less"
+          + (" (at this p and m PipeDream's stages hold at most two versions too: 2BW saves from "
+             "p, m ≥ 3)" if ratio <= 1 else ""))
 
 
 def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1) -> None:
