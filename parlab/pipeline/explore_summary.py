@@ -29,6 +29,11 @@ def _step(result) -> tuple[str, float]:
     return f"{t * 1e3:.1f} ms ({clock.label})", t * 1e3
 
 
+def _pipeline_width(result) -> int:
+    """Pipeline stages of a run (ranks holding distinct stage lists)."""
+    return len({tuple(out.extras["stages"]) for out in result.outputs})
+
+
 def zb_steps(zb: dict, results: dict, dualpipe_rows: list) -> list[dict]:
     """ZB's step in each run that measured it, with the run's configuration and clock, and ZB's
     step over 1F1B's in the same run (the comparison a run supports); why the numbers differ."""
@@ -93,7 +98,8 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
     dp_ratio = d["pp-dualpipe"]["bubble"] / d["pp-1f1b"]["bubble"] if d else None
     dp_step = d["pp-dualpipe"]["step_us"] / d["pp-1f1b"]["step_us"] if d else None
     print("\nWhen to use it (from this run):")
-    ledger = {s: sum(r.bytes_per_rank(op="send")) for s, r in results.items()}
+    ledger = {s: sum(r.bytes_per_rank(op="send", phase="pp-fwd"))
+              + sum(r.bytes_per_rank(op="send", phase="pp-bwd")) for s, r in results.items()}
     print(f"- pipeline at all when one stage's forward per micro-batch dwarfs a message and the "
           f"per-action overhead: the wide model's measured {zb['latency'] * 1e3:.2f} ms message and "
           f"{zb['overhead'] * 1e3:.2f} ms per action beside its "
@@ -105,11 +111,18 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
               f"measured {last[2]:.1%} at p={world_size}, m={last[1]} takes m ≥ "
               f"{cost.smallest_microbatches(world_size, half)}; prefer 1F1B whenever m > p: same "
               f"bubble, {'n/a' if act is None else f'{act:.2f}×'} GPipe's activations here")
-    inter, plain = ledger.get("pp-interleaved"), ledger.get("pp-1f1b")
-    if inter and plain:
-        print(f"- interleaved (v chunks): bubble (p−1)/(v·m+p−1) for {inter / plain:.1f}× 1F1B's "
-              "bytes in this run — "
-              "when the link is fast beside a chunk's compute")
+    inter, plain = results.get("pp-interleaved"), results.get("pp-1f1b")
+    if inter is not None and plain is not None:
+        pps = [_pipeline_width(r) for r in (inter, plain)]
+        if pps[0] == pps[1]:
+            ratio, how = ledger["pp-interleaved"] / ledger["pp-1f1b"], "in this run's ledger"
+        else:  # interleaving needs 2·p ≤ layers, so it may run at a smaller p than 1F1B did
+            p, m = pps[1], _resolved_microbatches(plain)
+            ratio = (sum(cost.p2p_messages_per_step(p, 2, m, r) for r in range(p))
+                     / sum(cost.p2p_messages_per_step(p, 1, m, r) for r in range(p)))
+            how = f"in closed form at p={p} (the interleaved run used p={pps[0]})"
+        print(f"- interleaved (v = 2 chunks): bubble (p−1)/(v·m+p−1) for {ratio:.1f}× 1F1B's "
+              f"pipeline bytes {how} — when the link is fast beside a chunk's compute")
     print(f"- ZB-H1 when W is a large share of the backward (here {w / (b + w):.0%}) and m ≥ p; it "
           "holds 1F1B's peak activations")
     print(f"- a balanced partition whenever layers are uneven: {gain:.2f}× here on a head worth "
