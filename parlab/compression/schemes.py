@@ -57,7 +57,7 @@ def _gathered(ctx, form):
     return train(ctx, CompressedSync(ctx, model, encoder, o.get("error_feedback", False)))
 
 
-@register("topk", summary="top-k sparsification (DGC), all-gather of (index, value), error feedback",
+@register("topk", summary="top-k sparsification, error feedback (DGC adds more), all-gather (index, value)",
           exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
           cost=cost.TOPK)
 def topk(ctx):
