@@ -25,7 +25,7 @@ RIGHT = {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
         "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
         "sp-bytes-ratio": 1.25,
-        "tp-forward-bytes": 4 * 2 * 12 * 32 * 48 * 4,     # C = 48
+        "tp-forward-bytes": 4 * 2 * 12 * 32 * 40 * 4,     # C = 40
         "balanced-reshard": 4096 * 4096,
     },
     pp_exercises: {

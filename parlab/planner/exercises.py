@@ -19,10 +19,10 @@ def _config():
 
 
 def _tp_bytes() -> int:
-    """Bytes one rank of dp2·tp2 sends over tp per step (tiny GPT, batch 12)."""
-    m = _config()
-    act = 12 // 2 * m.block_size * m.n_embd  # (B/dp, T, C)
-    return 4 * m.n_layer * ring_all_reduce(act, 2, 0)[0] * 4
+    """Bytes one GPU of dp8·tp8 sends over tp per step: 48 blocks, T = 2048, C = 8192, a global
+    batch of 64 sequences, bf16 activations."""
+    act = 64 // 8 * 2048 * 8192  # (B/dp, T, C)
+    return 4 * 48 * ring_all_reduce(act, 8, 0)[0] * 2
 
 
 def _zero3_states() -> int:
@@ -69,11 +69,12 @@ EXERCISES = [
              "fraction of each rank's step is bubble?", numeric(3 / 7, rtol=0.01),
              "Slots per step: m + p − 1; busy slots: m.",
              "(p−1)/(m+p−1) = 3/7 ≈ 0.43 (Narayanan et al. 2021 §2.2.1)."),
-    Exercise("tp-bytes", "Plan dp2·tp2, the tiny GPT (4 blocks, T=32, C=32), global batch 12: "
-             "bytes one rank sends over tp per step?", numeric(_tp_bytes(), rtol=0.001),
-             "Four ring all-reduces per block of the (B/dp, T, C) activations; a ring on 2 ranks "
-             "sends half of each all-reduce's buffer twice.",
-             "4 blocks · 4 all-reduces · 2·(1/2)·6·32·32 floats · 4 B = 393,216 bytes."),
+    Exercise("tp-bytes", "Plan dp8·tp8 of a GPT with 48 blocks (T = 2,048, C = 8,192), global batch "
+             "64 sequences, bf16 activations: bytes one GPU sends over tp per step?",
+             numeric(_tp_bytes(), rtol=0.001),
+             "Four ring all-reduces per block of the (B/dp, T, C) activations; a ring on N ranks "
+             "sends 2(N−1)/N of each all-reduce's buffer.",
+             "blocks · 4 all-reduces · 2·(N−1)/N · (B/dp)·T·C · 2 B."),
     Exercise("zero3-memory", "Plan dp4 with ZeRO-3: bytes of parameters + gradients + AdamW "
              "moments per rank (fp32, each unit padded to a multiple of 4)?",
              numeric(_zero3_states(), rtol=0.001),

@@ -187,9 +187,11 @@ def planner_table(s: Sweep, caps_mb: list[float]):
     for cap in caps_mb:
         j = search.judge(s.predictions, s.measured, cap * 1e6)
         pick = search.choose(s.predictions, cap * 1e6)
-        rows.append({"cap_MB": cap, "pick": j.choice, "pick_predicted_MB":
-                     round(pick.memory["total"] / 1e6, 2) if pick else None,
-                     "best_measured": j.best, "regret": round(j.regret, 3)})
+        fits = pick is not None and j.best is not None
+        rows.append({"cap_MB": cap, "pick": j.choice or "no plan fits",
+                     "pick_predicted_MB": round(pick.memory["total"] / 1e6, 2) if pick else "n/a",
+                     "best_measured": j.best or "no plan fits",
+                     "regret": round(j.regret, 3) if fits else "n/a"})
     return pd.DataFrame(rows)
 
 

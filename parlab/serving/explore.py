@@ -146,9 +146,11 @@ def bytes_formula() -> None:
         for spec in jobs(n):
             cfg = spec.config(n, 1)
             buckets = cost.job_messages(cfg)
+            sent, even = cost.job_bytes(cfg)[0], 2 * (n - 1) / n * sum(buckets) * 4
             print(f"N={n} job {spec.name} ({spec.model}): Ψ = {sum(buckets):,} in {len(buckets)} "
-                  f"bucket(s), {cost.job_bytes(cfg)[0]:,} bytes per step from rank 0 "
-                  f"(2(N-1)/N·Ψ·4 = {2 * (n - 1) / n * sum(buckets) * 4:,.0f})")
+                  f"bucket(s), {sent:,} bytes per step from rank 0 (2(N-1)/N·Ψ·4 = {even:,.0f}"
+                  + (")" if sent == round(even) else f" when N divides every bucket; here the ring's "
+                     f"chunks differ by one element, so rank 0 sends {sent - even:+,.0f} B)"))
 
 
 # ----------------------------------------------------------------------------- 4. correctness

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from parlab.exercises import Exercise, find, numeric
 
-WIDER = {"n_embd": 48}  # the exercise's GPT: not the chapter's, so no cell prints its answer
+WIDER = {"n_embd": 40}  # the exercise's GPT: not the chapter's, so no cell prints its answer
 
 
 def _forward_bytes(tp: int) -> int:
-    """tp-forward bytes rank 0 sends per step for the GPT of width 48 and the default batch."""
+    """tp-forward bytes rank 0 sends per step for the GPT of width 40 and the default batch."""
     from parlab.engine.runner import make_config
     from parlab.tensor_parallel.cost import closed_form_bytes
 
@@ -49,9 +49,9 @@ EXERCISES = [
              "10/8 = 1.25 (the ledger's 1.27 adds the gradient all-reduce)."),
     Exercise("tp-forward-bytes",
              "Predict, then measure: how many bytes does rank 0 send in `tp-forward` per step at "
-             "tp = 2 for the GPT of width C = 48 (model_config={'n_embd': 48}; 4 blocks, T = 32) "
+             "tp = 2 for the GPT of width C = 40 (model_config={'n_embd': 40}; 4 blocks, T = 32) "
              "and the default batch of 12 rows? Measure it afterwards with parlab.run('tp', "
-             "world_size=2, steps=1, model_config={'n_embd': 48}).bytes_per_rank(phase='tp-forward')[0].",
+             "world_size=2, steps=1, model_config={'n_embd': 40}).bytes_per_rank(phase='tp-forward')[0].",
              numeric(_forward_bytes(2), rtol=0, atol=0.5),
              "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
              "blocks · 2 · 2(N−1)/N · B·T·C · 4 B."),
