@@ -32,7 +32,7 @@ RIGHT = {
         "gpipe-bubble-gpu": 15 / 79,                    # (p-1)/(m+p-1), p=16, m=64
         "microbatches-for-5pct": 133,                   # 7/(m+7) <= 0.05
         "interleaved-bubble": 7 / 71,                   # (p-1)/(v·m+p-1), p=8, m=32, v=2
-        "1f1b-memory-gpu": 9 * 2.5,                     # GB: (p - s) · 2.5, p=12, s=3
+        "1f1b-memory-gpu": 9 * 3.2,                     # GB: (p - s) · 3.2, p=12, s=3
         "zb-bubble": 7 / 79,                            # (p-1)/(3m+p-1), p=8, m=24
         "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B
     },

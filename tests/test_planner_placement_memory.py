@@ -20,11 +20,8 @@ from parlab.planner.placement import (
 )
 from parlab.planner.placement_bilevel import bilevel, coarsen, expand, merge_ops
 from parlab.planner.placement_milp import milp_plan, solve
+from tests.test_planner_placement import BWD, FWD, TINY  # the branchy graph's op times and shapes
 
-FWD = {"stem": 1e-3, "mlp_up": 3e-3, "mlp_down": 3e-3, "attn": 4e-3, "conv": 2e-3,
-       "merge": 1e-3, "head": 1e-3}
-BWD = {n: 2 * t for n, t in FWD.items()}
-TINY = dict(batch=4, seq=8, width=16, d_in=4, d_out=2, heads=2, kernel=3)
 # A triangle a → b → c, a → c: with two micro-batches 12 tasks, small enough to enumerate at
 # once, and the order decides how many micro-batches a rank holds at once.
 SMALL = op_graph([("a", "b", 1000), ("a", "c", 1000), ("b", "c", 1000)],

@@ -24,7 +24,7 @@ def answers() -> dict:
         "microbatches-for-5pct": cost.smallest_microbatches(8, 0.05),
         "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 32, 2),
                                                 forward=1.0 / 2),
-        "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 12, 48, 3) * 2.5,
+        "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 12, 48, 3) * 3.2,
         "zb-bubble": cost.theory_bubble("zb", 8, 24),
         "p2p-bytes": cost.p2p_bytes_per_step(8, 2, 16, 0, TOKENS * HIDDEN, itemsize=BF16) / 1e9,
     }
@@ -54,12 +54,12 @@ EXERCISES = [
              "(p−1)/(v·m+p−1); the simulated schedule agrees."),
     Exercise("1f1b-memory-gpu",
              "A 1F1B pipeline of p = 12 stages runs m = 48 micro-batches; one micro-batch's "
-             "activations on one stage take 2.5 GB. How many GB of activations does stage 3 "
+             "activations on one stage take 3.2 GB. How many GB of activations does stage 3 "
              "(counting from 0) hold at its peak?",
              numeric(_A["1f1b-memory-gpu"], rtol=0.01),
              "1F1B's warm-up on stage s runs p − s − 1 forwards, then one more before its first "
              "backward, and keeps that many in flight.",
-             "min(p − s, m) micro-batches × 2.5 GB, whatever m is beyond that."),
+             "min(p − s, m) micro-batches × 3.2 GB, whatever m is beyond that."),
     Exercise("zb-bubble",
              "ZB-H1 at p = 8, m = 24 with F = B = W (each 1 unit). What fraction of the step is "
              "bubble?",
