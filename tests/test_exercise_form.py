@@ -78,5 +78,10 @@ def test_the_leak_detector_finds_an_answer_and_lets_a_neighbour_pass():
         "capacity: 10240 in cell 0", "capacity: 10240 in cell 1"]
     assert leaked_answers(path, notebook(f"an expert takes {capacity + 1:,} assignments")) == []
     assert leaked_answers(path, notebook("2 ranks, k = 1, 14 GPUs")) == []  # too short to tell
+    # three digits tell in markdown, not in a run's output (its measured numbers vary by chance)
+    short = {"cells": [{"cell_type": "markdown", "source": ["an answer: 15.0 steps"]},
+                       {"cell_type": "code", "source": ["x"],
+                        "outputs": [{"output_type": "stream", "text": ["15.0 ms"]}]}]}
+    assert leaked_answers(path, short) == ["bias: 15 in cell 0"]
     assert telling_numbers("6.00 and 24,576 and 9.60e+10, 9.6e+10 and 14") == {
         (6.0, 0.01), (24576.0, 1.0), (9.6e10, 1e8)}

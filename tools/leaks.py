@@ -9,10 +9,13 @@ whether it would accept that number. A number that would be accepted is a leak.
 A number counts as the answer when it is the answer as written: within half a unit of its last
 written digit of the middle of the range the check accepts around it ("14" for an answer of 14 GPUs
 accepted within ±0.5; not "13.6", which the same check also accepts but which says something else).
-Only numbers written with three or more digits count ("240", "1.25", "24,576", "6.00", "9.6e+10"):
-a "2" or a "14" stands in every chapter for a hundred reasons and says nothing about an answer, so
-an exercise whose answer is a small round number must make the reader compute it from numbers of
-its own prompt (the chapter's conventions ask for GPU-scale problems for that reason). Text answers
+Only numbers written with three or more digits count in markdown ("240", "1.25", "24,576", "6.00"),
+four or more in outputs ("24,576", "0.4286", "9.600e+10"): a "2" or a "14" stands in every chapter
+for a hundred reasons and says nothing about an answer, and an output's measured times and ratios
+change from run to run, so a three-digit "1.25×" there would now and then equal an answer by
+chance — a flaky test, not a leak. An exercise whose answer is a short number must therefore make
+the reader compute it from numbers of its own prompt (the chapter's conventions ask for GPU-scale
+problems for that reason). Text answers
 ("bias", "backward") are not searched: a chapter names its schemes and options everywhere.
 The exercises' own cells are not read: they print the problem, which holds the numbers it needs.
 """
@@ -41,13 +44,13 @@ def chapter_exercises(notebook: pathlib.Path) -> list:
     return list(module.EXERCISES) if hasattr(module, "EXERCISES") else list(module.exercises())
 
 
-def telling_numbers(text: str) -> set[tuple[float, float]]:
-    """(value, unit of its last written digit) of the numbers in `text` written with three or
-    more digits."""
+def telling_numbers(text: str, min_digits: int = 3) -> set[tuple[float, float]]:
+    """(value, unit of its last written digit) of the numbers in `text` written with `min_digits`
+    or more digits."""
     found = set()
     for whole, fraction, exponent in NUMBER.findall(text):
         digits = (whole + fraction).replace(",", "").replace(".", "").lstrip("0")
-        if len(digits) >= 3:
+        if len(digits) >= min_digits:
             unit = 10.0 ** (-(len(fraction) - 1) if fraction else 0) * 10.0 ** int(exponent[1:] or 0)
             found.add((float(whole.replace(",", "") + fraction + exponent), unit))
     return found
@@ -77,9 +80,9 @@ def leaked_answers(notebook: pathlib.Path, executed: dict) -> list[str]:
     for index, cell in enumerate(executed["cells"]):
         if _is_exercise_cell(cell, names):
             continue
-        text = ("".join(cell.get("source", "")) if cell["cell_type"] == "markdown"
-                else _output_text(cell))
-        for number, unit in sorted(telling_numbers(text)):
+        markdown = cell["cell_type"] == "markdown"
+        text = "".join(cell.get("source", "")) if markdown else _output_text(cell)
+        for number, unit in sorted(telling_numbers(text, 3 if markdown else 4)):
             for exercise in exercises:
                 if (notebook.stem, exercise.name, number) in COINCIDENCES:
                     continue
