@@ -125,6 +125,14 @@ def step_time_ratios(steps: int = 12, repeats: int = 3, precisions=PRECISIONS,
     return {p: statistics.median(r) for p, r in ratios.items()}
 
 
+def _skipped_text(by_seed: list) -> str:
+    """fp16's skipped (overflowed) steps per seed, in words: "no step skipped" or the steps."""
+    if not any(by_seed):
+        return "no step skipped (no gradient overflowed)"
+    return "skipped steps " + "; ".join(
+        f"seed {k}: {', '.join(map(str, steps)) or 'none'}" for k, steps in enumerate(by_seed))
+
+
 def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> list[str]:
     """How close the curves are (the first `early` steps of the first seed; the final loss per
     seed), what a step costs, what fp16 skipped — computed from the runs, beside the format's
@@ -143,7 +151,7 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
                      f"(u = {unit_roundoff(precision):.1e}); final loss by seed "
                      f"{', '.join(f'{x:.4f}' for x in c['finals'])} (vs fp32 "
                      f"{', '.join(f'{d:+.4f}' for d in diffs)})"
-                     + (f"; skipped steps {c['skipped_by_seed']}" if precision == "fp16-mixed"
+                     + (f"; {_skipped_text(c['skipped_by_seed'])}" if precision == "fp16-mixed"
                         else ""))
     if len(ref["finals"]) > 1:
         spread = max(ref["finals"]) - min(ref["finals"])
