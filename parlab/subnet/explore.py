@@ -238,7 +238,8 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
                        "NOT faster than ddp-bucketed although it sends fewer bytes: its messages' "
                        "latency (one per owner set) outweighs the bytes saved" if fewer else
                        "sends no fewer bytes than ddp-bucketed")
-        rows.append({"scheme": scheme, **options, "clock": result.clock.label, "step_ms": ms,
+        shown = options or {"owners": f"all {world_size}", "mask": "—", "granularity": "—"}  # DDP
+        rows.append({"scheme": scheme, **shown, "clock": result.clock.label, "step_ms": ms,
                      "bytes_per_step": sent, "vs_ddp": ms / base, "verdict": verdict})
     return rows
 
