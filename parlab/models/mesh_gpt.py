@@ -44,6 +44,8 @@ class MeshGPT(nn.Module):
     `positions` are the sequence positions of the tokens this rank holds (all of them until
     `apply_cp`); `embed` and `head` are what pipeline stages call."""
 
+    criterion = None  # (model, hidden, targets) -> loss; None: the tied head's mean cross-entropy
+
     def __init__(self, model):
         super().__init__()
         self.config = model.config
@@ -63,16 +65,25 @@ class MeshGPT(nn.Module):
     def head(self, x):
         return self.ln_f(x) @ self.wte.weight.t()  # (B, T/cp, vocab), tied to the embedding
 
-    def forward(self, idx):
+    def hidden(self, idx):
         x = self.embed(idx)  # (B, T/cp, C)
         for block in self.blocks:
             x = block(x)  # (B, T/cp, C)
-        return self.head(x)  # (B, T/cp, vocab)
+        return x
+
+    def forward(self, idx):
+        return self.head(self.hidden(idx))  # (B, T/cp, vocab)
 
     def loss(self, idx, targets):
-        """Mean cross-entropy of this rank's tokens (its share: / (dp·cp), see the module doc)."""
-        logits = self(idx)  # (B, T/cp, vocab)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        """Mean cross-entropy of this rank's tokens (its share: / (dp·cp), see the module doc), in
+        fp32 also in mixed precision, as the reference; `criterion(model, hidden, targets)`, when
+        set (apply_tp's vocabulary parallelism), replaces the head and the cross-entropy."""
+        x = self.hidden(idx)  # (B, T/cp, C)
+        if self.criterion is not None:
+            loss = self.criterion(self, x, targets)
+        else:
+            logits = self.head(x).float()  # (B, T/cp, vocab)
+            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         for block in self.blocks:  # mixture-of-experts: + the load-balancing terms (gpt-moe)
             if isinstance(block.mlp, MoE) and block.mlp.aux is not None:
                 loss = loss + block.mlp.aux
