@@ -9,7 +9,7 @@ names); each dimension then replaces what it parallelises:
     context parallelism (ch. 06)  `positions` (this rank's tokens) and every `attn.attend` (ring)
     expert parallelism (ch. 07)   the MoE MLPs, and `expert_comm`, `dp`
     pipeline (ch. 04)             `pipeline`: this rank's stage, its schedule, its comms
-    data parallelism / ZeRO       `data_comm` (the dp × cp group), `zero` (ch. 01, 02)
+    data parallelism / ZeRO       `data_comm` (the dp × cp group), `grad_sync`, `zero` (ch. 01, 02)
 
 The loss is the mean cross-entropy of this rank's own tokens; `parlab.planner.compose` says why
 averaging it over the dp × cp ranks makes every plan exact.
@@ -55,6 +55,7 @@ class MeshGPT(nn.Module):
         self.positions = torch.arange(model.config.block_size)  # (T,) until apply_cp
         self.pipeline = None  # split_pp's PipelineParts
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
+        self.grad_sync = None  # apply_dp: the gradient reducer over data_comm (ch. 01)
         self.zero = None  # apply_zero's ZeroEngine
         self.expert_comm = None  # apply_ep: the ranks holding the same experts (dp / ep of them)
         self.expert_replicas = 1  # apply_ep: the dp × cp ranks whose expert gradients are summed
