@@ -68,10 +68,15 @@ def _gantt(ax, bars, ranks, title, comm=()):
     events = [{"rank": r, "kind": "compute", "name": "forward" if task[0] == "F" else "backward",
                "t0": t0, "t1": t1, "args": {}} for r, t0, t1, task in bars] + list(comm)
     ax = timeline(events, ax=ax, title=title, step=None)
-    for rank, t0, t1, task in bars:
-        ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}",
-                ha="center", va="center", fontsize=6, color="white", clip_on=True)
+    span = max((t1 for _, _, t1, _ in bars), default=0.0)
+    for rank, t0, t1, task in bars:  # a label only where its bar is wide enough to hold it
+        if t1 - t0 >= 0.035 * span:
+            ax.text((t0 + t1) / 2 * 1e3, rank, f"{SHORT.get(task[1], task[1])}{task[2]}",
+                    ha="center", va="center", fontsize=6, color="white", clip_on=True)
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)])
+    ax.set_xlabel("time (ms); labels: op and micro-batch ("
+                  + ", ".join(f"{v} {k}" for k, v in SHORT.items()) + "); narrow ops unlabelled")
+    ax.figure.tight_layout()
     return ax
 
 
