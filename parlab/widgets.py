@@ -56,7 +56,11 @@ def _capture(fn: Callable, values: dict) -> tuple[str, list[bytes]]:
     return buffer.getvalue(), images
 
 
-def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = True, **defaults):
+def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = True,
+                     follow: Callable | None = None, **defaults):
+    """follow: values -> {name: (options, value)} for knobs that depend on the others (chapter 13's
+    dp takes the ranks tp·pp·cp leave): applied before every run, so a button never offers a choice
+    that cannot exist and always shows the value `fn` runs with."""
     import ipywidgets as w
     from IPython.display import Image, display
 
@@ -70,8 +74,23 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
         buttons[name].add_class(f"parlab-control-{name}")
     output = w.Output()
     output.add_class("parlab-output")
+    following = []  # non-empty while `follow` sets buttons: their changes do not re-run
+
+    def apply_follow():
+        if follow is None:
+            return
+        following.append(True)
+        try:
+            for name, (options, value) in follow({n: b.value for n, b in buttons.items()}).items():
+                buttons[name].options = list(options)
+                buttons[name].value = value
+        finally:
+            following.pop()
 
     def rerun(_change=None):
+        if following:
+            return
+        apply_follow()
         values = {name: b.value for name, b in buttons.items()}
         text, images = _capture(fn, values)
         output.outputs = ()
@@ -85,5 +104,7 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
     panel.add_class("parlab-panel")
     if run_now:
         rerun()
+    else:
+        apply_follow()
     display(panel)
     return panel

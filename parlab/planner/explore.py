@@ -58,6 +58,12 @@ class Sweep:
             else "ms, this CPU, raw"
 
     @property
+    def calibration_plans(self) -> set:
+        """The plans the calibration was fitted on (none when leave one out: each plan's
+        prediction was fitted on the others): never scored as predictions."""
+        return {p.plan for p, r in zip(self.predictions, self.rows) if r["calibration"]}
+
+    @property
     def overrun(self) -> float:
         """The largest share of paced compute any run's real work overran (0 on the wall clock)."""
         return max((m.get("overrun", 0.0) for m in self.measured.values()), default=0.0)
@@ -91,10 +97,19 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
                                                   measured, clk)
         base, method = set(), "leave one out"
     _CALIBRATIONS[(world_size, link, clock)] = calibration
+    rows, judgement = score(preds, measured, base, memory_cap)
+    return Sweep(world_size, link, rows, judgement, calibration,
+                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method)
+
+
+def score(preds: list, measured: dict, calibration: set, memory_cap: float | None = None) -> tuple:
+    """The sweep's table (one row per plan, `calibration` True for the plans the model was fitted
+    on) and the judge's verdict, whose error and Spearman count the held-out plans only: a
+    calibration plan predicts the run it was fitted on, and would score ≈0 error."""
     rows = []
     for p in preds:
         got = measured[p.plan]
-        rows.append({"plan": p.plan.describe(), "calibration": p.plan in base,
+        rows.append({"plan": p.plan.describe(), "calibration": p.plan in calibration,
                      "predicted_ms": round(1e3 * p.step_s, 1),
                      "measured_ms": round(1e3 * got["step_s"], 1),
                      "error": round((p.step_s - got["step_s"]) / got["step_s"], 3),
@@ -102,9 +117,7 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
                      "bubble": round(p.bubble_fraction, 3),
                      "predicted_bytes": sum(p.bytes_per_dim.values()), "measured_bytes": got["bytes"],
                      "predicted_peak": p.memory["total"], "measured_peak": got["peak_bytes"]})
-    judgement = search.judge(preds, measured, memory_cap)
-    return Sweep(world_size, link, rows, judgement, calibration,
-                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method)
+    return rows, search.judge(preds, measured, memory_cap, calibration)
 
 
 def exactness(s: Sweep, steps: int = 4, batch_size: int = 12) -> list:
@@ -133,17 +146,19 @@ def goals_report(s: Sweep) -> None:
     """The judge beside the chapter's goals (`search.GOALS`), each with a verdict computed from
     this sweep, and a diagnosis computed from the sweep where one is missed (never hidden)."""
     j, g = s.judgement, search.GOALS
-    held = [r for r in s.rows if not r["calibration"]]
-    held_err = statistics.median(abs(r["error"]) for r in held) if held else float("nan")
+    calib = [r["plan"] for r in s.rows if r["calibration"]]
     print(f"world size {s.world_size}, link {s.link or 'loopback'}, {s.unit}; "
           f"{len(s.rows)} plans, load average {s.load}")
     if s.clock is not None and s.clock.paced:
         print(f"paced honesty: the worst run's real work overran {s.overrun:.1%} of its paced compute")
-    print(f"calibration ({s.method}; all plans): compute ×{s.calibration.compute_scale:.2f}, "
+    print(f"calibration ({s.method}): compute ×{s.calibration.compute_scale:.2f}, "
           f"communication ×{s.calibration.comm_scale:.2f}, + {1e3 * s.calibration.overhead_s:.1f} ms "
-          "per step")
-    print(f"median |error| {j.median_error:.1%} (held-out predictions: {held_err:.1%})   "
-          f"goal ≤ {g['median_error']:.0%}")
+          "per step" + (" (these scales: fitted on all plans, for the panel below; each scored "
+                        "prediction used a fit without its own plan)" if not calib else ""))
+    print(f"scored: the held-out plans ({j.scored} of {len(s.rows)})" +
+          (f"; not scored, fitted on: {', '.join(calib)}" if calib else
+           ": every plan, each predicted by a fit on the others"))
+    print(f"median |error| {j.median_error:.1%}   goal ≤ {g['median_error']:.0%}")
     print(f"Spearman rank correlation {j.spearman:.3f}   goal ≥ {g['spearman']}")
     print(f"planner's pick {j.choice}, best measured {j.best}: regret {j.regret:.1%}   "
           f"goal ≤ {g['regret']:.0%}")
@@ -159,7 +174,8 @@ def diagnose(s: Sweep) -> str:
     """Which dimension the model misjudges most: the median measured/predicted ratio of the
     plans that use each dimension, from this sweep."""
     ratios = {}
-    for r, p in zip(s.rows, s.predictions):
+    held = [(r, p) for r, p in zip(s.rows, s.predictions) if not r["calibration"]]
+    for r, p in held:
         for d in DEGREES:
             if getattr(p.plan, d) > 1:
                 ratios.setdefault(d, []).append(r["measured_ms"] / max(r["predicted_ms"], 1e-9))
@@ -167,7 +183,7 @@ def diagnose(s: Sweep) -> str:
         return "diagnosis: nothing to compare"
     med = {d: statistics.median(v) for d, v in ratios.items()}
     worst = max(med, key=lambda d: abs(med[d] - 1) if med[d] >= 1 else abs(1 / med[d] - 1))
-    spread = max(abs(r["error"]) for r in s.rows)
+    spread = max(abs(r["error"]) for r, _ in held)
     paced_clock = s.clock is not None and s.clock.paced
     cause = (f"the worst run's real work overran {s.overrun:.1%} of its paced compute "
              "(contention showing through the paced clock)" if paced_clock and s.overrun > 0.05
@@ -185,7 +201,7 @@ def planner_table(s: Sweep, caps_mb: list[float]):
     import pandas as pd
     rows = []
     for cap in caps_mb:
-        j = search.judge(s.predictions, s.measured, cap * 1e6)
+        j = search.judge(s.predictions, s.measured, cap * 1e6, s.calibration_plans)
         pick = search.choose(s.predictions, cap * 1e6)
         fits = pick is not None and j.best is not None
         rows.append({"cap_MB": cap, "pick": j.choice or "no plan fits",
@@ -196,23 +212,51 @@ def planner_table(s: Sweep, caps_mb: list[float]):
 
 
 def scatter(s: Sweep, ax=None):
-    """Predicted vs measured step, one point per plan (calibration plans hollow)."""
+    """Predicted vs measured step, one point per plan on log axes: the held-out plans filled (the
+    ones scored), the calibration plans hollow and labelled as not scored; a plan's name only
+    where it does not overlap another's (every plan is in the table below the figure)."""
+    import math
+
     import matplotlib.pyplot as plt
     if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 5))
-    for calib, style in ((False, dict(c="C0")), (True, dict(facecolors="none", edgecolors="C1"))):
+        _, ax = plt.subplots(figsize=(6.5, 5.5))
+    j = s.judgement
+    groups = ((False, f"held-out plans ({s.method}): scored", dict(c="C0")),
+              (True, "calibration plans (fitted on): not scored",
+               dict(facecolors="none", edgecolors="C1")))
+    for calib, label, style in groups:
         pts = [r for r in s.rows if r["calibration"] == calib]
-        ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
-                   label="calibration plans" if calib else f"held-out plans ({s.method})", **style)
-        for r in pts:
-            ax.annotate(r["plan"], (r["measured_ms"], r["predicted_ms"]), fontsize=6)
-    top = max(max(r["measured_ms"], r["predicted_ms"]) for r in s.rows) * 1.1
-    ax.plot([0, top], [0, top], "k--", lw=0.8)
-    ax.set(xlabel=f"measured step ({s.unit})", ylabel=f"predicted step ({s.unit})",
-           xlim=(0, top), ylim=(0, top),
-           title=f"{s.world_size} ranks, {s.link or 'loopback'}: Spearman {s.judgement.spearman:.2f}")
-    ax.legend(fontsize=8)
+        if pts:
+            ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
+                       label=f"{label} ({len(pts)})", **style)
+    values = [v for r in s.rows for v in (r["measured_ms"], r["predicted_ms"])]
+    lo, hi = min(values) / 1.3, max(values) * 1.3
+    placed = []  # label positions in log10 units: skip a label that would overlap one placed
+    for r in sorted(s.rows, key=lambda r: -abs(r["error"])):  # the largest errors named first
+        x, y = math.log10(r["measured_ms"]), math.log10(r["predicted_ms"])
+        if all(abs(x - a) > 0.22 * math.log10(hi / lo) / 2 or abs(y - b) > 0.035 * math.log10(hi / lo)
+               for a, b in placed):
+            ax.annotate(r["plan"], (r["measured_ms"], r["predicted_ms"]), fontsize=7,
+                        xytext=(4, -2), textcoords="offset points")
+            placed.append((x, y))
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="predicted = measured")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel=f"measured step ({s.unit})", ylabel=f"predicted step ({s.unit})",
+           title=f"{s.world_size} ranks, {s.link or 'loopback'}: held-out median |error| "
+                 f"{j.median_error:.1%}, Spearman {j.spearman:.2f} over {j.scored} plans")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.figure.tight_layout()
     return ax.figure
+
+
+def panel_follow(values: dict) -> dict:
+    """The panel's dp button follows the other knobs (`widgets.experiment_panel`'s `follow`): dp
+    takes the ranks tp·pp·cp leave, so the one dp that exists at this world size is the only choice
+    offered, and it is the dp `panel` runs (1 where tp·pp·cp does not divide the world size: no
+    plan exists, and `panel` says why)."""
+    rest = values["tp"] * values["pp"] * values["cp"]
+    dp = values["world_size"] // rest if values["world_size"] % rest == 0 else 1
+    return {"dp": ([dp], dp)}
 
 
 def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int, link: str,

@@ -59,11 +59,12 @@ GOALS = {"median_error": 0.15, "spearman": 0.9, "regret": 0.10}
 
 @dataclass
 class Judgement:
-    median_error: float  # median |predicted − measured| / measured
-    spearman: float
+    median_error: float  # median |predicted − measured| / measured, over the held-out plans
+    spearman: float  # over the held-out plans
     choice: str | None  # the planner's plan under the cap
     best: str | None  # the best measured plan under the cap (by measured memory)
     regret: float  # measured step of the choice / best − 1
+    scored: int = 0  # how many held-out plans the error and Spearman count
 
     def goals(self) -> dict:
         """The chapter's goals (issue 30: paced time), each True or False."""
@@ -72,13 +73,21 @@ class Judgement:
                 f"regret <= {GOALS['regret']:.0%}": self.regret <= GOALS["regret"]}
 
 
-def judge(predictions: list, measured: dict, memory_cap: float | None = None) -> Judgement:
-    """Compare predictions with `measured` = {plan: {"step_s", "peak_bytes"}} (same plans)."""
+def judge(predictions: list, measured: dict, memory_cap: float | None = None,
+          calibration=()) -> Judgement:
+    """Compare predictions with `measured` = {plan: {"step_s", "peak_bytes"}} (same plans).
+
+    calibration: the plans the model was fitted on. Their predictions reproduce the runs they were
+    fitted on (≈0 error by construction), so the median error and Spearman count the held-out
+    plans only; the pick and the regret still range over every plan (a decision, not a score)."""
     preds = [p for p in predictions if p.plan in measured]
     if not preds:
         raise ValueError("no prediction has a measured plan to compare with")
-    pred_s = [p.step_s for p in preds]
-    meas_s = [measured[p.plan]["step_s"] for p in preds]
+    held = [p for p in preds if p.plan not in set(calibration)]
+    if not held:
+        raise ValueError(f"no held-out plan to score: all {len(preds)} plans are calibration plans")
+    pred_s = [p.step_s for p in held]
+    meas_s = [measured[p.plan]["step_s"] for p in held]
     errors = [abs(a - b) / b for a, b in zip(pred_s, meas_s)]
     pick = choose(preds, memory_cap)
     fitting = [p for p in preds
@@ -88,7 +97,7 @@ def judge(predictions: list, measured: dict, memory_cap: float | None = None) ->
               if pick is not None and best is not None else float("nan"))
     return Judgement(statistics.median(errors), spearman(pred_s, meas_s),
                      pick.plan.describe() if pick else None,
-                     best.plan.describe() if best else None, regret)
+                     best.plan.describe() if best else None, regret, len(held))
 
 
 def measure_plan(plan: Plan, steps: int = 4, link=None, batch_size: int = 12, seed: int = 0,

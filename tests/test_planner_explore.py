@@ -1,0 +1,95 @@
+"""Chapter 13's presentation: the planner panel's dp button follows the world size (no browser:
+the panel is built and clicked in Python), and the predicted-vs-measured score counts held-out
+plans only — a plan the calibration was fitted on never enters the error, the Spearman
+correlation, the printed report or the scatter's held-out markers."""
+
+import pytest
+
+from parlab.planner import costmodel, explore, search
+
+DEGREES = {"world_size": [1, 2, 4, 8], "dp": [1, 2, 4, 8], "tp": [1, 2, 4], "pp": [1, 2, 4],
+           "cp": [1, 2, 4]}
+
+
+def test_panel_dp_follows_the_world_size(capsys):
+    """At world size 1 the dp button shows 1 (it showed 2 while the callback ran dp=1): the one dp
+    that exists is the only choice offered, and it is the value the callback runs with."""
+    pytest.importorskip("ipywidgets")
+    from parlab.widgets import experiment_panel
+
+    runs = []
+    panel = experiment_panel(lambda **values: runs.append(values), DEGREES,
+                             follow=explore.panel_follow, world_size=4, dp=2, tp=1, pp=1, cp=1)
+    buttons = {b.description: b for b in panel.children[:-1]}
+    assert buttons["dp"].options == (4,) and buttons["dp"].value == 4 and runs[-1]["dp"] == 4
+    buttons["world_size"].value = 1
+    assert buttons["dp"].options == (1,) and buttons["dp"].value == 1
+    assert runs[-1] == {"world_size": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1}
+    assert panel.children[-1].outputs[0]["text"].startswith("world_size=1, dp=1,")
+    buttons["world_size"].value = 8
+    buttons["tp"].value = 2
+    assert buttons["dp"].options == (4,) and runs[-1]["dp"] == 4
+    buttons["pp"].value = 4  # tp·pp = 8 leaves one rank for dp
+    assert runs[-1]["dp"] == 1
+    assert len(runs) == 5  # one run per click: the follow's own changes run nothing
+    buttons["world_size"].value = 2  # tp·pp = 8 does not divide 2: dp 1, the callback says why
+    assert buttons["dp"].value == 1 and runs[-1]["world_size"] == 2
+    capsys.readouterr()
+
+
+def _predictions():
+    """Every plan of world size 4 predicted from a profile and an α-β fit with round numbers
+    (test_planner_model's), and 'measurements' = the prediction ×1.1 plus 1% per plan: an
+    error that differs from plan to plan, without a run."""
+    from parlab.core.cost import AlphaBeta
+    from parlab.planner.profile import CommFit, Line, Profile
+    cfg = explore.model_config()
+    prof = Profile(Line(1e-4, 1e9), Line(2e-4, 5e8), Line(5e-5, 1e9), Line(5e-5, 5e8),
+                   1e-5, 1e-9, 2, cfg, 1e-4)
+    fit = CommFit(4, {n: AlphaBeta(1e-4 * n, 1e9, "ring", n) for n in (2, 4)}, 1e-4, 1e9)
+    preds = [costmodel.predict(p, cfg, prof, fit) for p in
+             search.candidate_plans(4, cfg, zero_stages=(0,))]
+    measured = {p.plan: {"step_s": p.step_s * (1.1 + 0.01 * i), "peak_bytes": p.memory["total"],
+                         "bytes": sum(p.bytes_per_dim.values())} for i, p in enumerate(preds)}
+    return preds, measured
+
+
+def test_score_counts_held_out_plans_only(capsys):
+    """Plans the calibration was fitted on predict the runs they were fitted on (≈0 error): they
+    are marked, disjoint from the held-out plans, left out of the median error, the Spearman
+    correlation, the printed report and the scatter's scored points; the pick and regret still
+    range over every plan."""
+    import statistics
+    preds, measured = _predictions()
+    calibration = set(search.pure_plans([p.plan for p in preds]))
+    assert calibration
+    for p in preds:  # a calibration plan reproduces its own run: it would pull the median to 0
+        if p.plan in calibration:
+            measured[p.plan] = {**measured[p.plan], "step_s": p.step_s}
+    rows, j = explore.score(preds, measured, calibration)
+    calib = {r["plan"] for r in rows if r["calibration"]}
+    held = [r for r in rows if not r["calibration"]]
+    assert calib == {p.describe() for p in calibration} and held
+    assert not calib & {r["plan"] for r in held}
+    assert j.scored == len(held)
+    assert j.median_error == pytest.approx(statistics.median(abs(r["error"]) for r in held),
+                                           abs=1e-3)
+    every = search.judge(preds, measured)  # what scoring every plan would say
+    assert every.scored == len(rows) and every.median_error < j.median_error
+    assert (j.choice, j.regret) == (every.choice, every.regret)
+    with pytest.raises(ValueError, match="held-out"):
+        search.judge(preds, measured, calibration={p.plan for p in preds})
+
+    s = explore.Sweep(4, None, rows, j, costmodel.Calibration(), {}, preds, measured, "0", None,
+                      "fitted on the one-dimensional plans")
+    assert s.calibration_plans == calibration
+    explore.goals_report(s)
+    out = capsys.readouterr().out
+    assert f"scored: the held-out plans ({len(held)} of {len(rows)}); not scored" in out
+    assert f"median |error| {j.median_error:.1%}" in out
+    fig = explore.scatter(s)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert f"calibration plans (fitted on): not scored ({len(calib)})" in labels
+    assert f"over {len(held)} plans" in fig.axes[0].get_title()
+    import matplotlib.pyplot as plt
+    plt.close(fig)
