@@ -9,7 +9,10 @@ into `.grad` (PyTorch's `DistributedDataParallel.no_sync()`; Goyal et al., "Accu
 Minibatch SGD", 2017, for why the global batch is what matters).
 
 *When* gradients move is the whole chapter, so the one training loop (`parlab.engine.loop`) runs
-a `GradSync` strategy whose subclasses differ only in that.
+a `GradSync` strategy whose subclasses differ only in that. The naive, bucketed and overlapped
+ones hand it to a reducer (`parlab.data_parallel.reducer`: the buckets, the hooks, the
+collectives, no loop), which is also what `parlab.data_parallel.apply.apply_dp` attaches to a
+composed model's dp × cp group.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import torch
 
 from parlab.core import speeds
 from parlab.core.memory import model_memory, optimizer_state_tensors, tensor_bytes
-from parlab.engine.loop import Strategy, make_optimizer
+from parlab.engine.loop import Strategy, make_optimizer, micro_batches
 
 
 class ComputeSpan:
@@ -142,8 +145,3 @@ class GradSync(Strategy):
                                            for t in optimizer_state_tensors(opt))
         memory["comm_buffers"] = tensor_bytes(self.comm_buffers())
         return memory
-
-
-def micro_batches(batch, accum_steps: int):
-    """Split a rank's rows into `accum_steps` equal micro-batches (divisibility is validated)."""
-    return list(zip(*(t.chunk(accum_steps) for t in batch)))  # accum × ((B/N/accum, ...), ...)

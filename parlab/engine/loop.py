@@ -78,6 +78,13 @@ def step_batch(cfg, step: int, shard: int = 0, shards: int = 1):
     return data.shard(batch, shard, shards)
 
 
+def micro_batches(batch, m: int) -> list[tuple]:
+    """Cut a rank's rows of a step's batch into `m` equal micro-batches, in row order, so the mean
+    of their mean losses is the rows' mean loss (gradient accumulation, a pipeline's micro-batches;
+    divisibility is validated before any process starts)."""
+    return list(zip(*(t.chunk(m) for t in batch)))  # m × ((rows/m, ...), ...)
+
+
 def state_of(model: torch.nn.Module) -> dict:
     """Parameters by name, detached clones on CPU (what RunResult.state holds)."""
     return {name: p.detach().clone() for name, p in model.named_parameters()}
