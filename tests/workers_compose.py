@@ -5,20 +5,25 @@ import copy
 import torch
 
 from parlab.core.comm import Comm
+from parlab.core.mesh import Mesh
 from parlab.models.gpt import GPT, GPTConfig
+from parlab.models.mesh_gpt import gpt_on_mesh
 from parlab.planner.compose import build_mesh, parallelize
 from parlab.planner.plan import Plan
-from parlab.tensor_parallel.layers import TensorParallelGPT
+from parlab.tensor_parallel.apply import apply_tp
 
 
 def tp_chapter_and_plan_build_the_same_model(rank, world_size):
-    """Chapter 03's TensorParallelGPT and the planner's tp-only plan (`parallelize`, which calls
-    `parlab.tensor_parallel.apply.apply_tp`) on the same reference: the same parameter names, the
-    same local slices, the same loss and gradients. Returns the worst difference of each."""
+    """Chapter 03's `tp` scheme's model (`apply_tp` on a dp × tp mesh, as
+    `parlab.tensor_parallel.schemes.TensorParallel` builds it) and the planner's tp-only plan
+    (`parallelize`, which orders the same `apply_tp` among the others) on the same reference: the
+    same parameter names, the same local slices, the same loss and gradients. Returns the worst
+    difference of each."""
     comm = Comm()
     cfg = GPTConfig(n_embd=16, n_head=4, n_layer=2, block_size=8)
     reference = GPT(cfg, seed=3)
-    chapter = TensorParallelGPT.from_reference(copy.deepcopy(reference), comm)
+    chapter = apply_tp(gpt_on_mesh(copy.deepcopy(reference)),
+                       Mesh(comm, [("dp", 1), ("tp", world_size)]))
     plan = Plan(tp=world_size)
     planned = parallelize(copy.deepcopy(reference), build_mesh(comm, plan), plan)
     mine, theirs = dict(chapter.named_parameters()), dict(planned.named_parameters())

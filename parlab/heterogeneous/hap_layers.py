@@ -130,7 +130,7 @@ class Resharded(nn.Module):
 def cut_weight(weight: torch.Tensor, op: str, choice: str, cuts: dict, rank: int) -> torch.Tensor:
     """This rank's part of a linear's weight (out, in): columns keep its output features [lo, hi)
     (in q, k, v each), rows its input features, replicate and data-parallel all of it."""
-    from parlab.heterogeneous.tp_layers import rows
+    from parlab.tensor_parallel.layers import rows
 
     if choice == pg.COLUMNS:
         cut = cuts[pg.WIDTHS[op][1]]

@@ -20,17 +20,19 @@ All run under any `speeds=` (parlab.core.speeds) and any link or two-node topolo
 """
 
 from parlab.core.checks import Choice, Float, Int
+from parlab.core.mesh import Mesh
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.heterogeneous import cost
 from parlab.heterogeneous.backup import BackupWorkers
 from parlab.heterogeneous.shares import SHARDINGS, even
-from parlab.heterogeneous.tp_layers import UnevenTensorParallelGPT
 from parlab.heterogeneous.tp_shares import VARIANTS, problems
 from parlab.heterogeneous.tp_shares import split as tp_split
 from parlab.heterogeneous.weighted import WeightedShards
-from parlab.tensor_parallel.layers import assemble_state
+from parlab.models.mesh_gpt import gpt_on_mesh
+from parlab.tensor_parallel.apply import apply_tp
+from parlab.tensor_parallel.layers import assemble_state, replicated_parameters
 
 # f of the step-time model in rows' worth: the default GPT's forward + backward + AdamW step at one
 # row costs about as much as 1.5 more rows (measured on the 2-core machine, one thread per rank)
@@ -91,16 +93,29 @@ def _validate_tp(cfg):
 
 
 class UnevenTensorParallel(Strategy):
-    """One replica cut unevenly over every rank: after backward the replicated parameters'
-    gradients (each rank saw only its positions) are summed over the group in one flat bucket."""
+    """One replica cut unevenly over every rank (chapter 03's `apply_tp` with the split's shares):
+    each rank holds its t_r positions; after backward the replicated parameters' gradients (each
+    rank saw only its positions) are summed over the group in one flat bucket."""
 
     def __init__(self, ctx):
         cfg = ctx.cfg
         self.split = cost.tp_split(cfg)
-        model = UnevenTensorParallelGPT(build_model(cfg), self.split, ctx.comm,
-                                        cfg.options["collective"])
+        mesh = Mesh(ctx.comm, [("tp", ctx.world_size)])
+        model = apply_tp(gpt_on_mesh(build_model(cfg)), mesh, shares=self.split,
+                         collective=cfg.options["collective"])
+        self.mine = model.positions  # (t_r,) this rank's positions
+        self.share = len(self.mine) / cfg.model_config.block_size
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), holds_state=True)
-        self.replicated = model.replicated_parameters()
+        self.replicated = replicated_parameters(model)
+
+    def batch(self, step: int):
+        x, y = super().batch(step)  # (B, T)
+        return x[:, self.mine], y[:, self.mine]  # (B, t_r): this rank's positions
+
+    def loss(self, batch):
+        """The mean over this rank's t_r tokens × t_r / T: their summed loss over all B·T tokens,
+        so the ranks' losses add up to the mean."""
+        return super().loss(batch) * self.share
 
     def sync(self, step: int) -> None:
         if self.ctx.world_size == 1:

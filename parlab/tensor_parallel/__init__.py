@@ -7,8 +7,9 @@ resharding); Wang et al., "Overlap Communication with Dependent Computation via 
 Large Deep Learning Models" (ASPLOS 2023: async TP).
 
 Reading order: `ops` (the named autograd Functions), `async_ops` (the same, overlapped ring
-steps), `layers` (column/row-parallel layers and
-the parallel GPT), `vocab` (vocabulary-parallel embedding and cross-entropy), `cost`,
-`reshard` (with `alpacomm`: the paper's whole-tile sender choice and send-order search),
-`schemes`, `torch_tp`; `explore`, `explore_figures`, `exercises` and `bench`.
+steps), `layers` (column/row-parallel linears, the attention and MLP they plug into), `vocab`
+(vocabulary-parallel embedding and cross-entropy), `apply` (`apply_tp`: the one GPT cut over a
+mesh's tp dimension, even or uneven shares), `cost`, `reshard` (with `alpacomm`: the paper's
+whole-tile sender choice and send-order search), `schemes`, `torch_tp`; `explore` (parts 4-8,
+11), `explore_reshard` (part 9), `explore_figures`, `exercises` and `bench`.
 """

@@ -10,20 +10,23 @@ attention and MLP) and 2 backward (f before them). Korthikanti et al. (MLSys 202
 parallelism: LayerNorms and residuals work on (B, T/tp, C), the all-reduces become all-gather /
 reduce-scatter pairs (`parlab.tensor_parallel.ops`).
 
-The parallel model is built by *slicing the reference model's weights* (`from_reference`), so it
-computes exactly what the single process does; `SHARDING` says how every parameter is cut, and
-`assemble_state` glues the shards back into the reference's parameter names and shapes.
+The parallel parts are cut from *the reference model's weights* (`rows`: a rank's heads or
+columns, even or uneven), so they compute exactly what the single process does; `apply_tp`
+(`parlab.tensor_parallel.apply`) plugs them into the one GPT. `SHARDING` says how every parameter
+is cut, and `assemble_state` glues the shards back into the reference's parameter names and
+shapes.
 """
 
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock, maybe_checkpoint
+from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock
 from parlab.tensor_parallel.async_ops import RingGatherMatmul
 from parlab.tensor_parallel.ops import (
     CopyToTensorParallel,
@@ -32,7 +35,6 @@ from parlab.tensor_parallel.ops import (
     ReduceFromTensorParallel,
     ReduceScatterToSequenceParallel,
 )
-from parlab.tensor_parallel.vocab import VocabParallelCrossEntropy, VocabParallelEmbedding
 
 # parameter-name suffix -> (dimension cut, number of stacked groups cut separately)
 SHARDING = {
@@ -51,6 +53,13 @@ def shard_spec(name: str, vocab_parallel: bool = False):
         if name.endswith(suffix):
             return spec
     return None
+
+
+def rows(weight: torch.Tensor, dim: int, start: int, end: int, groups: int = 1) -> torch.Tensor:
+    """Units [start, end) of `weight` along `dim`, in each of `groups` stacked blocks (an even
+    or an uneven share)."""
+    blocks = weight.chunk(groups, dim=dim)  # groups × (…, size/groups, …)
+    return torch.cat([b.narrow(dim, start, end - start) for b in blocks], dim=dim).clone()
 
 
 def shard_weight(weight: torch.Tensor, dim: int, rank: int, tp: int, groups: int = 1):
@@ -117,114 +126,55 @@ class RowParallelLinear(nn.Module):
 
 
 class ParallelAttention(CausalSelfAttention):
-    """Causal self-attention with this rank's nh/tp heads: the GPT's own attention
-    (`parlab.models.gpt.CausalSelfAttention`, which reads the head count from the width) with
-    column-parallel q, k, v and a row-parallel output projection plugged in."""
+    """Causal self-attention over this rank's heads [h0, h1): the GPT's own attention
+    (`parlab.models.gpt.CausalSelfAttention`, which reads the head count from the width) with a
+    column-parallel q, k, v and a row-parallel output projection plugged in. `column`, `row`:
+    weight slice -> linear (`ColumnParallelLinear` / `RowParallelLinear`, or chapter 11's uneven
+    `parlab.heterogeneous.tp_layers.GatheredShard` / `ScatteredShard`)."""
 
-    def __init__(self, attn, comm, rank: int, tp: int, sequence_parallel=False, regather=True):
-        c_attn = ColumnParallelLinear(shard_weight(attn.c_attn.weight.detach(), 0, rank, tp, 3),
-                                      comm, sequence_parallel, regather)  # (3C/tp, C)
-        c_proj = RowParallelLinear(shard_weight(attn.c_proj.weight.detach(), 1, rank, tp),
-                                   comm, sequence_parallel)  # (C, C/tp)
-        super().__init__(c_attn, c_proj, attn.n_head // tp, attn.head_dim)
+    def __init__(self, attn, heads: tuple[int, int], column, row):
+        lo, hi = heads[0] * attn.head_dim, heads[1] * attn.head_dim
+        c_attn = column(rows(attn.c_attn.weight.detach(), 0, lo, hi, 3))  # (3·h_r·hs, C)
+        c_proj = row(rows(attn.c_proj.weight.detach(), 1, lo, hi))  # (C, h_r·hs)
+        super().__init__(c_attn, c_proj, heads[1] - heads[0], attn.head_dim)
 
 
 class ParallelMLP(MLPBlock):
-    """GeLU(x·A)·B with A column-parallel (4C/tp columns here) and B row-parallel: the GPT's MLP
-    with sharded linears plugged in."""
+    """GeLU(x·A)·B over this rank's hidden columns [c0, c1) of 4C: A column-parallel, B
+    row-parallel, the GPT's MLP with sharded linears plugged in."""
 
-    def __init__(self, mlp, comm, rank: int, tp: int, sequence_parallel=False, regather=True):
-        super().__init__(ColumnParallelLinear(shard_weight(mlp.c_fc.weight.detach(), 0, rank, tp),
-                                              comm, sequence_parallel, regather),  # (4C/tp, C)
-                         RowParallelLinear(shard_weight(mlp.c_proj.weight.detach(), 1, rank, tp),
-                                           comm, sequence_parallel))  # (C, 4C/tp)
+    def __init__(self, mlp, columns: tuple[int, int], column, row):
+        lo, hi = columns
+        super().__init__(column(rows(mlp.c_fc.weight.detach(), 0, lo, hi)),  # (c_r, C)
+                         row(rows(mlp.c_proj.weight.detach(), 1, lo, hi)))  # (C, c_r)
+
+
+def even_linears(comm, sequence_parallel=False, regather=True):
+    """(column, row): weight slice -> Megatron's column- / row-parallel linear over `comm`."""
+    return (partial(ColumnParallelLinear, comm=comm, sequence_parallel=sequence_parallel,
+                    regather=regather),
+            partial(RowParallelLinear, comm=comm, sequence_parallel=sequence_parallel))
+
+
+def even_bounds(size: int, tp: int, rank: int) -> tuple[int, int]:
+    """[start, end) of rank's size/tp units."""
+    return rank * size // tp, (rank + 1) * size // tp
 
 
 class ParallelBlock(Block):
-    """The GPT's pre-LayerNorm block with parallel attention and MLP; the LayerNorms are
-    replicated (and see only the sequence shard with SP)."""
+    """The GPT's pre-LayerNorm block with rank's even share of the heads and MLP columns; the
+    LayerNorms are replicated (and see only the sequence shard with SP)."""
 
     def __init__(self, block, comm, rank, tp, sequence_parallel=False, regather=True):
-        super().__init__(_copy(block.ln_1),
-                         ParallelAttention(block.attn, comm, rank, tp, sequence_parallel, regather),
-                         _copy(block.ln_2),
-                         ParallelMLP(block.mlp, comm, rank, tp, sequence_parallel, regather))
+        column, row = even_linears(comm, sequence_parallel, regather)
+        heads = even_bounds(block.attn.n_head, tp, rank)
+        columns = even_bounds(block.mlp.c_fc.weight.size(0), tp, rank)
+        super().__init__(copy.deepcopy(block.ln_1), ParallelAttention(block.attn, heads, column, row),
+                         copy.deepcopy(block.ln_2), ParallelMLP(block.mlp, columns, column, row))
 
 
-def _copy(module: nn.Module) -> nn.Module:
-    return copy.deepcopy(module)
-
-
-class TensorParallelGPT(nn.Module):
-    """The tiny GPT on one tp rank: blocks split, embeddings / LayerNorms / tied head replicated.
-
-    With sequence parallelism the rank embeds only its T/tp positions, and its loss is the sum
-    of its tokens' losses divided by all B·T tokens: the tp ranks' losses add up to the mean.
-    The replicated parameters then see only their tokens, so their gradients are summed over tp
-    (`replicated_parameters`)."""
-
-    def __init__(self, model, comm, rank: int, tp: int, sequence_parallel=False, regather=True,
-                 vocab_parallel=False):
-        super().__init__()
-        self.config, self.rank, self.tp, self.comm = model.config, rank, tp, comm
-        self.sequence_parallel, self.vocab_parallel = sequence_parallel, vocab_parallel
-        self.activation_checkpointing = getattr(model, "activation_checkpointing", False)
-        self.wpe, self.ln_f = _copy(model.wpe), _copy(model.ln_f)
-        if vocab_parallel:  # tied embedding / head cut by vocabulary rows (parlab.tensor_parallel.vocab)
-            self.vocab_start = rank * model.config.vocab_size // tp
-            self.wte = VocabParallelEmbedding(shard_weight(model.wte.weight.detach(), 0, rank, tp),
-                                              comm, self.vocab_start)
-        else:
-            self.wte = _copy(model.wte)
-        self.blocks = nn.ModuleList(ParallelBlock(b, comm, rank, tp, sequence_parallel, regather)
-                                    for b in model.blocks)
-
-    @classmethod
-    def from_reference(cls, model, comm, sequence_parallel=False, regather=True,
-                       vocab_parallel=False):
-        return cls(model, comm, comm.rank, comm.size, sequence_parallel, regather, vocab_parallel)
-
-    def replicated_parameters(self):
-        return [p for n, p in self.named_parameters() if shard_spec(n, self.vocab_parallel) is None]
-
-    def local_positions(self, T: int) -> slice:
-        if not self.sequence_parallel:
-            return slice(0, T)
-        width = T // self.tp
-        return slice(self.rank * width, (self.rank + 1) * width)
-
-    def loss(self, idx, targets):
-        B, T = idx.shape
-        mine = self.local_positions(T)
-        x = shard_hidden(self, idx, mine)  # (B, T/tp, C) with SP, else (B, T, C)
-        if self.vocab_parallel:
-            h = CopyToTensorParallel.apply(self.ln_f(x), self.comm)  # (B, T, C) f before the head
-            logits = (h @ self.wte.weight.t()).float()  # (B, T, V/tp) this rank's words, fp32 loss
-            losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), self.comm,
-                                                     self.vocab_start)  # (B, T)
-            return losses.sum() / (B * T)
-        return shard_loss(self, x, targets, mine)  # this rank's share of the mean over B·T
-
-
-def shard_hidden(model, idx, positions: slice):
-    """Embed the tokens at `positions` (a rank's sequence shard, or all of them) and run the
-    blocks: idx (B, T) -> (B, t, C). The embedding looks up a copy of the shard's ids, so its
-    backward keeps only these. Shared by every sequence-sharded tensor-parallel GPT (even,
-    uneven in `parlab.heterogeneous.tp_layers`, PyTorch's in `torch_tp`)."""
-    tokens = idx[:, positions].clone()  # (B, t)
-    x = model.wte(tokens) + model.wpe(torch.arange(positions.start, positions.stop))  # (B, t, C)
-    for block in model.blocks:  # checkpointed blocks redo their forward comm in backward
-        x = maybe_checkpoint(block, model.activation_checkpointing, x)  # (B, t, C)
-    return x
-
-
-def shard_loss(model, x, targets, positions: slice, fp32_logits: bool = True):
-    """The tied head and the *summed* cross-entropy of the shard's tokens, divided by all B·T
-    tokens: the ranks' losses add up to the mean loss of the single process."""
-    B, T = targets.shape
-    logits = model.ln_f(x) @ model.wte.weight.t()  # (B, t, vocab) tied head
-    if fp32_logits:
-        logits = logits.float()  # the loss in fp32 also in mixed precision, as the reference
-    losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
-                             targets[:, positions].reshape(-1).clone(), reduction="sum")
-    return losses / (B * T)
+def replicated_parameters(model, vocab_parallel: bool = False) -> list:
+    """The parameters every tp rank holds whole (embeddings, LayerNorms): with sequence
+    parallelism each rank's gradient covers only its tokens, and the tp ranks' sum is the
+    gradient."""
+    return [p for n, p in model.named_parameters() if shard_spec(n, vocab_parallel) is None]

@@ -2,7 +2,8 @@
 parallelism (Korthikanti et al., MLSys 2023), and data parallelism over what is left (2D dp × tp).
 
 The world is a mesh dp × tp (`parlab.core.mesh.Mesh`, tp innermost). A tp group holds one replica of
-the model, each rank a 1/tp slice of every block (`parlab.tensor_parallel.layers`); the dp groups train
+the model, each rank a 1/tp slice of every block: the one GPT (`parlab.models.mesh_gpt`) cut by
+`apply_tp` (`parlab.tensor_parallel.apply`), as the planner's plans cut it; the dp groups train
 replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
 replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
 are first summed over tp, in one flat bucket (one all-reduce, not one per tensor). `tp=None`
@@ -29,8 +30,10 @@ from parlab.core.precision import PRECISIONS
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.models.mesh_gpt import gpt_on_mesh
+from parlab.tensor_parallel.apply import apply_tp
 from parlab.tensor_parallel.async_ops import apply_async_tp
-from parlab.tensor_parallel.layers import TensorParallelGPT, assemble_state
+from parlab.tensor_parallel.layers import assemble_state, replicated_parameters
 
 TP = Int(None, min=1, none=True)  # None: the largest degree that fits
 
@@ -90,25 +93,6 @@ def _assemble(outputs, cfg):
     return assemble_state([o.state for o in shards], cfg.options.get("vocab_parallel", False))
 
 
-class CollectivesBy:
-    """A tp `Comm` whose all-gathers and reduce-scatters run by `algo` unless told otherwise;
-    everything else is the wrapped Comm's (so the ledger and link are the same)."""
-
-    def __init__(self, comm, algo: str):
-        self.comm, self.algo = comm, algo
-
-    def __getattr__(self, name):
-        return getattr(self.comm, name)
-
-    def all_gather(self, shard, *args, **kwargs):
-        kwargs.setdefault("algo", self.algo)
-        return self.comm.all_gather(shard, *args, **kwargs)
-
-    def reduce_scatter(self, tensor, *args, **kwargs):
-        kwargs.setdefault("algo", self.algo)
-        return self.comm.reduce_scatter(tensor, *args, **kwargs)
-
-
 class TensorParallel(Strategy):
     """One replica sliced over a tp group, replicas data parallel over dp: after backward the
     sequence-parallel replicated gradients are summed over tp, then every gradient averaged over
@@ -119,22 +103,32 @@ class TensorParallel(Strategy):
         degrees = validate_degrees(cfg.world_size, dp=None, tp=resolve_tp(cfg, sequence_parallel))
         self.mesh = Mesh(ctx.comm, [("dp", degrees["dp"]), ("tp", degrees["tp"])])
         self.sequence_parallel = sequence_parallel
-        tp_comm = self.mesh["tp"]
-        if cfg.options.get("algo", "gloo") != "gloo":
-            tp_comm = CollectivesBy(tp_comm, cfg.options["algo"])
-        model = TensorParallelGPT.from_reference(build_model(cfg), tp_comm,
-                                                 sequence_parallel,
-                                                 cfg.options.get("regather", True),
-                                                 cfg.options.get("vocab_parallel", False))
+        vocab_parallel = cfg.options.get("vocab_parallel", False)
+        model = apply_tp(gpt_on_mesh(build_model(cfg)), self.mesh, sequence_parallel,
+                         cfg.options.get("regather", True), vocab_parallel,
+                         cfg.options.get("algo", "gloo"))
         if cfg.options.get("async_tp"):
             apply_async_tp(model)
+        self.mine = model.positions  # (T/tp,) with SP: this rank's tokens; else all T
+        self.share = len(self.mine) / cfg.model_config.block_size
         tp_rank = self.mesh.coords["tp"]
         # without SP every tp rank computes the same loss: rank 0 of the tp group reports it
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
                          shard=self.mesh.coords["dp"], shards=degrees["dp"],
                          reports_loss=sequence_parallel or tp_rank == 0,
                          holds_state=self.mesh.coords["dp"] == 0)
-        self.replicated = model.replicated_parameters()
+        self.replicated = replicated_parameters(model, vocab_parallel)
+
+    def batch(self, step: int):
+        """This rank's tokens (all of them without SP), copied: what the embedding and the loss
+        save for backward holds only them, not the global batch's storage."""
+        x, y = super().batch(step)  # (B/dp, T)
+        return x[:, self.mine], y[:, self.mine]  # (B/dp, T/tp) with SP, else (B/dp, T)
+
+    def loss(self, batch):
+        """With SP, the mean over this rank's T/tp tokens × T/tp / T: its tokens' summed loss over
+        all B·T tokens, so the tp ranks' losses add up to the mean."""
+        return super().loss(batch) * self.share
 
     def sync(self, step: int) -> None:
         ctx, mesh = self.ctx, self.mesh

@@ -27,6 +27,7 @@ import time
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from parlab.core.checks import Bool
@@ -34,8 +35,7 @@ from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.mesh import Mesh
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.gpt import multi_head
-from parlab.tensor_parallel.layers import shard_hidden, shard_loss
+from parlab.models.gpt import maybe_checkpoint, multi_head
 from parlab.tensor_parallel.schemes import TP, check_fits, resolve_tp
 
 
@@ -76,7 +76,28 @@ class TorchTPGPT(nn.Module):
         width = idx.size(1) // self.sequence_parts
         mine = slice(self.sequence_rank * width, (self.sequence_rank + 1) * width)
         x = shard_hidden(self, idx, mine)  # (B, T/sp, C)
-        return shard_loss(self, x, targets, mine, fp32_logits=False)  # this rank's share of the mean
+        return shard_loss(self, x, targets, mine)  # this rank's share of the mean
+
+
+def shard_hidden(model, idx, positions: slice):
+    """Embed the tokens at `positions` (this rank's sequence shard, or all of them) and run the
+    blocks: idx (B, T) -> (B, t, C). The embedding looks up a copy of the shard's ids, so its
+    backward keeps only these."""
+    tokens = idx[:, positions].clone()  # (B, t)
+    x = model.wte(tokens) + model.wpe(torch.arange(positions.start, positions.stop))  # (B, t, C)
+    for block in model.blocks:  # checkpointed blocks redo their forward comm in backward
+        x = maybe_checkpoint(block, model.activation_checkpointing, x)  # (B, t, C)
+    return x
+
+
+def shard_loss(model, x, targets, positions: slice):
+    """The tied head and the *summed* cross-entropy of the shard's tokens, divided by all B·T
+    tokens: the ranks' losses add up to the mean loss of the single process."""
+    B, T = targets.shape
+    logits = model.ln_f(x) @ model.wte.weight.t()  # (B, t, vocab) tied head
+    losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                             targets[:, positions].reshape(-1).clone(), reduction="sum")
+    return losses / (B * T)
 
 
 class DTensorCollectivesInLedger(TorchDispatchMode):

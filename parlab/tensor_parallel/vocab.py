@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.tensor_parallel.ops import BACKWARD, FORWARD, ReduceFromTensorParallel
+from parlab.tensor_parallel.ops import BACKWARD, FORWARD, CopyToTensorParallel, ReduceFromTensorParallel
 
 __all__ = ["BACKWARD", "FORWARD", "VocabParallelCrossEntropy", "VocabParallelEmbedding"]
 
@@ -67,3 +67,15 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         grad = softmax.clone()  # (B, T, V/tp)
         grad.scatter_add_(-1, index, -mine.to(grad.dtype).unsqueeze(-1))  # − one-hot target
         return grad * grad_loss.unsqueeze(-1), None, None, None
+
+
+def vocab_parallel_loss(model, x, targets):
+    """The criterion `apply_tp(vocab_parallel=True)` plugs into the GPT: x (B, T, C) after the
+    blocks -> the tied head over this rank's V/tp words (f before it) -> the mean cross-entropy
+    of the whole vocabulary, in fp32."""
+    wte = model.wte  # a VocabParallelEmbedding
+    h = CopyToTensorParallel.apply(model.ln_f(x), wte.comm)  # (B, T, C) f before the head
+    logits = (h @ wte.weight.t()).float()  # (B, T, V/tp) this rank's words, fp32 loss
+    losses = VocabParallelCrossEntropy.apply(logits, targets.clone(), wte.comm,
+                                             wte.vocab_start)  # (B, T)
+    return losses.sum() / losses.numel()
