@@ -7,8 +7,9 @@ Jayarajan et al., "Priority-based Parameter Propagation" (P3, SysML 2019); Peng 
 Fine-Grained All-Reduce Pipelining" (ICDCS 2023); Goyal et al., "Accurate, Large Minibatch SGD"
 (2017) for gradient accumulation.
 
-Reading order: `sync` (the GradSync strategy the loop calls), `buckets`, `bucketed` (naive and
-bucketed all-reduce after backward), `overlap` (WFBP), `layerwise` and `priority` (P3),
+Reading order: `sync` (the GradSync strategy the loop calls), `buckets`, `reducer` (when and how
+gradients move, apart from the loop), `bucketed` (naive and bucketed all-reduce after backward),
+`overlap` (WFBP), `layerwise` and `priority` (P3),
 `dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`, `api` (the
 syncs as a library: `DataParallel(model, optimizer, comm, sync=...)` in your own training loop,
 rank 0's weights broadcast at construction); `explore` (with `explore_library`: the library on a

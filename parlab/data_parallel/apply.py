@@ -1,20 +1,52 @@
-"""`apply_dp(model, mesh)`: data parallelism as one step of a composed plan.
+"""`apply_dp(model, mesh, sync=...)`: data parallelism as one step of a composed plan.
 
 Every rank that holds the same parameter slice after tensor and pipeline parallelism — the
 dp × cp group (context-parallel ranks hold the same weights and see other tokens) — averages its
-gradients after backward. The composed step syncs them as one flat bucket
-(`parlab.data_parallel.flat.all_reduce_flat`, phase "dp-grad-sync"); a simplification of
-this chapter's `GradSync` strategies, which bucket by size and overlap with backward (WFBP), named
-here because the planner's step does not overlap.
+gradients after backward. `apply_dp` attaches one of this chapter's gradient reducers
+(`parlab.data_parallel.reducer`, the building blocks its `GradSync` schemes run) to the model as
+`model.grad_sync`, over that group, on the slice's own parameters (the stage's, tp-sliced;
+expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
+
+    "flat"      one flat bucket after backward (`flat.all_reduce_flat`; the default, the bytes
+                the planner's cost model counts);
+    "naive"     one all-reduce per gradient tensor after backward;
+    "bucketed"  buckets of `bucket_mb` MiB after backward (Li et al., VLDB 2020, §3.2.3);
+    "overlap"   the same buckets launched from gradient hooks while backward runs (WFBP,
+                Zhang et al., Poseidon, ATC 2017); the step calls `before_micro(last)` so only
+                the last micro-batch's backward communicates.
+
+Ledger phase "dp-grad-sync". The composed step calls `grad_sync.before_micro(last)` and
+`grad_sync.after_backward()`; it owns the optimizer, so the chapter's syncs that step their own
+optimizer per group in the next forward (DeAR, priority) or a compressor are not offered here.
 """
 
 from __future__ import annotations
 
+from parlab.core.checks import Choice, Float
 from parlab.core.mesh import Mesh
+from parlab.data_parallel.reducer import REDUCERS, make_reducer
+from parlab.expert_parallel.apply import expert_parameters
 from parlab.models.mesh_gpt import MeshGPT
 
+SYNCS = tuple(REDUCERS)
+PHASE = "dp-grad-sync"
 
-def apply_dp(model: MeshGPT, mesh: Mesh) -> MeshGPT:
-    """Record the dp × cp group whose gradients are averaged (None when it is one rank)."""
+
+def synced_parameters(model: MeshGPT) -> list:
+    """The parameters averaged over dp × cp: this rank's trainable ones but the ep-sharded experts,
+    in `model.parameters()` order."""
+    experts = {id(p) for p in expert_parameters(model)}
+    return [p for p in model.parameters() if p.requires_grad and id(p) not in experts]
+
+
+def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0) -> MeshGPT:
+    """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
+    reducer `sync` over it as `model.grad_sync` (None with one rank)."""
+    Choice(sync, SYNCS).check("sync", sync)
+    Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
     model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
+    model.grad_sync = None
+    if model.data_comm is not None and model.data_comm.size > 1:
+        model.grad_sync = make_reducer(sync, model.data_comm, synced_parameters(model),
+                                       bucket_mb, phase=PHASE)
     return model

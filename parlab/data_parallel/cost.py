@@ -70,6 +70,15 @@ def dear_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, i
     return [("reduce_scatter", s) for s in sizes] + [("all_gather", s // n) for s in sizes]
 
 
+def flat_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
+    return [("all_reduce", sum(numels))]  # one flat bucket (parlab.data_parallel.flat)
+
+
+# the closed form of each reducer `parlab.data_parallel.apply.apply_dp` can attach (its `sync=`)
+REDUCER_MESSAGES = {"flat": flat_messages, "naive": naive_messages, "bucketed": bucketed_messages,
+                    "overlap": bucketed_messages}
+
+
 class DataParallelCost:
     """A data-parallel scheme's closed form (`register(..., cost=)`): its messages, ring-counted,
     every step, and when its code issues them — what `predict_step_time` schedules on the link.

@@ -15,52 +15,46 @@ strictly in bucket order: bucket k goes only when buckets 0..k-1 have gone (as D
 
 from __future__ import annotations
 
-from parlab.data_parallel.buckets import Buckets
+from parlab.data_parallel.reducer import OverlapReducer
 from parlab.data_parallel.sync import GradSync
 
 
 class OverlapSync(GradSync):
-    """Bucketed async all-reduce launched from gradient hooks; waited on before the update."""
+    """Bucketed async all-reduce launched from gradient hooks; waited on before the update — the
+    loop's strategy around `parlab.data_parallel.reducer.OverlapReducer`. Subclasses (DeAR,
+    priority) override `launch(bucket, flat)`, the reducer calls it."""
 
     def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", **base):
         super().__init__(ctx, model, **base)
         self.algo = algo
-        self.buckets = Buckets(self.params, bucket_mb)
-        self.handles: dict[int, object] = {}
-        self.pending = [len(b.params) for b in self.buckets]
-        self.next_launch = 0
-        for p in self.params:
-            p.register_post_accumulate_grad_hook(self._grad_ready)
+        self.reducer = OverlapReducer(self.comm, self.params, bucket_mb, algo=algo,
+                                      launch=self.launch).attach()
+
+    @property
+    def buckets(self):
+        return self.reducer.buckets
+
+    @buckets.setter
+    def buckets(self, buckets) -> None:
+        self.reducer.set_buckets(buckets)
+
+    @property
+    def handles(self) -> dict:
+        return self.reducer.handles
 
     def before_micro(self, last: bool) -> None:
         super().before_micro(last)
-        if last:
-            self.handles, self.next_launch = {}, 0
-            self.pending = [len(b.params) for b in self.buckets]
-
-    def _grad_ready(self, p) -> None:
-        if not self.last_micro:  # an accumulation micro-step: no communication (no_sync)
-            return
-        b = self.buckets.bucket_of[id(p)]
-        self.pending[b] -= 1
-        self._launch_ready()
+        self.reducer.before_micro(last)
 
     def _launch_ready(self, force: bool = False) -> None:
-        while self.next_launch < len(self.buckets) and (force or self.pending[self.next_launch] == 0):
-            bucket = self.buckets.buckets[self.next_launch]
-            self.next_launch += 1
-            self.launch(bucket, self.buckets.pack(bucket))
+        self.reducer.launch_ready(force)
 
     def launch(self, bucket, flat) -> None:
         """Start the bucket's communication (subclasses: reduce-scatter, prioritised chunks)."""
-        self.handles[bucket.index] = self.comm.all_reduce(
-            flat, op="avg", algo=self.algo, async_op=True)  # (bucket numel,) in flight
+        self.reducer.all_reduce_bucket(bucket, flat)  # (bucket numel,) in flight
 
     def after_backward(self) -> None:
-        self._launch_ready(force=True)  # buckets of parameters that got no gradient this step
-        for bucket in self.buckets:
-            self.handles[bucket.index].wait()  # (bucket numel,) averaged over ranks
-            self.buckets.unpack(bucket)
+        self.reducer.after_backward()
 
     def comm_buffers(self):
-        return [b.buffer for b in self.buckets]
+        return self.reducer.buffers()

@@ -12,7 +12,7 @@ mesh and returning the model:
     model = apply_cp(model, mesh)             # parlab.context_parallel.apply  (ch. 06)
     model = apply_ep(model, mesh, ep)         # parlab.expert_parallel.apply   (ch. 07)
     model = split_pp(model, mesh, ...)        # parlab.pipeline.split          (ch. 04)
-    model = apply_dp(model, mesh)             # parlab.data_parallel.apply     (ch. 01)
+    model = apply_dp(model, mesh, sync)       # parlab.data_parallel.apply     (ch. 01: a reducer)
          or apply_zero(model, mesh, stage)    # parlab.zero.apply              (ch. 02)
 
 Nothing is global: every function reads the degrees from the mesh it is given (`plan.mesh_dims`
@@ -59,4 +59,4 @@ def parallelize(model, mesh: Mesh, plan, meter=None) -> MeshGPT:
     model = split_pp(model, mesh, plan.schedule, plan.microbatches)
     if plan.zero:
         return apply_zero(model, mesh, plan.zero, meter)
-    return apply_dp(model, mesh)
+    return apply_dp(model, mesh, plan.dp_sync, plan.dp_bucket_mb)

@@ -20,7 +20,9 @@ C the width, L_s the layers of its stage:
   — and the tied embedding's two gradients (V, C) are all-reduced by the first and last stage;
 * dp × cp ("dp-grad-sync"): one flat all-reduce of every local gradient element (tp-sliced,
   stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
-  `parlab.data_parallel.cost.bytes_per_step`; or with ZeRO ("grad-reduce-scatter",
+  `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed" or
+  "overlap", chapter 01's per-tensor or per-bucket form of the same gradients
+  (`dp_param_numels`, `parlab.data_parallel.cost.REDUCER_MESSAGES`); or with ZeRO ("grad-reduce-scatter",
   "param-all-gather"; stage 3 "param-gather-fwd", "param-gather-bwd") the reduce-scatter and
   all-gathers of the padded flat units, `parlab.zero.cost.phase_bytes` (the chapter's phases);
 * ep (gpt-moe, ep ⊂ dp): each MoE layer of the stage all-gathers the dp ranks' routing counts
@@ -41,7 +43,7 @@ import itertools
 from parlab.context_parallel.cost import ring_bytes
 from parlab.core import cost
 from parlab.core.cost import FP32_BYTES
-from parlab.data_parallel.cost import bytes_per_step
+from parlab.data_parallel.cost import REDUCER_MESSAGES, bytes_per_step
 from parlab.engine.prediction import Prediction
 from parlab.expert_parallel.cost import all_to_all_layer_bytes, counts_bytes
 from parlab.pipeline.cost import p2p_bytes_per_step
@@ -110,6 +112,20 @@ def unit_numels(plan, model_config, pp_rank: int) -> list[int]:
         + ([root] if root else [])
 
 
+def dp_param_numels(plan, model_config, pp_rank: int) -> list[int]:
+    """Elements of each parameter a rank of stage `pp_rank` averages over dp × cp, in its model's
+    parameter order (`parlab.data_parallel.apply.synced_parameters`): the stage's wte, wpe, ln_f,
+    then per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (tp-sliced) — what chapter 01's
+    per-tensor and bucketed closed forms take. Dense GPT (Plan.problems refuses the rest)."""
+    C, V, T = model_config.n_embd, model_config.vocab_size, model_config.block_size
+    counts = even_partition(model_config.n_layer, plan.pp)
+    first, last = pp_rank == 0, pp_rank == plan.pp - 1
+    out = ([V * C] if first or last else []) + ([T * C] if first else []) + ([C, C] if last else [])
+    block = [C, C, 3 * C * C // plan.tp, C * C // plan.tp, C, C, 4 * C * C // plan.tp,
+             4 * C * C // plan.tp]
+    return out + block * counts[pp_rank]
+
+
 def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
     """Bytes world rank `rank` sends in `steps` steps, by ledger phase (see the module doc)."""
     mc, m = cfg.model_config, plan.microbatches
@@ -148,7 +164,12 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
     if n > 1:
         data_rank = c["dp"] * plan.cp + c["cp"]
         units = unit_numels(plan, mc, c["pp"])
-        if plan.zero == 0:
+        if plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor or bucketed form
+            sent = bytes_per_step(REDUCER_MESSAGES[plan.dp_sync],
+                                  dp_param_numels(plan, mc, c["pp"]), n, data_rank,
+                                  bucket_mb=plan.dp_bucket_mb)
+            out["dp-grad-sync"] = steps * sum(sent.values())
+        elif plan.zero == 0:
             experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(lo, lo + layers)) \
                 if plan.ep > 1 else 0  # the stage's sharded experts sync apart
             flat = bytes_per_step(lambda numels, n, options: [("all_reduce", sum(numels))],
@@ -205,9 +226,8 @@ def nd_prediction(cfg) -> Prediction:
     """The scheme `nd`'s bytes per rank over the run (a `cost=` for the registry)."""
     from parlab.planner.plan import Plan
 
-    plan = Plan(**{k: cfg.options[k] for k in ("dp", "tp", "pp", "cp", "ep", "zero",
-                                               "microbatches", "schedule")},
-                checkpoint=cfg.checkpoint)
+    plan = Plan(**{f.name: cfg.options[f.name] for f in dataclasses.fields(Plan)
+                   if f.name != "checkpoint"}, checkpoint=cfg.checkpoint)
     table = nd_closed_form_bytes(plan, cfg)
     totals = [sum(col) for col in itertools.zip_longest(*table.values(), fillvalue=0)]
     return Prediction(totals or [0] * plan.world_size,

@@ -5,7 +5,8 @@ Megatron-LM" (SC 2021) name the dimensions PTD-P: pipeline (pp), tensor (tp) and
 parallelism; context parallelism (cp) cuts the sequence (chapter 06), expert parallelism (ep) the
 experts of a mixture-of-experts layer (chapter 07). A `Plan` is the degrees plus the knobs that
 change time and memory without changing the math: ZeRO stage, micro-batches, pipeline schedule,
-activation checkpointing.
+activation checkpointing, and how data parallelism syncs gradients (`dp_sync`: chapter 01's
+reducers, one flat bucket by default).
 
 The mesh order follows torchtitan's `ParallelDims` (pp outermost, then dp, cp, tp innermost): the
 dimension that talks most (tp: four collectives per block) holds neighbouring ranks. Expert
@@ -31,6 +32,7 @@ DEGREES = ("dp", "tp", "pp", "cp", "ep")
 MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbouring ranks)
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
+DP_SYNCS = ("flat", "naive", "bucketed", "overlap")  # parlab.data_parallel.apply.SYNCS
 
 
 def token_local_routing(model_config) -> bool:
@@ -55,6 +57,8 @@ class Plan:
     microbatches: int = 1    # per pipeline step (pp > 1)
     schedule: str = "1f1b"   # pipeline schedule (pp > 1)
     checkpoint: bool = False  # recompute each block's activations in backward
+    dp_sync: str = "flat"     # how apply_dp averages over dp × cp: DP_SYNCS (zero=0)
+    dp_bucket_mb: float = 25.0  # bucket size of dp_sync "bucketed" / "overlap" (MiB)
 
     @property
     def world_size(self) -> int:
@@ -78,6 +82,10 @@ class Plan:
             name += f" m{self.microbatches} {self.schedule}"
         if self.checkpoint:
             name += " ckpt"
+        if self.dp_sync != "flat":
+            name += f" {self.dp_sync}"
+            if self.dp_sync in ("bucketed", "overlap"):
+                name += f" {self.dp_bucket_mb:g}MiB"
         return name
 
     def problems(self, world_size: int, model_config, batch_size: int,
@@ -95,6 +103,23 @@ class Plan:
             out.append(f"zero={self.zero!r} must be one of {ZERO_STAGES}")
         if self.schedule not in SCHEDULES:
             out.append(f"schedule={self.schedule!r} must be one of {SCHEDULES}")
+        if self.dp_sync not in DP_SYNCS:
+            out.append(f"dp_sync={self.dp_sync!r} must be one of {DP_SYNCS}")
+        elif self.dp_sync != "flat":
+            if self.zero:
+                out.append(f"dp_sync={self.dp_sync!r} with zero={self.zero}: ZeRO reduce-scatters "
+                           "its own flat units (use dp_sync='flat')")
+            if self.dp_sync == "overlap" and self.pp > 1:
+                out.append(f"dp_sync='overlap' with pp={self.pp}: the pipeline's backward of "
+                           "several micro-batches runs inside the executor, which does not say "
+                           "which backward is the last (use 'bucketed' or pp=1)")
+            if n_experts is not None:
+                out.append(f"dp_sync={self.dp_sync!r} with a mixture-of-experts model: the "
+                           "planner's per-parameter closed form covers the dense GPT only "
+                           "(use dp_sync='flat')")
+        if isinstance(self.dp_bucket_mb, bool) or not isinstance(self.dp_bucket_mb, (int, float)) \
+                or not self.dp_bucket_mb >= 0 or self.dp_bucket_mb == float("inf"):
+            out.append(f"dp_bucket_mb={self.dp_bucket_mb!r} must be a finite number >= 0 (MiB)")
         if self.world_size != world_size:
             out.append(f"world_size={world_size} != dp={self.dp} × tp={self.tp} × pp={self.pp} × "
                        f"cp={self.cp} = {self.world_size}")

@@ -7,7 +7,10 @@ them. The model is built by `parlab.planner.compose` in torchtitan's order (tp, 
 dp or ZeRO); this strategy only runs it in the one loop:
 
     forward_backward — the pipeline schedule (pp > 1) or m accumulated micro-batches;
-    sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp;
+    sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp
+                       by the reducer `apply_dp` attached (`Plan.dp_sync`: chapter 01's flat,
+                       per-tensor, bucketed or overlapped sync; the overlapped one starts in the
+                       last micro-batch's backward);
     update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather).
 
 The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
@@ -18,7 +21,7 @@ names every factor a plan fails before any process starts.
 
 from __future__ import annotations
 
-from parlab.core.checks import Choice, Int
+from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import ActivationMeter
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
@@ -28,13 +31,14 @@ from parlab.models.mesh_gpt import MeshGPT
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
 from parlab.planner.cost import nd_prediction
-from parlab.planner.plan import DEGREES, SCHEDULES, ZERO_STAGES, Plan
+from parlab.planner.plan import DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
 from parlab.tensor_parallel.layers import assemble_state as tp_assemble
 from parlab.zero.shard import FlatLayout
 from parlab.zero.shard import assemble_state as zero_assemble
 
 OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES),
-           "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES)}
+           "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES),
+           "dp_sync": Choice("flat", DP_SYNCS), "dp_bucket_mb": Float(25.0, min=0, unit="MiB")}
 
 
 def plan_of(cfg) -> Plan:
@@ -50,8 +54,9 @@ def validate(cfg) -> None:
 
 def sync_gradients(model: MeshGPT) -> None:
     """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
-    over dp × cp — one flat bucket all-reduced (apply_dp), or ZeRO's reduce-scatter (apply_zero).
-    Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own "grad-reduce-scatter")."""
+    over dp × cp — by the reducer apply_dp attached (`model.grad_sync`), or ZeRO's reduce-scatter
+    (apply_zero). Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own
+    "grad-reduce-scatter")."""
     parts = model.pipeline
     if parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte"):
         parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
@@ -59,13 +64,11 @@ def sync_gradients(model: MeshGPT) -> None:
     if model.zero is not None:
         model.zero.end_backward()
         return
-    if model.data_comm is None:
+    if model.grad_sync is None:
         return
-    experts = {id(p) for p in compose.expert_parameters(model)}
-    dense = [p for p in model.parameters() if p.grad is not None and id(p) not in experts]
-    all_reduce_flat(model.data_comm, dense, "avg", "dp-grad-sync")  # (Σ numel,) over dp × cp
-    if experts:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp·cp
-        sharded = compose.expert_parameters(model)
+    model.grad_sync.after_backward()  # every dense gradient averaged over dp × cp
+    sharded = compose.expert_parameters(model)
+    if sharded:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp·cp
         if model.expert_comm is not None:
             all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
         for p in sharded:
@@ -113,10 +116,14 @@ class ND(Strategy):
             model.zero.start_step()
         xs, ys = batch[0].chunk(m), batch[1].chunk(m)  # m × (B/(dp·m), T/cp)
         if self.executor is not None:
+            if model.grad_sync is not None:
+                model.grad_sync.before_micro(last=True)  # a post-backward sync (Plan.problems)
             losses = self.executor.run_step(step, list(xs), list(ys))
             return sum(losses) / m / self.replicas if self.reports_loss else 0.0
         total = 0.0
         for micro, (x, y) in enumerate(zip(xs, ys)):
+            if model.grad_sync is not None:
+                model.grad_sync.before_micro(last=micro == m - 1)  # overlap: the last communicates
             with self.ctx.span("forward", step=step, micro=micro), self.meter:
                 loss = model.loss(x, y)  # this rank's tokens' mean
             with self.ctx.span("backward", step=step, micro=micro), self.meter:
