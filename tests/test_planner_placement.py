@@ -1,7 +1,8 @@
 """Chapter 13, operator-level placement (She et al., 2025): the MILP and the exhaustive search agree,
-the plan is data that the timing model, the executor and the drawing share, a run of any plan equals
-the single process, the ledger holds exactly the bytes of the closed form, and what a run holds
-stays within the memory model; bad input fails before any process starts. Memory caps and the
+the plan is data that the timing model, the executor and the drawing share, a run of any plan
+(`parlab.run("placed", plan=...)`) equals `parlab.run("single", model="op-graph")`, the ledger holds
+exactly the bytes of the closed form, and what a run holds stays within the memory model; bad
+input fails before any process starts. Memory caps and the
 bi-level decomposition: tests/test_planner_placement_memory.py; the comparison with DualPipe:
 tests/test_planner_placement_dualpipe.py."""
 
@@ -9,6 +10,18 @@ import pytest
 import torch
 
 from parlab.core.link import Link
+from parlab.engine.run_config import make_config
+from parlab.pipeline.placed import messages
+from parlab.pipeline.placed_cost import message_bytes
+from parlab.planner.explore_placement_run import (
+    bubble,
+    makespans,
+    reference,
+    run_plan,
+    sent_bytes,
+    step_memory,
+    task_seconds,
+)
 from parlab.planner.graph import Graph, demo_graph, profile, with_times
 from parlab.planner.placement import (
     PlacementPlan,
@@ -21,20 +34,14 @@ from parlab.planner.placement import (
     precedences,
     tasks,
 )
+from parlab.planner.placement_1f1b import pipeline_plan
 from parlab.planner.placement_milp import build_milp, solve
-from parlab.planner.placement_run import (
-    check_against_reference,
-    message_bytes,
-    messages,
-    pipeline_plan,
-    run_placement,
-)
 
 FWD = {"stem": 1e-3, "mlp_up": 3e-3, "mlp_down": 3e-3, "attn": 4e-3, "conv": 2e-3,
        "merge": 1e-3, "head": 1e-3}
 BWD = {n: 2 * t for n, t in FWD.items()}
 SLOW = Link(5e-3, 1e6, "slow")  # a message costs about a forward: placement must weigh it
-TINY = dict(batch=4, seq=8, width=16, d_in=4, d_out=2, heads=2, kernel=3)
+TINY = dict(batch=4, seq=8, width=16, heads=2, kernel=3)
 
 
 def graph(m=1, **kw):
@@ -159,7 +166,7 @@ def both2():
     return g, run_both(g, 2, steps=2)
 
 
-@pytest.mark.parametrize("ranks,which", [(1, "milp"), (2, "milp"), (2, "1f1b"), (3, "milp")])
+@pytest.mark.parametrize("ranks,which", [(1, "milp"), (2, "milp"), (2, "1f1b"), (4, "1f1b")])
 def test_run_equals_single_and_ledger_equals_closed_form(ranks, which, both2):
     g = graph(m=2, **TINY)
     if ranks == 2:
@@ -167,25 +174,25 @@ def test_run_equals_single_and_ledger_equals_closed_form(ranks, which, both2):
         plan, run = runs["planned (MILP)" if which == "milp" else "1F1B pipeline"]
     else:
         plan = solve(g, ranks) if which == "milp" else pipeline_plan(g, ranks)
-        run = run_placement(g, plan, steps=2)
+        run = run_plan(g, plan, steps=2)
     if ranks > 1:
         assert len(set(plan.placement.values())) == ranks  # every rank has work
-    diff = check_against_reference(g, run)
-    assert diff["match"], diff
+    diff = run.compare(reference(g, 2))  # losses and final parameters within 1e-4
+    assert diff.match, diff
     for step in range(2):
-        assert run.sent_bytes(step) == message_bytes(g, plan)
-    assert len(run.makespans) == 2 and all(t > 0 for t in run.makespans)
-    assert all(0 <= b < 1 for b in run.bubble)
-    assert set(run.task_seconds()) == set(tasks(g))
+        assert sent_bytes(run, step) == message_bytes(g, plan)
+    assert len(makespans(run)) == 2 and all(t > 0 for t in makespans(run))
+    assert all(0 <= b < 1 for b in bubble(run))
+    assert set(task_seconds(run)) == set(tasks(g))
     model = peak_memory(plan, measure_memory(g))  # each op's saved tensors counted on its own
-    for step in run.memory:  # the run holds a buffer two ops save once: never more than the model
+    for step in step_memory(run):  # the run holds a buffer two ops save once: never more
         assert all(0 < got <= want for got, want in zip(step, model))
 
 
 def test_run_over_an_emulated_link_is_exact():
     g = graph(m=2, **TINY)
-    run = run_placement(g, pipeline_plan(g, 2), steps=1, link=Link(1e-3, 1e8, "emulated"))
-    assert check_against_reference(g, run)["match"]
+    run = run_plan(g, pipeline_plan(g, 2), steps=2, link=Link(1e-3, 1e8, "emulated"))
+    assert run.compare(reference(g, 2)).match
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -207,7 +214,31 @@ def test_bad_input_fails_before_any_process_starts():
     with pytest.raises(ValueError, match="microbatches=2"):
         exhaustive(graph(m=2), 2)
     with pytest.raises(ValueError, match="steps=0"):
-        run_placement(graph(), solve(graph(), 1), steps=0)
+        run_plan(graph(), solve(graph(), 1), steps=0)
+
+
+def test_bad_placed_options_fail_before_any_process_starts():
+    g = graph(m=2, **TINY)
+    plan, options = pipeline_plan(g, 2), g.run_options()
+
+    def config(world_size=2, **kw):
+        return make_config("placed", world_size=world_size, **{**options, "plan": plan,
+                                                               "microbatches": 2, **kw})
+    config()  # the good one
+    with pytest.raises(ValueError, match="plan=None"):
+        config(plan=None)
+    with pytest.raises(ValueError, match="world_size=4"):
+        config(world_size=4)
+    with pytest.raises(ValueError, match="microbatches=3"):
+        config(microbatches=3)
+    with pytest.raises(ValueError, match="microbatches=0"):
+        config(microbatches=0)
+    with pytest.raises(ValueError, match="not the graph's ops"):
+        config(plan=PlacementPlan("bad", 2, plan.place[1:], plan.order))
+    with pytest.raises(ValueError, match="deadlocks"):
+        config(plan=PlacementPlan("bad", 2, plan.place, tuple(s[::-1] for s in plan.order)))
+    with pytest.raises(ValueError, match="model='gpt'"):
+        config(model="gpt")
 
 
 def test_precedences_cover_both_directions():

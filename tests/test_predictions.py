@@ -116,3 +116,22 @@ MIXED_CASES = [("ddp-naive", 3, {"precision": "bf16-mixed"}),
 @pytest.mark.parametrize("scheme,world_size,options", MIXED_CASES)
 def test_mixed_precision_prediction_equals_the_ledger(scheme, world_size, options):
     test_prediction_equals_the_ledger(scheme, world_size, options)
+
+
+# chapter 13's operator placement (parlab/pipeline/placed_cost.py): 2·m·bytes(u) per cross-rank edge
+def _placed_options() -> dict:
+    from parlab.planner.graph import Graph, with_times
+    from parlab.planner.placement_1f1b import pipeline_plan
+    g = Graph(batch=4, seq=8, width=16, heads=2, kernel=3, microbatches=2)
+    g = with_times(g, dict.fromkeys(g.names, 1e-3), dict.fromkeys(g.names, 2e-3))
+    options = {k: v for k, v in g.run_options().items() if k != "steps"}
+    return {**options, "plan": pipeline_plan(g, 2), "microbatches": 2}
+
+
+PLACED_CASES = [("placed", 2, _placed_options())]
+CASES += PLACED_CASES
+
+
+@pytest.mark.parametrize("scheme,world_size,options", PLACED_CASES)
+def test_placed_prediction_equals_the_ledger(scheme, world_size, options):
+    test_prediction_equals_the_ledger(scheme, world_size, options)

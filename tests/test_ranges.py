@@ -156,7 +156,7 @@ def test_the_estimate_compares_with_what_is_available(monkeypatch):
     ("mlp", {}), ("mlp", {"n_layer": 1, "d_hidden": 7}),
     ("gpt-moe", {}), ("gpt-moe", {"shared_expert": True, "moe_every": 2, "expert_hidden": 24,
                                   "n_layer": 5}),
-    ("unet3d", {}), ("unet3d", {"levels": 4, "base": 3}),
+    ("unet3d", {}), ("unet3d", {"levels": 4, "base": 3}), ("op-graph", {}), ("op-graph", {"kernel": 3}),
 ])
 def test_param_count_from_the_config_equals_the_model(name, overrides):
     cfg = models.model_config(name, overrides)

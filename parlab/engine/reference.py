@@ -19,7 +19,7 @@ def _validate(cfg):
 
 
 @register("single", summary="one process, the whole batch: the reference", exact=True,
-          validate=_validate, cost=no_communication, models=("gpt", "mlp", "gpt-moe", "unet3d"),
+          validate=_validate, cost=no_communication, models=("gpt", "mlp", "gpt-moe", "unet3d", "op-graph"),
           precisions=MIXED)
 def single(ctx):
     model = build_model(ctx.cfg)

@@ -1,5 +1,6 @@
 """The models every scheme trains, by name: `gpt` (a tiny nanoGPT), `mlp` (spirals), `unet3d` (a 3-D
-U-Net on synthetic volumes, `parlab.models.volumes`), and the video
+U-Net on synthetic volumes, `parlab.models.volumes`), `op-graph` (chapter 13's branchy operator
+graph, `parlab.models.op_graph`), and the video
 denoiser of chapter 06 (`parlab.context_parallel.video_denoiser`); `data` makes every step's global batch.
 
 `build_model(name, cfg, seed)` creates parameters in a fixed order from the seed, so every rank of
@@ -15,6 +16,7 @@ import torch.nn as nn
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, attention, maybe_checkpoint
 from parlab.models.gpt_moe import GPTMoE, GPTMoEConfig
 from parlab.models.mlp import MLP, MLPConfig
+from parlab.models.op_graph import OpGraphConfig, OpGraphModel
 from parlab.models.unet3d import UNet3D, UNet3DConfig
 
 __all__ = ["GPT", "GPTMoE", "GPTMoEConfig", "MLP", "MODELS", "Block", "CausalSelfAttention", "GPTConfig",
@@ -22,7 +24,7 @@ __all__ = ["GPT", "GPTMoE", "GPTMoEConfig", "MLP", "MODELS", "Block", "CausalSel
            "model_config"]
 
 MODELS = {"gpt": (GPT, GPTConfig), "mlp": (MLP, MLPConfig), "gpt-moe": (GPTMoE, GPTMoEConfig),
-          "unet3d": (UNet3D, UNet3DConfig)}
+          "unet3d": (UNet3D, UNet3DConfig), "op-graph": (OpGraphModel, OpGraphConfig)}
 
 
 def model_config(name: str, overrides: dict | None = None):
@@ -63,6 +65,9 @@ def build_model(name: str, cfg, seed: int, checkpoint: bool = False) -> nn.Modul
 def param_count(name: str, cfg) -> int:
     """Parameters of model `name` under `cfg`, from the config alone (no tensor is made): the
     same count as `sum(p.numel() for p in build_model(name, cfg, 0).parameters())`, tested."""
+    if name == "op-graph":
+        from parlab.models.op_graph import param_count as op_graph_params
+        return op_graph_params(cfg)
     if name == "mlp":
         dims = [cfg.d_in] + [cfg.d_hidden] * cfg.n_layer + [cfg.d_out]
         return sum(a * b + b for a, b in zip(dims[:-1], dims[1:]))
@@ -92,6 +97,9 @@ def activation_count(name: str, cfg, batch_size: int) -> int:
     intermediate of a block kept, no activation checkpointing. An estimate to refuse what cannot
     fit, not the measured figure (`ActivationMeter`) nor chapter 03's exact count."""
     B = batch_size
+    if name == "op-graph":
+        from parlab.models.op_graph import activation_count as op_graph_activations
+        return op_graph_activations(cfg, B)
     if name == "mlp":
         return B * (cfg.d_in + 2 * cfg.n_layer * cfg.d_hidden + 3 * cfg.d_out)
     if name == "unet3d":

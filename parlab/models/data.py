@@ -39,6 +39,7 @@ def spirals() -> tuple[torch.Tensor, torch.Tensor]:
     return points, labels
 
 
+OP_GRAPH_D_IN, OP_GRAPH_D_OUT = 16, 8  # widths of the op graph's x and y (parlab.models.op_graph)
 SEED_SPACE = 2**64  # torch.Generator.manual_seed takes [0, 2**64)
 VOLUME_SEED_FOLD = 2**43  # volumes.py derives seed·1_000_003 + ...: below 2**64 for seeds < 2**43
 
@@ -68,12 +69,17 @@ def decode(ids) -> str:
 
 
 def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int = 32):
-    """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,)."""
+    """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,);
+    op-graph (B, T, D_IN), (B, T, D_OUT)."""
     if model == "unet3d":  # the volumes: seq_len is the block side (UNet3DConfig.block_size)
         from parlab.models.volumes import volume_batch
         # (B, 1, S, S, S), (B, S, S, S)
         return volume_batch(step, batch_size, seed % VOLUME_SEED_FOLD, seq_len)
     g = torch.Generator().manual_seed(step_seed(seed, step))
+    if model == "op-graph":  # chapter 13's operator graph: x and a regression target
+        x = torch.randn(batch_size, seq_len, OP_GRAPH_D_IN, generator=g)  # (B, T, D_IN)
+        y = torch.randn(batch_size, seq_len, OP_GRAPH_D_OUT, generator=g)  # (B, T, D_OUT)
+        return x, y
     if model in ("gpt", "gpt-moe"):  # the text dataset
         tokens = text_tokens()
         starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)

@@ -26,14 +26,17 @@ Reading order:
 - `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
   wall clock, counted in paced time), the predicted step time (paced seconds on `clock="A100"`)
   and peak memory of any plan, the planner, and its judge (calibrated leave one out).
-- `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_run`: operator-level
-  placement of a branchy graph under memory per rank, solved exactly (MILP, checked by exhaustive
-  search) and by the paper's merge-then-place decomposition, run with send/recv beside a 1F1B
-  pipeline (`placement_costs`: what the planner knows of a graph, memory included);
+- `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_1f1b`: operator-level
+  placement of a branchy graph (the model `parlab.models.op_graph`) under memory per rank, solved
+  exactly (MILP, checked by exhaustive search) and by the paper's merge-then-place decomposition,
+  beside a 1F1B pipeline of the same graph; a plan runs through `parlab.run("placed", plan=...)`
+  (the executor: `parlab.pipeline.placed`) and equals `parlab.run("single", model="op-graph")`
+  (`placement_costs`: what the planner knows of a graph, memory included);
   `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory.
 - `energy`: the RAPL energy counter, where the machine exposes one.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
-- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`,
+- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`
+  and `explore_placement_run` (a plan run, and what the run says),
   `explore_energy`: Go et al.'s characterization, what is measured here and what is not),
   `exercises` and `bench`: notebook 13 and `python -m parlab bench planner`.
 """

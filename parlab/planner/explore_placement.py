@@ -9,8 +9,10 @@ report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same m
 - one small branchy graph (`parlab.planner.graph`), op times and memory measured here: the exact
   plan (`parlab.planner.placement_milp.solve`) under a memory cap, beside the decomposition
   (`parlab.planner.placement_bilevel.bilevel`) and a 1F1B pipeline of the same graph cut into
-  stages (`parlab.planner.placement_run.pipeline_plan`), each predicted from measured op times
-  and the α-β link and each run for real, memory predicted and measured;
+  stages (`parlab.planner.placement_1f1b.pipeline_plan`), each predicted from measured op times
+  and the α-β link and each run for real (`parlab.run("placed", plan=...)`, the executor
+  `parlab.pipeline.placed`), checked against `parlab.run("single", model="op-graph")`, memory
+  predicted and measured;
 - the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_compare`):
   the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
   simulator, with the verdict on "about half" computed from the rows.
@@ -35,22 +37,29 @@ draws a run with its communication and waits.
 from __future__ import annotations
 
 import os
+import statistics
 
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
+from parlab.pipeline.placed_cost import message_bytes
+from parlab.planner.explore_placement_run import (
+    bubble,
+    later,
+    makespans,
+    reference,
+    run_plan,
+    sent_bytes,
+    step_memory,
+    task_seconds,
+    tasks_of,
+)
 from parlab.planner.graph import Graph, demo_graph
 from parlab.planner.placement import PlacementPlan, evaluate, measure_memory, peak_memory
+from parlab.planner.placement_1f1b import pipeline_plan
 from parlab.planner.placement_bilevel import bilevel
 from parlab.planner.placement_compare import compare, verdicts
 from parlab.planner.placement_dualpipe import Units
 from parlab.planner.placement_milp import solve
-from parlab.planner.placement_run import (
-    PlacementRun,
-    check_against_reference,
-    message_bytes,
-    pipeline_plan,
-    run_placement,
-)
 
 __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
            "run_both", "pipeline_cap", "memory_table", "print_memory_table",
@@ -93,20 +102,22 @@ def draw(graph: Graph, plan: PlacementPlan, link: Link | str | None = None, ax=N
                   f"idle per rank {bubble}")
 
 
-def draw_run(run: PlacementRun, step: int | None = None, ax=None):
+def draw_run(run, step: int | None = None, ax=None):
     """One measured step of a run (default: the last), drawn like `draw`."""
     import matplotlib.pyplot as plt
-    step = len(run.makespans) - 1 if step is None else step
-    events = [e for e in run.events if e["args"]["step"] == step]
+    step = run.config.steps - 1 if step is None else step
+    ranks = run.config.world_size
+    events = tasks_of(run, step)
     t0 = min(e["t0"] for e in events)
     if ax is None:
-        _, ax = plt.subplots(figsize=(10, 0.6 + 0.6 * run.plan.ranks))
+        _, ax = plt.subplots(figsize=(10, 0.6 + 0.6 * ranks))
     bars = [(e["rank"], e["t0"] - t0, e["t1"] - t0, e["args"]["task"]) for e in events]
     t1 = max(e["t1"] for e in events)
     comm = [{**e, "t0": max(e["t0"], t0) - t0, "t1": min(e["t1"], t1) - t0}
-            for e in run.comm_events if e["t1"] > t0 and e["t0"] < t1]
-    return _gantt(ax, bars, run.plan.ranks, f"{run.plan.name} measured, step {step}: "
-                  f"{run.makespans[step] * 1e3:.2f} ms", comm)
+            for e in run.timeline if e["kind"] in ("comm", "wait") and e["t1"] > t0 and e["t0"] < t1]
+    plan = run.config.options["plan"]
+    return _gantt(ax, bars, ranks, f"{plan.name} measured, step {step}: "
+                  f"{makespans(run)[step] * 1e3:.2f} ms", comm)
 
 
 def pipeline_cap(graph: Graph, ranks: int) -> float:
@@ -115,15 +126,15 @@ def pipeline_cap(graph: Graph, ranks: int) -> float:
 
 
 def run_both(graph: Graph, ranks: int, link: Link | str | None = None, steps: int = 3,
-             time_limit: float = 30.0) -> dict[str, tuple[PlacementPlan, PlacementRun]]:
+             time_limit: float = 30.0) -> dict[str, tuple]:
     """The plan solved at 1F1B's memory (`pipeline_cap`) and the 1F1B plan of the same graph,
-    each run for `steps` steps."""
+    each run for `steps` steps: {name: (plan, RunResult)}."""
     link = resolve(link)
     pipe = pipeline_plan(graph, ranks)
     plans = {"planned (MILP)": solve(graph, ranks, link, time_limit=time_limit,
                                      memory_cap=pipeline_cap(graph, ranks)),
              "1F1B pipeline": pipe}
-    return {name: (plan, run_placement(graph, plan, steps=steps, link=link))
+    return {name: (plan, run_plan(graph, plan, steps=steps, link=link))
             for name, plan in plans.items()}
 
 
@@ -139,19 +150,20 @@ def placement_report(graph: Graph, ranks: int, link: Link | str | None = None, s
     rows = []
     for name, (plan, run) in runs.items():
         model = evaluate(graph, plan, link)
-        replay = evaluate(graph, plan, link, dur=run.task_seconds())
-        check = check_against_reference(graph, run)
+        replay = evaluate(graph, plan, link, dur=task_seconds(run))
+        check = run.compare(reference(graph, run.config.steps))
         rows.append({"plan": name, "placement": " ".join(f"{op}→{r}" for op, r in plan.place),
-                     "predicted_ms": model.makespan * 1e3, "measured_ms": run.makespan * 1e3,
+                     "predicted_ms": model.makespan * 1e3,
+                     "measured_ms": statistics.median(later(makespans(run))) * 1e3,
                      "replay_ms": replay.makespan * 1e3,
-                     "predicted_bubble": list(model.bubble), "measured_bubble": run.bubble,
+                     "predicted_bubble": list(model.bubble), "measured_bubble": bubble(run),
                      "bytes_closed_form": message_bytes(graph, plan),
-                     "bytes_ledger": run.sent_bytes(0), "match": check["match"],
+                     "bytes_ledger": sent_bytes(run, 0), "match": check.match,
                      "predicted_memory": list(peak_memory(plan, memory)),
-                     "measured_memory": [max(step[r] for step in run.memory)
+                     "measured_memory": [max(step[r] for step in step_memory(run))
                                          for r in range(plan.ranks)],
                      "ranks": plan.ranks, "microbatches": graph.microbatches,
-                     "max_diff": max(check["loss"], check["grad"], check["param"])})
+                     "max_diff": max(check.max_loss_diff, check.max_param_diff)})
     return rows
 
 
@@ -165,8 +177,7 @@ def _kb(values) -> str:
 
 def print_report(rows: list[dict]) -> None:
     """The table of `placement_report`, and what the measurement says where it disagrees. Times
-    are this CPU's, raw: the placement runs on its own launcher (`placement_run`), not on the
-    paced clock."""
+    are this CPU's, raw: the runs are on the wall clock (`clock="wall"`), not paced."""
     print("times: this CPU, raw (wall clock; op times profiled here)")
     print(f"{'plan':<16}{'predicted':>11}{'measured':>10}{'replay':>9}   "
           f"{'idle/rank predicted':<22}{'idle/rank measured':<22}bytes/rank (ledger = closed form)")

@@ -1,20 +1,20 @@
-"""A small branchy model as a graph of operators: what an operator-level planner places.
+"""The branchy operator graph with measured costs: what an operator-level planner places.
 
 She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
 Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) plan at the granularity of
 operators: a model is a directed acyclic graph whose nodes have a compute cost (forward and
 backward) and whose edges carry an activation of known size; a placement puts every node on a
-device and an order runs them. This file is that graph for a model small enough to solve exactly:
+device and an order runs them. The model itself (its ops, modules and data) is
+`parlab.models.op_graph`; this file adds what the planner needs:
 
     x ─ stem ─┬─ mlp_up ─ mlp_down ─┐
               ├─ attn ──────────────┼─ merge ─ head ─ loss(y)
               └─ conv ──────────────┘
 
-three branches of different cost (an MLP, self-attention, a 1-D convolution over the sequence)
-that can run on different ranks. Each edge's size is exact, from the shapes (bytes of one
-micro-batch's activation; its gradient has the same size); each node's forward and backward
-times are MEASURED once on this machine (`profile`). `reference` is the single-process forward /
-backward of the same graph on the whole batch: what every placement must reproduce.
+the global batch and its micro-batches (each edge's size exact, from the shapes: bytes of one
+micro-batch's activation; its gradient has the same size) and each node's forward and backward
+times MEASURED once on this machine (`profile`). The reference every placement must reproduce is
+`parlab.run("single", **graph.run_options())`: the same model, data and optimizer on one process.
 """
 
 from __future__ import annotations
@@ -24,82 +24,20 @@ import time
 from dataclasses import dataclass, replace
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from parlab.core.cost import FP32_BYTES
-from parlab.models.gpt import multi_head, split_qkv
-
-DATA = ("x", "y")  # external inputs: every rank can make them (seeded)
+from parlab import models
+from parlab.models import data as model_data
+from parlab.models.op_graph import DATA, Op, OpGraphConfig, OpStructure  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
-class Op:
-    """One operator: its name, its inputs (producer ops or DATA) and what it computes."""
-
-    name: str
-    inputs: tuple[str, ...]
-    what: str
-
-
-class Mlp(nn.Module):
-    def __init__(self, d_in, d_out, act=True):
-        super().__init__()
-        self.lin, self.act = nn.Linear(d_in, d_out), act
-
-    def forward(self, h):  # (mb, T, d_in) -> (mb, T, d_out)
-        h = self.lin(h)
-        return F.gelu(h) if self.act else h
-
-
-class Attention(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads, self.qkv, self.out = heads, nn.Linear(d, 3 * d), nn.Linear(d, d)
-
-    def forward(self, h):  # (mb, T, d)
-        q, k, v = split_qkv(self.qkv(h))  # 3 × (mb, T, d)
-        a = multi_head(q, k, v, h.size(-1) // self.heads,
-                       F.scaled_dot_product_attention)  # (mb, T, d): not causal
-        return self.out(a)  # (mb, T, d)
-
-
-class Conv(nn.Module):
-    def __init__(self, d, kernel):
-        super().__init__()
-        self.conv = nn.Conv1d(d, d, kernel, padding=kernel // 2)
-
-    def forward(self, h):  # (mb, T, d)
-        return F.gelu(self.conv(h.transpose(1, 2))).transpose(1, 2)  # (mb, T, d)
-
-
-class Merge(nn.Module):
-    def __init__(self, d):
-        super().__init__()
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, a, b, c):  # 3 × (mb, T, d) -> (mb, T, d)
-        return self.norm(a + b + c)
-
-
-class Head(nn.Module):
-    def __init__(self, d, d_out):
-        super().__init__()
-        self.lin = nn.Linear(d, d_out)
-
-    def forward(self, h, y):  # (mb, T, d), (mb, T, d_out) -> () mean squared error
-        return F.mse_loss(self.lin(h), y)
-
-
-@dataclass(frozen=True)
-class Graph:
-    """The branchy model: ops in topological order, shapes per micro-batch, measured times."""
+class Graph(OpStructure):
+    """The branchy model (`parlab.models.op_graph`) at a global batch split into micro-batches,
+    with measured op times: ops in topological order, shapes per micro-batch (`OpStructure`)."""
 
     batch: int = 16
     seq: int = 64
     width: int = 128
-    d_in: int = 16
-    d_out: int = 8
     heads: int = 4
     kernel: int = 5
     microbatches: int = 2
@@ -108,7 +46,7 @@ class Graph:
     bwd_s: tuple = ()
 
     def __post_init__(self):
-        for name in ("batch", "seq", "width", "d_in", "d_out", "heads", "kernel", "microbatches"):
+        for name in ("batch", "seq", "width", "heads", "kernel", "microbatches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an int >= 1")
@@ -122,65 +60,28 @@ class Graph:
         if bad:
             raise ValueError("; ".join(bad))
 
-    # ------------------------------------------------------------------ structure
     @property
-    def ops(self) -> tuple[Op, ...]:
-        return (Op("stem", ("x",), "linear d_in→d + GELU"),
-                Op("mlp_up", ("stem",), "linear d→4d + GELU"),
-                Op("mlp_down", ("mlp_up",), "linear 4d→d"),
-                Op("attn", ("stem",), f"self-attention, {self.heads} heads"),
-                Op("conv", ("stem",), f"conv1d over T, kernel {self.kernel} + GELU"),
-                Op("merge", ("mlp_down", "attn", "conv"), "sum + LayerNorm"),
-                Op("head", ("merge", "y"), "linear d→d_out + MSE loss"))
+    def config(self) -> OpGraphConfig:
+        return OpGraphConfig(block_size=self.seq, width=self.width, heads=self.heads,
+                             kernel=self.kernel)
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return tuple(op.name for op in self.ops)
-
-    def op(self, name: str) -> Op:
-        return next(o for o in self.ops if o.name == name)
-
-    @property
-    def mb_rows(self) -> int:
-        return self.batch // self.microbatches
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        """Shape of `name`'s output (an op or DATA) for one micro-batch."""
-        widths = {"x": self.d_in, "y": self.d_out, "mlp_up": 4 * self.width}
-        if name == "head":
-            return ()
-        return (self.mb_rows, self.seq, widths.get(name, self.width))
-
-    def nbytes(self, name: str) -> int:
-        """Bytes of `name`'s output for one micro-batch (fp32); its gradient has the same size."""
-        numel = 1
-        for n in self.shape(name):
-            numel *= n
-        return numel * FP32_BYTES
-
-    def edges(self) -> list[tuple[str, str, int]]:
-        """(producer, consumer, bytes per micro-batch) of every op → op edge."""
-        return [(u, op.name, self.nbytes(u)) for op in self.ops for u in op.inputs if u not in DATA]
-
-    def consumers(self, name: str) -> list[str]:
-        return [op.name for op in self.ops if name in op.inputs]
+    def run_options(self, steps: int = 2, lr: float = 0.1) -> dict:
+        """The keyword arguments of `parlab.run` for this graph: model, its config, the global
+        batch, the seed, SGD at `lr` (the placed scheme adds `plan=` and `microbatches=`)."""
+        return {"model": "op-graph", "model_config": {"block_size": self.seq, "width": self.width,
+                                                      "heads": self.heads, "kernel": self.kernel},
+                "batch_size": self.batch, "seed": self.seed, "steps": steps, "optimizer": "sgd",
+                "lr": lr}
 
     # ------------------------------------------------------------------ modules and data
-    def modules(self) -> nn.ModuleDict:
-        """Every op's module, initialised from `seed` in op order (the same on every rank)."""
-        torch.manual_seed(self.seed)
-        d = self.width
-        return nn.ModuleDict({"stem": Mlp(self.d_in, d), "mlp_up": Mlp(d, 4 * d),
-                              "mlp_down": Mlp(4 * d, d, act=False),
-                              "attn": Attention(d, self.heads), "conv": Conv(d, self.kernel),
-                              "merge": Merge(d), "head": Head(d, self.d_out)})
+    def modules(self):
+        """Every op's module (`model[op]`), initialised from `seed` (the same on every rank)."""
+        return models.build_model("op-graph", self.config, self.seed)
 
     def data(self, step: int) -> dict[str, torch.Tensor]:
-        """The global batch of `step`: x (B, T, d_in) and a target y (B, T, d_out)."""
-        g = torch.Generator().manual_seed((1000 * self.seed + step) % 2**64)
-        x = torch.randn(self.batch, self.seq, self.d_in, generator=g)  # (B, T, d_in)
-        y = torch.randn(self.batch, self.seq, self.d_out, generator=g)  # (B, T, d_out)
-        return {"x": x, "y": y}
+        """The global batch of `step`: x (B, T, D_IN) and a target y (B, T, D_OUT)."""
+        x, y = model_data.global_batch("op-graph", step, self.batch, self.seed, self.seq)
+        return {"x": x, "y": y}  # (B, T, D_IN), (B, T, D_OUT)
 
     def micro(self, data: dict, mb: int) -> dict[str, torch.Tensor]:
         rows = slice(mb * self.mb_rows, (mb + 1) * self.mb_rows)
@@ -200,10 +101,7 @@ class Graph:
 
 def forward(graph: Graph, modules, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Every op's output for `inputs` (x, y of any number of rows), in topological order."""
-    values = dict(inputs)
-    for op in graph.ops:
-        values[op.name] = modules[op.name](*(values[u] for u in op.inputs))
-    return values
+    return modules.outputs(inputs)
 
 
 def profile(graph: Graph, reps: int = 7, threads: int = 1) -> Graph:
@@ -251,22 +149,3 @@ def with_times(graph: Graph, fwd: dict[str, float], bwd: dict[str, float]) -> Gr
         raise ValueError(f"times missing for ops {missing}")
     return replace(graph, fwd_s=tuple((n, float(fwd[n])) for n in graph.names),
                    bwd_s=tuple((n, float(bwd[n])) for n in graph.names))
-
-
-def reference(graph: Graph, steps: int = 2, lr: float = 0.1) -> dict:
-    """The single-process run: the whole batch forward and backward, SGD(lr) per step.
-
-    Returns losses (per step), grads (the first step's, per parameter) and state (final)."""
-    modules = graph.modules()
-    opt = torch.optim.SGD(modules.parameters(), lr=lr)
-    losses, grads = [], None
-    for step in range(steps):
-        loss = forward(graph, modules, graph.data(step))["head"]
-        loss.backward()
-        losses.append(loss.item())
-        if grads is None:
-            grads = {k: p.grad.detach().clone() for k, p in modules.named_parameters()}
-        opt.step()
-        opt.zero_grad()
-    state = {k: p.detach().clone() for k, p in modules.named_parameters()}
-    return {"losses": losses, "grads": grads, "state": state}
