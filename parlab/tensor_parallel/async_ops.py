@@ -100,7 +100,7 @@ class RingGatherMatmul(torch.autograd.Function):
 
 
 def apply_async_tp(model):
-    """Every sequence-parallel column linear of a `TensorParallelGPT` computes through
+    """Every sequence-parallel column linear of `model` (built by `apply_tp`) computes through
     `RingGatherMatmul` instead of all-gather-then-matmul; returns the model. The arithmetic is
     the same (every chunk's matmul and sum), in another order: equal within fp32 round-off."""
     for module in model.modules():
