@@ -273,7 +273,10 @@ def test_every_chapter_with_exercises_has_exercises_py_and_explore_defines_none(
 # module of the package defines each, so a reader who greps a name finds the one thing it means.
 ONE_DEFINITION = ("Plan", "PlacementPlan", "PipelinePlan", "Prediction", "PlanPrediction",
                   "block_numels", "block_tensor_numels", "block_dense_expert_numels", "Boundary",
-                  "LocalBoundary", "ZeroEngine", "train", "train_stage", "train_grouped", "single")
+                  "LocalBoundary", "ZeroEngine", "train", "train_stage", "train_grouped", "single",
+                  # the one tensor-parallel model: apply_tp and the parts it plugs in (issue 33)
+                  "apply_tp", "ParallelAttention", "ParallelMLP", "ColumnParallelLinear",
+                  "RowParallelLinear")
 PACKAGES = ("core", "engine", "models")  # no module below them is named like one of them
 
 
