@@ -26,3 +26,20 @@ def test_planner_holds_no_parallel_layer():
     for name in ("apply_tp", "apply_cp", "apply_ep", "split_pp", "apply_dp", "apply_zero"):
         module = getattr(compose, name).__module__
         assert module.split(".")[1] != "planner", (name, module)
+
+
+def test_tensor_parallel_schemes_build_the_one_gpt():
+    """Chapters 03 and 11 define no GPT of their own: their schemes build `MeshGPT` with
+    `apply_tp` (even or uneven shares), which is all their layer modules offer."""
+    import torch.nn as nn
+
+    from parlab.heterogeneous import schemes as hetero
+    from parlab.heterogeneous import tp_layers
+    from parlab.tensor_parallel import layers, schemes
+    for module in (layers, tp_layers):
+        models = [name for name, obj in vars(module).items() if isinstance(obj, type)
+                  and issubclass(obj, nn.Module) and hasattr(obj, "loss")]
+        assert models == [], (module.__name__, models)
+    for module in (schemes, hetero):
+        assert module.apply_tp.__module__ == "parlab.tensor_parallel.apply"
+        assert module.gpt_on_mesh.__module__ == "parlab.models.mesh_gpt"
