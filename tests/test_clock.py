@@ -71,6 +71,38 @@ def test_a_preset_under_a_paced_clock_is_the_real_link_dilated():
     assert custom.bandwidth_Bps == pytest.approx(1e9 / n)
 
 
+@pytest.mark.parametrize("accelerator, generation, per_direction",
+                         [("V100", "NVLink2", 150e9), ("A100", "NVLink3", 300e9),
+                          ("H100", "NVLink4", 450e9)])
+def test_nvlink_under_a_paced_clock_is_the_clocks_own_generation(accelerator, generation,
+                                                                  per_direction):
+    """NVIDIA's datasheets: NVLink 2/3/4 carry 150/300/450 GB/s per direction (docs/accelerators.md);
+    "NVLink" typed by a user is the paced clock's accelerator's own, the A100's everywhere else."""
+    from parlab.core.link import ACCELERATORS, real
+
+    assert ACCELERATORS[accelerator].nvlink == generation
+    assert REAL[generation][1] == per_direction
+    cfg = make_config("ddp-naive", world_size=2, clock=accelerator, link="NVLink")
+    assert cfg.link.bandwidth_Bps == pytest.approx(per_direction / cfg.clock.dilation)
+    assert faithful("NVLink", 1e10, accelerator).bandwidth_Bps == pytest.approx(
+        per_direction * 1e10 / ACCELERATORS[accelerator].flops)
+    assert real("NVLink").bandwidth_Bps == REAL["NVLink3"][1] == REAL["NVLink"][1]
+
+
+def test_every_teaching_preset_says_it_is_the_real_link_divided_by_100():
+    for name, link in PRESETS.items():
+        if name != "loopback":
+            assert "÷100 (teaching preset)" in str(link), name
+            assert link.bandwidth_Bps == pytest.approx(REAL[name][1] / 100)
+
+
+def test_the_cpu_rate_is_measured_once_per_process_and_says_so():
+    from parlab.core.link import cpu_flops, cpu_flops_line
+
+    assert cpu_flops() > 0 and cpu_flops() == cpu_flops()  # cached: one number per run
+    assert "measured on this machine this run" in cpu_flops_line()
+
+
 def test_a_topology_is_paced_pair_by_pair():
     from parlab.core.topology import two_nodes
     cfg = make_config("ddp-naive", world_size=4, clock="A100", link=two_nodes(4))

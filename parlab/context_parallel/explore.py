@@ -267,12 +267,9 @@ def link_comparison(world_size: int, link: str = "NVLink", steps: int = 2,
     occupy the link) next to its measured step time (communication + compute), and what rank 0's
     ops measured: the sum of their durations and the time at least one was in flight. On a paced
     `clock` (default A100, `parlab.core.clock`) `link` is the real link the clock dilates and
-    every time is paced; "wall": this CPU, raw, on the teaching preset. "NVLink" under an A100
-    clock is the A100's NVLink 3, 300 GB/s per direction (`explore_regime.A100_NVLINK`)."""
-    from parlab.context_parallel.explore_regime import A100_NVLINK
-
-    if link == "NVLink" and clock == "A100":
-        link = A100_NVLINK
+    every time is paced; "wall": this CPU, raw, on the teaching preset. "NVLink" under a paced
+    clock is that accelerator's own NVLink (A100: NVLink 3, 300 GB/s per direction;
+    `parlab.core.clock.pace_link`)."""
     rows = []
     for method in ("ring", "ulysses"):
         r = run(method, world_size, cp=world_size, steps=steps, link=link, clock=clock)

@@ -19,24 +19,13 @@ from __future__ import annotations
 import statistics
 
 import parlab
-from parlab.core.link import ACCELERATORS, REAL, Link, achieved_flops, dilation
-
-# The A100's own NVLink (NVLink 3): 12 links × 25 GB/s = 300 GB/s per direction (600 GB/s
-# bidirectional). parlab.core.link's "NVLink" preset is the H100's NVLink 4 (450 GB/s per
-# direction); this chapter pairs the link with an A100, so it uses the A100's.
-A100_NVLINK = Link(1e-6, 300e9, "NVLink 3 (A100)")
+from parlab.core.link import ACCELERATORS, Link, achieved_flops, dilation, real
 
 
 def real_link(link="NVLink", accelerator: str = "A100") -> Link:
-    """The undilated link `accelerator` has: "NVLink" on an A100 is NVLink 3 (`A100_NVLINK`),
-    any other name the real link of `parlab.core.link.REAL`; a Link is kept as it is."""
-    if isinstance(link, Link):
-        return link
-    if link == "NVLink" and accelerator == "A100":
-        return A100_NVLINK
-    if link not in REAL:
-        raise ValueError(f"link={link!r} is not a real link; choose one of {sorted(REAL)}")
-    return Link(*REAL[link], link)
+    """The undilated link `accelerator` has (`parlab.core.link.real`: "NVLink" is the accelerator's
+    own generation, an A100's NVLink 3 at 300 GB/s per direction); a Link is kept as it is."""
+    return link if isinstance(link, Link) else real(link, accelerator)
 
 
 def regime_link(link: str = "NVLink", accelerator: str = "A100", seq_len: int = 64):
@@ -124,7 +113,7 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
     if clock == "wall":
         link = link or regime_link(accelerator=accelerator)
     else:
-        link = real_link(link or "NVLink", accelerator)  # an A100's NVLink: NVLink 3
+        link = real_link(link or "NVLink", accelerator)  # the accelerator's own NVLink generation
     rows = []
     for t in tokens_per_rank:
         seq_len = t * world_size

@@ -14,8 +14,9 @@ How a paced run keeps time
       paced seconds = M × Σ_op (c0 + FLOPs_op / F_ref) / speed
 
   — a *reference machine* that pays c0 = 30 µs per operator and computes F_ref = 20 GFLOP/s (a
-  conservative bound of what one core of this class of CPU does: measured 9 µs/op and 30–85
-  GFLOP/s on the tiny GPT, docs/measurements.md), times a margin M = max(4, world_size) so that
+  defined reference, not a measurement of this machine: a conservative bound of what one core of
+  this class of CPU does, measured 9 µs/op and 30–85 GFLOP/s on the tiny GPT, docs/measurements.md;
+  this run's own rate: `parlab.core.link.cpu_flops`), times a margin M = max(4, world_size) so that
   the real work stays well inside its paced span even with more ranks than cores. The real work
   runs first, then the rank sleeps to the span's paced end. `speeds=` (chapter 11's stragglers)
   divides on top. The count is a function of the operators and shapes alone: the same span lasts
@@ -25,7 +26,8 @@ How a paced run keeps time
   F_acc) is taken to run every operator F_acc / F_ref times faster than the reference machine, so
   compute and communication are both N times slower than on the accelerator and their ratio is
   the accelerator's on the real link ("A100 time ×N"). A preset name under a paced clock means the
-  real link (NVLink, 100Gb-IB, ...), not the teaching preset (real ÷ 100).
+  real link (NVLink, 100Gb-IB, ...), not the teaching preset (real ÷ 100); "NVLink" means the
+  clock's accelerator's own generation (V100: NVLink 2, A100: NVLink 3, H100: NVLink 4).
 - A communication issued inside a compute span first settles the compute done so far (the message
   leaves when the paced computation that made it is over) and the span's clock restarts when it
   returns, so a tensor-parallel all-reduce inside forward is paid once, on the link.
@@ -48,7 +50,7 @@ import math
 import time
 from dataclasses import dataclass
 
-from parlab.core.link import ACCELERATORS, PRESETS, REAL, Accelerator, Link
+from parlab.core.link import ACCELERATORS, REAL, Accelerator, Link, preset_name, real
 
 OP_SECONDS = 30e-6  # c0: the reference machine's fixed cost per operator
 REFERENCE_FLOPS = 20e9  # F_ref: the reference machine's FLOP/s
@@ -131,18 +133,20 @@ def pace_link(link, clock: Clock):
         raise ValueError(f"link={link.name!r} is already dilated (×{link.dilation:,.0f}); with "
                          f"clock={clock.name!r} pass the real link: the clock dilates it")
     n = clock.dilation
-    if link.name in REAL and PRESETS.get(link.name) == link:
-        alpha, beta = REAL[link.name]
-        return Link(alpha * n, beta / n, f"{link.name} as an {clock.name} sees it, time ×{n:,.0f}", n)
+    name = preset_name(link)
+    if name in REAL:  # a teaching preset stands for its real link; "NVLink": the clock's generation
+        real = real_link(name, clock.accelerator)
+        return Link(real.latency_s * n, real.bandwidth_Bps / n,
+                    f"{real.name[:-len(' (real)')]} as an {clock.name} sees it, time ×{n:,.0f}", n)
     return Link(link.latency_s * n, link.bandwidth_Bps / n, f"{link.name}, {clock.label}", n)
 
 
-def real_link(name: str) -> Link:
+def real_link(name: str, accelerator=None) -> Link:
     """The real (undilated) link `name`, for a paced run: `parlab.run(..., link=real_link("1GbE"))`
-    is what a preset name already means under a paced clock."""
-    if name not in REAL:
-        raise ValueError(f"link={name!r} is not a real link; choose one of {sorted(REAL)}")
-    return Link(*REAL[name], name=f"{name} (real)")
+    is what a preset name already means under a paced clock. "NVLink" is `accelerator`'s own
+    generation (`parlab.core.link.nvlink_for`: the A100's NVLink 3 when none is given)."""
+    link = real(name, accelerator)
+    return Link(link.latency_s, link.bandwidth_Bps, f"{link.name} (real)")
 
 
 # ----------------------------------------------------------------------------- the meter

@@ -9,6 +9,7 @@ from __future__ import annotations
 from parlab.core import cost
 from parlab.core.explore import link_worker
 from parlab.core.launch import launch
+from parlab.core.link import REAL
 
 
 def check_exercise(answer, numel: int, world_size: int, rank: int, algo: str) -> str:
@@ -30,7 +31,7 @@ def answers() -> dict:
     ring_rounds, tree_rounds = 2 * (m - 1), 2 * cost.tree_depth(m)
     crossover = (ring_rounds - tree_rounds) * alpha * beta / (tree_rounds - 2 * (m - 1) / m)
     return {"ring-bytes-gpu": ring_bytes,
-            "ring-time-nvlink": ring_bytes / 450e9,
+            "ring-time-nvlink": ring_bytes / REAL["NVLink4"][1],
             "ring-limit": 2.0,
             "tree-bytes-here": cost.tree_all_reduce(10_000, 4, 0)[0] * 4,
             "ring-tree-crossover": crossover,
@@ -48,8 +49,9 @@ def exercises() -> list:
                  numeric(a["ring-bytes-gpu"], rtol=0.02),
                  "Reduce-scatter then all-gather: each sends (N−1)/N of the buffer; bf16 is 2 bytes.",
                  "2·(N−1)/N·S with S = 7e9 × 2 B = 14 GB, N = 8: 2·7/8·14 GB = 24.5 GB."),
-        Exercise("ring-time-nvlink", "The same all-reduce over NVLink at 450 GB/s per direction, "
-                 "latency negligible: how many seconds?", numeric(a["ring-time-nvlink"], rtol=0.05),
+        Exercise("ring-time-nvlink", "The same all-reduce over an H100's NVLink 4 at 450 GB/s per "
+                 "direction, latency negligible: how many seconds?",
+                 numeric(a["ring-time-nvlink"], rtol=0.05),
                  "A rank sends and receives at once; time = bytes on the busiest direction / β.",
                  "24.5 GB / 450 GB/s ≈ 54 ms."),
         Exercise("ring-limit", "As N grows, the bytes each rank sends in a ring all-reduce of S bytes "

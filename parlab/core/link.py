@@ -17,6 +17,15 @@ real link's α and β by N = F_acc / F_cpu (α·N, β/N) makes every communicati
 exactly as every compute time is N times longer here, so the ratio of compute to communication on
 this CPU is that of the accelerator on the real link ("1GbE as an A100 sees it, time ×N"). Bytes do
 not change, so every closed form of bytes holds on either kind.
+
+The hardware constants live here and only here (docs/accelerators.md, with sources): each
+accelerator's sustained rate, its NVLink generation and its memory. NVLink per direction, from
+NVIDIA's datasheets: NVLink 2 (V100 SXM2, Tesla V100 datasheet: 300 GB/s total = 6 links × 25 GB/s
+each way) 150 GB/s; NVLink 3 (A100 SXM, A100 Tensor Core GPU datasheet: 600 GB/s total = 12 links ×
+25 GB/s) 300 GB/s; NVLink 4 (H100 SXM, H100 Tensor Core GPU datasheet: 900 GB/s total = 18 links ×
+25 GB/s) 450 GB/s. "NVLink", the name users type, is the A100's NVLink 3 (the default
+accelerator); under a paced clock it is the clock's accelerator's own generation
+(`parlab.core.clock.pace_link`, `nvlink_for`).
 """
 
 from __future__ import annotations
@@ -63,32 +72,79 @@ REAL: dict[str, tuple[float, float]] = {
     "1GbE": (50e-6, 125e6),  # 1 Gbit/s Ethernet, ~50 µs MPI latency
     "10GbE": (20e-6, 1.25e9),  # 10 Gbit/s Ethernet
     "100Gb-IB": (2e-6, 12.5e9),  # EDR InfiniBand, 100 Gbit/s
-    "NVLink": (1e-6, 450e9),  # NVLink 4 (H100), 450 GB/s per direction
+    "HDR-IB": (2e-6, 25e9),  # HDR InfiniBand, 200 Gbit/s per GPU (DGX A100: 8 per node)
+    "NDR-IB": (2e-6, 50e9),  # NDR InfiniBand, 400 Gbit/s per GPU (DGX H100: 8 per node)
+    "NVLink2": (1e-6, 150e9),  # V100: 6 links × 25 GB/s per direction (300 GB/s total)
+    "NVLink3": (1e-6, 300e9),  # A100: 12 links × 25 GB/s per direction (600 GB/s total)
+    "NVLink4": (1e-6, 450e9),  # H100: 18 links × 25 GB/s per direction (900 GB/s total)
 }
+REAL["NVLink"] = REAL["NVLink3"]  # the name users type: the default accelerator's (A100) NVLink
+
+GENERATION = {"NVLink2": "NVLink 2", "NVLink3": "NVLink 3", "NVLink4": "NVLink 4"}
 
 
 def _scaled(name: str, latency_s: float, real_Bps: float) -> Link:
-    return Link(latency_s, real_Bps / PRESET_SCALE, name)
+    return Link(latency_s, real_Bps / PRESET_SCALE, f"{name} ÷{PRESET_SCALE:.0f} (teaching preset)")
 
 
 PRESETS: dict[str, Link] = {"loopback": Link(0.0, math.inf, "loopback"),
                             **{name: _scaled(name, *REAL[name]) for name in REAL}}
 
 
+def preset_name(link) -> str | None:
+    """The key of `PRESETS` that `link` is ("1GbE" for the 1GbE teaching preset), else None."""
+    for name, preset in PRESETS.items():
+        if preset == link:
+            return name
+    return None
+
+
 @dataclass(frozen=True)
 class Accelerator:
-    """An accelerator by the compute rate it sustains in training (FLOP/s), docs/accelerators.md."""
+    """An accelerator by the compute rate it sustains in training (FLOP/s), its NVLink generation
+    (a key of `REAL`) and its memory per device in bytes (None: not stated); docs/accelerators.md."""
 
     name: str
     flops: float
     note: str = ""
+    nvlink: str = "NVLink"
+    memory_bytes: float | None = None
+    inter: str = "100Gb-IB"  # the link between nodes of its usual cluster (a key of `REAL`)
 
 
 ACCELERATORS: dict[str, Accelerator] = {
-    "V100": Accelerator("V100", 50e12, "~40% of 125 TFLOP/s fp16 tensor-core peak"),
-    "A100": Accelerator("A100", 150e12, "~48% of 312 TFLOP/s bf16 dense peak (Megatron-LM: 52%)"),
-    "H100": Accelerator("H100", 400e12, "~40% of 989 TFLOP/s bf16 dense peak"),
+    "V100": Accelerator("V100", 50e12, "~40% of 125 TFLOP/s fp16 tensor-core peak", "NVLink2", 32e9,
+                        "100Gb-IB"),
+    "A100": Accelerator("A100", 150e12, "~48% of 312 TFLOP/s bf16 dense peak (Megatron-LM: 52%)",
+                        "NVLink3", 80e9, "HDR-IB"),
+    "H100": Accelerator("H100", 400e12, "~40% of 989 TFLOP/s bf16 dense peak", "NVLink4", 80e9,
+                        "NDR-IB"),
 }
+
+
+def nvlink_for(link: str, accelerator: str | Accelerator | None = None) -> str:
+    """The key of `REAL` that the name `link` means on `accelerator`: "NVLink" is the accelerator's
+    own generation (the A100's NVLink 3 when no accelerator is given); any other name is itself."""
+    if link != "NVLink":
+        return link
+    accelerator = "A100" if accelerator is None else accelerator
+    acc = accelerator if isinstance(accelerator, Accelerator) else _accelerator(accelerator)
+    return acc.nvlink
+
+
+def real(link: str, accelerator: str | Accelerator | None = None) -> Link:
+    """The real (undilated) `link` as a `Link`, "NVLink" resolved to `accelerator`'s generation."""
+    key = nvlink_for(link, accelerator)
+    if key not in REAL:
+        raise ValueError(f"link={link!r} is not a real link; choose one of {sorted(REAL)}")
+    return Link(*REAL[key], name=_label(link, key))
+
+
+def _label(link: str, key: str) -> str:
+    """'NVLink (NVLink 3)' for the typed name, 'NVLink 4' for a generation, the name otherwise."""
+    if key in GENERATION:
+        return f"{link} ({GENERATION[key]})" if link != key else GENERATION[key]
+    return link
 
 
 def dilation(achieved_flops: float, accelerator: str | Accelerator = "A100") -> float:
@@ -110,8 +166,9 @@ def faithful(link: str, achieved_flops: float, accelerator: str | Accelerator = 
         raise ValueError(f"link={link!r} is not a real link; choose one of {sorted(REAL)}")
     acc = accelerator if isinstance(accelerator, Accelerator) else _accelerator(accelerator)
     n = dilation(achieved_flops, acc)
-    alpha, beta = REAL[link]
-    return Link(alpha * n, beta / n, f"{link} as an {acc.name} sees it, time ×{n:,.0f}", n)
+    key = nvlink_for(link, acc)
+    alpha, beta = REAL[key]
+    return Link(alpha * n, beta / n, f"{_label(link, key)} as an {acc.name} sees it, time ×{n:,.0f}", n)
 
 
 def _accelerator(name: str) -> Accelerator:
@@ -161,3 +218,47 @@ def achieved_flops(result, warmup: int = 1) -> float:
     psi = sum(t.numel() for t in result.state.values())
     tokens = cfg.batch_size // cfg.world_size * getattr(cfg.model_config, "block_size", 1)
     return 6 * psi * tokens / seconds
+
+
+_CPU_FLOPS: dict = {}
+
+
+def cpu_flops(tokens: int = 384, width: int = 32, layers: int = 4, repeats: int = 7) -> float:
+    """This machine's FLOP/s, measured once per process (cached) and the same for every chapter:
+    forward + backward of `layers` bias-free MLPs width → 4·width → width on `tokens` rows (the
+    tiny GPT's MLP shapes: 12 rows × 32 tokens, n_embd 32), one thread like a rank; 6·Ψ·tokens
+    FLOPs (as `achieved_flops` counts) over the fastest of `repeats` passes. A measurement, printed
+    as one (`cpu_flops_line`); the paced clock's F_ref is a defined reference, not this number."""
+    key = (tokens, width, layers, repeats)
+    if key not in _CPU_FLOPS:
+        import time
+
+        import torch
+
+        gen = torch.Generator().manual_seed(0)
+        weights = [torch.randn(shape, generator=gen, requires_grad=True) * 0.1
+                   for _ in range(layers) for shape in ((width, 4 * width), (4 * width, width))]
+        weights = [w.detach().requires_grad_() for w in weights]
+        x = torch.randn(tokens, width, generator=gen)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # like a rank
+        try:
+            best = math.inf
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                h = x
+                for w_in, w_out in zip(weights[::2], weights[1::2]):
+                    h = h + torch.nn.functional.gelu(h @ w_in) @ w_out  # (tokens, width)
+                h.square().mean().backward()
+                best = min(best, time.perf_counter() - t0)
+        finally:
+            torch.set_num_threads(threads)
+        psi = sum(w.numel() for w in weights)
+        _CPU_FLOPS[key] = 6 * psi * tokens / best
+    return _CPU_FLOPS[key]
+
+
+def cpu_flops_line() -> str:
+    """'this machine: 9.3 GFLOP/s (...; measured on this machine this run)', for a chapter to print."""
+    return (f"this machine: {cpu_flops() / 1e9:.1f} GFLOP/s (forward + backward of the tiny GPT's "
+            "MLP shapes, one thread; measured on this machine this run)")

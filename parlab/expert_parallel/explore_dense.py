@@ -25,8 +25,9 @@ repeatable on a shared machine. The "loopback" row has no emulated link: its com
 gloo's own (unpaced, small) transfer time is in it too. The regime where the all-to-all wins
 (GShard, Switch): k < ep, and messages of the order of the link's α·β or larger, so that bytes — of
 which all-gather moves about ep/k times as many — weigh as much as latency in the exchange. On
-NVLink (α·β = 450 KB) that takes thousands of tokens per rank (`TIMING_BATCH`); at the default 12
-sequences every message is latency, and all-gather's extra bytes cost nothing.
+the A100's NVLink 3 (α·β = 1 µs × 300 GB/s = 300 KB) that takes thousands of tokens per rank
+(`TIMING_BATCH`); at the default 12 sequences every message is latency, and all-gather's extra
+bytes cost nothing.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import itertools
 from dataclasses import dataclass
 
 from parlab.core import cost as core_cost
-from parlab.core.link import ACCELERATORS
+from parlab.core.link import ACCELERATORS, REAL
 from parlab.pipeline.cost import in_flight_peak
 from parlab.zero.cost import mixed_precision_formula
 
@@ -43,12 +43,20 @@ class Hardware:
     memory: float  # bytes
 
 
+def _hardware(name: str) -> Hardware:
+    """A DGX node of 8 `name`s, every number from `parlab.core.link` (docs/accelerators.md): the
+    accelerator's sustained rate, its own NVLink inside the node, its cluster's InfiniBand per GPU
+    between nodes, its memory."""
+    acc = ACCELERATORS[name]
+    return Hardware(name, acc.flops, 8, REAL[acc.nvlink], REAL[acc.inter], acc.memory_bytes)
+
+
 HARDWARE = {
-    # DGX A100 (Narayanan et al. 2021 §5.1): NVLink 3 (600 GB/s bidirectional, NVIDIA A100
-    # datasheet) and 8 × 200 Gb/s HDR InfiniBand per node, 25 GB/s per GPU; 80 GB.
-    "A100": Hardware("A100", ACCELERATORS["A100"].flops, 8, (1e-6, 300e9), (2e-6, 25e9), 80e9),
-    # DGX H100: NVLink 4 450 GB/s per direction (parlab.core.link.REAL), 8 × 400 Gb/s NDR.
-    "H100": Hardware("H100", ACCELERATORS["H100"].flops, 8, (1e-6, 450e9), (2e-6, 50e9), 80e9),
+    # DGX A100 (Narayanan et al. 2021 §5.1): NVLink 3, 300 GB/s per direction, and 8 × 200 Gb/s
+    # HDR InfiniBand per node, 25 GB/s per GPU; 80 GB.
+    "A100": _hardware("A100"),
+    # DGX H100: NVLink 4, 450 GB/s per direction, 8 × 400 Gb/s NDR InfiniBand; 80 GB.
+    "H100": _hardware("H100"),
 }
 
 
