@@ -32,7 +32,10 @@ from parlab.heterogeneous import tp_shares
 from parlab.heterogeneous.programs import WIDTHS, D, edges, feature_dimension, partial_gradients, step_kind
 from parlab.tensor_parallel.cost import replicated_numels
 
-CPU_FLOPS = 9e9  # FLOP/s of forward + backward of the default GPT here (docs/measurements.md)
+# F of the wall-clock model: forward + backward of the default GPT as docs/measurements.md recorded
+# it, a fixed model constant (the LP's shares must not move with the load); this run's own rate is
+# printed beside it (`parlab.core.link.cpu_flops_line`), the diagnosis says what the run achieved
+CPU_FLOPS = 9e9
 TIME_BYTES = 8  # an arrival time travels as one float64
 
 

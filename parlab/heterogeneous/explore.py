@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import parlab
 from parlab.core import topology
+from parlab.core.clock import REFERENCE_FLOPS
+from parlab.core.link import cpu_flops_line
 from parlab.engine.runner import make_config
 from parlab.heterogeneous import cost, shares
 from parlab.heterogeneous.schemes import FIXED_ROWS
@@ -175,8 +177,14 @@ def verdict(rows: list[dict]) -> bool:
 def print_measurement(rows: list[dict], title: str = "") -> None:
     if title:
         print(title)
-    print(f"clock: {rows[0].get('clock', 'this CPU, raw')}; "
-          f"model f = {rows[0].get('fixed_rows', FIXED_ROWS):.1f} rows")
+    clock = rows[0].get('clock', 'this CPU, raw')
+    print(f"clock: {clock}; model f = {rows[0].get('fixed_rows', FIXED_ROWS):.1f} rows")
+    if clock == "this CPU, raw":
+        print(f"model t: FLOPs at cost.CPU_FLOPS = {cost.CPU_FLOPS / 1e9:g} GFLOP/s (a rate recorded in "
+              f"docs/measurements.md, not this run's); {cpu_flops_line()}")
+    else:
+        print(f"model t: FLOPs priced by the paced clock (F_ref = {REFERENCE_FLOPS / 1e9:g} GFLOP/s, a "
+              "defined reference machine, not a measurement of this one)")
     print(f"{'shard':<13} {'rows':<16} {'step ms':>8} {'model ms':>9} {'ideal ms':>9} "
           f"{'vs even':>8} {'model':>7}  idle per rank (ms/step)")
     for r in rows:
