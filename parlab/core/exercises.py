@@ -71,7 +71,7 @@ def exercises() -> list:
                  numeric(a["ring-tree-crossover"], rtol=0.05),
                  "Set 2(N−1)α + 2(N−1)/N·S/β equal to 2⌊log₂N⌋(α + S/β) and solve for S.",
                  "30α + 1.875·S/β = 8α + 8·S/β ⇒ S = 22αβ / 6.125 ≈ 1.8 MB."),
-        Exercise("dilation", "This CPU computes the model at 40 GFLOP/s, an A100 at 150 TFLOP/s. By "
+        Exercise("dilation", "Suppose this CPU computes the model at 40 GFLOP/s, an A100 at 150 TFLOP/s. By "
                  "what factor does parlab.core.link.faithful multiply 1GbE's α (and divide its β)?",
                  numeric(a["dilation"], rtol=0.01),
                  "Every compute time is that much longer here; communication must be too.",
