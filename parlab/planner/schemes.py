@@ -22,7 +22,7 @@ names every factor a plan fails before any process starts.
 from __future__ import annotations
 
 from parlab.core.checks import Choice, Float, Int
-from parlab.core.memory import ActivationMeter
+from parlab.core.memory import ActivationMeter, tensor_bytes
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
@@ -149,7 +149,11 @@ class ND(Strategy):
     def memory(self) -> dict:
         if self.model.zero is not None:
             return self.model.zero.memory(self.optimizer)
-        return super().memory()
+        memory = super().memory()
+        buffers = self.model.grad_sync.buffers() if self.model.grad_sync is not None else []
+        if buffers:  # a bucketed reducer's flat buffers (Plan.dp_sync)
+            memory["comm_buffers"] = tensor_bytes(buffers)
+        return memory
 
     def extras(self) -> dict:
         out = {**self.coords, "plan": self.plan.options(),
