@@ -93,3 +93,31 @@ def test_score_counts_held_out_plans_only(capsys):
     assert f"over {len(held)} plans" in fig.axes[0].get_title()
     import matplotlib.pyplot as plt
     plt.close(fig)
+
+
+def test_when_to_use_prints_thresholds_from_the_run(capsys):
+    """The decision guide's closing lines come from the sweep, the scaling points, the replayed
+    traces and the Megatron table given to it: change the sweep and the numbers change."""
+    from parlab.planner import explore_guide, extrapolate
+    preds, measured = _predictions()
+    rows, j = explore.score(preds, measured, set())
+    s = explore.Sweep(4, None, rows, j, costmodel.Calibration(), {}, preds, measured, "0", None,
+                      "leave one out")
+    scale = [{"dim": "dp", "mode": "strong", "n": n, "throughput": t, "wait_us": 5.0,
+              "step_us": 10.0, "degrees": (n, 1, 1, 1), "eff": t / (n * 100.0)}
+             for n, t in ((1, 100.0), (2, 60.0))]
+    replay = [{"plan": "tp ×2", "2× FLOP/s": 0.9, "2× bandwidth": 0.95, "½ latency α": 0.6}]
+    table = extrapolate.megatron_table("A100")
+    explore_guide.when_to_use(s, scale, replay, table)
+    out = capsys.readouterr().out
+    ordered = sorted(rows, key=lambda r: r["measured_ms"])
+    ratio = ordered[-1]["measured_ms"] / ordered[0]["measured_ms"]
+    assert out.startswith("When to use it (from this run):")
+    assert f"ran {ratio:.1f}× faster than the slowest ({ordered[-1]['plan']})" in out
+    assert f"twice its held-out median error ({2 * j.median_error:.1%})" in out
+    assert "dp strong : stops paying at 1→2 ranks" in out or "stops paying at 1→2" in out
+    assert "½ latency α pays most for tp ×2" in out
+    agree = sum(r["verdict"].startswith("agrees") for r in table)
+    assert f"tp and pp for {agree} of {len(table)} models" in out
+    explore_guide.hardware_ratios(table, extrapolate.megatron_table("H100"))
+    assert "H100 vs A100: compute ×" in capsys.readouterr().out

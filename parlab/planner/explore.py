@@ -243,7 +243,16 @@ def scatter(s: Sweep, ax=None):
     ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
            xlabel=f"measured step ({s.unit})", ylabel=f"predicted step ({s.unit})",
            title=f"{s.world_size} ranks, {s.link or 'loopback'}: held-out median |error| "
-                 f"{j.median_error:.1%}, Spearman {j.spearman:.2f} over {j.scored} plans")
+                 f"{j.median_error:.1%},\nSpearman {j.spearman:.2f} over {j.scored} plans")
+    from matplotlib.ticker import NullFormatter
+    for subs in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 8)):  # plain numbers, at least four of them
+        ticks = [m * 10 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)))
+                 for m in subs if lo <= m * 10 ** k <= hi]
+        if len(ticks) >= 4:
+            break
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
     ax.legend(fontsize=8, loc="upper left")
     ax.figure.tight_layout()
     return ax.figure

@@ -105,3 +105,69 @@ def guide_markdown() -> str:
     lines = ["| dimension | use it when | what it costs | chapter |", "|---|---|---|---|"]
     lines += [f"| {d} | {w} | {c} | [{n}]({n}.ipynb) |" for d, w, c, n in GUIDE]
     return "\n".join(lines)
+
+
+def hardware_ratios(table_a100: list[dict], table_h100: list[dict]) -> None:
+    """H100 against A100 from `extrapolate.HARDWARE` (sustained FLOP/s, NVLink and InfiniBand β per
+    GPU), and what the two Megatron tables say happens to the exposed-communication fraction."""
+    from parlab.planner.extrapolate import HARDWARE
+    a, h = HARDWARE["A100"], HARDWARE["H100"]
+    flops, nvlink, ib = h.flops / a.flops, h.intra[1] / a.intra[1], h.inter[1] / a.inter[1]
+    print(f"H100 vs A100: compute ×{flops:.2f} (sustained FLOP/s), NVLink ×{nvlink:.2f}, "
+          f"InfiniBand per GPU ×{ib:.2f} (bandwidth β)")
+    rises = [x["model"] for x, y in zip(table_a100, table_h100) if y["exposed"] > x["exposed"]]
+    print(f"exposed-communication fraction higher on H100 in {len(rises)} of {len(table_a100)} "
+          f"models ({', '.join(rises) or 'none'}): "
+          + ("compute grew faster than the links, so communication grows in share"
+             if flops > max(nvlink, ib) and len(rises) == len(table_a100) else
+             "not every model: the pick changes degrees where the share would grow"
+             if flops > max(nvlink, ib) else "the links grew as fast as compute"))
+
+
+def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: list[dict]) -> None:
+    """The chapter's closing lines, every threshold from this run: what a plan search gains, when
+    the model's ranking is to be trusted, what the memory cap costs, which dimension costs most
+    here, where dp and pp stop paying, which investment pays, and how far the model follows
+    Megatron-LM's published choices."""
+    from parlab.planner import scaling
+    from parlab.planner.explore_replay import WHAT_IFS
+    rows = sorted(s.rows, key=lambda r: r["measured_ms"])
+    fast, slow, j = rows[0], rows[-1], s.judgement
+    print("When to use it (from this run):")
+    print(f"- search the plans: at {s.world_size} ranks the fastest ({fast['plan']}, "
+          f"{fast['measured_ms']:.0f} {s.unit}) ran {slow['measured_ms'] / fast['measured_ms']:.1f}× "
+          f"faster than the slowest ({slow['plan']}); the same ranks, only the plan differs")
+    close = [(a, b) for a, b in zip(rows, rows[1:])
+             if b["measured_ms"] / a["measured_ms"] - 1 < 2 * j.median_error]
+    print(f"- trust the model's ranking where two plans differ by more than twice its held-out "
+          f"median error ({2 * j.median_error:.1%}); {len(close)} of {len(rows) - 1} neighbouring "
+          f"plans here are closer than that: measure those before choosing (Spearman "
+          f"{j.spearman:.3f} over {j.scored} held-out plans)")
+    cap = None
+    if fast["measured_peak"] > min(r["measured_peak"] for r in rows):
+        fits = [r for r in rows if r["measured_peak"] < fast["measured_peak"]]
+        cap = fits[0]
+        print(f"- under a memory cap below {fast['measured_peak'] / 1e6:.2f} MB per rank (the fastest "
+              f"plan's peak) the best plan is {cap['plan']} ({cap['measured_peak'] / 1e6:.2f} MB), "
+              f"{cap['measured_ms'] / fast['measured_ms'] - 1:.0%} slower: memory, not speed, "
+              "then decides the plan")
+    best = {}
+    for r, p in zip(s.rows, s.predictions):
+        for d in ("dp", "tp", "pp", "cp"):
+            if getattr(p.plan, d) > 1:
+                best.setdefault(d, []).append(r)
+    exposed = {d: min(r["exposed_fraction"] for r in v) for d, v in best.items()}
+    worst = max(exposed, key=exposed.get)
+    print(f"- on {s.link or 'loopback'} at this model size, {worst} costs most: its best plan "
+          f"exposes {exposed[worst]:.0%} of the step as communication (least exposed of the plans "
+          f"using each dimension: " + ", ".join(f"{d} {v:.0%}" for d, v in exposed.items()) + ")")
+    for line in scaling.stops_paying(scale_rows):
+        print(f"- scaling, {line.strip()}")
+    for name in WHAT_IFS:
+        gains = [r["plan"] for r in replay_rows if min(WHAT_IFS, key=lambda n: r[n]) == name]
+        if gains:
+            print(f"- {name} pays most for {', '.join(gains)} (the replayed traces)")
+    agree = [r["model"] for r in megatron if r["verdict"].startswith("agrees")]
+    print(f"- at GPU scale the model picks Megatron-LM's tp and pp for {len(agree)} of "
+          f"{len(megatron)} models ({', '.join(agree) or 'none'}); where it differs, the A100 "
+          "table's verdict column says how")
