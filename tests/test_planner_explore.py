@@ -119,5 +119,9 @@ def test_when_to_use_prints_thresholds_from_the_run(capsys):
     assert "½ latency α pays most for tp ×2" in out
     agree = sum(r["verdict"].startswith("agrees") for r in table)
     assert f"tp and pp for {agree} of {len(table)} models" in out
+    from types import SimpleNamespace
+    s.results = {preds[0].plan: SimpleNamespace(config=SimpleNamespace(
+        steps=2, batch_size=12, model_config=explore.model_config()))}
+    assert s.describe().startswith(f"{len(rows)} plans at world size 4 (scheme nd), each run 2 steps")
     explore_guide.hardware_ratios(table, extrapolate.megatron_table("H100"))
     assert "H100 vs A100: compute ×" in capsys.readouterr().out

@@ -57,6 +57,16 @@ class Sweep:
         return f"paced ms, {self.clock.label}" if self.clock is not None and self.clock.paced \
             else "ms, this CPU, raw"
 
+    def describe(self) -> str:
+        """The sweep's configuration, for the cell that runs it."""
+        cfg = next(iter(self.results.values())).config
+        m = cfg.model_config
+        return (f"{len(self.rows)} plans at world size {self.world_size} (scheme nd), each run "
+                f"{cfg.steps} steps (step time: the median after the first), batch "
+                f"{cfg.batch_size} sequences of {m.block_size} tokens, GPT of {m.n_layer} blocks, "
+                f"width {m.n_embd}; link {self.link or 'loopback'}; {self.unit}; load average "
+                f"{self.load}")
+
     @property
     def calibration_plans(self) -> set:
         """The plans the calibration was fitted on (none when leave one out: each plan's
