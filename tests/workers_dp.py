@@ -99,7 +99,7 @@ def train_tied_library(rank, world_size, sync: str, steps: int, find_unused: boo
         optimizer.zero_grad(set_to_none=True)
     return {"state": {n: p.detach().clone() for n, p in model.named_parameters()},
             "ledger": ddp.comm.ledger.records,
-            "numels": [p.numel() for p in ddp.strategy.params]}
+            "numels": [p.numel() for p in ddp.params]}
 
 
 def train_tied_zero(rank, world_size, stage: int, steps: int):

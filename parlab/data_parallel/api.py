@@ -42,13 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from types import SimpleNamespace
 
 import torch
 
 from parlab.core.checks import Bool, Choice, Float
-from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
-from parlab.data_parallel.overlap import OverlapSync
+from parlab.data_parallel.reducer import make_reducer
 
 SYNCS = ("naive", "bucketed", "overlap")
 ALGOS = ("gloo", "ring", "tree", "naive")
@@ -109,32 +107,6 @@ def verify_initial(model: torch.nn.Module, comm, phase: str = "init-verify") -> 
                          "init='broadcast' to copy rank 0's)")
 
 
-class _NoOptimizer:
-    """Stands where a GradSync keeps its optimizer when the library's caller steps their own."""
-
-    def __init__(self):
-        self.state, self.param_groups = {}, []
-
-    def step(self, closure=None):
-        raise RuntimeError("DataParallel was built without an optimizer: step your own after "
-                           "synchronize()")
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        pass
-
-
-class _Context:
-    """What a GradSync needs from a run, outside `parlab.run`: the comm, its ledger and timeline."""
-
-    def __init__(self, comm):
-        self.comm, self.ledger, self.timeline = comm, comm.ledger, comm.timeline
-        self.rank, self.world_size = comm.rank, comm.size
-        self.cfg = SimpleNamespace(options={"accum_steps": 1})
-
-    def span(self, name: str, kind: str = "compute", **args):
-        return self.timeline.span(name, kind, **args)
-
-
 class DataParallel:
     """Average the gradients of `model`'s trainable parameters over `comm`'s ranks (see the
     module docstring). Every rank must build the same model with the same initial weights."""
@@ -161,39 +133,34 @@ class DataParallel:
         elif init == "verify":
             verify_initial(model, comm)
         self.optimizer = optimizer  # yours: the sync never steps it
-        optimizer = optimizer if optimizer is not None else _NoOptimizer()
-        ctx = _Context(comm)
-        if sync == "naive":
-            self.strategy = NaiveSync(ctx, model, algo, optimizer=optimizer)
-        elif sync == "bucketed":
-            self.strategy = BucketedSync(ctx, model, bucket_mb, algo, optimizer=optimizer)
-        else:
-            self.strategy = OverlapSync(ctx, model, bucket_mb, algo, optimizer=optimizer)
+        # chapter 01's reducer, the one its schemes run (`parlab.data_parallel.reducer`)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.reducer = make_reducer(sync, comm, self.params, bucket_mb, algo=algo)
         self.comm, self.find_unused = comm, find_unused_parameters
         names = {id(p): n for n, p in model.named_parameters()}
-        self.names = [names[id(p)] for p in self.strategy.params]
-        self.strategy.before_micro(last=True)  # the next backward communicates
+        self.names = [names[id(p)] for p in self.params]
+        self.reducer.before_micro(last=True)  # the next backward communicates
 
     @contextlib.contextmanager
     def no_sync(self):
         """Backward inside accumulates into `.grad` without communicating (as DDP's no_sync)."""
-        self.strategy.before_micro(last=False)
+        self.reducer.before_micro(last=False)
         try:
             yield
         finally:
-            self.strategy.before_micro(last=True)
+            self.reducer.before_micro(last=True)
 
     def synchronize(self) -> None:
         """After backward: wait until every trainable gradient is averaged over the ranks."""
-        params = self.strategy.params
+        params = self.params
         missing = [n for n, p in zip(self.names, params) if p.grad is None]
         if missing and not self.find_unused:
             raise RuntimeError(f"parameters {missing} got no gradient this step; pass "
                                "find_unused_parameters=True if the model does not use every "
                                "parameter in every step")
         used = torch.tensor([float(p.grad is not None) for p in params])  # (P,) before the sync
-        self.strategy.after_backward()
-        self.strategy.before_micro(last=True)  # ready for the next step's backward
+        self.reducer.after_backward()
+        self.reducer.before_micro(last=True)  # ready for the next step's backward
         if self.find_unused:
             self.comm.all_reduce(used, phase="unused-map")  # (P,) ranks that used each parameter
             for p, count in zip(params, used.tolist()):
