@@ -66,15 +66,21 @@ def draw_compressors(model: str = "gpt"):
     shown["PowerSGD rank 4"] = (low_rank(grad, 4), 4 * (rows + cols) * 4)
     print(f"{name}: {rows}×{cols} gradient")
     print(f"{'compressor':<18} {'bytes':>8} {'ratio':>6} {'‖C(g)-g‖/‖g‖':>13}")
+    errors = {}
     for label, (approx, nbytes) in shown.items():
-        error = ((approx - grad).norm() / grad.norm()).item()
-        print(f"{label:<18} {nbytes:>8,} {4 * n / nbytes:>6.1f} {error:>13.2f}")
+        errors[label] = ((approx - grad).norm() / grad.norm()).item()
+        print(f"{label:<18} {nbytes:>8,} {4 * n / nbytes:>6.1f} {errors[label]:>13.2f}")
+    lossy = [label for label in shown if label != "original (fp32)"]
+    best = min(lossy, key=errors.get)
+    cheap = min(lossy, key=lambda label: shown[label][1])
     fig, axes = plt.subplots(1, len(shown), figsize=(3 * len(shown), 3))
     limit = grad.abs().max().item()
     for ax, (label, (approx, _)) in zip(axes, shown.items()):
         ax.imshow(approx[:48, :48], cmap="RdBu", vmin=-limit, vmax=limit)
-        ax.set_title(label, fontsize=9)
+        ax.set_title(f"{label}\n{shown[label][1]:,} B, error {errors[label]:.2f}", fontsize=9)
         ax.axis("off")
+    fig.suptitle(f"{name} (top-left 48×48): least relative error {best} ({errors[best]:.2f}), fewest "
+                 f"bytes {cheap} ({shown[cheap][1]:,} B)", fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -212,6 +218,13 @@ def loss_vs_bytes(runs: dict):
         left.scatter(max(sent, 1), result.losses[-1], label=scheme)
         right.plot(list(_cumulative(result.step_times)), result.losses, marker=".", label=scheme)
     left.axhline(ref, color="k", ls=":", label="single")
+    lossy = {s: r for s, r in runs.items() if s not in ("single", "ddp-naive") and not s.startswith("torch-")}
+    cheap = min(lossy, key=lambda s: lossy[s].bytes_per_rank()[0])
+    fast = min(lossy, key=lambda s: sum(lossy[s].step_times))
+    left.set_title(f"fewest bytes: {cheap} ({base / max(lossy[cheap].bytes_per_rank()[0], 1):.0f}× fewer), "
+                   f"final loss {lossy[cheap].losses[-1] / ref:.3f}× single", fontsize=9)
+    right.set_title(f"shortest run: {fast} ({sum(lossy[fast].step_times):.2f} s vs ddp-naive's "
+                    f"{sum(runs['ddp-naive'].step_times):.2f} s)", fontsize=9)
     left.set(xscale="log", xlabel="bytes sent by rank 0 (log)", ylabel="final loss")
     right.set(xlabel=f"time (s, {runs['ddp-naive'].clock.label})", ylabel="loss")
     left.legend(fontsize="x-small")

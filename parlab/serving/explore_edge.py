@@ -120,6 +120,7 @@ def accuracy_vs_bytes(world_size: int, densities=DENSITIES):
         sent = sum(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, 1))
         rows.append((density, sent, grouped.accuracy(net, xt, yt)))
     dense_bytes, dense_acc = rows[0][1], rows[0][2]
+    print(f"test accuracy on {len(yt):,} test images; bytes per image summed over {world_size} devices")
     print(f"{'density':>7} {'bytes/image':>11} {'fewer':>6} {'accuracy':>8} {'loss (points)':>13}")
     for density, sent, acc in rows:
         fewer = 1 - sent / dense_bytes if dense_bytes else 0.0
@@ -138,7 +139,8 @@ def accuracy_vs_bytes(world_size: int, densities=DENSITIES):
 def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repeats: int = 3,
                   links=("loopback", "Wi-Fi")):
     """Request latency: one device vs `world_size`, measured on `links`, beside compute/N + k·α +
-    bytes/β over bandwidths, and the break-even bandwidth β* of each density."""
+    bytes/β over bandwidths, and the break-even bandwidth β* of each density. Returns the figure
+    and the numbers: {"alone": s, "break_even": {density: B/s}, "measured": {(density, link): s}}."""
     import matplotlib.pyplot as plt
 
     _, (xt, _) = data()
@@ -149,6 +151,7 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
     betas = [10 ** (4 + k / 8) for k in range(0, 41)]  # 10 KB/s .. 1 GB/s
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.axhline(alone * 1e3, color="k", ls=":", label=f"one device ({alone * 1e3:.1f} ms)")
+    info = {"alone": alone, "break_even": {}, "measured": {}}
     print(f"latencies: this CPU, raw (inference, one request at a time)\n"
           f"one device: {alone * 1e3:.1f} ms per request of {batch} images")
     for density in densities:
@@ -159,10 +162,12 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
         line = ax.plot(betas, model, "--", label=f"density {density}: model (α = {alpha * 1e3:g} ms)")[0]
         star = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, alpha)
         where = f"{star / 1e6:.2f} MB/s" if math.isfinite(star) else "never"
+        info["break_even"][density] = star
         print(f"density {density}: busiest device sends {nbytes:,} B; break-even β* = {where}")
         for name in links:
             link = edge.EDGE_LINKS[name]
             measured = edge.run_edge(net, x, world_size, link=link, repeats=repeats).latency
+            info["measured"][density, name] = measured
             beta = 3e9 if link is None else link.bandwidth_Bps
             predicted = cost.edge_latency(alone, nbytes, rounds, world_size, link)
             ax.plot(beta, measured * 1e3, "o", color=line.get_color())
@@ -172,9 +177,12 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
             ax.axvline(star, color=line.get_color(), lw=0.8)
     ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 3 GB/s)",
            ylabel="latency per request (ms, this CPU, raw)", ylim=(alone * 1e3 / 4, None))
+    ax.set_title("the split beats one device above β*: " + ", ".join(
+        f"density {d}: " + (f"{b / 1e6:.2f} MB/s" if math.isfinite(b) else "never")
+        for d, b in info["break_even"].items()), fontsize=9)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
-    return fig
+    return fig, info
 
 
 def _link_of(alpha: float, beta: float):
