@@ -20,7 +20,8 @@ Reading order:
 - `cost`: ideal timelines and bubble fractions; the closed forms of the bytes a pipeline sends.
 - `stages`: a stage of the reference model (its embed / blocks / head), so exactness follows.
 - `partition`: per-layer profiling and dynamic-programming balancing of stages.
-- `executor`: runs one rank's action list for one training step.
+- `executor`: runs one rank's action list for one training step; `zb_backward`: zero bubble's
+  backward split into B (input gradient) and W (weight gradients).
 - `reshard_boundary`: a stage boundary that is a cross-mesh resharding (AlpaComm), with the link at the
   sender, so an early send (eager 1F1B) can hide its transfer.
 - `unet_stages`, `unet_executor`, `unet_cost`: the 3-D U-Net (LAMP) cut into stages whose skip
