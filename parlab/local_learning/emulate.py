@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
+from parlab.engine.loop import build_model, make_optimizer, micro_batches, state_of, step_batch
 from parlab.local_learning.heads import AuxHead
 from parlab.local_learning.layout import Layout
 from parlab.local_learning.routes import Route
@@ -44,10 +44,8 @@ def emulate(cfg, layout: Layout, route: Route) -> Emulation:
         optims.append(make_optimizer(ps + hs, cfg))
     losses, aux_log = [], []
     for step in range(cfg.steps):
-        x_all, y_all = step_batch(cfg, step)
-        xs, ys = x_all.chunk(m), y_all.chunk(m)
         true, aux = [], [[] for _ in range(p)]
-        for x, y in zip(xs, ys):
+        for x, y in micro_batches(step_batch(cfg, step), m):  # m × (B/m, T)
             h, roots = x, []
             for s in range(p):
                 h = stages[s](h)  # (mb, T, C), or logits on the last stage

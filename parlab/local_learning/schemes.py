@@ -20,7 +20,7 @@ from __future__ import annotations
 from parlab.core.checks import Float, Int
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh
-from parlab.engine.loop import Strategy, build_model, make_optimizer, state_of, train
+from parlab.engine.loop import Strategy, build_model, make_optimizer, micro_batches, state_of, train
 from parlab.engine.runner import register
 from parlab.local_learning import cost
 from parlab.local_learning.heads import AuxHead
@@ -58,10 +58,6 @@ class Stages(Strategy):
 
     def boundary_shape(self, rows: int) -> tuple:
         return stages_mod.boundary_shape(self.ctx.cfg.model_config, rows)
-
-    def micro_batches(self, batch):
-        x, y = batch  # (B/dp, T) each
-        return list(x.chunk(self.layout.microbatches)), list(y.chunk(self.layout.microbatches))
 
     def sync_tie(self) -> None:
         if self.tied is not None and self.tie_comm.size > 1:
@@ -103,7 +99,7 @@ class LocalLearning(Stages):
         self.aux_log: list[float | None] = []
 
     def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), T)
+        xs, ys = zip(*micro_batches(batch, self.layout.microbatches))  # m × (B/(dp·m), T)
         losses = self.executor.run_step(step, xs, ys, self.actions)
         aux, self.routing.aux = self.routing.aux, []
         self.aux_log.append(sum(aux) / len(aux) if aux else None)
@@ -168,7 +164,7 @@ class StalePipeline(Stages):
                                     self.comm_b, self.boundary_shape, self.meter, tie)
 
     def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/m, T)
+        xs, ys = zip(*micro_batches(batch, self.layout.microbatches))  # m × (B/m, T)
         losses = self.pipe.run_step(step, xs, ys)
         return sum(losses) / self.layout.microbatches if self.reports_loss else 0.0
 

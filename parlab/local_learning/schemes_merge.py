@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from parlab.core.checks import Int
 from parlab.data_parallel.flat import all_reduce_flat
-from parlab.engine.loop import train
+from parlab.engine.loop import micro_batches, train
 from parlab.engine.runner import register
 from parlab.local_learning import cost, partition_merge
 from parlab.local_learning.schemes import Stages, assemble
@@ -39,7 +39,7 @@ class PartitionMerge(Stages):
                                          self.meter)
 
     def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), T) each
+        xs, ys = zip(*micro_batches(batch, self.layout.microbatches))  # m × (B/(dp·m), T) each
         losses = self.executor.run_step(step, xs, ys)
         return sum(losses) / self.layout.microbatches / self.layout.dp if self.reports_loss else 0.0
 

@@ -8,7 +8,10 @@ NeurIPS 2019), `pp-1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021), `pp-int
 replicas: `parlab.pipeline.schemes_reshard`; `pp-dualpipe`, DeepSeek-V3's bidirectional
 schedule with two stages per rank: `parlab.pipeline.schemes_dualpipe`). The schedule is data
 (`parlab.pipeline.schedules`), validated before it runs and executed action by action
-(`parlab.pipeline.executor`).
+(`parlab.pipeline.executor`). What differs between models — the layers they cut, how their
+stages are built and split, the schedules they run, what their stages send besides the main path
+(the U-Net's skips) — is the model's `StagedModel` (`parlab.pipeline.stages.staged_model`), looked
+up by the run's model, never branched on here.
 
 With world_size = dp × pp the pipeline is replicated dp times (mesh ("dp", "pp"), pp innermost);
 each replica trains on its rows of the global batch, cut into m equal micro-batches. The last
@@ -26,15 +29,14 @@ import torch
 from parlab.core.checks import Choice, Int
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh, validate_degrees
-from parlab.engine.loop import Strategy, build_model, make_optimizer, train
+from parlab.engine.loop import Strategy, build_model, make_optimizer, micro_batches, train
 from parlab.engine.runner import register
 from parlab.pipeline import cost as pp_cost
-from parlab.pipeline import lamp, unet_stages
-from parlab.pipeline import partition as partition_mod
 from parlab.pipeline import stages as stages_mod
+from parlab.pipeline import unet_executor  # noqa: F401  registers the U-Net's StagedModel
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
-from parlab.pipeline.unet_executor import UNetSkips
+from parlab.pipeline.stages import STAGED, staged_model
 from parlab.pipeline.validate import check
 
 
@@ -52,10 +54,8 @@ class PipelinePlan:
 
 
 def n_layers(cfg) -> int:
-    mc = cfg.model_config
-    if cfg.model == "unet3d":
-        return unet_stages.n_layers(mc)  # Down × (L-1), Bottom, Up × (L-1), Head
-    return mc.n_layer if cfg.model == "gpt" else mc.n_layer + 1  # the MLP has n_layer+1 linears
+    """The layers the run's model cuts into stages (its `StagedModel`)."""
+    return staged_model(cfg.model).n_layers(cfg.model_config)
 
 
 def _is_int(x) -> bool:
@@ -102,7 +102,7 @@ def resolve(cfg, schedule: str) -> PipelinePlan:
     elif part not in ("even", "balanced", "lamp"):
         raise ValueError(f"partition={part!r} must be 'even', 'balanced' (by time), 'lamp' (the "
                          "U-Net by memory) or a list of layer counts per stage")
-    if part == "lamp" and cfg.model != "unet3d":
+    if part == "lamp" and not staged_model(cfg.model).by_memory:
         raise ValueError(f"partition='lamp' balances the U-Net's layers by memory (LAMP); with "
                          f"model={cfg.model!r} give 'even', 'balanced' or a list")
     return PipelinePlan(schedule, dp, pp, m, chunks, part, layers)
@@ -119,18 +119,13 @@ def _counts(ctx, plan: PipelinePlan, model) -> list[int]:
     counts = torch.zeros(stages, dtype=torch.long)
     if ctx.rank == 0:
         rows = ctx.cfg.batch_size // (plan.dp * plan.microbatches)
-        mc = ctx.cfg.model_config
+        mc, kind = ctx.cfg.model_config, staged_model(ctx.cfg.model)
         if plan.partition == "lamp":
-            sizes = lamp.layer_sizes(model, mc, rows)
             in_flight = [pp_cost.in_flight_peak(plan.schedule, plan.pp, plan.microbatches, s)
                          for s in range(stages)]
-            split = lamp.memory_partition(sizes, stages, in_flight,
-                                          lamp.PARAM_COPIES.get(ctx.cfg.optimizer, 2))
-        elif ctx.cfg.model == "unet3d":
-            split = lamp.time_partition(lamp.layer_times(model, mc, rows), stages)
+            split = kind.memory_split(model, mc, rows, stages, in_flight, ctx.cfg.optimizer)
         else:
-            split = partition_mod.balanced_partition(
-                partition_mod.profile_layers(model, mc, rows), stages)
+            split = kind.time_split(model, mc, rows, stages)
         counts = torch.tensor(split)
     with ctx.ledger.label(phase="partition"):
         ctx.comm.broadcast(counts, src=0)  # (stages,) layers per stage, from rank 0
@@ -143,13 +138,13 @@ class PipelineStages(Strategy):
     (first and last stage, as Megatron does), every gradient averaged over dp, one update."""
 
     def __init__(self, ctx, plan: PipelinePlan):
-        self.plan = plan
+        self.plan, self.kind = plan, staged_model(ctx.cfg.model)  # what the model gives the pipeline
         self.mesh = mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
         self.tie_comm = self.embed_tie(ctx, mesh, plan)
         model = build_model(ctx.cfg)
         self.counts = _counts(ctx, plan, model)  # even, balanced (profiled on rank 0) or given
         self.stage_ids = self.local_stages(plan, mesh.coords["pp"])
-        self.stages = stages_mod.build_stages(model, self.stage_ids, self.counts)
+        self.stages = self.kind.build_stages(model, self.stage_ids, self.counts)
         self.params = list(model.parameters())  # this rank's kept parameters
         self.tied = stages_mod.tied_parameter(model)
         super().__init__(ctx, model, make_optimizer(self.params, ctx.cfg),
@@ -183,81 +178,51 @@ class PipelineStages(Strategy):
                 for p in self.params:
                     self.mesh["dp"].all_reduce(p.grad, op="avg")  # (param shape,) over dp
 
-    def micro_batches(self, batch):
-        x, y = batch  # (B/dp, T) each
-        return list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
-
     def extras(self) -> dict:
         return {"stages": self.stage_ids, "layers_per_stage": self.counts,
                 "param_numels": [p.numel() for p in self.params]}
 
 
 class Pipeline(PipelineStages):
-    """Our executor runs the schedule (data: per-rank F/B/W actions) action by action."""
+    """Our executor runs the schedule (data: per-rank F/B/W actions) action by action, with the
+    model's per-stage strategy (`StagedModel.strategy`): the default for the GPT and the MLP; for
+    the 3-D U-Net (`parlab.pipeline.unet_stages`) the main path on the pipeline's channels and every
+    skip connection straight from its producer stage to its consumer stage on its own channels
+    ("pp-skip" forward, "pp-skip-bwd" backward) — LAMP's setting (Zhu et al., MICCAI 2020;
+    `parlab.pipeline.unet_executor.UNetSkips`)."""
 
     def __init__(self, ctx, schedule_name: str):
         plan = resolve(ctx.cfg, schedule_name)
         super().__init__(ctx, plan)
-        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
-        comm_b = ctx.comm.split(self.mesh.groups("pp"), "pp-bwd")  # gradients back: own FIFO
-        self.meter = ActivationMeter(exclude=self.params)
-        self.executor = PipelineExecutor(
-            ctx, schedule, self.mesh.coords["pp"], self.stages, self.mesh["pp"], comm_b,
-            lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
-
-    def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), T)
-        mb_losses = self.executor.run_step(step, xs, ys)
-        return sum(mb_losses) / self.plan.microbatches / self.plan.dp if self.reports_loss else 0.0
-
-    def extras(self) -> dict:
-        return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
-                "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
-                "stage_activations": dict(self.executor.microbatch_bytes)}
-
-
-class UNetPipeline(PipelineStages):
-    """The 3-D U-Net cut into stages (`parlab.pipeline.unet_stages`): the main path on the
-    pipeline's channels, every skip connection straight from its producer stage to its consumer
-    stage on its own channels ("pp-skip" forward, "pp-skip-bwd" backward) — LAMP's setting (Zhu et
-    al., MICCAI 2020). The executor is the pipeline's own with the U-Net's stage strategy
-    (`parlab.pipeline.unet_executor.UNetSkips`)."""
-
-    def __init__(self, ctx, schedule_name: str):
-        plan = resolve(ctx.cfg, schedule_name)
-        super().__init__(ctx, plan)
-        self.stages = unet_stages.build_stages(self.model, self.stage_ids, self.counts)
         schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
         groups = self.mesh.groups("pp")
-        comm_b = ctx.comm.split(groups, "pp-bwd")
-        skip_f, skip_b = ctx.comm.split(groups, "pp-skip"), ctx.comm.split(groups, "pp-skip-bwd")
+        comm_b = ctx.comm.split(groups, "pp-bwd")  # gradients back: own FIFO
+        strategy = self.kind.strategy(ctx, groups, self.stages)  # None: the default
         self.meter = ActivationMeter(exclude=self.params)
-        skips = UNetSkips(self.stages, skip_f, skip_b, ctx.cfg.model_config)
-        self.executor = PipelineExecutor(ctx, schedule, self.mesh.coords["pp"], self.stages,
-                                         self.mesh["pp"], comm_b, None, self.meter, skips)
+        mc = ctx.cfg.model_config
+        self.executor = PipelineExecutor(
+            ctx, schedule, self.mesh.coords["pp"], self.stages, self.mesh["pp"], comm_b,
+            lambda rows: self.kind.boundary_shape(mc, rows), self.meter, strategy)
 
     def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/(dp·m), 1, S, S, S), m × (B/(dp·m), S, S, S)
+        # the U-Net's: m × (B/(dp·m), 1, S, S, S) volumes, m × (B/(dp·m), S, S, S) labels
+        xs, ys = zip(*micro_batches(batch, self.plan.microbatches))  # m × (B/(dp·m), T)
         mb_losses = self.executor.run_step(step, xs, ys)
         return sum(mb_losses) / self.plan.microbatches / self.plan.dp if self.reports_loss else 0.0
 
     def extras(self) -> dict:
         return {**super().extras(), "in_flight_peak": self.executor.in_flight_peak,
                 "microbatch_activations": sum(self.executor.microbatch_bytes.values()),
-                "skip_routes": unet_stages.skip_routes(self.ctx.cfg.model_config.levels,
-                                                       self.counts)}
+                "stage_activations": dict(self.executor.microbatch_bytes),
+                **self.kind.extras(self.ctx.cfg.model_config, self.counts)}
 
 
-UNET_SCHEDULES = ("naive", "gpipe", "1f1b", "eager-1f1b")  # one stage per rank, one backward
-
-
-def check_unet(cfg, schedule: str) -> None:
-    """ValueError for what the U-Net pipeline does not run (before any process starts)."""
-    if cfg.model != "unet3d":
-        return
-    if schedule not in UNET_SCHEDULES:
-        raise ValueError(f"schedule={schedule!r} with model='unet3d': the U-Net pipeline runs one "
-                         f"of {UNET_SCHEDULES}")
+def check_model(cfg, schedule: str) -> None:
+    """ValueError for a schedule the run's model does not run (before any process starts)."""
+    kind = staged_model(cfg.model)
+    if not kind.runs(schedule):
+        raise ValueError(f"schedule={schedule!r} with model={cfg.model!r}: the {kind.title} "
+                         f"pipeline runs one of {kind.schedules}")
 
 
 def assemble(outputs: list, cfg) -> dict:
@@ -295,19 +260,17 @@ def _register(name: str, schedule: str | None) -> None:
         return schedule or cfg.options["schedule"]
 
     def validate(cfg):
-        check_unet(cfg, chosen(cfg))
+        check_model(cfg, chosen(cfg))
         plan = resolve(cfg, chosen(cfg))
         check(make_schedule(plan.schedule, plan.pp, plan.microbatches, plan.chunks))
 
     def worker(ctx):
-        if ctx.cfg.model == "unet3d":
-            return train(ctx, UNetPipeline(ctx, chosen(ctx.cfg)))
         return train(ctx, Pipeline(ctx, chosen(ctx.cfg)))
 
     worker.__name__ = worker.__qualname__ = f"pipeline_{schedule or 'any'}"
     summary = SUMMARIES[schedule] if schedule else "pipeline with schedule= any of " + ", ".join(
         SUMMARIES)
-    models = ("gpt", "mlp", "unet3d") if schedule in UNET_SCHEDULES + (None,) else ("gpt", "mlp")
+    models = tuple(name for name, kind in STAGED.items() if kind.runs(schedule))
     # mixed precision: the executor's boundary buffers take the compute dtype, and with fp16 the
     # last stage's loss carries the loop's loss scale (PipelineStages)
     register(name, summary=summary, exact=True, options=options, validate=validate,

@@ -17,7 +17,7 @@ import dataclasses
 from parlab.core.checks import Choice, Int
 from parlab.core.comm import Comm
 from parlab.core.memory import ActivationMeter
-from parlab.engine.loop import Strategy, build_model, make_optimizer, train
+from parlab.engine.loop import Strategy, build_model, make_optimizer, micro_batches, train
 from parlab.engine.runner import register
 from parlab.pipeline import reshard_boundary
 from parlab.pipeline import stages as stages_mod
@@ -74,12 +74,8 @@ class ReshardPipeline(PipelineStages):
             with self.ctx.ledger.label(phase="embed-tie"):
                 self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) first + last
 
-    def micro_batches(self, batch):
-        x, y = batch  # (B, T) each: every replica holds the whole batch
-        return list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
-
     def forward_backward(self, step: int, batch) -> float:
-        xs, ys = self.micro_batches(batch)  # m × (B/m, T)
+        xs, ys = zip(*micro_batches(batch, self.plan.microbatches))  # m × (B/m, T): the whole batch
         mb_losses = self.executor.run_step(step, xs, ys)
         return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
 
@@ -142,8 +138,7 @@ class WidthsPipeline(Strategy):
                 self.tie_comm.all_reduce(self.tied.grad, op="sum")  # (vocab, C) over both ends
 
     def forward_backward(self, step: int, batch) -> float:
-        x, y = batch  # (B, T) each: every replica holds the whole batch
-        xs, ys = list(x.chunk(self.plan.microbatches)), list(y.chunk(self.plan.microbatches))
+        xs, ys = zip(*micro_batches(batch, self.plan.microbatches))  # m × (B/m, T): the whole batch
         mb_losses = self.executor.run_step(step, xs, ys)
         return sum(mb_losses) / self.plan.microbatches if self.reports_loss else 0.0
 

@@ -7,6 +7,12 @@ sequence of L layers cut into K cells). For the GPT the first stage also holds t
 the last stage the final LayerNorm and the head; the head is tied to the token embedding, so
 first and last stage each hold a copy of `wte` whose gradients are summed before the update —
 Megatron-LM's "embedding group" (Shoeybi et al. 2019; Narayanan et al., SC 2021).
+
+What a model gives the pipeline beyond its layers — how many layers it cuts, how its stages are
+built, how it is split by time or memory, which schedules it runs and what its stages do besides
+passing one activation on — is its `StagedModel`, registered by name where its stages live
+(`register_staged`: the GPT and the MLP here, the U-Net in `parlab.pipeline.unet_executor`); the
+pipeline schemes look it up (`staged_model`) and never branch on the model's name.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.core.cost import shard_sizes
+from parlab.pipeline import partition
 
 
 def layers_of(model: nn.Module) -> nn.ModuleList:
@@ -112,3 +119,68 @@ def tied_parameter(model: nn.Module):
     """The parameter shared by the first and last stage (GPT's wte), or None."""
     wte = getattr(model, "wte", None)
     return wte.weight if wte is not None else None
+
+
+class StagedModel:
+    """A model as the pipeline cuts it; this default is the layer-list models' (the GPT's blocks,
+    the MLP's linears): `Stage`s that pass one activation (`boundary_shape`) from stage to stage,
+    the default stage strategy of the executor, every schedule, 'balanced' by per-layer times
+    (`partition`). A model whose stages do more overrides what changes (`unet_executor.UNetStaged`)."""
+
+    title = "layer-list"  # the name its error messages use
+    schedules: tuple | None = None  # the schedules it runs; None: every one
+    by_memory = False  # a split by memory (partition="lamp", LAMP) exists
+
+    def __init__(self, layers):
+        self.layers = layers  # model_config -> the layers stages split
+
+    def n_layers(self, model_config) -> int:
+        return self.layers(model_config)
+
+    def runs(self, schedule: str | None) -> bool:
+        """Whether this model's stages run `schedule` (None: the scheme takes any)."""
+        return schedule is None or self.schedules is None or schedule in self.schedules
+
+    def build_stages(self, model: nn.Module, stage_ids: list[int], counts: list[int]) -> dict:
+        return build_stages(model, stage_ids, counts)
+
+    def time_split(self, model: nn.Module, model_config, rows: int, stages: int) -> list[int]:
+        """Layers per stage balancing profiled time ('balanced')."""
+        return partition.balanced_partition(partition.profile_layers(model, model_config, rows),
+                                            stages)
+
+    def memory_split(self, model: nn.Module, model_config, rows: int, stages: int,
+                     in_flight: list[int], optimizer: str) -> list[int]:
+        """Layers per stage balancing memory ('lamp'); only where `by_memory`."""
+        raise ValueError(f"partition='lamp' is not defined for the {self.title} model")
+
+    def strategy(self, ctx, groups: list[list[int]], stages: dict):
+        """The executor's per-stage strategy (`executor.StageStrategy`); None: the default. Any
+        channels it needs are split from `ctx.comm` over the pipeline `groups` here."""
+        return None
+
+    def boundary_shape(self, model_config, rows: int) -> tuple:
+        return boundary_shape(model_config, rows)
+
+    def extras(self, model_config, counts: list[int]) -> dict:
+        """What a run reports besides every pipeline's extras."""
+        return {}
+
+
+STAGED: dict[str, StagedModel] = {}
+
+
+def register_staged(model: str, staged: StagedModel) -> StagedModel:
+    """Make model `model` (a name of `parlab.models.MODELS`) a pipeline model."""
+    STAGED[model] = staged
+    return staged
+
+
+def staged_model(model: str) -> StagedModel:
+    if model not in STAGED:
+        raise ValueError(f"model={model!r} has no pipeline stages; pipelines cut {sorted(STAGED)}")
+    return STAGED[model]
+
+
+register_staged("gpt", StagedModel(lambda mc: mc.n_layer))  # its blocks
+register_staged("mlp", StagedModel(lambda mc: mc.n_layer + 1))  # n_layer hidden + the output linear

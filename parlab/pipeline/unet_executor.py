@@ -13,16 +13,22 @@ gradient that flows back through the pooled main path). Every skip message is on
 so the ledger counts its bytes (`unet_cost.skip_bytes_per_step`).
 
 Why it cannot deadlock: sends never block; F(t, i) depends on F(s, i) through the main path anyway
-(t > s), and B(s, i) on B(t, i); every schedule the U-Net runs (`schemes.UNET_SCHEDULES`) has one
+(t > s), and B(s, i) on B(t, i); every schedule the U-Net runs (`UNetStaged.schedules`) has one
 stage per rank with forwards and backwards in micro-batch order, so each (sender, receiver) pair's
 skip messages are received in the order they were sent (skips of one micro-batch by level).
+
+`UNetStaged` is what the U-Net gives the pipeline schemes (`parlab.pipeline.stages.StagedModel`,
+registered as "unet3d"): its 2·levels layers, its stages (`unet_stages`), LAMP's splits by time
+and by memory (`lamp`), the schedules above, and this strategy with its two skip channels.
 """
 
 from __future__ import annotations
 
 import torch
 
+from parlab.pipeline import lamp, unet_stages
 from parlab.pipeline.executor import StageStrategy
+from parlab.pipeline.stages import StagedModel, register_staged
 from parlab.pipeline.unet_stages import layer_output_shape, skip_shape
 
 
@@ -88,3 +94,35 @@ class UNetSkips(StageStrategy):
                 self.box[("SB", k, i)] = h.grad
             else:
                 x.sends.append(self.skip_b.isend(h.grad, src, phase="pp-skip-bwd"))  # (mb, c_k, ...)
+
+
+class UNetStaged(StagedModel):
+    """The 3-D U-Net cut into stages whose skips cross to later stages (module docstring)."""
+
+    title = "U-Net"
+    schedules = ("naive", "gpipe", "1f1b", "eager-1f1b")  # one stage per rank, one backward
+    by_memory = True
+
+    def __init__(self):
+        super().__init__(unet_stages.n_layers)  # Down × (L-1), Bottom, Up × (L-1), Head
+
+    def build_stages(self, model, stage_ids: list[int], counts: list[int]) -> dict:
+        return unet_stages.build_stages(model, stage_ids, counts)
+
+    def time_split(self, model, model_config, rows: int, stages: int) -> list[int]:
+        return lamp.time_partition(lamp.layer_times(model, model_config, rows), stages)
+
+    def memory_split(self, model, model_config, rows: int, stages: int, in_flight: list[int],
+                     optimizer: str) -> list[int]:
+        return lamp.memory_partition(lamp.layer_sizes(model, model_config, rows), stages,
+                                     in_flight, lamp.PARAM_COPIES.get(optimizer, 2))
+
+    def strategy(self, ctx, groups: list[list[int]], stages: dict) -> UNetSkips:
+        skip_f, skip_b = ctx.comm.split(groups, "pp-skip"), ctx.comm.split(groups, "pp-skip-bwd")
+        return UNetSkips(stages, skip_f, skip_b, ctx.cfg.model_config)
+
+    def extras(self, model_config, counts: list[int]) -> dict:
+        return {"skip_routes": unet_stages.skip_routes(model_config.levels, counts)}
+
+
+register_staged("unet3d", UNetStaged())
