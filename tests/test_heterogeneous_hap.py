@@ -96,7 +96,10 @@ def test_the_alternation_stops_when_the_program_stops_changing():
     found = ps.synthesise(cfg)
     assert found.rounds[0].weights == pytest.approx([0.8, 0.2])  # HAP starts ∝ device speed
     assert len(found.rounds) >= 2 and found.rounds[-1].program == found.rounds[-2].program
-    assert found.program == pg.parse("dp dp dp dp col col row")  # attention dp, the MLP Megatron's
+    # on the A100's NVLink 3 (300 GB/s per direction) the stream and attention come out cheaper
+    # replicated than data-parallel (model cost 1.01 vs 1.05 at the found ratios), the MLP Megatron's;
+    # on an H100's NVLink 4 (450 GB/s, link="NVLink4") the same search keeps them data-parallel
+    assert found.program == pg.parse("rep rep rep rep col col row")
     assert found.cost <= ps.program_cost(cfg, pg.MEGATRON_SP, found.split)
 
 
