@@ -12,8 +12,9 @@ expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
     "naive"     one all-reduce per gradient tensor after backward;
     "bucketed"  buckets of `bucket_mb` MiB after backward (Li et al., VLDB 2020, §3.2.3);
     "overlap"   the same buckets launched from gradient hooks while backward runs (WFBP,
-                Zhang et al., Poseidon, ATC 2017); the step calls `before_micro(last)` so only
-                the last micro-batch's backward communicates.
+                Zhang et al., Poseidon, ATC 2017): only the last micro-batch's backward
+                communicates — the step says which (`before_micro(last)`), or, in a pipeline,
+                a gradient is ready at its m-th accumulation (m micro-batches per step).
 
 Ledger phase "dp-grad-sync". The composed step calls `grad_sync.before_micro(last)` and
 `grad_sync.after_backward()`; it owns the optimizer, so the chapter's syncs that step their own
@@ -47,6 +48,8 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
     model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
     model.grad_sync = None
     if model.data_comm is not None and model.data_comm.size > 1:
+        parts = model.pipeline  # split_pp: its executor runs every micro-batch's backward
+        backwards = parts.schedule.microbatches if parts is not None else 1
         model.grad_sync = make_reducer(sync, model.data_comm, synced_parameters(model),
-                                       bucket_mb, phase=PHASE)
+                                       bucket_mb, phase=PHASE, backwards=backwards)
     return model

@@ -35,6 +35,8 @@ class GradientReducer:
     """Base reducer: one flat bucket of the parameters that have a gradient, all-reduced (average)
     after backward (`parlab.data_parallel.flat.all_reduce_flat`)."""
 
+    during_backward = False  # all of its communication happens in `after_backward`
+
     def __init__(self, comm, params, phase: str | None = None, algo: str = "gloo"):
         self.comm, self.params, self.phase, self.algo = comm, list(params), phase, algo
         self.last_micro = True
@@ -102,12 +104,19 @@ class OverlapReducer(GradientReducer):
     goes on; `after_backward` launches what is left and waits for every bucket.
 
     `launch(bucket, flat)`: how a bucket starts (default `all_reduce_bucket`; chapter 01's DeAR
-    reduce-scatters, its priority scheduler cuts partitions); it stores a handle in `handles`."""
+    reduce-scatters, its priority scheduler cuts partitions); it stores a handle in `handles`.
+    `backwards`: how many backward passes accumulate into each gradient after the last
+    `before_micro(last=True)` — 1 when the loop marks the last micro-batch itself, m when a
+    pipeline executor runs all m micro-batches' backwards (a gradient is ready at its m-th)."""
+
+    during_backward = True  # its communication starts inside backward
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo="gloo",
-                 launch: Callable | None = None):
+                 launch: Callable | None = None, backwards: int = 1):
         super().__init__(comm, params, phase, algo)
         self.launch = launch or self.all_reduce_bucket
+        self.backwards = backwards
+        self.arrived: dict[int, int] = {}  # id(param) -> backwards accumulated this step
         self.set_buckets(Buckets(self.params, bucket_mb))
 
     def set_buckets(self, buckets: Buckets) -> None:
@@ -125,12 +134,16 @@ class OverlapReducer(GradientReducer):
     def before_micro(self, last: bool) -> None:
         super().before_micro(last)
         if last:
-            self.handles, self.next_launch = {}, 0
+            self.handles, self.next_launch, self.arrived = {}, 0, {}
             self.pending = [len(b.params) for b in self.buckets]
 
     def _grad_ready(self, p) -> None:
         if not self.last_micro:  # an accumulation micro-step: no communication (no_sync)
             return
+        if self.backwards > 1:
+            self.arrived[id(p)] = self.arrived.get(id(p), 0) + 1
+            if self.arrived[id(p)] < self.backwards:  # more micro-batches still to accumulate
+                return
         self.pending[self.buckets.bucket_of[id(p)]] -= 1
         self.launch_ready()
 
@@ -161,9 +174,12 @@ BUCKETED = ("bucketed", "overlap")  # the reducers that take `bucket_mb`
 
 
 def make_reducer(sync: str, comm, params, bucket_mb: float = 25.0, phase: str | None = None,
-                 algo: str = "gloo") -> GradientReducer:
-    """The reducer named `sync` ("flat", "naive", "bucketed", "overlap"), attached."""
+                 algo: str = "gloo", backwards: int = 1) -> GradientReducer:
+    """The reducer named `sync` ("flat", "naive", "bucketed", "overlap"), attached; `backwards`:
+    see `OverlapReducer`."""
     if sync not in REDUCERS:
         raise ValueError(f"sync={sync!r} must be one of {tuple(REDUCERS)}")
     extra = {"bucket_mb": bucket_mb} if sync in BUCKETED else {}
+    if REDUCERS[sync].during_backward:
+        extra["backwards"] = backwards
     return REDUCERS[sync](comm, params, phase=phase, algo=algo, **extra).attach()

@@ -109,10 +109,6 @@ class Plan:
             if self.zero:
                 out.append(f"dp_sync={self.dp_sync!r} with zero={self.zero}: ZeRO reduce-scatters "
                            "its own flat units (use dp_sync='flat')")
-            if self.dp_sync == "overlap" and self.pp > 1:
-                out.append(f"dp_sync='overlap' with pp={self.pp}: the pipeline's backward of "
-                           "several micro-batches runs inside the executor, which does not say "
-                           "which backward is the last (use 'bucketed' or pp=1)")
             if n_experts is not None:
                 out.append(f"dp_sync={self.dp_sync!r} with a mixture-of-experts model: the "
                            "planner's per-parameter closed form covers the dense GPT only "

@@ -57,16 +57,23 @@ def sync_gradients(model: MeshGPT) -> None:
     over dp × cp — by the reducer apply_dp attached (`model.grad_sync`), or ZeRO's reduce-scatter
     (apply_zero). Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own
     "grad-reduce-scatter")."""
-    parts = model.pipeline
-    if parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte"):
+    parts, sync = model.pipeline, model.grad_sync
+    tie = parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte")
+    # an overlapped dp sync has already sent the stage's own wte gradient: average, then tie
+    # (Σ of the two averages = the average of the sums)
+    late_tie = sync is not None and sync.during_backward
+    if tie and not late_tie:
         parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
                                   phase="embed-tie")  # (vocab, C) first + last stage
     if model.zero is not None:
         model.zero.end_backward()
         return
-    if model.grad_sync is None:
+    if sync is None:
         return
-    model.grad_sync.after_backward()  # every dense gradient averaged over dp × cp
+    sync.after_backward()  # every dense gradient averaged over dp × cp
+    if tie and late_tie:
+        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
+                                  phase="embed-tie")  # (vocab, C) first + last stage
     sharded = compose.expert_parameters(model)
     if sharded:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp·cp
         if model.expert_comm is not None:
@@ -117,7 +124,7 @@ class ND(Strategy):
         xs, ys = batch[0].chunk(m), batch[1].chunk(m)  # m × (B/(dp·m), T/cp)
         if self.executor is not None:
             if model.grad_sync is not None:
-                model.grad_sync.before_micro(last=True)  # a post-backward sync (Plan.problems)
+                model.grad_sync.before_micro(last=True)  # overlap: ready at the m-th backward
             losses = self.executor.run_step(step, list(xs), list(ys))
             return sum(losses) / m / self.replicas if self.reports_loss else 0.0
         total = 0.0
