@@ -12,7 +12,7 @@ from __future__ import annotations
 import parlab
 from parlab.engine.runner import make_config
 from parlab.local_learning import cost, partition_merge
-from parlab.local_learning import explore as ex
+from parlab.local_learning import explore_timing as ex_timing
 
 SCHEME = "layerwise-merge"
 MODEL_TOLERANCE = 0.10  # the step-time model against a paced run: ±10% (stated, checked below)
@@ -81,10 +81,10 @@ def _stashes(row) -> bool:
 
 
 def stash_comparison(sweep_rows: list[dict], pp: int, microbatches: int, steps: int = 3,
-                     clock: str = "A100", link: str = ex.TIMING_LINK) -> list[dict]:
+                     clock: str = "A100", link: str = ex_timing.TIMING_LINK) -> list[dict]:
     """layerwise-merge at its merge and PipeDream-2BW, paced, on the timing model
-    (`explore.TIMING_MODEL`) at `pp` devices, beside two runs of the chapter's timing sweep
-    (`explore.timing_sweep`, the same model, link, clock and micro-batches): its baseline pp-1f1b —
+    (`explore_timing.TIMING_MODEL`) at `pp` devices, beside two runs of the chapter's timing sweep
+    (`explore_timing.timing_sweep`, the same model, link, clock and micro-batches): its baseline pp-1f1b —
     the un-merged layer-wise pipeline, one stage per device, flushed 1F1B — and PipeDream. Returns
     [merge, pp-1f1b, PipeDream, 2BW], each row with the merge model's step (`model_step_s`): the
     chosen merge's, and the model of the merge into k = pp stages for the un-merged pipeline."""
@@ -93,9 +93,9 @@ def stash_comparison(sweep_rows: list[dict], pp: int, microbatches: int, steps: 
         raise ValueError(f"the sweep ran pp={base.world_size}, microbatches="
                          f"{base.options.get('microbatches')}, steps={base.steps}; this comparison "
                          f"needs pp={pp}, microbatches={microbatches}, steps={steps}")
-    common = dict(model_config=ex.TIMING_MODEL, batch_size=ex.TIMING_BATCH, link=link,
+    common = dict(model_config=ex_timing.TIMING_MODEL, batch_size=ex_timing.TIMING_BATCH, link=link,
                   microbatches=microbatches, clock=clock)
-    merged, twobw = ex.compare_schemes(pp, steps=steps, quiet=True, schemes=(
+    merged, twobw = ex_timing.compare_schemes(pp, steps=steps, quiet=True, schemes=(
         (SCHEME, {}), ("pipedream-2bw", {})), **common)
     layered = partition_merge.candidates(make_config(SCHEME, world_size=pp, steps=steps, pp=pp,
                                                      **common))[0]
