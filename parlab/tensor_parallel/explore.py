@@ -1,16 +1,12 @@
-"""What chapter 03 (tensor and sequence parallelism; resharding) runs: experiments, rank workers,
-figures and the widget callback. Megatron-LM (Shoeybi et al. 2019), sequence parallelism
-(Korthikanti et al., MLSys 2023), cross-mesh resharding (AlpaComm, Zhuang et al., MLSys 2023).
+"""What chapter 03's parts 4-8 and 11 run (tensor and sequence parallelism): correctness, the
+ledger against the formula, memory, step times beside PyTorch's, the widget callback.
+Megatron-LM (Shoeybi et al. 2019), sequence parallelism (Korthikanti et al., MLSys 2023).
+Part 9 (resharding) is `explore_reshard`, the figures of parts 1 and 10 `explore_figures`.
 """
 
 from __future__ import annotations
 
 import statistics
-
-import torch
-
-PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
-         ("replicated", "replicated")]
 
 
 # ----------------------------------------------------------------------------- step times
@@ -73,86 +69,6 @@ def ops_per_block(result, rank: int = 0) -> dict:
     return {k: v / (m.n_layer * steps) for k, v in sorted(counts.items())}
 
 
-# ----------------------------------------------------------------------------- resharding
-def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link, ordered=False):
-    """Sources ranks [0, m), destinations [m, N), m = N/2; every pair and method, `repeats`
-    times. Returns this rank's seconds and sent / received elements per (pair, method)."""
-    from parlab.core.comm import Comm
-    from parlab.tensor_parallel import reshard
-
-    tx = Comm(link=link)
-    rx = Comm(ledger=tx.ledger, timeline=tx.timeline, link=link, name="world-rx")
-    m = world_size // 2
-    src, dst = list(range(m)), list(range(m, world_size))
-    full = reshard.full_tensor(shape)
-    out = {"rows": []}
-    for src_layout, dst_layout in pairs:
-        local = full
-        if rank in src:
-            r0, r1, c0, c1 = reshard.region(shape, src_layout, rank, m)
-            local = full[r0:r1, c0:c1].clone()
-        for method in methods:
-            seconds = []
-            for _ in range(repeats + 1):  # the first is a warm-up, dropped below
-                before = len(tx.ledger.records)
-                result, s = reshard.timed_reshard(tx, rx, local, shape, src_layout, src,
-                                                  dst_layout, dst, method, ordered=ordered)
-                seconds.append(s)
-                mine = [r for r in tx.ledger.records[before:] if r["phase"] == "reshard"]
-            if rank in dst:
-                r0, r1, c0, c1 = reshard.region(shape, dst_layout, rank - m, world_size - m)
-                assert torch.equal(result, full[r0:r1, c0:c1]), (src_layout, dst_layout, method)
-            out["rows"].append({"pair": f"{src_layout}→{dst_layout}", "method": method,
-                                "seconds": seconds[1:],
-                                "sent": sum(r["bytes_sent"] for r in mine),
-                                "recv": sum(r["bytes_recv"] for r in mine)})
-    return out
-
-
-def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=PAIRS,
-                       methods=None, repeats: int = 3, ordered: bool = False) -> list[dict]:
-    """Measured time (slowest rank, median of repeats) and bytes of every method per layout
-    pair, beside two estimates of its plan on an emulated link: `predicted_ms`, the busiest rank's
-    α-β time plus the chain's fill (`reshard.predicted_seconds`), and `nic_model_ms`, the plan run in
-    its order on the per-host NIC model AlpaComm's order search minimises
-    (`reshard.scheduled_seconds`; one host per rank here). On loopback there is no
-    prediction (NaN): a ping-pong here measures α ≈ 2-5 ms of scheduler wake-up on the shared
-    cores and no measurable β at these sizes, and overlapping async messages do not each pay
-    that α, so the model has nothing honest to say. `ordered=True` runs each rank's transfers one at
-    a time in plan order, a hop starting when both ends reach it (`reshard._run_ordered`: Alpa's
-    runtime, where the send order matters); the default issues everything at once."""
-    from parlab.core.launch import launch
-    from parlab.core.link import resolve
-    from parlab.tensor_parallel import reshard
-
-    methods = methods or reshard.METHODS
-    link = resolve(link)
-    outs = launch(reshard_worker, world_size, tuple(shape), list(pairs), list(methods), repeats,
-                  link, ordered, link=link)
-    m = world_size // 2
-    rows = []
-    for i, row in enumerate(outs[0]["rows"]):
-        src_layout, dst_layout = row["pair"].split("→")
-        per_rank = [o["rows"][i] for o in outs]
-        seconds = [max(r["seconds"][k] for r in per_rank) for k in range(repeats)]
-        plan = reshard.plan(shape, src_layout, list(range(m)), dst_layout,
-                            list(range(m, world_size)), row["method"])
-        rows.append({"pair": row["pair"], "method": row["method"],
-                     "measured_ms": statistics.median(seconds) * 1e3,
-                     "predicted_ms": reshard.predicted_seconds(plan, link.latency_s,
-                                                               link.bandwidth_Bps) * 1e3
-                     if link else float("nan"),
-                     "nic_model_ms": reshard.scheduled_seconds(plan, link.latency_s,
-                                                               link.bandwidth_Bps) * 1e3
-                     if link else float("nan"),
-                     "max_sent_kB": max(r["sent"] for r in per_rank) / 1e3,
-                     "total_kB": sum(r["sent"] for r in per_rank) / 1e3})
-    for row in rows:  # speed-up of each method over send-recv on the same pair
-        naive = next(r for r in rows if r["pair"] == row["pair"] and r["method"] == "send-recv")
-        row["speedup"] = naive["measured_ms"] / row["measured_ms"]
-    return rows
-
-
 def print_rows(rows: list[dict]) -> None:
     """A table of rows; a column with no value at all (a prediction on loopback) is left out,
     a missing cell (a measurement the run did not make) prints as "n/a", never 0."""
@@ -160,66 +76,6 @@ def print_rows(rows: list[dict]) -> None:
     frame = pd.DataFrame(rows).dropna(axis="columns", how="all")
     with pd.option_context("display.width", 140, "display.precision", 3):
         print(frame.to_string(index=False, na_rep="n/a"))
-
-
-def explain_reshard(rows: list[dict], shape=(128, 128), world_size: int = 4, link=None) -> None:
-    """Where a smarter method measured slower than send-recv, say why from its plan: the bytes
-    the busiest rank moves, the messages it sends (a broadcast chain sends each cell in chunks),
-    and the chain's fill (one chunk per extra hop), each priced at the link's α and β."""
-    from parlab.core.link import resolve
-    from parlab.tensor_parallel import reshard
-
-    link = resolve(link)
-    m = world_size // 2
-    src, dst = list(range(m)), list(range(m, world_size))
-    for row in rows:
-        if row["method"] == "send-recv" or row["speedup"] >= 1:
-            continue
-        a, b = row["pair"].split("→")
-        base = next(r for r in rows if r["pair"] == row["pair"] and r["method"] == "send-recv")
-
-        (mine_el, mine_msgs), (base_el, base_msgs) = (
-            max((v["sent"], v["msgs_sent"]) for v in
-                reshard.traffic(reshard.plan(shape, a, src, b, dst, method)).values())
-            for method in (row["method"], "send-recv"))
-        plans = [reshard.plan(shape, a, src, b, dst, method) for method in (row["method"], "send-recv")]
-        regions = [reshard.region(shape, a.strip(), i, m) for i in range(m)]
-        replicated = len(set(regions)) < len(regions)  # sources holding the same region
-        if reshard.traffic(plans[0]) == reshard.traffic(plans[1]) and \
-                max(len(t.dsts) for t in plans[0]) == 1:
-            print(f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
-                  f"{base['measured_ms']:.1f} ms, but its plan moves send-recv's bytes (one needer "
-                  "per cell; " + ("several holders, but both methods send each cell from its first"
-                                  if replicated else "one holder")
-                  + "; an order that differs changes nothing when every message is issued at "
-                  "once): the difference is the shared machine's noise.")
-            continue
-        line = (f"{row['pair']}: {row['method']} measured {row['measured_ms']:.1f} ms vs send-recv "
-                f"{base['measured_ms']:.1f} ms ({1 / row['speedup']:.2f}× slower). Its busiest rank "
-                f"moves {4 * mine_el:,} B in {mine_msgs} messages, send-recv's {4 * base_el:,} B in "
-                f"{base_msgs}")
-        if mine_el >= base_el:
-            line += (f": no bytes saved — every cell is held by several of the {m} sources, yet "
-                     f"{row['method']}'s plan leaves its busiest rank as many bytes as send-recv's"
-                     if replicated else ": no bytes saved (each cell has one holder: nothing to "
-                     "balance)")
-        if link:
-            extra = (mine_msgs - base_msgs) * link.latency_s * 1e3
-            fill = row["predicted_ms"] - base["predicted_ms"] - extra
-            line += (f"; the chain makes the second destination wait for the first to receive each "
-                     f"chunk before forwarding it (fill {fill:.1f} ms"
-                     + (f", + {extra:.1f} ms of α for the extra messages" if extra else "")
-                     + f"): predicted {row['predicted_ms'] - base['predicted_ms']:+.1f} ms, measured "
-                     f"{row['measured_ms'] - base['measured_ms']:+.1f} ms. Chains pay when they save "
-                     "bytes on the busiest rank (replicated sources), not here.")
-        else:
-            import os
-            cores = len(os.sched_getaffinity(0))
-            line += (f"; on loopback each hop of the chain and each message costs a process wake-up, "
-                     f"and {world_size} ranks share {cores} cores"
-                     + (" (oversubscribed: a rank waits for a core)" if world_size > cores else "")
-                     + ": that is what was measured, not bandwidth.")
-        print(line)
 
 
 # ----------------------------------------------------------------------------- notebook helpers
@@ -370,4 +226,3 @@ def predicted_vs_measured(world_size: int, link: str, steps: int = 3, clock: str
                      "verdict": ("agrees" if ok else "does NOT agree") + f" (±{tolerance:.0%})"
                      + (f": {why}" if why else "")})
     return rows
-
