@@ -53,14 +53,20 @@ def show_search(world_size: int, speeds, clock: str = "A100", link="NVLink"):
 
 
 def other_clocks(world_size: int, speeds, link="NVLink", clocks=("V100", "A100", "H100")) -> dict:
-    """The searched program on faster and slower accelerators: the faster the compute beside the
-    same link, the fewer collectives the cheapest program keeps."""
+    """The searched program on faster and slower accelerators, "NVLink" being each one's own
+    generation (V100: NVLink 2, A100: 3, H100: 4; parlab.core.link): the faster the compute beside
+    its link (F/β grows from V100 to H100), the fewer collectives the cheapest program keeps."""
+    from parlab.core.link import ACCELERATORS, REAL, nvlink_for
+
     out = {}
     for clock in clocks:
         found = program_search.synthesise(config(world_size, speeds, clock, link))
         out[clock] = found.program
+        real = nvlink_for(link, clock) if isinstance(link, str) else None
+        ratio = (f", F/β = {ACCELERATORS[clock].flops / REAL[real][1]:,.0f} FLOP/B on {real}"
+                 if real in REAL else "")
         print(f"{clock}: {found.program.code!r}  ({1e3 * found.cost:.0f} ms a step in {clock} time "
-              f"×{config(world_size, speeds, clock, link).clock.dilation:,.0f})")
+              f"×{config(world_size, speeds, clock, link).clock.dilation:,.0f}{ratio})")
     return out
 
 
