@@ -4,10 +4,6 @@
 
 from __future__ import annotations
 
-import time
-
-import torch
-
 RANK_COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
                "#8C8C8C"]
 
@@ -52,32 +48,16 @@ def draw_matmul_splits(tp: int = 2):
     return fig
 
 
-def measure_matmul_flops(rows: int = 768, width: int = 128, repeats: int = 5) -> float:
-    """This machine's float32 matmul rate (flop/s), one thread, the size of a block's matmul."""
-    a, b = torch.randn(rows, width), torch.randn(width, 4 * width)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # like a rank
-    try:
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            a @ b
-            best = min(best, time.perf_counter() - t0)
-    finally:
-        torch.set_num_threads(threads)
-    return 2 * rows * width * 4 * width / best
-
-
 def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
                  links=("1GbE", "10GbE", "100Gb-IB", "NVLink"), degrees=(1, 2, 4, 8),
                  flops_per_s: float | None = None):
     """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link."""
     import matplotlib.pyplot as plt
 
-    from parlab.core.link import PRESETS
+    from parlab.core.link import PRESETS, cpu_flops
     from parlab.tensor_parallel.cost import block_times
 
-    flops = flops_per_s or measure_matmul_flops()
+    flops = flops_per_s or cpu_flops()  # this machine's rate, measured once per run (parlab.core.link)
     fig, ax = plt.subplots(figsize=(7, 4))
     for name in links:
         link = PRESETS[name]
@@ -92,6 +72,6 @@ def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
     ax.set_xlabel("tp degree")
     ax.set_ylabel("ms per block and step")
     ax.set_title(f"When TP pays: B={batch_rows}, T={seq_len}, C={n_embd}, "
-                 f"{flops / 1e9:.1f} GFLOP/s measured")
+                 f"{flops / 1e9:.1f} GFLOP/s measured on this machine this run")
     ax.legend(fontsize="small")
     return fig, flops
