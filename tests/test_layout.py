@@ -586,3 +586,30 @@ def test_attention_checker_catches_a_copy():
 def test_one_definition_of_attention():
     sources = {str(p.relative_to(ROOT)): p.read_text() for p in PACKAGE.rglob("*.py")}
     assert attention_definitions(sources) == []
+
+
+# ----------------------------------------------------------------------------- models as data
+# A chapter's schemes never branch on the model's name (`cfg.model == "unet3d"`): what a model
+# gives a chapter is an object registered where the model's stages live (the pipeline's
+# `stages.StagedModel`, looked up with `staged_model(cfg.model)`).
+def model_name_branches(source: str) -> list[int]:
+    """Lines comparing a `.model` attribute with a string (`cfg.model == "unet3d"`)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = any(isinstance(s, ast.Attribute) and s.attr == "model" for s in sides)
+            text = any(isinstance(s, ast.Constant) and isinstance(s.value, str)
+                       or isinstance(s, (ast.Tuple, ast.List, ast.Set)) for s in sides)
+            if named and text:
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_pipeline_schemes_do_not_branch_on_the_model_name():
+    assert model_name_branches('if cfg.model == "unet3d":\n    pass\n'
+                               'x = ctx.cfg.model in ("gpt", "mlp")\n') == [1, 3]
+    assert model_name_branches("kind = staged_model(cfg.model)\n") == []
+    found = {str(p.relative_to(ROOT)): model_name_branches(p.read_text())
+             for p in sorted((PACKAGE / "pipeline").glob("schemes*.py"))}
+    assert {path: lines for path, lines in found.items() if lines} == {}

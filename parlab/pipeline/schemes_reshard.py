@@ -161,8 +161,7 @@ def widths_plan(cfg, schedule: str) -> PipelinePlan:
         raise ValueError(f"pp={pp} != len(widths={list(widths)}) = {len(widths)}")
     if schedule not in RESHARD_SCHEDULES:
         raise ValueError(f"schedule={schedule!r}: pp-reshard runs one of {RESHARD_SCHEDULES}")
-    if cfg.model != "gpt" and cfg.model != "mlp":
-        raise ValueError(f"model={cfg.model!r}: pp-reshard runs 'gpt' or 'mlp'")
+    # any model but gpt and mlp is refused by the registry (`register`'s default models)
     options = {**cfg.options, "pp": len(widths)}
     plan = resolve(dataclasses.replace(cfg, world_size=len(widths), options=options), schedule)
     return dataclasses.replace(plan, dp=1)
