@@ -40,11 +40,8 @@ def validate(cfg) -> None:
 
 
 def assemble(outputs: list, cfg) -> dict:
-    """The full state: the union of the ranks' ops' parameters."""
-    state = {}
-    for out in outputs:
-        state.update(out.state or {})
-    return state
+    """The full state: the union of the ranks' ops' parameters (each op on one rank)."""
+    return {name: p for out in outputs for name, p in (out.state or {}).items()}
 
 
 @register("placed", summary="operator placement (She et al. 2025): a PlacementPlan's per-rank "

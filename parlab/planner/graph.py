@@ -46,19 +46,14 @@ class Graph(OpStructure):
     bwd_s: tuple = ()
 
     def __post_init__(self):
-        for name in ("batch", "seq", "width", "heads", "kernel", "microbatches"):
+        for name in ("batch", "microbatches"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an int >= 1")
-        bad = []
         if self.batch % self.microbatches:
-            bad.append(f"batch={self.batch} is not divisible by microbatches={self.microbatches}")
-        if self.width % self.heads:
-            bad.append(f"width={self.width} is not divisible by heads={self.heads}")
-        if self.kernel % 2 == 0:
-            bad.append(f"kernel={self.kernel} must be odd (same-length convolution)")
-        if bad:
-            raise ValueError("; ".join(bad))
+            raise ValueError(f"batch={self.batch} is not divisible by "
+                             f"microbatches={self.microbatches}")
+        self.config.validate()  # seq, width, heads, kernel: the model's own checks
 
     @property
     def config(self) -> OpGraphConfig:
