@@ -6,7 +6,9 @@ Papers: Huang et al., "GPipe" (NeurIPS 2019); Narayanan et al., "PipeDream" (SOS
 et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
 (SC 2021: interleaved 1F1B); Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024); Zhuang
 et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023: AlpaComm); Zhu et
-al., "LAMP" (MICCAI 2020); DeepSeek-AI, "DeepSeek-V3 Technical Report" (2024, §3.2.1: DualPipe).
+al., "LAMP" (MICCAI 2020); DeepSeek-AI, "DeepSeek-V3 Technical Report" (2024, §3.2.1: DualPipe);
+She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning" (2025,
+arXiv 2503.09357: operators placed and ordered).
 
 Reading order:
 
@@ -30,6 +32,10 @@ Reading order:
 - `lamp`: LAMP's automated partition of the U-Net (its code's `balance_by_size` / `_by_time`):
   each layer's activation and parameter bytes (or time) profiled once, then the exact min-max
   contiguous split; `partition="lamp"` (by memory) or `"balanced"` (by time).
+- `placed`, `placed_cost`: an operator graph (`parlab.models.op_graph`) placed and ordered by
+  chapter 13's planner (a `parlab.planner.placement.PlacementPlan`) run as a training step: the
+  messages derived from the plan, their closed-form bytes; its scheme `placed` is in
+  `schemes_placed`.
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
   the registered schemes; `explore` (with `explore_stages`, `explore_eager`, `explore_dualpipe`,
