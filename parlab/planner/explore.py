@@ -310,7 +310,7 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
           f"{p.exposed_fraction:.0%}, bubble {p.bubble_fraction:.0%})")
     print(f"peak memory per rank {p.memory['total'] / 1e6:.2f} MB "
           f"({'fits' if p.memory['total'] <= cap else 'over'} the {memory_cap_mb} MB cap); "
-          f"bytes per step by dimension {p.bytes_per_dim}")
+          f"bytes per step by dimension {p.bytes_per_dim or 'none: one rank sends nothing'}")
     if measure == "yes":
         got = search.measure_plan(plan, 3, link, clock=clock)
         print(f"measured step {1e3 * got['step_s']:.1f} {unit}, peak "
