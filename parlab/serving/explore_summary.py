@@ -98,13 +98,7 @@ def part_b(rows: list, density: float, world_size: int, latency: dict, search_ro
                  f"{row[0]} sent {fewer:.0%} fewer bytes, losing {lost:.1f} points of accuracy — "
                  + ("worth it" if fewer >= 0.8 and lost <= 2.0 else
                     "not at this density (the goal: ≥ 80% fewer at ≤ 2 points)"))
-    every = next(r for r in search_rows if r["setting"] == "density 1.0")
-    search = [r for r in search_rows if r["method"] == "search"]
-    close = [r for r in search if every["accuracy"] - r["accuracy"] <= ex_search.LITTLE]
-    best = (min(close, key=lambda r: r["bytes"]) if close  # as `explore_search.headline` picks it
-            else max(search, key=lambda r: r["accuracy"]))
-    rival = max((r for r in search_rows if r["method"] != "search" and r["bytes"] <= best["bytes"]),
-                key=lambda r: r["bytes"])
+    every, best, rival = ex_search.best_and_rival(search_rows)  # as `explore_search.headline`
     lines.append(f"the search with the link's time in its loss when each device sees a different input: "
                  f"{best['setting']} sent {best['fewer']:.0%} fewer bytes, losing "
                  f"{100 * (every['accuracy'] - best['accuracy']):.1f} points of accuracy, where our saliency "
