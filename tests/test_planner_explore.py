@@ -87,7 +87,8 @@ def test_score_counts_held_out_plans_only(capsys):
     out = capsys.readouterr().out
     assert f"scored: the held-out plans ({len(held)} of {len(rows)}); not scored" in out
     assert f"median |error| {j.median_error:.1%}" in out
-    fig = explore.scatter(s)
+    from parlab.planner import explore_guide
+    fig = explore_guide.scatter(s)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert f"calibration plans (fitted on): not scored ({len(calib)})" in labels
     assert f"over {len(held)} plans" in fig.axes[0].get_title()

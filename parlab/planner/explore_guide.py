@@ -1,5 +1,6 @@
-"""Notebook 13's pictures and guide: the mesh drawn with every dimension, and "which scheme when",
-a decision guide that points back to the chapter that built each dimension.
+"""Notebook 13's pictures and guide: the mesh drawn with every dimension, the predicted-vs-measured
+scatter (held-out plans scored, calibration plans hollow), "which scheme when", a decision guide
+that points back to the chapter that built each dimension, and the chapter's closing thresholds.
 
 The mesh order is torchtitan's (pp outermost, then dp, cp, tp innermost: `plan.MESH_ORDER`), so
 a rank's coordinates are its digits in that mixed radix; Narayanan et al. (SC 2021, §3.3) give
@@ -171,3 +172,51 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
     print(f"- at GPU scale the model picks Megatron-LM's tp and pp for {len(agree)} of "
           f"{len(megatron)} models ({', '.join(agree) or 'none'}); where it differs, the A100 "
           "table's verdict column says how")
+
+
+def scatter(s, ax=None):
+    """Predicted vs measured step of an `explore.Sweep`, one point per plan on log axes: the
+    held-out plans filled (the ones scored), the calibration plans hollow and labelled as not
+    scored; a plan's name only where it does not overlap another's (every plan is in the table
+    below the figure)."""
+    import math
+
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.5, 5.5))
+    j = s.judgement
+    groups = ((False, f"held-out plans ({s.method}): scored", dict(c="C0")),
+              (True, "calibration plans (fitted on): not scored",
+               dict(facecolors="none", edgecolors="C1")))
+    for calib, label, style in groups:
+        pts = [r for r in s.rows if r["calibration"] == calib]
+        if pts:
+            ax.scatter([r["measured_ms"] for r in pts], [r["predicted_ms"] for r in pts],
+                       label=f"{label} ({len(pts)})", **style)
+    values = [v for r in s.rows for v in (r["measured_ms"], r["predicted_ms"])]
+    lo, hi = min(values) / 1.3, max(values) * 1.3
+    placed = []  # label positions in log10 units: skip a label that would overlap one placed
+    for r in sorted(s.rows, key=lambda r: -abs(r["error"])):  # the largest errors named first
+        x, y = math.log10(r["measured_ms"]), math.log10(r["predicted_ms"])
+        if all(abs(x - a) > 0.22 * math.log10(hi / lo) / 2 or abs(y - b) > 0.035 * math.log10(hi / lo)
+               for a, b in placed):
+            ax.annotate(r["plan"], (r["measured_ms"], r["predicted_ms"]), fontsize=7,
+                        xytext=(4, -2), textcoords="offset points")
+            placed.append((x, y))
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="predicted = measured")
+    ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi),
+           xlabel=f"measured step ({s.unit})", ylabel=f"predicted step ({s.unit})",
+           title=f"{s.world_size} ranks, {s.link or 'loopback'}: held-out median |error| "
+                 f"{j.median_error:.1%},\nSpearman {j.spearman:.2f} over {j.scored} plans")
+    from matplotlib.ticker import NullFormatter
+    for subs in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 8)):  # plain numbers, at least four of them
+        ticks = [m * 10 ** k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)))
+                 for m in subs if lo <= m * 10 ** k <= hi]
+        if len(ticks) >= 4:
+            break
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_ticks(ticks, [f"{t:g}" for t in ticks])
+        axis.set_minor_formatter(NullFormatter())
+    ax.legend(fontsize=8, loc="upper left")
+    ax.figure.tight_layout()
+    return ax.figure
