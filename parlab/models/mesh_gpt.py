@@ -66,24 +66,24 @@ class MeshGPT(nn.Module):
     def head(self, x):
         return self.ln_f(x) @ self.wte.weight.t()  # (B, T/cp, vocab), tied to the embedding
 
-    def hidden(self, idx):
+    def forward(self, idx):
         x = self.embed(idx)  # (B, T/cp, C)
         for block in self.blocks:
             x = block(x)  # (B, T/cp, C)
-        return x
-
-    def forward(self, idx):
-        return self.head(self.hidden(idx))  # (B, T/cp, vocab)
+        if self.criterion is not None:
+            return x  # (B, T/cp, C): the criterion's head takes it
+        return self.head(x)  # (B, T/cp, vocab)
 
     def loss(self, idx, targets):
         """Mean cross-entropy of this rank's tokens (its share: / (dp·cp), see the module doc), in
         fp32 also in mixed precision, as the reference; `criterion(model, hidden, targets)`, when
-        set (apply_tp's vocabulary parallelism), replaces the head and the cross-entropy."""
-        x = self.hidden(idx)  # (B, T/cp, C)
+        set (apply_tp's vocabulary parallelism), replaces the head and the cross-entropy. Through
+        `self(idx)`, so hooks on the model (ZeRO-3's gathers) run."""
+        out = self(idx)  # (B, T/cp, vocab), or (B, T/cp, C) for the criterion
         if self.criterion is not None:
-            loss = self.criterion(self, x, targets)
+            loss = self.criterion(self, out, targets)
         else:
-            logits = self.head(x).float()  # (B, T/cp, vocab)
+            logits = out.float()  # (B, T/cp, vocab)
             loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
         for block in self.blocks:  # mixture-of-experts: + the load-balancing terms (gpt-moe)
             if isinstance(block.mlp, MoE) and block.mlp.aux is not None:
