@@ -150,7 +150,7 @@ def original_vs_compressed(d: int, iters: int, clock: str = "A100"):
         hit = first_below(run.errors, THRESHOLD)
         rows[net] = (run, seconds, hit, ops * clocks.OP_SECONDS > flops / clocks.REFERENCE_FLOPS)
         print(f"{net:<11} {sum(p.numel() for p in model.parameters()):>6,} params, one step "
-              f"{ops} ops {flops / 1e6:.2f} MFLOP = {seconds * 1e3:.2f} ms ({label}); "
+              f"{ops} ops {flops:,.0f} FLOP = {seconds * 1e3:.2f} ms ({label}); "
               f"error after {iters}: {run.errors[-1]:.2e}; ≤ {THRESHOLD} after "
               + (f"{hit} iterations = {hit * seconds:.2f} s" if hit else f"> {iters} iterations"))
         steps = range(1, iters + 1)
@@ -204,7 +204,7 @@ def mlp_transfer(steps: int, width: int = 4, lr: float = 1e-2, batch_size: int =
             opt.zero_grad(set_to_none=True)
         result[name] = (sum(p.numel() for p in net.parameters()), loss.item(), spirals_accuracy(net))
         print(f"{name:<11} {result[name][0]:>6,} params  final loss {result[name][1]:.3f}  "
-              f"accuracy {result[name][2]:.3f}")
+              f"accuracy {result[name][2]:.1%}")
     (p_o, _, a_o), (p_c, _, a_c) = result["original"], result["compressed"]
     print(f"hidden layers at r̂ = {width}: {p_o / p_c:.1f}× fewer parameters, accuracy cost "
           f"{100 * (a_o - a_c):+.1f} points ({steps} steps)")
