@@ -7,10 +7,13 @@ from parlab.core.launch import launch
 from tests import workers_compose
 
 
+@pytest.mark.parametrize("dimension", ["tp", "cp", "ep"])
 @pytest.mark.parametrize("world_size", [2, 4])
-def test_tp_plan_builds_the_chapter_model(world_size):
-    for report in launch(workers_compose.tp_chapter_and_plan_build_the_same_model, world_size):
+def test_one_dimensional_plan_builds_the_chapter_model(world_size, dimension):
+    for report in launch(workers_compose.chapter_and_plan_build_the_same_model, world_size,
+                         dimension):
         assert report["names_only_in_chapter"] == [] and report["names_only_in_plan"] == [], report
+        assert report["same_tokens"], report
         assert report["weights"] == 0.0, report
         assert report["loss"] < 1e-6 and report["grads"] < 1e-6, report
 

@@ -16,13 +16,14 @@ rank of every scheme starts from the same weights as the reference.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
+from parlab.models.checks import require_positive_ints
 from parlab.models.data import VOCAB
 
 
@@ -39,10 +40,7 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
     def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GPTConfig.{f.name}={value!r} must be an int >= 1")
+        require_positive_ints(self)
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if self.vocab_size < len(VOCAB):  # a token id >= vocab_size would index past the embedding

@@ -4,12 +4,13 @@ second model every data-parallel, ZeRO and pipeline scheme trains (its `layers` 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parlab.models.checks import require_positive_ints
 from parlab.models.gpt import _init_linear, maybe_checkpoint
 
 
@@ -21,10 +22,7 @@ class MLPConfig:
     d_out: int = 3
 
     def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"MLPConfig.{f.name}={value!r} must be an int >= 1")
+        require_positive_ints(self)
         if self.d_in != 2:
             raise ValueError(f"MLPConfig.d_in={self.d_in} must be 2: the spirals are 2-D points")
         if self.d_out < 3:

@@ -21,13 +21,14 @@ Data: x (B, T, D_IN) and a regression target y (B, T, D_OUT), seeded per step
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from parlab.core.cost import FP32_BYTES
+from parlab.models.checks import require_positive_ints
 from parlab.models.data import OP_GRAPH_D_IN as D_IN  # widths of x and y: fixed, as the data is
 from parlab.models.data import OP_GRAPH_D_OUT as D_OUT  # drawn without the model's config
 from parlab.models.gpt import multi_head, split_qkv
@@ -52,10 +53,7 @@ class OpGraphConfig:
     kernel: int = 5
 
     def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"OpGraphConfig.{f.name}={value!r} must be an int >= 1")
+        require_positive_ints(self)
         if self.width % self.heads:
             raise ValueError(f"width={self.width} is not divisible by heads={self.heads}")
         if self.kernel % 2 == 0:

@@ -20,12 +20,13 @@ any split of the batch computes what the whole batch computes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parlab.models.checks import require_positive_ints
 from parlab.models.gpt import maybe_checkpoint
 
 
@@ -38,10 +39,7 @@ class UNet3DConfig:
     n_classes: int = 3  # background, ball, cube
 
     def validate(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"UNet3DConfig.{f.name}={value!r} must be an int >= 1")
+        require_positive_ints(self)
         if self.levels < 2:
             raise ValueError(f"UNet3DConfig.levels={self.levels} must be >= 2 (one skip at least)")
         if self.block_size % 2 ** (self.levels - 1):

@@ -99,6 +99,14 @@ def forward(graph: Graph, modules, inputs: dict[str, torch.Tensor]) -> dict[str,
     return modules.outputs(inputs)
 
 
+def first_micro_values(graph: Graph):
+    """(the graph's modules, every op's output on micro-batch 0 of step 0, without autograd):
+    what profiling and memory measurement feed each op in isolation."""
+    modules = graph.modules()
+    with torch.no_grad():
+        return modules, forward(graph, modules, graph.micro(graph.data(0), 0))
+
+
 def profile(graph: Graph, reps: int = 7, threads: int = 1) -> Graph:
     """The graph with each op's forward and backward time on one micro-batch MEASURED here
     (median of `reps`, on `threads` intra-op threads: one, as every launched rank runs)."""
@@ -107,10 +115,7 @@ def profile(graph: Graph, reps: int = 7, threads: int = 1) -> Graph:
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        modules = graph.modules()
-        data = graph.micro(graph.data(0), 0)
-        with torch.no_grad():
-            values = forward(graph, modules, data)
+        modules, values = first_micro_values(graph)
         fwd, bwd = {}, {}
         for op in graph.ops:
             xs = [values[u].detach().requires_grad_(u not in DATA) for u in op.inputs]

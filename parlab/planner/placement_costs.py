@@ -92,14 +92,10 @@ def measure_memory(graph: Graph) -> Memory:
     parameters left out, plus the op's output (the executor keeps it until the op's backward),
     each distinct buffer once. Counted per op in isolation, so a buffer two ops save (a producer's
     output that its consumer saves as input) counts for both: an upper bound of what a rank holds."""
-    import torch
     from torch.autograd.graph import saved_tensors_hooks
 
-    from parlab.planner.graph import DATA, forward
-    modules = graph.modules()
-    data = graph.micro(graph.data(0), 0)
-    with torch.no_grad():
-        values = forward(graph, modules, data)
+    from parlab.planner.graph import DATA, first_micro_values
+    modules, values = first_micro_values(graph)
     weights, acts = {}, {}
     for op in graph.ops:
         params = list(modules[op.name].parameters())
