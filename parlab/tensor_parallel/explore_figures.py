@@ -51,7 +51,8 @@ def draw_matmul_splits(tp: int = 2):
 def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
                  links=("1GbE", "10GbE", "100Gb-IB", "NVLink"), degrees=(1, 2, 4, 8),
                  flops_per_s: float | None = None):
-    """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link."""
+    """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link; prints,
+    per link, the fastest degree computed from the same numbers the figure draws."""
     import matplotlib.pyplot as plt
 
     from parlab.core.link import PRESETS, cpu_flops
@@ -59,11 +60,18 @@ def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
 
     flops = flops_per_s or cpu_flops()  # this machine's rate, measured once per run (parlab.core.link)
     fig, ax = plt.subplots(figsize=(7, 4))
+    verdicts = []
     for name in links:
         link = PRESETS[name]
         total = [sum(block_times(batch_rows, seq_len, n_embd, t, flops, link.latency_s,
                                  link.bandwidth_Bps).values()) * 1e3 for t in degrees]
-        ax.plot(degrees, total, "o-", label=f"compute + comm, {name}")
+        ax.plot(degrees, total, "o-", label=f"compute + comm, {link.name}")
+        best = min(range(len(degrees)), key=total.__getitem__)
+        verdicts.append(f"{link.name}: tp={degrees[best]} fastest ({total[best]:.3g} ms vs "
+                        f"{total[0]:.3g} ms at tp={degrees[0]})" if degrees[best] > 1 else
+                        f"{link.name}: tp>1 never pays (tp={degrees[0]}: {total[0]:.3g} ms)")
+    print(f"B={batch_rows}, T={seq_len}, C={n_embd} at {flops / 1e9:.1f} GFLOP/s (measured here, "
+          f"this run) — " + "; ".join(verdicts))
     compute = [block_times(batch_rows, seq_len, n_embd, t, flops, 0, 1)["compute_s"] * 1e3
                for t in degrees]
     ax.plot(degrees, compute, "k--", label="compute only (÷ tp)")
