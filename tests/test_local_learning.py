@@ -184,3 +184,45 @@ def test_explain_idle_names_the_link_bound_stage(capsys):
     assert d["idle"] > d["form"] + 0.10  # so the diagnosis is printed: ≥ 1 − 1/1.5 = 33% + 33%
     assert out.count("link-bound") == 1 and "ms per step on 100Gb-IB" in out
     assert "share" not in out  # paced: a core's contention is not claimed as idle
+
+
+def test_flushed_pipeline_catches_up_where_its_bubble_falls_below_the_extra_compute():
+    """cost.flushed_catches_up: the first m where (1 − decoupled idle)/(1 − 1F1B idle) ≤ the
+    compute ratio; never for a scheme that computes no more than 1F1B."""
+    m = cost.flushed_catches_up(4, 3, 1.38)
+    gain = lambda k: (1 - cost.decoupled_idle(4, k, 3)) / (1 - cost.one_f_one_b_idle(4, k))  # noqa: E731
+    assert gain(m) <= 1.38 < gain(m - 1)
+    assert cost.flushed_catches_up(4, 3, 1.14) > m  # less extra compute: a larger m to catch up
+    assert cost.flushed_catches_up(4, 3, 1.0) is None
+
+
+def test_when_to_use_follows_the_numbers_it_is_given():
+    """Chapter 05's verdict: faster / not faster, lower / not lower and whether stashing paid flip
+    with the inputs."""
+    from parlab.local_learning.explore import when_to_use_lines
+
+    lesson = {"local": 1.7, "interlocking": 1.3, "pp": 4, "steps": 3, "microbatches": 2,
+              "compute_local": 1.14, "compute_interlocking": 1.38}
+    losses = {"interlocking": 0.48, "local": 0.52}
+    sweep = [{"scheme": "pp-1f1b", "final_loss": 3.7, "idle": 0.6},
+             {"scheme": "local", "final_loss": 3.9, "idle": 0.2},
+             {"scheme": "pipedream", "final_loss": 3.4, "idle": 0.65}]
+    merge = {"vs_pipedream": 1.4, "vs_2bw": 1.2}
+    stale = {"stale_gaps": [0.3, 0.01]}
+    lines = when_to_use_lines(lesson, losses, sweep, merge, stale)
+    assert lines[0] == "When to use it (from this run):" and len(lines) == 4
+    assert "1.70× pp-1f1b's throughput (faster)" in lines[1] and "catches up from m ≥ 14" in lines[1]
+    assert "3.9000 was higher than global backprop's 3.7000" in lines[1]
+    assert "0.4800 was lower than local's" in lines[2] and "catches up from m ≥ 5" in lines[2]
+    assert "here m=2 < p=4: PipeDream idled 65%" in lines[3] and "stashing did not pay here" in lines[3]
+
+    lesson.update(local=0.9, compute_local=0.95, microbatches=4)
+    losses.update(interlocking=0.6)
+    sweep[1]["final_loss"] = 3.5
+    merge.update(vs_2bw=0.8)
+    flipped = when_to_use_lines(lesson, losses, sweep, merge, stale)
+    assert "0.90× pp-1f1b's throughput (not faster)" in flipped[1] and "never catches up" in flipped[1]
+    assert "3.5000 was not higher" in flipped[1]
+    assert "0.6000 was not lower than local's" in flipped[2]
+    assert "m ≥ p here" in flipped[3] and "0.80× 2BW's throughput (not faster)" in flipped[3]
+    assert "stashing paid here" in flipped[3]

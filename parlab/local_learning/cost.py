@@ -94,6 +94,18 @@ def decoupled_idle(pp: int, microbatches: int, steps: int) -> float:
     return (pp - 1) / (steps * microbatches + pp - 1)
 
 
+def flushed_catches_up(pp: int, steps: int, compute_ratio: float, most: int = 4096) -> int | None:
+    """The fewest micro-batches m at which a flushed 1F1B pipeline's modelled throughput reaches a
+    never-flushed scheme's that computes `compute_ratio`× its work per step (local learning's
+    auxiliary heads, interlocking's second backward): throughput ∝ (1 − idle)/compute, so the
+    flushed pipeline catches up once (1 − decoupled_idle)/(1 − one_f_one_b_idle) ≤ compute_ratio.
+    None when it never does up to `most` (a scheme that computes no more than 1F1B)."""
+    for m in range(1, most + 1):
+        if (1 - decoupled_idle(pp, m, steps)) / (1 - one_f_one_b_idle(pp, m)) <= compute_ratio:
+            return m
+    return None
+
+
 # ----------------------------------------------------------------------------- predictions
 def _stage_numels(cfg, layout: Layout) -> list[list[int]]:
     return [[q.numel() for q in stage_parameters(build_model(cfg), layout.counts, s)]

@@ -91,6 +91,64 @@ def summary(lesson: dict, losses: dict) -> None:
           f"{losses['local']:.4f}; lower: {verdict(losses['holds'])}")
 
 
+def _faster(ratio: float) -> str:
+    return "faster" if ratio > 1 else "not faster"
+
+
+def _lower(a: float, b: float) -> str:
+    return "lower" if a < b else "not lower"
+
+
+def when_to_use_lines(lesson: dict, losses: dict, sweep: list[dict], merge_speed: dict,
+                      merge_loss: dict) -> list[str]:
+    """The chapter's "When to use it (from this run)" lines, each threshold from this run: the
+    timing sweep's throughputs and compute (`explore_timing.lessons`), the flushed pipeline's
+    catch-up m by the chapter's model (`cost.flushed_catches_up`, idle closed forms), the losses of
+    the sweep and of the spirals MLP (`explore_timing.loss_report`), and section 5's layerwise-merge
+    beside PipeDream and 2BW (`explore_merge.throughput_report`, `loss_comparison`)."""
+    pp, m, steps = lesson["pp"], lesson["microbatches"], lesson["steps"]
+    by = {}
+    for row in sweep:
+        by.setdefault(row["scheme"].split()[0], row)
+    g_loss, l_loss = by["pp-1f1b"]["final_loss"], by["local"]["final_loss"]
+
+    def catch_up(ratio):
+        m_even = cost.flushed_catches_up(pp, steps, ratio)
+        return (f"by the chapter's model the flushed pipeline catches up from m ≥ {m_even}"
+                if m_even else "by the chapter's model the flushed pipeline never catches up")
+
+    lines = ["When to use it (from this run):"]
+    lines.append(
+        f"- local learning (Belilovsky et al. 2020) while the flushed pipeline's bubble "
+        f"(p−1)/(m+p−1) costs more than the auxiliary heads: at p={pp}, m={m} (bubble "
+        f"{cost.one_f_one_b_idle(pp, m):.0%}) it ran {lesson['local']:.2f}× pp-1f1b's throughput "
+        f"({_faster(lesson['local'])}) at {lesson['compute_local']:.2f}× its compute per step; "
+        f"{catch_up(lesson['compute_local'])}; its final loss {l_loss:.4f} was "
+        f"{'higher' if l_loss > g_loss else 'not higher'} than global backprop's {g_loss:.4f}")
+    lines.append(
+        f"- interlocking (Gomez et al. 2022) when local's loss is too high: on the spirals MLP its "
+        f"final loss {losses['interlocking']:.4f} was {_lower(losses['interlocking'], losses['local'])} "
+        f"than local's {losses['local']:.4f}; it ran {lesson['interlocking']:.2f}× pp-1f1b's "
+        f"throughput ({_faster(lesson['interlocking'])}) at {lesson['compute_interlocking']:.2f}× "
+        f"its compute, and {catch_up(lesson['compute_interlocking'])}")
+    busy = "m ≥ p here" if m >= pp else f"here m={m} < p={pp}: PipeDream idled {by['pipedream']['idle']:.0%}"
+    lines.append(
+        f"- weight stashing (PipeDream, 2BW) only with m ≥ p in flight ({busy}) and memory for the "
+        f"stashed versions; the synchronous, exact layerwise-merge ran {merge_speed['vs_pipedream']:.2f}× "
+        f"PipeDream's ({_faster(merge_speed['vs_pipedream'])}) and {merge_speed['vs_2bw']:.2f}× 2BW's "
+        f"throughput ({_faster(merge_speed['vs_2bw'])}) with no stashed version, while PipeDream's "
+        f"losses drifted up to {merge_loss['stale_gaps'][0]:.1e} from global backprop's — stashing "
+        + ("did not pay here" if min(merge_speed["vs_pipedream"], merge_speed["vs_2bw"]) > 1
+           else "paid here"))
+    return lines
+
+
+def when_to_use(lesson: dict, losses: dict, sweep: list[dict], merge_speed: dict,
+                merge_loss: dict) -> None:
+    """Print `when_to_use_lines`: when local learning, interlocking and weight stashing pay."""
+    print("\n".join(when_to_use_lines(lesson, losses, sweep, merge_speed, merge_loss)))
+
+
 def stash_report(world_size: int, microbatches: int = 4, steps: int = 3) -> None:
     """Weight versions each stage held at its peak, PipeDream vs 2BW, beside the closed forms, and
     what every backward used (its forward's version)."""

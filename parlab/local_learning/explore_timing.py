@@ -191,7 +191,9 @@ def lessons(rows: list[dict], microbatches: int) -> dict:
                                                                      "explains the gap"]))
     return {"local": local["speedup"], "interlocking": inter["speedup"], "local_holds": ok_local,
             "interlocking_holds": ok_inter, "model_local": t_base / t_local,
-            "model_interlocking": t_base / t_inter}
+            "model_interlocking": t_base / t_inter, "pp": pp, "steps": steps,
+            "microbatches": microbatches, "compute_local": c_local / c_base,
+            "compute_interlocking": c_inter / c_base}
 
 
 def _per_rank_compute(timeline: list[dict]) -> list[float]:
