@@ -152,7 +152,8 @@ def print_sp_vs_tp(tp: int, batch_size: int | None = None) -> None:
 
 
 def memory_rows(world_size: int) -> list[dict]:
-    """Measured activation bytes per rank (one step) beside `parlab.tensor_parallel.cost.activation_bytes`."""
+    """Measured activation bytes per rank (one step) beside `parlab.tensor_parallel.cost.activation_bytes`,
+    each row with its `sequence_parallel` and `regather` flags (what the run's options were)."""
     import parlab
     from parlab.tensor_parallel.cost import activation_bytes
 
@@ -167,7 +168,8 @@ def memory_rows(world_size: int) -> list[dict]:
                                    options.get("regather", True))
         label = scheme + ("" if options.get("regather", True) else " (keep gathered)")
         rows.append({"scheme": label, "tp": tp, "measured_bytes": result.memory[0]["activations"],
-                     "formula_bytes": formula})
+                     "formula_bytes": formula, "sequence_parallel": scheme == "tp-sp",
+                     "regather": options.get("regather", True)})
     return rows
 
 

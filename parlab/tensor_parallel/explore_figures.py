@@ -48,28 +48,49 @@ def draw_matmul_splits(tp: int = 2):
     return fig
 
 
-def when_tp_pays(batch_rows: int = 12, seq_len: int = 32, n_embd: int = 32,
-                 links=("1GbE", "10GbE", "100Gb-IB", "NVLink"), degrees=(1, 2, 4, 8),
-                 flops_per_s: float | None = None):
+# part 10's two models (the chapter's tiny GPT, then a wider one), read by its when-to-use verdict
+TINY_MODEL = {"batch_rows": 12, "seq_len": 32, "n_embd": 32}
+WIDE_MODEL = {"batch_rows": 8, "seq_len": 1024, "n_embd": 1024}
+TEACHING_LINKS = ("1GbE", "10GbE", "100Gb-IB", "NVLink")
+
+
+def degree_times(batch_rows: int, seq_len: int, n_embd: int, flops_per_s: float,
+                 links=TEACHING_LINKS, degrees=(1, 2, 4, 8)) -> dict[str, dict]:
+    """Per link (the teaching presets, `parlab.core.link.PRESETS`): the predicted ms per block and
+    step at each tp degree (`cost.block_times`: matmul compute ÷ tp plus 4 all-reduces), and the
+    fastest degree. {link name: {"ms": [per degree], "best": degree, "best_ms", "base_ms"}}."""
+    from parlab.core.link import PRESETS
+    from parlab.tensor_parallel.cost import block_times
+
+    out = {}
+    for name in links:
+        link = PRESETS[name]
+        total = [sum(block_times(batch_rows, seq_len, n_embd, t, flops_per_s, link.latency_s,
+                                 link.bandwidth_Bps).values()) * 1e3 for t in degrees]
+        best = min(range(len(degrees)), key=total.__getitem__)
+        out[link.name] = {"ms": total, "best": degrees[best], "best_ms": total[best],
+                          "base_ms": total[0], "base": degrees[0]}
+    return out
+
+
+def when_tp_pays(batch_rows: int = TINY_MODEL["batch_rows"], seq_len: int = TINY_MODEL["seq_len"],
+                 n_embd: int = TINY_MODEL["n_embd"],
+                 links=TEACHING_LINKS, degrees=(1, 2, 4, 8), flops_per_s: float | None = None):
     """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link; prints,
     per link, the fastest degree computed from the same numbers the figure draws."""
     import matplotlib.pyplot as plt
 
-    from parlab.core.link import PRESETS, cpu_flops
+    from parlab.core.link import cpu_flops
     from parlab.tensor_parallel.cost import block_times
 
     flops = flops_per_s or cpu_flops()  # this machine's rate, measured once per run (parlab.core.link)
     fig, ax = plt.subplots(figsize=(7, 4))
     verdicts = []
-    for name in links:
-        link = PRESETS[name]
-        total = [sum(block_times(batch_rows, seq_len, n_embd, t, flops, link.latency_s,
-                                 link.bandwidth_Bps).values()) * 1e3 for t in degrees]
-        ax.plot(degrees, total, "o-", label=f"compute + comm, {link.name}")
-        best = min(range(len(degrees)), key=total.__getitem__)
-        verdicts.append(f"{link.name}: tp={degrees[best]} fastest ({total[best]:.3g} ms vs "
-                        f"{total[0]:.3g} ms at tp={degrees[0]})" if degrees[best] > 1 else
-                        f"{link.name}: tp>1 never pays (tp={degrees[0]}: {total[0]:.3g} ms)")
+    for name, row in degree_times(batch_rows, seq_len, n_embd, flops, links, degrees).items():
+        ax.plot(degrees, row["ms"], "o-", label=f"compute + comm, {name}")
+        verdicts.append(f"{name}: tp={row['best']} fastest ({row['best_ms']:.3g} ms vs "
+                        f"{row['base_ms']:.3g} ms at tp={row['base']})" if row["best"] > row["base"] else
+                        f"{name}: tp>1 never pays (tp={row['base']}: {row['base_ms']:.3g} ms)")
     print(f"B={batch_rows}, T={seq_len}, C={n_embd} at {flops / 1e9:.1f} GFLOP/s (measured here, "
           f"this run) — " + "; ".join(verdicts))
     compute = [block_times(batch_rows, seq_len, n_embd, t, flops, 0, 1)["compute_s"] * 1e3
