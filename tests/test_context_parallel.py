@@ -276,3 +276,42 @@ def test_explain_regime_says_when_the_share_does_not_rise(capsys):
                           1000)
     out = capsys.readouterr().out
     assert "Not as predicted" in out and "64→128 tokens/rank: 42%→34%" in out
+
+
+def test_when_to_use_follows_this_runs_numbers(capsys):
+    import pandas as pd
+
+    from parlab.context_parallel import explore_summary as summary
+
+    cfg = make_config("cp-ring", world_size=2, cp=2, steps=1)
+    assert summary.ulysses_fewer_bytes_from(cfg) == 3  # 2/cp of the ring's bytes: fewer from cp = 3
+
+    def link(ops, sent, step):
+        return {"clock": "A100", "attention ops/step": ops, "attention bytes sent/step": sent,
+                "measured step s": step}
+
+    def share(t, hidden):
+        return {"tokens/rank": t, "hidden share": hidden}
+
+    mem = pd.DataFrame([{"method": m, "T": T, "cp=1": one, "cp=2": two} for m, T, one, two in (
+        ("ring", 32, 100, 120), ("ring", 64, 400, 300), ("ring-recompute", 32, 100, 20),
+        ("ring-recompute", 64, 400, 40))])
+    video = pd.DataFrame([{"mode": "sp-ring", "halo": "-", "bytes/step": 1000, "compute/rank": 0.5,
+                           "error": 0.0},
+                          {"mode": "lp", "halo": 0, "bytes/step": 10, "compute/rank": 0.5, "error": 0.03},
+                          {"mode": "lp", "halo": 4, "bytes/step": 20, "compute/rank": 1.0, "error": 0.0}])
+    summary.when_to_use([link(16, 100, 2.0), link(32, 100, 3.0)], [share(64, 0.4), share(512, 0.7)],
+                        1000.0, mem, video, cfg)
+    out = capsys.readouterr().out
+    assert "the ring was faster here" in out and "from cp = 3 to cp = n_h = 4" in out
+    assert "512 tokens/rank, is below t*" in out and "rising with the block, as" in out
+    assert "from T = 64 on (at T = 32 it held 1.20× one process" in out and "10× less at T = 64" in out
+    assert "halo 0 sent 1.0% of SP's bytes" in out and "from halo 4 every rank computes" in out
+    # the numbers flip, the verdicts flip
+    summary.when_to_use([link(16, 100, 3.0), link(32, 100, 2.0)], [share(64, 0.7), share(2048, 0.4)],
+                        1000.0, mem.assign(**{"cp=2": [90, 300, 20, 40]}), video, cfg)
+    out = capsys.readouterr().out
+    assert "Ulysses was faster here" in out and "is at or above t*" in out
+    assert "NOT rising with the block" in out and "at every T measured (from T = 32)" in out
+    dip = summary.ring_overlap([share(64, 0.4), share(128, 0.2), share(512, 0.9)], 1000.0)
+    assert "higher at the largest block, though not rising at every size" in dip
