@@ -154,3 +154,38 @@ def test_exercises_accept_the_closed_forms_answers_and_reject_others(runs, capsy
         exercise(name).hint()
     out = capsys.readouterr().out
     assert not any(f"{a:,.0f}" in out or f"{a:g}" in out for a in answers().values())
+
+
+def test_when_to_use_follows_this_runs_numbers(capsys):
+    import pandas as pd
+
+    from parlab.subnet import explore_summary as summary
+
+    table = pd.DataFrame([{"k": 1, "mask": "forward", "granularity": g, "saved": s, "bytes_vs_ddp": b}
+                          for g, s, b in (("block", 0.5, 0.08), ("neuron", 0.3, 0.4))])
+
+    def gaps(forward, backward):
+        return pd.DataFrame([{"mask": "forward", "loss_gap": forward},
+                             {"mask": "backward", "loss_gap": backward}])
+
+    def time(scheme, mask, granularity, ms, sent):
+        return {"scheme": scheme, "mask": mask, "granularity": granularity, "clock": "A100",
+                "step_ms": ms, "bytes_per_step": sent}
+
+    ddp = [time("ddp-naive", "—", "—", 2000.0, 1000), time("ddp-bucketed", "—", "—", 400.0, 1000)]
+    summary.when_to_use(table, gaps(0.001, 0.0), gaps(0.3, 0.02), ddp + [time("sdp", "forward", "block",
+                                                                             100.0, 80)])
+    out = capsys.readouterr().out
+    assert out.startswith("When to use it (from this run):")
+    assert "(block level) left the largest rank 50% of DDP's states, so, at the same owned fraction, a " \
+           "model up to 2.00×" in out
+    assert "GPT (skip connections) +0.10% — within; the spirals MLP (none) +30.0% — NOT within, " \
+           "where backward masking's unbiased gradient gave +2.0% — within" in out
+    assert "against ddp-bucketed" in out and "forward/block 0.25× its step for 0.08× its bytes" in out
+    assert "every SDP row was faster" in out
+    # the numbers flip, the verdicts flip
+    summary.when_to_use(table, gaps(0.05, 0.0), gaps(0.01, 0.0), ddp + [time("sdp", "forward", "block",
+                                                                            500.0, 80)])
+    out = capsys.readouterr().out
+    assert "GPT (skip connections) +5.00% — NOT within; the spirals MLP (none) +1.0% — within\n" in out
+    assert "only 0 of 1 SDP rows were faster" in out

@@ -247,7 +247,8 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
 def summary(table: pd.DataFrame, found: dict, world_size: int, tolerance: float = 0.02) -> None:
     """The chapter's measured headlines, printed from this run: memory SDP saves at k = 1
     (forward masking, both granularities: measured bytes, `sweep`) and the full-model loss gap to
-    DDP over the curve's last steps (`curves`), each with its verdict."""
+    DDP over the curve's last steps (`curves`), each with its verdict; when to use it:
+    `explore_summary.when_to_use`."""
     for granularity in ("block", "neuron"):
         row = table[(table.k == 1) & (table["mask"] == "forward") & (table.granularity == granularity)]
         if len(row):
@@ -259,19 +260,6 @@ def summary(table: pd.DataFrame, found: dict, world_size: int, tolerance: float 
         print(f"{r.mask}/{r.granularity}: full-model loss {r.loss_gap:+.2%} vs DDP over the last "
               f"steps — {'within' if ok else 'NOT within'} {tolerance:.0%}"
               + ("" if ok else " (this subnetwork drops what the model needs at this k)"))
-    fwd = table[(table.k == 1) & (table["mask"] == "forward")]
-    bwd = table[(table.k == 1) & (table["mask"] == "backward")]
-    print("\nWhen to use it (from this run):")
-    if len(fwd):
-        print(f"- when per-rank model states, not compute, are the limit: forward masking at k = 1 "
-              f"cut the largest rank's states by {fwd.saved.max():.0%} and its bytes to "
-              f"{fwd.bytes_vs_ddp.min():.2f}× DDP's; it trains a different (smaller) function, so keep "
-              f"skip connections (blocks) and check the full model's loss, as above")
-    if len(bwd):
-        print(f"- backward masking keeps the full model's gradient (unbiased, from k/N of the batch) "
-              f"but holds every parameter and pays the refresh all-gather: it saved "
-              f"{bwd.saved.max():.0%} of the states here, at {bwd.bytes_vs_ddp.min():.2f}× DDP's bytes")
-    print("- k = N is plain data parallelism; between, each parameter learns from k/N of the batch")
 
 
 def panel(world_size: int = 2, owners: int = 1, mask: str = "forward",
