@@ -207,3 +207,50 @@ def test_a_slow_rank_stretches_the_data_parallel_forward_too():
     assert event["t1"] - event["t0"] >= cpu / 0.25 - 1e-3  # the span's own bookkeeping
     assert parlab.run("ddp-naive", world_size=2, steps=2, speeds=[1, 0.25]).compare(
         parlab.run("single", steps=2)).match  # time changes, results do not
+
+
+def test_when_to_use_follows_this_runs_numbers(capsys):
+    from parlab.heterogeneous import explore_summary as summary
+    from parlab.heterogeneous.programs import parse
+
+    # HAP's LP on the fast device alone: T* = f + B = 40 row-times, so below f/T* = 0.7 a device gets no rows
+    assert abs(summary.no_rows_below([1.0, 0.25], 12, 28.0) - 0.7) < 1e-6
+    assert summary.no_rows_below([1.0], 12, 28.0) is None
+
+    def dp(lp, prop=1.1, rows=(12, 0)):
+        return [{"shard": "even", "rows": [6, 6], "speedup": 1.0, "fixed_rows": 28.0},
+                {"shard": "proportional", "rows": [10, 2], "speedup": prop, "fixed_rows": 28.0},
+                {"shard": "lp", "rows": list(rows), "speedup": lp, "fixed_rows": 28.0}]
+
+    def backup(speedup, loss):
+        return [{"backups": 0, "step_ms": 100.0 * speedup, "final_loss": 4.0, "single_loss": 4.0},
+                {"backups": 1, "step_ms": 100.0, "final_loss": loss, "single_loss": 4.0}]
+
+    two = [{"cluster": "one node", "link": "NVLink ÷100 (teaching preset) (α=1 µs)", "comm_ms": 0.1,
+            "step_ms": 200.0, "rows": [11, 1]},
+           {"cluster": "two nodes", "link": "1GbE ÷100 (teaching preset) (α=50 µs)", "comm_ms": 200.0,
+            "step_ms": 400.0, "rows": [11, 1]}]
+    tp = [{"shard": "even", "speedup": 1.0}, {"shard": "lp", "speedup": 1.4}]
+    hap = [{"step_ms": 100.0}, {"step_ms": 120.0}]
+    programs = {"H100": parse("rep rep rep rep rep rep rep"), "V100": parse("rep col col row col col row")}
+    summary.when_to_use(dp(2.7), [1.0, 0.25], backup(2.1, 4.04), two, tp, hap, programs)
+    out = capsys.readouterr().out
+    assert out.startswith("When to use it (from this run):")
+    assert "stepped 2.70× as fast as even shares (faster)" in out
+    assert "slower than 0.70× the fastest gets no rows (f/s ≥ T*): the slowest here, at 0.25×, " \
+           "is below" in out
+    assert "LP shares won" in out and "final loss +1.00% against single" in out
+    assert "crossed 1GbE ÷100 and its model (200.0 ms)" in out
+    assert "was 50% of the step (one node: 0%), the step 2.00× one node's" in out
+    assert "cut every layer by speed too: hetero-tp's LP shares stepped 1.40×" in out
+    assert "ran 1.20× as fast as the fixed Megatron block (the search paid)" in out
+    assert "FLOP/B) 6 of 7, H100 (F/β = " in out and "FLOP/B) 0 of 7" in out
+    assert out.index("V100 (F/β") < out.index("H100 (F/β") and "the less sharding pays" in out
+    # the numbers flip, the verdicts flip
+    summary.when_to_use(dp(0.9, rows=(8, 4)), [1.0, 0.9], backup(2.1, 4.0), two,
+                        [tp[0], dict(tp[1], speedup=0.9)], hap[::-1],
+                        {"V100": programs["H100"], "H100": programs["V100"]})
+    out = capsys.readouterr().out
+    assert "(NOT faster here: see the verdict above)" in out and "at 0.90×, is not below it and got 4" in out
+    assert "backup workers won" in out and "the search did NOT pay here" in out
+    assert "0.90× as fast as even ones, NOT faster in this run" in out and "NOT falling with F/β" in out

@@ -1,10 +1,17 @@
-"""Notebook 11's measured summary: every figure printed from this run's results (the sharding
-measurement of `explore.measure_shardings` and the backup sweep of `explore.backup_sweep`), each
-with its verdict computed from the same run, never typed into markdown."""
+"""Notebook 11's measured summary and its "When to use it (from this run)": every figure printed
+from this run's results (the sharding measurement of `explore.measure_shardings`, the backup sweep
+of `explore.backup_sweep`, the two-node run of `explore.measure_topology`, the hetero-tp and HAP
+step times of `explore_tp.measure_tp_shardings` and `explore_hap.measure_against_fixed`, the
+searched programs per accelerator of `explore_hap.other_clocks`), each with its verdict computed
+from the same run, never typed into markdown. The thresholds: HAP's LP (Zhang et al., EuroSys 2024)
+with this run's f and speeds (`shares.solve_lp`), and F/β of each accelerator on its NVLink
+(`parlab.core.link`)."""
 
 from __future__ import annotations
 
+from parlab.core.link import ACCELERATORS, REAL, nvlink_for
 from parlab.heterogeneous import explore as ex
+from parlab.heterogeneous import shares
 
 
 def summary(measured: list[dict], sweep: list[dict]) -> None:
@@ -24,3 +31,109 @@ def summary(measured: list[dict], sweep: list[dict]) -> None:
                                "NOT shorter: the dropped rank was not the bottleneck of this run"))
     else:
         print("backup workers: one rank, nothing to drop")
+
+
+def no_rows_below(speeds, batch: int, fixed_rows: float) -> float | None:
+    """The speed, as a fraction of the fastest, below which the slowest device gets no rows from
+    HAP's LP: f / T*, T* the LP's step (in row-times) on the other devices alone — it would spend
+    f/s ≥ T* on the work that does not shrink with the batch. None with a single device."""
+    others = sorted(speeds)[1:]
+    if not others:
+        return None
+    _, t_star = shares.solve_lp(batch, others, fixed_rows)
+    return fixed_rows / t_star / max(speeds)
+
+
+def shares_bullet(measured: list[dict], speeds) -> str:
+    """Shares by speed: the LP's and proportional shares' speedups over even, measured, and the
+    speed below which the LP gives a device nothing (`no_rows_below`), against what it gave."""
+    by = {r["shard"]: r for r in measured}
+    lp, prop = by["lp"], by["proportional"]
+    slowest = min(range(len(speeds)), key=lambda r: speeds[r])
+    floor = no_rows_below(speeds, sum(lp["rows"]), lp["fixed_rows"])
+    line = (f"- shares by speed whenever the devices' speeds differ: at speeds {list(speeds)} the LP's "
+            f"{lp['rows']} stepped {lp['speedup']:.2f}× as fast as even shares "
+            f"({'faster' if lp['speedup'] > 1 else 'NOT faster here: see the verdict above'}), "
+            f"proportional {prop['speedup']:.2f}×")
+    if floor is not None:
+        relative = speeds[slowest] / max(speeds)
+        line += (f"; with f = {lp['fixed_rows']:.1f} rows of work that does not shrink with the batch, a "
+                 f"device slower than {floor:.2f}× the fastest gets no rows (f/s ≥ T*): the slowest here, "
+                 f"at {relative:.2f}×, {'is' if relative < floor else 'is not'} below it and got "
+                 f"{lp['rows'][slowest]}")
+    return line
+
+
+def backup_bullet(measured: list[dict], sweep: list[dict]) -> str | None:
+    """Backup workers against the LP's shares: each one's speedup over even shares (b = 0), which
+    was larger, and the loss backup workers paid against `single`; None without a b > 0 run."""
+    if len(sweep) < 2:
+        return None
+    b0, b1 = sweep[0], sweep[1]
+    backup = b0["step_ms"] / b1["step_ms"]
+    lp = {r["shard"]: r for r in measured}["lp"]["speedup"]
+    gap = b1["final_loss"] / b1["single_loss"] - 1
+    winner = ("LP shares won and stay exact: with known, steady speeds, prefer shares by speed" if lp > backup
+              else "backup workers won: dropping the straggler beat re-sharding in this run")
+    return (f"- backup workers (b = {b1['backups']}) stepped {backup:.2f}× as fast as b = 0, the LP's shares "
+            f"{lp:.2f}× as fast as even — {winner}; backup workers pay where speeds are unknown or change "
+            f"from step to step (they need no estimate), at a smaller batch: final loss {gap:+.2%} "
+            f"against single here")
+
+
+def link_bullet(two: list[dict]) -> str | None:
+    """The slow link between nodes: the modelled all-reduce's share of the measured step on one
+    node and on two, and the step's growth — shares by speed cannot shrink it; None without both
+    runs."""
+    by = {r["cluster"]: r for r in two}
+    if not {"one node", "two nodes"} <= set(by):
+        return None
+    one, split = by["one node"], by["two nodes"]
+    return (f"- shares fix slow devices, not slow links: on two nodes the all-reduce crossed "
+            f"{split['link'].split(' (')[0]} and its model ({split['comm_ms']:.1f} ms) was "
+            f"{split['comm_ms'] / split['step_ms']:.0%} of the step (one node: "
+            f"{one['comm_ms'] / one['step_ms']:.0%}), the step {split['step_ms'] / one['step_ms']:.2f}× "
+            f"one node's with the same rows {split['rows']}: once that share is large, send fewer bytes "
+            f"across the slow link (chapter 08) rather than re-shard")
+
+
+def sharded_operators(program) -> int:
+    """How many of a HAP program's operators are sharded (any choice but 'rep', replicated)."""
+    return sum(choice != "rep" for choice in str(program).split())
+
+
+def tensor_bullet(tp_rows: list[dict], hap_rows: list[dict], programs: dict) -> str:
+    """Tensor parallelism on unequal devices: hetero-tp's LP over even shares and the searched
+    program over the fixed one (measured, direction computed), and how many operators the cheapest
+    program shards per accelerator, beside its F/β on its own NVLink."""
+    tp = {r["shard"]: r for r in tp_rows}
+    hap, fixed = hap_rows
+    searched = fixed["step_ms"] / hap["step_ms"]
+    shared = f"hetero-tp's LP shares stepped {tp['lp']['speedup']:.2f}× as fast as even ones"
+    lead = (f"cut every layer by speed too: {shared}" if tp["lp"]["speedup"] > 1 else
+            f"{shared}, NOT faster in this run (section 6's diagnosis says why)")
+    line = (f"- in tensor parallelism, {lead}; HAP's searched program ran {searched:.2f}× as fast as the "
+            f"fixed Megatron block ({'the search paid' if searched > 1 else 'the search did NOT pay here'})")
+    if programs:
+        nvlink = {clock: REAL[nvlink_for("NVLink", clock)][1] for clock in programs}
+        ratios = {clock: ACCELERATORS[clock].flops / nvlink[clock] for clock in programs}
+        order = sorted(programs, key=ratios.get)
+        counts = [sharded_operators(programs[clock]) for clock in order]
+        fewer = all(b <= a for a, b in zip(counts, counts[1:])) and counts[-1] < counts[0]
+        line += ("; operators the cheapest program shards, by F/β on each accelerator's NVLink: "
+                 + ", ".join(f"{clock} (F/β = {ratios[clock]:,.0f} FLOP/B) {n} of "
+                             f"{len(str(programs[clock]).split())}" for clock, n in zip(order, counts))
+                 + (" — the more compute outgrows the link, the less sharding pays" if fewer else
+                    " — NOT falling with F/β in this run"))
+    return line
+
+
+def when_to_use(measured: list[dict], speeds, sweep: list[dict], two: list[dict], tp_rows: list[dict],
+                hap_rows: list[dict], programs: dict) -> None:
+    """Print "When to use it (from this run):" — shares by speed, backup workers, the slow link,
+    tensor parallelism's shares and program — each with its threshold from this run."""
+    print("When to use it (from this run):")
+    for line in (shares_bullet(measured, speeds), backup_bullet(measured, sweep), link_bullet(two),
+                 tensor_bullet(tp_rows, hap_rows, programs)):
+        if line:
+            print(line)
