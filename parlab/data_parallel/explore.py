@@ -192,7 +192,7 @@ def headline(runs: dict, loopback: dict | None = None, warmup: int = 1,
     """The chapter's headline from this run: DeAR against WFBP (ddp-overlap) and naive, step time
     and exposed communication, on the accelerator's link (and on loopback when given), each ratio
     with its verdict against the α-β model when `predicted` ({variant: (measured, predicted)},
-    `predicted_vs_measured`) is given."""
+    `predicted_vs_measured`) is given. When to use which: `explore_summary.when_to_use`."""
     out = {}
     label = next(iter(runs.values())).clock.label if runs else ""
     for where, rs in ((f"link, {label}", runs), ("loopback", loopback or {})):
@@ -217,23 +217,6 @@ def headline(runs: dict, loopback: dict | None = None, warmup: int = 1,
                       + ("agrees" if ok and winner_ok else "does NOT agree")
                       + f" (±{tolerance:.0%})"
                       + ("" if ok and winner_ok else " — " + _why_not(rs, a, b)))
-    link_key = next((k for k in out if k.startswith("link")), None)
-    if link_key:
-        step, exposed = out[link_key]
-        gain = step["ddp-overlap"] / step["dear"]
-        print("\nWhen to use it (from this run, on the accelerator's link):")
-        print(f"- overlap (WFBP) whenever communication is comparable to the backward: it cut "
-              f"ddp-naive's step {step['ddp-naive'] / step['ddp-overlap']:.2f}×, leaving "
-              f"{exposed['ddp-overlap']:.0%} of the step exposed")
-        model = (f" (α-β model {predicted['ddp-overlap'][1] / predicted['dear'][1]:.2f}×)"
-                 if predicted else "")
-        print(f"- DeAR when WFBP still leaves communication exposed after backward and the next "
-              f"forward is long enough to cover the all-gathers: here it ran at {gain:.2f}× WFBP's "
-              f"speed{model} — " + ("worth it" if gain > 1.02 else
-                                    "no gain in this regime: it sends the same bytes in the same "
-                                    "rounds, and its exposed share is WFBP's or more"))
-        print("- bucketing always (naive pays one latency per tensor); the bucket size: the sweep "
-              "above")
     return out
 
 

@@ -251,7 +251,8 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
                   overhead_s: float = 0.0, floor=None, clock: str = "wall", **options):
     """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity),
     beside the α-β prediction from each run's own compute profile, on `clock` (paced: pass the
-    real link's name; the clock dilates it)."""
+    real link's name; the clock dilates it). Returns the rows, one per size: bucket_mb, buckets,
+    step_s (measured), predicted_s and the link the run emulated."""
     numels = param_numels(config=options.get("model_config"))
     common = {k: v for k, v in options.items() if k in COMMON}
     rows = []
@@ -269,6 +270,7 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
         rows.append((bucket_mb, len(plan_buckets(numels, bucket_mb)), step, predicted,
                      result.config.link))
     _bucket_verdict(rows, world_size)
+    return [dict(zip(("bucket_mb", "buckets", "step_s", "predicted_s", "link"), row)) for row in rows]
 
 
 def _bucket_verdict(rows: list[tuple], world_size: int) -> None:
