@@ -181,3 +181,45 @@ def test_prefetch_report_prints_estimates_beside_measurements_and_diagnoses_a_sh
     assert "less than half the ideal gain" in short[-1]
     slower = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.1, True: 0.11}})
     assert "disagrees with the model" in slower[-1]
+
+
+def test_when_to_use_follows_the_measured_memory_links_prefetch_and_checkpointing():
+    """The verdict's words follow its numbers: flip states against activations, the gathers
+    against the compute, or prefetch's step times, and the line says the other thing."""
+    import pandas as pd
+
+    from parlab.zero import explore_summary
+
+    def row(scheme, params, grads, optimizer, activations):
+        return {"scheme": scheme, "world_size": 4, "params": params, "grads": grads,
+                "optimizer": optimizer, "activations": activations,
+                "states": params + grads + optimizer}
+
+    table = pd.DataFrame([row("ddp-naive", 400, 400, 800, 100), row("zero1", 400, 400, 200, 100),
+                          row("zero2", 400, 100, 200, 100), row("zero3", 100, 100, 200, 100)])
+    comm = [{"scheme": "zero1", "link": "slow", "measured_ms": 10.0},
+            {"scheme": "zero3", "link": "slow", "measured_ms": 15.0}]
+    first, third = explore_summary.stage_lines(table, comm)
+    assert "zero1 held 0.62× DDP's model states (optimizer state sharded)" in first
+    assert "zero2 held 0.44×" in first and "nothing to lose" in first
+    assert "zero3 held 0.25×" in third and "1.50× zero1's" in third
+    trade = {"saved": 0.5, "time_ratio": 1.3, "expected_ratio": 1.3, "overhead_ms": 0.0, "backward_ms": 20.0}
+    line = explore_summary.states_or_activations_line(table, trade)
+    assert "(4.00×: states still dominate" in line and "saved 50% of them for 1.30×" in line
+    table.loc[table.scheme == "zero3", "activations"] = 800
+    assert "activations dominate" in explore_summary.states_or_activations_line(table, trade)
+    assert "machinery" not in line
+    assert "; 5.0 ms more per step is the checkpoint machinery's own cost" in \
+        explore_summary.states_or_activations_line(table, {**trade, "time_ratio": 2.0, "overhead_ms": 5.0})
+
+    regime = {"forward": 1.0, "backward": 2.0, "gather_f": 0.5, "gather_b": 0.5, "scatter": 0.5}
+    report = {"regime": regime, "measured": {False: 4.0, True: 2.0}, "ideal": {False: 4.5, True: 3.0}}
+    line = explore_summary.prefetch_line(report)
+    assert "(covered), A_b + R 1000.0 ms against B 2000.0 ms (covered)" in line
+    assert "with prefetch it ran 2.00× faster (1.50× at ideal" in line
+    slow = {"regime": {**regime, "gather_f": 2.0}, "measured": {False: 2.0, True: 4.0},
+            "ideal": report["ideal"]}
+    line = explore_summary.prefetch_line(slow)
+    assert "F 1000.0 ms (not covered)" in line and "at 0.50× the speed: no gain" in line
+    lines = explore_summary.when_to_use(table, comm, trade, report)
+    assert lines[0] == "When to use it (from this run):" and len(lines) == 5

@@ -259,29 +259,3 @@ def link_comparison(world_size: int = 2, link: str = "1GbE", steps: int = 5,
         rows.append({"scheme": scheme, "link": link, "measured_ms": 1e3 * comm_seconds(result),
                      "predicted_ms": 1e3 * predicted_comm_s(result, link)})
     return rows
-
-
-def when_to_use(table, comm_rows: list[dict]) -> None:
-    """The chapter's verdict, from this run: what each stage sheds (the kinds of model state it
-    holds less of than DDP, measured at the largest N the table ran) and how much it holds, then
-    what the link of section 9 charged each for its communication."""
-    n = int(table.world_size.max())
-    at_n = table[table.world_size == n]
-    ddp = at_n[at_n.scheme == "ddp-naive"].iloc[0]
-    print(f"When to use it (from this run, N = {n}):")
-    for row in at_n.itertuples():
-        if row.scheme == ddp.scheme:
-            continue
-        shed = [kind for kind in ("optimizer", "grads", "params") if getattr(row, kind) < ddp[kind]]
-        words = {"optimizer": "optimizer state", "grads": "gradients", "params": "parameters"}
-        print(f"- {row.scheme} when its {' + '.join(words[k] for k in shed) or 'nothing'} must "
-              f"shrink: it held "
-              f"{row.states / ddp.states:.2f}× DDP's model states per rank"
-              + ("; sharded parameters are gathered before every use (1.5× the bytes, section 5), "
-                 "so it pays on links fast enough for prefetch to hide that (section 6½)"
-                 if "params" in shed else ", at DDP's bytes (section 5): nothing to lose once N > 1"))
-    if len(comm_rows) > 1:
-        first = comm_rows[0]
-        print(f"- on {first['link']} (section 9): " + ", ".join(
-            f"{r['scheme']}'s communication took {r['measured_ms'] / first['measured_ms']:.2f}× "
-            f"{first['scheme']}'s" for r in comm_rows[1:]))
