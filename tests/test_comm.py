@@ -195,3 +195,8 @@ def test_when_to_use_follows_the_fits_and_the_measured_sizes():
     assert "slow 4.00 ms above: faithful" in line and "fast 1.00 ms below: it cannot show" in line
     lines = when_to_use(agreeing, fits, rows, Link(1e-6, 3e11, "NVLink"))
     assert lines[0] == "When to use it (from this run):" and "300,000 B on NVLink" in lines[2]
+    assert "extrapolated" not in lines[2]  # ring α·β = 10,000 B, inside the sweep (up to 1 MB)
+    small = [r for r in agreeing if r["bytes"] == 1024] + _sweep_rows(4, {(2048, "ring"): 2.0,
+                                                                          (2048, "tree"): 1.0})
+    lines = when_to_use(small, fits, rows, Link(1e-6, 3e11, "NVLink"))
+    assert "beyond the largest message swept, 2,048 B, so β and this α·β are extrapolated" in lines[2]

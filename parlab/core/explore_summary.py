@@ -73,15 +73,21 @@ def _largest_size_diagnosis(rows: list, world_size: int, nbytes: int) -> tuple[s
                if contradicts else ""), contradicts)
 
 
-def latency_bound_below(fit: AlphaBeta, link) -> str:
+def latency_bound_below(fit: AlphaBeta, link, largest_swept: int | None = None) -> str:
     """The size α·β under which an all-reduce pays more latency than transfer, for the ring's fit
     on this CPU and for `link` (a faithful link keeps the real link's α·β: it scales α up and β
-    down by one factor)."""
+    down by one factor). Past `largest_swept` (the sweep's largest message) the bytes never
+    outweighed the rounds in the data, so β, and the fitted α·β, are extrapolated: said so."""
     here = fit.alpha * fit.beta
     there = link.latency_s * link.bandwidth_Bps
+    unidentified = largest_swept is not None and here > largest_swept
     return (f"- fuse small messages (bucketing, chapter 01) while each is below α·β, where a round's "
             f"latency outweighs its bytes: {here:,.0f} B for gloo on this CPU's loopback (ring fit, "
-            f"N = {fit.world_size}), {there:,.0f} B on {link.name} (a dilation cancels in α·β: the real "
+            f"N = {fit.world_size}"
+            + (f"; beyond the largest message swept, {largest_swept:,} B, so β and this α·β are "
+               f"extrapolated, not measured: sweep larger messages (`large_mb`) to identify them"
+               if unidentified else "")
+            + f"), {there:,.0f} B on {link.name} (a dilation cancels in α·β: the real "
             f"link's); above it the bytes decide, and "
             f"only fewer bytes help (chapter 08)")
 
@@ -104,7 +110,8 @@ def when_to_use(rows: list, fits: dict, link_rows: list[dict], link) -> list[str
     """Print and return the chapter's "When to use it (from this run)" lines: ring or tree at the
     sweep's largest world size, the latency-bound size α·β, and where an emulated link holds."""
     largest = max(n for n, _ in fits)
+    swept = max(r["bytes"] for r in rows if r["world_size"] == largest)
     lines = ["When to use it (from this run):", ring_or_tree(rows, fits, largest),
-             latency_bound_below(fits[(largest, "ring")], link), emulation_holds(link_rows)]
+             latency_bound_below(fits[(largest, "ring")], link, swept), emulation_holds(link_rows)]
     print("\n".join(lines))
     return lines
