@@ -41,3 +41,37 @@ def test_unet_skips_relayed_cost_more_only_where_a_stage_lies_between(capsys):
     by = {p: (direct, relayed) for p, _, direct, relayed in rows}
     assert by[2][0] == by[2][1] and all(by[p][1] > by[p][0] for p in (3, 4, 5, 6))
     assert "from p = 3 on" in capsys.readouterr().out
+
+
+def test_when_to_use_follows_the_numbers_it_is_given():
+    """Chapter 04's verdict (explore_summary.when_to_use_lines): four lines whose directions flip
+    when the measured ratios flip, and whose m threshold is the closed form's."""
+    from parlab.pipeline.explore_summary import when_to_use_lines
+
+    n = {"p": 2, "agree": 3, "points": 3, "last_m": 4, "last_bubble": 0.2, "act": 0.6,
+         "message_ms": 0.5, "overhead_ms": 0.5, "forward_ms": 20.0, "w_share": 0.3, "gain": 1.4,
+         "even_spread": 1.7, "slowest_ratio": 0.8,
+         "narrow": [("even-split", 0.9, True)], "inter_bytes": 2.0, "inter_how": "in this run's ledger",
+         "dual_bubble": 0.5, "dual_step": 1.2, "unet_pp": 2, "unet_cut": 1.8, "unet_grow": 8.0,
+         "lamp": 0.7}
+    lines = when_to_use_lines(n)
+    assert lines[0] == "When to use it (from this run):" and len(lines) == 5
+    assert "(20×, paced;" in lines[1] and "at 3 of 3 points" in lines[1]
+    assert f"takes m ≥ {cost.smallest_microbatches(2, 0.1)}" in lines[1]
+    assert "0.60× GPipe's peak activations here (less)" in lines[1]
+    assert "bubble 0.50× 1F1B's (smaller), step 1.20× (not shorter)" in lines[2]
+    assert "2.0× 1F1B's pipeline bytes" in lines[2] and "(here 30%)" in lines[2]
+    assert "stages ran 1.7× apart" in lines[3] and "ran 1.40× its throughput (faster)" in lines[3]
+    assert "0.70× the even split's (smaller)" in lines[3]
+    assert "10.0% shorter (even-split) — worth it" in lines[4]
+
+    n.update(act=1.1, gain=0.9, slowest_ratio=1.05, dual_bubble=1.1, dual_step=0.8, lamp=1.2,
+             narrow=[("even-split", 1.02, False)])
+    for key in ("inter_bytes", "unet_cut"):
+        n.pop(key)
+    flipped = when_to_use_lines(n)
+    assert "1.10× GPipe's peak activations here (not less)" in flipped[1]
+    assert "bubble 1.10× 1F1B's (not smaller), step 0.80× (shorter)" in flipped[2]
+    assert "pipeline bytes" not in flipped[2] and "U-Net" not in flipped[3]
+    assert "ran 0.90× its throughput (not faster: its slowest stage took 1.05×" in flipped[3]
+    assert "2.0% longer (even-split) — not worth it" in flipped[4]

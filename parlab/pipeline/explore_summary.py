@@ -73,8 +73,6 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
             narrow: list, dualpipe_rows: list, unet_memory: list, lamp_rows: list) -> None:
     """The chapter's headlines from this run, and when to use each schedule (thresholds from the
     run or the chapter's closed forms)."""
-    from parlab.pipeline.explore_eager import FASTER
-
     agree = [abs(measured - theory) <= 0.05 for _, _, measured, _, theory in curve]
     last = max(curve, key=lambda row: row[1]) if curve else None
     print(f"- measured 1F1B bubble (paced) vs (p−1)/(m+p−1): {sum(agree)} of {len(curve)} points "
@@ -94,57 +92,118 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
           f"{cost.theory_bubble('1f1b', world_size, m_zb):.1%} at m={m_zb})")
     gain = part["even"]["step_s"] / part["balanced"]["step_s"]
     print(f"- the balanced split ran {gain:.2f}× the even split's throughput on the heavy-head model")
-    d = {x["scheme"]: x for x in dualpipe_rows}
-    dp_ratio = d["pp-dualpipe"]["bubble"] / d["pp-1f1b"]["bubble"] if d else None
-    dp_step = d["pp-dualpipe"]["step_us"] / d["pp-1f1b"]["step_us"] if d else None
-    print("\nWhen to use it (from this run):")
-    ledger = {s: sum(r.bytes_per_rank(op="send", phase="pp-fwd"))
-              + sum(r.bytes_per_rank(op="send", phase="pp-bwd")) for s, r in results.items()}
-    print(f"- pipeline at all when one stage's forward per micro-batch dwarfs a message and the "
-          f"per-action overhead: the wide model's measured {zb['latency'] * 1e3:.2f} ms message and "
-          f"{zb['overhead'] * 1e3:.2f} ms per action beside its "
-          f"{min(t['F'] for t in times.values()) * 1e3:.1f} ms forwards (paced) let the bubbles "
-          "follow theory; section 7 prints what the tiny default model paid instead")
-    if last:
-        half = last[2] / 2
-        print(f"- GPipe / 1F1B: raise m until (p−1)/(m+p−1) is what you accept: halving this run's "
-              f"measured {last[2]:.1%} at p={world_size}, m={last[1]} takes m ≥ "
-              f"{cost.smallest_microbatches(world_size, half)}; prefer 1F1B whenever m > p: same "
-              f"bubble, {'n/a' if act is None else f'{act:.2f}×'} GPipe's activations here")
+    print()
+    print("\n".join(when_to_use_lines(when_to_use_numbers(
+        world_size, curve, act, results, zb, times, part, narrow, dualpipe_rows, unet_memory,
+        lamp_rows))))
+
+
+def when_to_use_numbers(world_size: int, curve: list, act, results: dict, zb: dict, times: dict,
+                        part: dict, narrow: list, dualpipe_rows: list, unet_memory: list,
+                        lamp_rows: list) -> dict:
+    """The numbers `when_to_use_lines` reads, each taken from this run's results (or, where a run
+    could not compare like with like, the chapter's closed form at this run's p and m)."""
+    from parlab.pipeline.explore import _resolved_microbatches
+
+    agree = [abs(measured - theory) <= 0.05 for _, _, measured, _, theory in curve]
+    last = max(curve, key=lambda row: row[1]) if curve else None
+    b = sum(t["B"] for t in times.values())
+    w = sum(t.get("W", 0.0) for t in times.values())
+    out = {"p": world_size, "agree": sum(agree), "points": len(curve),
+           "last_m": last[1] if last else None, "last_bubble": last[2] if last else None,
+           "act": act, "message_ms": zb["latency"] * 1e3, "overhead_ms": zb["overhead"] * 1e3,
+           "forward_ms": min(t["F"] for t in times.values()) * 1e3, "w_share": w / (b + w),
+           "gain": part["even"]["step_s"] / part["balanced"]["step_s"],
+           "even_spread": max(part["even"]["stage_s"]) / min(part["even"]["stage_s"]),
+           "slowest_ratio": max(part["balanced"]["stage_s"]) / max(part["even"]["stage_s"]),
+           "narrow": [(r["method"], r["ratio"], bool(r.get("hidden"))) for r in narrow]}
     inter, plain = results.get("pp-interleaved"), results.get("pp-1f1b")
     if inter is not None and plain is not None:
         pps = [_pipeline_width(r) for r in (inter, plain)]
         if pps[0] == pps[1]:
-            ratio, how = ledger["pp-interleaved"] / ledger["pp-1f1b"], "in this run's ledger"
+            ledger = [sum(r.bytes_per_rank(op="send", phase="pp-fwd"))
+                      + sum(r.bytes_per_rank(op="send", phase="pp-bwd")) for r in (inter, plain)]
+            out["inter_bytes"], out["inter_how"] = ledger[0] / ledger[1], "in this run's ledger"
         else:  # interleaving needs 2·p ≤ layers, so it may run at a smaller p than 1F1B did
             p, m = pps[1], _resolved_microbatches(plain)
-            ratio = (sum(cost.p2p_messages_per_step(p, 2, m, r) for r in range(p))
-                     / sum(cost.p2p_messages_per_step(p, 1, m, r) for r in range(p)))
-            how = f"in closed form at p={p} (the interleaved run used p={pps[0]})"
-        print(f"- interleaved (v = 2 chunks): bubble (p−1)/(v·m+p−1) for {ratio:.1f}× 1F1B's "
-              f"pipeline bytes {how} — when the link is fast beside a chunk's compute")
-    print(f"- ZB-H1 when W is a large share of the backward (here {w / (b + w):.0%}) and m ≥ p; it "
-          "holds 1F1B's peak activations")
-    print(f"- a balanced partition whenever layers are uneven: {gain:.2f}× here on a head worth "
-          "many blocks (section 6 prints the profile)")
-    faster = [r["method"] for r in narrow if r.get("hidden")]
-    print("- eager 1F1B when a boundary message is a sizeable share of a forward and rank r has "
-          "room for p−r−1 more micro-batches: here its step was "
-          + ", ".join(f"{abs(1 - r['ratio']):.1%} {'shorter' if r['ratio'] < 1 else 'longer'} "
-                      f"({r['method']})" for r in narrow)
-          + f" — {'worth it' if faster else 'not worth it'} by the chapter's {FASTER:.0%} bar")
-    if dp_ratio is not None:
-        print(f"- DualPipe at p ≥ 4 when 2× parameters fit and a data-parallel all-reduce can absorb "
-              f"the mirror sync: bubble {dp_ratio:.2f}× 1F1B's, but step {dp_step:.2f}× here "
-              "without one")
+            out["inter_bytes"] = (sum(cost.p2p_messages_per_step(p, 2, m, r) for r in range(p))
+                                  / sum(cost.p2p_messages_per_step(p, 1, m, r) for r in range(p)))
+            out["inter_how"] = f"in closed form at p={p} (the interleaved run used p={pps[0]})"
+    d = {x["scheme"]: x for x in dualpipe_rows}
+    if d:  # the DualPipe table ran
+        out["dual_bubble"] = d["pp-dualpipe"]["bubble"] / d["pp-1f1b"]["bubble"]
+        out["dual_step"] = d["pp-dualpipe"]["step_us"] / d["pp-1f1b"]["step_us"]
     by = {(r["side"], r["pp"]): r["activations"] for r in unet_memory}
     sides, pps = sorted({r["side"] for r in unet_memory}), sorted({r["pp"] for r in unet_memory})
     if len(pps) > 1:
-        s1 = sides[-1]
-        cut = by[(s1, pps[0])] / by[(s1, pps[-1])]
-        grow = by[(s1, pps[0])] / by[(sides[0], pps[0])] if len(sides) > 1 else None
+        out["unet_pp"], out["unet_cut"] = pps[-1], by[(sides[-1], pps[0])] / by[(sides[-1], pps[-1])]
+        out["unet_grow"] = (by[(sides[-1], pps[0])] / by[(sides[0], pps[0])] if len(sides) > 1
+                            else None)
         top = [max(s["total"] for s in row["measured"]) for row in lamp_rows[:2]]
-        print(f"- pipeline a 3-D U-Net when activations overflow: pp={pps[-1]} cut the largest "
-              f"stage {cut:.2f}× while doubling the side cost {'n/a' if grow is None else f'{grow:.1f}×'}"
-              + (f"; LAMP's memory split took the largest stage to {top[1] / top[0]:.2f}× the "
-                 "even one's" if len(top) == 2 else ""))
+        out["lamp"] = top[1] / top[0] if len(top) == 2 else None
+    return out
+
+
+def _than(ratio: float, below: str, above: str) -> str:
+    """`below` when a ratio is under 1, else `above`: the direction of a measured comparison."""
+    return below if ratio < 1 else above
+
+
+def when_to_use_lines(n: dict) -> list[str]:
+    """Chapter 04's "When to use it (from this run)": four lines, each threshold or comparison
+    from `when_to_use_numbers` (this run), its direction computed from the numbers."""
+    from parlab.pipeline.explore_eager import FASTER
+
+    lines = ["When to use it (from this run):"]
+    margin = n["forward_ms"] / (n["message_ms"] + n["overhead_ms"])
+    base = (f"- a pipeline (GPipe / 1F1B) when a stage's forward per micro-batch dwarfs a boundary "
+            f"message and the per-action overhead: the wide model's {n['forward_ms']:.1f} ms forward "
+            f"against a {n['message_ms']:.2f} ms message + {n['overhead_ms']:.2f} ms per action "
+            f"({margin:.0f}×, paced; section 7 prints what the tiny default model paid), and the "
+            f"measured 1F1B bubble was within 5 points of (p−1)/(m+p−1) at {n['agree']} of "
+            f"{n['points']} points")
+    if n["last_m"] is not None:
+        half = n["last_bubble"] / 2
+        base += (f"; then raise m: halving this run's {n['last_bubble']:.1%} at p={n['p']}, "
+                 f"m={n['last_m']} takes m ≥ {cost.smallest_microbatches(n['p'], half)}")
+    if n["act"] is not None:
+        base += (f"; 1F1B over GPipe whenever m > p: same bubble, {n['act']:.2f}× GPipe's peak "
+                 f"activations here ({_than(n['act'], 'less', 'not less')})")
+    lines.append(base)
+    beyond = [f"ZB-H1 when W is a large share of the backward (here {n['w_share']:.0%}) and m ≥ p, "
+              "at 1F1B's peak activations"]
+    if "inter_bytes" in n:
+        beyond.append(f"interleaving (v = 2) when the link is fast beside a chunk's compute: "
+                      f"(p−1)/(v·m+p−1) for {n['inter_bytes']:.1f}× 1F1B's pipeline bytes "
+                      f"{n['inter_how']}")
+    if "dual_bubble" in n:
+        beyond.append(f"DualPipe at p ≥ 4 when 2× parameters fit and a data-parallel all-reduce "
+                      f"absorbs its mirror sync: bubble {n['dual_bubble']:.2f}× 1F1B's "
+                      f"({_than(n['dual_bubble'], 'smaller', 'not smaller')}), step "
+                      f"{n['dual_step']:.2f}× ({_than(n['dual_step'], 'shorter', 'not shorter')}) "
+                      "here without one")
+    lines.append("- past 1F1B's bubble: " + "; ".join(beyond))
+    split = (f"- a balanced partition whenever layers are uneven: the even split's stages ran "
+             f"{n['even_spread']:.1f}× apart on the heavy-head model (paced), and the balanced split "
+             f"ran {n['gain']:.2f}× its throughput ({'faster' if n['gain'] > 1 else 'not faster'}")
+    split += (")" if n["gain"] > 1 else
+              f": its slowest stage took {n['slowest_ratio']:.2f}× the even split's slowest — the "
+              "profile, on this CPU raw, priced the layers unlike the run's clock; profile on the "
+              "clock you train on)")
+    if "unet_cut" in n:
+        grow = "n/a" if n["unet_grow"] is None else f"{n['unet_grow']:.1f}×"
+        split += (f"; pipeline a 3-D U-Net when its activations overflow: pp={n['unet_pp']} cut the "
+                  f"largest stage {n['unet_cut']:.2f}× while doubling the side cost {grow}")
+        if n.get("lamp") is not None:
+            split += (f", and LAMP's memory split took it to {n['lamp']:.2f}× the even split's "
+                      f"({_than(n['lamp'], 'smaller', 'not smaller')})")
+    lines.append(split)
+    faster = [method for method, _, hidden in n["narrow"] if hidden]
+    lines.append(
+        "- eager 1F1B when a boundary message is a sizeable share of a forward and rank r has room "
+        "for p−r−1 more micro-batches: here its step was "
+        + ", ".join(f"{abs(1 - ratio):.1%} {_than(ratio, 'shorter', 'longer')} ({method})"
+                    for method, ratio, _ in n["narrow"])
+        + f" — {'worth it' if faster else 'not worth it'} by the chapter's {FASTER:.0%} bar"
+        + ("" if faster else " (the eager cell's diagnosis says why)"))
+    return lines
