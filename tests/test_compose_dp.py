@@ -71,3 +71,19 @@ def test_overlap_communicates_during_the_last_backward_only():
 def test_bad_dp_sync_is_refused_naming_the_value(options, match):
     with pytest.raises(ValueError, match=match):
         parlab.run("nd", world_size=options["dp"], **options, **KW)
+
+
+@pytest.mark.parametrize("sync, scheme", [("bucketed", "ddp-bucketed"), ("overlap", "ddp-overlap"),
+                                          ("naive", "ddp-naive")])
+def test_one_dimensional_plan_sends_the_chapters_messages(sync, scheme):
+    """The planner's dp-only plan and chapter 01's own scheme build the same buckets: the same
+    messages, in the same order, of the same sizes, on every rank and step."""
+    options = {} if sync == "naive" else {"bucket_mb": CAP}
+    chapter = parlab.run(scheme, world_size=2, **options, **KW)
+    plan = run(Plan(dp=2, dp_sync=sync, **({"dp_bucket_mb": CAP} if options else {})))
+
+    def sent(result, phase):
+        return [(r["rank"], r["op"], r["bytes_sent"]) for r in result.ledger if r["phase"] == phase]
+
+    theirs = sent(chapter, "grad-sync")
+    assert theirs and sent(plan, "dp-grad-sync") == theirs, (sync, scheme)

@@ -49,9 +49,12 @@ class MeshGPT(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.config = model.config
-        self.wte, self.wpe, self.ln_f = model.wte, model.wpe, model.ln_f
+        # registered in the reference's order (wte, wpe, blocks, ln_f), so parameters() — and
+        # every bucket or flat unit cut along it — is the reference's order too
+        self.wte, self.wpe = model.wte, model.wpe
         checkpoint = getattr(model, "activation_checkpointing", False)
         self.blocks = nn.ModuleList(MeshBlock(b, checkpoint) for b in model.blocks)
+        self.ln_f = model.ln_f
         self.positions = torch.arange(model.config.block_size)  # (T,) until apply_cp
         self.pipeline = None  # split_pp's PipelineParts
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group

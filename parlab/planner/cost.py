@@ -114,16 +114,17 @@ def unit_numels(plan, model_config, pp_rank: int) -> list[int]:
 
 def dp_param_numels(plan, model_config, pp_rank: int) -> list[int]:
     """Elements of each parameter a rank of stage `pp_rank` averages over dp × cp, in its model's
-    parameter order (`parlab.data_parallel.apply.synced_parameters`): the stage's wte, wpe, ln_f,
-    then per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (tp-sliced) — what chapter 01's
-    per-tensor and bucketed closed forms take. Dense GPT (Plan.problems refuses the rest)."""
+    parameter order (`parlab.data_parallel.apply.synced_parameters`, the reference's): the stage's
+    wte, wpe, then per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (tp-sliced), then ln_f — what
+    chapter 01's per-tensor and bucketed closed forms take. Dense GPT (Plan.problems refuses the
+    rest)."""
     C, V, T = model_config.n_embd, model_config.vocab_size, model_config.block_size
     counts = even_partition(model_config.n_layer, plan.pp)
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
-    out = ([V * C] if first or last else []) + ([T * C] if first else []) + ([C, C] if last else [])
+    embeddings = ([V * C] if first or last else []) + ([T * C] if first else [])
     block = [C, C, 3 * C * C // plan.tp, C * C // plan.tp, C, C, 4 * C * C // plan.tp,
              4 * C * C // plan.tp]
-    return out + block * counts[pp_rank]
+    return embeddings + block * counts[pp_rank] + ([C, C] if last else [])
 
 
 def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
