@@ -75,3 +75,6 @@ def test_when_to_use_follows_the_numbers_it_is_given():
     assert "pipeline bytes" not in flipped[2] and "U-Net" not in flipped[3]
     assert "ran 0.90× its throughput (not faster: its slowest stage took 1.05×" in flipped[3]
     assert "2.0% longer (even-split) — not worth it" in flipped[4]
+    n["gain"] = 1.01  # inside the chapter's 5% bar: no gain claimed, the diagnosis printed
+    assert "ran 1.01× its throughput (within the chapter's 5% bar: no gain: its slowest stage" \
+        in when_to_use_lines(n)[3]

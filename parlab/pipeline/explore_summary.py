@@ -185,8 +185,10 @@ def when_to_use_lines(n: dict) -> list[str]:
     lines.append("- past 1F1B's bubble: " + "; ".join(beyond))
     split = (f"- a balanced partition whenever layers are uneven: the even split's stages ran "
              f"{n['even_spread']:.1f}× apart on the heavy-head model (paced), and the balanced split "
-             f"ran {n['gain']:.2f}× its throughput ({'faster' if n['gain'] > 1 else 'not faster'}")
-    split += (")" if n["gain"] > 1 else
+             f"ran {n['gain']:.2f}× its throughput (" + ("faster" if n["gain"] >= 1 + FASTER else
+                                                         "not faster" if n["gain"] < 1 else
+                                                         f"within the chapter's {FASTER:.0%} bar: no gain"))
+    split += (")" if n["gain"] >= 1 + FASTER else
               f": its slowest stage took {n['slowest_ratio']:.2f}× the even split's slowest — the "
               "profile, on this CPU raw, priced the layers unlike the run's clock; profile on the "
               "clock you train on)")
