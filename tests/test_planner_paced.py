@@ -30,22 +30,29 @@ CAP_4 = 1.4e6  # bytes per rank: binds (pp4 m1, the fastest plan, needs 1.49 MB)
 PLANS_8 = [Plan(dp=2, pp=4), Plan(dp=2, pp=4, microbatches=2), Plan(dp=4, pp=2),
            Plan(pp=4, cp=2, microbatches=2), Plan(dp=2, tp=2, pp=2)]
 CAP_8 = 1.0e6
+# a run whose real work overran more than this share of its paced compute (ranks descheduled: 8
+# ranks, 2 cores, CI's second test stream beside them) is measured again, the least overrun kept —
+# the clock reports contention, so a contended run is re-measured rather than judged
+MAX_OVERRUN = 0.05
 
 
 @pytest.fixture(scope="module")
 def sweep4():
-    return explore.sweep(4, "NVLink", STEPS, plans=PLANS_4, memory_cap=CAP_4, clock="A100")
+    return explore.sweep(4, "NVLink", STEPS, plans=PLANS_4, memory_cap=CAP_4, clock="A100",
+                         max_overrun=MAX_OVERRUN)
 
 
 @pytest.fixture(scope="module")
 def sweep8():
-    return explore.sweep(8, "NVLink", STEPS, plans=PLANS_8, memory_cap=CAP_8, clock="A100")
+    return explore.sweep(8, "NVLink", STEPS, plans=PLANS_8, memory_cap=CAP_8, clock="A100",
+                         max_overrun=MAX_OVERRUN)
 
 
 def _goals_hold(s):
     j = s.judgement
     report = (f"{s.frame()[['plan', 'predicted_ms', 'measured_ms', 'error']]}\n{j}\n"
-              f"worst overrun {s.overrun:.1%} (contention showing through the paced clock)")
+              f"worst overrun {s.overrun:.1%} (contention showing through the paced clock) after "
+              f"{s.remeasured} re-measured runs")
     assert j.median_error <= search.GOALS["median_error"], report
     assert j.spearman >= search.GOALS["spearman"], report
     assert j.regret <= search.GOALS["regret"], report
@@ -113,3 +120,17 @@ def test_paced_prediction_is_in_paced_seconds():
         got[ws] = (p.step_s, clock.accelerator_seconds(p.step_s))
     assert got[8][0] == pytest.approx(2 * got[4][0])
     assert got[8][1] == pytest.approx(got[4][1])
+
+
+def test_a_contended_run_is_measured_again_and_the_least_overrun_kept():
+    runs = iter([{"overrun": 0.30, "step_s": 1.3}, {"overrun": 0.02, "step_s": 1.0},
+                 {"overrun": 0.00, "step_s": 0.9}])
+    got, repeats = search.least_overrun(lambda: next(runs), 0.05, 2)
+    assert (got["step_s"], repeats) == (1.0, 1)  # the second run was under 5%: no third
+    runs = iter([{"overrun": 0.30, "step_s": 1.3}, {"overrun": 0.20, "step_s": 1.1},
+                 {"overrun": 0.40, "step_s": 1.5}])
+    got, repeats = search.least_overrun(lambda: next(runs), 0.05, 2)
+    assert (got["step_s"], repeats) == (1.1, 2)  # retries spent: the least overrun of the three
+    assert search.least_overrun(lambda: {"overrun": 0.9}, None, 2)[1] == 0
+    with pytest.raises(ValueError, match="max_overrun=0.05 needs a paced clock"):
+        explore.sweep(2, "NVLink", plans=[Plan(dp=2)], clock="wall", max_overrun=0.05)

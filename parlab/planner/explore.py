@@ -46,6 +46,7 @@ class Sweep:
     load: str  # `uptime`'s load average when the sweep ran
     clock: object = None  # the runs' parlab.core.clock.Clock
     method: str = "leave one out"  # how each prediction was calibrated
+    remeasured: int = 0  # runs repeated because contention overran their paced compute
 
     def frame(self):
         import pandas as pd
@@ -86,15 +87,28 @@ def _load() -> str:
 
 def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list | None = None,
           memory_cap: float | None = None, batch_size: int = 12, clock: str = "A100",
-          model: dict | None = None, **plan_space) -> Sweep:
+          model: dict | None = None, max_overrun: float | None = None, retries: int = 2,
+          **plan_space) -> Sweep:
     """Run every plan (default: `search.candidate_plans`) once with `nd` on `clock`, predict each
     (paced: leave one out; wall: calibrated on the one-dimensional plans); the judge compares them
-    under `memory_cap` bytes (None: no cap). `model`: GPT config overrides (None: the chapter's)."""
+    under `memory_cap` bytes (None: no cap). `model`: GPT config overrides (None: the chapter's).
+
+    `max_overrun` (paced clocks): a run whose real work overran more than this share of its paced
+    compute (`RunResult.pace["overrun_share"]`: ranks descheduled on a busy machine, which the
+    paced clock reports rather than hides) is run again, up to `retries` times, and the run with
+    the least overrun is kept; `Sweep.remeasured` counts the repeats. None: every run kept."""
     cfg = model_config(model)
     plans = plans or search.candidate_plans(world_size, cfg, batch_size, **plan_space)
+    if max_overrun is not None and (clock == "wall" or not 0 <= max_overrun < 1):
+        raise ValueError(f"max_overrun={max_overrun!r} needs a paced clock (clock={clock!r}) and a "
+                         "share in [0, 1)")
     load = _load()
-    measured = {p: search.measure_plan(p, steps, link, batch_size, model_config=model, clock=clock)
-                for p in plans}
+    measured, remeasured = {}, 0
+    for p in plans:
+        measured[p], repeats = search.least_overrun(
+            lambda p=p: search.measure_plan(p, steps, link, batch_size, model_config=model,
+                                            clock=clock), max_overrun, retries)
+        remeasured += repeats
     if clock == "wall":
         prof, fit, clk = profile.measure(cfg), profile.calibrate_comm(world_size), None
         calibration, _ = search.calibrate(plans, cfg, prof, fit, link, batch_size, steps, measured)
@@ -109,7 +123,8 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
     _CALIBRATIONS[(world_size, link, clock)] = calibration
     rows, judgement = score(preds, measured, base, memory_cap)
     return Sweep(world_size, link, rows, judgement, calibration,
-                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method)
+                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method,
+                 remeasured)
 
 
 def score(preds: list, measured: dict, calibration: set, memory_cap: float | None = None) -> tuple:
