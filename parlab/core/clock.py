@@ -228,12 +228,17 @@ class Pacer:
         with work_meter():
             torch.ones(2) @ torch.ones(2)
 
+    def now(self) -> float:
+        """The rank's paced time: the real time less the debt it carries (`late`)."""
+        return time.perf_counter() - self.late
+
     def enter(self) -> None:
         self.depth += 1
         if self.depth == 1:
             self.meter = work_meter()
             self.meter.__enter__()
-            self.segment_start = time.perf_counter()
+            # the debt carried in from the last span is paid from this span's slack, not kept
+            self.segment_start = self.now()
 
     def exit(self) -> None:
         if self.depth == 1:
@@ -274,12 +279,17 @@ class Pacer:
         # ms on a busy machine catches up within its next spans)
         self.segment_start = end
 
-    def resume(self) -> None:
-        """A communication returned (or an async one was issued): the compute segment restarts."""
+    def resume(self, paced_at: float | None = None) -> None:
+        """A communication returned (or an async one was issued): the compute segment restarts at
+        paced time `paced_at` — the rank's paced now for an issue or a wait that found the op
+        delivered, so the debt carries on to be paid from later slack — or, when the rank really
+        blocked on its peers (`None`), at the real now: that wait is the peers' time, not debt."""
+        now = time.perf_counter()
+        start = now if paced_at is None else min(now, paced_at)
+        self.late = now - start
         if self.depth > 0 and self.meter is not None:
             self.meter.counting = True
-            self.segment_start = time.perf_counter()
-            self.late = 0.0
+            self.segment_start = start
 
     def stats(self) -> dict:
         return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,

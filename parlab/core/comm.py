@@ -208,7 +208,7 @@ class Comm(ShardedCollectives):
             "numel": tensor.numel() if numel is None else numel, "elements_sent": 0, "elements_recv": 0,
             "bytes_sent": 0, "bytes_recv": 0, "rounds": 0,
             "phase": phase if phase is not None else self.ledger.labels.get("phase"),
-            "step": self.ledger.labels.get("step"), "t_start": time.perf_counter(), "t_end": None,
+            "step": self.ledger.labels.get("step"), "t_start": self.timeline.now(), "t_end": None,
             "nominal": False,
         }
         self.ledger.records.append(record)
@@ -243,7 +243,7 @@ class Comm(ShardedCollectives):
         ready_at = self._account(record, traffic, tensor.element_size())
         handle = Handle(self, record, ready_at, works=start(), finish=finish)
         if async_op:
-            self.timeline.resume()
+            self.timeline.resume(self.timeline.now())  # issued: the compute's debt carries on
             return handle
         return handle.wait()
 
@@ -281,7 +281,7 @@ class Comm(ShardedCollectives):
             return value
 
         handle.finish = finish
-        self.timeline.resume()
+        self.timeline.resume(self.timeline.now())  # issued: the compute's debt carries on
         return handle
 
     def _link_for(self, op: str, peers) -> Link | None:

@@ -8,8 +8,6 @@ wait and the communication on the rank's timeline.
 
 from __future__ import annotations
 
-import time
-
 
 class Handle:
     """An op in flight. `wait()` blocks until it is done (and the emulated link has delivered)."""
@@ -23,21 +21,32 @@ class Handle:
     def wait(self):
         if self.done:
             return self.result
-        self.comm.timeline.settle()  # paced time: the compute before the wait ends first
-        t0 = time.perf_counter()
-        self.record["t_wait"] = t0  # when the rank asked for it (a receive may be posted early)
+        timeline = self.comm.timeline
+        timeline.settle()  # paced time: the compute before the wait ends first
+        # an op already done when asked for costs the rank only the link's remaining time: its
+        # paced clock goes on from max(paced now, delivery), carrying any debt of real work; one
+        # that really blocks waited for its peers, whose arrival is real time
+        delivered = self._completed()
+        paced_t0 = timeline.now()
+        self.record["t_wait"] = paced_t0  # when the rank asked for it (a receive may be posted early)
         for work in self.works:
             work.wait()
         value = self.future.result() if self.future is not None else None
         if self.finish is not None:
             value = self.finish(value)
         self.comm._sleep_until(self.ready_at)
-        t1 = time.perf_counter()
+        paced_at = max(paced_t0, self.ready_at) if delivered else None
+        timeline.resume(paced_at)
+        t1 = timeline.now()
         self.record["t_end"] = t1
-        timeline = self.comm.timeline
-        timeline.add("wait", f"wait {self.record['op']}", t0, t1)
+        timeline.add("wait", f"wait {self.record['op']}", min(paced_t0, t1), t1)
         timeline.add("comm", self.record["op"], self.record["t_start"], t1,
                      bytes=self.record["bytes_sent"], phase=self.record["phase"])
         self.result, self.done = value, True
-        timeline.resume()
         return value
+
+    def _completed(self) -> bool:
+        """Whether the op's work was already done (without blocking) when the rank asked."""
+        if self.future is not None and not self.future.done():
+            return False
+        return all(work.is_completed() for work in self.works)

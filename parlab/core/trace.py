@@ -45,7 +45,7 @@ class Timeline:
     @contextmanager
     def span(self, name: str, kind: str = "compute", **args):
         pacer = self.pacer if kind == "compute" else None
-        t0 = time.perf_counter()
+        t0 = self.now()
         if pacer is not None:
             pacer.enter()
         try:
@@ -53,18 +53,24 @@ class Timeline:
         finally:
             if pacer is not None:
                 pacer.exit()
-            self.add(kind, name, t0, time.perf_counter(), **args)
+            self.add(kind, name, t0, self.now(), **args)
+
+    def now(self) -> float:
+        """This rank's time: the paced clock's (real time less the debt real work owes its paced
+        spans) on a paced run, `time.perf_counter()` otherwise."""
+        return self.pacer.now() if self.pacer is not None else time.perf_counter()
 
     def settle(self) -> None:
         """A communication is about to leave: finish pacing the compute before it (paced runs)."""
         if self.pacer is not None:
             self.pacer.settle()
 
-    def resume(self) -> None:
+    def resume(self, paced_at: float | None = None) -> None:
         """A communication returned or was issued asynchronously: the paced compute span's clock
-        restarts (the time it took was the link's or the issue's, not compute)."""
+        restarts (the time it took was the link's or the issue's, not compute); see
+        `parlab.core.clock.Pacer.resume` for `paced_at`."""
         if self.pacer is not None:
-            self.pacer.resume()
+            self.pacer.resume(paced_at)
 
     def add(self, kind: str, name: str, t0: float, t1: float, **args) -> None:
         if self.enabled:

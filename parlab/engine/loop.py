@@ -29,7 +29,6 @@ divergence) the run goes on and `RankResult.nonfinite` records the first event i
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 
 import torch
@@ -298,7 +297,7 @@ def train(ctx, strategy: Strategy) -> RankResult:
     for step in range(strategy.first_step, ctx.cfg.steps):
         with ctx.step(step):
             strategy.step_index = step
-            marks.append(time.perf_counter())
+            marks.append(ctx.timeline.now())
             loss = strategy.forward_backward(step, strategy.batch(step))
             if not events and not _finite(loss):
                 events.append(_nonfinite(ctx, step, loss, first_nonfinite(_during_step(strategy))))
@@ -307,7 +306,7 @@ def train(ctx, strategy: Strategy) -> RankResult:
             strategy.after_step(step)
             losses.append(loss)
     strategy.finish()
-    marks.append(time.perf_counter())
+    marks.append(ctx.timeline.now())
     strategy.observe_memory()
     memory = dict(strategy.peak_memory)
     memory["activations"] = strategy.meter.peak

@@ -26,7 +26,6 @@ executor posts for the whole step and the gradients it accumulates between backw
 
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import torch
@@ -111,7 +110,7 @@ class PlacedStrategy(Strategy):
         micro = [{"x": x[k * g.mb_rows:(k + 1) * g.mb_rows], "y": y[k * g.mb_rows:(k + 1) * g.mb_rows]}
                  for k in range(g.microbatches)]  # (B/m, T, ·) each
         comm.barrier(phase="align")  # every rank starts the step together: makespans compare
-        t_start = time.perf_counter()
+        t_start = comm.timeline.now()
         posted = {(m.kind, m.op, m.mb, m.src): comm.irecv(torch.empty(g.shape(m.op)), m.src,
                                                           phase=m.kind) for m in self.incoming}
         leaves, outs, gacc, loss, handles, peak = {}, {}, {}, 0.0, [], 0
@@ -149,7 +148,7 @@ class PlacedStrategy(Strategy):
             for msg in self.after.get(t, ()):  # (B/m, T, ·) activation or gradient
                 sent = (outs[t.op, t.mb] if msg.kind == "act" else gacc.pop((msg.op, msg.mb)))
                 handles.append(comm.isend(sent.detach(), msg.dst, phase=msg.kind))
-        self.marks.append((t_start, time.perf_counter()))
+        self.marks.append((t_start, comm.timeline.now()))
         for h in handles + list(posted.values()):
             h.wait()
         self.step_memory.append(self.weights + peak)

@@ -18,7 +18,6 @@ what its closed forms and its single-process reference are computed from.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 from parlab.core.comm import Comm
@@ -111,7 +110,7 @@ class Job(Strategy):
 
     # the four hooks a schedule calls
     def compute(self, step: int) -> None:
-        self.marks.append(time.perf_counter())
+        self.marks.append(self.comm.timeline.now())
         with self.ctx.ledger.label(step=step):
             self.losses.append(self.forward_backward(step, self.batch(step)))
 
@@ -145,7 +144,7 @@ class Job(Strategy):
         else:
             self.update(step)
             if step == self.ctx.cfg.steps - 1:
-                self.marks.append(time.perf_counter())
+                self.marks.append(self.comm.timeline.now())
 
     def memory(self) -> dict:
         """Measured bytes held now: params, grads, optimizer state, the flat bucket buffers."""
