@@ -229,13 +229,22 @@ def test_activation_memory_gpipe_holds_m_and_1f1b_at_most_p(runs):
     assert one_f_one_b.memory[0]["activations"] < gpipe.memory[0]["activations"]
 
 
+BUBBLE_TOLERANCE = 0.02  # absolute, in bubble fraction: paced spans are deterministic to ~1 ms
+
+
 def test_timeline_records_every_action_and_a_bubble(runs):
-    result = runs("pp-zb", 2, microbatches=4)
+    """In paced time (`clock="A100"`, the real NVLink dilated alike) the F, B and W spans last their
+    paced times, so the bubble is the schedule's and the link's, not this machine's load: at least
+    the ideal bubble of ZB at the run's own paced stage times (what its dependencies force with
+    free messages, ≈ 17% here; measured ≈ 45–50% with NVLink's α), less 2 points of tolerance."""
+    result = runs("pp-zb", 2, microbatches=4, clock="A100", link="NVLink")
     events = cost.pipeline_events(result.timeline, step=1)
     assert sorted((e["rank"], e["name"]) for e in events) == sorted(
         [(r, op) for r in range(2) for op in "FBW" for _ in range(4)])
+    ideal = cost.bubble_of(cost.ideal_from_measured(make_schedule("zb", 2, 4), result.timeline))
     bubble = cost.measured_bubble(result.timeline)
-    assert 0.0 < bubble < 1.0
+    assert ideal > 2 * BUBBLE_TOLERANCE, ideal  # the schedule itself leaves a bubble
+    assert ideal - BUBBLE_TOLERANCE <= bubble < 1.0, (bubble, ideal, result.pace)
 
 
 # ----------------------------------------------------------------------------- bad input
