@@ -8,6 +8,9 @@ Seeds: any int in [0, 2**63) is a valid run seed. A step's generator seed is der
 `step_seed` modulo 2**64 (what `torch.Generator.manual_seed` accepts), so no valid seed can
 overflow it; for every seed below 2**43 the derived seed is the plain seed·1_000_003 + step of
 before, bit for bit.
+
+Which dataset a model draws from is its spec's (`parlab.models.spec.ModelSpec.global_batch`,
+registered beside each model): `global_batch` and `max_seq_len` look the model's name up there.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import functools
 import pathlib
 
 import torch
+
+from parlab.models.spec import model_spec
 
 DATA_DIR = pathlib.Path(__file__).resolve().parents[2] / "data"
 VOCAB = "\n" + "".join(chr(c) for c in range(32, 127))  # 96 characters
@@ -51,9 +56,12 @@ def step_seed(seed: int, step: int) -> int:
 
 def max_seq_len(model: str) -> int | None:
     """The longest sequence a batch of `model` can draw from its dataset (None: no sequence)."""
-    if model in ("gpt", "gpt-moe"):
-        return text_tokens().numel() - 2  # a start in [0, n − T − 1) and T + 1 tokens after it
-    return None
+    return model_spec(model).max_seq_len()
+
+
+def text_max_seq_len() -> int:
+    """The longest window of the text dataset: a start in [0, n − T − 1) and T + 1 tokens after it."""
+    return text_tokens().numel() - 2
 
 
 def check_seq_len(model: str, seq_len: int) -> None:
@@ -70,26 +78,42 @@ def decode(ids) -> str:
 
 def global_batch(model: str, step: int, batch_size: int, seed: int, seq_len: int = 32):
     """The whole batch of `step`: GPT (B, T) inputs and next-character targets; MLP (B, 2), (B,);
-    op-graph (B, T, D_IN), (B, T, D_OUT)."""
-    if model == "unet3d":  # the volumes: seq_len is the block side (UNet3DConfig.block_size)
-        from parlab.models.volumes import volume_batch
-        # (B, 1, S, S, S), (B, S, S, S)
-        return volume_batch(step, batch_size, seed % VOLUME_SEED_FOLD, seq_len)
+    op-graph (B, T, D_IN), (B, T, D_OUT); U-Net (B, 1, S, S, S), (B, S, S, S) with S = seq_len."""
+    return model_spec(model).global_batch(step, batch_size, seed, seq_len)
+
+
+def text_batch(step: int, batch_size: int, seed: int, seq_len: int):
+    """(x (B, T), y (B, T)): windows of the text dataset and their next characters."""
     g = torch.Generator().manual_seed(step_seed(seed, step))
-    if model == "op-graph":  # chapter 13's operator graph: x and a regression target
-        x = torch.randn(batch_size, seq_len, OP_GRAPH_D_IN, generator=g)  # (B, T, D_IN)
-        y = torch.randn(batch_size, seq_len, OP_GRAPH_D_OUT, generator=g)  # (B, T, D_OUT)
-        return x, y
-    if model in ("gpt", "gpt-moe"):  # the text dataset
-        tokens = text_tokens()
-        starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)
-        offsets = torch.arange(seq_len)
-        x = tokens[starts[:, None] + offsets]  # (B, T)
-        y = tokens[starts[:, None] + offsets + 1]  # (B, T)
-        return x, y
+    tokens = text_tokens()
+    starts = torch.randint(0, tokens.numel() - seq_len - 1, (batch_size,), generator=g)
+    offsets = torch.arange(seq_len)
+    x = tokens[starts[:, None] + offsets]  # (B, T)
+    y = tokens[starts[:, None] + offsets + 1]  # (B, T)
+    return x, y
+
+
+def spirals_batch(step: int, batch_size: int, seed: int, seq_len: int):
+    """(points (B, 2), labels (B,)): rows of the spirals dataset (no sequence: seq_len unused)."""
+    g = torch.Generator().manual_seed(step_seed(seed, step))
     points, labels = spirals()
     rows = torch.randint(0, labels.numel(), (batch_size,), generator=g)
     return points[rows], labels[rows]  # (B, 2), (B,)
+
+
+def op_graph_batch(step: int, batch_size: int, seed: int, seq_len: int):
+    """(x (B, T, D_IN), y (B, T, D_OUT)): chapter 13's operator graph's input and regression target."""
+    g = torch.Generator().manual_seed(step_seed(seed, step))
+    x = torch.randn(batch_size, seq_len, OP_GRAPH_D_IN, generator=g)  # (B, T, D_IN)
+    y = torch.randn(batch_size, seq_len, OP_GRAPH_D_OUT, generator=g)  # (B, T, D_OUT)
+    return x, y
+
+
+def volume_crops_batch(step: int, batch_size: int, seed: int, seq_len: int):
+    """(x (B, 1, S, S, S), y (B, S, S, S)): crops of the volumes; seq_len is the block side S
+    (UNet3DConfig.block_size)."""
+    from parlab.models.volumes import volume_batch
+    return volume_batch(step, batch_size, seed % VOLUME_SEED_FOLD, seq_len)
 
 
 def shard(batch, rank: int, parts: int):

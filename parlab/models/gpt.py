@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from parlab.models.checks import require_positive_ints
-from parlab.models.data import VOCAB
+from parlab.models.data import VOCAB, text_batch, text_max_seq_len
+from parlab.models.spec import ModelSpec, register_model
 
 
 @dataclass(frozen=True)
@@ -198,3 +199,29 @@ class GPT(nn.Module):
     def loss(self, idx, targets):
         logits = self(idx).float()  # (B, T, vocab) the loss in fp32 also in mixed precision
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+# ----------------------------------------------------------------------------- counts, registration
+def trunk_param_count(cfg: GPTConfig) -> int:
+    """Parameters outside the blocks' MLPs: wte (tied head), wpe, ln_f, and per block two
+    LayerNorms and attention's c_attn and c_proj."""
+    C = cfg.n_embd
+    return cfg.vocab_size * C + cfg.block_size * C + 2 * C + cfg.n_layer * (4 * C + 4 * C * C)
+
+
+def param_count(cfg: GPTConfig) -> int:
+    """Parameters of the GPT, from the config alone: the trunk and each block's 4× MLP."""
+    return trunk_param_count(cfg) + cfg.n_layer * 8 * cfg.n_embd ** 2
+
+
+def activation_count(cfg: GPTConfig, batch_size: int) -> int:
+    """A generous count of the elements a forward over `batch_size` rows saves: every block's
+    intermediates, attention scores, softmax and mask, the embeddings and the logits."""
+    B, C, T = batch_size, cfg.n_embd, cfg.block_size
+    tokens = B * T
+    per_block = 20 * tokens * C + 3 * B * cfg.n_head * T * T + T * T  # + scores, softmax, mask
+    return 2 * tokens * C + 3 * tokens * cfg.vocab_size + cfg.n_layer * per_block
+
+
+register_model(ModelSpec("gpt", GPTConfig, GPT, param_count, activation_count, text_batch,
+                         text_max_seq_len))

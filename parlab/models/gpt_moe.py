@@ -31,7 +31,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parlab.models import gpt
+from parlab.models.data import text_batch, text_max_seq_len
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
+from parlab.models.spec import ModelSpec, register_model
 
 _INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_experts", "top_k",
                "moe_every")
@@ -259,3 +262,27 @@ class GPTMoE(GPT):
             if moe.aux is not None:
                 loss = loss + moe.aux
         return loss
+
+
+# ----------------------------------------------------------------------------- counts, registration
+def param_count(cfg: GPTMoEConfig) -> int:
+    """Parameters of the MoE GPT, from the config alone: the GPT's trunk, each MoE block's experts
+    (w_in, w_out), router and shared expert, each other block's dense 4× MLP."""
+    C, moe = cfg.n_embd, cfg.n_layer // cfg.moe_every
+    expert = 2 * cfg.n_experts * C * cfg.hidden + C * cfg.n_experts  # w_in, w_out, router
+    expert += 8 * C * C if cfg.shared_expert else 0
+    return gpt.trunk_param_count(cfg) + moe * expert + (cfg.n_layer - moe) * 8 * C * C
+
+
+def activation_count(cfg: GPTMoEConfig, batch_size: int) -> int:
+    """The GPT's generous count plus each MoE block's routed copies, expert activations and
+    router scores."""
+    C, tokens = cfg.n_embd, batch_size * cfg.block_size
+    routed = tokens * cfg.top_k * (2 * C + 2 * cfg.hidden) + 3 * tokens * cfg.n_experts
+    return (gpt.activation_count(cfg, batch_size)
+            + (cfg.n_layer // cfg.moe_every) * (routed + 8 * tokens * C))
+
+
+register_model(ModelSpec("gpt-moe", GPTMoEConfig, GPTMoE, param_count, activation_count, text_batch,
+                         text_max_seq_len,
+                         no_checkpointing="recomputing a block would route its tokens again"))

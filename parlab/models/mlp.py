@@ -11,7 +11,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.models.checks import require_positive_ints
+from parlab.models.data import spirals_batch
 from parlab.models.gpt import _init_linear, maybe_checkpoint
+from parlab.models.spec import ModelSpec, register_model
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,17 @@ class MLP(nn.Module):
 
 def _linear_gelu(layer, x):
     return F.gelu(layer(x))
+
+
+def param_count(cfg: MLPConfig) -> int:
+    """Parameters of the MLP, from the config alone: each Linear's weight and bias."""
+    dims = [cfg.d_in] + [cfg.d_hidden] * cfg.n_layer + [cfg.d_out]
+    return sum(a * b + b for a, b in zip(dims[:-1], dims[1:]))
+
+
+def activation_count(cfg: MLPConfig, batch_size: int) -> int:
+    """A generous count of the elements a forward over `batch_size` rows saves."""
+    return batch_size * (cfg.d_in + 2 * cfg.n_layer * cfg.d_hidden + 3 * cfg.d_out)
+
+
+register_model(ModelSpec("mlp", MLPConfig, MLP, param_count, activation_count, spirals_batch))

@@ -31,7 +31,9 @@ from parlab.core.cost import FP32_BYTES
 from parlab.models.checks import require_positive_ints
 from parlab.models.data import OP_GRAPH_D_IN as D_IN  # widths of x and y: fixed, as the data is
 from parlab.models.data import OP_GRAPH_D_OUT as D_OUT  # drawn without the model's config
+from parlab.models.data import op_graph_batch
 from parlab.models.gpt import multi_head, split_qkv
+from parlab.models.spec import ModelSpec, register_model
 
 DATA = ("x", "y")  # external inputs: every rank can make them (seeded)
 
@@ -221,3 +223,7 @@ class OpGraphSplit(OpStructure):
         if self.batch % self.microbatches:
             raise ValueError(f"batch_size={self.batch} is not divisible by "
                              f"microbatches={self.microbatches}")
+
+
+register_model(ModelSpec("op-graph", OpGraphConfig, OpGraphModel, param_count, activation_count,
+                         op_graph_batch))

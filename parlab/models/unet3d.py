@@ -27,7 +27,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.models.checks import require_positive_ints
+from parlab.models.data import volume_crops_batch
 from parlab.models.gpt import maybe_checkpoint
+from parlab.models.spec import ModelSpec, register_model
 
 
 @dataclass(frozen=True)
@@ -161,3 +163,28 @@ class UNet3D(nn.Module):
 
     def loss(self, x, targets):
         return F.cross_entropy(self(x), targets)  # mean over every voxel of the batch
+
+
+# ----------------------------------------------------------------------------- counts, registration
+def param_count(cfg: UNet3DConfig) -> int:
+    """Parameters of the U-Net, from the config alone: every convolution's weight and bias."""
+    c, L = cfg.channels, cfg.levels
+    conv = lambda a, b, k=3: k ** 3 * a * b + b  # noqa: E731  (a Conv3d's weight and bias)
+    total = sum(conv(cfg.in_channels if k == 0 else c(k - 1), c(k)) + conv(c(k), c(k))
+                for k in range(L - 1))
+    total += conv(c(L - 2), c(L - 1)) + conv(c(L - 1), c(L - 1))  # the bottom
+    total += sum(conv(c(k + 1), c(k), 2) + conv(2 * c(k), c(k)) + conv(c(k), c(k))
+                 for k in range(L - 1))  # up-convolution, then the block on [up, skip]
+    return total + conv(c(0), cfg.n_classes, 1)
+
+
+def activation_count(cfg: UNet3DConfig, batch_size: int) -> int:
+    """A generous count of the elements a forward over `batch_size` volumes saves: 12 per element
+    of each level's feature maps, 10 per voxel of the batch at full resolution."""
+    voxels = lambda k: batch_size * (cfg.block_size // 2 ** k) ** 3  # noqa: E731
+    return (12 * sum(cfg.channels(k) * voxels(k) for k in range(cfg.levels))
+            + 10 * batch_size * cfg.block_size ** 3)
+
+
+register_model(ModelSpec("unet3d", UNet3DConfig, UNet3D, param_count, activation_count,
+                         volume_crops_batch))

@@ -171,7 +171,7 @@ STAGED: dict[str, StagedModel] = {}
 
 
 def register_staged(model: str, staged: StagedModel) -> StagedModel:
-    """Make model `model` (a name of `parlab.models.MODELS`) a pipeline model."""
+    """Make model `model` (a name of `parlab.models.SPECS`) a pipeline model."""
     STAGED[model] = staged
     return staged
 
