@@ -31,6 +31,12 @@ How a paced run keeps time
 - A communication issued inside a compute span first settles the compute done so far (the message
   leaves when the paced computation that made it is over) and the span's clock restarts when it
   returns, so a tensor-parallel all-reduce inside forward is paid once, on the link.
+- **Debt, not drift**: a rank whose real work (or a late wake-up from a sleep) runs past its paced
+  end owes that lateness (`Pacer.late`); its paced now is the real time less the debt
+  (`Pacer.now`), from which its next span starts and its next message leaves, and the slack of
+  the spans after it pays the debt back. An op waiting on peers completes at their *paced* issue
+  times, read from the launch's board (`parlab.core.board`), so one rank's lateness is not its
+  peers' either. Issuing an asynchronous op is free on the paced clock.
 
 Results (losses, parameters, bytes) never change: only time does. What is not paced: work outside
 compute spans (the loop's bookkeeping, well under a millisecond a step) and the real time of
@@ -219,6 +225,7 @@ class Pacer:
     ops: int = 0
     flops: float = 0.0
     late: float = 0.0  # seconds the rank is behind its paced schedule (a debt later slack pays)
+    real_waits: int = 0  # waits charged the real time (a peer's paced time unknown)
 
     def __post_init__(self):
         # the dispatch machinery imports and initialises on first use (~1 s): pay it now, not in
@@ -269,6 +276,8 @@ class Pacer:
         delay = end - now
         if delay > 0:
             time.sleep(delay)
+            # a busy machine wakes the rank late: the oversleep is debt too, not paced time
+            self.late = max(0.0, time.perf_counter() - end)
         self.paced_s += paced
         self.spans += 1
         self.ops += ops
@@ -285,6 +294,7 @@ class Pacer:
         delivered, so the debt carries on to be paid from later slack — or, when the rank really
         blocked on its peers (`None`), at the real now: that wait is the peers' time, not debt."""
         now = time.perf_counter()
+        self.real_waits += paced_at is None
         start = now if paced_at is None else min(now, paced_at)
         self.late = now - start
         if self.depth > 0 and self.meter is not None:
@@ -293,5 +303,6 @@ class Pacer:
 
     def stats(self) -> dict:
         return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,
-                "overruns": self.overruns, "overrun_s": self.overrun_s,
+                "overruns": self.overruns, "overrun_s": self.overrun_s, "real_waits": self.real_waits,
+                "late_s": self.late,
                 "worst_real_over_paced": self.worst, "ops": self.ops, "flops": self.flops}

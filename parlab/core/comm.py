@@ -20,6 +20,11 @@ rank is undercharged by up to the time it waited (the last rank to arrive pays i
 wire-exact link would charge from the sender's (the last arriver's) time, which needs the issue
 times exchanged beside the data; the ideal timelines of `parlab.pipeline.validate.simulate`
 (charged="receiver") price messages the way this link does.
+
+On a paced clock the ranks of a launch post their paced issue times on a shared board
+(`parlab.core.board`), and an op that waited on its peers completes at the latest of its own
+delivery and its peers' *paced* issue times, not at the real time the last of them arrived: a
+rank descheduled by a busy machine does not make its peers late.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.distributed as dist
 
+from parlab.core import board as paced_board
 from parlab.core import collectives, cost
 from parlab.core.handle import Handle
 from parlab.core.ledger import Ledger, Traffic
@@ -38,6 +44,8 @@ from parlab.core.rank_process import current as current_launch
 from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
+
+_CREATED: dict = {}  # (name, ranks) -> Comms created on this rank
 
 
 class Comm(ShardedCollectives):
@@ -60,6 +68,15 @@ class Comm(ShardedCollectives):
         self._free_at = {"tx": 0.0, "rx": 0.0}  # full duplex: each direction queues alone
         self._executor: ThreadPoolExecutor | None = None
         self._handwritten_ops = 0  # hand-written ops issued so far: their tag ranges
+        # the paced board (parlab.core.board): this Comm's identity, the same on every rank of
+        # its group (Comms on one group are told apart by their creation order)
+        info = current_launch()
+        self._board = paced_board.attach(info.board, info.world_size) if info is not None else None
+        identity = (name, tuple(self.ranks))
+        _CREATED[identity] = _CREATED.get(identity, 0) + 1
+        self._identity = identity + (_CREATED[identity],)
+        self._collectives_posted = 0
+        self._messages_posted: dict = {}  # (op, peer global rank) -> messages posted
 
     # ------------------------------------------------------------------ groups
     def split(self, groups: list[list[int]], name: str) -> Comm:
@@ -241,15 +258,17 @@ class Comm(ShardedCollectives):
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, "gloo", tensor, phase, numel)
         ready_at = self._account(record, traffic, tensor.element_size())
-        handle = Handle(self, record, ready_at, works=start(), finish=finish)
+        ticket = self._post(record, traffic)
+        handle = Handle(self, record, ready_at, works=start(), finish=finish, ticket=ticket)
         if async_op:
-            self.timeline.resume(self.timeline.now())  # issued: the compute's debt carries on
+            self.timeline.resume(record["t_start"])  # issuing is free: its real time is debt
             return handle
         return handle.wait()
 
     def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, algo, tensor, phase, numel)
+        ticket = self._post(record, None)
         # each op gets tags of its own, counted in issue order (the same on every rank, as the
         # collectives themselves must be): a sync op on this thread and an async one on the
         # background thread then never take each other's messages between the same two ranks
@@ -262,17 +281,18 @@ class Comm(ShardedCollectives):
 
         if not async_op:
             value = run()
-            self._sleep_until(self._account(record, traffic, tensor.element_size()))
-            t1 = time.perf_counter()
+            ready_at = self._account(record, traffic, tensor.element_size())
+            self._sleep_until(ready_at)
+            self.timeline.resume(self.completed_at(record["t_start"], ready_at, ticket, False))
+            t1 = self.timeline.now()
             record["t_end"] = t1
             self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
             self.timeline.add("comm", op, record["t_start"], t1, bytes=record["bytes_sent"],
                               phase=record["phase"])
-            self.timeline.resume()
             return value
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
-        handle = Handle(self, record, 0.0, future=self._executor.submit(run))
+        handle = Handle(self, record, 0.0, future=self._executor.submit(run), ticket=ticket)
 
         def finish(value):
             # the traffic is known once the algorithm ran: only then can the link say when it
@@ -281,8 +301,43 @@ class Comm(ShardedCollectives):
             return value
 
         handle.finish = finish
-        self.timeline.resume(self.timeline.now())  # issued: the compute's debt carries on
+        self.timeline.resume(record["t_start"])  # issuing is free: its real time is debt
         return handle
+
+    def _post(self, record, traffic: Traffic | None) -> paced_board.Ticket | None:
+        """Post this op's paced issue time on the board (paced runs on an emulated link); return
+        the entries its completion waits on. `traffic` None: a hand-written collective."""
+        op = record["op"]
+        peers = traffic.peers if traffic is not None else set(range(self.size)) - {self.rank}
+        if (self._board is None or self.timeline.pacer is None
+                or self._link_for(op, peers) is None):
+            return None
+        me = self.ranks[self.rank]
+        if op in ("send", "recv"):
+            (peer,) = peers
+            other = self.ranks[peer]
+            pair = (me, other) if op == "send" else (other, me)  # (sender, receiver)
+            seq = self._messages_posted.get((op, other), 0)
+            self._messages_posted[(op, other)] = seq + 1
+            where = (paced_board.region("p2p", self._identity, pair),
+                     seq, paced_board.salt("p2p", self._identity, pair))
+            self._board.post(*where, me, record["t_start"])
+            # gloo may complete a send before its receive is posted: then nothing waits for it
+            return paced_board.Ticket(self._board, [where + (other,)], optional=op == "send")
+        seq = self._collectives_posted
+        self._collectives_posted += 1
+        where = (paced_board.region(self._identity), seq, paced_board.salt(self._identity))
+        self._board.post(*where, me, record["t_start"])
+        return paced_board.Ticket(self._board, [where + (r,) for r in self.ranks if r != me])
+
+    def completed_at(self, paced_asked: float, ready_at: float, ticket, delivered: bool):
+        """The paced time an op completes for this rank (see `parlab.core.board`): the latest of
+        when the rank asked for it, its own delivery and its peers' paced issue times — None (the
+        real time) where a peer's time is unknown and the op did block on it."""
+        peers = ticket.peers_issued() if ticket is not None else None
+        if peers is None and not delivered:
+            return None
+        return max(paced_asked, ready_at, peers if peers is not None else float("-inf"))
 
     def _link_for(self, op: str, peers) -> Link | None:
         """The link an op crosses: the one Link, or with a `Topology` (parlab.core.topology) the

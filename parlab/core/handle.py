@@ -12,8 +12,8 @@ from __future__ import annotations
 class Handle:
     """An op in flight. `wait()` blocks until it is done (and the emulated link has delivered)."""
 
-    def __init__(self, comm, record, ready_at, works=(), future=None, finish=None):
-        self.comm, self.record, self.ready_at = comm, record, ready_at
+    def __init__(self, comm, record, ready_at, works=(), future=None, finish=None, ticket=None):
+        self.comm, self.record, self.ready_at, self.ticket = comm, record, ready_at, ticket
         self.works, self.future, self.finish = list(works), future, finish
         self.result = None
         self.done = False
@@ -25,7 +25,8 @@ class Handle:
         timeline.settle()  # paced time: the compute before the wait ends first
         # an op already done when asked for costs the rank only the link's remaining time: its
         # paced clock goes on from max(paced now, delivery), carrying any debt of real work; one
-        # that really blocks waited for its peers, whose arrival is real time
+        # that really blocks waited for its peers: their paced issue times (parlab.core.board),
+        # or where unknown the real time
         delivered = self._completed()
         paced_t0 = timeline.now()
         self.record["t_wait"] = paced_t0  # when the rank asked for it (a receive may be posted early)
@@ -35,8 +36,7 @@ class Handle:
         if self.finish is not None:
             value = self.finish(value)
         self.comm._sleep_until(self.ready_at)
-        paced_at = max(paced_t0, self.ready_at) if delivered else None
-        timeline.resume(paced_at)
+        timeline.resume(self.comm.completed_at(paced_t0, self.ready_at, self.ticket, delivered))
         t1 = timeline.now()
         self.record["t_end"] = t1
         timeline.add("wait", f"wait {self.record['op']}", min(paced_t0, t1), t1)

@@ -48,7 +48,7 @@ from typing import Any
 
 import torch
 
-from parlab.core import rendezvous
+from parlab.core import board, rendezvous
 from parlab.core.rank_process import child_main, resolve, run_in_torchrun
 from parlab.core.rendezvous import under_torchrun
 from parlab.core.stuck import RankStatus, stuck_report
@@ -125,6 +125,7 @@ def launch(
     if start_method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
     store = rendezvous.LoopbackStore(world_size, timeout)
+    board_path = board.create(world_size)
     processes, readers = [], []
     try:
         with _without_parent_main():
@@ -133,7 +134,7 @@ def launch(
                 proc = ctx.Process(
                     target=child_main,
                     args=(reference, rank, world_size, args, store.port, writer, timeout, link,
-                          os.getpid(), start_method == "forkserver"),
+                          os.getpid(), start_method == "forkserver", board_path),
                     name=f"parlab-rank{rank}", daemon=True,
                 )
                 proc.start()
@@ -146,6 +147,7 @@ def launch(
         for reader in readers:
             reader.close()
         store.close()
+        board.remove(board_path)
 
 
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",

@@ -40,6 +40,7 @@ class LaunchInfo:
     timeout_s: float = 60.0
     torchrun: bool = False
     args: tuple = ()  # the launch's extra arguments (parlab.run passes its RunConfig)
+    board: str | None = None  # the launch's paced board file (parlab.core.board), None under torchrun
 
 
 _CURRENT: LaunchInfo | None = None
@@ -111,14 +112,14 @@ def resolve(reference: str) -> Callable:
 
 
 def child_main(reference, rank, world_size, args, port, conn, timeout, link, launcher_pid,
-                forkserver_child) -> None:
+                forkserver_child, board=None) -> None:
     global _CURRENT, _PROGRESS_CONN
     rendezvous.die_with_launcher(launcher_pid, forkserver_child)
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     keep_freed_memory()  # freed tensors stay for the next, as a GPU's caching allocator keeps them
-    _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args)
+    _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args, board=board)
     _PROGRESS_CONN = conn
     stop = threading.Event()
     threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),

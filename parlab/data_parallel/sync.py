@@ -34,7 +34,8 @@ class ComputeSpan:
     the optimizer, then compute again.
 
     `speed` (`parlab.core.speeds`, the run's `speeds=`): each segment lasts its CPU time ÷ speed,
-    as every compute span of a slow rank does.
+    as every compute span of a slow rank does; on a paced clock each segment is a paced compute
+    span (`parlab.core.clock`), as every other span is.
     """
 
     def __init__(self, timeline, name: str, speed: float = 1.0, **args):
@@ -42,13 +43,17 @@ class ComputeSpan:
         self.t0 = self.cpu0 = None
 
     def resume(self) -> None:
-        self.t0, self.cpu0 = time.perf_counter(), time.thread_time()
+        self.t0, self.cpu0 = self.timeline.now(), time.thread_time()
+        if self.timeline.pacer is not None:  # a paced run: the clock's pacer times the segment
+            self.timeline.pacer.enter()
 
     def pause(self) -> None:
         if self.t0 is not None:
-            if self.speed != 1.0:
+            if self.timeline.pacer is not None:
+                self.timeline.pacer.exit()  # sleeps to the segment's paced end (speed included)
+            elif self.speed != 1.0:
                 speeds.sleep_until(self.t0 + (time.thread_time() - self.cpu0) / self.speed)
-            self.timeline.add("compute", self.name, self.t0, time.perf_counter(), **self.args)
+            self.timeline.add("compute", self.name, self.t0, self.timeline.now(), **self.args)
             self.t0 = None
 
     def __enter__(self):

@@ -101,7 +101,9 @@ class RunResult:
         return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
                 "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
                 "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
-                "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats)}
+                "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats),
+                "real_waits": sum(s.get("real_waits", 0) for s in stats),
+                "late_s": max(s.get("late_s", 0.0) for s in stats)}
 
     def step_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first `warmup` steps (when there are more)."""
