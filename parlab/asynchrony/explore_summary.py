@@ -17,6 +17,7 @@ from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
 from parlab.asynchrony import explore_dualbatch as ex_dualbatch
 from parlab.asynchrony.explore_jacobi import jacobi_speedups
+from parlab.core.verdict import when_to_use
 
 _HELDOUT: dict = {}
 
@@ -26,14 +27,6 @@ def _heldout(result) -> float:
     if id(result) not in _HELDOUT:
         _HELDOUT[id(result)] = (result, ex.eval_loss(result.state))  # keep result alive: ids stay unique
     return _HELDOUT[id(result)][1]
-
-
-def _emit(lines: list[str], show: bool) -> list[str]:
-    if show:
-        print("When to use it (from this run):")
-        for line in lines:
-            print(f"  - {line}")
-    return lines
 
 
 def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]:
@@ -64,7 +57,7 @@ def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]
                      f"server's bytes {eff['shard']:.2f}× at equal W; the other {eff['role']:.2f}× of the "
                      f"{eff['total']:.2f}× came from a worker becoming a server (fewer gradients, not "
                      "sharding)")
-    return _emit(lines, show)
+    return when_to_use(lines, show)
 
 
 def part_b(dual: dict, show: bool = True) -> list[str]:
@@ -80,7 +73,7 @@ def part_b(dual: dict, show: bool = True) -> list[str]:
         line = (f"not at this scale: the hybrid took {change:+.1%} (dual-batch alone {alone:+.1%}) vs "
                 f"one batch size to the same held-out loss (the paper: {ex_dualbatch.CLAIM:+.1%}); "
                 "keep one batch size")
-    return _emit([line], show)
+    return when_to_use([line], show)
 
 
 def part_c(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
@@ -94,7 +87,7 @@ def part_c(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
               "synchronously"),
              f"synchronous only when ρ(M) < 1 ≤ ρ(|M|) (e.g. ρ(M) = {rho:.2f}, ρ(|M|) = {rho_abs:.2f} "
              "above): some delay pattern diverges"]
-    return _emit(lines, show)
+    return when_to_use(lines, show)
 
 
 def part_d(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
@@ -106,7 +99,7 @@ def part_d(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
             f"slow: {1 / ratio:.2f}× sooner than plain asynchronous" if ratio < 1 else
             f"flexible communication: not sooner on this run ({ratio:.2f}× async's time to {tol:.0e}): "
             "partial values pay only when the updates are long and the links idle")
-    return _emit([line], show)
+    return when_to_use([line], show)
 
 
 def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: float = 1e-6) -> dict:
@@ -133,7 +126,7 @@ def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: 
           "ResNet-18 on CIFAR-100)")
     lines = (part_a(runs, ssp, sharded, show=False) + part_b(dual, show=False)
              + part_c(jruns, tol, show=False) + part_d(jruns, tol, show=False))
-    _emit(lines, True)
+    when_to_use(lines, True)
     return {"asp_speedup": asp, "ssp_speedup": ssp_speed,
             "jacobi": {k: v["speedup"] for k, v in speed.items()},
             "hybrid_change": change if math.isfinite(change) else math.nan, "when": lines}

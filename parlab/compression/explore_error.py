@@ -25,6 +25,7 @@ from parlab import models
 from parlab.compression import cost
 from parlab.compression.explore import low_rank, options_of
 from parlab.compression.powersgd import factor_rank
+from parlab.core.verdict import when_to_use
 
 COMPRESSORS = ["topk", "randomk", "qsgd", "signsgd", "powersgd"]
 
@@ -158,7 +159,4 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
     lines.append(f"Local SGD / DiLoCo when every message is too many: {periodic} averaged every "
                  f"{runs[periodic].config.options['sync_every']} steps, {fewer[periodic]:.1f}× fewer bytes, "
                  f"final loss {loss[periodic]:.3f}× single")
-    print("When to use it (from this run):")
-    for line in lines:
-        print(f"  - {line}")
-    return lines
+    return when_to_use(lines)

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import math
 
+from parlab.core.verdict import when_to_use
 from parlab.serving import cost
 from parlab.serving import explore as ex
 from parlab.serving import explore_search as ex_search
 
 WORTH = 1.10  # ours: a schedule "worth it" when the model gives it ≥ 10% more job-steps per second
-
-
-def _emit(lines: list[str], show: bool) -> list[str]:
-    if show:
-        print("When to use it (from this run):")
-        for line in lines:
-            print(f"  - {line}")
-    return lines
 
 
 def comm_range(model: dict, worth: float = WORTH) -> tuple[float, float]:
@@ -69,7 +62,7 @@ def part_a(results: dict, model: dict, verdict: dict, ratios: dict, show: bool =
                  "device together: sharing holds both jobs' memory on every rank ("
                  + " + ".join(f"{name} {b:,} B" for name, b in memory.items())
                  + f" = {sum(memory.values()):,} B here), whatever the schedule")
-    return _emit(lines, show)
+    return when_to_use(lines, show)
 
 
 def part_b(rows: list, density: float, world_size: int, latency: dict, search_rows: list,
@@ -104,7 +97,7 @@ def part_b(rows: list, density: float, world_size: int, latency: dict, search_ro
                  f"{100 * (every['accuracy'] - best['accuracy']):.1f} points of accuracy, where our saliency "
                  f"ranking at no more bytes lost {100 * (every['accuracy'] - rival['accuracy']):.1f}; on a "
                  f"slower link it keeps fewer transfers: {'holds' if kept_follows_link else 'does NOT hold'}")
-    return _emit(lines, show)
+    return when_to_use(lines, show)
 
 
 def _bandwidth(beta: float) -> str:
