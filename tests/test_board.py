@@ -2,7 +2,6 @@
 that a wait on a peer costs the peer's paced time, not its scheduler's; and the debt a late rank
 carries (parlab.core.clock.Pacer)."""
 
-import glob
 import os
 import time
 
@@ -37,16 +36,24 @@ def test_a_board_reads_back_what_was_posted_under_its_key_only(tmp_path):
     assert not os.path.exists(path)
 
 
-def _boards() -> set:
-    return set(glob.glob(os.path.join("/dev/shm", "parlab-board-*")))
+def board_path(rank, world_size):
+    """A rank's view of its launch's board file (a worker for `launch`)."""
+    from parlab.core.rank_process import current
+    path = current().board
+    return path, os.path.exists(path)
+
+
+def test_a_launch_makes_its_board_and_removes_it():
+    from parlab.core.launch import launch
+    (path0, there0), (path1, there1) = launch(board_path, 2)
+    assert path0 == path1 and there0 and there1  # one board, shared by the launch's ranks
+    assert not os.path.exists(path0)  # the launcher removed it
 
 
 @pytest.mark.parametrize("scheme", ["ddp-overlap", "pp-1f1b", "tp"])
 def test_every_wait_of_a_paced_run_finds_its_peers_on_the_board(scheme):
-    before = _boards()
     run = parlab.run(scheme, world_size=2, steps=3, clock="A100", link=LINK)
     assert run.pace["real_waits"] == 0, run.pace  # no op fell back to the real time
-    assert _boards() - before == set()  # the launcher removed its board
 
 
 def test_data_parallel_forward_is_paced_like_every_span():
