@@ -38,9 +38,9 @@ browser-deps: $(STAMP)
 unit: $(STAMP) browser-deps
 	$(BIN)/python -m pytest tests/test_clock.py -q -p no:cacheprovider
 	@mkdir -p build; \
-	$(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider > build/test-browser.log 2>&1 & \
+	$(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider --durations=0 > build/test-browser.log 2>&1 & \
 	browser=$$!; \
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --ignore tests/test_browser.py \
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=25 --ignore tests/test_browser.py \
 		--ignore tests/test_clock.py; others=$$?; \
 	wait $$browser; chapters=$$?; \
 	echo "== tests/test_browser.py (the chapters in JupyterLab), run beside the others:"; \

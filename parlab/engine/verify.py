@@ -94,17 +94,24 @@ def compare(result, reference, rtol: float | None = None) -> Comparison:
         return _compare_mixed(result, reference, precision, ref_precision, rtol)
     rtol = 1e-4 if rtol is None else rtol
     problems = []
-    if len(result.losses) != len(reference.losses):
-        problems.append(f"{len(result.losses)} losses vs {len(reference.losses)}")
+    loss_diff = _compare_losses(result.losses, reference.losses, rtol, problems)
+    worst, worst_name, state_problems = compare_states(result.state, reference.state, rtol)
+    problems += state_problems
+    return Comparison(not problems, loss_diff, worst, worst_name, problems)
+
+
+def _compare_losses(losses, reference, rtol: float, problems: list) -> float:
+    """Append to `problems` every step whose loss differs by more than rtol (relative, at least
+    absolute rtol); return the largest difference."""
+    if len(losses) != len(reference):
+        problems.append(f"{len(losses)} losses vs {len(reference)}")
     loss_diff = 0.0
-    for i, (a, b) in enumerate(zip(result.losses, reference.losses)):
+    for i, (a, b) in enumerate(zip(losses, reference)):
         diff = abs(a - b)
         loss_diff = max(loss_diff, diff)
         if not diff <= rtol * max(abs(b), 1.0):
             problems.append(f"step {i}: loss {a:.8f} vs {b:.8f}")
-    worst, worst_name, state_problems = compare_states(result.state, reference.state, rtol)
-    problems += state_problems
-    return Comparison(not problems, loss_diff, worst, worst_name, problems)
+    return loss_diff
 
 
 def _compare_mixed(result, reference, precision, ref_precision, rtol) -> Comparison:
@@ -114,14 +121,7 @@ def _compare_mixed(result, reference, precision, ref_precision, rtol) -> Compari
                         "compare with single of the same precision")
     rtol = mixed_tolerance(precision if precision != "fp32" else ref_precision) \
         if rtol is None else rtol
-    if len(result.losses) != len(reference.losses):
-        problems.append(f"{len(result.losses)} losses vs {len(reference.losses)}")
-    loss_diff = 0.0
-    for i, (a, b) in enumerate(zip(result.losses, reference.losses)):
-        diff = abs(a - b)
-        loss_diff = max(loss_diff, diff)
-        if not diff <= rtol * max(abs(b), 1.0):
-            problems.append(f"step {i}: loss {a:.8f} vs {b:.8f}")
+    loss_diff = _compare_losses(result.losses, reference.losses, rtol, problems)
     diff, state_problems = compare_norm(result.state, reference.state, rtol)
     return Comparison(not (problems + state_problems), loss_diff, diff, "‖θ‖₂ (all parameters)",
                       problems + state_problems)

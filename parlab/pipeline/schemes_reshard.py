@@ -35,6 +35,29 @@ from parlab.pipeline.validate import check
 from parlab.tensor_parallel.reshard import ALIASES, METHODS
 
 
+def boundary_channels(ctx, pp: int, widths, stage: int) -> dict:
+    """This rank's forward ("F") and backward ("B") boundaries: for each boundary k next to
+    `stage`, a sending and a receiving Comm on the group of the two meshes it joins (even and odd
+    boundaries in separate groups, so a stage talks to both neighbours at once). `widths`: one
+    width for every stage, or a list."""
+    o = ctx.cfg.options
+    even, odd = reshard_boundary.boundary_groups(pp, widths)
+    channels = {}
+    for kind in ("F", "B"):
+        comms = {}
+        for parity, groups in enumerate((even, odd)):
+            tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
+            tx.link = None  # the boundary applies the link at the sender
+            rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
+                      name=f"pp-{kind}{parity}-rx")  # the same group, receive side
+            for k in (stage - 1, stage):
+                if 0 <= k < pp - 1 and k % 2 == parity:
+                    comms[k] = (tx, rx)
+        channels[kind] = reshard_boundary.Boundary(kind, comms, pp, widths, o["method"],
+                                               ctx.cfg.link, o["chunks"])
+    return channels
+
+
 class ReshardPipeline(PipelineStages):
     """Every stage on a mesh of `mesh` replicas (the replicated layout a tensor-parallel block
     leaves), every boundary a cross-mesh resharding by `method` (`parlab.pipeline.reshard_boundary`):
@@ -42,27 +65,14 @@ class ReshardPipeline(PipelineStages):
     so their gradients are equal and need no sync; member 0 of the last mesh reports the loss."""
 
     def __init__(self, ctx, schedule_name: str):
-        o, width = ctx.cfg.options, ctx.cfg.options["mesh"]
+        width = ctx.cfg.options["mesh"]
         plan = reshard_plan(ctx.cfg, schedule_name)
         super().__init__(ctx, plan)
         self.shard, self.shards = 0, 1  # every replica trains on the pipeline's whole batch
         self.member = self.mesh.coords["dp"]
         self.reports_loss = self.reports_loss and self.member == 0
-        even, odd = reshard_boundary.boundary_groups(plan.pp, width)
         stage = self.mesh.coords["pp"]
-        channels = {}
-        for kind in ("F", "B"):
-            comms = {}
-            for parity, groups in enumerate((even, odd)):
-                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
-                tx.link = None  # the boundary applies the link at the sender
-                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
-                          name=f"pp-{kind}{parity}-rx")  # the same group, receive side
-                for k in (stage - 1, stage):
-                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
-                        comms[k] = (tx, rx)
-            channels[kind] = reshard_boundary.Boundary(kind, comms, plan.pp, width, o["method"],
-                                                   ctx.cfg.link, o["chunks"])
+        channels = boundary_channels(ctx, plan.pp, width, stage)
         schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
         self.meter = ActivationMeter(exclude=self.params)
         self.executor = PipelineExecutor(
@@ -110,21 +120,7 @@ class WidthsPipeline(Strategy):
         self.tied = stages_mod.tied_parameter(model)
         super().__init__(ctx, model, make_optimizer(self.params, cfg), shard=0, shards=1,
                          reports_loss=stage == plan.pp - 1 and self.member == 0, holds_state=True)
-        even, odd = reshard_boundary.boundary_groups(plan.pp, widths)
-        channels = {}
-        for kind in ("F", "B"):
-            comms = {}
-            for parity, groups in enumerate((even, odd)):
-                tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
-                tx.link = None  # the boundary applies the link at the sender
-                rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
-                          name=f"pp-{kind}{parity}-rx")
-                for k in (stage - 1, stage):
-                    if 0 <= k < plan.pp - 1 and k % 2 == parity:
-                        comms[k] = (tx, rx)
-            channels[kind] = reshard_boundary.Boundary(kind, comms, plan.pp, widths,
-                                                   cfg.options["method"], cfg.link,
-                                                   cfg.options["chunks"])
+        channels = boundary_channels(ctx, plan.pp, widths, stage)
         schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
         self.meter = ActivationMeter(exclude=self.params)
         self.executor = PipelineExecutor(
