@@ -13,8 +13,9 @@ Karimireddy et al., "Error Feedback Fixes SignSGD" (ICML 2019); Vogels, Karimire
 Douillard et al., "DiLoCo: Distributed Low-Communication Training of Language Models" (2023).
 
 Reading order: `packing` (bits and raw bytes on the wire), `compressors` (top-k, random-k, QSGD,
-sign: encode/decode at a fixed message size), `sync` (error feedback and the all-gather strategy),
-`powersgd` (rank-r factors, all-reduced), `local_sgd` (Local SGD, DiLoCo); `cost` (closed forms),
-`schemes`; `explore`, `exercises` and `bench` (what notebook 08 and `python -m parlab bench
-compression` run).
+sign: encode/decode at a fixed message size), `sync` (error feedback, the all-gather reducer and
+its strategy), `powersgd` (rank-r factors, all-reduced), `local_sgd` (Local SGD, DiLoCo); `cost`
+(closed forms), `compressed_reducers` (a compressor's reducer by its scheme's name, for
+`data_parallel.apply_dp`), `schemes`; `explore`, `exercises` and `bench` (what notebook 08 and
+`python -m parlab bench compression` run).
 """

@@ -13,6 +13,7 @@ to `single` (1e-4): `topk` with ratio=1, `powersgd` with rank ≥ every matrix's
 """
 
 from parlab.compression import cost
+from parlab.compression.compressed_reducers import option_problems
 from parlab.compression.local_sgd import DiLoCo, LocalSGD
 from parlab.compression.powersgd import PowerSGDSync
 from parlab.compression.sync import CompressedSync
@@ -34,17 +35,11 @@ def _validate(cfg):
     if cfg.batch_size % cfg.world_size:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by world_size={cfg.world_size}")
     o = cfg.options
-    if "ratio" in o and not (_is_number(o["ratio"]) and 0 < o["ratio"] <= 1):
-        raise ValueError(f"ratio={o['ratio']!r} must be a number in (0, 1]")
-    if "bits" in o and not (_is_int(o["bits"]) and 2 <= o["bits"] <= 8):
-        raise ValueError(f"bits={o['bits']!r} must be an int in [2, 8] (sign bit + level bits)")
-    if "rank" in o and not (_is_int(o["rank"]) and o["rank"] >= 1):
-        raise ValueError(f"rank={o['rank']!r} must be an int >= 1")
+    problems = option_problems(o)  # ratio, bits, rank, the flags: the compressors' own checks
+    if problems:
+        raise ValueError(problems[0])
     if "sync_every" in o and not (_is_int(o["sync_every"]) and o["sync_every"] >= 1):
         raise ValueError(f"sync_every={o['sync_every']!r} must be an int >= 1")
-    for flag in ("error_feedback", "warm_start"):
-        if flag in o and not isinstance(o[flag], bool):
-            raise ValueError(f"{flag}={o[flag]!r} must be True or False")
     if "outer_momentum" in o and not (_is_number(o["outer_momentum"]) and 0 <= o["outer_momentum"] < 1):
         raise ValueError(f"outer_momentum={o['outer_momentum']!r} must be a number in [0, 1)")
 

@@ -10,6 +10,11 @@ order and averages them, so the replicas stay identical.
 Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al., "Error Feedback Fixes
 SignSGD", ICML 2019): each rank keeps what compression dropped, e ← (g + e) - C(g + e), and adds
 it to the next gradient, so nothing is lost, only delayed: Σ sent + e = Σ g.
+
+The sync itself is a reducer (`CompressedReducer`, chapter 01's `GradientReducer` interface: no
+loop): this chapter's `CompressedSync` strategy runs one over the world, and
+`parlab.data_parallel.apply.apply_dp(..., compressor=)` attaches the same one over a composed
+model's dp × cp group.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from parlab.compression.compressors import seed_of
+from parlab.data_parallel.reducer import GradientReducer
 from parlab.data_parallel.sync import GradSync
 
 
@@ -36,37 +42,38 @@ class ErrorFeedback:
             self.residuals[index] = (corrected - sent).reshape(self.residuals[index].shape)
 
 
-class CompressedSync(GradSync):
-    """After backward: compress each gradient (with error feedback), one all-gather, average."""
+class CompressedReducer(GradientReducer):
+    """After backward: compress each gradient (with error feedback), one all-gather, average.
 
-    phase = "grad-sync"
+    `seed`: the run's seed; every (step, tensor) draws its shared randomness from
+    `seed_of(seed, step, index)`. `step` counts the syncs from 0 (a loop that knows its step sets
+    it before `after_backward`)."""
 
-    def __init__(self, ctx, model, compressor, error_feedback: bool):
-        super().__init__(ctx, model)
-        self.compressor = compressor
+    def __init__(self, comm, params, compressor, error_feedback: bool, seed: int = 0,
+                 phase: str | None = None, algo: str = "gloo"):
+        super().__init__(comm, params, phase, algo)
+        self.compressor, self.seed_base, self.step = compressor, seed, 0
         self.feedback = ErrorFeedback(self.params, error_feedback)
         self.numels = [p.numel() for p in self.params]
         self.sizes = [compressor.payload_bytes(n) for n in self.numels]  # bytes per tensor
-        self.step_index = 0
-
-    def sync(self, step: int) -> None:
-        self.step_index = step
-        super().sync(step)
 
     def seed(self, index: int) -> int:
-        return seed_of(self.ctx.cfg.seed, self.step_index, index)
+        return seed_of(self.seed_base, self.step, index)
 
     def after_backward(self) -> None:
         messages = []
         for i, p in enumerate(self.params):
+            if p.grad is None:  # no gradient on this rank this step: it contributes zeros
+                p.grad = torch.zeros_like(p)
             corrected = self.feedback.corrected(i, p.grad)  # (param shape,)
-            message = self.compressor.encode(corrected, self.seed(i), self.ctx.rank)  # (P_i,) uint8
+            message = self.compressor.encode(corrected, self.seed(i), self.comm.rank)  # (P_i,) uint8
             if self.feedback.enabled:
                 sent = self.compressor.decode(message, p.numel(), self.seed(i)).view_as(p)
                 self.feedback.keep(i, corrected, sent)
             messages.append(message)
         mine = torch.cat(messages)  # (P,) uint8, P = Σ P_i
-        everyone = self.comm.all_gather(mine)  # (N·P,) uint8, rank r's at [r·P, (r+1)·P)
+        everyone = self.comm.all_gather(mine, algo=self.algo,
+                                        phase=self.phase)  # (N·P,) uint8, rank r's at [r·P, (r+1)·P)
         for i, p in enumerate(self.params):
             total = torch.zeros(p.numel())  # (n_i,) summed in rank order on every rank
             for rank in range(self.comm.size):
@@ -74,6 +81,28 @@ class CompressedSync(GradSync):
                 total += self.compressor.decode(everyone[start:start + self.sizes[i]], p.numel(),
                                                 self.seed(i))
             p.grad.copy_((total / self.comm.size).view_as(p))
+        self.step += 1
+
+    def buffers(self):
+        return self.feedback.residuals
+
+
+class CompressedSync(GradSync):
+    """Chapter 08's strategy around a `CompressedReducer` over the world."""
+
+    phase = "grad-sync"
+
+    def __init__(self, ctx, model, compressor, error_feedback: bool):
+        super().__init__(ctx, model)
+        self.reducer = CompressedReducer(self.comm, self.params, compressor, error_feedback,
+                                         seed=ctx.cfg.seed)
+
+    def sync(self, step: int) -> None:
+        self.reducer.step = step
+        super().sync(step)
+
+    def after_backward(self) -> None:
+        self.reducer.after_backward()
 
     def comm_buffers(self):
-        return self.feedback.residuals
+        return self.reducer.buffers()

@@ -12,7 +12,8 @@ mesh and returning the model:
     model = apply_cp(model, mesh)             # parlab.context_parallel.apply  (ch. 06)
     model = apply_ep(model, mesh, ep)         # parlab.expert_parallel.apply   (ch. 07)
     model = split_pp(model, mesh, ...)        # parlab.pipeline.split          (ch. 04)
-    model = apply_dp(model, mesh, sync)       # parlab.data_parallel.apply     (ch. 01: a reducer)
+    model = apply_dp(model, mesh, sync)       # parlab.data_parallel.apply     (ch. 01: a reducer;
+                                              #   ch. 08's with compressor=)
          or apply_zero(model, mesh, stage)    # parlab.zero.apply              (ch. 02)
 
 Nothing is global: every function reads the degrees from the mesh it is given (`plan.mesh_dims`
@@ -48,10 +49,10 @@ def build_mesh(comm, plan) -> Mesh:
     return Mesh(comm, [(name, size) for name, size in plan.mesh_dims() if size > 1])
 
 
-def parallelize(model, mesh: Mesh, plan, meter=None) -> MeshGPT:
+def parallelize(model, mesh: Mesh, plan, meter=None, seed: int = 0) -> MeshGPT:
     """The reference `model` parallelised along every dimension of `plan`, in the order above;
     `meter` (an ActivationMeter) is handed to ZeRO so gathered parameters are not counted as
-    activations."""
+    activations; `seed` (the run's) to a compressor's shared draws (`Plan.dp_compressor`)."""
     model = gpt_on_mesh(model)
     model = apply_tp(model, mesh)
     model = apply_cp(model, mesh)
@@ -59,4 +60,5 @@ def parallelize(model, mesh: Mesh, plan, meter=None) -> MeshGPT:
     model = split_pp(model, mesh, plan.schedule, plan.microbatches)
     if plan.zero:
         return apply_zero(model, mesh, plan.zero, meter)
-    return apply_dp(model, mesh, plan.dp_sync, plan.dp_bucket_mb)
+    return apply_dp(model, mesh, plan.dp_sync, plan.dp_bucket_mb, plan.dp_compressor,
+                    plan.compressor_options(), seed)

@@ -22,7 +22,10 @@ C the width, L_s the layers of its stage:
   stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
   `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed" or
   "overlap", chapter 01's per-tensor or per-bucket form of the same gradients
-  (`dp_param_numels`, `parlab.data_parallel.cost.REDUCER_MESSAGES`); or with ZeRO ("grad-reduce-scatter",
+  (`dp_param_numels`, `parlab.data_parallel.cost.REDUCER_MESSAGES`); with `Plan.dp_compressor`,
+  chapter 08's closed form of that compressor on those parameters' shapes (`dp_param_shapes`,
+  `parlab.compression.cost`: an all-gather of every rank's message, or PowerSGD's two
+  all-reduces of its factors); or with ZeRO ("grad-reduce-scatter",
   "param-all-gather"; stage 3 "param-gather-fwd", "param-gather-bwd") the reduce-scatter and
   all-gathers of the padded flat units, `parlab.zero.cost.phase_bytes` (the chapter's phases);
 * ep (gpt-moe, ep ⊂ dp): each MoE layer of the stage all-gathers the dp ranks' routing counts
@@ -39,7 +42,9 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
+from parlab.compression.compressed_reducers import step_bytes as compressed_bytes
 from parlab.context_parallel.cost import ring_bytes
 from parlab.core import cost
 from parlab.core.cost import FP32_BYTES
@@ -112,19 +117,25 @@ def unit_numels(plan, model_config, pp_rank: int) -> list[int]:
         + ([root] if root else [])
 
 
-def dp_param_numels(plan, model_config, pp_rank: int) -> list[int]:
-    """Elements of each parameter a rank of stage `pp_rank` averages over dp × cp, in its model's
+def dp_param_shapes(plan, model_config, pp_rank: int) -> list[tuple[int, ...]]:
+    """Shapes of the parameters a rank of stage `pp_rank` averages over dp × cp, in its model's
     parameter order (`parlab.data_parallel.apply.synced_parameters`, the reference's): the stage's
-    wte, wpe, then per block ln_1, c_attn, c_proj, ln_2, c_fc, c_proj (tp-sliced), then ln_f — what
-    chapter 01's per-tensor and bucketed closed forms take. Dense GPT (Plan.problems refuses the
+    wte, wpe, then per block ln_1 (weight, bias), c_attn, c_proj, ln_2, c_fc, c_proj (tp-sliced:
+    column-parallel rows, row-parallel columns), then ln_f — what chapter 01's per-tensor and
+    bucketed closed forms and chapter 08's compressors take. Dense GPT (Plan.problems refuses the
     rest)."""
-    C, V, T = model_config.n_embd, model_config.vocab_size, model_config.block_size
+    C, V, T, tp = model_config.n_embd, model_config.vocab_size, model_config.block_size, plan.tp
     counts = even_partition(model_config.n_layer, plan.pp)
     first, last = pp_rank == 0, pp_rank == plan.pp - 1
-    embeddings = ([V * C] if first or last else []) + ([T * C] if first else [])
-    block = [C, C, 3 * C * C // plan.tp, C * C // plan.tp, C, C, 4 * C * C // plan.tp,
-             4 * C * C // plan.tp]
-    return embeddings + block * counts[pp_rank] + ([C, C] if last else [])
+    embeddings = ([(V, C)] if first or last else []) + ([(T, C)] if first else [])
+    block = [(C,), (C,), (3 * C // tp, C), (C, C // tp), (C,), (C,), (4 * C // tp, C),
+             (C, 4 * C // tp)]
+    return embeddings + block * counts[pp_rank] + ([(C,), (C,)] if last else [])
+
+
+def dp_param_numels(plan, model_config, pp_rank: int) -> list[int]:
+    """Elements of each parameter of `dp_param_shapes`, in the same order."""
+    return [math.prod(shape) for shape in dp_param_shapes(plan, model_config, pp_rank)]
 
 
 def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
@@ -165,7 +176,12 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
     if n > 1:
         data_rank = c["dp"] * plan.cp + c["cp"]
         units = unit_numels(plan, mc, c["pp"])
-        if plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor or bucketed form
+        if plan.zero == 0 and plan.dp_compressor != "none":  # chapter 08's compressor's form
+            shapes = dp_param_shapes(plan, mc, c["pp"])
+            out["dp-grad-sync"] = sum(sum(compressed_bytes(
+                plan.dp_compressor, shapes, n, data_rank, step, steps,
+                plan.compressor_options()).values()) for step in range(steps))
+        elif plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor or bucketed form
             sent = bytes_per_step(REDUCER_MESSAGES[plan.dp_sync],
                                   dp_param_numels(plan, mc, c["pp"]), n, data_rank,
                                   bucket_mb=plan.dp_bucket_mb)

@@ -6,7 +6,8 @@ parallelism; context parallelism (cp) cuts the sequence (chapter 06), expert par
 experts of a mixture-of-experts layer (chapter 07). A `Plan` is the degrees plus the knobs that
 change time and memory without changing the math: ZeRO stage, micro-batches, pipeline schedule,
 activation checkpointing, and how data parallelism syncs gradients (`dp_sync`: chapter 01's
-reducers, one flat bucket by default).
+reducers, one flat bucket by default; or `dp_compressor`: chapter 08's compressor, by its
+scheme's name, with `dp_ratio`, `dp_bits`, `dp_rank`, `dp_error_feedback`, `dp_warm_start`).
 
 The mesh order follows torchtitan's `ParallelDims` (pp outermost, then dp, cp, tp innermost): the
 dimension that talks most (tp: four collectives per block) holds neighbouring ranks. Expert
@@ -33,6 +34,7 @@ MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbou
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
 DP_SYNCS = ("flat", "naive", "bucketed", "overlap")  # parlab.data_parallel.apply.SYNCS
+COMPRESSOR_FIELDS = ("dp_ratio", "dp_bits", "dp_rank", "dp_error_feedback", "dp_warm_start")
 
 
 def token_local_routing(model_config) -> bool:
@@ -59,6 +61,12 @@ class Plan:
     checkpoint: bool = False  # recompute each block's activations in backward
     dp_sync: str = "flat"     # how apply_dp averages over dp × cp: DP_SYNCS (zero=0)
     dp_bucket_mb: float = 25.0  # bucket size of dp_sync "bucketed" / "overlap" (MiB)
+    dp_compressor: str = "none"  # chapter 08's compressor over dp × cp, by its scheme (zero=0)
+    dp_ratio: float | None = None  # its options (None: the scheme's registered default):
+    dp_bits: int | None = None  # top-k / random-k ratio, QSGD bits, PowerSGD rank,
+    dp_rank: int | None = None  # error feedback, PowerSGD's warm start
+    dp_error_feedback: bool | None = None
+    dp_warm_start: bool | None = None
 
     @property
     def world_size(self) -> int:
@@ -67,6 +75,11 @@ class Plan:
     def mesh_dims(self) -> list[tuple[str, int]]:
         """(name, size) outermost first, every dimension present (size 1 included)."""
         return [(name, getattr(self, name)) for name in MESH_ORDER]
+
+    def compressor_options(self) -> dict:
+        """The compressor options this plan sets (`dp_ratio` -> `ratio`, ...; None left out)."""
+        return {name[len("dp_"):]: getattr(self, name) for name in COMPRESSOR_FIELDS
+                if getattr(self, name) is not None}
 
     def options(self) -> dict:
         """This plan as `parlab.run(..., options=...)` of the scheme `nd`."""
@@ -86,6 +99,9 @@ class Plan:
             name += f" {self.dp_sync}"
             if self.dp_sync in ("bucketed", "overlap"):
                 name += f" {self.dp_bucket_mb:g}MiB"
+        if self.dp_compressor != "none":
+            name += " " + " ".join([str(self.dp_compressor)] + [
+                f"{k}={v}" for k, v in self.compressor_options().items()])
         return name
 
     def problems(self, world_size: int, model_config, batch_size: int,
@@ -113,6 +129,7 @@ class Plan:
                 out.append(f"dp_sync={self.dp_sync!r} with a mixture-of-experts model: the "
                            "planner's per-parameter closed form covers the dense GPT only "
                            "(use dp_sync='flat')")
+        out += self.compressor_problems(n_experts)
         if isinstance(self.dp_bucket_mb, bool) or not isinstance(self.dp_bucket_mb, (int, float)) \
                 or not self.dp_bucket_mb >= 0 or self.dp_bucket_mb == float("inf"):
             out.append(f"dp_bucket_mb={self.dp_bucket_mb!r} must be a finite number >= 0 (MiB)")
@@ -161,6 +178,30 @@ class Plan:
                 out.append(f"n_experts={n_experts} is not divisible by ep={self.ep}")
             if self.dp % self.ep:
                 out.append(f"ep={self.ep} must divide dp={self.dp} (expert groups borrow dp ranks)")
+        return out
+
+    def compressor_problems(self, n_experts: int | None) -> list[str]:
+        """What is wrong with `dp_compressor` and its options (chapter 08's own checks)."""
+        options = self.compressor_options()
+        if self.dp_compressor == "none":
+            return [f"{', '.join(f'dp_{k}={v!r}' for k, v in options.items())} without a "
+                    "dp_compressor"] if options else []
+        from parlab.compression.compressed_reducers import compressor_options
+
+        try:
+            compressor_options(self.dp_compressor, options, prefix="dp_")
+        except ValueError as error:
+            return [str(error).replace("compressor=", "dp_compressor=", 1)]
+        out = []
+        if self.zero:
+            out.append(f"dp_compressor={self.dp_compressor!r} with zero={self.zero}: ZeRO "
+                       "reduce-scatters its own flat units (use zero=0)")
+        if self.dp_sync != "flat":
+            out.append(f"dp_compressor={self.dp_compressor!r} with dp_sync={self.dp_sync!r}: the "
+                       "compressor sends its own messages (use dp_sync='flat')")
+        if n_experts is not None:
+            out.append(f"dp_compressor={self.dp_compressor!r} with a mixture-of-experts model: the "
+                       "planner's per-parameter closed form covers the dense GPT only")
         return out
 
     def validate(self, world_size: int, model_config, batch_size: int,

@@ -10,7 +10,8 @@ dp or ZeRO); this strategy only runs it in the one loop:
     sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp
                        by the reducer `apply_dp` attached (`Plan.dp_sync`: chapter 01's flat,
                        per-tensor, bucketed or overlapped sync; the overlapped one starts in the
-                       last micro-batch's backward);
+                       last micro-batch's backward; or `Plan.dp_compressor`: chapter 08's
+                       compressed sync with error feedback);
     update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather).
 
 The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
@@ -31,14 +32,17 @@ from parlab.models.mesh_gpt import MeshGPT
 from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
 from parlab.planner.cost import nd_prediction
-from parlab.planner.plan import DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
+from parlab.planner.plan import COMPRESSOR_FIELDS, DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
 from parlab.tensor_parallel.layers import assemble_state as tp_assemble
 from parlab.zero.shard import FlatLayout
 from parlab.zero.shard import assemble_state as zero_assemble
 
 OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES),
            "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES),
-           "dp_sync": Choice("flat", DP_SYNCS), "dp_bucket_mb": Float(25.0, min=0, unit="MiB")}
+           "dp_sync": Choice("flat", DP_SYNCS), "dp_bucket_mb": Float(25.0, min=0, unit="MiB"),
+           # chapter 08's compressor and its options: checked by Plan.problems (the choices are
+           # the registered compressor schemes, known once the registry is)
+           "dp_compressor": "none", **dict.fromkeys(COMPRESSOR_FIELDS)}
 
 
 def plan_of(cfg) -> Plan:
@@ -91,7 +95,7 @@ class ND(Strategy):
         self.plan = plan = plan_of(cfg)
         self.mesh = mesh = compose.build_mesh(ctx.comm, plan)
         meter = ActivationMeter()
-        model = compose.parallelize(build_model(cfg), mesh, plan, meter)
+        model = compose.parallelize(build_model(cfg), mesh, plan, meter, seed=cfg.seed)
         zero = model.zero
         params = zero.shards if zero is not None else list(model.parameters())
         meter.exclude(list(model.parameters()) + (zero.shards if zero is not None else []))
