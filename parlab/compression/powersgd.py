@@ -26,9 +26,8 @@ from __future__ import annotations
 import torch
 
 from parlab.compression.compressors import generator
-from parlab.compression.sync import ErrorFeedback
+from parlab.compression.sync import ErrorFeedback, ReducerSync
 from parlab.data_parallel.reducer import GradientReducer
-from parlab.data_parallel.sync import GradSync
 
 
 def factor_rank(shape, rank: int) -> int:
@@ -100,20 +99,10 @@ class PowerSGDReducer(GradientReducer):
         return self.feedback.residuals + list(self.qs.values())
 
 
-class PowerSGDSync(GradSync):
+class PowerSGDSync(ReducerSync):
     """Chapter 08's strategy around a `PowerSGDReducer` over the world."""
 
     def __init__(self, ctx, model, rank: int, error_feedback: bool, warm_start: bool):
         super().__init__(ctx, model)
         self.reducer = PowerSGDReducer(self.comm, self.params, rank, error_feedback, warm_start,
                                        seed=ctx.cfg.seed)
-
-    def sync(self, step: int) -> None:
-        self.reducer.step = step
-        super().sync(step)
-
-    def after_backward(self) -> None:
-        self.reducer.after_backward()
-
-    def comm_buffers(self):
-        return self.reducer.buffers()

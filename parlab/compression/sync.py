@@ -87,15 +87,12 @@ class CompressedReducer(GradientReducer):
         return self.feedback.residuals
 
 
-class CompressedSync(GradSync):
-    """Chapter 08's strategy around a `CompressedReducer` over the world."""
+class ReducerSync(GradSync):
+    """Chapter 08's strategy around one of its reducers (`self.reducer`, set by the subclass) over
+    the world: the reducer follows the loop's step (its seeds and warm starts do), runs after
+    backward and owns the communication buffers."""
 
-    phase = "grad-sync"
-
-    def __init__(self, ctx, model, compressor, error_feedback: bool):
-        super().__init__(ctx, model)
-        self.reducer = CompressedReducer(self.comm, self.params, compressor, error_feedback,
-                                         seed=ctx.cfg.seed)
+    reducer = None
 
     def sync(self, step: int) -> None:
         self.reducer.step = step
@@ -106,3 +103,12 @@ class CompressedSync(GradSync):
 
     def comm_buffers(self):
         return self.reducer.buffers()
+
+
+class CompressedSync(ReducerSync):
+    """Chapter 08's strategy around a `CompressedReducer` over the world."""
+
+    def __init__(self, ctx, model, compressor, error_feedback: bool):
+        super().__init__(ctx, model)
+        self.reducer = CompressedReducer(self.comm, self.params, compressor, error_feedback,
+                                         seed=ctx.cfg.seed)
