@@ -1,21 +1,43 @@
-"""`apply_zero(model, mesh, stage)`: ZeRO as one step of a composed plan.
+"""`apply_zero(model, mesh, stage)`: ZeRO along the data dimension, the one way to attach it.
 
 Rajbhandari et al., "ZeRO" (SC 2020): stage 1, 2 or 3 over the dp × cp group, on the slice of
 the model this rank holds after tensor and pipeline parallelism — this chapter's engine
-(`parlab.zero.zero_engine.ZeroEngine`), the one its own `zero-*` schemes run.
+(`parlab.zero.zero_engine.ZeroEngine`). The chapter's own `zero-*` schemes call it on the plain
+GPT with a one-dimensional mesh (`Mesh(comm, [("dp", comm.size)])`, `reuse_world=True`), the
+planner on the composed `MeshGPT` (`parlab.planner.compose.parallelize`).
 """
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import torch.nn as nn
+
 from parlab.core.mesh import Mesh
-from parlab.models.mesh_gpt import MeshGPT
 from parlab.zero.zero_engine import ZeroEngine
 
+M = TypeVar("M", bound=nn.Module)
 
-def apply_zero(model: MeshGPT, mesh: Mesh, stage: int, meter=None) -> MeshGPT:
-    """Shard over dp × cp; `meter` (an ActivationMeter) is told which tensors are gathered
-    parameters, not activations. Nothing to shard with one replica."""
-    model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
+
+def _data_group(mesh: Mesh, reuse_world: bool = False):
+    """The dp × cp Comm (None when the mesh has neither dimension). With `reuse_world`, when
+    dp × cp is the whole world, the mesh's own world Comm instead of a new split of it: the same
+    ranks under the world's name, so its ledger records say `group="world"` (the chapter's)."""
+    if reuse_world and mesh.degree("dp") * mesh.degree("cp") == mesh.world.size:
+        return mesh.world
+    return mesh.group_over(("dp", "cp"), "dp×cp")
+
+
+def apply_zero(model: M, mesh: Mesh, stage: int, meter=None, *, prefetch: bool = False,
+               algo: str = "gloo", reuse_world: bool = False) -> M:
+    """Shard `model` (any nn.Module: a `MeshGPT` slice or a chapter's plain model) over dp × cp
+    at ZeRO `stage`, recorded as `model.data_comm` and `model.zero` (the `ZeroEngine`).
+
+    `meter` (an ActivationMeter) is told which tensors are gathered parameters, not activations;
+    `prefetch` (stage 3: FSDP's prefetch and asynchronous reduce-scatter) and `algo` ("gloo" or
+    "ring") are the engine's; `reuse_world` as in `_data_group` (the planner leaves it off: its
+    records say "dp×cp"). Nothing to shard when the mesh has no dp or cp dimension."""
+    model.data_comm = _data_group(mesh, reuse_world)
     if model.data_comm is None:
         return model
     hooks = {}
@@ -23,5 +45,5 @@ def apply_zero(model: MeshGPT, mesh: Mesh, stage: int, meter=None) -> MeshGPT:
         from parlab.core.memory import storage_key
         hooks = {"on_gather": lambda t: meter.excluded.add(storage_key(t)),
                  "on_release": lambda t: meter.excluded.discard(storage_key(t))}
-    model.zero = ZeroEngine(model, model.data_comm, stage, **hooks)
+    model.zero = ZeroEngine(model, model.data_comm, stage, prefetch=prefetch, algo=algo, **hooks)
     return model

@@ -30,16 +30,17 @@ import signal
 from functools import partial
 
 from parlab.core.checks import Bool, Choice, Int
-from parlab.core.memory import ActivationMeter, storage_key
+from parlab.core.memory import ActivationMeter
+from parlab.core.mesh import Mesh
 from parlab.core.precision import PRECISIONS
 from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
 from parlab.zero import checkpoint_integrity, run_lock
+from parlab.zero.apply import apply_zero
 from parlab.zero.cost import predict
 from parlab.zero.shard import FlatLayout, assemble_state
-from parlab.zero.zero_engine import ZeroEngine
 
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
@@ -112,10 +113,11 @@ class Zero(Strategy):
         cfg, comm, o = ctx.cfg, ctx.comm, ctx.cfg.options
         model = to_compute_dtype(build_model(cfg), cfg)  # 16-bit flat units in mixed precision
         meter = ActivationMeter()
-        self.engine = ZeroEngine(model, comm, stage,
-                                 on_gather=lambda t: meter.excluded.add(storage_key(t)),
-                                 on_release=lambda t: meter.excluded.discard(storage_key(t)),
-                                 prefetch=o.get("prefetch", False), algo=o["algo"])
+        # the one way to attach ZeRO (`apply_zero`), on a one-dimensional mesh over the world;
+        # reuse_world: the engine runs on `comm` itself, so the ledger's group stays "world"
+        model = apply_zero(model, Mesh(comm, [("dp", comm.size)]), stage, meter,
+                           prefetch=o.get("prefetch", False), algo=o["algo"], reuse_world=True)
+        self.engine = model.zero
         meter.exclude(list(model.parameters()) + self.engine.shards)
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
