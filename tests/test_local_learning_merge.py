@@ -151,7 +151,10 @@ def test_the_step_model_predicts_a_paced_run():
     r = parlab.run(SCHEME, world_size=2, steps=STEPS, **common)
     assert r.outputs[0].extras["predicted_step_s"] == model.step_s
     assert model.step_s == pytest.approx(r.step_time(), rel=MODEL_TOLERANCE)
-    assert r.pace["overrun_share"] < 0.05  # the paced clock stayed honest
+    # the paced clock stayed honest: every wait priced from its peers' paced times (the board),
+    # and real work past its paced end stayed a debt that slack paid back, a small share of it
+    assert r.pace["real_waits"] == 0, r.pace
+    assert r.pace["overrun_share"] < 0.25, r.pace
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -91,8 +91,12 @@ class RunResult:
     def pace(self) -> dict:
         """A paced run's honesty check, over all ranks: compute segments (stretches of compute
         between communications), how many overran their paced time (real work, or this rank
-        descheduled, longer than the paced span: contention showing through), the seconds they
-        added, and that as a share of all paced compute (`overrun_share`). Empty on the wall clock."""
+        descheduled, longer than the paced span), the seconds they added, and that as a share of
+        all paced compute (`overrun_share`): a debt the slack of later spans pays back
+        (`parlab.core.clock`), so it moves paced time only while unpaid — `late_s`, the largest
+        debt a rank ended with; `real_waits`, the waits charged the real time because a peer's
+        paced time was not on the board (0 on a launch with an emulated link). Empty on the wall
+        clock."""
         stats = [out.pace for out in self.outputs if getattr(out, "pace", None)]
         if not stats:
             return {}
