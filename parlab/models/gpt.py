@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
+from parlab.models.base import ConfiguredModel
 from parlab.models.checks import require_positive_ints
 from parlab.models.data import VOCAB, text_batch, text_max_seq_len
 from parlab.models.spec import ModelSpec, register_model
@@ -153,13 +154,12 @@ class Block(nn.Module):
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 
 
-class GPT(nn.Module):
-    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
+class GPT(ConfiguredModel):
+    """Token and position embeddings, `n_layer` pre-norm blocks, a final LayerNorm and the head
+    tied to the token embedding (nanoGPT's model); `loss`: next-token cross-entropy."""
 
     def __init__(self, cfg: GPTConfig, seed: int = 0):
-        super().__init__()
-        cfg.validate()
-        self.config = cfg
+        super().__init__(cfg)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(self.make_block(cfg, i) for i in range(cfg.n_layer))

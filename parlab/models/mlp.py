@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parlab.models.base import ConfiguredModel
 from parlab.models.checks import require_positive_ints
 from parlab.models.data import spirals_batch
 from parlab.models.gpt import _init_linear, maybe_checkpoint
@@ -31,15 +32,11 @@ class MLPConfig:
             raise ValueError(f"MLPConfig.d_out={self.d_out} must be >= 3: the spirals have 3 classes")
 
 
-class MLP(nn.Module):
+class MLP(ConfiguredModel):
     """d_in → [Linear, GELU] × n_layer → d_out; `layers` is a flat ModuleList (easy to split)."""
 
-    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
-
     def __init__(self, cfg: MLPConfig, seed: int = 0):
-        super().__init__()
-        cfg.validate()
-        self.config = cfg
+        super().__init__(cfg)
         dims = [cfg.d_in] + [cfg.d_hidden] * cfg.n_layer + [cfg.d_out]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(dims[:-1], dims[1:]))
         g = torch.Generator().manual_seed(seed)

@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from parlab.models.base import ConfiguredModel
 from parlab.models.checks import require_positive_ints
 from parlab.models.data import volume_crops_batch
 from parlab.models.gpt import maybe_checkpoint
@@ -122,15 +123,11 @@ class Head(nn.Module):
         return self.conv(x), None  # (B, classes, S, S, S)
 
 
-class UNet3D(nn.Module):
+class UNet3D(ConfiguredModel):
     """`layers`: Down(0..L−2), Bottom, Up(L−2..0), Head; `loss`: voxel-mean cross-entropy."""
 
-    activation_checkpointing = False  # set by build_model(..., checkpoint=True)
-
     def __init__(self, cfg: UNet3DConfig, seed: int = 0):
-        super().__init__()
-        cfg.validate()
-        self.config = cfg
+        super().__init__(cfg)
         L, c = cfg.levels, cfg.channels
         layers: list[nn.Module] = []
         for k in range(L - 1):
