@@ -26,8 +26,25 @@ from tools.browser import chromium, exercise_chapter, golden_mismatches, jupyter
 from tools.leaks import leaked_answers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-WORK = ROOT / "build" / "browser"
+
+
+def _shard(spec: str) -> tuple[int, int]:
+    """PARLAB_BROWSER_SHARD="i/n": this process drives chapters i, i+n, i+2n, ... (`make test` runs
+    two such processes beside the other tests: the chapters wait on their kernels and paced
+    sleeps far more than they compute, so two JupyterLabs halve the stream's time)."""
+    try:
+        index, count = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"PARLAB_BROWSER_SHARD={spec!r} must be 'i/n' with 0 <= i < n") from None
+    if not 0 <= index < count:
+        raise ValueError(f"PARLAB_BROWSER_SHARD={spec!r} must be 'i/n' with 0 <= i < n")
+    return index, count
+
+
+SHARD, SHARDS = _shard(os.environ.get("PARLAB_BROWSER_SHARD", "0/1"))
+CHAPTERS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))[SHARD::SHARDS]
+WORK = ROOT / "build" / ("browser" if SHARDS == 1 else f"browser-{SHARD}")
+FIRST_SHARD = pytest.mark.skipif(SHARD != 0, reason="the harness checks run in shard 0")
 SCREENSHOTS = ROOT / "build" / "screenshots"
 
 pytestmark = pytest.mark.browser
@@ -95,6 +112,7 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert report["blank_plots"] == 0, f"{path.name}: {report['blank_plots']} blank plot(s) after the click"
 
 
+@FIRST_SHARD
 def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
     """The checks above can fail, and a plot-only panel works: one notebook (one kernel) for both.
 
@@ -129,6 +147,7 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
     assert report["images"] == 1 and report["blank_plots"] == 0, report
 
 
+@FIRST_SHARD
 def test_golden_check_fails_on_a_changed_output():
     """The golden comparison above can fail: a stored golden cell against a different execution."""
     cell = {"cell_type": "code", "source": "# NBVAL_CHECK_OUTPUT\nprint(6 * 7)",
