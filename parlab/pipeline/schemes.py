@@ -34,8 +34,8 @@ from parlab.engine.runner import register
 from parlab.pipeline import cost as pp_cost
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline import unet_executor  # noqa: F401  registers the U-Net's StagedModel
-from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import GENERATORS, make_schedule
+from parlab.pipeline.split import split_pp
 from parlab.pipeline.stages import STAGED, staged_model
 from parlab.pipeline.validate import check
 
@@ -134,40 +134,30 @@ def _counts(ctx, plan: PipelinePlan, model) -> list[int]:
 
 class PipelineStages(Strategy):
     """What every pipeline shares around its schedule: the dp × pp mesh, this rank's stages cut
-    from the reference model, and after the schedule the tied embedding's two gradients summed
-    (first and last stage, as Megatron does), every gradient averaged over dp, one update."""
+    from the reference model by `split_pp` (the planner's cut too), and after the schedule the
+    tied embedding's two gradients summed (first and last stage, as Megatron does), every
+    gradient averaged over dp, one update."""
 
-    def __init__(self, ctx, plan: PipelinePlan):
+    placement = "loop"  # stages on the pipeline ranks: a loop (chunks) or a V (DualPipe)
+
+    def __init__(self, ctx, plan: PipelinePlan, schedule=None):
         self.plan, self.kind = plan, staged_model(ctx.cfg.model)  # what the model gives the pipeline
         self.mesh = mesh = Mesh(ctx.comm, [("dp", plan.dp), ("pp", plan.pp)])
-        self.tie_comm = self.embed_tie(ctx, mesh, plan)
         model = build_model(ctx.cfg)
         self.counts = _counts(ctx, plan, model)  # even, balanced (profiled on rank 0) or given
-        self.stage_ids = self.local_stages(plan, mesh.coords["pp"])
-        self.stages = self.kind.build_stages(model, self.stage_ids, self.counts)
+        schedule = schedule or make_schedule(plan.schedule, plan.pp, plan.microbatches, plan.chunks)
+        self.parts = split_pp(model, mesh, schedule, plan.microbatches, chunks=plan.chunks,
+                              counts=self.counts, placement=self.placement,
+                              staged=self.kind).pipeline
+        self.stage_ids, self.stages = self.parts.stage_ids, self.parts.stages
+        self.tie_comm = self.parts.tie_comm
         self.params = list(model.parameters())  # this rank's kept parameters
         self.tied = stages_mod.tied_parameter(model)
         super().__init__(ctx, model, make_optimizer(self.params, ctx.cfg),
-                         shard=mesh.coords["dp"], shards=plan.dp,
-                         reports_loss=plan.pp * plan.chunks - 1 in self.stage_ids)
+                         shard=mesh.coords["dp"], shards=plan.dp, reports_loss=self.parts.last)
         if self.scaler is not None:  # fp16-mixed: the last stage's loss scales its gradient
             for stage in self.stages.values():
                 stage.loss = self.scaler.wrap_loss(stage.loss)
-
-    @staticmethod
-    def local_stages(plan: PipelinePlan, pp_rank: int) -> list[int]:
-        """The stages this pipeline rank holds: its v chunks, stage c·p + r for chunk c."""
-        return [c * plan.pp + pp_rank for c in range(plan.chunks)]
-
-    @staticmethod
-    def embed_tie(ctx, mesh, plan: PipelinePlan):
-        """The communicator of first and last stage of each replica, which sum the tied
-        embedding's two gradients (a rank of neither is alone in its group)."""
-        ends = [[mesh.rank_of(dp=d, pp=0), mesh.rank_of(dp=d, pp=plan.pp - 1)]
-                for d in range(plan.dp)]
-        flat = {r for group in ends for r in group}
-        return ctx.comm.split([sorted(set(g)) for g in ends] +
-                              [[r] for r in range(ctx.world_size) if r not in flat], "embed-tie")
 
     def sync(self, step: int) -> None:
         if self.tied is not None and self.tie_comm.size > 1:
@@ -192,17 +182,13 @@ class Pipeline(PipelineStages):
     `parlab.pipeline.unet_executor.UNetSkips`)."""
 
     def __init__(self, ctx, schedule_name: str):
-        plan = resolve(ctx.cfg, schedule_name)
-        super().__init__(ctx, plan)
-        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches, plan.chunks))
-        groups = self.mesh.groups("pp")
-        comm_b = ctx.comm.split(groups, "pp-bwd")  # gradients back: own FIFO
-        strategy = self.kind.strategy(ctx, groups, self.stages)  # None: the default
+        super().__init__(ctx, resolve(ctx.cfg, schedule_name))
+        strategy = self.kind.strategy(ctx, self.mesh.groups("pp"), self.stages)  # None: default
         self.meter = ActivationMeter(exclude=self.params)
         mc = ctx.cfg.model_config
-        self.executor = PipelineExecutor(
-            ctx, schedule, self.mesh.coords["pp"], self.stages, self.mesh["pp"], comm_b,
-            lambda rows: self.kind.boundary_shape(mc, rows), self.meter, strategy)
+        self.executor = self.parts.executor(ctx, self.mesh.coords["pp"],
+                                            lambda rows: self.kind.boundary_shape(mc, rows),
+                                            self.meter, strategy)
 
     def forward_backward(self, step: int, batch) -> float:
         # the U-Net's: m × (B/(dp·m), 1, S, S, S) volumes, m × (B/(dp·m), S, S, S) labels

@@ -23,7 +23,6 @@ from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.dualpipe import check_sizes, dualpipe
-from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schemes import Pipeline, PipelinePlan, PipelineStages, assemble, n_layers, resolve
 from parlab.pipeline.validate import check
 
@@ -59,24 +58,16 @@ class DualPipeline(Pipeline):
     """The DualPipe schedule on `PipelineExecutor`: two stages per rank, the mirror pair's
     gradients summed, then one update (module docstring)."""
 
+    placement = "mirror"  # rank r holds stages r and p−1−r (split_pp)
+
     def __init__(self, ctx):
         plan = dualpipe_plan(ctx.cfg)
-        PipelineStages.__init__(self, ctx, plan)
-        schedule = check(dualpipe(plan.pp, plan.microbatches))
-        comm_b = ctx.comm.split(self.mesh.groups("pp"), "pp-bwd")  # gradients back: own FIFO
+        PipelineStages.__init__(self, ctx, plan, dualpipe(plan.pp, plan.microbatches))
         self.mirror = ctx.comm.split(mirror_groups(plan), "mirror-sync")
         self.meter = ActivationMeter(exclude=self.params)
-        self.executor = PipelineExecutor(
-            ctx, schedule, self.mesh.coords["pp"], self.stages, self.mesh["pp"], comm_b,
+        self.executor = self.parts.executor(
+            ctx, self.mesh.coords["pp"],
             lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
-
-    @staticmethod
-    def local_stages(plan: PipelinePlan, pp_rank: int) -> list[int]:
-        return sorted({pp_rank, plan.pp - 1 - pp_rank})
-
-    @staticmethod
-    def embed_tie(ctx, mesh, plan: PipelinePlan):
-        return None  # the ends hold both stage 0 and stage p−1 (module docstring)
 
     def sync(self, step: int) -> None:
         with self.ctx.ledger.label(phase="mirror-sync"):

@@ -73,10 +73,9 @@ class ReshardPipeline(PipelineStages):
         self.reports_loss = self.reports_loss and self.member == 0
         stage = self.mesh.coords["pp"]
         channels = boundary_channels(ctx, plan.pp, width, stage)
-        schedule = check(make_schedule(schedule_name, plan.pp, plan.microbatches))
         self.meter = ActivationMeter(exclude=self.params)
         self.executor = PipelineExecutor(
-            ctx, schedule, stage, self.stages, channels["F"], channels["B"],
+            ctx, self.parts.schedule, stage, self.stages, channels["F"], channels["B"],
             lambda rows: stages_mod.boundary_shape(ctx.cfg.model_config, rows), self.meter)
 
     def sync(self, step: int) -> None:

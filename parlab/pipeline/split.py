@@ -1,11 +1,19 @@
 """`split_pp(model, mesh, schedule, microbatches)`: pipeline parallelism as one step of a plan.
 
-Keep only this rank's even share of the blocks (plus the embeddings on the first stage, the final
-norm and tied head on the last) — this chapter's `stages` — and the checked schedule
-(`parlab.pipeline.schedules`: GPipe, Huang et al. 2019; 1F1B, Narayanan et al. ICML 2021) that
-the planner's step runs. The first and last stage of one pipeline both hold the tied embedding;
-their two gradients are summed over `tie_comm` (Megatron's embedding group, Narayanan et al.
-SC 2021, §2.2).
+Cut the model's layers into stages (even by default, or the `counts` a chapter chose: balanced
+by time, LAMP's by memory, given), keep only this rank's stages of them — the chapter's `Stage`s,
+the embeddings on the first, the final norm and the tied head on the last — and the checked
+schedule (`parlab.pipeline.schedules`, data: GPipe, Huang et al. 2019; 1F1B, Narayanan et al.
+ICML 2021; interleaved, Narayanan et al. SC 2021; ZB, DualPipe, ...) the step runs. Stages are
+placed on the pipeline ranks as a loop (rank r holds stages r, p + r, ... — Megatron's interleaved
+chunks; one stage per rank when chunks = 1) or mirrored (rank r holds stages r and p − 1 − r, one
+of each direction: DualPipe, DeepSeek-V3 report 2024, §3.2.1). The ranks holding the first and
+the last stage of one pipeline both hold the tied embedding; their two gradients are summed over
+`tie_comm` (Megatron's embedding group, Narayanan et al. SC 2021, §2.2); where one rank holds
+both (mirrored), the two uses accumulate into one tensor and the group is that rank alone.
+
+Both chapter 04's schemes and the planner's `nd` cut their models here; both build their
+`PipelineExecutor` from the parts (`PipelineParts.executor`).
 """
 
 from __future__ import annotations
@@ -13,42 +21,88 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parlab.core.mesh import Mesh
-from parlab.models.mesh_gpt import MeshGPT
 from parlab.pipeline import stages as stages_mod
+from parlab.pipeline.actions import Schedule
+from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import check
+
+PLACEMENTS = ("loop", "mirror")
 
 
 @dataclass
 class PipelineParts:
-    """What `split_pp` leaves: this rank's stage, the schedule, the comms a step needs."""
+    """What `split_pp` leaves: this rank's stages, the schedule, the comms a step needs."""
 
-    stage_id: int
+    stage_ids: list  # this rank's stages, in order
     counts: list  # layers per stage
     stages: dict  # {stage id: Stage}
-    schedule: object
+    schedule: Schedule
     comm_f: object  # activations forward (mesh["pp"])
     comm_b: object  # gradients back: their own FIFO
     tie_comm: object  # first and last stage of one pipeline: the tied embedding's two copies
 
     @property
+    def stage_id(self) -> int:
+        return self.stage_ids[0]
+
+    @property
     def last(self) -> bool:
-        return self.stage_id == len(self.counts) - 1
+        """Whether this rank holds the last stage (the one that computes the loss)."""
+        return len(self.counts) - 1 in self.stage_ids
+
+    def executor(self, ctx, pp_rank: int, boundary_shape, meter, strategy=None) -> PipelineExecutor:
+        """The executor that runs the schedule on these stages over `comm_f` / `comm_b`."""
+        return PipelineExecutor(ctx, self.schedule, pp_rank, self.stages, self.comm_f,
+                                self.comm_b, boundary_shape, meter, strategy)
 
 
-def split_pp(model: MeshGPT, mesh: Mesh, schedule: str = "1f1b", microbatches: int = 1) -> MeshGPT:
-    """This rank's stage over mesh["pp"] and its schedule; nothing without pp."""
-    pp = mesh.degree("pp")
-    if pp == 1:
-        return model
-    stage = mesh.coord("pp")
-    counts = stages_mod.even_partition(len(model.blocks), pp)
+def placed_stages(placement: str, pp: int, chunks: int, pp_rank: int) -> list[int]:
+    """The stages pipeline rank `pp_rank` holds: a loop (stage c·p + r for chunk c) or mirrored
+    (stages r and p − 1 − r)."""
+    if placement == "mirror":
+        return sorted({pp_rank, pp - 1 - pp_rank})
+    return [c * pp + pp_rank for c in range(chunks)]
+
+
+def split_pp(model, mesh: Mesh, schedule: str | Schedule = "1f1b", microbatches: int = 1, *,
+             chunks: int = 1, counts: list[int] | None = None, placement: str = "loop",
+             staged=None):
+    """This rank's stages over mesh["pp"] and their schedule, as `model.pipeline` (PipelineParts).
+
+    `schedule`: a name of `parlab.pipeline.schedules` (built for pp, microbatches, chunks) or a
+    Schedule; `counts`: layers per stage (default: even over the model's blocks); `placement`:
+    "loop" or "mirror" (DualPipe's two stages per rank); `staged`: the model's `StagedModel` (how
+    its stages are built; default the layer-list models'). Collective over the mesh's world:
+    every rank calls it with the same arguments. A mesh of pp = 1 gives one rank all the stages."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r} must be one of {PLACEMENTS}")
+    pp, pp_rank = mesh.degree("pp"), mesh.coord("pp")
+    n_stages = pp if placement == "mirror" else pp * chunks
+    if counts is None:
+        if not hasattr(model, "blocks"):
+            raise ValueError(f"split_pp: {type(model).__name__} has no `blocks`; give counts= "
+                             "(layers per stage)")
+        counts = stages_mod.even_partition(len(model.blocks), n_stages)
+    if len(counts) != n_stages:
+        raise ValueError(f"counts={list(counts)} gives {len(counts)} stages; pp={pp} with "
+                         f"placement={placement!r}, chunks={chunks} needs {n_stages}")
+    if isinstance(schedule, str):
+        schedule = make_schedule(schedule, pp, microbatches, chunks)
+    check(schedule)
+    holders = {r: placed_stages(placement, pp, chunks, r) for r in range(pp)}
+    first = {r for r, ids in holders.items() if 0 in ids}
+    last = {r for r, ids in holders.items() if n_stages - 1 in ids}
+    ends = set() if first & last else first | last  # one rank holding both: no group
     tie = mesh.groups_by(lambda r, c: tuple(v for n, v in c.items() if n != "pp")
-                         if c["pp"] in (0, pp - 1) else ("alone", r))  # first + last stage
+                         if c.get("pp", 0) in ends else ("alone", r))  # first + last stage
     tie_comm = mesh.world.split(tie, "embed-tie")
-    comm_b = mesh.world.split(mesh.groups("pp"), "pp-bwd")
-    stages = stages_mod.build_stages(model, [stage], counts)
-    model.pipeline = PipelineParts(stage, counts, stages,
-                                   check(make_schedule(schedule, pp, microbatches)),
-                                   mesh["pp"], comm_b, tie_comm)
+    comm_b = mesh.world.split(mesh.groups("pp") if "pp" in mesh.names else
+                              [[r] for r in range(mesh.world.size)], "pp-bwd")
+    stage_ids = holders[pp_rank]
+    build = staged.build_stages if staged is not None else stages_mod.build_stages
+    stages = build(model, stage_ids, list(counts))
+    comm_f = mesh["pp"] if "pp" in mesh.names else comm_b
+    model.pipeline = PipelineParts(stage_ids, list(counts), stages, schedule, comm_f, comm_b,
+                                   tie_comm)
     return model

@@ -11,7 +11,7 @@ mesh and returning the model:
     model = apply_tp(model, mesh)             # parlab.tensor_parallel.apply   (ch. 03)
     model = apply_cp(model, mesh)             # parlab.context_parallel.apply  (ch. 06)
     model = apply_ep(model, mesh, ep)         # parlab.expert_parallel.apply   (ch. 07)
-    model = split_pp(model, mesh, ...)        # parlab.pipeline.split          (ch. 04)
+    model = split_pp(model, mesh, ...)        # parlab.pipeline.split          (ch. 04; pp > 1)
     model = apply_dp(model, mesh, sync)       # parlab.data_parallel.apply     (ch. 01: a reducer;
                                               #   ch. 08's with compressor=)
          or apply_zero(model, mesh, stage)    # parlab.zero.apply              (ch. 02)
@@ -57,7 +57,8 @@ def parallelize(model, mesh: Mesh, plan, meter=None, seed: int = 0) -> MeshGPT:
     model = apply_tp(model, mesh)
     model = apply_cp(model, mesh)
     model = apply_ep(model, mesh, plan.ep)
-    model = split_pp(model, mesh, plan.schedule, plan.microbatches)
+    if plan.pp > 1:
+        model = split_pp(model, mesh, plan.schedule, plan.microbatches)
     if plan.zero:
         return apply_zero(model, mesh, plan.zero, meter)
     return apply_dp(model, mesh, plan.dp_sync, plan.dp_bucket_mb, plan.dp_compressor,

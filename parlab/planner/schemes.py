@@ -29,7 +29,6 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch
 from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.models.mesh_gpt import MeshGPT
-from parlab.pipeline.executor import PipelineExecutor
 from parlab.planner import compose
 from parlab.planner.cost import nd_prediction
 from parlab.planner.plan import COMPRESSOR_FIELDS, DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
@@ -112,9 +111,8 @@ class ND(Strategy):
         self.executor = None
         if parts is not None:
             T, C = len(model.positions), cfg.model_config.n_embd
-            self.executor = PipelineExecutor(ctx, parts.schedule, self.coords["pp"], parts.stages,
-                                             parts.comm_f, parts.comm_b,
-                                             lambda rows: (rows, T, C), meter)  # (mb, T/cp, C)
+            self.executor = parts.executor(ctx, self.coords["pp"], lambda rows: (rows, T, C),
+                                           meter)  # boundary (mb, T/cp, C)
 
     def batch(self, step: int):
         x, y = step_batch(self.ctx.cfg, step, self.shard, self.shards)  # (B/dp, T)
