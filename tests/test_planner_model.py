@@ -39,6 +39,46 @@ def test_bytes_equal_registered_closed_form_for_every_plan():
     assert table["equal"].all(), table[~table["equal"]]
 
 
+GRAD_SYNCS = [Plan(dp=4, dp_sync=s, dp_bucket_mb=0.05) for s in ("naive", "bucketed", "overlap")] + [
+    Plan(dp=2, pp=2, microbatches=2, dp_sync="naive"), Plan(dp=2, tp=2, dp_sync="bucketed",
+                                                             dp_bucket_mb=0.05)] + [
+    Plan(dp=4, dp_compressor=c) for c in ("topk", "randomk", "qsgd", "signsgd", "powersgd")] + [
+    Plan(dp=2, tp=2, dp_compressor="powersgd", dp_rank=2), Plan(dp=2, cp=2, dp_compressor="qsgd")]
+
+
+def test_the_time_models_gradient_messages_are_chapter_01s_and_08s():
+    """Every dp_sync and compressor plan: the messages the time model prices carry the bytes of
+    the composed closed form (chapter 01's reducers, chapter 08's compressors)."""
+    from parlab.planner.explore import closed_form_table
+    table = closed_form_table(4, plans=GRAD_SYNCS)
+    assert len(table) == len(GRAD_SYNCS)
+    assert table["equal"].all(), table[~table["equal"]]
+    cfg = _config()
+    count = {p.dp_sync: sum(x.dim == "dp" for x in costmodel.messages(cfg, p, 12))
+             for p in GRAD_SYNCS[:3]}
+    assert count["naive"] == len(list(cfg_params(cfg))) > count["bucketed"] > 1
+    assert count["bucketed"] == count["overlap"]
+
+
+def cfg_params(cfg):
+    from parlab.models import build_model
+    return build_model("gpt", cfg, seed=0).parameters()
+
+
+def test_the_time_model_prices_each_gradient_message_and_hides_overlap_behind_backward():
+    cfg, prof, fit = _synthetic()
+    step = {s: costmodel.predict(Plan(dp=4, dp_sync=s, dp_bucket_mb=0.05), cfg, prof, fit)
+            for s in ("flat", "naive", "bucketed", "overlap")}
+    # every message pays its α: one per tensor costs more than one per bucket, than one in all
+    assert step["naive"].exposed_comm_s > step["bucketed"].exposed_comm_s > step["flat"].exposed_comm_s
+    # the overlapped buckets leave during backward: less exposed than the same buckets after it
+    assert step["overlap"].exposed_comm_s < step["bucketed"].exposed_comm_s
+    # a compressor's fewer bytes cost less time on a slow link than the flat all-reduce
+    slow = {c: costmodel.predict(Plan(dp=4, dp_compressor=c), cfg, prof, fit, link="1GbE")
+            for c in ("none", "signsgd")}
+    assert slow["signsgd"].exposed_comm_s < slow["none"].exposed_comm_s
+
+
 def test_prediction_structure():
     cfg, prof, fit = _synthetic()
     one = costmodel.predict(Plan(pp=4, microbatches=1), cfg, prof, fit)

@@ -110,3 +110,9 @@ def step_bytes(name: str, shapes, n: int, sender: int = 0, step: int = 0, steps:
     `shapes`: the scheme's registered closed form, at the options it runs with."""
     return cost_of(name).step_bytes(shapes, n, sender, step, steps,
                                     **compressor_options(name, options))
+
+
+def step_messages(name: str, shapes, n: int, options: dict | None = None) -> list[tuple[str, int, int]]:
+    """(op, elements, bytes per element) of every collective one step of compressor `name` issues
+    on parameters of `shapes` over `n` ranks (the messages `step_bytes` counts)."""
+    return cost_of(name).messages(shapes, n, **compressor_options(name, options))

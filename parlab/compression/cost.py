@@ -36,6 +36,8 @@ from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 
 FLOAT_BYTES = 4
+RING = {"all_reduce": cost.ring_all_reduce, "all_gather": cost.ring_all_gather,
+        "reduce_scatter": cost.ring_reduce_scatter}  # op -> (sent, recv, rounds) of rank r of n
 
 
 class CompressionCost:
@@ -44,7 +46,16 @@ class CompressionCost:
 
     def step_bytes(self, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
                    **options) -> dict[str, int]:
-        raise NotImplementedError
+        """{op: bytes} of `messages`, ring-counted for rank `sender` of `n`."""
+        out: dict[str, int] = {}
+        for op, elements, width in self.messages(shapes, n, **options):
+            out[op] = out.get(op, 0) + width * RING[op](elements, n, sender)[0]
+        return out
+
+    def messages(self, shapes, n: int, **options) -> list[tuple[str, int, int]]:
+        """(op, elements, bytes per element) of every collective one step issues, in order: what
+        the planner's time model prices (`parlab.planner.costmodel`)."""
+        raise NotImplementedError(f"{self.name}: no fixed per-step messages")
 
     def __call__(self, cfg) -> Prediction:
         shapes = [tuple(p.shape) for p in build_model(cfg).parameters()]
@@ -69,9 +80,9 @@ class Gathered(CompressionCost):
         encoder = self.compressor(**options)
         return sum(encoder.payload_bytes(n) for n in numels)
 
-    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+    def messages(self, shapes, n, **options):
         size = self.payload_bytes([math.prod(s) for s in shapes], **options)
-        return {"all_gather": cost.ring_all_gather(n * size, n, sender)[0]}  # uint8 elements
+        return [("all_gather", n * size, 1)]  # every rank's P bytes, uint8 elements
 
 
 class PowerSGDCost(CompressionCost):
@@ -79,10 +90,9 @@ class PowerSGDCost(CompressionCost):
 
     name = "POWERSGD"
 
-    def step_bytes(self, shapes, n, sender=0, step=0, steps=1, **options):
+    def messages(self, shapes, n, **options):
         first, second = powersgd_elements(shapes, options.get("rank", 4))
-        return {"all_reduce": FLOAT_BYTES * (cost.ring_all_reduce(first, n, sender)[0]
-                                             + cost.ring_all_reduce(second, n, sender)[0])}
+        return [("all_reduce", first, FLOAT_BYTES), ("all_reduce", second, FLOAT_BYTES)]
 
 
 class PeriodicAverage(CompressionCost):

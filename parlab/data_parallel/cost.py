@@ -77,6 +77,9 @@ def flat_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, i
 # the closed form of each reducer `parlab.data_parallel.apply.apply_dp` can attach (its `sync=`)
 REDUCER_MESSAGES = {"flat": flat_messages, "naive": naive_messages, "bucketed": bucketed_messages,
                     "overlap": bucketed_messages}
+# when each of them issues its messages (`DataParallelCost.ISSUES`): overlap's from backward's hooks
+REDUCER_ISSUE = {"flat": "after-backward", "naive": "after-backward", "bucketed": "after-backward",
+                 "overlap": "hooks"}
 
 
 class DataParallelCost:

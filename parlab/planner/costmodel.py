@@ -7,6 +7,13 @@ closed forms for what moves, composed on one step's critical path. The step is
     step = slots · (compute per micro-batch + tp, cp and pp messages per micro-batch)
            + dp / ZeRO gradient and parameter collectives + optimizer,
 
+where the dp messages are the plan's own reducer's (chapter 01's `REDUCER_MESSAGES`: one flat
+bucket, one per tensor or one per bucket, each paying its α; the overlapped one hidden behind the
+last micro-batch's backward up to its last bucket) or its compressor's (chapter 08's
+`step_messages`: an all-gather of packed bytes, PowerSGD's two all-reduces; the encoding's compute
+is not priced). Every message list here is a chapter's, so its bytes are the composed closed forms
+(`message_bytes` = `predict_bytes`, tested for every plan).
+
 with slots = m + pp − 1 for GPipe and 1F1B (equal stages: Huang et al., NeurIPS 2019, §2.3;
 Narayanan et al., SC 2021, §2.2.1), so the bubble is (pp − 1)/(m + pp − 1) of the pipelined part.
 Every message here is blocking (the schemes wait for it), so the exposed communication is all of
@@ -30,9 +37,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 
-from parlab.core import cost as core_cost
+from parlab.compression.compressed_reducers import step_messages
+from parlab.compression.cost import RING
 from parlab.core.cost import FP32_BYTES, round_up, shard_sizes
-from parlab.planner.cost import DIMENSION, rank_bytes
+from parlab.data_parallel.cost import REDUCER_ISSUE, REDUCER_MESSAGES
+from parlab.planner.calibration import Calibration, fit_calibration  # noqa: F401  (re-exported)
+from parlab.planner.cost import DIMENSION, dp_param_numels, dp_param_shapes, rank_bytes
 from parlab.planner.plan_memory import (  # noqa: F401  (re-exported: costmodel.memory, ...)
     activation_memory,
     block_tensor_numels,
@@ -55,14 +65,13 @@ class Message:
     elements: int
     count: float
     pipelined: bool  # inside the pipeline's slots (per micro-batch) or once per step
+    element_bytes: int = FP32  # 1: a compressor's packed bytes
 
     def sent(self) -> int:
         """Bytes this rank sends per message (ring counts, `parlab.core.cost`)."""
         if self.op == "p2p":
-            return self.elements * FP32
-        fn = {"all_reduce": core_cost.ring_all_reduce, "all_gather": core_cost.ring_all_gather,
-              "reduce_scatter": core_cost.ring_reduce_scatter}[self.op]
-        return fn(self.elements, self.n, 0)[0] * FP32
+            return self.elements * self.element_bytes
+        return RING[self.op](self.elements, self.n, 0)[0] * self.element_bytes
 
     def rounds(self) -> int:
         if self.op == "p2p":
@@ -103,8 +112,9 @@ def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
     forms): tp 4 all-reduces per block (Megatron, Shoeybi et al. 2019 §3; one more recomputed
     with checkpointing), cp the ring's K/V and dK/dV passes (Liu et al. 2023 §3), pp one
     activation down and one gradient back per micro-batch and boundary (Narayanan et al. 2021
-    §2.2), the tied embedding summed over first and last stage, and dp × cp one flat all-reduce
-    or ZeRO's collectives per unit (Rajbhandari et al. SC 2020 §7.2.2)."""
+    §2.2), the tied embedding summed over first and last stage, and dp × cp the plan's reducer's
+    messages (chapter 01), its compressor's (chapter 08) or ZeRO's collectives per unit
+    (Rajbhandari et al. SC 2020 §7.2.2)."""
     out = []
     rows = batch_size // (plan.dp * plan.microbatches)
     seq = m.block_size // plan.cp
@@ -132,9 +142,15 @@ def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
                     out.append(Message("dp", "reduce_scatter", group, padded, 1, False))
                     out.append(Message("dp", "all_gather", group, padded,
                                        2 if plan.zero == 3 else 1, False))
-        else:  # one flat bucket all-reduced (chapter 01's bucketing, one bucket)
-            total = sum(sum(u) for u in units.values())
-            out.append(Message("dp", "all_reduce", group, total, 1, False))
+        elif plan.dp_compressor != "none":  # chapter 08's messages for this compressor
+            shapes = dp_param_shapes(plan, m, stage)
+            out += [Message("dp", op, group, elements, 1, False, width) for op, elements, width
+                    in step_messages(plan.dp_compressor, shapes, group, plan.compressor_options())
+                    if elements]
+        else:  # chapter 01's reducer: one flat bucket, one message per tensor or per bucket
+            sync = REDUCER_MESSAGES[plan.dp_sync]
+            out += [Message("dp", op, group, elements, 1, False) for op, elements in
+                    sync(dp_param_numels(plan, m, stage), group, {"bucket_mb": plan.dp_bucket_mb})]
     return out
 
 
@@ -160,12 +176,25 @@ def message_time(msg: Message, fit, link) -> float:
     else:
         ab = fit.all_reduce.get(msg.n) or fit.all_reduce[max(fit.all_reduce)]
         scale = 0.5 if msg.op != "all_reduce" else 1.0  # RS / AG: half a ring all-reduce
-        here = scale * ab.predict(msg.elements * FP32)
+        here = scale * ab.predict(msg.elements * msg.element_bytes)
     emulated = link.cost(msg.sent(), msg.rounds()) if link is not None else 0.0
     return max(here, emulated)
 
 
 # ----------------------------------------------------------------------------- time
+def dp_exposed(msgs: list[Message], plan, backward_s: float, fit, link) -> float:
+    """Seconds of the dp × cp gradient messages left on the critical path: all of them when the
+    reducer issues after backward; an overlapped reducer's buckets leave from backward's hooks
+    (WFBP: Zhang et al., Poseidon, ATC 2017) during the last micro-batch's backward, which hides
+    up to that backward — at least the last bucket, ready only when backward ends, stays exposed."""
+    times = [message_time(x, fit, link) * x.count for x in msgs]
+    if not times:
+        return 0.0
+    hooked = not plan.zero and plan.dp_compressor == "none" and \
+        REDUCER_ISSUE[plan.dp_sync] == "hooks"
+    return max(times[-1], sum(times) - backward_s) if hooked else sum(times)
+
+
 def compute_per_microbatch(m, plan, profile, batch_size: int) -> tuple[float, float]:
     """(forward, backward) seconds of one micro-batch on the busiest stage, unstretched."""
     from parlab.planner.profile import block_flops, outside_flops
@@ -184,42 +213,6 @@ def compute_per_microbatch(m, plan, profile, batch_size: int) -> tuple[float, fl
     if plan.checkpoint:
         bwd += fwd - (profile.outside_fwd(out) if plan.pp == 1 else 0)  # recomputed forward
     return fwd, bwd
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """step = compute_scale · compute + comm_scale · communication + overhead_s.
-
-    The raw model (scales 1, overhead 0) is the α-β fit and the profile as measured alone; on a
-    busy machine every rank shares its core with other jobs and the loop adds bookkeeping, so a
-    few plans measured in the same sweep fix these three numbers (least relative error,
-    non-negative) and the model then predicts every other plan (MAD-Max, Hsia et al. ISCA 2024
-    §5, validates its model against measured runs in the same way)."""
-
-    compute_scale: float = 1.0
-    comm_scale: float = 1.0
-    overhead_s: float = 0.0
-
-
-def fit_calibration(predictions: list, measured_s: list[float]) -> Calibration:
-    """Non-negative least absolute relative error over (raw prediction, measured step); the
-    overhead is fitted only from 6 plans on (three free numbers on fewer plans would follow the
-    noise of one run)."""
-    import numpy as np
-    from scipy.optimize import nnls
-    if len(predictions) != len(measured_s) or not predictions:
-        raise ValueError(f"need as many measured steps ({len(measured_s)}) as predictions "
-                         f"({len(predictions)}), at least one")
-    columns = 3 if len(predictions) >= 6 else 2  # a per-step overhead only with enough plans
-    a = np.array([[p.raw_compute_s, p.raw_comm_s, 1.0][:columns] for p in predictions])
-    t = np.asarray(measured_s, dtype=float)
-    a = a / t[:, None]  # each row relative to its measured step
-    weights = np.ones_like(t)
-    for _ in range(30):  # least absolute relative error (IRLS, as parlab.core.cost's α-β fit):
-        sw = np.sqrt(weights)  # one plan stalled by the machine's load moves the fit less
-        solution, _ = nnls(a * sw[:, None], sw)
-        weights = 1.0 / np.maximum(np.abs(a @ solution - 1.0), 1e-3)
-    return Calibration(*map(float, solution))
 
 
 def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
@@ -257,7 +250,9 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     opt = profile.optimizer(tensors, elements) * stretch
     per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs
                       if x.pipelined and x.dim not in ("pp", "cp"))
-    per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs if not x.pipelined)
+    per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs
+                        if not x.pipelined and x.dim != "dp")
+    per_step_comm += dp_exposed([x for x in msgs if x.dim == "dp"], plan, bwd * stretch, fit, link)
     raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
     raw_comm = slots * per_mb_comm + per_step_comm  # every blocking message is exposed
     for x in msgs:

@@ -285,10 +285,11 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
               f"{got['peak_bytes'] / 1e6:.2f} MB, bytes per step {got['bytes']:,}")
 
 
-def closed_form_table(world_size: int, batch_size: int = 12):
-    """Every plan's bytes per step of its busiest rank: the time model's message list
-    (`costmodel.message_bytes`, what each message it prices carries) against
-    `parlab.planner.cost.nd_closed_form_bytes` (the scheme's registered closed form), without a run."""
+def closed_form_table(world_size: int, batch_size: int = 12, plans=None):
+    """Every plan's bytes per step of its busiest rank (`plans`, default every candidate of the
+    search): the time model's message list (`costmodel.message_bytes`, what each message it
+    prices carries) against `parlab.planner.cost.nd_closed_form_bytes` (the scheme's registered
+    closed form), without a run."""
     import pandas as pd
 
     from parlab.planner.cost import nd_closed_form_bytes
@@ -296,7 +297,7 @@ def closed_form_table(world_size: int, batch_size: int = 12):
     cfg = model_config()
     run_cfg = type("Cfg", (), {"model_config": cfg, "batch_size": batch_size, "steps": 1})()
     rows = []
-    for plan in search.candidate_plans(world_size, cfg, batch_size):
+    for plan in plans if plans is not None else search.candidate_plans(world_size, cfg, batch_size):
         ours = costmodel.message_bytes(plan, cfg, batch_size)
         per_rank = nd_closed_form_bytes(plan, run_cfg, steps=1)
         theirs = max(sum(v[r] for v in per_rank.values()) for r in range(world_size))
