@@ -4,7 +4,6 @@ losses, parameters and ledger messages — one reducer, two loops), its "dp-grad
 chapter 08's closed form (also on composed plans, where the compressor sees tp-sliced stage
 parameters), and bad names and options are refused naming the value before any process starts."""
 
-import functools
 
 import pytest
 import torch
@@ -15,6 +14,7 @@ from parlab.compression import cost
 from parlab.data_parallel.apply import apply_dp
 from parlab.planner.cost import dp_param_shapes, nd_closed_form_bytes, nd_prediction
 from parlab.planner.plan import Plan
+from tests.conftest import CACHE  # the session's one cache of runs
 from tests.helpers import ledger_by_phase
 
 MC = {"n_layer": 2, "n_embd": 16, "n_head": 4, "block_size": 16}
@@ -33,14 +33,12 @@ def dp_plan(world_size: int, compressor: str, options: dict, **degrees) -> Plan:
                 **{f"dp_{k}": v for k, v in options.items()})
 
 
-@functools.cache
 def run(plan: Plan):
-    return parlab.run("nd", world_size=plan.world_size, **plan.options(), **KW)
+    return CACHE("nd", world_size=plan.world_size, **plan.options(), **KW)
 
 
-@functools.cache
 def chapter(world_size: int, compressor: str, items: tuple):
-    return parlab.run(compressor, world_size=world_size, **dict(items), **KW)
+    return CACHE(compressor, world_size=world_size, **dict(items), **KW)
 
 
 def sent(result, phase):

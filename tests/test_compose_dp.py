@@ -3,7 +3,6 @@
 form on the rank's parameters, the overlapped one communicates inside backward, and bad knobs
 are refused before any process starts, naming the value."""
 
-import functools
 
 import pytest
 
@@ -11,6 +10,7 @@ import parlab
 from parlab.data_parallel.cost import REDUCER_MESSAGES
 from parlab.planner.cost import dp_param_numels, nd_closed_form_bytes, nd_prediction
 from parlab.planner.plan import Plan
+from tests.conftest import CACHE  # the session's one cache of runs
 from tests.helpers import ledger_by_phase
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}
@@ -26,12 +26,11 @@ PLANS = [Plan(dp=2, dp_sync="bucketed", dp_bucket_mb=CAP),
 
 @pytest.fixture(scope="module")
 def reference():
-    return parlab.run("single", **KW)
+    return CACHE("single", **KW)
 
 
-@functools.cache
 def run(plan: Plan):
-    return parlab.run("nd", world_size=plan.world_size, **plan.options(), **KW)
+    return CACHE("nd", world_size=plan.world_size, **plan.options(), **KW)
 
 
 @pytest.mark.parametrize("plan", PLANS, ids=lambda p: p.describe())

@@ -2,7 +2,6 @@
 equals its one-process emulation, gradients cross exactly the boundaries the route allows with
 exactly the closed form's bytes, and every PipeDream backward used the weights its forward saw."""
 
-import functools
 
 import pytest
 
@@ -14,13 +13,13 @@ from parlab.local_learning.emulate import emulate
 from parlab.local_learning.layout import resolve
 from parlab.local_learning.routes import Route
 from parlab.pipeline.schedules import one_f_one_b
+from tests.conftest import CACHE  # the session's one cache of runs
 
 STEPS = 3
 
 
-@functools.cache
 def run(scheme, world_size, model="gpt", **options):
-    return parlab.run(scheme, world_size=world_size, model=model, steps=STEPS, **options)
+    return CACHE(scheme, world_size=world_size, model=model, steps=STEPS, **options)
 
 
 def _run(scheme, world_size, options):
@@ -49,9 +48,8 @@ def test_global_route_is_1f1b_and_local_never_waits(p, m):
 
 
 # ----------------------------------------------------------------------------- exactness
-@functools.cache
 def reference(model):
-    return parlab.run("single", model=model, steps=STEPS)
+    return CACHE("single", model=model, steps=STEPS)
 
 
 EXACT = [("local", 1, {}), ("local", 2, {"pp": 1}), ("interlocking", 1, {}),

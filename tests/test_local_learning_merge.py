@@ -4,7 +4,6 @@ its bytes per step and phase are `cost.merge_bytes_per_rank` exactly; the merge 
 min-max cut and the smallest modelled step; no stage stashes a weight version; and on the paced
 clock the step-time model is within its stated tolerance."""
 
-import functools
 import itertools
 
 import pytest
@@ -13,19 +12,18 @@ import parlab
 from parlab.core import cost as core_cost
 from parlab.engine.runner import make_config
 from parlab.local_learning import cost, partition_merge
+from tests.conftest import CACHE  # the session's one cache of runs
 
 STEPS = 3
 SCHEME = "layerwise-merge"
 
 
-@functools.cache
 def run(world_size, model="gpt", **options):
-    return parlab.run(SCHEME, world_size=world_size, model=model, steps=STEPS, **options)
+    return CACHE(SCHEME, world_size=world_size, model=model, steps=STEPS, **options)
 
 
-@functools.cache
 def reference(model):
-    return parlab.run("single", model=model, steps=STEPS)
+    return CACHE("single", model=model, steps=STEPS)
 
 
 # (world size, options): the merge's own choice at 1 and 4 (no link: the model merges every layer

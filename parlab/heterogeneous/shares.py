@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import math
 
+from parlab.core.cost import chunk_bounds
+
 SHARDINGS = ("even", "proportional", "lp")
 
 
@@ -139,8 +141,4 @@ def shares(sharding: str, batch: int, speeds, fixed_rows: float = 0.0,
 
 def bounds(rows: list[int]) -> list[tuple[int, int]]:
     """[start, end) of each rank's rows in the global batch, in rank order."""
-    out, start = [], 0
-    for b in rows:
-        out.append((start, start + b))
-        start += b
-    return out
+    return chunk_bounds(rows)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.core.cost import shard_sizes
+from parlab.core.cost import chunk_bounds, shard_sizes
 from parlab.pipeline import partition
 
 
@@ -35,11 +35,8 @@ def even_partition(n_layers: int, stages: int) -> list[int]:
 
 
 def stage_bounds(counts: list[int]) -> list[tuple[int, int]]:
-    bounds, start = [], 0
-    for c in counts:
-        bounds.append((start, start + c))
-        start += c
-    return bounds
+    """[lo, hi) of each stage's layers."""
+    return chunk_bounds(counts)
 
 
 class Stage(nn.Module):
