@@ -36,6 +36,28 @@ def test_a_board_reads_back_what_was_posted_under_its_key_only(tmp_path):
     assert not os.path.exists(path)
 
 
+def test_a_comm_derives_its_region_and_salt_once_not_per_op(monkeypatch):
+    calls = []
+    for name in ("region", "salt"):
+        real = getattr(board, name)
+        monkeypatch.setattr(board, name, lambda *parts, real=real, name=name:
+                            calls.append(name) or real(*parts))
+    path = board.create(4)
+    try:
+        b = board.Board(path, 4)
+        posts = board.Posts(b, "count-derivations", [4, 5, 6, 7], 1)  # global rank 5 of 4..7
+        tickets = [posts.post(op, {2}, 10.0 + seq) for seq in range(3)
+                   for op in ("all_reduce", "send", "recv")]  # pairs (5, 6) and (6, 5)
+        # one region and one salt for the group, one each per pair: not one per op
+        assert calls.count("region") == calls.count("salt") == 3
+        group = (board.region(posts.identity), board.salt(posts.identity))
+        assert tickets[6].entries == [(group[0], 2, group[1], r) for r in (4, 6, 7)]
+        assert b.read(group[0], 2, group[1], 5) == 12.0  # the same keys as derived per op
+        assert posts.collectives == 3 and posts.messages == {("send", 6): 3, ("recv", 6): 3}
+    finally:
+        board.remove(path)
+
+
 def board_path(rank, world_size):
     """A rank's view of its launch's board file (a worker for `launch`)."""
     from parlab.core.rank_process import current

@@ -118,6 +118,66 @@ class Ticket:
         return latest
 
 
+class Posts:
+    """One Comm's posts on its launch's board: the keys of its ops, and the entries each waits on.
+
+    A Comm's identity — its name, its group's global ranks and how many Comms of that name and
+    group this rank created before — is the same on every rank of the group, and so are the
+    board region and salt derived from it: computed once here, per group (and per rank pair, the
+    first time a pair exchanges a message), not once per op.
+    """
+
+    def __init__(self, board: Board | None, name: str, ranks, rank: int):
+        self.board = board
+        self.ranks = tuple(ranks)  # the group's global ranks, in group order
+        self.me = self.ranks[rank]  # this rank's global rank
+        identity = (name, self.ranks)
+        _CREATED[identity] = _CREATED.get(identity, 0) + 1
+        self.identity = identity + (_CREATED[identity],)
+        self._group = None  # (region, salt) of the group's collectives, on the first post
+        self._pairs: dict = {}  # (sender, receiver) -> (region, salt)
+        self.collectives = 0  # collectives posted so far
+        self.messages: dict = {}  # (op, peer global rank) -> messages posted so far
+
+    def post(self, op: str, peers, paced_t: float) -> Ticket | None:
+        """Post op `op` (issued at paced time `paced_t`) to the group ranks `peers`, or to the
+        whole group for a collective; return the entries its completion waits on (None without
+        a board)."""
+        if self.board is None:
+            return None
+        if op in ("send", "recv"):
+            (peer,) = peers
+            other = self.ranks[peer]
+            pair = (self.me, other) if op == "send" else (other, self.me)  # (sender, receiver)
+            seq = self.messages.get((op, other), 0)
+            self.messages[(op, other)] = seq + 1
+            if pair not in self._pairs:
+                self._pairs[pair] = (region("p2p", self.identity, pair),
+                                     salt("p2p", self.identity, pair))
+            region_id, salt_id = self._pairs[pair]
+            self.board.post(region_id, seq, salt_id, self.me, paced_t)
+            # gloo may complete a send before its receive is posted: then nothing waits for it
+            return Ticket(self.board, [(region_id, seq, salt_id, other)], optional=op == "send")
+        if self._group is None:
+            self._group = (region(self.identity), salt(self.identity))
+        region_id, salt_id = self._group
+        seq = self.collectives
+        self.collectives += 1
+        self.board.post(region_id, seq, salt_id, self.me, paced_t)
+        return Ticket(self.board, [(region_id, seq, salt_id, r) for r in self.ranks if r != self.me])
+
+
+def completed_at(paced_asked: float, ready_at: float, ticket: Ticket | None, delivered: bool):
+    """The paced time an op completes for its rank: the latest of when the rank asked for it,
+    its own delivery and its peers' paced issue times — None (the real time) where a peer's time
+    is unknown and the op did block on it."""
+    peers = ticket.peers_issued() if ticket is not None else None
+    if peers is None and not delivered:
+        return None
+    return max(paced_asked, ready_at, peers if peers is not None else float("-inf"))
+
+
+_CREATED: dict = {}  # (name, global ranks) -> Comms created on this rank
 _ATTACHED: dict = {}
 
 

@@ -45,8 +45,6 @@ from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
 
-_CREATED: dict = {}  # (name, ranks) -> Comms created on this rank
-
 
 class Comm(ShardedCollectives):
     """Collectives and messages on one process group, recorded in a ledger."""
@@ -68,15 +66,10 @@ class Comm(ShardedCollectives):
         self._free_at = {"tx": 0.0, "rx": 0.0}  # full duplex: each direction queues alone
         self._executor: ThreadPoolExecutor | None = None
         self._handwritten_ops = 0  # hand-written ops issued so far: their tag ranges
-        # the paced board (parlab.core.board): this Comm's identity, the same on every rank of
-        # its group (Comms on one group are told apart by their creation order)
+        # this Comm's posts on the paced board (parlab.core.board): its identity, region and salt
         info = current_launch()
-        self._board = paced_board.attach(info.board, info.world_size) if info is not None else None
-        identity = (name, tuple(self.ranks))
-        _CREATED[identity] = _CREATED.get(identity, 0) + 1
-        self._identity = identity + (_CREATED[identity],)
-        self._collectives_posted = 0
-        self._messages_posted: dict = {}  # (op, peer global rank) -> messages posted
+        self.posts = paced_board.Posts(paced_board.attach(info.board, info.world_size)
+                                       if info is not None else None, name, self.ranks, self.rank)
 
     # ------------------------------------------------------------------ groups
     def split(self, groups: list[list[int]], name: str) -> Comm:
@@ -307,37 +300,14 @@ class Comm(ShardedCollectives):
     def _post(self, record, traffic: Traffic | None) -> paced_board.Ticket | None:
         """Post this op's paced issue time on the board (paced runs on an emulated link); return
         the entries its completion waits on. `traffic` None: a hand-written collective."""
-        op = record["op"]
         peers = traffic.peers if traffic is not None else set(range(self.size)) - {self.rank}
-        if (self._board is None or self.timeline.pacer is None
-                or self._link_for(op, peers) is None):
+        if (self.posts.board is None or self.timeline.pacer is None
+                or self._link_for(record["op"], peers) is None):
             return None
-        me = self.ranks[self.rank]
-        if op in ("send", "recv"):
-            (peer,) = peers
-            other = self.ranks[peer]
-            pair = (me, other) if op == "send" else (other, me)  # (sender, receiver)
-            seq = self._messages_posted.get((op, other), 0)
-            self._messages_posted[(op, other)] = seq + 1
-            where = (paced_board.region("p2p", self._identity, pair),
-                     seq, paced_board.salt("p2p", self._identity, pair))
-            self._board.post(*where, me, record["t_start"])
-            # gloo may complete a send before its receive is posted: then nothing waits for it
-            return paced_board.Ticket(self._board, [where + (other,)], optional=op == "send")
-        seq = self._collectives_posted
-        self._collectives_posted += 1
-        where = (paced_board.region(self._identity), seq, paced_board.salt(self._identity))
-        self._board.post(*where, me, record["t_start"])
-        return paced_board.Ticket(self._board, [where + (r,) for r in self.ranks if r != me])
+        return self.posts.post(record["op"], peers, record["t_start"])
 
-    def completed_at(self, paced_asked: float, ready_at: float, ticket, delivered: bool):
-        """The paced time an op completes for this rank (see `parlab.core.board`): the latest of
-        when the rank asked for it, its own delivery and its peers' paced issue times — None (the
-        real time) where a peer's time is unknown and the op did block on it."""
-        peers = ticket.peers_issued() if ticket is not None else None
-        if peers is None and not delivered:
-            return None
-        return max(paced_asked, ready_at, peers if peers is not None else float("-inf"))
+    # the paced time an op completes for this rank (parlab.core.board.completed_at)
+    completed_at = staticmethod(paced_board.completed_at)
 
     def _link_for(self, op: str, peers) -> Link | None:
         """The link an op crosses: the one Link, or with a `Topology` (parlab.core.topology) the
