@@ -14,7 +14,15 @@ expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
     "overlap"   the same buckets launched from gradient hooks while backward runs (WFBP,
                 Zhang et al., Poseidon, ATC 2017): only the last micro-batch's backward
                 communicates — the step says which (`before_micro(last)`), or, in a pipeline,
-                a gradient is ready at its m-th accumulation (m micro-batches per step).
+                a gradient is ready at its m-th accumulation (m micro-batches per step);
+    "dear"      DeAR (Zhang et al., ICDCS 2023; `dear.DeARReducer`): the same buckets, padded
+                to a multiple of the group, reduce-scattered from the last micro-batch's
+                backward hooks, all-gathered after backward, first layers first; each bucket's
+                update waits for its all-gather just before its first layer runs in the next
+                forward. The reducer owns the update (`owns_update`): the composed step hands
+                it its optimizer (`own_update`), cut per bucket
+                (`layerwise.split_optimizer`, stepped by `layerwise.LayerwiseUpdate`), skips
+                its own step, and flushes the owed updates after the last step.
 
 or, with `compressor=` (chapter 08, `parlab.compression.compressed_reducers`), that chapter's
 own reducer in place of these: the compressor named by its scheme — "topk", "randomk", "qsgd",
@@ -25,14 +33,21 @@ defaults and the run's `seed` for the draws every rank shares. Its bytes are cha
 form (`compression.cost`); it sends its own messages, so `sync` stays "flat" (no buckets).
 
 Ledger phase "dp-grad-sync". The composed step calls `grad_sync.before_micro(last)` and
-`grad_sync.after_backward()`, then steps its one optimizer over every parameter of the slice.
-DeAR and the priority scheduler (`dear.DeARSync`, `priority`) are not offered: they are not a
-reducer that ends with averaged gradients in `.grad` — their all-gathers (DeAR) or late
-partitions (priority) complete inside the *next* forward, where `layerwise.LayerwiseUpdate`
-waits for each bucket and steps that bucket's own optimizer before its first layer runs. The
-composed step would have to hand its optimizer to the reducer, split per bucket, and run the
-forward's pre-hooks inside a pipeline stage's executor; as it stands, its `optimizer.step()`
-after `after_backward()` would update with gradients not yet gathered.
+`grad_sync.after_backward()`, then steps its one optimizer over every parameter of the slice —
+or, with "dear", leaves the step to the reducer.
+
+Refused, with a ValueError naming the value, where "dear" cannot be exact: with a pipeline
+(`model.pipeline`, pp > 1: the executor, not the composed step, runs the stage's forwards, and
+the tied embedding's two copies are summed from gradients averaged in `.grad` right after
+backward, which DeAR's all-gathers deliver only in the next forward), with a compressor (it
+sends its own messages) and beside expert weights sharded over ep (their own sum,
+"expert-grad-sync", and their own step would need the gradients DeAR leaves in flight); ZeRO
+(`apply_zero`) reduce-scatters its own units instead of calling apply_dp at all.
+
+The priority scheduler (chapter 01's `priority.PrioritySync`: P3, Jayarajan et al., SysML 2019;
+ByteScheduler) fits the same mechanism but is not offered: its messages depend on
+`partition_kb` and `credit`, which a `Plan` has no field for, and the planner's time model
+(`parlab.planner.costmodel`) prices a reducer's messages from `bucket_mb` alone.
 """
 
 from __future__ import annotations
@@ -40,11 +55,15 @@ from __future__ import annotations
 from parlab.compression import compressed_reducers
 from parlab.core.checks import Choice, Float
 from parlab.core.mesh import Mesh
+from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.reducer import REDUCERS, make_reducer
 from parlab.expert_parallel.apply import expert_parameters
 from parlab.models.mesh_gpt import MeshGPT
 
-SYNCS = tuple(REDUCERS)
+# every reducer apply_dp attaches; those that own the update (`owns_update`: it ends in the next
+# forward) are handed the step's optimizer by the caller
+ALL_REDUCERS = {**REDUCERS, "dear": DeARReducer}
+SYNCS = tuple(ALL_REDUCERS)
 PHASE = "dp-grad-sync"
 
 
@@ -61,7 +80,9 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
     """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
     reducer `sync` over it — or chapter 08's reducer of `compressor` (None or "none": no
     compression) with `compressor_options` and `seed` — as `model.grad_sync` (None with one
-    rank). Every value is checked first: a ValueError names it and the choices."""
+    rank). "dear" owns the update: the caller must hand it the optimizer
+    (`grad_sync.own_update`) and call `grad_sync.flush()` after the last step. Every value is
+    checked first: a ValueError names it and the choices."""
     Choice(sync, SYNCS).check("sync", sync)
     Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
     if compressor == "none":
@@ -74,6 +95,16 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
         compressed_reducers.compressor_options(compressor, compressor_options)  # checked
     elif compressor_options:
         raise ValueError(f"compressor_options={compressor_options!r} without a compressor")
+    owns_update = ALL_REDUCERS[sync].owns_update
+    if owns_update and model.pipeline is not None:
+        raise ValueError(f"sync={sync!r} with a pipeline stage (pp > 1): its executor runs the "
+                         "stage's forwards and the tied embedding is summed from gradients "
+                         "averaged right after backward, but DeAR's all-gathers end in the next "
+                         "forward (use sync='overlap' or pp=1)")
+    if owns_update and expert_parameters(model):
+        raise ValueError(f"sync={sync!r} with expert weights sharded over ep: they sync and step "
+                         "apart, after the dense gradients DeAR leaves in flight (use "
+                         "sync='flat')")
     model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
     model.grad_sync = None
     if model.data_comm is not None and model.data_comm.size > 1:
@@ -84,6 +115,10 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
             return model
         parts = model.pipeline  # split_pp: its executor runs every micro-batch's backward
         backwards = parts.schedule.microbatches if parts is not None else 1
+        if owns_update:  # the composed step hands it its optimizer (`own_update`)
+            model.grad_sync = ALL_REDUCERS[sync](model.data_comm, params, bucket_mb,
+                                                 phase=PHASE).attach()
+            return model
         model.grad_sync = make_reducer(sync, model.data_comm, params, bucket_mb, phase=PHASE,
                                        backwards=backwards)
     return model

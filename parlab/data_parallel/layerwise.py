@@ -9,7 +9,10 @@ ByteScheduler (Peng et al., SOSP 2019) and P3 (Jayarajan et al., SysML 2019) use
 *priority* pay off; DeAR (Zhang et al., ICDCS 2023) to overlap its all-gather with the forward.
 
 Each group gets its own optimizer. AdamW and SGD update every element independently, so stepping
-groups separately is the same arithmetic as one optimizer over all parameters: exact.
+groups separately is the same arithmetic as one optimizer over all parameters: exact. The
+optimizers are the run's (`make_optimizer` of its config), or a caller's own optimizer cut per
+group (`split_optimizer`: its class and each parameter's settings, e.g. the composed step's
+optimizer handed to `parlab.data_parallel.dear.DeARReducer`).
 """
 
 from __future__ import annotations
@@ -22,19 +25,47 @@ import torch
 from parlab.engine.loop import make_optimizer
 
 
+def split_optimizer(optimizer: torch.optim.Optimizer) -> Callable[[list], torch.optim.Optimizer]:
+    """A factory of `optimizer` over some of its parameters: the same class, each parameter in a
+    group with its own group's settings (lr, betas, eps, weight decay ...). Cut before the first
+    step: the state of an element-wise optimizer starts empty, so the pieces step as the whole."""
+    if optimizer.state:
+        raise ValueError(f"optimizer={type(optimizer).__name__} has already stepped: split it "
+                         "before its first step (its state would not follow the parameters)")
+    group_of = {id(p): g for g, group in enumerate(optimizer.param_groups) for p in group["params"]}
+
+    def make(params: list) -> torch.optim.Optimizer:
+        missing = [tuple(p.shape) for p in params if id(p) not in group_of]
+        if missing:
+            raise ValueError(f"parameters of shapes {missing} are not {type(optimizer).__name__}'s")
+        groups = []
+        for g, group in enumerate(optimizer.param_groups):
+            mine = [p for p in params if group_of[id(p)] == g]
+            if mine:
+                groups.append({**{k: v for k, v in group.items() if k != "params"},
+                               "params": mine})
+        return type(optimizer)(groups)
+
+    return make
+
+
 class LayerwiseUpdate:
     """One optimizer per parameter group, stepped on the group's first use in the next forward.
 
     `prepare(g)` must leave group g's averaged gradients in `.grad` (it waits for the group's
     communication). `arm()` after backward marks every group as owed an update. `forward_span()`
     returns the running forward's `ComputeSpan` (paused while an update blocks), or None.
+    `make(params)`: each group's optimizer (default: `make_optimizer` of the run's config; a
+    caller's own optimizer cut per group: `split_optimizer`).
     """
 
     def __init__(self, ctx, model: torch.nn.Module, groups: list[list[torch.nn.Parameter]],
-                 prepare: Callable[[int], None], forward_span: Callable = lambda: None):
+                 prepare: Callable[[int], None], forward_span: Callable = lambda: None,
+                 make: Callable[[list], torch.optim.Optimizer] | None = None):
         self.ctx, self.groups, self.prepare = ctx, groups, prepare
         self.forward_span = forward_span
-        self.optimizers = [make_optimizer(group, ctx.cfg) for group in groups]
+        make = make or (lambda group: make_optimizer(group, ctx.cfg))
+        self.optimizers = [make(group) for group in groups]
         self.owed: set[int] = set()
         self.applied_order: list[int] = []  # the order updates ran in the last step (for the notebook)
         group_of = {id(p): g for g, group in enumerate(groups) for p in group}

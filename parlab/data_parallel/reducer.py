@@ -8,7 +8,13 @@ Its four calls are the moments any loop has:
     before_micro(last)   before each micro-batch's forward; `last`: this backward communicates
                          (the earlier ones only accumulate: DDP's `no_sync()`);
     after_backward()     after the last backward: every gradient ends up averaged in `.grad`;
-    buffers()            the communication buffers it holds (for the memory count).
+    buffers()            the communication buffers it holds (for the memory count);
+    flush()              after the last step (a reducer that owns the update applies what it owes).
+
+A reducer whose communication ends only in the *next* forward (`owns_update`: DeAR,
+`parlab.data_parallel.dear.DeARReducer`) cannot leave averaged gradients in `.grad` after
+backward; the loop hands it its optimizer instead (`own_update`), it steps one piece of it per
+bucket before that bucket's first layer runs, and the loop's own optimizer step is skipped.
 
 Chapter 01's `GradSync` strategies (`bucketed.NaiveSync`, `BucketedSync`, `overlap.OverlapSync`)
 are the loop's strategy around one of these; the planner's composed step calls the one
@@ -36,6 +42,7 @@ class GradientReducer:
     after backward (`parlab.data_parallel.flat.all_reduce_flat`)."""
 
     during_backward = False  # all of its communication happens in `after_backward`
+    owns_update = False  # True: it steps the optimizer itself, in the next forward (`own_update`)
 
     def __init__(self, comm, params, phase: str | None = None, algo: str = "gloo"):
         self.comm, self.params, self.phase, self.algo = comm, list(params), phase, algo
@@ -54,6 +61,9 @@ class GradientReducer:
 
     def buffers(self) -> list[torch.Tensor]:
         return []
+
+    def flush(self) -> None:
+        """After the last step: nothing owed (a reducer that owns the update applies it here)."""
 
 
 class NaiveReducer(GradientReducer):
@@ -107,17 +117,19 @@ class OverlapReducer(GradientReducer):
     reduce-scatters, its priority scheduler cuts partitions); it stores a handle in `handles`.
     `backwards`: how many backward passes accumulate into each gradient after the last
     `before_micro(last=True)` — 1 when the loop marks the last micro-batch itself, m when a
-    pipeline executor runs all m micro-batches' backwards (a gradient is ready at its m-th)."""
+    pipeline executor runs all m micro-batches' backwards (a gradient is ready at its m-th).
+    `multiple_of`: pad each bucket's buffer to a multiple of this many elements (a reduce-scatter's
+    equal shards)."""
 
     during_backward = True  # its communication starts inside backward
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo="gloo",
-                 launch: Callable | None = None, backwards: int = 1):
+                 launch: Callable | None = None, backwards: int = 1, multiple_of: int = 1):
         super().__init__(comm, params, phase, algo)
         self.launch = launch or self.all_reduce_bucket
         self.backwards = backwards
         self.arrived: dict[int, int] = {}  # id(param) -> backwards accumulated this step
-        self.set_buckets(Buckets(self.params, bucket_mb))
+        self.set_buckets(Buckets(self.params, bucket_mb, multiple_of=multiple_of))
 
     def set_buckets(self, buckets: Buckets) -> None:
         """Use `buckets` (the same grouping, e.g. padded for a reduce-scatter); resets the step."""

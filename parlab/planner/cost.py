@@ -20,9 +20,10 @@ C the width, L_s the layers of its stage:
   — and the tied embedding's two gradients (V, C) are all-reduced by the first and last stage;
 * dp × cp ("dp-grad-sync"): one flat all-reduce of every local gradient element (tp-sliced,
   stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
-  `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed" or
-  "overlap", chapter 01's per-tensor or per-bucket form of the same gradients
-  (`dp_param_numels`, `parlab.data_parallel.cost.REDUCER_MESSAGES`); with `Plan.dp_compressor`,
+  `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed",
+  "overlap" or "dear", chapter 01's per-tensor or per-bucket form of the same gradients (DeAR:
+  a reduce-scatter and an all-gather of each padded bucket) (`dp_param_numels`,
+  `parlab.data_parallel.cost.REDUCER_MESSAGES`); with `Plan.dp_compressor`,
   chapter 08's closed form of that compressor on those parameters' shapes (`dp_param_shapes`,
   `parlab.compression.cost`: an all-gather of every rank's message, or PowerSGD's two
   all-reduces of its factors); or with ZeRO ("grad-reduce-scatter",
@@ -181,7 +182,7 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
             out["dp-grad-sync"] = sum(sum(compressed_bytes(
                 plan.dp_compressor, shapes, n, data_rank, step, steps,
                 plan.compressor_options()).values()) for step in range(steps))
-        elif plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor or bucketed form
+        elif plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor / bucket form
             sent = bytes_per_step(REDUCER_MESSAGES[plan.dp_sync],
                                   dp_param_numels(plan, mc, c["pp"]), n, data_rank,
                                   bucket_mb=plan.dp_bucket_mb)

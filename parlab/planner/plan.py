@@ -6,8 +6,10 @@ parallelism; context parallelism (cp) cuts the sequence (chapter 06), expert par
 experts of a mixture-of-experts layer (chapter 07). A `Plan` is the degrees plus the knobs that
 change time and memory without changing the math: ZeRO stage, micro-batches, pipeline schedule,
 activation checkpointing, and how data parallelism syncs gradients (`dp_sync`: chapter 01's
-reducers, one flat bucket by default; or `dp_compressor`: chapter 08's compressor, by its
-scheme's name, with `dp_ratio`, `dp_bits`, `dp_rank`, `dp_error_feedback`, `dp_warm_start`).
+reducers — "flat" (one flat bucket, the default), "naive", "bucketed", "overlap" (WFBP) or
+"dear" (DeAR: reduce-scatter in backward, all-gather and each bucket's update in the next
+forward; pp = 1 only); or `dp_compressor`: chapter 08's compressor, by its scheme's name, with
+`dp_ratio`, `dp_bits`, `dp_rank`, `dp_error_feedback`, `dp_warm_start`).
 
 The mesh order follows torchtitan's `ParallelDims` (pp outermost, then dp, cp, tp innermost): the
 dimension that talks most (tp: four collectives per block) holds neighbouring ranks. Expert
@@ -19,7 +21,8 @@ not divide the model or the batch, and the combinations the composition (`parlab
 cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
 micro-batch), and on a mixture-of-experts model pp, cp or micro-batches unless its routing is
 token-local (`token_local_routing`: capacity, balancing loss and bias step read the whole batch's
-tokens in one forward), and ZeRO with ep; `enumerate_plans` lists every valid
+tokens in one forward), ZeRO with ep, and DeAR with a pipeline (the executor runs the stage's
+forwards; DeAR's updates wait inside the next forward); `enumerate_plans` lists every valid
 plan of a world size, which is what the planner searches.
 """
 
@@ -33,7 +36,9 @@ DEGREES = ("dp", "tp", "pp", "cp", "ep")
 MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbouring ranks)
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
-DP_SYNCS = ("flat", "naive", "bucketed", "overlap")  # parlab.data_parallel.apply.SYNCS
+DP_SYNCS = ("flat", "naive", "bucketed", "overlap", "dear")  # parlab.data_parallel.apply.SYNCS
+DP_BUCKETED = ("bucketed", "overlap", "dear")  # the dp_syncs that cut buckets of dp_bucket_mb
+DP_OWNS_UPDATE = ("dear",)  # the dp_syncs whose update ends inside the next forward (DeAR)
 COMPRESSOR_FIELDS = ("dp_ratio", "dp_bits", "dp_rank", "dp_error_feedback", "dp_warm_start")
 
 
@@ -60,7 +65,7 @@ class Plan:
     schedule: str = "1f1b"   # pipeline schedule (pp > 1)
     checkpoint: bool = False  # recompute each block's activations in backward
     dp_sync: str = "flat"     # how apply_dp averages over dp × cp: DP_SYNCS (zero=0)
-    dp_bucket_mb: float = 25.0  # bucket size of dp_sync "bucketed" / "overlap" (MiB)
+    dp_bucket_mb: float = 25.0  # bucket size of dp_sync "bucketed" / "overlap" / "dear" (MiB)
     dp_compressor: str = "none"  # chapter 08's compressor over dp × cp, by its scheme (zero=0)
     dp_ratio: float | None = None  # its options (None: the scheme's registered default):
     dp_bits: int | None = None  # top-k / random-k ratio, QSGD bits, PowerSGD rank,
@@ -97,7 +102,7 @@ class Plan:
             name += " ckpt"
         if self.dp_sync != "flat":
             name += f" {self.dp_sync}"
-            if self.dp_sync in ("bucketed", "overlap"):
+            if self.dp_sync in DP_BUCKETED:
                 name += f" {self.dp_bucket_mb:g}MiB"
         if self.dp_compressor != "none":
             name += " " + " ".join([str(self.dp_compressor)] + [
@@ -129,6 +134,11 @@ class Plan:
                 out.append(f"dp_sync={self.dp_sync!r} with a mixture-of-experts model: the "
                            "planner's per-parameter closed form covers the dense GPT only "
                            "(use dp_sync='flat')")
+            if self.dp_sync in DP_OWNS_UPDATE and self.pp > 1:
+                out.append(f"dp_sync={self.dp_sync!r} with pp={self.pp}: the pipeline executor runs the "
+                           "stage's forwards and the tied embedding is summed from gradients "
+                           "averaged right after backward, but DeAR's all-gathers and updates "
+                           "end inside the next forward (use dp_sync='overlap' or pp=1)")
         out += self.compressor_problems(n_experts)
         if isinstance(self.dp_bucket_mb, bool) or not isinstance(self.dp_bucket_mb, (int, float)) \
                 or not self.dp_bucket_mb >= 0 or self.dp_bucket_mb == float("inf"):

@@ -10,9 +10,13 @@ dp or ZeRO); this strategy only runs it in the one loop:
     sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp
                        by the reducer `apply_dp` attached (`Plan.dp_sync`: chapter 01's flat,
                        per-tensor, bucketed or overlapped sync; the overlapped one starts in the
-                       last micro-batch's backward; or `Plan.dp_compressor`: chapter 08's
+                       last micro-batch's backward; DeAR's reduce-scatters too, its all-gathers
+                       end in the next forward; or `Plan.dp_compressor`: chapter 08's
                        compressed sync with error feedback);
-    update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather).
+    update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather); with
+                       `dp_sync="dear"` the reducer owns it: the step's optimizer is handed to
+                       it once, cut per bucket, each piece stepped before the bucket's first
+                       layer in the next forward, and the last step's flushed by `finish`.
 
 The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
 option of every scheme; `ep=` needs `model="gpt-moe"`), so
@@ -22,9 +26,11 @@ names every factor a plan fails before any process starts.
 
 from __future__ import annotations
 
+from parlab.core import speeds
 from parlab.core.checks import Choice, Float, Int
-from parlab.core.memory import ActivationMeter, tensor_bytes
+from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.sync import ComputeSpan
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
@@ -108,11 +114,24 @@ class ND(Strategy):
                          holds_state=zero is None and self.coords["dp"] < plan.ep
                          and self.coords["cp"] == 0,
                          meter=meter)
+        # a reducer that owns the update (DeAR) takes the optimizer, cut per bucket; it steps
+        # each piece inside the next forward, pausing that forward's span while it waits
+        self.forward_span: ComputeSpan | None = None
+        self.optimizers = [self.optimizer]
+        if self.owned:
+            self.optimizers = model.grad_sync.own_update(ctx, model, self.optimizer,
+                                                         lambda: self.forward_span)
         self.executor = None
         if parts is not None:
             T, C = len(model.positions), cfg.model_config.n_embd
             self.executor = parts.executor(ctx, self.coords["pp"], lambda rows: (rows, T, C),
                                            meter)  # boundary (mb, T/cp, C)
+
+    @property
+    def owned(self) -> bool:
+        """Whether the reducer owns the update (`dp_sync="dear"`)."""
+        sync = self.model.grad_sync
+        return sync is not None and sync.owns_update
 
     def batch(self, step: int):
         x, y = step_batch(self.ctx.cfg, step, self.shard, self.shards)  # (B/dp, T)
@@ -133,8 +152,14 @@ class ND(Strategy):
         for micro, (x, y) in enumerate(zip(xs, ys)):
             if model.grad_sync is not None:
                 model.grad_sync.before_micro(last=micro == m - 1)  # overlap: the last communicates
-            with self.ctx.span("forward", step=step, micro=micro), self.meter:
-                loss = model.loss(x, y)  # this rank's tokens' mean
+            forward = ComputeSpan(self.ctx.timeline, "forward",
+                                  speeds.speed_of(self.ctx.cfg, self.ctx.rank), step=step,
+                                  micro=micro) if self.owned else \
+                self.ctx.span("forward", step=step, micro=micro)
+            self.forward_span = forward if self.owned else None
+            with forward, self.meter:
+                loss = model.loss(x, y)  # this rank's tokens' mean (DeAR: updates before layers)
+            self.forward_span = None
             with self.ctx.span("backward", step=step, micro=micro), self.meter:
                 (loss / m).backward()
             total += loss.item()
@@ -144,6 +169,9 @@ class ND(Strategy):
         sync_gradients(self.model)
 
     def update(self, step: int) -> None:
+        if self.owned:  # deferred: each bucket is stepped in the next forward, after its all-gather
+            self.observe_memory()
+            return
         zero = self.model.zero
         with self.ctx.span("optimizer", step=step):
             self.optimizer.step()
@@ -155,10 +183,16 @@ class ND(Strategy):
         else:
             self.optimizer.zero_grad(set_to_none=True)
 
+    def finish(self) -> None:
+        if self.owned:
+            self.model.grad_sync.flush()  # DeAR: the last step's updates, still owed
+
     def memory(self) -> dict:
         if self.model.zero is not None:
             return self.model.zero.memory(self.optimizer)
-        memory = super().memory()
+        memory = model_memory(self.model.parameters(), None)
+        memory["optimizer"] = tensor_bytes(t for optimizer in self.optimizers
+                                           for t in optimizer_state_tensors(optimizer))
         buffers = self.model.grad_sync.buffers() if self.model.grad_sync is not None else []
         if buffers:  # a bucketed reducer's flat buffers (Plan.dp_sync)
             memory["comm_buffers"] = tensor_bytes(buffers)
