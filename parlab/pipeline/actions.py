@@ -37,12 +37,20 @@ class Schedule:
     # per rank: (F, B) pairs run as one overlapped unit (DualPipe's F&B): B's input is asked for
     # when F starts, so its transfer hides behind F's compute (`parlab.pipeline.executor`)
     pairs: tuple = ()
+    # stage -> rank, where stages are not a pipeline's loop over the ranks (a placed operator
+    # graph: `parlab.pipeline.placed`); empty: stage s on rank s mod p
+    placement: tuple = ()
+    # False: stages are not a chain — no stage takes its input from the one before; every message
+    # is the stage strategy's (the placed graph's producer → consumer edges)
+    main_path: bool = True
 
     @property
     def stages(self) -> int:
-        return self.pp * self.chunks
+        return len(self.placement) if self.placement else self.pp * self.chunks
 
     def rank_of(self, stage: int, direction: int = 0) -> int:
+        if self.placement:
+            return self.placement[stage]
         return self.pp - 1 - stage if direction else stage % self.pp
 
     def direction_of(self, mb: int) -> int:
@@ -51,6 +59,8 @@ class Schedule:
 
     def lowered(self) -> list[list[Action]]:
         """Per rank: the compute actions with the sends and receives they imply, in order."""
+        if not self.main_path:  # the strategy sends and receives what the stages exchange
+            return [list(actions) for actions in self.actions]
         out = []
         for rank, actions in enumerate(self.actions):
             seq = []

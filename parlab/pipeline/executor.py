@@ -33,7 +33,10 @@ around F and B — the default is the transformer pipeline's. The U-Net's skips
 (`parlab.pipeline.unet_executor.UNetSkips`), PipeDream's weight stashing
 (`parlab.local_learning.stash.WeightStashing`, a never-flushing 1F1B run in one slice of the
 list per step) and interlocking's truncated routes (`parlab.local_learning.interlock.Interlocking`,
-a lowered list with the messages no loss needs dropped) are strategies, not executors of their own.
+a lowered list with the messages no loss needs dropped) and the placed operator graph
+(`parlab.pipeline.placed.PlacedOps`: stages placed op by op, `Schedule.placement`, with no main
+path — every message is an edge of the graph, `Schedule.main_path`) are strategies, not executors
+of their own.
 
 Split backward (zero bubble: Qi et al., ICLR 2024, §2): B gives the stage input's gradient and
 stashes what W turns into weight gradients (`parlab.pipeline.zb_backward`).
@@ -75,6 +78,10 @@ class StageStrategy:
     def recv_shape(self, op: str, stage: int, rows: int) -> tuple:
         """Shape of what RECV_F (the stage's input) / RECV_B (∂L/∂its output) brings to `stage`."""
         return self.executor.boundary_shape(rows)
+
+    def span_args(self, kind: str, s: int, i: int) -> dict:
+        """What F(s, i) / B(s, i)'s span notes on the timeline besides stage, micro-batch, step."""
+        return {}
 
     def inputs(self, s: int, i: int, rows: int):
         """Before F(s, i), outside its span: what the stage takes besides its input."""
@@ -187,10 +194,11 @@ class PipelineExecutor:
             elif a.op == "F":
                 receives.post_pair(a)  # an F&B pair: B's input asked for now (module docstring)
                 stage = self.stages[s]
-                x = inputs[i - first_mb] if s == 0 else box.pop(("F", s, i)).detach().requires_grad_()
+                x = (None if not sched.main_path else inputs[i - first_mb] if s == 0
+                     else box.pop(("F", s, i)).detach().requires_grad_())
                 side_in = st.inputs(s, i, rows)
                 before = self.meter.current
-                with self.ctx.span("F", stage=s, mb=i, step=step), meter:
+                with self.ctx.span("F", stage=s, mb=i, step=step, **st.span_args("F", s, i)), meter:
                     if sched.split_backward:
                         with LinearTape(stage) as tape:
                             out, side_out = st.forward(s, i, stage, x, side_in)
@@ -204,7 +212,7 @@ class PipelineExecutor:
                     self.microbatch_bytes.setdefault(s, self.meter.current - before)
                 st.outputs(step, s, i, x, out, side_out)
                 saved[(s, i)] = (x, side_in, tape, out, side_out)
-                if s < last and sched.rank_of(s + 1, a.dir) == self.pp_rank:
+                if s < last and sched.main_path and sched.rank_of(s + 1, a.dir) == self.pp_rank:
                     box[("F", s + 1, i)] = out.detach()
                 self.in_flight += 1
                 self.in_flight_peak = max(self.in_flight_peak, self.in_flight)
@@ -215,7 +223,8 @@ class PipelineExecutor:
                 more, more_grads = st.roots(s, i, side_out, rows)
                 dx, name = None, st.backward_span(s, side_out)
                 if name is not None:
-                    with self.ctx.span(name, stage=s, mb=i, step=step), meter:
+                    with self.ctx.span(name, stage=s, mb=i, step=step, **st.span_args("B", s, i)), \
+                            meter:
                         if sched.split_backward:
                             dx, stash[(s, i)] = input_backward(out, g, x, tape, self.stages[s])
                             for _, xin, dy in stash[(s, i)] if metering else ():
@@ -227,7 +236,7 @@ class PipelineExecutor:
                     self.in_flight -= 1  # (a split backward's activations live until its W)
                 del out, tape, more
                 st.input_grads(s, i, side_in)
-                if dx is not None and sched.rank_of(s - 1, a.dir) != self.pp_rank:
+                if dx is not None and s > 0 and sched.rank_of(s - 1, a.dir) != self.pp_rank:
                     grad_in[(s, i)] = dx  # sent by the SEND_B that follows
                 else:
                     if dx is not None:

@@ -1,11 +1,14 @@
 """A placed operator graph as a training step: each rank runs its list of tasks, activations and
 gradients cross ranks as send/recv through `parlab.core.comm.Comm` (every byte in the ledger).
 
-She et al. (2025, arXiv 2503.09357, §3) place and order operators; this is the executor that makes
-a `parlab.planner.placement.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
-registered as "placed" in `parlab.pipeline.schemes_placed`). A 1F1B pipeline of the same graph
-(`parlab.planner.placement_1f1b.pipeline_plan`) is a plan too, run by this same executor, so the
-two differ only in placement and order.
+She et al. (2025, arXiv 2503.09357, §3) place and order operators; this makes a
+`parlab.planner.placement.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
+registered as "placed" in `parlab.pipeline.schemes_placed`), run by the one pipeline executor
+(`parlab.pipeline.executor.PipelineExecutor`): the plan is a `Schedule` whose stages are the ops,
+placed op by op, with the rank's tasks as its F/B actions (`schedule_of`), and what an op does
+around F and B is a `StageStrategy` (`PlacedOps`). A 1F1B pipeline of the same graph
+(`parlab.planner.placement_1f1b.pipeline_plan`) is a plan too, run the same way, so the two differ
+only in placement and order.
 
 Messages are derived from the plan, not written by hand (`messages`): after F(u, k) its activation
 (B/m, T, ·) goes once to every other rank that holds a consumer of u; after the last B on a rank
@@ -34,6 +37,8 @@ from torch.autograd.graph import saved_tensors_hooks
 from parlab.core.memory import model_memory
 from parlab.engine.loop import Strategy, build_model, make_optimizer
 from parlab.models.op_graph import DATA, OpGraphSplit
+from parlab.pipeline.actions import Action, Schedule
+from parlab.pipeline.executor import PipelineExecutor, StageStrategy
 from parlab.planner.placement import PlacementPlan, Task, tensor_key
 
 
@@ -69,6 +74,15 @@ def messages(graph, plan: PlacementPlan) -> list[list[Message]]:
     return out
 
 
+def schedule_of(plan: PlacementPlan, names: tuple, microbatches: int) -> Schedule:
+    """The plan as a schedule: per rank its F/B tasks as actions of stage `names.index(op)`, the
+    stages placed op by op, no main path (every message is an edge of the graph: `PlacedOps`)."""
+    index = {n: s for s, n in enumerate(names)}
+    actions = tuple(tuple(Action(t.kind, index[t.op], t.mb) for t in seq) for seq in plan.order)
+    return Schedule(plan.name, plan.ranks, microbatches, 1, False, actions,
+                    placement=tuple(plan.placement[n] for n in names), main_path=False)
+
+
 def _recorder(saved: dict, owned: set):
     """A saved-tensors pack hook that notes each saved tensor's bytes (parameters left out)."""
     def pack(x):
@@ -78,17 +92,88 @@ def _recorder(saved: dict, owned: set):
     return pack
 
 
+class _OpStage:
+    """What the executor calls on a stage besides the op: the head op's output is its loss."""
+
+    @staticmethod
+    def loss(out, target):
+        return out
+
+
+class PlacedOps(StageStrategy):
+    """The placed graph on `PipelineExecutor`: stage s is op `names[s]` (topological order, the
+    head last); F takes the op's inputs — the micro-batch's data, this rank's outputs, activations
+    posted for at the step's start — and sends its output to the ranks of its other consumers;
+    B adds this rank's consumers' gradient shares and the ones received, and after the last
+    local consumer of a remote input sends that input's summed gradient to its rank (`messages`)."""
+
+    def __init__(self, placed: PlacedStrategy):
+        self.p = placed
+
+    def span_args(self, kind: str, s: int, i: int) -> dict:
+        return {"task": (kind, self.p.names[s], i)}  # a Task of the plan
+
+    def inputs(self, s: int, i: int, rows: int):
+        p = self.p
+        return [(p.micro[i][u] if u in DATA else p.outs[u, i].detach() if p.place[u] == p.rank
+                 else p.posted[("act", u, i, p.place[u])].wait())
+                .detach().requires_grad_(u not in DATA)
+                for u in p.graph.op(p.names[s]).inputs]  # (B/m, T, ·) each
+
+    def forward(self, s: int, i: int, stage, x, side_in):
+        p, name = self.p, self.p.names[s]
+        saved: dict = {}
+        with saved_tensors_hooks(_recorder(saved, p.owned[name]), lambda v: v):
+            out = p.model[name](*side_in)  # (B/m, T, ·), the head: its loss
+        p.outs[name, i] = out
+        saved[tensor_key(out)] = out.numel() * out.element_size()
+        return out, saved
+
+    def outputs(self, step: int, s: int, i: int, x, out, side_out) -> None:
+        p = self.p
+        p.live[p.names[s], i] = side_out  # what this rank holds now: every live F's tensors
+        union = {k: b for held in p.live.values() for k, b in held.items()}
+        p.peak = max(p.peak, sum(union.values()))
+        p.send_after(Task("F", p.names[s], i))
+
+    def roots(self, s: int, i: int, side_out, rows: int):
+        p, name = self.p, self.p.names[s]
+        grad = p.gacc.pop((name, i), None)  # this rank's consumers' share, (B/m, T, ·)
+        for d in sorted({p.place[v] for v in p.graph.consumers(name)} - {p.rank}):
+            got = p.posted[("grad", name, i, d)].wait()  # (B/m, T, ·) from rank d
+            grad = got if grad is None else grad + got
+        self.grad = grad  # None for the head: its root is the loss's share
+        return [], []
+
+    def backward(self, s: int, i: int, roots: list, grads: list, x, side_in, side_out):
+        p, name = self.p, self.p.names[s]
+        torch.autograd.backward(roots[0], self.grad)
+        for u, leaf in zip(p.graph.op(name).inputs, side_in):
+            if u not in DATA:
+                key = (u, i)
+                p.gacc[key] = leaf.grad if key not in p.gacc else p.gacc[key] + leaf.grad
+        p.outs.pop((name, i))
+        return None
+
+    def input_grads(self, s: int, i: int, side_in) -> None:
+        p = self.p
+        p.live.pop((p.names[s], i))
+        p.send_after(Task("B", p.names[s], i))
+
+
 class PlacedStrategy(Strategy):
     """One rank of a placed step: the whole model is built from the seed on every rank (so its
     weights are the reference's); this rank trains the ops the plan puts here, with the run's
-    optimizer over their parameters only, and runs its tasks in the plan's order."""
+    optimizer over their parameters only, and the one pipeline executor runs its tasks in the
+    plan's order (the plan as a `Schedule`: `schedule_of`; the op behaviour: `PlacedOps`)."""
 
     def __init__(self, ctx, plan: PlacementPlan, microbatches: int):
         cfg, rank = ctx.cfg, ctx.rank
         model = build_model(cfg)
-        self.plan, self.place = plan, plan.placement
+        self.plan, self.place, self.rank = plan, plan.placement, rank
         self.graph = OpGraphSplit(model.config, cfg.batch_size, microbatches)
-        self.mine = [n for n in self.graph.names if self.place[n] == rank]
+        self.names = self.graph.names
+        self.mine = [n for n in self.names if self.place[n] == rank]
         self.params = [p for n in self.mine for p in model[n].parameters()]
         optimizer = make_optimizer(self.params, cfg) if self.params else None
         super().__init__(ctx, model, optimizer, reports_loss=self.place["head"] == rank,
@@ -98,62 +183,40 @@ class PlacedStrategy(Strategy):
         self.after: dict[Task, list] = {}
         for msg in sends[rank]:
             self.after.setdefault(msg.after, []).append(msg)
-        self.owned = {n: {p.data_ptr() for p in model[n].parameters()} for n in self.graph.names}
+        self.owned = {n: {p.data_ptr() for p in model[n].parameters()} for n in self.names}
         self.weights = sum(2 * p.numel() * p.element_size() for p in self.params)  # params + grads
         self.live: dict = {}  # (op, mb) -> {tensor key: bytes} its forward saved, until its backward
         self.step_memory: list[int] = []  # per step: weights + the most bytes live forwards saved
-        self.marks: list[tuple] = []  # per step: (start, end of the last task), perf_counter
+        self.marks: list[tuple] = []  # per step: (start, end of the last task), paced or real
+        stages = {self.names.index(n): _OpStage() for n in self.mine}
+        self.executor = PipelineExecutor(ctx, schedule_of(plan, self.names, microbatches), rank,
+                                         stages, ctx.comm, ctx.comm, lambda rows: None, self.meter,
+                                         PlacedOps(self))
+
+    def send_after(self, task: Task) -> None:
+        """The messages that leave once `task` is done: (B/m, T, ·) activations or gradients."""
+        for msg in self.after.get(task, ()):
+            sent = self.outs[msg.op, msg.mb] if msg.kind == "act" else self.gacc.pop((msg.op, msg.mb))
+            self.handles.append(self.ctx.comm.isend(sent.detach(), msg.dst, phase=msg.kind))
 
     def forward_backward(self, step: int, batch) -> float:
-        g, comm, place, rank = self.graph, self.ctx.comm, self.place, self.ctx.rank
+        g, comm = self.graph, self.ctx.comm
         x, y = batch  # (B, T, D_IN), (B, T, D_OUT)
-        micro = [{"x": x[k * g.mb_rows:(k + 1) * g.mb_rows], "y": y[k * g.mb_rows:(k + 1) * g.mb_rows]}
-                 for k in range(g.microbatches)]  # (B/m, T, ·) each
+        self.micro = [{"x": x[k * g.mb_rows:(k + 1) * g.mb_rows], "y": y[k * g.mb_rows:(k + 1) * g.mb_rows]}
+                      for k in range(g.microbatches)]  # (B/m, T, ·) each
         comm.barrier(phase="align")  # every rank starts the step together: makespans compare
         t_start = comm.timeline.now()
-        posted = {(m.kind, m.op, m.mb, m.src): comm.irecv(torch.empty(g.shape(m.op)), m.src,
-                                                          phase=m.kind) for m in self.incoming}
-        leaves, outs, gacc, loss, handles, peak = {}, {}, {}, 0.0, [], 0
-        for t in self.plan.order[rank]:
-            span = self.ctx.span("forward" if t.kind == "F" else "backward", step=step, task=tuple(t))
-            if t.kind == "F":  # inputs first: a wait for a message is not compute
-                xs = [(micro[t.mb][u] if u in DATA else outs[u, t.mb].detach()
-                       if place[u] == rank else posted[("act", u, t.mb, place[u])].wait())
-                      .detach().requires_grad_(u not in DATA)
-                      for u in g.op(t.op).inputs]  # (B/m, T, ·) each
-                saved: dict = {}
-                with span, saved_tensors_hooks(_recorder(saved, self.owned[t.op]), lambda v: v):
-                    out = self.model[t.op](*xs)
-                leaves[t.op, t.mb], outs[t.op, t.mb] = xs, out
-                if t.op == "head":
-                    loss += out.item() / g.microbatches
-                saved[tensor_key(out)] = out.numel() * out.element_size()
-                self.live[t.op, t.mb] = saved  # what this rank holds now: every live F's tensors
-                union = {k: b for held in self.live.values() for k, b in held.items()}
-                peak = max(peak, sum(union.values()))
-            else:
-                grad = gacc.pop((t.op, t.mb), None)  # local consumers' share, (B/m, T, ·)
-                for d in sorted({place[v] for v in g.consumers(t.op)} - {rank}):
-                    got = posted[("grad", t.op, t.mb, d)].wait()  # (B/m, T, ·) from rank d
-                    grad = got if grad is None else grad + got
-                if t.op == "head":
-                    grad = torch.tensor(1.0 / g.microbatches)  # d(mean over m)/d(loss_k)
-                with span:
-                    outs.pop((t.op, t.mb)).backward(grad)
-                    for u, leaf in zip(g.op(t.op).inputs, leaves.pop((t.op, t.mb))):
-                        if u not in DATA:
-                            key = (u, t.mb)
-                            gacc[key] = leaf.grad if key not in gacc else gacc[key] + leaf.grad
-                self.live.pop((t.op, t.mb))
-            for msg in self.after.get(t, ()):  # (B/m, T, ·) activation or gradient
-                sent = (outs[t.op, t.mb] if msg.kind == "act" else gacc.pop((msg.op, msg.mb)))
-                handles.append(comm.isend(sent.detach(), msg.dst, phase=msg.kind))
+        self.posted = {(m.kind, m.op, m.mb, m.src): comm.irecv(torch.empty(g.shape(m.op)), m.src,
+                                                               phase=m.kind) for m in self.incoming}
+        self.outs, self.gacc, self.handles, self.peak = {}, {}, [], 0
+        losses = self.executor.run_step(step, [mb["x"] for mb in self.micro],
+                                        [mb["y"] for mb in self.micro])
         self.marks.append((t_start, comm.timeline.now()))
-        for h in handles + list(posted.values()):
+        for h in self.handles + list(self.posted.values()):
             h.wait()
-        self.step_memory.append(self.weights + peak)
-        self.meter.peak = max(self.meter.peak, peak)
-        return loss
+        self.step_memory.append(self.weights + self.peak)
+        self.meter.peak = max(self.meter.peak, self.peak)
+        return sum(losses) / g.microbatches
 
     def update(self, step: int) -> None:
         if self.optimizer is not None:
@@ -175,4 +238,4 @@ class PlacedStrategy(Strategy):
                 "ops": list(self.mine)}
 
 
-__all__ = ["Message", "messages", "PlacedStrategy"]
+__all__ = ["Message", "messages", "PlacedOps", "PlacedStrategy", "schedule_of"]
