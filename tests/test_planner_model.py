@@ -40,6 +40,7 @@ def test_bytes_equal_registered_closed_form_for_every_plan():
 
 
 GRAD_SYNCS = [Plan(dp=4, dp_sync=s, dp_bucket_mb=0.05) for s in ("naive", "bucketed", "overlap")] + [
+    Plan(dp=4, dp_sync="dear", dp_bucket_mb=0.05), Plan(dp=3, dp_sync="dear", dp_bucket_mb=0.05)] + [
     Plan(dp=2, pp=2, microbatches=2, dp_sync="naive"), Plan(dp=2, tp=2, dp_sync="bucketed",
                                                              dp_bucket_mb=0.05)] + [
     Plan(dp=4, dp_compressor=c) for c in ("topk", "randomk", "qsgd", "signsgd", "powersgd")] + [
@@ -73,6 +74,9 @@ def test_the_time_model_prices_each_gradient_message_and_hides_overlap_behind_ba
     assert step["naive"].exposed_comm_s > step["bucketed"].exposed_comm_s > step["flat"].exposed_comm_s
     # the overlapped buckets leave during backward: less exposed than the same buckets after it
     assert step["overlap"].exposed_comm_s < step["bucketed"].exposed_comm_s
+    # DeAR's halves hide behind backward and the next forward: less exposed than after backward
+    dear = costmodel.predict(Plan(dp=4, dp_sync="dear", dp_bucket_mb=0.05), cfg, prof, fit)
+    assert dear.exposed_comm_s < step["bucketed"].exposed_comm_s
     # a compressor's fewer bytes cost less time on a slow link than the flat all-reduce
     slow = {c: costmodel.predict(Plan(dp=4, dp_compressor=c), cfg, prof, fit, link="1GbE")
             for c in ("none", "signsgd")}

@@ -148,8 +148,9 @@ def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
                     in step_messages(plan.dp_compressor, shapes, group, plan.compressor_options())
                     if elements]
         else:  # chapter 01's reducer: one flat bucket, one message per tensor or per bucket
-            sync = REDUCER_MESSAGES[plan.dp_sync]
-            out += [Message("dp", op, group, elements, 1, False) for op, elements in
+            sync = REDUCER_MESSAGES[plan.dp_sync]  # an all-gather's message is its full tensor
+            out += [Message("dp", op, group, elements * (group if op == "all_gather" else 1), 1,
+                            False) for op, elements in
                     sync(dp_param_numels(plan, m, stage), group, {"bucket_mb": plan.dp_bucket_mb})]
     return out
 
@@ -182,17 +183,32 @@ def message_time(msg: Message, fit, link) -> float:
 
 
 # ----------------------------------------------------------------------------- time
-def dp_exposed(msgs: list[Message], plan, backward_s: float, fit, link) -> float:
+def dp_exposed(msgs: list[Message], plan, backward_s: float, fit, link,
+               forward_s: float = 0.0) -> float:
     """Seconds of the dp × cp gradient messages left on the critical path: all of them when the
     reducer issues after backward; an overlapped reducer's buckets leave from backward's hooks
     (WFBP: Zhang et al., Poseidon, ATC 2017) during the last micro-batch's backward, which hides
-    up to that backward — at least the last bucket, ready only when backward ends, stays exposed."""
-    times = [message_time(x, fit, link) * x.count for x in msgs]
-    if not times:
+    up to that backward — at least the last bucket, ready only when backward ends, stays exposed.
+    DeAR (Zhang et al., ICDCS 2023, §3) splits the all-reduce: its reduce-scatters leave from
+    the hooks the same way, and its all-gathers are waited bucket by bucket in the next step's
+    first forward, which hides them up to that forward — at least the one its first layers need.
+    (A simplification: the link is taken to be free for the all-gathers once backward ends.)"""
+    if not msgs:
         return 0.0
-    hooked = not plan.zero and plan.dp_compressor == "none" and \
-        REDUCER_ISSUE[plan.dp_sync] == "hooks"
-    return max(times[-1], sum(times) - backward_s) if hooked else sum(times)
+
+    def hidden_behind(times: list[float], compute_s: float) -> float:
+        return max(times[-1], sum(times) - compute_s) if times else 0.0
+
+    times = [message_time(x, fit, link) * x.count for x in msgs]
+    issue = "after-backward" if plan.zero or plan.dp_compressor != "none" else \
+        REDUCER_ISSUE[plan.dp_sync]
+    if issue == "hooks":
+        return hidden_behind(times, backward_s)
+    if issue == "reduce-scatter":
+        scatters = [t for t, x in zip(times, msgs) if x.op == "reduce_scatter"]
+        gathers = [t for t, x in zip(times, msgs) if x.op == "all_gather"]
+        return hidden_behind(scatters, backward_s) + hidden_behind(gathers, forward_s)
+    return sum(times)
 
 
 def compute_per_microbatch(m, plan, profile, batch_size: int) -> tuple[float, float]:
@@ -252,7 +268,8 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
                       if x.pipelined and x.dim not in ("pp", "cp"))
     per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs
                         if not x.pipelined and x.dim != "dp")
-    per_step_comm += dp_exposed([x for x in msgs if x.dim == "dp"], plan, bwd * stretch, fit, link)
+    per_step_comm += dp_exposed([x for x in msgs if x.dim == "dp"], plan, bwd * stretch, fit, link,
+                                fwd * stretch)
     raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
     raw_comm = slots * per_mb_comm + per_step_comm  # every blocking message is exposed
     for x in msgs:

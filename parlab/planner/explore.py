@@ -300,7 +300,7 @@ def closed_form_table(world_size: int, batch_size: int = 12, plans=None):
     for plan in plans if plans is not None else search.candidate_plans(world_size, cfg, batch_size):
         ours = costmodel.message_bytes(plan, cfg, batch_size)
         per_rank = nd_closed_form_bytes(plan, run_cfg, steps=1)
-        theirs = max(sum(v[r] for v in per_rank.values()) for r in range(world_size))
+        theirs = max(sum(v[r] for v in per_rank.values()) for r in range(plan.world_size))
         rows.append({"plan": plan.describe(), **{d: ours.get(d, 0) for d in
                                                  ("dp", "tp", "pp", "cp", "tie")},
                      "busiest rank": sum(ours.values()), "nd closed form": theirs,
