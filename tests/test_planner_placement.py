@@ -13,15 +13,7 @@ from parlab.core.link import Link
 from parlab.engine.run_config import make_config
 from parlab.pipeline.placed import messages
 from parlab.pipeline.placed_cost import message_bytes
-from parlab.planner.explore_placement_run import (
-    bubble,
-    makespans,
-    reference,
-    run_plan,
-    sent_bytes,
-    step_memory,
-    task_seconds,
-)
+from parlab.planner import explore_placement_run as placed_run
 from parlab.planner.graph import Graph, demo_graph, profile, with_times
 from parlab.planner.placement import (
     PlacementPlan,
@@ -174,25 +166,25 @@ def test_run_equals_single_and_ledger_equals_closed_form(ranks, which, both2):
         plan, run = runs["planned (MILP)" if which == "milp" else "1F1B pipeline"]
     else:
         plan = solve(g, ranks) if which == "milp" else pipeline_plan(g, ranks)
-        run = run_plan(g, plan, steps=2)
+        run = placed_run.run_plan(g, plan, steps=2)
     if ranks > 1:
         assert len(set(plan.placement.values())) == ranks  # every rank has work
-    diff = run.compare(reference(g, 2))  # losses and final parameters within 1e-4
+    diff = run.compare(placed_run.reference(g, 2))  # losses and final parameters within 1e-4
     assert diff.match, diff
     for step in range(2):
-        assert sent_bytes(run, step) == message_bytes(g, plan)
-    assert len(makespans(run)) == 2 and all(t > 0 for t in makespans(run))
-    assert all(0 <= b < 1 for b in bubble(run))
-    assert set(task_seconds(run)) == set(tasks(g))
+        assert placed_run.sent_bytes(run, step) == message_bytes(g, plan)
+    assert len(placed_run.makespans(run)) == 2 and all(t > 0 for t in placed_run.makespans(run))
+    assert all(0 <= b < 1 for b in placed_run.bubble(run))
+    assert set(placed_run.task_seconds(run)) == set(tasks(g))
     model = peak_memory(plan, measure_memory(g))  # each op's saved tensors counted on its own
-    for step in step_memory(run):  # the run holds a buffer two ops save once: never more
+    for step in placed_run.step_memory(run):  # the run holds a buffer two ops save once: never more
         assert all(0 < got <= want for got, want in zip(step, model))
 
 
 def test_run_over_an_emulated_link_is_exact():
     g = graph(m=2, **TINY)
-    run = run_plan(g, pipeline_plan(g, 2), steps=2, link=Link(1e-3, 1e8, "emulated"))
-    assert run.compare(reference(g, 2)).match
+    run = placed_run.run_plan(g, pipeline_plan(g, 2), steps=2, link=Link(1e-3, 1e8, "emulated"))
+    assert run.compare(placed_run.reference(g, 2)).match
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -214,7 +206,7 @@ def test_bad_input_fails_before_any_process_starts():
     with pytest.raises(ValueError, match="microbatches=2"):
         exhaustive(graph(m=2), 2)
     with pytest.raises(ValueError, match="steps=0"):
-        run_plan(graph(), solve(graph(), 1), steps=0)
+        placed_run.run_plan(graph(), solve(graph(), 1), steps=0)
 
 
 def test_bad_placed_options_fail_before_any_process_starts():

@@ -52,10 +52,10 @@ from parlab.pipeline.validate import check, simulate
 class Units:
     """Durations in integer ticks: forward F, input gradient B, weight gradient W; a message."""
 
-    forward: int = 1
-    backward: int = 1
-    weight: int = 1
-    latency: int = 0
+    forward: int = 1   # one micro-batch's forward through one chunk
+    backward: int = 1  # its input gradient (B of zero bubble's split backward)
+    weight: int = 1    # its weight gradient (W)
+    latency: int = 0   # a message between neighbouring ranks
 
     def __post_init__(self):
         for name in ("forward", "backward", "weight"):
