@@ -24,23 +24,18 @@ composed model's dp × cp group.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
-from parlab.data_parallel.layerwise import LayerwiseUpdate, split_optimizer
+from parlab.data_parallel.layerwise import DeferredSync, OwnsUpdate
 from parlab.data_parallel.reducer import OverlapReducer
-from parlab.data_parallel.sync import GradSync
 
 
-class DeARReducer(OverlapReducer):
+class DeARReducer(OwnsUpdate, OverlapReducer):
     """Reduce-scatter each bucket from the backward hooks (in bucket order, as WFBP); after
     backward, all-gather the averaged shards first layers first; before each bucket's first
     layer in the next forward, wait for its all-gather and step its own optimizer.
 
-    It owns the update (`owns_update`): `own_update` must give it the optimizers before the
+    It owns the update (`OwnsUpdate`): `own_update` must give it the optimizers before the
     first backward, and the loop must not step its own; `flush()` after the last step applies
     the updates still owed."""
-
-    owns_update = True
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo: str = "gloo",
                  backwards: int = 1):
@@ -49,19 +44,6 @@ class DeARReducer(OverlapReducer):
         self.gathers: dict[int, object] = {}
         # the next forward meets the last bucket first (buckets are packed from the back)
         self.forward_order = [b.index for b in reversed(self.buckets.buckets)]
-        self.layerwise: LayerwiseUpdate | None = None
-
-    def own_update(self, ctx, model, optimizer=None,
-                   forward_span: Callable = lambda: None) -> list:
-        """Take over the update of `model`'s bucketed parameters: one optimizer per bucket —
-        `optimizer` cut per bucket (`split_optimizer`: its class and settings), or None: the
-        run's (`make_optimizer` of `ctx.cfg`) — each stepped just before the bucket's first
-        module runs in the next forward (`forward_span()`: that forward's `ComputeSpan`, paused
-        while it waits). Returns the per-bucket optimizers."""
-        make = split_optimizer(optimizer) if optimizer is not None else None
-        self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
-                                         self._prepare, forward_span, make=make)
-        return self.layerwise.optimizers
 
     def reduce_scatter_bucket(self, bucket, flat) -> None:
         self.handles[bucket.index] = self.comm.reduce_scatter(
@@ -69,9 +51,7 @@ class DeARReducer(OverlapReducer):
             phase=self.phase)  # (S,) -> (S/N,) this rank's averaged shard
 
     def after_backward(self) -> None:
-        if self.layerwise is None:
-            raise RuntimeError("DeARReducer owns the update: call own_update(ctx, model, ...) "
-                               "before the first step")
+        self.require_owner()
         self.launch_ready(force=True)  # buckets of parameters that got no gradient this step
         shards = {b: handle.wait() for b, handle in self.handles.items()}  # (S/N,) each
         for b in self.forward_order:  # first layers first: the next forward needs them first
@@ -83,48 +63,12 @@ class DeARReducer(OverlapReducer):
         flat = self.gathers.pop(g).wait()  # (S,) the averaged gradients of bucket g
         self.buckets.unpack(self.buckets.buckets[g], flat)
 
-    def flush(self) -> None:
-        """After the last step: every owed update now, first layers first."""
-        if self.layerwise is not None:
-            self.layerwise.flush(self.forward_order)
 
-
-class DeARSync(GradSync):
+class DeARSync(DeferredSync):
     """Reduce-scatter in backward hooks; all-gather + update per bucket in the next forward —
     the loop's strategy around `DeARReducer`."""
 
     def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo"):
-        super().__init__(ctx, model)
         self.algo = algo
-        self.reducer = DeARReducer(self.comm, self.params, bucket_mb, algo=algo).attach()
-        self.set_optimizers(self.reducer.own_update(ctx, model,
-                                                    forward_span=lambda: self.forward_span))
-
-    @property
-    def buckets(self):
-        return self.reducer.buckets
-
-    @property
-    def layerwise(self) -> LayerwiseUpdate:
-        return self.reducer.layerwise
-
-    @property
-    def forward_order(self) -> list[int]:
-        return self.reducer.forward_order
-
-    def before_micro(self, last: bool) -> None:
-        super().before_micro(last)
-        self.reducer.before_micro(last)
-
-    def after_backward(self) -> None:
-        self.reducer.after_backward()
-
-    def update(self, step: int) -> None:
-        """Deferred: each bucket is updated in the next forward, after its all-gather."""
-        self.observe_memory()
-
-    def flush(self) -> None:
-        self.reducer.flush()
-
-    def comm_buffers(self):
-        return self.reducer.buffers()
+        super().__init__(ctx, model, lambda comm, params: DeARReducer(comm, params, bucket_mb,
+                                                                      algo=algo))

@@ -13,6 +13,10 @@ groups separately is the same arithmetic as one optimizer over all parameters: e
 optimizers are the run's (`make_optimizer` of its config), or a caller's own optimizer cut per
 group (`split_optimizer`: its class and each parameter's settings, e.g. the composed step's
 optimizer handed to `parlab.data_parallel.dear.DeARReducer`).
+
+A reducer that updates this way owns the update (`OwnsUpdate`: DeAR's `dear.DeARReducer`, P3's
+`priority.PriorityReducer`); chapter 01's loop runs it through `DeferredSync`, the planner's
+composed step through `parlab.data_parallel.apply.apply_dp`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from functools import partial
 
 import torch
 
+from parlab.data_parallel.sync import GradSync
 from parlab.engine.loop import make_optimizer
 
 
@@ -101,3 +106,77 @@ class LayerwiseUpdate:
         for g in order:
             if g in self.owed:
                 self.apply(g)
+
+
+class OwnsUpdate:
+    """What a reducer whose communication ends in the next forward adds (`owns_update`: DeAR,
+    P3's priority): it takes the update over — one optimizer per bucket, stepped by
+    `LayerwiseUpdate` just before the bucket's first module runs — and the loop skips its own
+    step. The reducer supplies `buckets`, `forward_order` (buckets in the order the next forward
+    meets them) and `_prepare(g)` (wait for bucket g's communication, gradients into `.grad`)."""
+
+    owns_update = True
+    layerwise: LayerwiseUpdate | None = None
+
+    def own_update(self, ctx, model, optimizer=None,
+                   forward_span: Callable = lambda: None) -> list:
+        """Take over the update of `model`'s bucketed parameters: one optimizer per bucket —
+        `optimizer` cut per bucket (`split_optimizer`: its class and settings), or None: the
+        run's (`make_optimizer` of `ctx.cfg`) — each stepped just before the bucket's first
+        module runs in the next forward (`forward_span()`: that forward's `ComputeSpan`, paused
+        while it waits). Returns the per-bucket optimizers."""
+        make = split_optimizer(optimizer) if optimizer is not None else None
+        self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
+                                         self._prepare, forward_span, make=make)
+        return self.layerwise.optimizers
+
+    def require_owner(self) -> None:
+        if self.layerwise is None:
+            raise RuntimeError(f"{type(self).__name__} owns the update: call "
+                               "own_update(ctx, model, ...) before the first step")
+
+    def flush(self) -> None:
+        """After the last step: every owed update now, first layers first."""
+        if self.layerwise is not None:
+            self.layerwise.flush(self.forward_order)
+
+
+class DeferredSync(GradSync):
+    """The loop's strategy around a reducer that owns the update (`OwnsUpdate`): it hands the
+    reducer the run's optimizers per bucket and leaves every step to the next forward.
+    `make_reducer(comm, params)`: the reducer, over the world and the trainable parameters."""
+
+    def __init__(self, ctx, model, make_reducer: Callable):
+        super().__init__(ctx, model)
+        self.reducer = make_reducer(self.comm, self.params).attach()
+        self.set_optimizers(self.reducer.own_update(ctx, model,
+                                                    forward_span=lambda: self.forward_span))
+
+    @property
+    def buckets(self):
+        return self.reducer.buckets
+
+    @property
+    def layerwise(self) -> LayerwiseUpdate:
+        return self.reducer.layerwise
+
+    @property
+    def forward_order(self) -> list[int]:
+        return self.reducer.forward_order
+
+    def before_micro(self, last: bool) -> None:
+        super().before_micro(last)
+        self.reducer.before_micro(last)
+
+    def after_backward(self) -> None:
+        self.reducer.after_backward()
+
+    def update(self, step: int) -> None:
+        """Deferred: each bucket is updated in the next forward, once its communication is in."""
+        self.observe_memory()
+
+    def flush(self) -> None:
+        self.reducer.flush()
+
+    def comm_buffers(self):
+        return self.reducer.buffers()

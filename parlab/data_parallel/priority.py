@@ -13,6 +13,11 @@ Every rank must issue its collectives in the same order, and completion times di
 ranks, so the release clock here is deterministic: `credit` partitions are released each time a
 unit of gradients becomes ready in backward (hooks fire in the same order on every rank); what
 is left when backward ends goes out in priority order.
+
+`PriorityReducer` is the mechanism on one group of ranks, apart from any loop; it owns the update
+(`parlab.data_parallel.layerwise.OwnsUpdate`). Chapter 01's `PrioritySync` is the loop's strategy
+around it; `parlab.data_parallel.apply.apply_dp(sync="priority")` attaches it to a composed
+model's dp × cp group.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from __future__ import annotations
 import heapq
 
 from parlab.core.cost import shard_bounds
-from parlab.data_parallel.layerwise import LayerwiseUpdate
-from parlab.data_parallel.overlap import OverlapSync
+from parlab.data_parallel.layerwise import DeferredSync, OwnsUpdate
+from parlab.data_parallel.reducer import OverlapReducer
 
 
 def partition(numel: int, max_elements: int) -> list[tuple[int, int]]:
@@ -29,23 +34,25 @@ def partition(numel: int, max_elements: int) -> list[tuple[int, int]]:
     return shard_bounds(numel, -(-numel // max_elements))
 
 
-class PrioritySync(OverlapSync):
-    """Partitioned gradients all-reduced in priority order (front layers first), updated per unit
-    just before its next forward."""
+class PriorityReducer(OwnsUpdate, OverlapReducer):
+    """Each ready bucket cut into partitions of at most `partition_kb` KiB, queued by priority
+    (the bucket's first parameter in forward order: front layers first); `credit` of them
+    released to the network each time a bucket becomes ready in backward, the rest after it;
+    each bucket's update waits for its own partitions just before its first layer runs in the
+    next forward."""
 
-    def __init__(self, ctx, model, bucket_mb: float, partition_kb: float, credit: int):
-        super().__init__(ctx, model, bucket_mb)
+    def __init__(self, comm, params, bucket_mb: float, partition_kb: float = 32.0,
+                 credit: int = 1, phase=None, algo: str = "gloo", backwards: int = 1):
+        super().__init__(comm, params, bucket_mb, phase, algo, launch=self.queue_partitions,
+                         backwards=backwards)
         self.credit = credit
         self.max_elements = max(1, int(partition_kb * 1024) // self.params[0].element_size())
         index_of = {id(p): i for i, p in enumerate(self.params)}
         # priority of a unit: its first parameter in forward order (smaller = sooner needed)
         self.priority = [min(index_of[id(p)] for p in b.params) for b in self.buckets]
-        self.layerwise = LayerwiseUpdate(ctx, model, [b.params for b in self.buckets],
-                                         self._prepare, lambda: self.forward_span)
-        self.set_optimizers(self.layerwise.optimizers)
+        self.forward_order = sorted(range(len(self.buckets)), key=lambda b: self.priority[b])
         self.queue: list[tuple[int, int, int, int]] = []  # (priority, start, bucket, end)
         self.in_flight: dict[int, list] = {}
-        self.forward_order = sorted(range(len(self.buckets)), key=lambda b: self.priority[b])
         self.launch_order: list[tuple[int, int, int]] = []  # (bucket, start, end), last step
 
     def before_micro(self, last: bool) -> None:
@@ -53,7 +60,7 @@ class PrioritySync(OverlapSync):
         if last:  # (the previous step's partitions are waited on by this forward's pre-hooks)
             self.launch_order = []
 
-    def launch(self, bucket, flat) -> None:
+    def queue_partitions(self, bucket, flat) -> None:
         for start, end in partition(flat.numel(), self.max_elements):
             heapq.heappush(self.queue, (self.priority[bucket.index], start, bucket.index, end))
         self._release(self.credit)
@@ -62,11 +69,13 @@ class PrioritySync(OverlapSync):
         for _ in range(min(count, len(self.queue))):
             _, start, b, end = heapq.heappop(self.queue)
             piece = self.buckets.buckets[b].buffer[start:end]  # (≤ partition,) a view
-            self.in_flight.setdefault(b, []).append(self.comm.all_reduce(piece, op="avg", async_op=True))
+            self.in_flight.setdefault(b, []).append(self.comm.all_reduce(
+                piece, op="avg", algo=self.algo, async_op=True, phase=self.phase))  # in place
             self.launch_order.append((b, start, end))
 
     def after_backward(self) -> None:
-        self._launch_ready(force=True)
+        self.require_owner()
+        self.launch_ready(force=True)  # buckets of parameters that got no gradient this step
         self._release(len(self.queue))  # the rest, highest priority first
         self.layerwise.arm()
 
@@ -75,9 +84,15 @@ class PrioritySync(OverlapSync):
             handle.wait()  # (≤ partition,) averaged in place in the bucket buffer
         self.buckets.unpack(self.buckets.buckets[g])
 
-    def update(self, step: int) -> None:
-        """Deferred to the next forward (per unit)."""
-        self.observe_memory()
 
-    def flush(self) -> None:
-        self.layerwise.flush(self.forward_order)
+class PrioritySync(DeferredSync):
+    """Partitioned gradients all-reduced in priority order (front layers first), updated per unit
+    just before its next forward — the loop's strategy around `PriorityReducer`."""
+
+    def __init__(self, ctx, model, bucket_mb: float, partition_kb: float, credit: int):
+        super().__init__(ctx, model, lambda comm, params: PriorityReducer(
+            comm, params, bucket_mb, partition_kb, credit))
+
+    @property
+    def launch_order(self) -> list[tuple[int, int, int]]:
+        return self.reducer.launch_order
