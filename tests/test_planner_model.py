@@ -40,7 +40,8 @@ def test_bytes_equal_registered_closed_form_for_every_plan():
 
 
 GRAD_SYNCS = [Plan(dp=4, dp_sync=s, dp_bucket_mb=0.05) for s in ("naive", "bucketed", "overlap")] + [
-    Plan(dp=4, dp_sync="dear", dp_bucket_mb=0.05), Plan(dp=3, dp_sync="dear", dp_bucket_mb=0.05)] + [
+    Plan(dp=4, dp_sync="dear", dp_bucket_mb=0.05), Plan(dp=3, dp_sync="dear", dp_bucket_mb=0.05),
+    Plan(dp=4, dp_sync="priority", dp_bucket_mb=0.05, dp_partition_kb=8, dp_credit=2)] + [
     Plan(dp=2, pp=2, microbatches=2, dp_sync="naive"), Plan(dp=2, tp=2, dp_sync="bucketed",
                                                              dp_bucket_mb=0.05)] + [
     Plan(dp=4, dp_compressor=c) for c in ("topk", "randomk", "qsgd", "signsgd", "powersgd")] + [
@@ -77,6 +78,11 @@ def test_the_time_model_prices_each_gradient_message_and_hides_overlap_behind_ba
     # DeAR's halves hide behind backward and the next forward: less exposed than after backward
     dear = costmodel.predict(Plan(dp=4, dp_sync="dear", dp_bucket_mb=0.05), cfg, prof, fit)
     assert dear.exposed_comm_s < step["bucketed"].exposed_comm_s
+    # P3's partitions hide behind the next forward, but each pays its α: more messages, more α
+    coarse, fine = (costmodel.predict(Plan(dp=4, dp_sync="priority", dp_bucket_mb=0.05,
+                                           dp_partition_kb=kb), cfg, prof, fit) for kb in (64, 1))
+    assert fine.exposed_comm_s > coarse.exposed_comm_s
+    assert coarse.exposed_comm_s < step["bucketed"].exposed_comm_s
     # a compressor's fewer bytes cost less time on a slow link than the flat all-reduce
     slow = {c: costmodel.predict(Plan(dp=4, dp_compressor=c), cfg, prof, fit, link="1GbE")
             for c in ("none", "signsgd")}

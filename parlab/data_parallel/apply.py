@@ -22,7 +22,12 @@ expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
                 forward. The reducer owns the update (`owns_update`): the composed step hands
                 it its optimizer (`own_update`), cut per bucket
                 (`layerwise.split_optimizer`, stepped by `layerwise.LayerwiseUpdate`), skips
-                its own step, and flushes the owed updates after the last step.
+                its own step, and flushes the owed updates after the last step;
+    "priority"  P3 (Jayarajan et al., SysML 2019; ByteScheduler, Peng et al., SOSP 2019;
+                `priority.PriorityReducer`): the same buckets cut into partitions of
+                `partition_kb` KiB, all-reduced front layers first — `credit` released per
+                bucket ready in backward, the rest after it — each bucket's update waiting for
+                its own partitions in the next forward; it owns the update as DeAR does.
 
 or, with `compressor=` (chapter 08, `parlab.compression.compressed_reducers`), that chapter's
 own reducer in place of these: the compressor named by its scheme — "topk", "randomk", "qsgd",
@@ -36,33 +41,30 @@ Ledger phase "dp-grad-sync". The composed step calls `grad_sync.before_micro(las
 `grad_sync.after_backward()`, then steps its one optimizer over every parameter of the slice —
 or, with "dear", leaves the step to the reducer.
 
-Refused, with a ValueError naming the value, where "dear" cannot be exact: with a pipeline
+Refused, with a ValueError naming the value, where "dear" or "priority" (the reducers that own
+the update) cannot be exact: with a pipeline
 (`model.pipeline`, pp > 1: the executor, not the composed step, runs the stage's forwards, and
 the tied embedding's two copies are summed from gradients averaged in `.grad` right after
-backward, which DeAR's all-gathers deliver only in the next forward), with a compressor (it
+backward, which their communication delivers only in the next forward), with a compressor (it
 sends its own messages) and beside expert weights sharded over ep (their own sum,
-"expert-grad-sync", and their own step would need the gradients DeAR leaves in flight); ZeRO
+"expert-grad-sync", and their own step would need the gradients left in flight); ZeRO
 (`apply_zero`) reduce-scatters its own units instead of calling apply_dp at all.
-
-The priority scheduler (chapter 01's `priority.PrioritySync`: P3, Jayarajan et al., SysML 2019;
-ByteScheduler) fits the same mechanism but is not offered: its messages depend on
-`partition_kb` and `credit`, which a `Plan` has no field for, and the planner's time model
-(`parlab.planner.costmodel`) prices a reducer's messages from `bucket_mb` alone.
 """
 
 from __future__ import annotations
 
 from parlab.compression import compressed_reducers
-from parlab.core.checks import Choice, Float
+from parlab.core.checks import Choice, Float, Int
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.dear import DeARReducer
+from parlab.data_parallel.priority import PriorityReducer
 from parlab.data_parallel.reducer import REDUCERS, make_reducer
 from parlab.expert_parallel.apply import expert_parameters
 from parlab.models.mesh_gpt import MeshGPT
 
 # every reducer apply_dp attaches; those that own the update (`owns_update`: it ends in the next
 # forward) are handed the step's optimizer by the caller
-ALL_REDUCERS = {**REDUCERS, "dear": DeARReducer}
+ALL_REDUCERS = {**REDUCERS, "dear": DeARReducer, "priority": PriorityReducer}
 SYNCS = tuple(ALL_REDUCERS)
 PHASE = "dp-grad-sync"
 
@@ -76,15 +78,18 @@ def synced_parameters(model: MeshGPT) -> list:
 
 def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0,
              compressor: str | None = None, compressor_options: dict | None = None,
-             seed: int = 0) -> MeshGPT:
+             seed: int = 0, partition_kb: float = 32.0, credit: int = 1) -> MeshGPT:
     """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
     reducer `sync` over it — or chapter 08's reducer of `compressor` (None or "none": no
     compression) with `compressor_options` and `seed` — as `model.grad_sync` (None with one
-    rank). "dear" owns the update: the caller must hand it the optimizer
-    (`grad_sync.own_update`) and call `grad_sync.flush()` after the last step. Every value is
-    checked first: a ValueError names it and the choices."""
+    rank); `partition_kb` and `credit`: "priority"'s. "dear" and "priority" own the update:
+    the caller must hand it the optimizer (`grad_sync.own_update`) and call `grad_sync.flush()`
+    after the last step. Every value is checked first: a ValueError names it and the choices."""
     Choice(sync, SYNCS).check("sync", sync)
     Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
+    Float(partition_kb, min=4 / 1024, unit="KiB: >= one float32").check("partition_kb",
+                                                                        partition_kb)
+    Int(credit, min=1).check("credit", credit)
     if compressor == "none":
         compressor = None
     if compressor is not None:
@@ -99,11 +104,11 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
     if owns_update and model.pipeline is not None:
         raise ValueError(f"sync={sync!r} with a pipeline stage (pp > 1): its executor runs the "
                          "stage's forwards and the tied embedding is summed from gradients "
-                         "averaged right after backward, but DeAR's all-gathers end in the next "
-                         "forward (use sync='overlap' or pp=1)")
+                         "averaged right after backward, but this reducer's communication ends "
+                         "in the next forward (use sync='overlap' or pp=1)")
     if owns_update and expert_parameters(model):
         raise ValueError(f"sync={sync!r} with expert weights sharded over ep: they sync and step "
-                         "apart, after the dense gradients DeAR leaves in flight (use "
+                         "apart, after the dense gradients this reducer leaves in flight (use "
                          "sync='flat')")
     model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
     model.grad_sync = None
@@ -116,8 +121,10 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
         parts = model.pipeline  # split_pp: its executor runs every micro-batch's backward
         backwards = parts.schedule.microbatches if parts is not None else 1
         if owns_update:  # the composed step hands it its optimizer (`own_update`)
+            given = {"partition_kb": partition_kb, "credit": credit}
+            extra = {k: given[k] for k in ALL_REDUCERS[sync].options}  # its own (priority's)
             model.grad_sync = ALL_REDUCERS[sync](model.data_comm, params, bucket_mb,
-                                                 phase=PHASE).attach()
+                                                 phase=PHASE, **extra).attach()
             return model
         model.grad_sync = make_reducer(sync, model.data_comm, params, bucket_mb, phase=PHASE,
                                        backwards=backwards)

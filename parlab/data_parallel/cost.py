@@ -77,11 +77,12 @@ def flat_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, i
 # the closed form of each reducer `parlab.data_parallel.apply.apply_dp` can attach (its `sync=`)
 # (DeAR's all-gathers carry the shard, S/N, as everywhere in this chapter)
 REDUCER_MESSAGES = {"flat": flat_messages, "naive": naive_messages, "bucketed": bucketed_messages,
-                    "overlap": bucketed_messages, "dear": dear_messages}
+                    "overlap": bucketed_messages, "dear": dear_messages,
+                    "priority": priority_messages}
 # when each of them issues its messages (`DataParallelCost.ISSUES`): overlap's from backward's
 # hooks, DeAR's reduce-scatters from them and its all-gathers before each bucket's next forward
 REDUCER_ISSUE = {"flat": "after-backward", "naive": "after-backward", "bucketed": "after-backward",
-                 "overlap": "hooks", "dear": "reduce-scatter"}
+                 "overlap": "hooks", "dear": "reduce-scatter", "priority": "priority"}
 
 
 class DataParallelCost:

@@ -116,6 +116,7 @@ class OwnsUpdate:
     meets them) and `_prepare(g)` (wait for bucket g's communication, gradients into `.grad`)."""
 
     owns_update = True
+    options: tuple = ()  # the keyword options of its own it takes (priority: partition_kb, credit)
     layerwise: LayerwiseUpdate | None = None
 
     def own_update(self, ctx, model, optimizer=None,

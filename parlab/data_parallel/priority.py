@@ -41,6 +41,8 @@ class PriorityReducer(OwnsUpdate, OverlapReducer):
     each bucket's update waits for its own partitions just before its first layer runs in the
     next forward."""
 
+    options = ("partition_kb", "credit")
+
     def __init__(self, comm, params, bucket_mb: float, partition_kb: float = 32.0,
                  credit: int = 1, phase=None, algo: str = "gloo", backwards: int = 1):
         super().__init__(comm, params, bucket_mb, phase, algo, launch=self.queue_partitions,

@@ -62,4 +62,4 @@ def parallelize(model, mesh: Mesh, plan, meter=None, seed: int = 0) -> MeshGPT:
     if plan.zero:
         return apply_zero(model, mesh, plan.zero, meter)
     return apply_dp(model, mesh, plan.dp_sync, plan.dp_bucket_mb, plan.dp_compressor,
-                    plan.compressor_options(), seed)
+                    plan.compressor_options(), seed, plan.dp_partition_kb, plan.dp_credit)

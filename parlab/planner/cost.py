@@ -21,8 +21,8 @@ C the width, L_s the layers of its stage:
 * dp × cp ("dp-grad-sync"): one flat all-reduce of every local gradient element (tp-sliced,
   stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
   `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed",
-  "overlap" or "dear", chapter 01's per-tensor or per-bucket form of the same gradients (DeAR:
-  a reduce-scatter and an all-gather of each padded bucket) (`dp_param_numels`,
+  "overlap", "dear" or "priority", chapter 01's per-tensor, per-bucket or per-partition form of
+  the same gradients (DeAR: a reduce-scatter and an all-gather of each padded bucket) (`dp_param_numels`,
   `parlab.data_parallel.cost.REDUCER_MESSAGES`); with `Plan.dp_compressor`,
   chapter 08's closed form of that compressor on those parameters' shapes (`dp_param_shapes`,
   `parlab.compression.cost`: an all-gather of every rank's message, or PowerSGD's two
@@ -185,7 +185,7 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
         elif plan.zero == 0 and plan.dp_sync != "flat":  # chapter 01's per-tensor / bucket form
             sent = bytes_per_step(REDUCER_MESSAGES[plan.dp_sync],
                                   dp_param_numels(plan, mc, c["pp"]), n, data_rank,
-                                  bucket_mb=plan.dp_bucket_mb)
+                                  **plan.reducer_options())
             out["dp-grad-sync"] = steps * sum(sent.values())
         elif plan.zero == 0:
             experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(lo, lo + layers)) \

@@ -68,10 +68,13 @@ class Message:
     element_bytes: int = FP32  # 1: a compressor's packed bytes
 
     def sent(self) -> int:
-        """Bytes this rank sends per message (ring counts, `parlab.core.cost`)."""
+        """Bytes the busiest rank of the ring sends per message (ring counts, `parlab.core.cost`:
+        with uneven chunks a rank sends all but the chunk it receives last, so the rank before
+        the smallest chunk's owner sends most — the same rank for every message)."""
         if self.op == "p2p":
             return self.elements * self.element_bytes
-        return RING[self.op](self.elements, self.n, 0)[0] * self.element_bytes
+        return max(RING[self.op](self.elements, self.n, r)[0]
+                   for r in range(self.n)) * self.element_bytes
 
     def rounds(self) -> int:
         if self.op == "p2p":
@@ -151,7 +154,7 @@ def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
             sync = REDUCER_MESSAGES[plan.dp_sync]  # an all-gather's message is its full tensor
             out += [Message("dp", op, group, elements * (group if op == "all_gather" else 1), 1,
                             False) for op, elements in
-                    sync(dp_param_numels(plan, m, stage), group, {"bucket_mb": plan.dp_bucket_mb})]
+                    sync(dp_param_numels(plan, m, stage), group, plan.reducer_options())]
     return out
 
 
@@ -192,7 +195,12 @@ def dp_exposed(msgs: list[Message], plan, backward_s: float, fit, link,
     DeAR (Zhang et al., ICDCS 2023, §3) splits the all-reduce: its reduce-scatters leave from
     the hooks the same way, and its all-gathers are waited bucket by bucket in the next step's
     first forward, which hides them up to that forward — at least the one its first layers need.
-    (A simplification: the link is taken to be free for the all-gathers once backward ends.)"""
+    P3's partitions (Jayarajan et al., SysML 2019) leave front layers first and each bucket's
+    update waits for its own in the next forward: priced as all sent after backward and hidden
+    behind that forward up to the longest message — a simplification on both sides (the credit
+    released during backward is not counted; the first layers' whole bucket, not one partition,
+    must arrive before they run). (DeAR's too: the link is taken to be free for the all-gathers
+    once backward ends.)"""
     if not msgs:
         return 0.0
 
@@ -208,6 +216,8 @@ def dp_exposed(msgs: list[Message], plan, backward_s: float, fit, link,
         scatters = [t for t, x in zip(times, msgs) if x.op == "reduce_scatter"]
         gathers = [t for t, x in zip(times, msgs) if x.op == "all_gather"]
         return hidden_behind(scatters, backward_s) + hidden_behind(gathers, forward_s)
+    if issue == "priority":
+        return max(max(times), sum(times) - forward_s)
     return sum(times)
 
 

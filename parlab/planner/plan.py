@@ -8,6 +8,8 @@ change time and memory without changing the math: ZeRO stage, micro-batches, pip
 activation checkpointing, and how data parallelism syncs gradients (`dp_sync`: chapter 01's
 reducers — "flat" (one flat bucket, the default), "naive", "bucketed", "overlap" (WFBP) or
 "dear" (DeAR: reduce-scatter in backward, all-gather and each bucket's update in the next
+forward; pp = 1 only) or "priority" (P3: partitions of `dp_partition_kb` all-reduced front
+layers first, `dp_credit` per bucket ready in backward, each bucket's update in the next
 forward; pp = 1 only); or `dp_compressor`: chapter 08's compressor, by its scheme's name, with
 `dp_ratio`, `dp_bits`, `dp_rank`, `dp_error_feedback`, `dp_warm_start`).
 
@@ -36,9 +38,10 @@ DEGREES = ("dp", "tp", "pp", "cp", "ep")
 MESH_ORDER = ("pp", "dp", "cp", "tp")  # outermost first; tp innermost (neighbouring ranks)
 ZERO_STAGES = (0, 1, 2, 3)
 SCHEDULES = ("gpipe", "1f1b")
-DP_SYNCS = ("flat", "naive", "bucketed", "overlap", "dear")  # parlab.data_parallel.apply.SYNCS
-DP_BUCKETED = ("bucketed", "overlap", "dear")  # the dp_syncs that cut buckets of dp_bucket_mb
-DP_OWNS_UPDATE = ("dear",)  # the dp_syncs whose update ends inside the next forward (DeAR)
+DP_SYNCS = ("flat", "naive", "bucketed", "overlap", "dear", "priority")  # ..data_parallel.apply.SYNCS
+DP_BUCKETED = ("bucketed", "overlap", "dear", "priority")  # the dp_syncs that cut dp_bucket_mb buckets
+DP_OWNS_UPDATE = ("dear", "priority")  # dp_syncs whose update ends inside the next forward
+DP_PARTITIONED = ("priority",)  # dp_syncs that cut buckets into dp_partition_kb, dp_credit
 COMPRESSOR_FIELDS = ("dp_ratio", "dp_bits", "dp_rank", "dp_error_feedback", "dp_warm_start")
 
 
@@ -65,7 +68,9 @@ class Plan:
     schedule: str = "1f1b"   # pipeline schedule (pp > 1)
     checkpoint: bool = False  # recompute each block's activations in backward
     dp_sync: str = "flat"     # how apply_dp averages over dp × cp: DP_SYNCS (zero=0)
-    dp_bucket_mb: float = 25.0  # bucket size of dp_sync "bucketed" / "overlap" / "dear" (MiB)
+    dp_bucket_mb: float = 25.0  # bucket size of the bucketed dp_syncs: DP_BUCKETED (MiB)
+    dp_partition_kb: float = 32.0  # dp_sync "priority": P3's partition size (KiB)
+    dp_credit: int = 1  # dp_sync "priority": partitions released per bucket ready in backward
     dp_compressor: str = "none"  # chapter 08's compressor over dp × cp, by its scheme (zero=0)
     dp_ratio: float | None = None  # its options (None: the scheme's registered default):
     dp_bits: int | None = None  # top-k / random-k ratio, QSGD bits, PowerSGD rank,
@@ -86,6 +91,11 @@ class Plan:
         return {name[len("dp_"):]: getattr(self, name) for name in COMPRESSOR_FIELDS
                 if getattr(self, name) is not None}
 
+    def reducer_options(self) -> dict:
+        """The options of chapter 01's reducer closed forms (`data_parallel.cost`'s messages)."""
+        return {"bucket_mb": self.dp_bucket_mb, "partition_kb": self.dp_partition_kb,
+                "credit": self.dp_credit}
+
     def options(self) -> dict:
         """This plan as `parlab.run(..., options=...)` of the scheme `nd`."""
         return asdict(self)
@@ -104,6 +114,8 @@ class Plan:
             name += f" {self.dp_sync}"
             if self.dp_sync in DP_BUCKETED:
                 name += f" {self.dp_bucket_mb:g}MiB"
+            if self.dp_sync in DP_PARTITIONED:
+                name += f" {self.dp_partition_kb:g}KiB c{self.dp_credit}"
         if self.dp_compressor != "none":
             name += " " + " ".join([str(self.dp_compressor)] + [
                 f"{k}={v}" for k, v in self.compressor_options().items()])
@@ -137,12 +149,18 @@ class Plan:
             if self.dp_sync in DP_OWNS_UPDATE and self.pp > 1:
                 out.append(f"dp_sync={self.dp_sync!r} with pp={self.pp}: the pipeline executor runs the "
                            "stage's forwards and the tied embedding is summed from gradients "
-                           "averaged right after backward, but DeAR's all-gathers and updates "
+                           "averaged right after backward, but its communication and updates "
                            "end inside the next forward (use dp_sync='overlap' or pp=1)")
         out += self.compressor_problems(n_experts)
         if isinstance(self.dp_bucket_mb, bool) or not isinstance(self.dp_bucket_mb, (int, float)) \
                 or not self.dp_bucket_mb >= 0 or self.dp_bucket_mb == float("inf"):
             out.append(f"dp_bucket_mb={self.dp_bucket_mb!r} must be a finite number >= 0 (MiB)")
+        if isinstance(self.dp_partition_kb, bool) or not isinstance(self.dp_partition_kb, (int, float)) \
+                or not self.dp_partition_kb >= 4 / 1024 or self.dp_partition_kb == float("inf"):
+            out.append(f"dp_partition_kb={self.dp_partition_kb!r} must be a finite number of KiB "
+                       ">= one float32 (4/1024)")
+        if isinstance(self.dp_credit, bool) or not isinstance(self.dp_credit, int) or self.dp_credit < 1:
+            out.append(f"dp_credit={self.dp_credit!r} must be an int >= 1")
         if self.world_size != world_size:
             out.append(f"world_size={world_size} != dp={self.dp} × tp={self.tp} × pp={self.pp} × "
                        f"cp={self.cp} = {self.world_size}")

@@ -11,10 +11,10 @@ dp or ZeRO); this strategy only runs it in the one loop:
                        by the reducer `apply_dp` attached (`Plan.dp_sync`: chapter 01's flat,
                        per-tensor, bucketed or overlapped sync; the overlapped one starts in the
                        last micro-batch's backward; DeAR's reduce-scatters too, its all-gathers
-                       end in the next forward; or `Plan.dp_compressor`: chapter 08's
-                       compressed sync with error feedback);
+                       end in the next forward, and so do P3's priority partitions; or
+                       `Plan.dp_compressor`: chapter 08's compressed sync with error feedback);
     update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather); with
-                       `dp_sync="dear"` the reducer owns it: the step's optimizer is handed to
+                       `dp_sync="dear"` or "priority" the reducer owns it: the step's optimizer is handed to
                        it once, cut per bucket, each piece stepped before the bucket's first
                        layer in the next forward, and the last step's flushed by `finish`.
 
@@ -45,6 +45,8 @@ from parlab.zero.shard import assemble_state as zero_assemble
 OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES),
            "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES),
            "dp_sync": Choice("flat", DP_SYNCS), "dp_bucket_mb": Float(25.0, min=0, unit="MiB"),
+           "dp_partition_kb": Float(32.0, min=4 / 1024, unit="KiB: >= one float32"),
+           "dp_credit": Int(1, min=1),
            # chapter 08's compressor and its options: checked by Plan.problems (the choices are
            # the registered compressor schemes, known once the registry is)
            "dp_compressor": "none", **dict.fromkeys(COMPRESSOR_FIELDS)}
@@ -129,7 +131,7 @@ class ND(Strategy):
 
     @property
     def owned(self) -> bool:
-        """Whether the reducer owns the update (`dp_sync="dear"`)."""
+        """Whether the reducer owns the update (`dp_sync="dear"`, "priority")."""
         sync = self.model.grad_sync
         return sync is not None and sync.owns_update
 
