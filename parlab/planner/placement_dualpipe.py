@@ -1,4 +1,5 @@
-"""The paper's comparison: the planner (a MIP) against DualPipe and 1F1B, bubble at equal memory.
+"""The planner of the paper's comparison: a time-indexed MIP that orders a pipeline schedule's
+F, B and W tasks under a memory cap, to set beside DualPipe and 1F1B at equal memory.
 
 She et al. (2025, arXiv 2503.09357) report, against DeepSeek's DualPipe, "comparable or superior
 performance, reducing computational bubbles by half under the same memory constraints" (abstract).
