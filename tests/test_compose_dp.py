@@ -86,3 +86,19 @@ def test_one_dimensional_plan_sends_the_chapters_messages(sync, scheme):
 
     theirs = sent(chapter, "grad-sync")
     assert theirs and sent(plan, "dp-grad-sync") == theirs, (sync, scheme)
+
+
+def test_the_plans_dp_syncs_are_apply_dps_reducers():
+    """The planner's lists of dp_syncs name exactly apply_dp's reducers, those that own the
+    update, and those that cut buckets; chapter 01 has a closed form and an issue time for each."""
+    from parlab.data_parallel import apply as dp_apply
+    from parlab.data_parallel.cost import REDUCER_ISSUE, REDUCER_MESSAGES
+    from parlab.data_parallel.reducer import BucketedReducer, GradientReducer, OverlapReducer
+    from parlab.planner import plan as plan_mod
+    reducers = dp_apply.ALL_REDUCERS
+    assert plan_mod.DP_SYNCS == dp_apply.SYNCS == tuple(reducers)
+    assert set(plan_mod.DP_OWNS_UPDATE) == {s for s, r in reducers.items() if r.owns_update}
+    assert set(plan_mod.DP_BUCKETED) == {s for s, r in reducers.items()
+                                         if issubclass(r, (BucketedReducer, OverlapReducer))}
+    assert set(REDUCER_MESSAGES) == set(REDUCER_ISSUE) == set(reducers)
+    assert all(issubclass(r, GradientReducer) for r in reducers.values())
