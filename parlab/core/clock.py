@@ -247,21 +247,28 @@ class Pacer:
             # the debt carried in from the last span is paid from this span's slack, not kept
             self.segment_start = self.now()
 
-    def exit(self) -> None:
+    def exit(self) -> float | None:
+        """Leave a compute span; the outermost settles it and returns its paced end (None: no
+        operator ran in its last segment, or an inner span) — what the span records as its end,
+        not the paced now read later: real time between the settle and that reading (a rank
+        descheduled on a busy machine) is no part of the span."""
+        end = None
         if self.depth == 1:
             self.meter.__exit__(None, None, None)
-            self.settle()
+            end = self.settle()
             self.meter = None
         self.depth -= 1
+        return end
 
-    def settle(self) -> None:
-        """Sleep until the compute since the segment began has lasted its paced time."""
+    def settle(self) -> float | None:
+        """Sleep until the compute since the segment began has lasted its paced time; returns
+        that paced end (None: no operator ran since the segment began)."""
         if self.depth == 0 or self.meter is None:
-            return
+            return None
         ops, flops = self.meter.ops, self.meter.flops
         self.meter.ops, self.meter.flops, self.meter.counting = 0, 0, False
         if ops == 0:
-            return
+            return None
         paced = self.clock.seconds(ops, flops, self.speed)
         end = self.segment_start + paced
         now = time.perf_counter()
@@ -287,6 +294,7 @@ class Pacer:
         # after it pays back, instead of being added to every span (a rank descheduled for a few
         # ms on a busy machine catches up within its next spans)
         self.segment_start = end
+        return end
 
     def resume(self, paced_at: float | None = None) -> None:
         """A communication returned (or an async one was issued): the compute segment restarts at

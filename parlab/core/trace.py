@@ -51,9 +51,8 @@ class Timeline:
         try:
             yield
         finally:
-            if pacer is not None:
-                pacer.exit()
-            self.add(kind, name, t0, self.now(), **args)
+            end = pacer.exit() if pacer is not None else None  # the paced end, when it settled
+            self.add(kind, name, t0, self.now() if end is None else end, **args)
 
     def now(self) -> float:
         """This rank's time: the paced clock's (real time less the debt real work owes its paced

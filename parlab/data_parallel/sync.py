@@ -49,11 +49,13 @@ class ComputeSpan:
 
     def pause(self) -> None:
         if self.t0 is not None:
+            end = None
             if self.timeline.pacer is not None:
-                self.timeline.pacer.exit()  # sleeps to the segment's paced end (speed included)
+                end = self.timeline.pacer.exit()  # sleeps to the segment's paced end (speed incl.)
             elif self.speed != 1.0:
                 speeds.sleep_until(self.t0 + (time.thread_time() - self.cpu0) / self.speed)
-            self.timeline.add("compute", self.name, self.t0, self.timeline.now(), **self.args)
+            self.timeline.add("compute", self.name, self.t0,
+                              self.timeline.now() if end is None else end, **self.args)
             self.t0 = None
 
     def __enter__(self):
