@@ -296,6 +296,12 @@ class Pacer:
         self.segment_start = end
         return end
 
+    def wait_until(self, paced_at: float) -> None:
+        """The rank was blocked on a shared resource that another clock's holder released at
+        paced time `paced_at` (e.g. the one processor two jobs' threads share): its paced now is
+        at least that — the wait is time, as a wait on a peer is; debt it carried is spent on it."""
+        self.late = max(0.0, min(self.late, time.perf_counter() - paced_at))
+
     def resume(self, paced_at: float | None = None) -> None:
         """A communication returned (or an async one was issued): the compute segment restarts at
         paced time `paced_at` — the rank's paced now for an issue or a wait that found the op

@@ -18,6 +18,8 @@ what its closed forms and its single-process reference are computed from.
 
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from parlab.core.comm import Comm
@@ -29,6 +31,29 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer
 from parlab.engine.runner import make_config
 
 HOOKS = ("compute", "start", "wait", "update")  # one step of a job, in this order
+
+
+class Processor:
+    """A rank's one accelerator, shared by the jobs' threads on a paced clock: a lock, and the
+    paced time its last holder released it. Each job keeps its own pacer (`parlab.core.clock`),
+    so a job that waited for the processor starts its compute no earlier, on its own clock, than
+    the holder's release on the holder's — otherwise debt carried in (the real time the thread
+    lost to the other job's compute) would date its compute before the other's ended."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.free_at = 0.0  # paced time of the last release
+
+    @contextmanager
+    def hold(self, timeline: Timeline):
+        """Hold the processor for a job whose compute spans are on `timeline`."""
+        with self.lock:
+            if timeline.pacer is not None:
+                timeline.pacer.wait_until(self.free_at)
+            try:
+                yield
+            finally:
+                self.free_at = timeline.now()
 
 
 @dataclass(frozen=True)
@@ -98,7 +123,7 @@ class Job(Strategy):
 
     def __init__(self, spec: JobSpec, cfg, comm: Comm, processor=None):
         ctx = JobContext(spec.name, cfg, comm)
-        self.processor = processor  # paced clock: the rank's one processor (a lock), else None
+        self.processor = processor  # paced clock: the rank's one `Processor`, else None
         model = build_model(cfg)
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), shard=comm.rank,
                          shards=comm.size)
@@ -129,7 +154,7 @@ class Job(Strategy):
     def run(self, hook: str, step: int) -> None:
         """Run one of HOOKS for `step`; compute and update hold the rank's processor (paced)."""
         if self.processor is not None and hook in ("compute", "update"):
-            with self.processor:
+            with self.processor.hold(self.comm.timeline):
                 self._run(hook, step)
         else:
             self._run(hook, step)

@@ -37,7 +37,7 @@ from parlab.core.trace import Timeline, normalize
 from parlab.engine.loop import step_times
 from parlab.engine.runner import RunResult
 from parlab.serving import schedules
-from parlab.serving.jobs import Job, JobSpec, job_comm, share_link
+from parlab.serving.jobs import Job, JobSpec, Processor, job_comm, share_link
 
 
 @dataclass
@@ -139,7 +139,7 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
     clock = Comm(None, ledger=Ledger(rank), timeline=Timeline(rank), name="clock")
     comms = [job_comm(clock, spec.name) for spec in specs]  # one process group per job
     share_link(comms)
-    processor = threading.Lock() if paced.paced else None  # one accelerator per rank
+    processor = Processor() if paced.paced else None  # one accelerator per rank
     for comm in comms:  # paced time: each job's compute spans keep its own pacer's time
         comm.timeline.pacer = clocks.Pacer(paced) if paced.paced else None
     jobs = {spec.name: Job(spec, cfg, comm, processor)
