@@ -132,13 +132,14 @@ def child_main(reference, rank, world_size, args, port, conn, timeout, link, lau
                                 timeout=timedelta(seconds=timeout))
         try:
             result = fn(rank, world_size, *args)
+            buffer = io.BytesIO()
+            torch.save(result, buffer)
+            stop.set()
+            with _SEND_LOCK:
+                conn.send(("ok", buffer.getvalue()))  # finished: a peer's hang is not this rank's
+            rendezvous.leave_together(store, rank, world_size)  # every pair up, none in use
         finally:
             dist.destroy_process_group()
-        buffer = io.BytesIO()
-        torch.save(result, buffer)
-        stop.set()
-        with _SEND_LOCK:
-            conn.send(("ok", buffer.getvalue()))
     except BaseException as err:  # noqa: BLE001 - everything goes home to the parent
         stop.set()
         try:

@@ -170,7 +170,7 @@ def torchrun_launch(fn, world_size: int, args: tuple, timeout: float, set_curren
         gathered: list[Any] = [None] * world_size
         dist.all_gather_object(gathered, result)
         if store is not None:
-            _leave_together(store, rank, world_size)
+            leave_together(store, rank, world_size)
         return gathered
     finally:
         set_current(None)
@@ -178,10 +178,12 @@ def torchrun_launch(fn, world_size: int, args: tuple, timeout: float, set_curren
             dist.destroy_process_group()
 
 
-def _leave_together(store, rank: int, world_size: int) -> None:
+def leave_together(store, rank: int, world_size: int) -> None:
     """Wait, on the store, until every rank has finished its last collective. A rank that tears
     its gloo pairs down while a peer still reads from them can abort that peer (a rare SIGABRT at
-    the end of an elastic attempt); the store is a separate connection, so after this wait no
-    gloo message is in flight when the process group is destroyed."""
+    the end of an elastic attempt), or while a peer is still connecting them (gloo's
+    connectFullMesh: "Connection closed by peer" when a rank's function sends nothing and it
+    leaves at once); the store is a separate connection, so after this wait every pair is up and
+    no gloo message is in flight when the process group is destroyed."""
     store.set(f"left/{rank}", "1")
     store.wait([f"left/{peer}" for peer in range(world_size)])
