@@ -275,7 +275,7 @@ def test_exercise_closed_forms_agree_with_the_chapter():
 
 
 def test_ssp_absorbs_jitter_not_a_persistent_straggler(capsys):
-    from parlab.asynchrony.explore_ssp import ssp_absorbs
+    from parlab.asynchrony.explore.ssp import ssp_absorbs
 
     out = ssp_absorbs(3, steps=24)
     jitter, persistent = out.values()

@@ -167,7 +167,7 @@ def _sweep_rows(world_size: int, times: dict) -> list[dict]:
 
 
 def test_when_to_use_follows_the_fits_and_the_measured_sizes():
-    from parlab.core.explore_summary import crossover_bytes, emulation_holds, ring_or_tree, when_to_use
+    from parlab.core.explore.summary import crossover_bytes, emulation_holds, ring_or_tree, when_to_use
     from parlab.core.link import Link
 
     # N = 4: ring 6α + 1.5 S/β, tree 4(α + S/β); ring's α larger, tree's bytes larger: they cross

@@ -9,7 +9,7 @@ import types
 import pytest
 import torch
 
-from parlab.compression import explore_error as ee
+from parlab.compression.explore import error as ee
 
 
 class FakeRun:

@@ -225,7 +225,7 @@ def test_overlap_fraction_counts_link_time_covered_before_the_wait():
 
 # ----------------------------------------------------------------------------- the overlap regime
 def test_crossover_and_block_ratio_are_the_closed_forms():
-    from parlab.context_parallel import explore_regime as regime
+    from parlab.context_parallel.explore import regime
     from parlab.core.link import Link
 
     assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(2 * 150e12 / 300e9)  # NVLink 3
@@ -237,7 +237,7 @@ def test_crossover_and_block_ratio_are_the_closed_forms():
 
 
 def test_overlap_regime_measures_the_ring_on_the_link():
-    from parlab.context_parallel import explore_regime as regime
+    from parlab.context_parallel.explore import regime
     from parlab.core.link import Link
 
     link = Link(1e-4, 50e6, "test", dilation=100.0)
@@ -249,7 +249,7 @@ def test_overlap_regime_measures_the_ring_on_the_link():
 
 
 def test_explain_regime_says_when_the_share_does_not_rise(capsys):
-    from parlab.context_parallel import explore_regime as regime
+    from parlab.context_parallel.explore import regime
 
     def row(t, ratio, hidden, blocked, link_ms, measured=None):
         return {"tokens/rank": t, "predicted block compute/transfer": ratio,
@@ -281,7 +281,7 @@ def test_explain_regime_says_when_the_share_does_not_rise(capsys):
 def test_when_to_use_follows_this_runs_numbers(capsys):
     import pandas as pd
 
-    from parlab.context_parallel import explore_summary as summary
+    from parlab.context_parallel.explore import summary
 
     cfg = make_config("cp-ring", world_size=2, cp=2, steps=1)
     assert summary.ulysses_fewer_bytes_from(cfg) == 3  # 2/cp of the ring's bytes: fewer from cp = 3

@@ -290,27 +290,27 @@ def test_when_to_use_verdicts_follow_the_measured_numbers():
     """Each "When to use it" line computes its direction from the numbers it is given: flip the
     step times and the verdict flips."""
     from parlab.core.link import Link
-    from parlab.data_parallel import explore_summary
+    from parlab.data_parallel.explore import summary as ex_summary
 
     link = Link(1e-3, 1e6, "slow")  # α·β = 1,000 B
     faster = {"ddp-naive": 2.0, "ddp-bucketed": 1.0, "ddp-overlap": 1.0, "dear": 0.5}
     slower = {"ddp-naive": 1.0, "ddp-bucketed": 2.0, "ddp-overlap": 2.0, "dear": 2.0}
     exposed = {"ddp-naive": 0.5, "ddp-overlap": 0.2, "dear": 0.1}
-    line = explore_summary.bucketing_line(faster, [10, 100, 1000], 4, link)
+    line = ex_summary.bucketing_line(faster, [10, 100, 1000], 4, link)
     assert "α·β = 1,000 B" in line and "2 of the model's 3" in line and "fusing paid" in line
-    assert "did not pay" in explore_summary.bucketing_line(slower, [10, 100, 1000], 4, link)
-    line = explore_summary.overlap_line(faster, exposed)
+    assert "did not pay" in ex_summary.bucketing_line(slower, [10, 100, 1000], 4, link)
+    line = ex_summary.overlap_line(faster, exposed)
     assert "communication ÷ compute = 1.00" in line and "overlap paid" in line
-    assert "no gain here" in explore_summary.overlap_line(slower, exposed)
-    assert "worth it" in explore_summary.dear_line(faster, exposed, 1.5)
-    assert "no gain in this regime" in explore_summary.dear_line(slower, exposed)
-    assert "below WFBP's, yet not its step" in explore_summary.dear_line(slower, exposed, 1.0)
-    assert "machine was too busy" in explore_summary.dear_line(slower, exposed, 1.5, overrun=0.3)
-    assert "wait where the model idealizes" in explore_summary.dear_line(slower, exposed, 1.5)
+    assert "no gain here" in ex_summary.overlap_line(slower, exposed)
+    assert "worth it" in ex_summary.dear_line(faster, exposed, 1.5)
+    assert "no gain in this regime" in ex_summary.dear_line(slower, exposed)
+    assert "below WFBP's, yet not its step" in ex_summary.dear_line(slower, exposed, 1.0)
+    assert "machine was too busy" in ex_summary.dear_line(slower, exposed, 1.5, overrun=0.3)
+    assert "wait where the model idealizes" in ex_summary.dear_line(slower, exposed, 1.5)
     rows = [{"bucket_mb": 0.1, "buckets": 9, "step_s": 3.0, "predicted_s": 2.0, "link": link},
             {"bucket_mb": 4.0, "buckets": 1, "step_s": 1.0, "predicted_s": 1.0, "link": link}]
-    line = explore_summary.bucket_size_line(rows, world_size=2)
+    line = ex_summary.bucket_size_line(rows, world_size=2)
     assert "best bucket here was 4 MiB (1 bucket), 3.00× faster than 0.1 MiB (9 buckets)" in line
     assert "picked 4 MiB — agree" in line and "2(N−1)α = 2.0 ms" in line
     rows[0]["predicted_s"] = 0.5
-    assert "picked 0.1 MiB — differ" in explore_summary.bucket_size_line(rows, world_size=2)
+    assert "picked 0.1 MiB — differ" in ex_summary.bucket_size_line(rows, world_size=2)

@@ -6,26 +6,26 @@ import pytest
 
 from parlab.core.clock import pace_link, resolve
 from parlab.core.link import PRESETS
-from parlab.expert_parallel import explore_dense
+from parlab.expert_parallel.explore import dense as ex_dense
 
 
 @pytest.mark.parametrize("top_k", [1, 2])
 def test_active_parameters_equal_the_dense_gpt(top_k):
-    counts = explore_dense.active_parameters(explore_dense.moe_overrides(top_k))
+    counts = ex_dense.active_parameters(ex_dense.moe_overrides(top_k))
     assert counts["moe_active"] == counts["dense"] < counts["moe_total"]
 
 
 def test_width_rule():
-    assert explore_dense.equal_active_width(2, 4, 32) == 63  # 4·32 + 2·2·32·63 = 8·32²
-    assert explore_dense.equal_active_width(1, 4, 32) == 126
+    assert ex_dense.equal_active_width(2, 4, 32) == 63  # 4·32 + 2·2·32·63 = 8·32²
+    assert ex_dense.equal_active_width(1, 4, 32) == 126
     with pytest.raises(ValueError, match="top_k=2 experts of n_experts=3"):
-        explore_dense.equal_active_width(2, 3, 32)
+        ex_dense.equal_active_width(2, 3, 32)
 
 
 def test_prediction_is_dense_compute_plus_link_cost():
     """Paced (A100 time) on real NVLink; every assertion is arithmetic on the run's ledger and
     the paced link (deterministic), none on a measured time's value or order."""
-    out = explore_dense.compare(2, "NVLink", steps=2, top_k=2, clock="A100")
+    out = ex_dense.compare(2, "NVLink", steps=2, top_k=2, clock="A100")
     assert set(out) == {"loopback", "NVLink"}
     compute = out["loopback"]["dense"]["seconds"]
     paced = pace_link(PRESETS["NVLink"], resolve("A100", 2))
@@ -44,10 +44,10 @@ def test_diagnosis_names_the_flip():
                 "dense": {"seconds": 0.05, "link_s": 0.0, "predicted": 0.05}}
     link = {"ep": {"seconds": 0.30, "link_s": 0.01, "predicted": 0.06},
             "dense": {"seconds": 0.25, "link_s": 0.02, "predicted": 0.07}}
-    lines = explore_dense.diagnose(link, loopback)  # ep is slower on loopback by 150 ms
+    lines = ex_dense.diagnose(link, loopback)  # ep is slower on loopback by 150 ms
     assert len(lines) == 1 and lines[0].startswith("dense < ep") and "150.0 ms" in lines[0]
     loopback["ep"]["seconds"] = 0.04  # now the link must explain it
-    lines = explore_dense.diagnose(link, loopback)
+    lines = ex_dense.diagnose(link, loopback)
     assert len(lines) == 1 and "the link added 260.0 ms to ep" in lines[0]
     link["ep"]["seconds"] = 0.2
-    assert explore_dense.diagnose(link, loopback) == []
+    assert ex_dense.diagnose(link, loopback) == []

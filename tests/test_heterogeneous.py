@@ -230,7 +230,7 @@ def test_a_slow_rank_stretches_the_data_parallel_forward_too():
 
 
 def test_when_to_use_follows_this_runs_numbers(capsys):
-    from parlab.heterogeneous import explore_summary as summary
+    from parlab.heterogeneous.explore import summary
     from parlab.heterogeneous.programs import parse
 
     # HAP's LP on the fast device alone: T* = f + B = 40 row-times, so below f/T* = 0.7 a device gets no rows

@@ -6,7 +6,8 @@ import pytest
 
 import parlab
 from parlab.engine.runner import make_config
-from parlab.heterogeneous import cost, explore_tp, tp_shares
+from parlab.heterogeneous import cost, tp_shares
+from parlab.heterogeneous.explore import tp as ex_tp
 
 STEPS = 2
 
@@ -64,7 +65,7 @@ def test_lp_ratios_balance_the_devices_and_a_slow_link_moves_them():
 
 @pytest.mark.parametrize("sizes", [[6, 2, 2, 2], [3, 3, 3, 1], [2, 1, 3]])
 def test_uneven_collectives_values_and_bytes(sizes):
-    rows = explore_tp.measure_collectives(sizes, inner=8, repeats=1)
+    rows = ex_tp.measure_collectives(sizes, inner=8, repeats=1)
     for row in rows:
         assert row["ok"], row["variant"]
         assert row["sent"] == row["closed"], row["variant"]
@@ -121,9 +122,9 @@ def test_diagnosis_names_a_disagreement_and_fits_f():
             {**base, "shard": "proportional", "work": even, "step_ms": 80.0, "model_ms": 9.0,
              "speedup": 1.25},
             {**base, "shard": "lp", "work": lp, "step_ms": 90.0, "model_ms": 8.0, "speedup": 100 / 90}]
-    text = explore_tp.diagnosis(rows)
+    text = ex_tp.diagnosis(rows)
     assert "DISAGREE" in text and "why they disagree" in text
     rows[2].update(step_ms=100 / 1.75, speedup=1.75)  # (f + .25)/.5 ÷ (f + .1)/.5 = 1.75 at f = 0.1
     rows[1].update(step_ms=90.0, speedup=100 / 90, work=[0.28, 0.28, 0.28, 0.16])
-    assert explore_tp.implied_fixed(rows[::2]) == pytest.approx(0.1)
-    assert "the same" in explore_tp.diagnosis(rows)
+    assert ex_tp.implied_fixed(rows[::2]) == pytest.approx(0.1)
+    assert "the same" in ex_tp.diagnosis(rows)

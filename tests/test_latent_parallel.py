@@ -112,7 +112,7 @@ def test_bad_input_is_a_value_error_before_launch(kwargs, match):
 
 
 def test_the_reconstruction_verdict_is_computed_from_the_rows(capsys):
-    from parlab.context_parallel.explore_latent import bias_reach, explain_reconstruction
+    from parlab.context_parallel.explore.latent import bias_reach, explain_reconstruction
 
     assert bias_reach(VideoConfig(locality=1.0)) == 8.0 and bias_reach(VideoConfig(locality=4.0)) == 2.0
 

@@ -47,8 +47,8 @@ def layer_of(module: str) -> str:
         return top
     if len(parts) == 2:  # a chapter package's __init__: documentation only
         return "blocks" if top != "core" else "core"
-    if leaf.startswith("explore") or leaf in ("bench", "draw", "exercises"):  # presentation
-        return "explore"
+    if parts[2] == "explore" or leaf in ("bench", "draw", "exercises"):  # presentation
+        return "explore"  # the chapter's `explore` package: its __init__ and one module per part
     if leaf == "schemes" or leaf.startswith(("schemes_", "torch_")):
         return "schemes"
     return "core" if top == "core" else "blocks"
@@ -153,6 +153,8 @@ def test_the_checkers_catch_a_cycle_an_upward_import_and_a_foreign_explore():
     sideways = layer_violations({"parlab.zero.schemes": {"parlab.data_parallel.schemes"}})
     assert sideways and "another chapter's schemes" in sideways[0]
     assert layer_violations({"parlab.zero.schemes": {"parlab.data_parallel.sync"}}) == []
+    part = layer_violations({"parlab.zero.shard": {"parlab.zero.explore.summary"}})
+    assert part and "upward" in part[0]  # a part of `explore` is presentation, as explore is
 
 
 # ----------------------------------------------------------------------------- the package obeys
@@ -168,6 +170,11 @@ def test_one_folder_per_chapter_and_no_flat_modules():
     flat = [p.name for p in PACKAGE.glob("*.py") if p.name.startswith(FLAT_PREFIXES)]
     assert flat == [], f"chapter modules belong in their chapter's folder: {flat}"
     assert [g for g in GONE if (PACKAGE / g).exists()] == []
+    # a chapter's explore splits only into a package, one module per notebook part (issue 33)
+    flat_parts = sorted(str(p.relative_to(ROOT)) for p in PACKAGE.glob("*/explore_*.py"))
+    assert flat_parts == [], f"a part of explore is explore/<part>.py: {flat_parts}"
+    both = sorted(p.parent.name for p in PACKAGE.glob("*/explore.py") if (p.parent / "explore").is_dir())
+    assert both == [], f"explore.py beside an explore/ package: {both}"
     notebooks = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     for stem in notebooks:
         number, slug = stem.split("_", 1)
@@ -225,8 +232,8 @@ def exercise_definitions(source: str) -> list[str]:
 
 def exercise_problems(chapters: dict[str, tuple[bool, dict[str, str]]]) -> list[str]:
     """{chapter folder: (its notebook has exercises, {file: source} of its `exercises.py`, its
-    `explore*.py` and `explore/` modules)} -> a chapter with exercises but no `exercises.py`, and
-    each exercise defined in explore code."""
+    `explore.py` or the modules of its `explore/` package)} -> a chapter with exercises but no
+    `exercises.py`, and each exercise defined in explore code."""
     problems = []
     for folder, (has_exercises, files) in sorted(chapters.items()):
         if has_exercises and "exercises.py" not in files:
@@ -243,7 +250,7 @@ def test_the_exercise_checker_catches_a_missing_module_and_an_exercise_in_explor
                "def check_crossover(answer, ratio=0.01):\n    return answer == 3\n"
                "def check_all(world_size, steps=3):\n    return {}\n")
     assert exercise_problems({"zero": (True, {"explore.py": explore}),
-                              "serving": (True, {"exercises.py": explore, "explore_edge.py": ""}),
+                              "serving": (True, {"exercises.py": explore, "explore/edge.py": ""}),
                               "core": (False, {"explore.py": ""})}) == [
         "parlab/zero/: the notebook has exercises, parlab/zero/ no exercises.py",
         "parlab/zero/explore.py: line 1: imports parlab.exercises (exercises belong in exercises.py)",
@@ -262,7 +269,7 @@ def test_every_chapter_with_exercises_has_exercises_py_and_explore_defines_none(
         number, slug = path.stem.split("_", 1)
         folder = PACKAGE / ("core" if number == "00" else slug)
         files = {str(p.relative_to(folder)): p.read_text() for p in
-                 [*folder.glob("explore*.py"), *folder.glob("explore/**/*.py"), *folder.glob("exercises.py")]}
+                 [*folder.glob("explore.py"), *folder.glob("explore/**/*.py"), *folder.glob("exercises.py")]}
         chapters[folder.name] = (notebook_has_exercises(json.loads(path.read_text())), files)
     assert exercise_problems(chapters) == []
 
@@ -320,18 +327,20 @@ def notebook_aliases(path: pathlib.Path) -> list[tuple[str, str]]:
 
 
 def alias_problems(aliases: dict[str, list[tuple[str, str]]]) -> list[str]:
-    """An alias says which module it is: `explore` as `ex`, `explore_<part>` as `ex_<part>`, any
-    other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`), never starting `ex_`;
-    and one alias means one module name in every notebook (`ee` cannot be `explore_eager` in one,
-    `explore_edge` in another)."""
+    """An alias says which module it is: `explore` as `ex`, its part `explore.<part>` as
+    `ex_<part>`, any other name as itself or ending in `_<name>` (`dp_sync`, `tp_layers`), never
+    starting `ex_`; and one alias means one module name in every notebook (`ee` cannot be
+    `explore.eager` in one, `explore.edge` in another)."""
     problems, meaning = [], {}
     for notebook, pairs in sorted(aliases.items()):
         for name, alias in pairs:
-            leaf = name.rpartition(".")[2]
+            package, _, leaf = name.rpartition(".")
+            if package.rpartition(".")[2] == "explore":  # a part: `parlab.x.explore.<part>`
+                leaf = "explore." + leaf
             if leaf == "explore":
                 honest = alias == "ex"
-            elif leaf.startswith("explore_"):
-                honest = alias == "ex_" + leaf.removeprefix("explore_")
+            elif leaf.startswith("explore."):
+                honest = alias == "ex_" + leaf.removeprefix("explore.")
             else:  # `ex_` says explore: `exercises` is `exercises`, never `ex_exercises`
                 honest = (alias == leaf or alias.endswith("_" + leaf)) and not alias.startswith("ex_")
             if not honest:
@@ -353,13 +362,13 @@ def test_the_name_checkers_catch_a_second_definition_a_package_name_and_an_ambig
     assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_loop")]}) == ["01: sync as dp_loop"]
     assert alias_problems({"13": [("parlab.planner.exercises", "ex_exercises")]}) == \
         ["13: exercises as ex_exercises"]
-    assert alias_problems({"04": [("parlab.pipeline.explore_eager", "ee")],
-                           "12": [("parlab.serving.explore_edge", "ee")]}) == \
-        ["04: explore_eager as ee", "12: explore_edge as ee",
-         "12: ee is explore_edge here, explore_eager in 04"]
+    assert alias_problems({"04": [("parlab.pipeline.explore.eager", "ee")],
+                           "12": [("parlab.serving.explore.edge", "ee")]}) == \
+        ["04: explore.eager as ee", "12: explore.edge as ee",
+         "12: ee is explore.edge here, explore.eager in 04"]
     assert alias_problems({"01": [("parlab.data_parallel.sync", "dp_sync"),
                                   ("parlab.data_parallel.explore", "ex")],
-                           "09": [("parlab.asynchrony.explore_dualbatch", "ex_dualbatch"),
+                           "09": [("parlab.asynchrony.explore.dualbatch", "ex_dualbatch"),
                                   ("parlab.asynchrony.explore", "ex")]}) == []
 
 
@@ -394,33 +403,34 @@ _NO_COST = "registers no cost= (its closed form needs what PyTorch chose: bucket
 SCHEME_NAMES_ALLOWED = {
     ("parlab/compression/bench.py", "torch-powersgd"):
         "a note printed when the user's --schemes holds PyTorch's hook (a user option value)",
-    ("parlab/compression/explore.py", "torch-powersgd"): "torch-powersgd " + _NO_COST,
+    ("parlab/compression/explore/__init__.py", "torch-powersgd"): "torch-powersgd " + _NO_COST,
     ("parlab/data_parallel/bench.py", "torch-ddp"):
         "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
-    ("parlab/data_parallel/explore_measure.py", "torch-ddp"):
+    ("parlab/data_parallel/explore/measure.py", "torch-ddp"):
         "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
-    ("parlab/data_parallel/explore.py", "ddp-overlap"):
+    ("parlab/data_parallel/explore/__init__.py", "ddp-overlap"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
-    ("parlab/data_parallel/explore.py", "dear"):
+    ("parlab/data_parallel/explore/__init__.py", "dear"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
     ("parlab/context_parallel/bench.py", "cp-ring"):
         "the ring's rows name its layout option; cp-ring and cp-ulysses register no cost= yet",
-    ("parlab/context_parallel/explore.py", "cp-ring"):
+    ("parlab/context_parallel/explore/__init__.py", "cp-ring"):
         "cp-ring and cp-ulysses register no cost= yet: ring_bytes or ulysses_bytes is picked here",
-    ("parlab/tensor_parallel/explore.py", "tp-sp"):
+    ("parlab/tensor_parallel/explore/__init__.py", "tp-sp"):
         "tp-sp is tp with sequence parallelism, which its runs do not report (activation_bytes' flag)",
-    ("parlab/local_learning/explore.py", "pipedream"):
+    ("parlab/local_learning/explore/__init__.py", "pipedream"):
         "weight versions (PipeDream's vs 2BW's closed form): the registered cost= carries bytes only",
-    ("parlab/local_learning/explore.py", "local"):
+    ("parlab/local_learning/explore/__init__.py", "local"):
         "the widget prints the ledger report only for the two schemes that send per boundary",
-    ("parlab/local_learning/explore.py", "interlocking"):
+    ("parlab/local_learning/explore/__init__.py", "interlocking"):
         "the widget prints the ledger report only for the two schemes that send per boundary",
-    ("parlab/pipeline/explore.py", "torch-pp"):
+    ("parlab/pipeline/explore/__init__.py", "torch-pp"):
         "pp and torch-pp take the schedule as an option, the pp-* schemes carry it in their name",
-    ("parlab/pipeline/explore.py", "pp-naive"): "the one-micro-batch schedule is this table's baseline",
+    ("parlab/pipeline/explore/__init__.py", "pp-naive"):
+        "the one-micro-batch schedule is this table's baseline",
     ("parlab/subnet/bench.py", "sdp"): "the memory and bytes rows are sdp's, beside its baseline's step",
-    ("parlab/subnet/explore.py", "sdp"): "sdp measured against its ddp-bucketed baseline",
-    ("parlab/subnet/explore.py", "ddp-bucketed"): "sdp measured against its ddp-bucketed baseline",
+    ("parlab/subnet/explore/__init__.py", "sdp"): "sdp measured against its ddp-bucketed baseline",
+    ("parlab/subnet/explore/__init__.py", "ddp-bucketed"): "sdp measured against its ddp-bucketed baseline",
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
     ("parlab/planner/scaling_model.py", "ddp-overlap"):

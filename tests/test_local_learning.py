@@ -168,13 +168,13 @@ def test_explain_idle_names_the_link_bound_stage(capsys):
     time, ×15,000 paced, two per step: 119 ms, exactly (the ledger's bytes through Link.cost);
     the stage's paced compute per step is ~46 ms (an operator count, repeatable to ±5%). The
     assertion leaves a factor 1.5 of margin on a ratio of ~2.6."""
-    from parlab.local_learning import explore_timing
+    from parlab.local_learning.explore import timing as ex_timing
 
-    rows = explore_timing.compare_schemes(2, steps=2, link="100Gb-IB", microbatches=2, clock="A100",
+    rows = ex_timing.compare_schemes(2, steps=2, link="100Gb-IB", microbatches=2, clock="A100",
                                           schemes=(("pp-1f1b", {}),), quiet=True)
     cfg = rows[0]["result"].config
     message = cfg.link.cost(6 * 32 * 32 * 4)  # one micro-batch's activation, paced
-    diagnoses = explore_timing.explain_idle(rows, 2, cores=2)
+    diagnoses = ex_timing.explain_idle(rows, 2, cores=2)
     out = capsys.readouterr().out
     (d,) = diagnoses
     assert d["link_s"] == pytest.approx(2 * message, rel=1e-9)  # deterministic: ledger × α-β

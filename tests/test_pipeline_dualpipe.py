@@ -118,7 +118,7 @@ def test_paced_bubble_is_what_the_action_lists_predict():
     """On the paced clock (A100, NVLink) the measured bubble is the ideal one — the action lists
     with the run's own stage times and messages charged as the link charges them — within 5
     points, and below 1F1B's closed form at the same p and m."""
-    from parlab.pipeline.explore_dualpipe import measure
+    from parlab.pipeline.explore.dualpipe import measure
 
     row = measure("pp-dualpipe", pp=4, microbatches=8, steps=2)
     assert abs(row["bubble"] - row["ideal"]) <= 0.05, row

@@ -36,7 +36,7 @@ def test_the_first_figure_gives_every_schedule_the_same_work(capsys):
 
 def test_unet_skips_relayed_cost_more_only_where_a_stage_lies_between(capsys):
     from parlab.models import UNet3DConfig
-    from parlab.pipeline.explore_unet import straight_vs_relayed
+    from parlab.pipeline.explore.unet import straight_vs_relayed
     rows = straight_vs_relayed(UNet3DConfig(levels=3, base=4, block_size=16), 2)
     by = {p: (direct, relayed) for p, _, direct, relayed in rows}
     assert by[2][0] == by[2][1] and all(by[p][1] > by[p][0] for p in (3, 4, 5, 6))
@@ -44,9 +44,9 @@ def test_unet_skips_relayed_cost_more_only_where_a_stage_lies_between(capsys):
 
 
 def test_when_to_use_follows_the_numbers_it_is_given():
-    """Chapter 04's verdict (explore_summary.when_to_use_lines): four lines whose directions flip
+    """Chapter 04's verdict (explore.summary.when_to_use_lines): four lines whose directions flip
     when the measured ratios flip, and whose m threshold is the closed form's."""
-    from parlab.pipeline.explore_summary import when_to_use_lines
+    from parlab.pipeline.explore.summary import when_to_use_lines
 
     n = {"p": 2, "agree": 3, "points": 3, "last_m": 4, "last_bubble": 0.2, "act": 0.6,
          "message_ms": 0.5, "overhead_ms": 0.5, "forward_ms": 20.0, "w_share": 0.3, "gain": 1.4,

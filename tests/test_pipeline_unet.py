@@ -127,18 +127,18 @@ def test_bad_input_is_named(kwargs, word):
 def test_sliding_window_one_window_is_the_whole_volume_and_scores_count():
     import torch
 
-    from parlab.pipeline import explore_unet
+    from parlab.pipeline.explore import unet as ex_unet
 
     model = UNet3D(UNet3DConfig(levels=2, base=2, block_size=8))
     x = torch.randn(1, 1, 16, 16, 16)
     with torch.no_grad():
         whole = model(x)
-        assert torch.allclose(explore_unet.sliding_window(model, x, 16, 16), whole)
-        tiled = explore_unet.sliding_window(model, x, 8, 8)  # 8 windows: borders differ
+        assert torch.allclose(ex_unet.sliding_window(model, x, 16, 16), whole)
+        tiled = ex_unet.sliding_window(model, x, 8, 8)  # 8 windows: borders differ
         assert tiled.shape == whole.shape and not torch.allclose(tiled, whole)
     y = whole.argmax(1)
-    assert explore_unet._scores(whole, y) == {"accuracy": 1.0, "dice": 1.0}
-    assert explore_unet._scores(whole, (y + 1) % 3)["accuracy"] == 0.0
+    assert ex_unet._scores(whole, y) == {"accuracy": 1.0, "dice": 1.0}
+    assert ex_unet._scores(whole, (y + 1) % 3)["accuracy"] == 0.0
 
 
 # ------------------------------------------- eager 1F1B over meshes of different widths (AlpaComm)
@@ -253,7 +253,8 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition, optio
     exactly like the single process; by memory, the split is the profile's min-max one, its
     largest estimated stage is no larger than the even split's, and under GPipe (LAMP's schedule)
     the estimate is each rank's measured memory, byte for byte."""
-    from parlab.pipeline import cost, explore_lamp, lamp
+    from parlab.pipeline import cost, lamp
+    from parlab.pipeline.explore import lamp as ex_lamp
     from parlab.pipeline.schemes import resolve
     from parlab.pipeline.stages import even_partition
     r = parlab.run(scheme, world_size=world, model="unet3d", steps=3, batch_size=BATCH,
@@ -276,7 +277,7 @@ def test_lamp_partition_equals_single(reference, scheme, world, partition, optio
         if options.get("checkpoint"):
             assert largest(counts) < largest(even_partition(6, world))
         if plan.schedule == "gpipe":
-            assert explore_lamp.estimate(r) == explore_lamp.measured(r)
+            assert ex_lamp.estimate(r) == ex_lamp.measured(r)
 
 
 def test_lamp_partition_refused_for_gpt():
@@ -290,11 +291,11 @@ def test_patch_curriculum_carries_parameters_across_sides():
     seed (same losses, same parameters when repeated)."""
     import torch
 
-    from parlab.pipeline import explore_lamp
-    both, losses = explore_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
-    first, _ = explore_lamp.train_patches([(8, 2)], batch_size=2)
+    from parlab.pipeline.explore import lamp as ex_lamp
+    both, losses = ex_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
+    first, _ = ex_lamp.train_patches([(8, 2)], batch_size=2)
     assert len(losses) == 3
     assert any(not torch.equal(a, b) for a, b in zip(both.parameters(), first.parameters()))
-    again, losses_again = explore_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
+    again, losses_again = ex_lamp.train_patches([(8, 2), (16, 1)], batch_size=2)
     assert losses_again == losses
     assert all(torch.equal(a, b) for a, b in zip(both.parameters(), again.parameters()))

@@ -12,7 +12,7 @@ from parlab.planner.energy import (
     energy_per_step,
     read_energy_counter,
 )
-from parlab.planner.explore_energy import characterization, print_characterization
+from parlab.planner.explore.energy import characterization, print_characterization
 from parlab.planner.plan import Plan
 
 

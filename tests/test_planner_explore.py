@@ -87,8 +87,8 @@ def test_score_counts_held_out_plans_only(capsys):
     out = capsys.readouterr().out
     assert f"scored: the held-out plans ({len(held)} of {len(rows)}); not scored" in out
     assert f"median |error| {j.median_error:.1%}" in out
-    from parlab.planner import explore_guide
-    fig = explore_guide.scatter(s)
+    from parlab.planner.explore import guide as ex_guide
+    fig = ex_guide.scatter(s)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert f"calibration plans (fitted on): not scored ({len(calib)})" in labels
     assert f"over {len(held)} plans" in fig.axes[0].get_title()
@@ -99,7 +99,8 @@ def test_score_counts_held_out_plans_only(capsys):
 def test_when_to_use_prints_thresholds_from_the_run(capsys):
     """The decision guide's closing lines come from the sweep, the scaling points, the replayed
     traces and the Megatron table given to it: change the sweep and the numbers change."""
-    from parlab.planner import explore_guide, extrapolate
+    from parlab.planner import extrapolate
+    from parlab.planner.explore import guide as ex_guide
     preds, measured = _predictions()
     rows, j = explore.score(preds, measured, set())
     s = explore.Sweep(4, None, rows, j, costmodel.Calibration(), {}, preds, measured, "0", None,
@@ -109,7 +110,7 @@ def test_when_to_use_prints_thresholds_from_the_run(capsys):
              for n, t in ((1, 100.0), (2, 60.0))]
     replay = [{"plan": "tp ×2", "2× FLOP/s": 0.9, "2× bandwidth": 0.95, "½ latency α": 0.6}]
     table = extrapolate.megatron_table("A100")
-    explore_guide.when_to_use(s, scale, replay, table)
+    ex_guide.when_to_use(s, scale, replay, table)
     out = capsys.readouterr().out
     ordered = sorted(rows, key=lambda r: r["measured_ms"])
     ratio = ordered[-1]["measured_ms"] / ordered[0]["measured_ms"]
@@ -124,5 +125,5 @@ def test_when_to_use_prints_thresholds_from_the_run(capsys):
     s.results = {preds[0].plan: SimpleNamespace(config=SimpleNamespace(
         steps=2, batch_size=12, model_config=explore.model_config()))}
     assert s.describe().startswith(f"{len(rows)} plans at world size 4 (scheme nd), each run 2 steps")
-    explore_guide.hardware_ratios(table, extrapolate.megatron_table("H100"))
+    ex_guide.hardware_ratios(table, extrapolate.megatron_table("H100"))
     assert "H100 vs A100: compute ×" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from parlab.core.link import Link
 from parlab.engine.run_config import make_config
 from parlab.pipeline.placed import messages
 from parlab.pipeline.placed_cost import message_bytes
-from parlab.planner import explore_placement_run as placed_run
+from parlab.planner.explore import placement_run as placed_run
 from parlab.planner.graph import Graph, demo_graph, profile, with_times
 from parlab.planner.placement import (
     PlacementPlan,
@@ -153,7 +153,7 @@ def test_messages_are_derived_from_the_plan():
 def both2():
     """The MILP's plan and the 1F1B pipeline on 2 ranks, each run for 2 steps (shared by the
     exactness test and the report)."""
-    from parlab.planner.explore_placement import run_both
+    from parlab.planner.explore.placement import run_both
     g = graph(m=2, **TINY)
     return g, run_both(g, 2, steps=2)
 
@@ -245,7 +245,7 @@ def test_report_rows_and_drawings(capsys, both2):
     import matplotlib
 
     matplotlib.use("Agg")
-    from parlab.planner.explore_placement import draw, draw_run, placement_report, print_report
+    from parlab.planner.explore.placement import draw, draw_run, placement_report, print_report
 
     g, runs = both2
     rows = placement_report(g, 2, runs=runs)

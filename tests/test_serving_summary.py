@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from parlab.serving import explore_summary as es
+from parlab.serving.explore import summary as es
 
 
 def test_comm_range_is_where_the_model_gives_ten_percent():

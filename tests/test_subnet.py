@@ -159,7 +159,7 @@ def test_exercises_accept_the_closed_forms_answers_and_reject_others(runs, capsy
 def test_when_to_use_follows_this_runs_numbers(capsys):
     import pandas as pd
 
-    from parlab.subnet import explore_summary as summary
+    from parlab.subnet.explore import summary
 
     table = pd.DataFrame([{"k": 1, "mask": "forward", "granularity": g, "saved": s, "bytes_vs_ddp": b}
                           for g, s, b in (("block", 0.5, 0.08), ("neuron", 0.3, 0.4))])

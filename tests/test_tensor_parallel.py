@@ -148,8 +148,8 @@ def test_vocab_parallel_embedding_and_cross_entropy(world_size):
 
 
 def test_when_to_use_follows_the_numbers_it_is_given():
-    """Chapter 03's verdict (explore_summary): each direction flips when its inputs flip."""
-    from parlab.tensor_parallel.explore_summary import when_to_use_lines
+    """Chapter 03's verdict (explore.summary): each direction flips when its inputs flip."""
+    from parlab.tensor_parallel.explore.summary import when_to_use_lines
 
     def links(best_nvlink):
         row = lambda best: {"best": best, "base": 1, "best_ms": 1.0, "base_ms": 2.0}  # noqa: E731

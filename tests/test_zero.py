@@ -169,7 +169,7 @@ def test_bench_all_zero3_regime_row_sets_the_forward_gather_to_the_forward_compu
 
 def test_prefetch_report_prints_estimates_beside_measurements_and_diagnoses_a_shortfall():
     from parlab.core.link import Link
-    from parlab.zero.explore_prefetch import report_lines
+    from parlab.zero.explore.prefetch import report_lines
 
     regime = {"link": Link(20e-6, 20e6, "20 MB/s"), "forward": 0.02, "backward": 0.035,
               "gather_f": 0.02, "gather_b": 0.02, "scatter": 0.02}
@@ -188,7 +188,7 @@ def test_when_to_use_follows_the_measured_memory_links_prefetch_and_checkpointin
     against the compute, or prefetch's step times, and the line says the other thing."""
     import pandas as pd
 
-    from parlab.zero import explore_summary
+    from parlab.zero.explore import summary as ex_summary
 
     def row(scheme, params, grads, optimizer, activations):
         return {"scheme": scheme, "world_size": 4, "params": params, "grads": grads,
@@ -199,27 +199,27 @@ def test_when_to_use_follows_the_measured_memory_links_prefetch_and_checkpointin
                           row("zero2", 400, 100, 200, 100), row("zero3", 100, 100, 200, 100)])
     comm = [{"scheme": "zero1", "link": "slow", "measured_ms": 10.0},
             {"scheme": "zero3", "link": "slow", "measured_ms": 15.0}]
-    first, third = explore_summary.stage_lines(table, comm)
+    first, third = ex_summary.stage_lines(table, comm)
     assert "zero1 held 0.62× DDP's model states (optimizer state sharded)" in first
     assert "zero2 held 0.44×" in first and "nothing to lose" in first
     assert "zero3 held 0.25×" in third and "1.50× zero1's" in third
     trade = {"saved": 0.5, "time_ratio": 1.3, "expected_ratio": 1.3, "overhead_ms": 0.0, "backward_ms": 20.0}
-    line = explore_summary.states_or_activations_line(table, trade)
+    line = ex_summary.states_or_activations_line(table, trade)
     assert "(4.00×: states still dominate" in line and "saved 50% of them for 1.30×" in line
     table.loc[table.scheme == "zero3", "activations"] = 800
-    assert "activations dominate" in explore_summary.states_or_activations_line(table, trade)
+    assert "activations dominate" in ex_summary.states_or_activations_line(table, trade)
     assert "machinery" not in line
     assert "; 5.0 ms more per step is the checkpoint machinery's own cost" in \
-        explore_summary.states_or_activations_line(table, {**trade, "time_ratio": 2.0, "overhead_ms": 5.0})
+        ex_summary.states_or_activations_line(table, {**trade, "time_ratio": 2.0, "overhead_ms": 5.0})
 
     regime = {"forward": 1.0, "backward": 2.0, "gather_f": 0.5, "gather_b": 0.5, "scatter": 0.5}
     report = {"regime": regime, "measured": {False: 4.0, True: 2.0}, "ideal": {False: 4.5, True: 3.0}}
-    line = explore_summary.prefetch_line(report)
+    line = ex_summary.prefetch_line(report)
     assert "(covered), A_b + R 1000.0 ms against B 2000.0 ms (covered)" in line
     assert "with prefetch it ran 2.00× faster (1.50× at ideal" in line
     slow = {"regime": {**regime, "gather_f": 2.0}, "measured": {False: 2.0, True: 4.0},
             "ideal": report["ideal"]}
-    line = explore_summary.prefetch_line(slow)
+    line = ex_summary.prefetch_line(slow)
     assert "F 1000.0 ms (not covered)" in line and "at 0.50× the speed: no gain" in line
-    lines = explore_summary.when_to_use(table, comm, trade, report)
+    lines = ex_summary.when_to_use(table, comm, trade, report)
     assert lines[0] == "When to use it (from this run):" and len(lines) == 5

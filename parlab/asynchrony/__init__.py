@@ -24,8 +24,8 @@ send/recv through `Comm`, the parameters sharded over `servers` ranks), `dualbat
 small-batch workers, cyclic progressive sequence lengths), `jacobi` (block-Jacobi for a 2-D
 Poisson problem: synchronous, totally asynchronous and flexible communication, macroiterations;
 `jacobi_virtual`: its deterministic timetable, `jacobi_solver`: the ranks and `solve`);
-`cost` (closed forms), `schemes`; `explore` (part A), `explore_ssp` (SSP: jitter vs a persistent
-straggler), `explore_sharded`, `explore_dualbatch` (part B), `explore_jacobi` (part C),
-`explore_flexible` (part D), `explore_summary` (each part's "when to use it"), `exercises` and
+`cost` (closed forms), `schemes`; `explore` (part A), `explore.ssp` (SSP: jitter vs a persistent
+straggler), `explore.sharded`, `explore.dualbatch` (part B), `explore.jacobi` (part C),
+`explore.flexible` (part D), `explore.summary` (each part's "when to use it"), `exercises` and
 `bench` (what notebook 09 and `python -m parlab bench asynchrony` run).
 """

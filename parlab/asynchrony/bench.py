@@ -21,7 +21,7 @@ import json
 import parlab
 from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
-from parlab.asynchrony import explore_dualbatch as dual
+from parlab.asynchrony.explore import dualbatch as dual
 
 
 def measure_ps(world_size: int, steps: int, straggler: float, staleness: int,

@@ -7,5 +7,5 @@ partitions with a halo).
 
 Reading order: `ring_attention` (online-softmax merge, K/V ring, zig-zag layout),
 `ring_recompute`, `ulysses`, `latent_parallel`, `cost` (every closed form), `schemes`; `explore`
-(with `explore_regime`: where the ring hides its transfers), `exercises` and `bench`.
+(with `explore.regime`: where the ring hides its transfers), `exercises` and `bench`.
 """

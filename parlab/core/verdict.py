@@ -1,6 +1,6 @@
 """A chapter's closing verdict, "When to use it (from this run)": one printer for every chapter.
 
-Each chapter's `explore_summary` computes its lines from the run's own measurements (a threshold,
+Each chapter's `explore.summary` computes its lines from the run's own measurements (a threshold,
 a ratio, the direction of a comparison, and the diagnosis where the run contradicts the model);
 this prints them under the one heading the chapters share and returns them for tests.
 """

@@ -12,7 +12,7 @@ gradients move, apart from the loop), `bucketed` (naive and bucketed all-reduce 
 `overlap` (WFBP), `layerwise` and `priority` (P3),
 `dear`; `cost` (closed forms and the α-β step-time model), `schemes`, `torch_ddp`, `api` (the
 syncs as a library: `DataParallel(model, optimizer, comm, sync=...)` in your own training loop,
-rank 0's weights broadcast at construction); `explore` (with `explore_library`: the library on a
+rank 0's weights broadcast at construction); `explore` (with `explore.library`: the library on a
 user's tied and frozen model, notebooks 01 and 02), `exercises` and `bench` (what notebook 01 and
 `python -m parlab bench data_parallel` run).
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.buckets import plan_buckets
-from parlab.data_parallel.explore_measure import param_numels
+from parlab.data_parallel.explore.measure import param_numels
 from parlab.exercises import Exercise, find, numeric
 
 

@@ -7,7 +7,7 @@ message outweighs NVLink's α·β and bytes decide (the regime of GShard and Swi
 
 Dense of equal active parameters: the tiny GPT itself against a gpt-moe whose experts are
 h = (8C − E)/(2k) wide, so that router + k experts hold exactly the dense MLP's parameters
-(`parlab.expert_parallel.explore_dense`; Shazeer et al. 2017: the MoE adds parameters, not FLOPs).
+(`parlab.expert_parallel.explore.dense`; Shazeer et al. 2017: the MoE adds parameters, not FLOPs).
 Each row prints the measured step time beside the α-β prediction (equal compute + the link's cost
 of the run's own ledger) and ratios within this run, then the verdict: all-to-all beats all-gather.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 
 import parlab
-from parlab.expert_parallel import explore_dense
+from parlab.expert_parallel.explore import dense as ex_dense
 
 
 def balance(steps: int, world_size: int) -> dict:
@@ -41,15 +41,15 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--links", nargs="+", default=["loopback", explore_dense.TIMING_LINK])
+    parser.add_argument("--links", nargs="+", default=["loopback", ex_dense.TIMING_LINK])
     parser.add_argument("--clock", default="A100", help="A100, H100, V100 (paced) or wall")
-    parser.add_argument("--batch", type=int, default=explore_dense.TIMING_BATCH)
+    parser.add_argument("--batch", type=int, default=ex_dense.TIMING_BATCH)
     parser.add_argument("--top-k", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--balance-steps", type=int, default=100)
     args = parser.parse_args(argv)
     for k in args.top_k:
-        counts = explore_dense.active_parameters(explore_dense.moe_overrides(k))
+        counts = ex_dense.active_parameters(ex_dense.moe_overrides(k))
         print(f"k={k}: gpt-moe active {counts['moe_active']:,} of {counts['moe_total']:,} "
               f"parameters; dense gpt {counts['dense']:,}")
     print(f"clock {args.clock}, batch {args.batch}")
@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{'gather/ep':>9} {'ep/dense':>8} {'ep B/step':>10} {'gather B/step':>13}  "
           "(measured/predicted)")
     for world_size in args.world_sizes:
-        links = [link for link in args.links if link != "loopback"] or [explore_dense.TIMING_LINK]
+        links = [link for link in args.links if link != "loopback"] or [ex_dense.TIMING_LINK]
         for k in args.top_k:
             for link in links:  # loopback and this link in one run: ratios comparable
-                out = explore_dense.compare(world_size, link, args.steps, k, args.clock,
+                out = ex_dense.compare(world_size, link, args.steps, k, args.clock,
                                             args.batch)
                 for name_link, t in out.items():
                     if name_link == "loopback" and "loopback" not in args.links:
@@ -72,10 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"{t['ep-allgather']['seconds'] / t['ep']['seconds']:>8.2f}× "
                           f"{t['ep']['seconds'] / t['dense']['seconds']:>7.2f}× "
                           f"{t['ep']['bytes']:>10,} {t['ep-allgather']['bytes']:>13,}")
-                    for line in explore_dense.diagnose(t, out["loopback"]) \
+                    for line in ex_dense.diagnose(t, out["loopback"]) \
                             if name_link != "loopback" else []:
                         print("   diagnosis:", line)
-                explore_dense.verdict(out, link, world_size, k)
+                ex_dense.verdict(out, link, world_size, k)
     if args.balance_steps:
         print(f"\nload balance, ep on 1 rank, {args.balance_steps} steps (means of the last 10)")
         for mode, row in balance(args.balance_steps, 1).items():

@@ -15,5 +15,5 @@ program search: `programs.py` (one sharding choice per operator, the layouts and
 `hap_time.py` (a program's compute and communication),
 `program_search.py` (A* alternating with the ratio LP), `hap_layers.py` (a program, run);
 `cost.py` (bytes and step time), `schemes.py`, `schemes_hap.py`, `explore.py`,
-`explore_tp.py` and `explore_hap.py` (what the notebook runs), `exercises.py`, `bench.py`.
+`explore/tp.py` and `explore/hap.py` (what the notebook runs), `exercises.py`, `bench.py`.
 """

@@ -24,7 +24,8 @@ import argparse
 import json
 
 from parlab.core import topology
-from parlab.heterogeneous import explore, explore_tp
+from parlab.heterogeneous import explore
+from parlab.heterogeneous.explore import tp as ex_tp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,18 +97,18 @@ def _tensor_parallel(args) -> dict:
     n = len(args.tp_ratios)
     model_config = ast.literal_eval(args.tp_model) or None
     print(f"\nhetero-tp: N={n}, speeds {args.tp_ratios} × {args.tp_scale:g}, GPT {model_config or 'default'}")
-    rows = explore_tp.measure_tp_shardings(n, args.tp_ratios, args.steps, args.tp_scale,
+    rows = ex_tp.measure_tp_shardings(n, args.tp_ratios, args.steps, args.tp_scale,
                                            model_config=model_config, repeats=args.repeats)
-    explore_tp.print_tp_measurement(rows)
+    ex_tp.print_tp_measurement(rows)
     out = {"tp": rows, "collectives": []}
     cfg = make_config("hetero-tp", world_size=n, speeds=list(args.tp_ratios), shard="lp")
     lp_tokens = cost.tp_split(cfg)["tokens"]
     print("\nuneven collectives (hetero-tp's all-gather / reduce-scatter; B·C = 4096 fp32 per position)")
     for sizes in (lp_tokens, [3 * (n - 1)] + [1] * (n - 1)):
         for link in (None, "1GbE"):
-            coll = explore_tp.measure_collectives(sizes, inner=4096, repeats=5, link=link)
+            coll = ex_tp.measure_collectives(sizes, inner=4096, repeats=5, link=link)
             if link is None:
-                explore_tp.print_collective_bytes(coll)
-            explore_tp.print_collective_times(coll)
+                ex_tp.print_collective_bytes(coll)
+            ex_tp.print_collective_times(coll)
             out["collectives"].append(coll)
     return out

@@ -12,7 +12,7 @@ from parlab.heterogeneous import programs as pg
 
 SKEWED = [6144, 2048, 2048, 2048]  # one fast device's shard, three slow ones
 
-# hetero-tp's (notebook 11, part 2: parlab.heterogeneous.explore_tp)
+# hetero-tp's (notebook 11, part 2: parlab.heterogeneous.explore.tp)
 TP_EXERCISES = [
     Exercise("padded-bytes", "hetero-tp's all-gather of shards of [6144, 2048, 2048, 2048] rows, padded: "
              "how many rows does each rank send (ring)?",
@@ -41,7 +41,7 @@ def _collectives(code: str) -> int:
                for e in pg.edges(pg.parse(code)) for steps in (e.forward, e.backward))
 
 
-# HAP's program search (notebook 11, part 7: parlab.heterogeneous.explore_hap)
+# HAP's program search (notebook 11, part 7: parlab.heterogeneous.explore.hap)
 HAP_EXERCISES = [
     Exercise("hap-collectives", "Program 'dp dp dp dp col col row' (attention data-parallel, the MLP "
              "Megatron's: c_fc by columns, GeLU on its columns, mlp_proj by rows, the stream split by "

@@ -32,10 +32,10 @@ Reading order:
 - `emulate`: the same objectives in one process, the reference the distributed runs equal.
 - `cost`: bytes per boundary, stashed versions, idle fractions, in closed form.
 - `schemes`: `local`, `interlocking`, `pipedream`, `pipedream-2bw`; `explore` (with
-  `explore_timing`: the paced timing sweep, idle fractions, loss curves), `exercises` and `bench`:
+  `explore.timing`: the paced timing sweep, idle fractions, loss curves), `exercises` and `bench`:
   notebook 05 and `python -m parlab bench local_learning`.
 - `partition_merge`: layer-wise partitions merged into k stages × dp replicas by a counted
   step-time model (Akintoye et al.; what is ours is stated there); `schemes_merge`: the scheme
-  `layerwise-merge` (synchronous 1F1B, no stash, exact); `explore_merge`: its notebook section
+  `layerwise-merge` (synchronous 1F1B, no stash, exact); `explore.merge`: its notebook section
   beside PipeDream and 2BW.
 """

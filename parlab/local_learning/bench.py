@@ -4,7 +4,7 @@ the paced clock (`--clock A100`, parlab.core.clock) over NVLink; and the weight 
 and 2BW stash per stage.
 
 Papers: Belilovsky et al. (ICML 2020), Gomez et al. (JMLR 2022), Narayanan et al. (SOSP 2019,
-ICML 2021). The model is the notebook's timing model (`explore_timing.TIMING_MODEL`, C = 128, T = 64),
+ICML 2021). The model is the notebook's timing model (`explore.timing.TIMING_MODEL`, C = 128, T = 64),
 wider than the default so that a stage's compute outweighs a message on NVLink. On the paced
 clock the step times are the A100's ×N and repeatable on a shared machine; `--clock wall` shows
 this CPU, raw (four ranks on two cores then wait for a core too).
@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 
-from parlab.local_learning import cost, explore_timing
+from parlab.local_learning import cost
+from parlab.local_learning.explore import timing as ex_timing
 
-MODEL = explore_timing.TIMING_MODEL
+MODEL = ex_timing.TIMING_MODEL
 
 
 def schemes_for(pp: int) -> tuple:
@@ -34,7 +35,7 @@ def schemes_for(pp: int) -> tuple:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench local_learning")
     parser.add_argument("--pp", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--links", nargs="+", default=[explore_timing.TIMING_LINK])
+    parser.add_argument("--links", nargs="+", default=[ex_timing.TIMING_LINK])
     parser.add_argument("--clock", default="A100", help="A100, H100, V100 (paced) or wall")
     parser.add_argument("--microbatches", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4)
@@ -52,12 +53,12 @@ def main(argv=None) -> int:
     for pp in args.pp:
         for link in args.links:
             print(f"\npp={pp}, m={args.microbatches}, link={link}, batch {args.batch}, model {MODEL}")
-            rows = explore_timing.compare_schemes(
+            rows = ex_timing.compare_schemes(
                 pp, steps=args.steps, model_config=MODEL, batch_size=args.batch,
                 link=None if link == "loopback" else link, clock=args.clock,
                 microbatches=args.microbatches, schemes=schemes_for(pp))
-            explore_timing.explain_idle(rows, args.microbatches)
-            explore_timing.lessons(rows, args.microbatches)
+            ex_timing.explain_idle(rows, args.microbatches)
+            ex_timing.lessons(rows, args.microbatches)
             for row in rows:
                 r = row.pop("result")
                 row.update(pp=pp, link=link, clock=r.clock.label,

@@ -38,7 +38,7 @@ Reading order:
   `schemes_placed`.
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
-  the registered schemes; `explore` (with `explore_stages`, `explore_eager`, `explore_dualpipe`,
-  `explore_unet`, `explore_lamp`, `explore_summary`), `exercises` and `bench`: notebook 04 and
+  the registered schemes; `explore` (with `explore.stages`, `explore.eager`, `explore.dualpipe`,
+  `explore.unet`, `explore.lamp`, `explore.summary`), `exercises` and `bench`: notebook 04 and
   `python -m parlab bench pipeline`.
 """

@@ -251,14 +251,14 @@ def main(argv) -> int:
                         help="only the pipelined 3-D U-Net (Zhu et al., LAMP, MICCAI 2020)")
     args = parser.parse_args(argv)
     if args.unet:
-        from parlab.pipeline.explore_unet import bench as unet_bench
+        from parlab.pipeline.explore.unet import bench as unet_bench
         rows = unet_bench(steps=max(args.steps, 3))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"unet": rows}, f, indent=1, default=str)
         return 0
     if args.eager:
-        from parlab.pipeline.explore_eager import reshard_step_times
+        from parlab.pipeline.explore.eager import reshard_step_times
         rows = reshard_step_times(steps=args.steps)
         narrow = reshard_step_times(steps=args.steps, widths=[2, 1])  # tp=2 → tp=1
         if args.json:

@@ -35,8 +35,8 @@ Reading order:
   `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory.
 - `energy`: the RAPL energy counter, where the machine exposes one.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
-- `explore` (with `explore_guide`: the mesh drawn and which scheme when, `explore_placement`
-  and `explore_placement_run` (a plan run, and what the run says),
-  `explore_energy`: Go et al.'s characterization, what is measured here and what is not),
+- `explore` (with `explore.guide`: the mesh drawn and which scheme when, `explore.placement`
+  and `explore.placement_run` (a plan run, and what the run says),
+  `explore.energy`: Go et al.'s characterization, what is measured here and what is not),
   `exercises` and `bench`: notebook 13 and `python -m parlab bench planner`.
 """

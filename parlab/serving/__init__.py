@@ -22,7 +22,7 @@ Reading order:
   sensors.py     a four-sensor task whose label needs features from two devices
   edge_search.py the transfer search: relaxed gates, the link's α-β time in the loss
   cost.py        closed forms: job bytes, schedule times, edge bytes and latency, break-even
-  explore.py     what notebooks/12_serving.ipynb runs on the two jobs (explore_edge.py: the edge
-                 split; explore_search.py: the search against the link); exercises.py: its
+  explore.py     what notebooks/12_serving.ipynb runs on the two jobs (explore/edge.py: the edge
+                 split; explore/search.py: the search against the link); exercises.py: its
                  exercises; bench.py: `python -m parlab bench serving`
 """

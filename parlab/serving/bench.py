@@ -22,7 +22,7 @@ import argparse
 
 from parlab.serving import cost, edge, grouped, masks
 from parlab.serving import explore as ex
-from parlab.serving import explore_edge as ex_edge
+from parlab.serving.explore import edge as ex_edge
 from parlab.serving.schedules import SCHEDULES
 from parlab.serving.sharing import run_jobs
 

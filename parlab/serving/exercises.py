@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from parlab.core import cost as core_cost
 from parlab.exercises import Exercise, find, numeric
-from parlab.serving import cost, edge, explore_edge, explore_search
+from parlab.serving import cost, edge
+from parlab.serving.explore import edge as ex_edge
+from parlab.serving.explore import search as ex_search
 
 
 def _searched_link_ms() -> float:
@@ -17,7 +19,7 @@ def _searched_link_ms() -> float:
     across devices before block 1, 2 devices on the Bluetooth-like link, one image."""
     import torch
 
-    cfg = explore_search.CONFIG
+    cfg = ex_search.CONFIG
     kept = [torch.zeros(cfg.groups, cfg.groups, cfg.width, dtype=torch.bool) for _ in range(2)]
     kept[0][2, 0, :5] = True
     return 1e3 * cost.edge_comm_seconds(cfg, kept, 2, 1, edge.EDGE_LINKS["Bluetooth"])
@@ -25,7 +27,7 @@ def _searched_link_ms() -> float:
 
 def _wider_edge_bytes() -> int:
     """`edge-bytes`: the closed form for c = 16 channels per group and maps of 16² and 8²."""
-    cfg = explore_edge.CONFIG
+    cfg = ex_edge.CONFIG
     features = (4 - 1) * (cfg.groups // 4) * 16 * (16 * 16 + 8 * 8)
     return (features + cfg.classes) * cost.FP32
 

@@ -11,6 +11,6 @@ steps), `layers` (column/row-parallel linears, the attention and MLP they plug i
 (vocabulary-parallel embedding and cross-entropy), `apply` (`apply_tp`: the one GPT cut over a
 mesh's tp dimension, even or uneven shares), `cost`, `reshard` (with `alpacomm`: the paper's
 whole-tile sender choice and send-order search), `schemes`, `torch_tp`; `explore` (parts 4-8,
-11), `explore_reshard` (part 9), `explore_figures`, `explore_summary` (when to use it, from
+11), `explore.reshard` (part 9), `explore.figures`, `explore.summary` (when to use it, from
 the run), `exercises` and `bench`.
 """

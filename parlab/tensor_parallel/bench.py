@@ -91,7 +91,7 @@ def async_tp_rows(repeats: int, link=None, clock: str = "A100", steps: int = 3) 
 
 def main(argv: list[str]) -> int:
     from parlab.tensor_parallel.explore import print_rows, tp_rows
-    from parlab.tensor_parallel.explore_reshard import reshard_experiment
+    from parlab.tensor_parallel.explore.reshard import reshard_experiment
 
     parser = argparse.ArgumentParser(prog="python -m parlab bench tp", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

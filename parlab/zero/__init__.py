@@ -9,6 +9,6 @@ Reading order: `shard` (flat units padded to N, the memory and byte closed forms
 `checkpoint_integrity` (the manifest's checks before a resume), `run_lock` (one run per save_dir),
 `schemes`, `torch_sharded` (ZeroRedundancyOptimizer, FSDP2), `api` (the stages as a library:
 `ZeRO(model_or_params, optimizer, comm, stage=1|2|3)` in your own training loop); `explore`
-(with `explore_precision`: the mixed-precision column, `explore_prefetch`: FSDP's prefetch where
+(with `explore.precision`: the mixed-precision column, `explore.prefetch`: FSDP's prefetch where
 it pays), `exercises` and `bench`.
 """

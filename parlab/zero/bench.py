@@ -8,7 +8,7 @@ formula for fp32 + Adam. Step time is the median, over the steps after one warm-
 Every ratio (to DDP, ours to PyTorch's) is taken between runs of the same round-robin, so the
 shared machine's noise falls on all alike; it is still noise-prone on 2 shared cores.
 
-`--precision`: instead, mixed precision (`parlab.zero.explore_precision`): model states per rank
+`--precision`: instead, mixed precision (`parlab.zero.explore.precision`): model states per rank
 in fp32 and bf16-mixed beside the ZeRO paper's formulas, bytes sent per step, and the tiny GPT
 trained `--curve-steps` steps in fp32, bf16-mixed and fp16-mixed: how close the loss curves are,
 the step-time ratio, the steps fp16 skipped on overflow.
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def precision_main(args) -> int:
-    from parlab.zero import explore_precision as ep
+    from parlab.zero.explore import precision as ep
 
     model_config = json.loads(args.model_config) if args.model_config else None
     out = {}

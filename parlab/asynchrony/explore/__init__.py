@@ -16,7 +16,7 @@ import parlab
 from parlab import models
 from parlab.asynchrony import cost
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
-from parlab.asynchrony.explore_jacobi import (  # noqa: F401
+from parlab.asynchrony.explore.jacobi import (  # noqa: F401
     check_contraction,
     draw_jacobi,
     jacobi_clock,

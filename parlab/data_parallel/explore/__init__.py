@@ -16,7 +16,7 @@ from parlab.core.cost import element_bytes
 from parlab.core.link import achieved_flops, faithful
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import exposed_fraction
-from parlab.data_parallel.explore_measure import (  # noqa: F401 (the notebook calls ex.*)
+from parlab.data_parallel.explore.measure import (  # noqa: F401 (the notebook calls ex.*)
     COMMON,
     MEASURE,
     OWN,
@@ -192,7 +192,7 @@ def headline(runs: dict, loopback: dict | None = None, warmup: int = 1,
     """The chapter's headline from this run: DeAR against WFBP (ddp-overlap) and naive, step time
     and exposed communication, on the accelerator's link (and on loopback when given), each ratio
     with its verdict against the α-β model when `predicted` ({variant: (measured, predicted)},
-    `predicted_vs_measured`) is given. When to use which: `explore_summary.when_to_use`."""
+    `predicted_vs_measured`) is given. When to use which: `explore.summary.when_to_use`."""
     out = {}
     label = next(iter(runs.values())).clock.label if runs else ""
     for where, rs in ((f"link, {label}", runs), ("loopback", loopback or {})):

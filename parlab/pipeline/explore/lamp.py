@@ -16,7 +16,7 @@ import parlab
 from parlab.engine.loop import build_model, optimizer_spec
 from parlab.models import UNet3D, UNet3DConfig, volumes
 from parlab.pipeline import cost, lamp
-from parlab.pipeline.explore_unet import _scores
+from parlab.pipeline.explore.unet import _scores
 from parlab.pipeline.schemes import resolve
 
 MIB = 2 ** 20

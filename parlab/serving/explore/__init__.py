@@ -2,7 +2,7 @@
 "CrossoverScheduler: Overlapping Multiple Distributed Training Applications in a Crossover
 Manner", 2021) — the idle gaps on a timeline, each job equal to its single run, ledgers against
 the closed forms, throughput of the three schedules beside the model; the widget (the exercises: `exercises`).
-Part 2, the edge split, is `explore_edge`.
+Part 2, the edge split, is `explore.edge`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import statistics
 
 import parlab
-from parlab.serving import cost, explore_edge
+from parlab.serving import cost
+from parlab.serving.explore import edge as ex_edge
 from parlab.serving.jobs import JobSpec
 from parlab.serving.schedules import SCHEDULES
 from parlab.serving.sharing import run_jobs
@@ -245,10 +246,10 @@ def crossover_verdict(results: dict, model: dict, tolerance: float = 0.10) -> di
 
 
 # ----------------------------------------------------------------------------- 7. summary
-def summary(verdict: dict, rows: list, density: float, world_size: int) -> None:
+def print_headlines(verdict: dict, rows: list, density: float, world_size: int) -> None:
     """The chapter's measured headlines, printed from this run with their verdicts: crossover
     against sequential (`crossover_verdict`), and the edge split at `density` against every
-    feature (`explore_edge.accuracy_vs_bytes` rows: density, bytes per image, accuracy) with the
+    feature (`explore.edge.accuracy_vs_bytes` rows: density, bytes per image, accuracy) with the
     paper's goal (≥ 80% fewer bytes at ≤ 2 points of accuracy lost)."""
     print(f"two jobs: crossover {verdict['measured']:.2f}× sequential's throughput (model "
           f"{verdict['predicted']:.2f}× over this run, {verdict['steady']:.2f}× steady): "
@@ -280,4 +281,4 @@ def panel(schedule: str, link: str, world_size: int, density: str = "0.1", steps
         print(f"{s:<11} {r.wall_s * 1e3:6.0f} ms ({r.clock.label})  {r.throughput():5.2f} job-steps/s  "
               f"({r.throughput() / runs['sequential'].throughput():.2f}× sequential)")
     if 4 % world_size == 0:
-        explore_edge.panel_edge(world_size, float(density))
+        ex_edge.panel_edge(world_size, float(density))

@@ -2,7 +2,7 @@
 setting of Lin & Wang, "Communication-Efficient Separable Neural Network for Distributed Inference
 on Edge Devices", 2021; groups as in ResNeXt, Xie et al., CVPR 2017) with one camera read by all
 and our saliency ranking of transfers (`masks.search`, not the paper's search: that is part 3,
-`explore_search`) — the split drawn, exactness, bytes against the closed forms, accuracy against
+`explore.search`) — the split drawn, exactness, bytes against the closed forms, accuracy against
 bytes, latency against bandwidth with the break-even.
 """
 

@@ -1,6 +1,6 @@
 """What notebook 05 runs: the routes and their bytes, the exact cases, the emulation check, the
 ledger beside the closed forms, stashed versions, the widget and the summary (the timing part —
-loss against steps and paced time, idle fractions, the locks drawn — is `explore_timing`; the
+loss against steps and paced time, idle fractions, the locks drawn — is `explore.timing`; the
 exercises: `exercises`). Every timing runs on the paced clock (`clock="A100"`, parlab.core.clock).
 Papers: Belilovsky et al. (ICML 2020), Gomez et al. (JMLR 2022), Narayanan et al. (PipeDream,
 SOSP 2019; PipeDream-2BW, ICML 2021)."""
@@ -10,8 +10,9 @@ from __future__ import annotations
 import parlab
 from parlab.engine.runner import make_config
 from parlab.engine.verify import compare_states
-from parlab.local_learning import cost, explore_timing
+from parlab.local_learning import cost
 from parlab.local_learning.emulate import emulate
+from parlab.local_learning.explore import timing as ex_timing
 from parlab.local_learning.layout import resolve
 from parlab.local_learning.routes import Route
 
@@ -102,10 +103,10 @@ def _lower(a: float, b: float) -> str:
 def when_to_use_lines(lesson: dict, losses: dict, sweep: list[dict], merge_speed: dict,
                       merge_loss: dict) -> list[str]:
     """The chapter's "When to use it (from this run)" lines, each threshold from this run: the
-    timing sweep's throughputs and compute (`explore_timing.lessons`), the flushed pipeline's
+    timing sweep's throughputs and compute (`explore.timing.lessons`), the flushed pipeline's
     catch-up m by the chapter's model (`cost.flushed_catches_up`, idle closed forms), the losses of
-    the sweep and of the spirals MLP (`explore_timing.loss_report`), and section 5's layerwise-merge
-    beside PipeDream and 2BW (`explore_merge.throughput_report`, `loss_comparison`)."""
+    the sweep and of the spirals MLP (`explore.timing.loss_report`), and section 5's layerwise-merge
+    beside PipeDream and 2BW (`explore.merge.throughput_report`, `loss_comparison`)."""
     pp, m, steps = lesson["pp"], lesson["microbatches"], lesson["steps"]
     by = {}
     for row in sweep:
@@ -180,7 +181,7 @@ def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1
 
     options = {"depth": min(depth, world_size - 1)} if "depth" in parlab.schemes()[scheme].options \
         else {}
-    tm = explore_timing
+    tm = ex_timing
     rows = tm.compare_schemes(world_size, steps=3, model_config=tm.TIMING_MODEL,
                               batch_size=tm.TIMING_BATCH, link=tm.TIMING_LINK,
                               schemes=(("pp-1f1b", {}), (scheme, options)))

@@ -1,6 +1,6 @@
 """Chapter 03's "When to use it (from this run)": when tensor parallelism, sequence parallelism and
 async TP pay, each verdict computed from numbers the notebook's run already made — part 10's
-per-link fastest degree (`explore_figures.degree_times`, `cost.block_times`: Megatron-LM, Shoeybi
+per-link fastest degree (`explore.figures.degree_times`, `cost.block_times`: Megatron-LM, Shoeybi
 et al. 2019, §3), part 7's paced step at tp = 1 and tp = N, part 6's measured activations beside
 the closed-form bytes (sequence parallelism, Korthikanti et al., MLSys 2023), part 7's async TP
 rows (Wang et al., ASPLOS 2023).
@@ -21,7 +21,7 @@ def _shape(shape: dict) -> str:
 def degree_line(by_shape: list[tuple[dict, dict]], flops_per_s: float) -> str:
     """Where TP itself pays, per model shape: the links on which a degree above 1 is fastest (with
     that degree and its gain) and those on which it never pays. `by_shape`: [(shape, the
-    `explore_figures.degree_times` of that shape)]."""
+    `explore.figures.degree_times` of that shape)]."""
     parts = []
     for shape, links in by_shape:
         pays = [f"{_short(name)} (tp={row['best']}, {row['base_ms'] / row['best_ms']:.1f}× faster)"
@@ -112,7 +112,7 @@ def when_to_use(flops_per_s: float, timing: list[dict], memory: list[dict], asyn
     closed-form bytes ratio, the async TP rows."""
     from parlab.core.link import ACCELERATORS, PRESET_SCALE
     from parlab.tensor_parallel.explore import sp_vs_tp_bytes
-    from parlab.tensor_parallel.explore_figures import TINY_MODEL, WIDE_MODEL, degree_times
+    from parlab.tensor_parallel.explore.figures import TINY_MODEL, WIDE_MODEL, degree_times
 
     by_shape = [(shape, degree_times(**shape, flops_per_s=flops_per_s))
                 for shape in (TINY_MODEL, WIDE_MODEL)]

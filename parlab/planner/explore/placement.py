@@ -42,7 +42,7 @@ import statistics
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
 from parlab.pipeline.placed_cost import message_bytes
-from parlab.planner.explore_placement_run import (
+from parlab.planner.explore.placement_run import (
     bubble,
     later,
     makespans,

@@ -2,9 +2,9 @@
 iterations, D flexible communication) and the chapter's, every figure printed from this run's
 results with its verdict computed from the same run (never typed into markdown), each part ending
 in its "When to use it (from this run)" lines; the chapter's summary collects them. It reads the
-runs the parts made: the race (`explore.race`), SSP's jitter comparison (`explore_ssp`), the
-sharded servers (`explore_sharded`), dual-batch (`explore_dualbatch.measure`) and block-Jacobi
-(`explore_jacobi.jacobi_runs`).
+runs the parts made: the race (`explore.race`), SSP's jitter comparison (`explore.ssp`), the
+sharded servers (`explore.sharded`), dual-batch (`explore.dualbatch.measure`) and block-Jacobi
+(`explore.jacobi.jacobi_runs`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 
 from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
-from parlab.asynchrony import explore_dualbatch as ex_dualbatch
-from parlab.asynchrony.explore_jacobi import jacobi_speedups
+from parlab.asynchrony.explore import dualbatch as ex_dualbatch
+from parlab.asynchrony.explore.jacobi import jacobi_speedups
 from parlab.core.verdict import when_to_use
 
 _HELDOUT: dict = {}

@@ -244,11 +244,11 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
     return rows
 
 
-def summary(table: pd.DataFrame, found: dict, world_size: int, tolerance: float = 0.02) -> None:
+def print_headlines(table: pd.DataFrame, found: dict, world_size: int, tolerance: float = 0.02) -> None:
     """The chapter's measured headlines, printed from this run: memory SDP saves at k = 1
     (forward masking, both granularities: measured bytes, `sweep`) and the full-model loss gap to
     DDP over the curve's last steps (`curves`), each with its verdict; when to use it:
-    `explore_summary.when_to_use`."""
+    `explore.summary.when_to_use`."""
     for granularity in ("block", "neuron"):
         row = table[(table.k == 1) & (table["mask"] == "forward") & (table.granularity == granularity)]
         if len(row):

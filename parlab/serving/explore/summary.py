@@ -3,7 +3,7 @@
 ResNeXt groups, 2017; Lin & Wang's transmission-policy search, 2021) — and the chapter's, every
 figure printed from this run's results with its verdict computed from the same run (never typed
 into markdown). Each part ends in its "When to use it (from this run):" lines; the chapter's
-summary keeps its closing verdicts (`explore.summary`, `explore_search.headline`) and collects them.
+summary keeps its closing verdicts (`explore.print_headlines`, `explore.search.headline`) and collects them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from parlab.core.verdict import when_to_use
 from parlab.serving import cost
 from parlab.serving import explore as ex
-from parlab.serving import explore_search as ex_search
+from parlab.serving.explore import search as ex_search
 
 WORTH = 1.10  # ours: a schedule "worth it" when the model gives it ≥ 10% more job-steps per second
 
@@ -68,8 +68,8 @@ def part_a(results: dict, model: dict, verdict: dict, ratios: dict, show: bool =
 def part_b(rows: list, density: float, world_size: int, latency: dict, search_rows: list,
            kept_follows_link: bool, show: bool = True) -> list[str]:
     """One network over edge devices: the split, our saliency masks, the search, from this run.
-    `rows`: `explore_edge.accuracy_vs_bytes`; `latency`: `explore_edge.latency_curve`'s numbers;
-    `search_rows`: `explore_search.front`."""
+    `rows`: `explore.edge.accuracy_vs_bytes`; `latency`: `explore.edge.latency_curve`'s numbers;
+    `search_rows`: `explore.search.front`."""
     lines = []
     dense = latency["break_even"].get(1.0, math.inf)
     shown = [f"{d}: {_bandwidth(b)}" for d, b in latency["break_even"].items()]
@@ -91,7 +91,7 @@ def part_b(rows: list, density: float, world_size: int, latency: dict, search_ro
                  f"{row[0]} sent {fewer:.0%} fewer bytes, losing {lost:.1f} points of accuracy — "
                  + ("worth it" if fewer >= 0.8 and lost <= 2.0 else
                     "not at this density (the goal: ≥ 80% fewer at ≤ 2 points)"))
-    every, best, rival = ex_search.best_and_rival(search_rows)  # as `explore_search.headline`
+    every, best, rival = ex_search.best_and_rival(search_rows)  # as `explore.search.headline`
     lines.append(f"the search with the link's time in its loss when each device sees a different input: "
                  f"{best['setting']} sent {best['fewer']:.0%} fewer bytes, losing "
                  f"{100 * (every['accuracy'] - best['accuracy']):.1f} points of accuracy, where our saliency "
@@ -107,7 +107,7 @@ def _bandwidth(beta: float) -> str:
 def summary(verdict: dict, rows: list, density: float, world_size: int, search_rows: list,
             lines_a: list[str], lines_b: list[str]) -> None:
     """The chapter's closing verdicts (both parts' headlines) and its "when to use it" lines."""
-    ex.summary(verdict, rows, density, world_size)
+    ex.print_headlines(verdict, rows, density, world_size)
     ex_search.headline(search_rows)
     print("When to use it (from this run):")
     for part, lines in (("A", lines_a), ("B", lines_b)):

@@ -131,7 +131,7 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
     here, where dp and pp stop paying, which investment pays, and how far the model follows
     Megatron-LM's published choices."""
     from parlab.planner import scaling
-    from parlab.planner.explore_replay import WHAT_IFS
+    from parlab.planner.explore.replay import WHAT_IFS
     rows = sorted(s.rows, key=lambda r: r["measured_ms"])
     fast, slow, j = rows[0], rows[-1], s.judgement
     print("When to use it (from this run):")

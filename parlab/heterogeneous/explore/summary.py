@@ -1,8 +1,8 @@
 """Notebook 11's measured summary and its "When to use it (from this run)": every figure printed
 from this run's results (the sharding measurement of `explore.measure_shardings`, the backup sweep
 of `explore.backup_sweep`, the two-node run of `explore.measure_topology`, the hetero-tp and HAP
-step times of `explore_tp.measure_tp_shardings` and `explore_hap.measure_against_fixed`, the
-searched programs per accelerator of `explore_hap.other_clocks`), each with its verdict computed
+step times of `explore.tp.measure_tp_shardings` and `explore.hap.measure_against_fixed`, the
+searched programs per accelerator of `explore.hap.other_clocks`), each with its verdict computed
 from the same run, never typed into markdown. The thresholds: HAP's LP (Zhang et al., EuroSys 2024)
 with this run's f and speeds (`shares.solve_lp`), and F/β of each accelerator on its NVLink
 (`parlab.core.link`)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import parlab
 from parlab.engine.runner import make_config
 from parlab.local_learning import cost, partition_merge
-from parlab.local_learning import explore_timing as ex_timing
+from parlab.local_learning.explore import timing as ex_timing
 
 SCHEME = "layerwise-merge"
 MODEL_TOLERANCE = 0.10  # the step-time model against a paced run: ±10% (stated, checked below)
@@ -83,8 +83,8 @@ def _stashes(row) -> bool:
 def stash_comparison(sweep_rows: list[dict], pp: int, microbatches: int, steps: int = 3,
                      clock: str = "A100", link: str = ex_timing.TIMING_LINK) -> list[dict]:
     """layerwise-merge at its merge and PipeDream-2BW, paced, on the timing model
-    (`explore_timing.TIMING_MODEL`) at `pp` devices, beside two runs of the chapter's timing sweep
-    (`explore_timing.timing_sweep`, the same model, link, clock and micro-batches): its baseline pp-1f1b —
+    (`explore.timing.TIMING_MODEL`) at `pp` devices, beside two runs of the chapter's timing sweep
+    (`explore.timing.timing_sweep`, the same model, link, clock and micro-batches): its baseline pp-1f1b —
     the un-merged layer-wise pipeline, one stage per device, flushed 1F1B — and PipeDream. Returns
     [merge, pp-1f1b, PipeDream, 2BW], each row with the merge model's step (`model_step_s`): the
     chosen merge's, and the model of the merge into k = pp stages for the un-merged pipeline."""

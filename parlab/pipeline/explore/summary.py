@@ -9,7 +9,7 @@ report §3.2.1; LAMP, Zhu et al. MICCAI 2020).
 from __future__ import annotations
 
 from parlab.pipeline import cost
-from parlab.pipeline.explore_dualpipe import MODEL as DUALPIPE_MODEL
+from parlab.pipeline.explore.dualpipe import MODEL as DUALPIPE_MODEL
 
 
 def _pct(x) -> str:
@@ -152,7 +152,7 @@ def _than(ratio: float, below: str, above: str) -> str:
 def when_to_use_lines(n: dict) -> list[str]:
     """Chapter 04's "When to use it (from this run)": four lines, each threshold or comparison
     from `when_to_use_numbers` (this run), its direction computed from the numbers."""
-    from parlab.pipeline.explore_eager import FASTER
+    from parlab.pipeline.explore.eager import FASTER
 
     lines = ["When to use it (from this run):"]
     margin = n["forward_ms"] / (n["message_ms"] + n["overhead_ms"])

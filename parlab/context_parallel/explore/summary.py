@@ -1,6 +1,6 @@
 """Notebook 06's "When to use it (from this run)": which context-parallel method pays, and where,
 printed from the results the chapter already holds — the ring-vs-Ulysses link runs
-(`explore.link_comparison`), the ring's overlap regime (`explore_regime.overlap_regime`), the
+(`explore.link_comparison`), the ring's overlap regime (`explore.regime.overlap_regime`), the
 attention memory table (`explore.memory_table`) and the video serving trade-off
 (`explore.video_tradeoff`) — each threshold measured in the run or derived from `cost.py`'s closed
 forms with the run's parameters.
@@ -47,7 +47,7 @@ def ring_vs_ulysses(links: list[dict], cfg) -> str:
 
 def ring_overlap(overlap: list[dict], crossover: float) -> str:
     """The bullet on when the ring hides its transfers: the crossover t* = 2F/β (closed form,
-    `explore_regime.crossover_tokens`) beside the hidden share this run measured at its smallest
+    `explore.regime.crossover_tokens`) beside the hidden share this run measured at its smallest
     and largest block, and whether the share rose with the block."""
     ordered = sorted(overlap, key=lambda r: r["tokens/rank"])
     small, large = ordered[0], ordered[-1]

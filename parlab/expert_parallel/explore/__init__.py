@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 
 import parlab
 from parlab.expert_parallel import cost
-from parlab.expert_parallel.explore_dense import TIMING_BATCH, TIMING_LINK, TIMING_TOP_K, print_comparison
+from parlab.expert_parallel.explore.dense import TIMING_BATCH, TIMING_LINK, TIMING_TOP_K, print_comparison
 from parlab.models import build_model, model_config
 from parlab.models.data import global_batch
 
@@ -243,7 +243,7 @@ def time_table(world_size: int, link: str = TIMING_LINK, steps: int = 3, top_k: 
                clock: str = "A100", batch_size: int | None = TIMING_BATCH) -> dict:
     """Step time of ep, ep-allgather and the dense GPT of equal active parameters, on loopback
     and `link` in one run on `clock` (paced by default), beside the α-β prediction and the
-    lesson's verdict (`parlab.expert_parallel.explore_dense`)."""
+    lesson's verdict (`parlab.expert_parallel.explore.dense`)."""
     return print_comparison(world_size, link, steps, top_k, clock, batch_size)
 
 
