@@ -5,6 +5,7 @@ or two CPU-burning processes run beside it."""
 import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -146,6 +147,37 @@ def test_speeds_divide_the_paced_time():
                 a @ b
         durations.append(timeline.events[0].duration)
     assert durations[1] / durations[0] == pytest.approx(4.0, rel=0.05)  # paced time, 5%
+
+
+def test_the_host_time_between_spans_is_not_paced_time():
+    # a descheduled or busy host between two spans (here a 60 ms real sleep) moves no paced time:
+    # the second span starts where the first ended, exactly, and the debt is paid from its slack
+    clock = clocks.resolve("A100", 2)
+    timeline = Timeline(0, clocks.Pacer(clock))
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    for name in ("forward", "backward"):
+        with timeline.span(name):
+            for _ in range(200):  # ~0.1 s paced
+                a @ b
+        held = timeline.now()
+        time.sleep(0.06)
+        assert timeline.now() == held  # the clock stands while the host works
+    first, second = timeline.events
+    assert second.t0 == first.t1  # exact: no real time between them
+    assert timeline.pacer.stats()["overruns"] == 0  # the 60 ms was debt, paid from slack
+
+
+def test_real_time_blocks_are_the_ranks_time_on_purpose():
+    timeline = Timeline(0, clocks.Pacer(clocks.resolve("A100", 2)))
+    with timeline.span("forward"):
+        torch.randn(64, 64) @ torch.randn(64, 64)
+    before = timeline.now()
+    with timeline.real_time():  # e.g. a straggler's emulated sleep
+        time.sleep(0.05)
+    after = timeline.now()
+    time.sleep(0.05)  # host time again: not counted
+    assert timeline.now() == after
+    assert 0.05 <= after - before < 0.05 + 0.5  # at least the sleep; a loaded machine wakes late
 
 
 def test_comm_spans_are_not_paced_as_compute():

@@ -99,7 +99,10 @@ class ReducerSync(GradSync):
         super().sync(step)
 
     def after_backward(self) -> None:
-        self.reducer.after_backward()
+        # encoding and decoding run outside any compute span: on a paced clock their real time is
+        # the rank's, on purpose, so a compressor's compute is not free (it is not metered either)
+        with self.ctx.timeline.real_time():
+            self.reducer.after_backward()
 
     def comm_buffers(self):
         return self.reducer.buffers()

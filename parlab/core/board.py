@@ -7,7 +7,7 @@ op completes, the real time says when the *last peer really* arrived — its lat
 not when it arrived on the paced clock. Charging that real time would let contention back into
 every timing lesson (a collective is as late as its latest rank's scheduler).
 
-So every rank posts, when it issues an op on an emulated link, its paced issue time under the
+So every rank posts, when it issues an op on a paced clock, its paced issue time under the
 op's key — a collective's key is (group, how many collectives this Comm issued before), a
 message's is (sender, receiver, how many messages before on that pair) — and after the real wait
 reads its peers' times: the op completes, on the paced clock, at
@@ -15,7 +15,8 @@ reads its peers' times: the op completes, on the paced clock, at
     max(this rank's paced now, its own delivery α + n/β after its issue, every peer's paced issue)
 
 — what the same op's real time is on an idle machine (gloo's own transfer is not paced; the
-emulated link is), with each rank's lateness left out. A collective waits for every rank of the
+emulated link is, and with no emulated link the delivery is instant), with each rank's lateness
+left out. A collective waits for every rank of the
 group, a receive for its sender, a send for its receiver when the receiver has posted (gloo may
 complete a send without it). A key not found (the board's ring overwritten, or a launch without
 a board: torchrun across machines) falls back to the real time, as before the board.

@@ -38,9 +38,20 @@ How a paced run keeps time
   times, read from the launch's board (`parlab.core.board`), so one rank's lateness is not its
   peers' either. Issuing an asynchronous op is free on the paced clock.
 
-Results (losses, parameters, bytes) never change: only time does. What is not paced: work outside
-compute spans (the loop's bookkeeping, well under a millisecond a step) and the real time of
-gloo's transfers where no link is emulated (`link=None`): pace a comparison on a link.
+- **The host runs ahead of its device**: outside every compute span the rank's paced clock stands
+  still at its last paced event (a span's end, a message's completion) until its next span starts
+  or message leaves — as a GPU's stream waits for nothing while the host that launches its work
+  asynchronously does its bookkeeping ("CUDA semantics: asynchronous execution", PyTorch docs). The
+  real time the host spends there (slicing a batch, flattening gradients, zero_grad, a process
+  the machine descheduled) is debt, paid from the next spans' slack, not paced time: on a busy
+  machine it was the one way contention still reached a paced step (27-38 ms of a 540 ms step
+  under three test streams on 2 cores). Code that spends real time on purpose as the device's
+  (`Timeline.real_time()`: a backward inside DDP's reducer, a straggler's emulated sleep) says so.
+
+Results (losses, parameters, bytes) never change: only time does. What is not paced: the real
+time inside `real_time()` blocks. With no emulated link (`link=None`) a message costs nothing on
+the paced clock (it completes at its peers' paced issue times; gloo's loopback time is not
+paced): pace a comparison of communication on a link.
 
 Simplification, stated: the accelerator is modelled as uniformly F_acc / F_ref faster than the
 reference machine on every operator. A real A100 runs a model this small launch-bound, with its
@@ -54,6 +65,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from parlab.core.link import ACCELERATORS, REAL, Accelerator, Link, preset_name, real
@@ -226,6 +238,8 @@ class Pacer:
     flops: float = 0.0
     late: float = 0.0  # seconds the rank is behind its paced schedule (a debt later slack pays)
     real_waits: int = 0  # waits charged the real time (a peer's paced time unknown)
+    held_at: float | None = None  # outside spans: the paced time the clock stands at (None: runs)
+    real_depth: int = 0  # inside real_time() blocks: real time is paced time there
 
     def __post_init__(self):
         # the dispatch machinery imports and initialises on first use (~1 s): pay it now, not in
@@ -236,12 +250,41 @@ class Pacer:
             torch.ones(2) @ torch.ones(2)
 
     def now(self) -> float:
-        """The rank's paced time: the real time less the debt it carries (`late`)."""
+        """The rank's paced time: where its clock stands outside spans (`held_at`), else the real
+        time less the debt it carries (`late`)."""
+        if self.held_at is not None:
+            return self.held_at
         return time.perf_counter() - self.late
+
+    def hold(self, paced_at: float) -> None:
+        """A paced event ended outside every span: the clock stands at `paced_at` until the next
+        span or message; the real time until then is the host's, owed as debt (`release`)."""
+        if self.depth == 0 and self.real_depth == 0:
+            self.held_at = paced_at
+
+    def release(self) -> None:
+        """The clock runs again from where it stood: the real time spent since is debt."""
+        if self.held_at is not None:
+            self.late = max(0.0, time.perf_counter() - self.held_at)
+            self.held_at = None
+
+    @contextmanager
+    def real_time(self):
+        """A block whose real time is the device's time on purpose (work the pacer cannot meter:
+        a backward inside DDP's reducer, a straggler's emulated sleep): the clock runs through
+        it, then stands where it ended."""
+        self.release()
+        self.real_depth += 1
+        try:
+            yield
+        finally:
+            self.real_depth -= 1
+            self.hold(self.now())
 
     def enter(self) -> None:
         self.depth += 1
         if self.depth == 1:
+            self.release()
             self.meter = work_meter()
             self.meter.__enter__()
             # the debt carried in from the last span is paid from this span's slack, not kept
@@ -258,6 +301,8 @@ class Pacer:
             end = self.settle()
             self.meter = None
         self.depth -= 1
+        if self.depth == 0:
+            self.hold(end if end is not None else self.now())
         return end
 
     def settle(self) -> float | None:
@@ -300,6 +345,8 @@ class Pacer:
         """The rank was blocked on a shared resource that another clock's holder released at
         paced time `paced_at` (e.g. the one processor two jobs' threads share): its paced now is
         at least that — the wait is time, as a wait on a peer is; debt it carried is spent on it."""
+        if self.held_at is not None:
+            self.held_at = max(self.held_at, paced_at)
         self.late = max(0.0, min(self.late, time.perf_counter() - paced_at))
 
     def resume(self, paced_at: float | None = None) -> None:
@@ -314,6 +361,7 @@ class Pacer:
         if self.depth > 0 and self.meter is not None:
             self.meter.counting = True
             self.segment_start = start
+        self.hold(start)
 
     def stats(self) -> dict:
         return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,

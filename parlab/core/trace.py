@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 
 KINDS = ("compute", "comm", "wait", "idle")
@@ -58,6 +58,11 @@ class Timeline:
         """This rank's time: the paced clock's (real time less the debt real work owes its paced
         spans) on a paced run, `time.perf_counter()` otherwise."""
         return self.pacer.now() if self.pacer is not None else time.perf_counter()
+
+    def real_time(self):
+        """A block whose real time counts as this rank's time on a paced clock, on purpose (work
+        the pacer cannot meter; `parlab.core.clock.Pacer.real_time`); nothing on other clocks."""
+        return self.pacer.real_time() if self.pacer is not None else nullcontext()
 
     def settle(self) -> None:
         """A communication is about to leave: finish pacing the compute before it (paced runs)."""

@@ -96,7 +96,9 @@ class TorchDDP(GradSync):
                     with ctx.span("forward", step=step, micro=micro), self.meter:
                         loss = self.ddp(x, y)
                     t0 = time.perf_counter()
-                    with self.meter:
+                    # DDP's reducer runs backward and its bucket all-reduces as one call the pacer
+                    # cannot split: on a paced clock its real time is the rank's, on purpose
+                    with self.meter, ctx.timeline.real_time():
                         (loss / self.accum_steps).backward()  # the last all-reduces DDP's buckets
                     t1 = time.perf_counter()
                 ctx.timeline.add("compute", "backward", t0, self.last_grad, step=step, micro=micro)

@@ -43,6 +43,12 @@ class BackupWorkers(WeightedShards):
         self.used_per_step: list[list[int]] = []
 
     def forward_backward(self, step: int, batch) -> float:
+        # the rank waits for the (N−b)-th arrival with a real sleep, outside any span: on a paced
+        # clock that real time is the rank's, on purpose (parlab.core.clock, real_time)
+        with self.ctx.timeline.real_time():
+            return self._compute_until_cutoff(step, batch)
+
+    def _compute_until_cutoff(self, step: int, batch) -> float:
         ctx, timeline = self.ctx, self.ctx.timeline
         t_start, cpu_start = time.perf_counter(), time.thread_time()
         pacer = timeline.pacer  # paced clock: price the work here, and wait below (not in the span)

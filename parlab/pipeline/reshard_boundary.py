@@ -43,7 +43,8 @@ class SenderLink:
             self._free_at = start + self.link.cost(tensor.numel() * tensor.element_size())
             delay = self._free_at - time.perf_counter()
             if delay > 0:
-                time.sleep(delay)
+                with self.comm.timeline.real_time():  # the emulated wire's time is the rank's
+                    time.sleep(delay)
         return self.comm.isend(tensor, dst, phase=phase)  # (rows, cols) chunk, after the wire
 
     def irecv(self, tensor, src, phase=None):

@@ -11,8 +11,9 @@ N = `clock.dilation` (`parlab.core.clock.pace_link`), closed form too.
 
 What stays for the calibration (`costmodel.fit_calibration`, fitted on a sweep the model is not
 scored on): how the operators of the composed layers (tensor-parallel all-reduce wrappers, ring
-attention's merges, ZeRO's hooks) differ from the plain block's, the unpaced work (the loop's
-bookkeeping, real gloo time), and how the schedule overlaps links and compute.
+attention's merges, ZeRO's hooks) differ from the plain block's, the unpaced work (real gloo
+time; the loop's bookkeeping is not paced time, `parlab.core.clock`), and how the schedule
+overlaps links and compute.
 
 Every prediction made from this profile is in paced seconds of the clock it was counted for
 (accelerator seconds = paced seconds / `clock.dilation`).

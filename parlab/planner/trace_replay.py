@@ -24,8 +24,9 @@ compute (`flops=2`: twice the FLOP/s) or the links (`bandwidth=2`: β halved) is
 what-if co-design question: which investment pays for this plan.
 
 Simplifications, named: messages between two ranks do not contend with each other or with
-collectives (full-duplex links, one channel per pair); the unpaced bookkeeping between spans
-and gloo's real transfer time are not in the trace, as they are not in paced time; memory does
+collectives (full-duplex links, one channel per pair); the host's bookkeeping between spans
+and gloo's real transfer time are not in the trace, as they are not paced time
+(`parlab.core.clock`: the clock stands while the host works); memory does
 not enter a fixed plan's step time (a 2× memory what-if changes which plans fit — the planner's
 `plan_memory` — not this replay).
 """
