@@ -155,11 +155,15 @@ def when_to_use_lines(n: dict) -> list[str]:
     from parlab.pipeline.explore.eager import FASTER
 
     lines = ["When to use it (from this run):"]
-    margin = n["forward_ms"] / (n["message_ms"] + n["overhead_ms"])
+    cost_ms = n["message_ms"] + n["overhead_ms"]
+    # zero on a paced clock with no emulated link: a message is instant there and the host's
+    # bookkeeping between actions is not paced time (parlab.core.clock)
+    margin = (f"{n['forward_ms'] / cost_ms:.0f}×, paced" if cost_ms > 0 else
+              "both free on this paced clock with no emulated link")
     base = (f"- a pipeline (GPipe / 1F1B) when a stage's forward per micro-batch dwarfs a boundary "
             f"message and the per-action overhead: the wide model's {n['forward_ms']:.1f} ms forward "
             f"against a {n['message_ms']:.2f} ms message + {n['overhead_ms']:.2f} ms per action "
-            f"({margin:.0f}×, paced; section 7 prints what the tiny default model paid), and the "
+            f"({margin}; section 7 prints what the tiny default model paid), and the "
             f"measured 1F1B bubble was within 5 points of (p−1)/(m+p−1) at {n['agree']} of "
             f"{n['points']} points")
     if n["last_m"] is not None:
