@@ -159,3 +159,31 @@ def test_golden_check_fails_on_a_changed_output():
                                               "data": {"text/plain": "43"}}]}]}
     assert golden_mismatches(stored, same) == []
     assert len(golden_mismatches(stored, other)) == 1
+
+
+@FIRST_SHARD
+def test_a_notebook_that_never_settles_is_reloaded_once_then_reported(lab_and_browser, capsys):
+    """A tab that never shows an idle kernel with every cell is reloaded (a person's fix for a
+    stuck page on a busy machine), and the error then names what it last saw: here the page holds
+    one code cell where the harness waits for two, so it cannot settle."""
+    import nbformat
+
+    from tools.browser import _open_with_idle_kernel
+
+    lab, context = lab_and_browser
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("1 + 1")]
+    nbformat.write(nb, WORK / "notebooks" / "unsettled.ipynb")
+    page = context.new_page()
+    try:
+        with pytest.raises(TimeoutError) as error:
+            _open_with_idle_kernel(page, lab, "notebooks/unsettled.ipynb", code_cells=2, timeout=8)
+    finally:
+        page.close()
+        lab.shutdown_kernels()
+    message = str(error.value)
+    assert "timed out 2 times" in message and "'code_cells': 2" in message, message
+    assert "'cells_on_page'" in message and "JupyterLab's log ends" in message, message
+    assert capsys.readouterr().err.count("did not settle") == 2
