@@ -15,6 +15,20 @@ def ledger_by_phase(result) -> dict:
     return dict(got)
 
 
+def assert_plan_equals_single_and_its_closed_form(plan, result, reference) -> None:
+    """A composed `Plan`'s run against `single`: the same losses and final parameters (1e-4), its
+    ledger per phase equal to the composed closed forms and to the planner's byte prediction."""
+    from parlab.planner.cost import nd_closed_form_bytes, nd_prediction
+
+    comparison = result.compare(reference)
+    assert comparison.match, (plan.describe(), comparison.problems)
+    assert result.losses == pytest.approx(reference.losses, rel=1e-6, abs=0)
+    worst = max((result.state[k] - reference.state[k]).abs().max().item() for k in reference.state)
+    assert worst < 1e-4, (plan.describe(), worst)
+    assert ledger_by_phase(result) == nd_closed_form_bytes(plan, result.config), plan.describe()
+    assert nd_prediction(result.config).bytes_sent == result.bytes_per_rank()
+
+
 def assert_within_gamma_to_the_generation(run) -> None:
     """Bertsekas–Tsitsiklis: every logged block of generation g of an asynchronous Jacobi `run` is
     within γ^g·‖u*‖∞ of u*."""

@@ -10,10 +10,10 @@ import torch
 import parlab
 from parlab.data_parallel.cost import REDUCER_MESSAGES, dear_messages
 from parlab.data_parallel.layerwise import split_optimizer
-from parlab.planner.cost import dp_param_numels, nd_closed_form_bytes, nd_prediction
+from parlab.planner.cost import dp_param_numels
 from parlab.planner.plan import Plan
 from tests.conftest import CACHE  # the session's one cache of runs
-from tests.helpers import ledger_by_phase
+from tests.helpers import assert_plan_equals_single_and_its_closed_form
 
 MC = {"n_layer": 4, "n_embd": 16, "n_head": 4, "block_size": 16}
 KW = {"model_config": MC, "steps": 2}
@@ -40,14 +40,8 @@ def run(plan: Plan):
 @pytest.mark.parametrize("plan", PLANS, ids=lambda p: f"{p.describe()} m{p.microbatches}")
 def test_dear_plan_matches_single_and_its_closed_form(plan):
     result, reference = run(plan), CACHE("single", batch_size=batch_size(plan), **KW)
-    comparison = result.compare(reference)
-    assert comparison.match, (plan.describe(), comparison.problems)
-    assert result.losses == pytest.approx(reference.losses, rel=1e-6, abs=0)
-    worst = max((result.state[k] - reference.state[k]).abs().max().item() for k in reference.state)
-    assert worst < 1e-4, (plan.describe(), worst)
     # bytes: chapter 01's closed form on the rank's slice, and the planner's prediction
-    assert ledger_by_phase(result) == nd_closed_form_bytes(plan, result.config), plan.describe()
-    assert nd_prediction(result.config).bytes_sent == result.bytes_per_rank()
+    assert_plan_equals_single_and_its_closed_form(plan, result, reference)
     n = plan.dp * plan.cp
     numels = dp_param_numels(plan, result.config.model_config, 0)
     messages = REDUCER_MESSAGES["dear"](numels, n, {"bucket_mb": CAP})
