@@ -1,6 +1,6 @@
 """The paced board (parlab.core.board): peers' paced issue times, shared by a launch's ranks, so
 that a wait on a peer costs the peer's paced time, not its scheduler's; and the debt a late rank
-carries (parlab.core.clock.Pacer)."""
+carries (parlab.core.pacer.Pacer)."""
 
 import os
 import time
@@ -10,6 +10,7 @@ import pytest
 import parlab
 from parlab.core import board
 from parlab.core import clock as clocks
+from parlab.core import pacer as pacers
 from parlab.core.link import Link
 from parlab.core.trace import Timeline
 
@@ -88,7 +89,7 @@ def test_data_parallel_forward_is_paced_like_every_span():
 
 
 def test_a_late_rank_pays_its_debt_from_later_slack():
-    pacer = clocks.Pacer(clocks.resolve("A100", 2))
+    pacer = pacers.Pacer(clocks.resolve("A100", 2))
     timeline = Timeline(0, pacer)
     with timeline.span("forward"):
         _ = [i * i for i in range(10)]

@@ -12,6 +12,7 @@ import torch
 
 import parlab
 from parlab.core import clock as clocks
+from parlab.core import pacer as pacers
 from parlab.core.link import PRESETS, REAL, Accelerator, Link, faithful
 from parlab.core.trace import Timeline
 from parlab.engine.runner import make_config
@@ -114,7 +115,7 @@ def test_a_topology_is_paced_pair_by_pair():
 
 
 def test_the_meter_counts_operators_and_flops_exactly():
-    meter = clocks.work_meter()
+    meter = pacers.work_meter()
     a, b = torch.randn(64, 32), torch.randn(32, 16)
     with meter:
         c = a @ b  # 2·64·32·16 FLOPs
@@ -124,7 +125,7 @@ def test_the_meter_counts_operators_and_flops_exactly():
 
 def test_a_paced_span_lasts_its_paced_time_whatever_the_work_really_took():
     clock = clocks.resolve("A100", 2)
-    timeline = Timeline(0, clocks.Pacer(clock))
+    timeline = Timeline(0, pacers.Pacer(clock))
     a, b = torch.randn(128, 128), torch.randn(128, 128)
     with timeline.span("forward"):
         for _ in range(100):
@@ -141,7 +142,7 @@ def test_speeds_divide_the_paced_time():
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     durations = []
     for speed in (1.0, 0.25):
-        timeline = Timeline(0, clocks.Pacer(clock, speed))
+        timeline = Timeline(0, pacers.Pacer(clock, speed))
         with timeline.span("forward"):
             for _ in range(200):  # ~0.1 s paced at speed 1
                 a @ b
@@ -153,7 +154,7 @@ def test_the_host_time_between_spans_is_not_paced_time():
     # a descheduled or busy host between two spans (here a 60 ms real sleep) moves no paced time:
     # the second span starts where the first ended, exactly, and the debt is paid from its slack
     clock = clocks.resolve("A100", 2)
-    timeline = Timeline(0, clocks.Pacer(clock))
+    timeline = Timeline(0, pacers.Pacer(clock))
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     for name in ("forward", "backward"):
         with timeline.span(name):
@@ -168,7 +169,7 @@ def test_the_host_time_between_spans_is_not_paced_time():
 
 
 def test_real_time_blocks_are_the_ranks_time_on_purpose():
-    timeline = Timeline(0, clocks.Pacer(clocks.resolve("A100", 2)))
+    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100", 2)))
     with timeline.span("forward"):
         torch.randn(64, 64) @ torch.randn(64, 64)
     before = timeline.now()
@@ -181,7 +182,7 @@ def test_real_time_blocks_are_the_ranks_time_on_purpose():
 
 
 def test_comm_spans_are_not_paced_as_compute():
-    timeline = Timeline(0, clocks.Pacer(clocks.resolve("A100", 2)))
+    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100", 2)))
     with timeline.span("all_reduce", kind="comm"):
         torch.randn(64, 64) @ torch.randn(64, 64)
     assert timeline.pacer.stats()["segments"] == 0

@@ -40,7 +40,7 @@ class Timeline:
         self.rank = rank
         self.events: list[Event] = []
         self.enabled = True
-        self.pacer = pacer  # parlab.core.clock.Pacer of a paced run: compute spans keep its time
+        self.pacer = pacer  # parlab.core.pacer.Pacer of a paced run: compute spans keep its time
 
     @contextmanager
     def span(self, name: str, kind: str = "compute", **args):
@@ -61,7 +61,7 @@ class Timeline:
 
     def real_time(self):
         """A block whose real time counts as this rank's time on a paced clock, on purpose (work
-        the pacer cannot meter; `parlab.core.clock.Pacer.real_time`); nothing on other clocks."""
+        the pacer cannot meter; `parlab.core.pacer.Pacer.real_time`); nothing on other clocks."""
         return self.pacer.real_time() if self.pacer is not None else nullcontext()
 
     def settle(self) -> None:
@@ -72,7 +72,7 @@ class Timeline:
     def resume(self, paced_at: float | None = None) -> None:
         """A communication returned or was issued asynchronously: the paced compute span's clock
         restarts (the time it took was the link's or the issue's, not compute); see
-        `parlab.core.clock.Pacer.resume` for `paced_at`."""
+        `parlab.core.pacer.Pacer.resume` for `paced_at`."""
         if self.pacer is not None:
             self.pacer.resume(paced_at)
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from parlab.core import clock as clocks
+from parlab.core import pacer as pacers
 from parlab.core import precision, speeds
 from parlab.core.launch import launch
 from parlab.core.rank_process import report_progress
@@ -80,7 +80,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig):
     from parlab.core.trace import Timeline
     from parlab.engine.loop import RankResult
 
-    pacer = (clocks.Pacer(cfg.clock, speeds.speed_of(cfg, rank)) if cfg.clock.paced else None)
+    pacer = (pacers.Pacer(cfg.clock, speeds.speed_of(cfg, rank)) if cfg.clock.paced else None)
     ledger, timeline = Ledger(rank), Timeline(rank, pacer)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
     ctx = RankContext(rank, world_size, cfg, comm, ledger, timeline)

@@ -30,7 +30,7 @@ import time
 import torch
 
 from parlab.core import speeds as speeds_mod
-from parlab.core.clock import work_meter
+from parlab.core.pacer import work_meter
 from parlab.heterogeneous.weighted import WeightedShards
 
 

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from parlab.core import clock as clocks
 from parlab.core import cost as core_cost
-from parlab.core.clock import count_work
+from parlab.core.pacer import count_work
 from parlab.heterogeneous import cost
 from parlab.heterogeneous import programs as pg
 from parlab.models.gpt import multi_head, split_qkv

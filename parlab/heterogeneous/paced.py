@@ -12,7 +12,7 @@ simplification), which is why giving a slow device fewer rows saves less than it
 
 from __future__ import annotations
 
-from parlab.core.clock import count_work
+from parlab.core.pacer import count_work
 from parlab.engine.loop import build_model, make_optimizer, step_batch
 
 

@@ -31,7 +31,7 @@ parlab's rendering — simplifications, stated here where they are made:
   gradients over dp in one flat bucket (`parlab.data_parallel.flat.all_reduce_flat`: 2(dp−1)
   rounds a step, not per tensor).
 - Compute is *counted*, not timed: each partition's forward + backward and its optimizer step run
-  once here under the paced clock's own work meter (`parlab.core.clock.count_work`) and are priced
+  once here under the paced clock's own work meter (`parlab.core.pacer.count_work`) and are priced
   by the run's clock (`Clock.seconds`: paced seconds, or the reference machine's on the wall
   clock). The count is a function of operators and shapes alone, so every rank and the parent
   compute the same plan from the configuration, with no broadcast.
@@ -59,8 +59,8 @@ import torch
 
 from parlab.core import cost as core_cost
 from parlab.core import topology
-from parlab.core.clock import count_work
 from parlab.core.cost import FP32_BYTES
+from parlab.core.pacer import count_work
 from parlab.engine.loop import build_model, make_optimizer, step_batch
 from parlab.local_learning import cost
 from parlab.local_learning.layout import Layout, n_layers

@@ -22,7 +22,7 @@ import time
 def check_scaling(model_config=None, clock: str = "A100", world_size: int = 4) -> list[dict]:
     """The profile's affine-in-FLOPs assumption against sliced blocks: a block of n_embd/2 width
     (what tp=2 computes, roughly), of T/2 tokens (cp=2) and of B/2 rows (m=2) — paced: the paced
-    seconds of the operators each runs (`parlab.core.clock.count_work`); wall: timed directly."""
+    seconds of the operators each runs (`parlab.core.pacer.count_work`); wall: timed directly."""
     import dataclasses
 
     import torch
@@ -59,7 +59,7 @@ def _paced_block(clock, block, rows: int, seq: int, n_embd: int) -> tuple[float,
     """Paced (forward, backward) seconds of `block` on rows × seq tokens, counted."""
     import torch
 
-    from parlab.core.clock import count_work
+    from parlab.core.pacer import count_work
     x = torch.randn(rows, seq, n_embd, requires_grad=True)  # (B, T, C)
     grad = torch.randn(rows, seq, n_embd)  # (B, T, C)
     held = {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from parlab.core import clock as clocks
+from parlab.core import pacer as pacers
 from parlab.planner.profile import Line, Profile, block_flops, outside_flops
 
 _CACHE: dict = {}
@@ -64,8 +65,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         x = torch.randn(b, T, C, requires_grad=True)  # (B, T, C)
         grad = torch.randn(b, T, C)  # (B, T, C)
         holder = {}
-        fwd = clocks.count_work(lambda: holder.setdefault("y", block(x)))
-        bwd = clocks.count_work(lambda: holder["y"].backward(grad))
+        fwd = pacers.count_work(lambda: holder.setdefault("y", block(x)))
+        bwd = pacers.count_work(lambda: holder["y"].backward(grad))
         return fwd, bwd
 
     def outside_work(b):
@@ -80,8 +81,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
             logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
                 model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
             holder["loss"] = emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
-        fwd = clocks.count_work(forward)
-        bwd = clocks.count_work(lambda: holder["loss"].backward())
+        fwd = pacers.count_work(forward)
+        bwd = pacers.count_work(lambda: holder["loss"].backward())
         return fwd, bwd
 
     (bf_s, bb_s), (bf_b, bb_b) = block_work(small), block_work(rows)
@@ -93,8 +94,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         p.grad = torch.randn_like(p)
     from parlab.engine.loop import optimizer_spec
     opt_class, settings = optimizer_spec(type("Cfg", (), {"optimizer": "adamw", "lr": 1e-3})())
-    all_ops, _ = clocks.count_work(opt_class(params, **settings).step)
-    one_ops, _ = clocks.count_work(opt_class([params[0]], **settings).step)
+    all_ops, _ = pacers.count_work(opt_class(params, **settings).step)
+    one_ops, _ = pacers.count_work(opt_class([params[0]], **settings).step)
     per_tensor_ops = (all_ops - one_ops) / max(len(params) - 1, 1)
     fixed = max(one_ops - per_tensor_ops, 0.0)
     # ring attention merges 2cp+1 score blocks per rank: one more block's forward + backward
@@ -103,8 +104,8 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
     blocks = 8 if T % 8 == 0 else 1
     chunk = 0.0
     if blocks > 1:
-        many = clocks.count_work(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
-        one = clocks.count_work(lambda: blockwise_attention(q, k, v, T).sum().backward())
+        many = pacers.count_work(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
+        one = pacers.count_work(lambda: blockwise_attention(q, k, v, T).sum().backward())
         chunk = max(clock.seconds(*many) - clock.seconds(*one), 0.0) / (blocks - 1)
     prof = Profile(_line(clock, x, (bf_s, bf_b)), _line(clock, x, (bb_s, bb_b)),
                    _line(clock, xo, (of_s, of_b)), _line(clock, xo, (ob_s, ob_b)),

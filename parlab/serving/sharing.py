@@ -30,6 +30,7 @@ from typing import Any
 
 from parlab.core import clock as clocks
 from parlab.core import link as link_mod
+from parlab.core import pacer as pacers
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.ledger import Ledger
@@ -141,7 +142,7 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
     share_link(comms)
     processor = Processor() if paced.paced else None  # one accelerator per rank
     for comm in comms:  # paced time: each job's compute spans keep its own pacer's time
-        comm.timeline.pacer = clocks.Pacer(paced) if paced.paced else None
+        comm.timeline.pacer = pacers.Pacer(paced) if paced.paced else None
     jobs = {spec.name: Job(spec, cfg, comm, processor)
             for spec, cfg, comm in zip(specs, configs, comms)}
     clock.barrier(phase="start")

@@ -19,6 +19,7 @@ from parlab import models
 from parlab.compression import cost, lowdim
 from parlab.compression.schemes_lowdim import network_of
 from parlab.core import clock as clocks
+from parlab.core import pacer as pacers
 from parlab.engine.runner import make_config
 from parlab.models.data import global_batch, spirals
 from parlab.subnet.emulate import one_thread  # tiny tensors: one intra-op thread, as every rank
@@ -116,7 +117,7 @@ def spectrum_over_training(d: int, iters: int, checkpoints: int = 4):
 # ----------------------------------------------------------------------------- 3. original vs compressed
 def paced_step(model, task, alpha: float, clock: str = "A100") -> tuple[float, int, float]:
     """(paced seconds, operators, FLOPs) of one GD step of `model` on every observed entry, priced
-    as the paced clock prices a compute span (`parlab.core.clock.count_work`, `Clock.seconds`)."""
+    as the paced clock prices a compute span (`parlab.core.pacer.count_work`, `Clock.seconds`)."""
     model = copy.deepcopy(model)
     opt = lowdim.make_dln_optimizer(model, "sgd", LR, alpha)
 
@@ -125,7 +126,7 @@ def paced_step(model, task, alpha: float, clock: str = "A100") -> tuple[float, i
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    ops, flops = clocks.count_work(step)
+    ops, flops = pacers.count_work(step)
     return clocks.resolve(clock, 1).seconds(ops, flops), ops, flops
 
 

@@ -88,7 +88,7 @@ def block_paced_seconds(clock, tokens: int, rows: int, n_head: int, head_dim: in
     import torch
 
     from parlab.context_parallel.ring_attention import BlockAttention
-    from parlab.core.clock import work_meter
+    from parlab.core.pacer import work_meter
 
     gen = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(rows, n_head, tokens, head_dim, generator=gen) for _ in range(3))

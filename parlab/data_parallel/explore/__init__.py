@@ -80,9 +80,10 @@ def bytes_table(world_size: int, model: str = "gpt", precision: str = "fp32") ->
 
 def paced_profile(world_size: int, clock: str = "A100", model: str = "gpt") -> tuple:
     """(forward, backward, optimizer) seconds of one rank's step in paced time: the operators and
-    FLOPs of the model on its rows (`parlab.core.clock.count_work`), priced by the clock exactly as
+    FLOPs of the model on its rows (`parlab.core.pacer.count_work`), priced by the clock exactly as
     a paced run prices them (section 5 runs them)."""
     from parlab.core import clock as clocks
+    from parlab.core import pacer as pacers
     from parlab.engine.loop import build_model, make_optimizer, step_batch
     from parlab.engine.runner import make_config
 
@@ -91,9 +92,9 @@ def paced_profile(world_size: int, clock: str = "A100", model: str = "gpt") -> t
     net = build_model(cfg)
     x, y = step_batch(cfg, 0, 0, world_size)
     held = {}
-    forward = clocks.count_work(lambda: held.setdefault("loss", net.loss(x, y)))
-    backward = clocks.count_work(lambda: held["loss"].backward())
-    optimizer = clocks.count_work(make_optimizer(net.parameters(), cfg).step)
+    forward = pacers.count_work(lambda: held.setdefault("loss", net.loss(x, y)))
+    backward = pacers.count_work(lambda: held["loss"].backward())
+    optimizer = pacers.count_work(make_optimizer(net.parameters(), cfg).step)
     return tuple(paced.seconds(*work) for work in (forward, backward, optimizer)), paced
 
 
