@@ -36,4 +36,6 @@ def test_lp_beats_proportional_beats_even_in_paced_time():
 def test_backup_worker_drops_the_paced_straggler():
     b0, b1 = explore.backup_sweep(2, steps=3, backups=(0, 1))
     assert b1["dropped"] == [1]
-    assert b1["step_ms"] <= 0.75 * b0["step_ms"]  # measured ~0.5: the fast rank stops waiting
+    # measured 0.348 (192.3 vs 552.5 ms), idle and beside two CPU burners alike: the fast rank
+    # stops waiting for the straggler's 4× longer compute (CI read 0.76 when the wait was real time)
+    assert b1["step_ms"] <= 0.5 * b0["step_ms"]

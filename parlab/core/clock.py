@@ -46,7 +46,7 @@ How a paced run keeps time
   the machine descheduled) is debt, paid from the next spans' slack, not paced time: on a busy
   machine it was the one way contention still reached a paced step (27-38 ms of a 540 ms step
   under three test streams on 2 cores). Code that spends real time on purpose as the device's
-  (`Timeline.real_time()`: a backward inside DDP's reducer, a straggler's emulated sleep) says so.
+  (`Timeline.real_time()`: a backward inside DDP's reducer, an emulated wire's sleep) says so.
 
 Results (losses, parameters, bytes) never change: only time does. What is not paced: the real
 time inside `real_time()` blocks. With no emulated link (`link=None`) a message costs nothing on

@@ -117,7 +117,7 @@ class Pacer:
     @contextmanager
     def real_time(self):
         """A block whose real time is the device's time on purpose (work the pacer cannot meter:
-        a backward inside DDP's reducer, a straggler's emulated sleep): the clock runs through
+        a backward inside DDP's reducer, an emulated wire's sleep): the clock runs through
         it, then stands where it ended."""
         self.release()
         self.real_depth += 1

@@ -24,7 +24,6 @@ would receive N−b messages instead of N).
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
@@ -43,30 +42,30 @@ class BackupWorkers(WeightedShards):
         self.used_per_step: list[list[int]] = []
 
     def forward_backward(self, step: int, batch) -> float:
-        # the rank waits for the (N−b)-th arrival with a real sleep, outside any span: on a paced
-        # clock that real time is the rank's, on purpose (parlab.core.clock, real_time)
-        with self.ctx.timeline.real_time():
-            return self._compute_until_cutoff(step, batch)
-
-    def _compute_until_cutoff(self, step: int, batch) -> float:
-        ctx, timeline = self.ctx, self.ctx.timeline
-        t_start, cpu_start = time.perf_counter(), time.thread_time()
-        pacer = timeline.pacer  # paced clock: price the work here, and wait below (not in the span)
-        meter = work_meter() if pacer is not None else contextlib.nullcontext()
-
-        def span(name):  # paced: no span (it would sleep here); the emulated one below shows it
-            return timeline.span(name, step=step) if pacer is None else contextlib.nullcontext()
-        with meter:
-            with span("forward"), self.meter:  # real time: the device's comes below
+        ctx, timeline, pacer = self.ctx, self.ctx.timeline, self.ctx.timeline.pacer
+        if pacer is None:  # the wall clock: the work's CPU seconds ÷ speed (parlab.core.speeds)
+            t_start, cpu_start = time.perf_counter(), time.thread_time()
+            with timeline.span("forward", step=step), self.meter:
                 loss = self.loss(batch)  # mean over this rank's B/N rows
-            with span("backward"), self.meter:
+            with timeline.span("backward", step=step), self.meter:
                 loss.backward()  # ∇L_r, weighted once the used ranks are known
-        t_real = time.perf_counter()
-        if pacer is not None:  # the paced span's time: M·Σ(c0 + FLOPs/F)/s, deterministic
-            arrival = t_start + pacer.clock.seconds(meter.ops, meter.flops, pacer.speed)
-        else:
-            cpu = time.thread_time() - cpu_start  # the work's CPU seconds (parlab.core.speeds)
+            t_real = time.perf_counter()
+            cpu = time.thread_time() - cpu_start
             arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
+            start = t_real  # the emulated rest of the compute, after the real part
+        else:
+            # Paced: the work is priced, not timed (M·Σ(c0 + FLOPs/F)/s, as a compute span is),
+            # from the rank's paced now; no span here (it would sleep to its own end, where a
+            # dropped rank stops at the cutoff instead). The real time it takes is host time on
+            # the paced clock, standing still (debt paid from later slack), never the step's.
+            t_start = start = timeline.now()
+            meter = work_meter()
+            with meter:
+                with self.meter:
+                    loss = self.loss(batch)  # mean over this rank's B/N rows
+                with self.meter:
+                    loss.backward()  # ∇L_r, weighted once the used ranks are known
+            arrival = t_start + pacer.clock.seconds(meter.ops, meter.flops, pacer.speed)
         with ctx.ledger.label(phase="arrivals"):
             times = ctx.comm.all_gather(torch.tensor([arrival], dtype=torch.float64))  # (N,) fp64
         n = ctx.world_size
@@ -75,10 +74,14 @@ class BackupWorkers(WeightedShards):
         cutoff = float(times[order[n - self.backups - 1]])  # the (N−b)-th arrival ends the compute
         self.used_per_step.append(used)
         wake = arrival if ctx.rank in used else cutoff
-        speeds_mod.sleep_until(wake)
-        timeline.add("compute", "backward" if ctx.rank in used else "abandoned",
-                     t_real if pacer is None else t_start,
-                     max(t_real, time.perf_counter()), step=step, emulated=True)
+        speeds_mod.sleep_until(wake)  # a paced rank ahead of its clock waits, one behind does not
+        if pacer is not None:
+            pacer.wait_until(wake)  # busy (or abandoning its work) until then, on its paced clock
+            end = wake
+        else:
+            end = max(start, time.perf_counter())
+        timeline.add("compute", "backward" if ctx.rank in used else "abandoned", start, end,
+                     step=step, emulated=True)
         used_rows = sum(self.rows[r] for r in used)
         self.weight = self.rows[ctx.rank] / used_rows if ctx.rank in used else 0.0  # b_r / Σ_used b
         return loss.item() * self.weight
