@@ -99,9 +99,9 @@ class ReducerSync(GradSync):
         super().sync(step)
 
     def after_backward(self) -> None:
-        # encoding and decoding run outside any compute span: on a paced clock their real time is
-        # the rank's, on purpose, so a compressor's compute is not free (it is not metered either)
-        with self.ctx.timeline.real_time():
+        # encoding and decoding are compute (a compressor's work is not free): a compute span,
+        # priced on a paced clock like any other, which each message it sends interrupts
+        with self.ctx.span("compress"):
             self.reducer.after_backward()
 
     def comm_buffers(self):

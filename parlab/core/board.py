@@ -1,29 +1,23 @@
-"""The paced board: each rank's paced issue time of every message, shared by the ranks of a launch.
+"""The board: each rank's virtual ready time of every op, shared by the ranks of a launch.
 
-On a paced clock (`parlab.core.clock`) a rank's time is its real time less the debt its real
-work owes its paced spans: a rank descheduled by a busy machine runs late in real time, and the
-slack of its next spans pays the debt back. A wait on a peer breaks that bookkeeping: when the
-op completes, the real time says when the *last peer really* arrived — its lateness included —
-not when it arrived on the paced clock. Charging that real time would let contention back into
-every timing lesson (a collective is as late as its latest rank's scheduler).
-
-So every rank posts, when it issues an op on a paced clock, its paced issue time under the
-op's key — a collective's key is (group, how many collectives this Comm issued before), a
-message's is (sender, receiver, how many messages before on that pair) — and after the real wait
-reads its peers' times: the op completes, on the paced clock, at
-
-    max(this rank's paced now, its own delivery α + n/β after its issue, every peer's paced issue)
-
-— what the same op's real time is on an idle machine (gloo's own transfer is not paced; the
-emulated link is, and with no emulated link the delivery is instant), with each rank's lateness
-left out. A collective waits for every rank of the
-group, a receive for its sender, a send for its receiver when the receiver has posted (gloo may
-complete a send without it). A key not found (the board's ring overwritten, or a launch without
-a board: torchrun across machines) falls back to the real time, as before the board.
+On a paced clock (`parlab.core.clock`) a rank's time is a number it computes. An op that involves
+peers completes at a time that depends on theirs: a collective starts when its last participant
+could start it, a receive when its sender's bytes have left. So every rank posts, when it issues
+an op, the virtual time its link could start it (`ready`: its issue time, or later if the link
+direction is still busy with an earlier op) under the op's key — a collective's key is (group,
+how many collectives this Comm issued before), a message's is (sender, receiver, how many messages
+before on that pair) — and when it waits for the op reads the posts it needs: a collective every
+peer's, a broadcast's receivers the source's, a receive its sender's; a send none (it completes
+when its bytes have left). A rank really blocks until those posts are there: every rank posts
+before it hands the op to gloo, so once it is posted the wait ends; the block costs no virtual
+time. This is conservative synchronisation, as parallel discrete-event simulators do it (Chandy &
+Misra, "Distributed Simulation: A Case Study in Design and Verification of Distributed
+Programs", IEEE TSE 1979): a rank never uses a peer's time before the peer has fixed it.
 
 The board lives in one shared-memory file per launch (`create`, made and removed by the
 launcher), read and written with `mmap` and `struct` — not with tensors, which the paced meter
-would count as compute. Layout: REGIONS × DEPTH × world slots of (key, paced seconds) float64.
+would count as compute. Layout: REGIONS × DEPTH × world slots of (key, virtual seconds) float64.
+A launch without a board (torchrun across machines) prices each op from the rank's own post.
 """
 
 from __future__ import annotations
@@ -32,11 +26,13 @@ import mmap
 import os
 import struct
 import tempfile
+import time
 import zlib
 
 REGIONS = 1024  # hash buckets for groups and rank pairs
-DEPTH = 256  # ops of one group (or pair) in flight before a slot is reused
-SLOT = struct.Struct("dd")  # (key, paced issue time)
+DEPTH = 1024  # ops of one group (or pair) in flight before a slot is reused
+SLOT = struct.Struct("dd")  # (key, virtual ready time)
+_FLOAT = struct.Struct("d")
 
 
 def size_bytes(world_size: int) -> int:
@@ -88,34 +84,53 @@ class Board:
     def _offset(self, region_id: int, seq: int, rank: int) -> int:
         return ((region_id * DEPTH + seq % DEPTH) * self.world_size + rank) * SLOT.size
 
-    def post(self, region_id: int, seq: int, salt_id: int, rank: int, paced_t: float) -> None:
-        """Rank `rank` issued op `seq` of `region_id` at paced time `paced_t`."""
-        SLOT.pack_into(self.mm, self._offset(region_id, seq, rank), key(seq, salt_id), paced_t)
+    def post(self, region_id: int, seq: int, salt_id: int, rank: int, t: float) -> None:
+        """Rank `rank` posted op `seq` of `region_id`, ready at virtual time `t`: the time is
+        written before the key, so a reader that sees the key sees its time."""
+        offset = self._offset(region_id, seq, rank)
+        _FLOAT.pack_into(self.mm, offset + 8, t)
+        _FLOAT.pack_into(self.mm, offset, key(seq, salt_id))
 
     def read(self, region_id: int, seq: int, salt_id: int, rank: int) -> float | None:
-        """The paced issue time rank `rank` posted for op `seq` of `region_id`, None if absent."""
-        found, paced_t = SLOT.unpack_from(self.mm, self._offset(region_id, seq, rank))
-        return paced_t if found == key(seq, salt_id) else None
+        """The virtual time rank `rank` posted for op `seq` of `region_id`, None if absent."""
+        found, t = SLOT.unpack_from(self.mm, self._offset(region_id, seq, rank))
+        return t if found == key(seq, salt_id) else None
+
+
+class BoardTimeout(RuntimeError):
+    """A peer never posted an op this rank waits for (it died, or the ranks issue different ops)."""
 
 
 class Ticket:
-    """The board entries one op waits on: its peers' (region, seq, salt, rank), and whether an
-    absent entry means 'no constraint' (a send that gloo completed before the receive was posted)
-    or 'unknown' (fall back to the real time)."""
+    """The board entries one op's completion needs: (region, seq, salt, rank) of each peer."""
 
-    def __init__(self, board: Board, entries: list, optional: bool = False):
-        self.board, self.entries, self.optional = board, entries, optional
+    def __init__(self, board: Board, entries: list, what: str):
+        self.board, self.entries, self.what = board, entries, what
 
-    def peers_issued(self) -> float | None:
-        """The latest paced issue time of the op's peers; None where one is unknown."""
-        latest = float("-inf")
-        for entry in self.entries:
-            paced_t = self.board.read(*entry)
-            if paced_t is None:
-                if self.optional:
-                    continue
-                return None
-            latest = max(latest, paced_t)
+    def latest(self, timeout: float) -> float:
+        """The latest virtual ready time the op's peers posted (-inf for none), blocking — in real
+        time only — until every one of them has posted; BoardTimeout after `timeout` seconds."""
+        latest, waiting = float("-inf"), list(self.entries)
+        deadline, pause = None, 20e-6
+        while waiting:
+            still = []
+            for entry in waiting:
+                t = self.board.read(*entry)
+                if t is None:
+                    still.append(entry)
+                else:
+                    latest = max(latest, t)
+            waiting = still
+            if waiting:
+                now = time.monotonic()
+                deadline = deadline if deadline is not None else now + timeout
+                if now > deadline:
+                    ranks = sorted(entry[3] for entry in waiting)
+                    raise BoardTimeout(f"{self.what}: rank(s) {ranks} never posted it on the board "
+                                       f"within {timeout:g} s (a peer died, or the ranks issue "
+                                       "different ops)")
+                time.sleep(pause)
+                pause = min(2 * pause, 2e-3)
         return latest
 
 
@@ -140,10 +155,16 @@ class Posts:
         self.collectives = 0  # collectives posted so far
         self.messages: dict = {}  # (op, peer global rank) -> messages posted so far
 
-    def post(self, op: str, peers, paced_t: float) -> Ticket | None:
-        """Post op `op` (issued at paced time `paced_t`) to the group ranks `peers`, or to the
-        whole group for a collective; return the entries its completion waits on (None without
-        a board)."""
+    def _pair(self, pair) -> tuple[int, int]:
+        if pair not in self._pairs:
+            self._pairs[pair] = (region("p2p", self.identity, pair), salt("p2p", self.identity, pair))
+        return self._pairs[pair]
+
+    def post(self, op: str, peers, ready: float, needs=None) -> Ticket | None:
+        """Post op `op` (to group rank `peers`' one peer for a message), ready at virtual time
+        `ready`; return the entries its completion needs: a receive its sender's, a send none, a
+        collective those of the group ranks `needs` (default: every other rank). None without a
+        board."""
         if self.board is None:
             return None
         if op in ("send", "recv"):
@@ -152,30 +173,22 @@ class Posts:
             pair = (self.me, other) if op == "send" else (other, self.me)  # (sender, receiver)
             seq = self.messages.get((op, other), 0)
             self.messages[(op, other)] = seq + 1
-            if pair not in self._pairs:
-                self._pairs[pair] = (region("p2p", self.identity, pair),
-                                     salt("p2p", self.identity, pair))
-            region_id, salt_id = self._pairs[pair]
-            self.board.post(region_id, seq, salt_id, self.me, paced_t)
-            # gloo may complete a send before its receive is posted: then nothing waits for it
-            return Ticket(self.board, [(region_id, seq, salt_id, other)], optional=op == "send")
+            region_id, salt_id = self._pair(pair)
+            if op == "send":
+                self.board.post(region_id, seq, salt_id, self.me, ready)
+                return Ticket(self.board, [], f"send #{seq} {self.me}->{other}")
+            return Ticket(self.board, [(region_id, seq, salt_id, other)],
+                          f"recv #{seq} {other}->{self.me}")
         if self._group is None:
             self._group = (region(self.identity), salt(self.identity))
         region_id, salt_id = self._group
         seq = self.collectives
         self.collectives += 1
-        self.board.post(region_id, seq, salt_id, self.me, paced_t)
-        return Ticket(self.board, [(region_id, seq, salt_id, r) for r in self.ranks if r != self.me])
-
-
-def completed_at(paced_asked: float, ready_at: float, ticket: Ticket | None, delivered: bool):
-    """The paced time an op completes for its rank: the latest of when the rank asked for it,
-    its own delivery and its peers' paced issue times — None (the real time) where a peer's time
-    is unknown and the op did block on it."""
-    peers = ticket.peers_issued() if ticket is not None else None
-    if peers is None and not delivered:
-        return None
-    return max(paced_asked, ready_at, peers if peers is not None else float("-inf"))
+        self.board.post(region_id, seq, salt_id, self.me, ready)
+        others = ([self.ranks[r] for r in needs] if needs is not None
+                  else [r for r in self.ranks if r != self.me])
+        return Ticket(self.board, [(region_id, seq, salt_id, r) for r in others if r != self.me],
+                      f"{op} #{seq} of group {self.identity[0]!r} {list(self.ranks)}")
 
 
 _CREATED: dict = {}  # (name, global ranks) -> Comms created on this rank

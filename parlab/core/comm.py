@@ -13,18 +13,11 @@ k·α + bytes/β of wall time.
 counted from the tensors actually sent. Async ops (`async_op=True`) return a `Handle`; the
 hand-written ones run on one background thread per Comm, so they stay in issue order.
 
-What the emulated link simplifies: each rank charges an op from its *own* issue time. A receive
-posted before its send is matched, or a rank that enters a collective before the last one does,
-waits in the real op and is then charged only what is left of α + n/β from its own start: such a
-rank is undercharged by up to the time it waited (the last rank to arrive pays in full). A
-wire-exact link would charge from the sender's (the last arriver's) time, which needs the issue
-times exchanged beside the data; the ideal timelines of `parlab.pipeline.validate.simulate`
-(charged="receiver") price messages the way this link does.
-
-On a paced clock the ranks of a launch post their paced issue times on a shared board
-(`parlab.core.board`), and an op that waited on its peers completes at the latest of its own
-delivery and its peers' *paced* issue times, not at the real time the last of them arrived: a
-rank descheduled by a busy machine does not make its peers late.
+On the wall clock an emulated link makes each op take at least k·α + bytes/β of real time (each
+rank charges it from its own issue time: a rank that waited in the real op for a late peer is
+undercharged by up to that wait). On a paced clock nothing sleeps: an op completes at a virtual
+time computed from the ranks' posts on a board they share (`parlab.core.virtual_link`,
+`parlab.core.board`, the rules in `parlab.core.clock`), the same on every machine, to the bit.
 """
 
 from __future__ import annotations
@@ -44,6 +37,7 @@ from parlab.core.rank_process import current as current_launch
 from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
+from parlab.core.virtual_link import VirtualOp
 
 
 class Comm(ShardedCollectives):
@@ -68,6 +62,7 @@ class Comm(ShardedCollectives):
         self._handwritten_ops = 0  # hand-written ops issued so far: their tag ranges
         # this Comm's posts on the paced board (parlab.core.board): its identity, region and salt
         info = current_launch()
+        self.board_timeout = float(info.timeout_s) if info is not None else 300.0
         self.posts = paced_board.Posts(paced_board.attach(info.board, info.world_size)
                                        if info is not None else None, name, self.ranks, self.rank)
 
@@ -148,7 +143,7 @@ class Comm(ShardedCollectives):
         return self._gloo("broadcast", tensor, Traffic(sent, recv, rounds, peers), phase,
                           async_op, lambda: [dist.broadcast(tensor, self.global_rank(src),
                                                             self.group, True)],
-                          finish=lambda _: tensor)
+                          finish=lambda _: tensor, needs=[] if self.rank == src else [src])
 
     def barrier(self, phase=None):
         return self._gloo("barrier", torch.zeros(0), Traffic(0, 0, 0), phase, False,
@@ -203,7 +198,7 @@ class Comm(ShardedCollectives):
                       bytes_recv=(recv or 0) * item, rounds=rounds,
                       peers=tuple(self.ranks[p] for p in sorted(peers)))
         record.update(nominal=True, t_start=t_start if t_start is not None else record["t_start"],
-                      t_end=t_end if t_end is not None else time.perf_counter())
+                      t_end=t_end if t_end is not None else self.timeline.now())
         return record
 
     # ------------------------------------------------------------------ machinery
@@ -224,12 +219,23 @@ class Comm(ShardedCollectives):
         self.ledger.records.append(record)
         return record
 
-    def _account(self, record, traffic: Traffic, itemsize: int) -> float:
-        """Fill in the traffic; return when the emulated link will have delivered it."""
+    def _fill(self, record, traffic: Traffic, itemsize: int) -> None:
+        """Fill in the record's traffic."""
         record.update(elements_sent=traffic.sent, elements_recv=traffic.recv,
                       bytes_sent=traffic.sent * itemsize, bytes_recv=traffic.recv * itemsize,
                       rounds=traffic.rounds, peers=tuple(self.ranks[p] for p in
                                                          sorted(traffic.peers)))
+
+    def _duration(self, record, peers) -> float:
+        """The op's time on its link: k·α + n/β for the bytes on its busier direction."""
+        link = self._link_for(record["op"], peers)
+        if link is None:
+            return 0.0
+        return link.cost(max(record["bytes_sent"], record["bytes_recv"]), record["rounds"])
+
+    def _account(self, record, traffic: Traffic, itemsize: int) -> float:
+        """Wall clock: fill in the traffic; return when the emulated link will have delivered it."""
+        self._fill(record, traffic, itemsize)
         link = self._link_for(record["op"], traffic.peers)
         if link is None:
             return 0.0
@@ -247,21 +253,35 @@ class Comm(ShardedCollectives):
                 ready = max(ready, self._free_at[direction])
         return ready
 
-    def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None):
+    @property
+    def virtual(self) -> bool:
+        """Whether this Comm keeps virtual time (its timeline has a pacer: a paced clock)."""
+        return self.timeline.pacer is not None
+
+    def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None,
+              needs=None):
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, "gloo", tensor, phase, numel)
-        ready_at = self._account(record, traffic, tensor.element_size())
-        ticket = self._post(record, traffic)
-        handle = Handle(self, record, ready_at, works=start(), finish=finish, ticket=ticket)
+        if self.virtual:
+            self._fill(record, traffic, tensor.element_size())
+            vop = VirtualOp(self, record, lambda ready: self._post(record, traffic.peers, ready,
+                                                                   needs),
+                            self._duration(record, traffic.peers))
+            handle = Handle(self, record, 0.0, works=start(), finish=finish, vop=vop)
+        else:
+            ready_at = self._account(record, traffic, tensor.element_size())
+            handle = Handle(self, record, ready_at, works=start(), finish=finish)
         if async_op:
-            self.timeline.resume(record["t_start"])  # issuing is free: its real time is debt
+            self.timeline.resume()  # issuing is free
             return handle
         return handle.wait()
 
     def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, algo, tensor, phase, numel)
-        ticket = self._post(record, None)
+        everyone = set(range(self.size)) - {self.rank}
+        vop = (VirtualOp(self, record, lambda ready: self._post(record, everyone, ready), None)
+               if self.virtual else None)
         # each op gets tags of its own, counted in issue order (the same on every rank, as the
         # collectives themselves must be): a sync op on this thread and an async one on the
         # background thread then never take each other's messages between the same two ranks
@@ -272,43 +292,35 @@ class Comm(ShardedCollectives):
         def run():
             return body(traffic)
 
+        def counted(value):
+            # the traffic is known once the algorithm ran: only then can the link price it
+            if vop is not None:
+                self._fill(record, traffic, tensor.element_size())
+                vop.set_duration(self._duration(record, traffic.peers))
+                return value, None
+            return value, self._account(record, traffic, tensor.element_size())
+
         if not async_op:
-            value = run()
-            ready_at = self._account(record, traffic, tensor.element_size())
-            self._sleep_until(ready_at)
-            self.timeline.resume(self.completed_at(record["t_start"], ready_at, ticket, False))
-            t1 = self.timeline.now()
-            record["t_end"] = t1
-            self.timeline.add("wait", f"wait {op}", record["t_start"], t1)
-            self.timeline.add("comm", op, record["t_start"], t1, bytes=record["bytes_sent"],
-                              phase=record["phase"])
-            return value
+            value, ready_at = counted(run())
+            return Handle(self, record, ready_at, vop=vop, value=value).wait()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
-        handle = Handle(self, record, 0.0, future=self._executor.submit(run), ticket=ticket)
+        handle = Handle(self, record, 0.0, future=self._executor.submit(run), vop=vop)
 
         def finish(value):
-            # the traffic is known once the algorithm ran: only then can the link say when it
-            # will have delivered it (Handle.wait sleeps until ready_at after calling finish)
-            handle.ready_at = self._account(record, traffic, tensor.element_size())
+            value, ready_at = counted(value)
+            if ready_at is not None:
+                handle.ready_at = ready_at  # Handle.wait sleeps until then (wall clock)
             return value
 
         handle.finish = finish
-        self.timeline.resume(record["t_start"])  # issuing is free: its real time is debt
+        self.timeline.resume()  # issuing is free
         return handle
 
-    def _post(self, record, traffic: Traffic | None) -> paced_board.Ticket | None:
-        """Post this op's paced issue time on the board (paced runs); return the entries its
-        completion waits on. `traffic` None: a hand-written collective. With no emulated link the
-        op's own delivery is instant on the paced clock (gloo's loopback time is not paced), so it
-        completes at its peers' paced issue times, not at the real time the last one arrived."""
-        if self.posts.board is None or self.timeline.pacer is None:
-            return None
-        peers = traffic.peers if traffic is not None else set(range(self.size)) - {self.rank}
-        return self.posts.post(record["op"], peers, record["t_start"])
-
-    # the paced time an op completes for this rank (parlab.core.board.completed_at)
-    completed_at = staticmethod(paced_board.completed_at)
+    def _post(self, record, peers, ready: float, needs=None) -> paced_board.Ticket | None:
+        """Post this op on the board, ready at virtual time `ready`; return the entries its end
+        needs (`parlab.core.board.Posts.post`; None without a board)."""
+        return self.posts.post(record["op"], peers, ready, needs)
 
     def _link_for(self, op: str, peers) -> Link | None:
         """The link an op crosses: the one Link, or with a `Topology` (parlab.core.topology) the

@@ -99,6 +99,13 @@ def preset_name(link) -> str | None:
     return None
 
 
+# A kernel's launch overhead, ~4 µs: NVIDIA's "Getting Started with CUDA Graphs" (Technical Blog,
+# 2019) measures 3.8 µs per short kernel launched back to back on a V100 (2.9 µs of it the kernel);
+# the same order on A100/H100 ("CUDA C++ Best Practices Guide": launch overhead of a few µs). A
+# model this small runs launch-bound on a GPU: its time is operators × this, not its FLOPs.
+LAUNCH_S = 4e-6
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """An accelerator by the compute rate it sustains in training (FLOP/s), its NVLink generation
@@ -110,6 +117,7 @@ class Accelerator:
     nvlink: str = "NVLink"
     memory_bytes: float | None = None
     inter: str = "100Gb-IB"  # the link between nodes of its usual cluster (a key of `REAL`)
+    launch_s: float = LAUNCH_S  # the device's fixed cost per operator (a kernel launch)
 
 
 ACCELERATORS: dict[str, Accelerator] = {

@@ -4,8 +4,9 @@ Every rank keeps a `Timeline` of events (kind, name, t0, t1). `parlab.core.comm`
 for each operation (from issue to completion) and a "wait" event for the time the rank was
 blocked on it (the whole op when it is synchronous, only `wait()` when async): the *exposed*
 communication that overlap tries to hide. Training code wraps its phases in `span("forward")`.
-Times come from `time.perf_counter()`, which on Linux is CLOCK_MONOTONIC, shared by all processes
-of a machine, so ranks line up without clock sync. Export to Chrome / Perfetto JSON
+On a paced clock times are each rank's virtual time (`parlab.core.clock`), on the wall clock
+`time.perf_counter()`, which on Linux is CLOCK_MONOTONIC, shared by all processes of a machine, so
+ranks line up without clock sync. Export to Chrome / Perfetto JSON
 (chrome://tracing, ui.perfetto.dev) with `to_chrome_trace`.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 KINDS = ("compute", "comm", "wait", "idle")
@@ -55,26 +56,31 @@ class Timeline:
             self.add(kind, name, t0, self.now() if end is None else end, **args)
 
     def now(self) -> float:
-        """This rank's time: the paced clock's (real time less the debt real work owes its paced
-        spans) on a paced run, `time.perf_counter()` otherwise."""
+        """This rank's time: its virtual time on a paced run (`parlab.core.pacer.Pacer`),
+        `time.perf_counter()` otherwise."""
         return self.pacer.now() if self.pacer is not None else time.perf_counter()
 
-    def real_time(self):
-        """A block whose real time counts as this rank's time on a paced clock, on purpose (work
-        the pacer cannot meter; `parlab.core.pacer.Pacer.real_time`); nothing on other clocks."""
-        return self.pacer.real_time() if self.pacer is not None else nullcontext()
+    def advance(self, seconds: float) -> None:
+        """Paced runs: the rank was busy `seconds` its caller priced (an emulated wire, a reducer
+        the meter cannot see); nothing on the wall clock, where that time was really spent."""
+        if self.pacer is not None:
+            self.pacer.advance(seconds)
+
+    def wait_until(self, t: float) -> None:
+        """Paced runs: the rank waited for something free at virtual time `t`."""
+        if self.pacer is not None:
+            self.pacer.wait_until(t)
 
     def settle(self) -> None:
-        """A communication is about to leave: finish pacing the compute before it (paced runs)."""
+        """A communication is about to leave: price the compute before it (paced runs)."""
         if self.pacer is not None:
             self.pacer.settle()
 
-    def resume(self, paced_at: float | None = None) -> None:
-        """A communication returned or was issued asynchronously: the paced compute span's clock
-        restarts (the time it took was the link's or the issue's, not compute); see
-        `parlab.core.pacer.Pacer.resume` for `paced_at`."""
+    def resume(self, at: float | None = None) -> None:
+        """A communication was issued or returned (completing at virtual time `at`): the rank's
+        time is at least `at`, and a compute span around it counts again (paced runs)."""
         if self.pacer is not None:
-            self.pacer.resume(paced_at)
+            self.pacer.resume(at)
 
     def add(self, kind: str, name: str, t0: float, t1: float, **args) -> None:
         if self.enabled:

@@ -35,11 +35,13 @@ from parlab.engine.runner import register
 COMMS = ("parlab", "torch")
 
 
-def parlab_comm_hook(comm):
+def parlab_comm_hook(comm, issued: list | None = None):
     """A DDP comm hook: average DDP's flat bucket with `comm` (recorded, link-emulated).
 
     DDP wants a torch Future; a helper thread waits on our Handle and completes it, so the
-    autograd thread goes on computing while the bucket is in flight.
+    autograd thread goes on computing while the bucket is in flight. `issued` (paced runs): the
+    helper thread only waits for the data (`Handle.wait_real`) and each handle is appended here,
+    for the rank's own thread to `wait()` after backward, which prices it in virtual time.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-ddp-hook")
 
@@ -47,7 +49,11 @@ def parlab_comm_hook(comm):
         flat = bucket.buffer()  # (bucket numel,) DDP's flattened gradients
         handle = comm.all_reduce(flat, op="avg", async_op=True)  # (bucket numel,) in flight
         future = torch.futures.Future()
-        executor.submit(lambda: future.set_result(handle.wait()))
+        if issued is None:
+            executor.submit(lambda: future.set_result(handle.wait()))
+        else:
+            issued.append(handle)
+            executor.submit(lambda: future.set_result(handle.wait_real()))
         return future
 
     return hook
@@ -75,9 +81,14 @@ class TorchDDP(GradSync):
         self.ddp = DistributedDataParallel(LossModule(model), bucket_cap_mb=cfg.options["bucket_mb"],
                                            init_sync=False)  # every rank built the seed's weights
         self.hook_timeline = Timeline(ctx.rank)  # the helper thread's waits are not the rank's
+        self.paced = ctx.timeline.pacer is not None
+        self.issued: list = []  # paced: the buckets' handles of this backward, waited after it
         if cfg.options["comm"] == "parlab":
-            hook_comm = Comm(None, ledger=ctx.ledger, timeline=self.hook_timeline, link=cfg.link)
-            self.ddp.register_comm_hook(None, parlab_comm_hook(hook_comm))
+            # paced: the buckets leave on the rank's own virtual clock, as ddp-overlap's do
+            hook_comm = Comm(None, ledger=ctx.ledger, link=cfg.link,
+                             timeline=ctx.timeline if self.paced else self.hook_timeline)
+            self.ddp.register_comm_hook(None, parlab_comm_hook(hook_comm,
+                                                               self.issued if self.paced else None))
         else:  # PyTorch's own gloo all-reduce: bytes not observable, recorded as nominal
             self.ddp.register_comm_hook(None, nominal_record_hook(ctx.comm))
         self.last_grad = 0.0
@@ -95,16 +106,30 @@ class TorchDDP(GradSync):
                 with contextlib.nullcontext() if last else self.ddp.no_sync():
                     with ctx.span("forward", step=step, micro=micro), self.meter:
                         loss = self.ddp(x, y)
-                    t0 = time.perf_counter()
-                    # DDP's reducer runs backward and its bucket all-reduces as one call the pacer
-                    # cannot split: on a paced clock its real time is the rank's, on purpose
-                    with self.meter, ctx.timeline.real_time():
-                        (loss / self.accum_steps).backward()  # the last all-reduces DDP's buckets
-                    t1 = time.perf_counter()
-                ctx.timeline.add("compute", "backward", t0, self.last_grad, step=step, micro=micro)
-                ctx.timeline.add("wait", "wait DDP buckets", self.last_grad, t1)
+                    if self.paced:
+                        self._paced_backward(loss, step, micro)
+                    else:
+                        t0 = time.perf_counter()
+                        with self.meter:
+                            (loss / self.accum_steps).backward()  # the last all-reduces DDP's buckets
+                        t1 = time.perf_counter()
+                if not self.paced:
+                    ctx.timeline.add("compute", "backward", t0, self.last_grad, step=step,
+                                     micro=micro)
+                    ctx.timeline.add("wait", "wait DDP buckets", self.last_grad, t1)
                 total += loss.item()
         return total / self.accum_steps / self.shards
+
+    def _paced_backward(self, loss, step: int, micro: int) -> None:
+        """Backward as a compute span: each bucket's all-reduce leaves at the virtual time its
+        hook fired (the span's compute so far priced); after backward the rank waits for every
+        bucket in virtual time. Simplification: the reducer copies the averaged buckets back into
+        the gradients inside backward (real time), priced here before the waits."""
+        self.issued.clear()
+        with self.ctx.span("backward", step=step, micro=micro), self.meter:
+            (loss / self.accum_steps).backward()  # DDP's hooks issue the buckets' all-reduces
+        for handle in self.issued:
+            handle.wait()  # (bucket numel,) priced and drawn on the rank's timeline
 
     def finish(self) -> None:
         for event in self.hook_timeline.events:

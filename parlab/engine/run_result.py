@@ -3,7 +3,7 @@
 The losses (every rank's share summed), the assembled state, every rank's ledger records and
 timeline, measured memory, wall and per-step times, and the `RunConfig` it ran; with the views a
 notebook reads off it (`bytes_per_rank`, `ledger_frame`, `compare` against another run, `summary`,
-`step_time`, and on a paced clock `pace`, the honesty check of paced time). Assembled by
+`step_time`, and on a paced clock `pace`, what the virtual clocks counted). Assembled by
 `parlab.engine.runner.run`.
 """
 
@@ -71,11 +71,8 @@ class RunResult:
                  + ("" if self.config.precision == "fp32" else
                     f", {self.config.precision} (skipped steps: {self.skipped_steps})")]
         if self.clock.paced:
-            pace = self.pace
-            lines.append(f"  clock: {self.clock.label}; step time {self.step_time():.4f} s paced "
-                         f"= {self.clock.accelerator_seconds(self.step_time()) * 1e6:.1f} µs on the "
-                         f"{self.clock.name}; contention overran {pace['overrun_share']:.1%} of "
-                         "paced compute")
+            lines.append(f"  clock: {self.clock.label} (virtual); step time "
+                         f"{self.step_time() * 1e3:.4g} {self.clock.unit}")
         lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
         lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
                   " comm ops" for r, b in enumerate(sent)]
@@ -84,30 +81,23 @@ class RunResult:
 
     @property
     def clock(self):
-        """The run's `parlab.core.clock.Clock` (its `.label`: "A100 time ×N" or "this CPU, raw")."""
+        """The run's `parlab.core.clock.Clock` (its `.label`: "A100 time" or "this CPU, raw")."""
         return self.config.clock
 
     @property
     def pace(self) -> dict:
-        """A paced run's honesty check, over all ranks: compute segments (stretches of compute
-        between communications), how many overran their paced time (real work, or this rank
-        descheduled, longer than the paced span), the seconds they added, and that as a share of
-        all paced compute (`overrun_share`): a debt the slack of later spans pays back
-        (`parlab.core.clock`), so it moves paced time only while unpaid — `late_s`, the largest
-        debt a rank ended with; `real_waits`, the waits charged the real time because a peer's
-        paced time was not on the board (0 on a launch with an emulated link). Empty on the wall
-        clock."""
+        """A paced run's virtual clocks, over all ranks: compute segments priced (stretches of
+        compute between communications), their seconds (`paced_s`), time added by code that
+        prices its own work (`advanced_s`), operators and FLOPs counted, and the latest rank's
+        final time (`end_s`). Empty on the wall clock."""
         stats = [out.pace for out in self.outputs if getattr(out, "pace", None)]
         if not stats:
             return {}
-        paced = sum(s["paced_s"] for s in stats)
-        overrun = sum(s["overrun_s"] for s in stats)
         return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
-                "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
-                "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
-                "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats),
-                "real_waits": sum(s.get("real_waits", 0) for s in stats),
-                "late_s": max(s.get("late_s", 0.0) for s in stats)}
+                "paced_s": sum(s["paced_s"] for s in stats),
+                "advanced_s": sum(s["advanced_s"] for s in stats),
+                "ops": sum(s["ops"] for s in stats), "flops": sum(s["flops"] for s in stats),
+                "end_s": max(s["end_s"] for s in stats)}
 
     def step_time(self, warmup: int = 1) -> float:
         """Median seconds per step, leaving out the first `warmup` steps (when there are more)."""

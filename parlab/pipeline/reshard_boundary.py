@@ -39,11 +39,15 @@ class SenderLink:
 
     def isend(self, tensor, dst, phase=None):
         if self.link is not None:
-            start = max(time.perf_counter(), self._free_at)
+            timeline = self.comm.timeline
+            timeline.settle()  # paced: the compute that made the chunk is priced first
+            start = max(timeline.now(), self._free_at)
             self._free_at = start + self.link.cost(tensor.numel() * tensor.element_size())
-            delay = self._free_at - time.perf_counter()
-            if delay > 0:
-                with self.comm.timeline.real_time():  # the emulated wire's time is the rank's
+            if timeline.pacer is not None:
+                timeline.resume(self._free_at)  # the emulated wire's time is the rank's
+            else:
+                delay = self._free_at - time.perf_counter()
+                if delay > 0:
                     time.sleep(delay)
         return self.comm.isend(tensor, dst, phase=phase)  # (rows, cols) chunk, after the wire
 

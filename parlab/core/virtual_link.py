@@ -1,0 +1,58 @@
+"""When an op completes in virtual time: one rank's link, its queues, and the board.
+
+`parlab.core.clock` states the rules; this is their arithmetic for one op of one rank
+(`parlab.core.comm.Comm` makes a `VirtualOp` for every op on a paced clock, and `Handle.wait`
+asks it for the completion):
+
+    ready      = max(issue, free[d] for each direction d the op occupies)   posted on the board
+    collective : end = max(ready, every needed peer's ready) + k·α + n/β
+    send       : end = ready + α + n/β                       (eager: done when its bytes have left)
+    receive    : end = max(issue, the sender's ready + α + n/β)        (arrived, or posted later)
+
+A send occupies the rank's outgoing direction, a collective both directions; a receive occupies
+neither (its bytes are on the sender's outgoing direction), so a rank's incoming messages from
+several senders are not serialised against each other — stated in `parlab.core.clock`. Each
+direction is free again at the end of the op that occupies it (set at issue from the rank's own
+ready time, raised at the wait to the end the peers' posts gave it). The cost is the link's α-β
+time (`parlab.core.link.Link.cost`) for the bytes on the op's busier direction; no link, no cost.
+"""
+
+from __future__ import annotations
+
+OCCUPIES = {"send": ("tx",), "recv": ()}  # every other op (a collective): ("tx", "rx")
+
+
+class VirtualOp:
+    """One op of one rank in virtual time."""
+
+    def __init__(self, comm, record, ticket_for, duration: float | None):
+        """`record`: the op's ledger record (its `t_start` is the issue time); `ticket_for(ready)`
+        posts the op on the board and returns the entries its end needs (None: no board);
+        `duration`: its link time, or None while its traffic is unknown (a hand-written algorithm
+        counts its bytes as it runs: `set_duration` then)."""
+        self.op, self.issue = record["op"], record["t_start"]
+        self.free = comm._free_at  # {"tx": t, "rx": t}, shared with a job that shares the link
+        self.timeout = comm.board_timeout
+        self.occupies = OCCUPIES.get(self.op, ("tx", "rx"))
+        self.ready = max([self.issue] + [self.free[d] for d in self.occupies])
+        self.ticket = ticket_for(self.ready)
+        self.duration = None
+        if duration is not None:
+            self.set_duration(duration)
+
+    def set_duration(self, seconds: float) -> None:
+        self.duration = seconds
+        for d in self.occupies:  # busy until then at least; the wait may find it ends later
+            self.free[d] = max(self.free[d], self.ready + seconds)
+
+    def end(self) -> float:
+        """The virtual time the op completes for this rank (blocks, in real time only, until the
+        peers it needs have posted)."""
+        peers = self.ticket.latest(self.timeout) if self.ticket is not None else float("-inf")
+        if self.op == "recv":
+            sent = peers if self.ticket is not None else self.issue
+            return max(self.issue, sent + self.duration)
+        end = max(self.ready, peers) + self.duration
+        for d in self.occupies:
+            self.free[d] = max(self.free[d], end)
+        return end
