@@ -1,8 +1,8 @@
-"""Paced time (`clock=`, parlab.core.clock): deterministic compute spans, links dilated alike,
-results unchanged, and the acceptance test: a paced comparison holds whether the machine is idle
-or two CPU-burning processes run beside it."""
+"""Virtual time (`clock=`, parlab.core.clock): compute spans priced on the accelerator, ops that
+complete at computed times (closed forms below), results unchanged, nothing slept, and the
+acceptance test: a paced comparison gives the same timeline to the last bit on an idle machine,
+beside two CPU-burning processes, with fork or forkserver."""
 
-import statistics
 import subprocess
 import sys
 import time
@@ -13,15 +13,16 @@ import torch
 import parlab
 from parlab.core import clock as clocks
 from parlab.core import pacer as pacers
-from parlab.core.link import PRESETS, REAL, Accelerator, Link, faithful
+from parlab.core.launch import launch
+from parlab.core.link import ACCELERATORS, LAUNCH_S, PRESETS, REAL, Accelerator, Link, faithful
 from parlab.core.trace import Timeline
 from parlab.engine.runner import make_config
+from tests import workers_virtual as wv
 
 
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
-    """One intra-op thread, as every rank runs: two OpenMP threads on a busy 2-core machine spin
-    against each other and make a few matmuls take seconds."""
+    """One intra-op thread, as every rank runs."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -35,9 +36,12 @@ def test_bad_clock_is_refused_before_launch_naming_it(bad):
     assert repr(bad) in str(info.value)
 
 
-def test_an_accelerator_with_no_rate_is_refused():
-    with pytest.raises(ValueError, match="flops"):
-        make_config("ddp-naive", world_size=2, clock=Accelerator("X", float("inf")))
+@pytest.mark.parametrize("field, value", [("flops", float("inf")), ("flops", 0.0),
+                                          ("launch_s", -1e-6), ("launch_s", float("nan"))])
+def test_an_accelerator_with_no_rate_is_refused(field, value):
+    acc = Accelerator(**{"name": "X", "flops": 1e12, field: value})
+    with pytest.raises(ValueError, match=field):
+        make_config("ddp-naive", world_size=2, clock=acc)
 
 
 def test_an_already_dilated_link_is_refused_under_a_paced_clock():
@@ -51,26 +55,23 @@ def test_wall_is_the_default_and_changes_nothing():
     assert cfg.link == PRESETS["1GbE"]
 
 
-@pytest.mark.parametrize("world_size, margin", [(1, 4), (2, 4), (4, 4), (8, 8)])
-def test_dilation_and_label_follow_the_accelerator_and_the_margin(world_size, margin):
+@pytest.mark.parametrize("world_size", [1, 2, 8])
+def test_paced_time_is_the_accelerators_own_seconds(world_size):
     cfg = make_config("single" if world_size == 1 else "ddp-naive", world_size=world_size,
                       clock="A100", batch_size=8 * world_size)
-    n = margin * 150e12 / clocks.REFERENCE_FLOPS
-    assert cfg.clock.dilation == pytest.approx(n)
-    assert cfg.clock.label == f"A100 time ×{n:,.0f}"
-    assert cfg.clock.accelerator_seconds(n) == pytest.approx(1.0)
+    assert cfg.clock.label == "A100 time" and cfg.clock.unit == "A100 ms"
+    a100 = ACCELERATORS["A100"]
+    assert a100.launch_s == LAUNCH_S == 4e-6
+    # no margin, no dilation: 1,000 operators and 150 GFLOP are 4 ms + 1 ms on the A100, at any size
+    assert cfg.clock.seconds(1000, 150e9) == 1000 * 4e-6 + 150e9 / 150e12
+    assert cfg.clock.seconds(1000, 150e9, speed=0.5) == 2 * cfg.clock.seconds(1000, 150e9)
 
 
-def test_a_preset_under_a_paced_clock_is_the_real_link_dilated():
+def test_a_preset_under_a_paced_clock_is_the_real_link():
     cfg = make_config("ddp-naive", world_size=4, clock="H100", link="1GbE")
-    n = cfg.clock.dilation
-    alpha, beta = REAL["1GbE"]
-    assert cfg.link.latency_s == pytest.approx(alpha * n)
-    assert cfg.link.bandwidth_Bps == pytest.approx(beta / n)
-    assert cfg.link.dilation == pytest.approx(n)
-    custom = make_config("ddp-naive", world_size=4, clock="H100", link=Link(1e-6, 1e9, "mine")).link
-    assert custom.latency_s == pytest.approx(1e-6 * n)
-    assert custom.bandwidth_Bps == pytest.approx(1e9 / n)
+    assert (cfg.link.latency_s, cfg.link.bandwidth_Bps) == REAL["1GbE"]
+    mine = Link(1e-6, 1e9, "mine")
+    assert make_config("ddp-naive", world_size=4, clock="H100", link=mine).link == mine
 
 
 @pytest.mark.parametrize("accelerator, generation, per_direction",
@@ -80,12 +81,12 @@ def test_nvlink_under_a_paced_clock_is_the_clocks_own_generation(accelerator, ge
                                                                   per_direction):
     """NVIDIA's datasheets: NVLink 2/3/4 carry 150/300/450 GB/s per direction (docs/accelerators.md);
     "NVLink" typed by a user is the paced clock's accelerator's own, the A100's everywhere else."""
-    from parlab.core.link import ACCELERATORS, real
+    from parlab.core.link import real
 
     assert ACCELERATORS[accelerator].nvlink == generation
     assert REAL[generation][1] == per_direction
     cfg = make_config("ddp-naive", world_size=2, clock=accelerator, link="NVLink")
-    assert cfg.link.bandwidth_Bps == pytest.approx(per_direction / cfg.clock.dilation)
+    assert cfg.link.bandwidth_Bps == per_direction
     assert faithful("NVLink", 1e10, accelerator).bandwidth_Bps == pytest.approx(
         per_direction * 1e10 / ACCELERATORS[accelerator].flops)
     assert real("NVLink").bandwidth_Bps == REAL["NVLink3"][1] == REAL["NVLink"][1]
@@ -98,19 +99,11 @@ def test_every_teaching_preset_says_it_is_the_real_link_divided_by_100():
             assert link.bandwidth_Bps == pytest.approx(REAL[name][1] / 100)
 
 
-def test_the_cpu_rate_is_measured_once_per_process_and_says_so():
-    from parlab.core.link import cpu_flops, cpu_flops_line
-
-    assert cpu_flops() > 0 and cpu_flops() == cpu_flops()  # cached: one number per run
-    assert "measured on this machine this run" in cpu_flops_line()
-
-
 def test_a_topology_is_paced_pair_by_pair():
     from parlab.core.topology import two_nodes
     cfg = make_config("ddp-naive", world_size=4, clock="A100", link=two_nodes(4))
-    n = cfg.clock.dilation
-    assert cfg.link.link_between(0, 1).bandwidth_Bps == pytest.approx(REAL["NVLink"][1] / n)
-    assert cfg.link.link_between(0, 3).bandwidth_Bps == pytest.approx(REAL["1GbE"][1] / n)
+    assert cfg.link.link_between(0, 1).bandwidth_Bps == REAL["NVLink"][1]
+    assert cfg.link.link_between(0, 3).bandwidth_Bps == REAL["1GbE"][1]
     assert cfg.link.link_between(0, 0) is None
 
 
@@ -123,71 +116,96 @@ def test_the_meter_counts_operators_and_flops_exactly():
     assert (meter.ops, meter.flops) == (2, 2 * 64 * 32 * 16)
 
 
-def test_a_paced_span_lasts_its_paced_time_whatever_the_work_really_took():
-    clock = clocks.resolve("A100", 2)
+# ----------------------------------------------------------------------------- one rank's clock
+def test_a_span_lasts_its_price_exactly_and_nothing_sleeps():
+    clock = clocks.resolve("A100")
     timeline = Timeline(0, pacers.Pacer(clock))
     a, b = torch.randn(128, 128), torch.randn(128, 128)
     with timeline.span("forward"):
         for _ in range(100):
             a @ b
-    expected = clock.seconds(100, 100 * 2 * 128**3)  # ~0.1 s
     (event,) = timeline.events
-    # paced time, 5%: a sleep may wake up a few ms late on a loaded machine
-    assert event.t1 - event.t0 == pytest.approx(expected, rel=0.05)
+    assert (event.t0, event.t1) == (0.0, clock.seconds(100, 100 * 2 * 128**3))
     assert timeline.pacer.stats()["ops"] == 100
 
 
-def test_speeds_divide_the_paced_time():
-    clock = clocks.resolve("A100", 2)
+def test_speeds_divide_the_price_exactly():
+    clock = clocks.resolve("A100")
     a, b = torch.randn(64, 64), torch.randn(64, 64)
-    durations = []
     for speed in (1.0, 0.25):
         timeline = Timeline(0, pacers.Pacer(clock, speed))
         with timeline.span("forward"):
-            for _ in range(200):  # ~0.1 s paced at speed 1
+            for _ in range(20):
                 a @ b
-        durations.append(timeline.events[0].duration)
-    assert durations[1] / durations[0] == pytest.approx(4.0, rel=0.05)  # paced time, 5%
+        assert timeline.events[0].duration == clock.seconds(20, 20 * 2 * 64**3, speed)
 
 
-def test_the_host_time_between_spans_is_not_paced_time():
-    # a descheduled or busy host between two spans (here a 60 ms real sleep) moves no paced time:
-    # the second span starts where the first ended, exactly, and the debt is paid from its slack
-    clock = clocks.resolve("A100", 2)
-    timeline = Timeline(0, pacers.Pacer(clock))
-    a, b = torch.randn(64, 64), torch.randn(64, 64)
+def test_the_host_time_between_spans_is_no_time():
+    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100")))
+    a = torch.randn(64, 64)
     for name in ("forward", "backward"):
         with timeline.span(name):
-            for _ in range(200):  # ~0.1 s paced
-                a @ b
+            a @ a
         held = timeline.now()
-        time.sleep(0.06)
-        assert timeline.now() == held  # the clock stands while the host works
+        time.sleep(0.02)  # a descheduled or busy host
+        assert timeline.now() == held
     first, second = timeline.events
-    assert second.t0 == first.t1  # exact: no real time between them
-    assert timeline.pacer.stats()["overruns"] == 0  # the 60 ms was debt, paid from slack
+    assert second.t0 == first.t1
 
 
-def test_real_time_blocks_are_the_ranks_time_on_purpose():
-    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100", 2)))
-    with timeline.span("forward"):
-        torch.randn(64, 64) @ torch.randn(64, 64)
-    before = timeline.now()
-    with timeline.real_time():  # e.g. a straggler's emulated sleep
-        time.sleep(0.05)
-    after = timeline.now()
-    time.sleep(0.05)  # host time again: not counted
-    assert timeline.now() == after
-    assert 0.05 <= after - before < 0.05 + 0.5  # at least the sleep; a loaded machine wakes late
+def test_advance_adds_priced_time_and_refuses_nonsense():
+    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100")))
+    timeline.advance(0.25)
+    timeline.wait_until(0.1)  # already past: nothing
+    assert timeline.now() == 0.25
+    timeline.wait_until(0.5)
+    assert timeline.now() == 0.5
+    with pytest.raises(ValueError, match="seconds="):
+        timeline.advance(-1.0)
 
 
-def test_comm_spans_are_not_paced_as_compute():
-    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100", 2)))
+def test_comm_spans_are_not_priced_as_compute():
+    timeline = Timeline(0, pacers.Pacer(clocks.resolve("A100")))
     with timeline.span("all_reduce", kind="comm"):
         torch.randn(64, 64) @ torch.randn(64, 64)
     assert timeline.pacer.stats()["segments"] == 0
 
 
+# ----------------------------------------------------------------------------- ops in virtual time
+LINK = Link(5e-6, 1e9, "α 5 µs, β 1 GB/s")
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 4])
+def test_a_collective_starts_when_its_last_rank_can_and_takes_the_alpha_beta_time(world_size):
+    numel, busy = 3000, 1e-3
+    got = launch(wv.collective_after_uneven_compute, world_size, LINK, numel, busy)
+    last = (world_size - 1) * busy
+    for rank, (issue, end, sent, rounds) in enumerate(got):
+        assert issue == rank * busy
+        assert end == last + LINK.cost(sent, rounds)  # exact: max of the posts + k·α + n/β
+    assert len({end for _, end, _, _ in got}) == 1  # the ring's ranks move equal bytes
+
+
+@pytest.mark.parametrize("send_at, recv_at", [(1e-3, 0.0), (0.0, 5e-3)])
+def test_a_message_arrives_after_its_sender_posts_and_a_late_receive_finds_it_there(send_at,
+                                                                                  recv_at):
+    numel = 1000
+    sender_end, receiver_end = launch(wv.message_posted_late_or_early, 2, LINK, numel,
+                                      send_at, recv_at)
+    wire = LINK.cost(4 * numel, 1)
+    assert sender_end == send_at + wire  # eager: done when its bytes have left
+    assert receiver_end == max(recv_at, send_at + wire)
+
+
+def test_two_sends_queue_on_the_outgoing_direction():
+    numel = 1000
+    sender, receiver = launch(wv.two_sends_share_the_outgoing_direction, 2, LINK, numel)
+    wire = LINK.cost(4 * numel, 1)
+    assert sender == [wire, 2 * wire]
+    assert receiver == [wire, 2 * wire]
+
+
+# ----------------------------------------------------------------------------- whole runs
 @pytest.fixture(scope="module")
 def paced_pair():
     kw = dict(world_size=2, steps=3, link="NVLink")
@@ -200,56 +218,48 @@ def test_a_paced_run_changes_time_never_results(paced_pair):
     assert all(torch.equal(wall.state[k], paced.state[k]) for k in wall.state)
     assert wall.bytes_per_rank() == paced.bytes_per_rank()
     assert wall.pace == {} and paced.pace["segments"] > 0
-    assert paced.clock.label.startswith("A100 time ×")
+    assert paced.clock.label == "A100 time"
 
 
-def test_a_paced_run_is_mostly_paced(paced_pair):
-    _, paced = paced_pair
-    # contention showing through (real work past its paced end) stays a small share of the
-    # paced compute: the margin M keeps real work inside its span
-    assert paced.pace["overrun_share"] < 0.10, paced.pace
+def test_a_slow_link_costs_virtual_time_not_real_time():
+    """An emulated link of α = 2 s: every step waits seconds in virtual time, none in real time."""
+    slow = Link(2.0, 1e9, "α = 2 s")
+    r = parlab.run("ddp-naive", world_size=2, steps=2, clock="A100", link=slow)
+    rounds = max(rec["rounds"] for rec in r.ledger)
+    assert min(r.step_times) > 2.0 * rounds  # at least one all-reduce's latency per step
+    assert r.wall_s < 2.0 * rounds * 2  # never slept through them (a launch takes a few s here)
 
 
 def _burners(count: int):
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def _step_times(link, repeats: int = 2) -> dict:
-    """Median paced step time of each scheme over `repeats` runs (interleaved) of 5 steps: one
-    short run's median of 4 steps moved a 0.35 s step by up to 6% beside the burners; the bench
-    (`python -m parlab bench clock`) takes 3 repeats."""
-    times = {name: [] for name in ("ddp-naive", "ddp-overlap")}
-    for _ in range(repeats):
-        for name in times:
-            times[name].append(parlab.run(name, world_size=4, steps=5, clock="A100",
-                                          link=link).step_time())
-    return {name: statistics.median(t) for name, t in times.items()}
+def _timelines(start_method: str) -> dict:
+    return {name: parlab.run(name, world_size=4, steps=3, seed=9090, clock="A100", link="10GbE",
+                             start_method=start_method)
+            for name in ("ddp-naive", "ddp-overlap")}
 
 
-@pytest.mark.slow
-def test_a_paced_comparison_holds_beside_two_cpu_burning_processes():
-    """The acceptance test of paced time: ddp-overlap vs ddp-naive at world size 4 on a paced link
-    where communication ≈ compute, idle and then beside two busy-looping processes that this test
-    starts itself: every paced step time within ±5% (the ratio with it)."""
-    link = Link(2e-7, 100e9, "a link where communication ≈ compute")
-    idle = _step_times(link)
+def test_a_paced_comparison_is_bit_identical_idle_busy_fork_or_forkserver():
+    """The acceptance test of virtual time: ddp-overlap vs ddp-naive at world size 4, run on this
+    machine as it is, then beside two busy-looping processes this test starts, then with the
+    other start method: every span, every message's issue and completion, every step time —
+    equal, not within a tolerance."""
+    idle = _timelines("forkserver")
     burners = _burners(2)
     try:
-        busy = _step_times(link)
+        busy = _timelines("forkserver")
     finally:
         for p in burners:
             p.kill()
             p.wait()
-    for name in idle:
-        assert busy[name] == pytest.approx(idle[name], rel=0.05), (name, idle, busy)
-    assert (busy["ddp-naive"] / busy["ddp-overlap"]
-            == pytest.approx(idle["ddp-naive"] / idle["ddp-overlap"], rel=0.05))
-    assert idle["ddp-naive"] > 1.5 * idle["ddp-overlap"]  # the lesson shows: overlap pays
-
-
-def test_paced_step_times_repeat():
-    link = Link(2e-7, 100e9, "a link where communication ≈ compute")
-    times = [parlab.run("ddp-overlap", world_size=2, steps=3, clock="A100", link=link).step_time()
-             for _ in range(2)]
-    assert max(times) / min(times) < 1.05, times  # paced time, 5%
-    assert statistics.median(times) > 0
+    forked = _timelines("fork")
+    for name, run in idle.items():
+        for other in (busy[name], forked[name]):
+            assert other.timeline == run.timeline, name
+            assert other.step_times == run.step_times, name
+            assert ([(r["t_start"], r["t_end"]) for r in other.ledger]
+                    == [(r["t_start"], r["t_end"]) for r in run.ledger]), name
+            assert other.losses == run.losses
+    # the lesson shows on a real link: overlap hides communication behind backward
+    assert idle["ddp-overlap"].step_time() < idle["ddp-naive"].step_time()

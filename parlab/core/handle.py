@@ -36,6 +36,19 @@ class Handle:
             self.finish = None
         return self.value
 
+    def arrival(self) -> float:
+        """Paced runs: the virtual time this op completes, known as soon as its peers have posted
+        it on the board — before its data is here. A receiver that takes "whichever message
+        arrives first" takes the least arrival of its pending receives (ties: the lowest rank),
+        which is conservative synchronisation: every sender that could still deliver earlier has
+        posted (`parlab.core.board`). ValueError on the wall clock, where arrival is real."""
+        if self.vop is None:
+            raise ValueError("Handle.arrival() needs a paced clock (virtual time); on the wall "
+                             "clock the first message to arrive is the first to complete")
+        if self.vop.duration is None:  # a hand-written algorithm: its bytes are counted as it runs
+            self.wait_real()
+        return self.vop.end()
+
     def wait(self):
         if self.done:
             return self.result

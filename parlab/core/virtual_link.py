@@ -37,6 +37,7 @@ class VirtualOp:
         self.ready = max([self.issue] + [self.free[d] for d in self.occupies])
         self.ticket = ticket_for(self.ready)
         self.duration = None
+        self._end = None
         if duration is not None:
             self.set_duration(duration)
 
@@ -47,7 +48,12 @@ class VirtualOp:
 
     def end(self) -> float:
         """The virtual time the op completes for this rank (blocks, in real time only, until the
-        peers it needs have posted)."""
+        peers it needs have posted; computed once)."""
+        if self._end is None:
+            self._end = self._compute_end()
+        return self._end
+
+    def _compute_end(self) -> float:
         peers = self.ticket.latest(self.timeout) if self.ticket is not None else float("-inf")
         if self.op == "recv":
             sent = peers if self.ticket is not None else self.issue
