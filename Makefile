@@ -31,13 +31,11 @@ browser-deps: $(STAMP)
 	$(BIN)/python tools/browser.py
 
 # Three streams at once: the chapters in JupyterLab in two halves (tests/test_browser.py with
-# PARLAB_BROWSER_SHARD=0/2 and 1/2, ~10 min each) beside every other test (~18 min). The CPUs stay
-# mostly idle even so (CI measured 9 CPU-minutes in 23 minutes on 2 cores): paced runs sleep
-# through their spans, and a chapter waits on its kernel and its browser. The acceptance test of
-# paced time (two CPU-burning processes beside a paced comparison) runs first, alone, on a quiet
-# machine. Each stream's report is printed when all are done; any failing fails the target.
+# PARLAB_BROWSER_SHARD=0/2 and 1/2) beside every other test. Paced runs keep virtual time (nothing
+# sleeps, parlab.core.clock), so no test needs a quiet machine: the acceptance test of virtual
+# time (tests/test_clock.py) runs beside the others and starts two CPU burners of its own. Each
+# stream's report is printed when all are done; any failing fails the target.
 unit: $(STAMP) browser-deps
-	$(BIN)/python -m pytest tests/test_clock.py -q -p no:cacheprovider
 	@mkdir -p build; \
 	PARLAB_BROWSER_SHARD=0/2 $(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider \
 		--durations=0 > build/test-browser-0.log 2>&1 & \
@@ -45,8 +43,8 @@ unit: $(STAMP) browser-deps
 	PARLAB_BROWSER_SHARD=1/2 $(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider \
 		--durations=0 > build/test-browser-1.log 2>&1 & \
 	browser1=$$!; \
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=25 --ignore tests/test_browser.py \
-		--ignore tests/test_clock.py; others=$$?; \
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=25 --ignore tests/test_browser.py; \
+		others=$$?; \
 	wait $$browser0; chapters0=$$?; \
 	wait $$browser1; chapters1=$$?; \
 	echo "== tests/test_browser.py (the chapters in JupyterLab, two halves), run beside the others:"; \
