@@ -1,5 +1,5 @@
 """MAD-Max's trace-driven model (issue 31): a replayed trace reproduces the paced run it came from,
-and the what-ifs move it the way the α-β model says. No raw clock: paced step times."""
+and the what-ifs move it the way the α-β model says. No raw clock: virtual (A100) step times."""
 
 import pytest
 
@@ -38,32 +38,28 @@ def test_overlapped_communication_is_not_exposed():
     assert out["step_s"] == 1.0 and out["exposed_s"] == 0.0
 
 
-@pytest.mark.parametrize("scheme,world_size,options", [
-    ("ddp-overlap", 2, {"bucket_mb": 0.05}), ("pp-1f1b", 2, {"microbatches": 4}),
-    ("zero3", 2, {"prefetch": True}),
+# overlaps: the run hides some of its communication behind compute, so what it waits is less than
+# what it sends. Not the pipeline: a stage's wait is the bubble (its peer's compute, which the
+# replay counts as exposed), while NVLink moves the tiny GPT's activations in microseconds
+@pytest.mark.parametrize("scheme,world_size,options,overlaps", [
+    ("ddp-overlap", 2, {"bucket_mb": 0.05}, True), ("pp-1f1b", 2, {"microbatches": 4}, False),
+    ("zero3", 2, {"prefetch": True}, True),
 ])
-def test_replay_reproduces_the_paced_run(scheme, world_size, options):
-    # Paced compute is deterministic, but a message's real delivery is not: when the machine is
-    # contended (CI runs the browser stream beside this one) a rank can wait for its peer to be
-    # scheduled, time no trace holds. Up to three runs, each reported; the tolerance is unchanged.
-    misses = []
-    for _ in range(3):
-        r = parlab.run(scheme, world_size=world_size, steps=2, clock="A100", link="NVLink",
-                       batch_size=16, **options)
-        trace = Trace.from_run(r, step=1)
-        base = replay(trace)
-        if abs(base["step_s"] / trace.measured_step - 1) <= TOLERANCE:
-            break
-        misses.append((round(base["step_s"], 4), round(trace.measured_step, 4),
-                       round(r.pace.get("overrun_share", 0.0), 3)))
+def test_replay_reproduces_the_paced_run(scheme, world_size, options, overlaps):
+    # virtual time: the run is bit-reproducible, so one run is the measurement; the tolerance is
+    # the replay's own simplifications (named in parlab.planner.trace_replay)
+    r = parlab.run(scheme, world_size=world_size, steps=2, clock="A100", link="NVLink",
+                   batch_size=16, **options)
+    trace = Trace.from_run(r, step=1)
+    base = replay(trace)
     assert abs(base["step_s"] / trace.measured_step - 1) <= TOLERANCE, \
-        f"replay vs measured step (s) and overrun share, every run: {misses}"
+        (base["step_s"], trace.measured_step)
     assert 0.0 <= base["exposed_share"] < 1.0
     # the exposed time the replay finds is what the ranks measurably waited (within 10% of the
-    # step), and less than all the communication they issued: some of it overlapped
+    # step), and where the run overlaps, less than all the communication they issued
     waited = sum(rank_step(r, k, 1)["wait"] for k in range(world_size)) / world_size
     assert abs(base["exposed_s"] - waited) <= TOLERANCE * trace.measured_step, (base, waited)
-    assert base["exposed_s"] < base["comm_s"]
+    assert (base["exposed_s"] < base["comm_s"]) == overlaps, base
     assert replay(trace, flops=2.0)["step_s"] < base["step_s"]
     assert replay(trace, latency=2.0)["step_s"] < base["step_s"]
     assert replay(trace, bandwidth=2.0)["step_s"] <= base["step_s"]

@@ -1,5 +1,5 @@
 """`python -m parlab bench planner`: every plan at world size 4 (and a subset at 8) measured once
-with the scheme `nd` in paced time (`clock="A100"` on the real NVLink, dilated alike:
+with the scheme `nd` in virtual time (`clock="A100"` on the A100's real NVLink:
 `parlab.core.clock`) beside the cost model's paced prediction, each calibrated leave one out
 (`search.leave_one_out`: no plan's prediction was fitted on its own run): median prediction error,
 Spearman rank correlation and the planner's regret under a memory cap, printed beside the goals
@@ -9,7 +9,7 @@ configurations). `--clock wall --link loopback` runs the raw-CPU model instead.
 
 The profile's flops scaling is checked too: the forward + backward of a tensor-parallel, a
 context-parallel and a micro-batched block against the profile's line (`profile.block_flops`) —
-counted in paced seconds (deterministic), or timed in this process on the wall clock.
+counted in A100 seconds (deterministic), or timed in this process on the wall clock.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench planner", description=__doc__)
     parser.add_argument("--world-sizes", default="4,8", help="comma-separated world sizes")
     parser.add_argument("--link", default="NVLink",
-                        help="a parlab.core.link preset (paced: the real link, dilated), or loopback")
+                        help="a parlab.core.link preset (paced: the real link), or loopback")
     parser.add_argument("--clock", default="A100", help="A100, H100, V100 (paced) or wall")
     parser.add_argument("--steps", type=int, default=3,
                         help="steps per run (the step time is the median after the first)")
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
                         "clock": s.unit, "cap_MB": caps[s.world_size],
                         "median_error": j.median_error, "spearman": j.spearman,
                         "choice": j.choice, "best": j.best, "regret": j.regret,
-                        "overrun": s.overrun, "goals": j.goals(), "plans": len(s.rows),
+                        "goals": j.goals(), "plans": len(s.rows),
                         "bytes_exact": all(r["predicted_bytes"] == r["measured_bytes"]
                                            for r in s.rows)})
     print(f"\n{'sweep':<20} {'plans':>5} {'cap':>6} {'median err':>10} {'Spearman':>9} "

@@ -21,8 +21,8 @@ it; MAD-Max's exposed-communication fraction is exposed seconds / step seconds.
 
 In paced time (`clock=` a paced `parlab.core.clock.Clock`, the chapter's default "A100"), compute
 comes from `parlab.planner.paced.profile` (operators and FLOPs counted, priced as the paced clock
-prices a span) and a message costs what the real link dilated by N takes (`pace_link`): every
-time is paced seconds, accelerator seconds × N. On the wall clock a message costs the larger of
+prices a span) and a message costs what the real link takes (`pace_link`): every time is the
+accelerator's seconds. On the wall clock a message costs the larger of
 what gloo takes on this machine (the fit) and what the emulated link takes (`parlab.core.link`:
 it only ever slows a message down; `parlab.data_parallel.cost.message_time` takes the same max),
 and compute is stretched when more ranks compute than there are cores: every rank is a process
@@ -171,7 +171,7 @@ def message_time(msg: Message, fit, link) -> float:
     """max(gloo here, emulated link) of one message: k·α + bytes/β each (Thakur et al. 2005)."""
     if msg.n == 1:
         return 0.0
-    if fit is None:  # paced time: the (dilated) link alone, gloo's real time is not paced
+    if fit is None:  # virtual time: the real link alone, gloo's real time is no virtual time
         here = 0.0
     elif msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
         here = fit.ring_alpha + msg.sent() / fit.ring_beta
@@ -249,14 +249,14 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     `calibrate_comm(world_size)` (paced: None); link: an emulated `parlab.core.link.Link`, a
     preset name or None (loopback); calibration: `fit_calibration` of measured plans (None: the
     raw model); clock: the paced `Clock` of the runs predicted (None: the wall clock), whose
-    dilated link the messages then cost — the step is then in paced seconds."""
+    real link the messages then cost — the step is then in the accelerator's seconds."""
     from parlab.core.clock import pace_link
     from parlab.core.link import resolve
     if fit is not None and plan.world_size > 1 and fit.world_size != plan.world_size:
         raise ValueError(f"fit.world_size={fit.world_size} was measured for another world size "
                          f"than plan {plan.describe()} (world_size={plan.world_size})")
     link = resolve(link)
-    if clock is not None and clock.paced:  # the link the paced run emulates: real, dilated by N
+    if clock is not None and clock.paced:  # the link the paced run prices: the real one
         link = pace_link(link, clock)
     cal = calibration or Calibration()
     m = cfg_model
@@ -271,8 +271,9 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
     units = stage_numels(m, plan, 0)
     tensors = sum(len(u) for u in units.values())
     elements = sum(sum(u) for u in units.values())
-    if plan.zero and plan.dp * plan.cp > 1:
+    if plan.zero and plan.dp * plan.cp > 1:  # the optimizer updates one flat shard per unit
         elements = elements / (plan.dp * plan.cp)
+        tensors = sum(1 for u in units.values() if u)
     opt = profile.optimizer(tensors, elements) * stretch
     per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs
                       if x.pipelined and x.dim not in ("pp", "cp"))

@@ -17,7 +17,7 @@ class, no `intel-rapl:N` zone, or a zone the process may not read — since 2020
 root read it); `counter_status()` says which, in words the notebook prints. `energy_per_step`
 reads the counter around a run of each plan and divides by the steps: the energy of the whole
 package (every process on it, and anything else the machine runs meanwhile) over a raw wall-clock
-run — not accelerator energy, and not paced time, whose ranks sleep through most of a step.
+run — not accelerator energy, and not a paced run, whose time is computed, not spent.
 """
 
 from __future__ import annotations

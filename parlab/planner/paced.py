@@ -1,22 +1,22 @@
-"""The planner on paced time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): a compute
-profile that is *counted*, not timed, and the links as the paced run sees them.
+"""The planner on virtual time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): a compute
+profile that is *counted*, not timed, and the real links the paced run prices.
 
-A paced compute span lasts exactly M · Σ_op (c0 + FLOPs_op / F_ref) / speed (`Clock.seconds`), a
+A paced compute span lasts exactly Σ_op (launch_s + FLOPs_op / F_acc) / speed accelerator seconds
+(`Clock.seconds`: launch_s the accelerator's cost per operator, F_acc the FLOP/s it sustains), a
 function of the aten operators it ran and their FLOPs alone. So the planner's profile does not
 time anything: it runs one GPT block, the embedding + head and AdamW once in this process under
 the same `WorkMeter` the paced clock uses, counts their operators and FLOPs at two batch sizes,
 and prices them with the run's clock — the `profile.Profile` lines the cost model already reads,
-in *paced seconds*, deterministic on any machine. A paced link is the real link dilated by
-N = `clock.dilation` (`parlab.core.clock.pace_link`), closed form too.
+in the accelerator's seconds, deterministic on any machine. A paced link is the real link
+(`parlab.core.clock.pace_link`: α and β of `parlab.core.link.REAL`), closed form too.
 
 What stays for the calibration (`costmodel.fit_calibration`, fitted on a sweep the model is not
 scored on): how the operators of the composed layers (tensor-parallel all-reduce wrappers, ring
-attention's merges, ZeRO's hooks) differ from the plain block's, the unpaced work (real gloo
-time; the loop's bookkeeping is not paced time, `parlab.core.clock`), and how the schedule
-overlaps links and compute.
+attention's merges, ZeRO's hooks) differ from the plain block's, and how the schedule overlaps
+links and compute. The host's bookkeeping and gloo's real transfers are no virtual time
+(`parlab.core.clock`), so nothing else is left to fit.
 
-Every prediction made from this profile is in paced seconds of the clock it was counted for
-(accelerator seconds = paced seconds / `clock.dilation`).
+Every prediction made from this profile is in seconds of the accelerator it was counted for.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ _CACHE: dict = {}
 
 
 def clock_for(clock, world_size: int) -> clocks.Clock:
-    """The `Clock` a run of `world_size` ranks keeps with `clock=` ("A100", ...); it must be paced."""
+    """The `Clock` a run of `world_size` ranks keeps with `clock=` ("A100", ...); it must be paced
+    (virtual time: the same clock at any world size)."""
     got = clocks.resolve(clock, world_size)
     if not got.paced:
         raise ValueError(f"clock={clock!r}: the paced planner needs a paced clock ('A100', 'H100', "
@@ -40,14 +41,14 @@ def clock_for(clock, world_size: int) -> clocks.Clock:
 
 
 def _line(clock, x: tuple[float, float], work: tuple[tuple[int, float], tuple[int, float]]) -> Line:
-    """The paced line through two (ops, FLOPs) counts at profile FLOPs x[0], x[1]."""
+    """The line (accelerator seconds) through two (ops, FLOPs) counts at profile FLOPs x[0], x[1]."""
     t = [clock.seconds(ops, flops) for ops, flops in work]
     slope = max((t[1] - t[0]) / (x[1] - x[0]), 1e-18)
     return Line(max(t[0] - slope * x[0], 0.0), 1.0 / slope)
 
 
 def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
-    """The paced `Profile` of `model_config` on `clock` (cached): every line in paced seconds."""
+    """The paced `Profile` of `model_config` on `clock` (cached): every line in accelerator seconds."""
     from parlab.context_parallel.ring_attention import blockwise_attention
     from parlab.models.gpt import GPT, Block
 

@@ -104,27 +104,15 @@ def measure_plan(plan: Plan, steps: int = 4, link=None, batch_size: int = 12, se
                  model_config: dict | None = None, clock="wall") -> dict:
     """Run `plan` with the scheme `nd` on `clock` ("wall" or paced: "A100", ...): {"step_s"
     (RunResult.step_time(warmup=1), in the clock's seconds), "peak_bytes" (largest params + grads
-    + optimizer + activations of any rank), "bytes" (most any rank sent per step), "overrun"
-    (paced: the share of paced compute that real work overran; 0 on the wall clock), "result"}."""
+    + optimizer + activations of any rank), "bytes" (most any rank sent per step), "result"}.
+    On a paced clock the step is virtual time, bit-reproducible: one run is the measurement."""
     from parlab.engine.runner import run
     r = run("nd", world_size=plan.world_size, steps=steps, seed=seed, link=link,
             batch_size=batch_size, model_config=model_config, clock=clock, **plan.options())
     kinds = ("params", "grads", "optimizer", "activations")
     peak = max(sum(m.get(k, 0) for k in kinds) for m in r.memory)
     return {"step_s": r.step_time(warmup=1), "peak_bytes": peak,
-            "bytes": max(r.bytes_per_rank()) // steps,
-            "overrun": r.pace.get("overrun_share", 0.0), "result": r}
-
-
-def least_overrun(measure, max_overrun: float | None, retries: int) -> tuple[dict, int]:
-    """`measure()` (a `measure_plan` call), repeated while its run's paced compute was overrun by
-    more than `max_overrun` (contention the paced clock reports), at most `retries` more times;
-    returns (the measurement with the least overrun, how many repeats ran). None: one run."""
-    got, repeats = measure(), 0
-    while max_overrun is not None and got["overrun"] > max_overrun and repeats < retries:
-        got = min(got, measure(), key=lambda m: m["overrun"])
-        repeats += 1
-    return got, repeats
+            "bytes": max(r.bytes_per_rank()) // steps, "result": r}
 
 
 def leave_one_out(plans: list[Plan], model_config, profile, fit, link, batch_size: int,

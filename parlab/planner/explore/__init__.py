@@ -2,13 +2,14 @@
 of every plan, the planner under a memory cap, the widget.
 
 The cost model (`costmodel`, MAD-Max's recipe: Hsia et al., ISCA 2024) predicts every plan's step
-in *paced* time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): compute from the operators
-and FLOPs of a block counted once (`paced.profile`: a paced span lasts exactly
-M·Σ(c0 + FLOPs/F_ref)), communication from the real link dilated by N (`clock.dilation`). What is
-not closed form (how the schedule overlaps, the operators the composed layers add, the unpaced
-bookkeeping) is calibrated *leave one out* (`search.leave_one_out`): each plan is predicted by a
-calibration fitted on the other plans of the sweep, so no prediction is scored against the run it
-was fitted on. Predictions and measurements are paced seconds (accelerator seconds = paced / N).
+in *virtual* time on a named accelerator (`parlab.run(..., clock="A100")`, `parlab.core.clock`):
+compute from the operators and FLOPs of a block counted once (`paced.profile`: a paced span lasts
+exactly Σ(launch_s + FLOPs/F_acc), `Clock.seconds`), communication from the real link's α-β. What
+is not closed form (how the schedule overlaps, the operators the composed layers add) is
+calibrated *leave one out* (`search.leave_one_out`): each plan is predicted by a calibration
+fitted on the other plans of the sweep, so no prediction is scored against the run it was fitted
+on. Predictions and measurements are in the accelerator's seconds ("A100 ms"), and a paced
+measurement is bit-reproducible: one run of a plan is its measurement.
 
 A sweep runs each plan once with the scheme `nd` and keeps its `RunResult`, so exactness against
 `single`, bytes against the closed forms, memory against the closed forms and step time against
@@ -25,7 +26,7 @@ from parlab.planner import costmodel, paced, profile, search
 from parlab.planner.plan import DEGREES, Plan
 
 _CALIBRATIONS: dict = {}  # (world_size, link name, clock name) -> the last sweep's Calibration
-LINK = "NVLink"  # the paced sweeps' link: the real NVLink, dilated with the clock
+LINK = "NVLink"  # the paced sweeps' link: the real NVLink of the clock's accelerator
 
 
 def model_config(overrides: dict | None = None):
@@ -46,7 +47,6 @@ class Sweep:
     load: str  # `uptime`'s load average when the sweep ran
     clock: object = None  # the runs' parlab.core.clock.Clock
     method: str = "leave one out"  # how each prediction was calibrated
-    remeasured: int = 0  # runs repeated because contention overran their paced compute
 
     def frame(self):
         import pandas as pd
@@ -54,8 +54,8 @@ class Sweep:
 
     @property
     def unit(self) -> str:
-        """What the sweep's milliseconds are: paced ms of "A100 time ×N", or this CPU's."""
-        return f"paced ms, {self.clock.label}" if self.clock is not None and self.clock.paced \
+        """What the sweep's milliseconds are: the accelerator's ("A100 ms"), or this CPU's."""
+        return self.clock.unit if self.clock is not None and self.clock.paced \
             else "ms, this CPU, raw"
 
     def describe(self) -> str:
@@ -74,11 +74,6 @@ class Sweep:
         prediction was fitted on the others): never scored as predictions."""
         return {p.plan for p, r in zip(self.predictions, self.rows) if r["calibration"]}
 
-    @property
-    def overrun(self) -> float:
-        """The largest share of paced compute any run's real work overran (0 on the wall clock)."""
-        return max((m.get("overrun", 0.0) for m in self.measured.values()), default=0.0)
-
 
 def _load() -> str:
     import os
@@ -87,28 +82,15 @@ def _load() -> str:
 
 def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list | None = None,
           memory_cap: float | None = None, batch_size: int = 12, clock: str = "A100",
-          model: dict | None = None, max_overrun: float | None = None, retries: int = 2,
-          **plan_space) -> Sweep:
+          model: dict | None = None, **plan_space) -> Sweep:
     """Run every plan (default: `search.candidate_plans`) once with `nd` on `clock`, predict each
     (paced: leave one out; wall: calibrated on the one-dimensional plans); the judge compares them
-    under `memory_cap` bytes (None: no cap). `model`: GPT config overrides (None: the chapter's).
-
-    `max_overrun` (paced clocks): a run whose real work overran more than this share of its paced
-    compute (`RunResult.pace["overrun_share"]`: ranks descheduled on a busy machine, which the
-    paced clock reports rather than hides) is run again, up to `retries` times, and the run with
-    the least overrun is kept; `Sweep.remeasured` counts the repeats. None: every run kept."""
+    under `memory_cap` bytes (None: no cap). `model`: GPT config overrides (None: the chapter's)."""
     cfg = model_config(model)
     plans = plans or search.candidate_plans(world_size, cfg, batch_size, **plan_space)
-    if max_overrun is not None and (clock == "wall" or not 0 <= max_overrun < 1):
-        raise ValueError(f"max_overrun={max_overrun!r} needs a paced clock (clock={clock!r}) and a "
-                         "share in [0, 1)")
     load = _load()
-    measured, remeasured = {}, 0
-    for p in plans:
-        measured[p], repeats = search.least_overrun(
-            lambda p=p: search.measure_plan(p, steps, link, batch_size, model_config=model,
-                                            clock=clock), max_overrun, retries)
-        remeasured += repeats
+    measured = {p: search.measure_plan(p, steps, link, batch_size, model_config=model, clock=clock)
+                for p in plans}
     if clock == "wall":
         prof, fit, clk = profile.measure(cfg), profile.calibrate_comm(world_size), None
         calibration, _ = search.calibrate(plans, cfg, prof, fit, link, batch_size, steps, measured)
@@ -123,8 +105,7 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
     _CALIBRATIONS[(world_size, link, clock)] = calibration
     rows, judgement = score(preds, measured, base, memory_cap)
     return Sweep(world_size, link, rows, judgement, calibration,
-                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method,
-                 remeasured)
+                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method)
 
 
 def score(preds: list, measured: dict, calibration: set, memory_cap: float | None = None) -> tuple:
@@ -135,8 +116,8 @@ def score(preds: list, measured: dict, calibration: set, memory_cap: float | Non
     for p in preds:
         got = measured[p.plan]
         rows.append({"plan": p.plan.describe(), "calibration": p.plan in calibration,
-                     "predicted_ms": round(1e3 * p.step_s, 1),
-                     "measured_ms": round(1e3 * got["step_s"], 1),
+                     "predicted_ms": round(1e3 * p.step_s, 4),
+                     "measured_ms": round(1e3 * got["step_s"], 4),
                      "error": round((p.step_s - got["step_s"]) / got["step_s"], 3),
                      "exposed_fraction": round(p.exposed_fraction, 3),
                      "bubble": round(p.bubble_fraction, 3),
@@ -174,10 +155,8 @@ def goals_report(s: Sweep) -> None:
     calib = [r["plan"] for r in s.rows if r["calibration"]]
     print(f"world size {s.world_size}, link {s.link or 'loopback'}, {s.unit}; "
           f"{len(s.rows)} plans, load average {s.load}")
-    if s.clock is not None and s.clock.paced:
-        print(f"paced honesty: the worst run's real work overran {s.overrun:.1%} of its paced compute")
     print(f"calibration ({s.method}): compute ×{s.calibration.compute_scale:.2f}, "
-          f"communication ×{s.calibration.comm_scale:.2f}, + {1e3 * s.calibration.overhead_s:.1f} ms "
+          f"communication ×{s.calibration.comm_scale:.2f}, + {1e3 * s.calibration.overhead_s:.3f} ms "
           "per step" + (" (these scales: fitted on all plans, for the panel below; each scored "
                         "prediction used a fit without its own plan)" if not calib else ""))
     print(f"scored: the held-out plans ({j.scored} of {len(s.rows)})" +
@@ -210,10 +189,8 @@ def diagnose(s: Sweep) -> str:
     worst = max(med, key=lambda d: abs(med[d] - 1) if med[d] >= 1 else abs(1 / med[d] - 1))
     spread = max(abs(r["error"]) for r, _ in held)
     paced_clock = s.clock is not None and s.clock.paced
-    cause = (f"the worst run's real work overran {s.overrun:.1%} of its paced compute "
-             "(contention showing through the paced clock)" if paced_clock and s.overrun > 0.05
-             else "the model's critical path misses how this dimension's schedule overlaps or "
-             "waits" if paced_clock else
+    cause = ("the model's critical path misses how this dimension's schedule overlaps or waits"
+             if paced_clock else
              f"on this shared machine (load {s.load}) each rank is a process competing for the "
              "cores, so a raw step depends on the scheduler as much as on the plan")
     return (f"diagnosis: plans with {worst} > 1 measured {med[worst]:.2f}× their prediction "
@@ -248,7 +225,7 @@ def panel_follow(values: dict) -> dict:
 
 def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int, link: str,
           memory_cap_mb: int, measure: str = "no", clock: str = "A100") -> None:
-    """Widget callback: the plan's predicted step (paced ms on `clock`), memory and bytes; a
+    """Widget callback: the plan's predicted step (the accelerator's ms on `clock`), memory and bytes; a
     measured run on demand."""
     cfg = model_config()
     rest = tp * pp * cp
@@ -268,20 +245,20 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
             "ms, this CPU, raw"
     else:
         clk = paced.clock_for(clock, world_size)
-        prof, fit, unit = paced.profile(cfg, clk), None, f"paced ms, {clk.label}"
+        prof, fit, unit = paced.profile(cfg, clk), None, clk.unit
     p = costmodel.predict(plan, cfg, prof, fit, link, 12, calibration, clk)
     cap = memory_cap_mb * 1e6
     print("(calibrated by this world size's sweep)" if calibration else
           "(the raw model: no sweep of this world size and clock has run yet)")
-    print(f"{plan.describe()}: predicted step {1e3 * p.step_s:.1f} {unit} (compute "
-          f"{1e3 * p.compute_s:.1f}, exposed communication {1e3 * p.exposed_comm_s:.1f}, fraction "
+    print(f"{plan.describe()}: predicted step {1e3 * p.step_s:.3f} {unit} (compute "
+          f"{1e3 * p.compute_s:.3f}, exposed communication {1e3 * p.exposed_comm_s:.3f}, fraction "
           f"{p.exposed_fraction:.0%}, bubble {p.bubble_fraction:.0%})")
     print(f"peak memory per rank {p.memory['total'] / 1e6:.2f} MB "
           f"({'fits' if p.memory['total'] <= cap else 'over'} the {memory_cap_mb} MB cap); "
           f"bytes per step by dimension {p.bytes_per_dim or 'none: one rank sends nothing'}")
     if measure == "yes":
         got = search.measure_plan(plan, 3, link, clock=clock)
-        print(f"measured step {1e3 * got['step_s']:.1f} {unit}, peak "
+        print(f"measured step {1e3 * got['step_s']:.3f} {unit}, peak "
               f"{got['peak_bytes'] / 1e6:.2f} MB, bytes per step {got['bytes']:,}")
 
 

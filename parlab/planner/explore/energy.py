@@ -32,11 +32,10 @@ def characterization(sweep, batch_size: int = 12, steps: int = 2, root: str = PO
     for pred, row in zip(sweep.predictions, sweep.rows):
         plan = pred.plan
         m = plan.microbatches if plan.pp > 1 else 1
-        seconds = row["measured_ms"] / 1e3
-        acc = clock.accelerator_seconds(seconds) if paced else seconds
+        seconds = row["measured_ms"] / 1e3  # paced: the accelerator's seconds
         rows.append({"plan": row["plan"], "dp": plan.dp, "tp": plan.tp, "pp": plan.pp,
                      "cp": plan.cp, "microbatches": m, "rows_per_microbatch": batch_size // (plan.dp * m),
-                     "step_ms": row["measured_ms"], "samples_per_s": batch_size / acc,
+                     "step_ms": row["measured_ms"], "samples_per_s": batch_size / seconds,
                      "bytes": row["measured_bytes"], "exposed": row["exposed_fraction"],
                      "joules_per_step": None})
     energy = energy_per_step([p.plan for p in sweep.predictions], steps, run, root)
@@ -56,7 +55,7 @@ def print_characterization(result: dict) -> None:
     for r in result["rows"]:
         joules = f"{r['joules_per_step']:.2f}" if r["joules_per_step"] is not None else "—"
         print(f"{r['plan']:<22}{r['dp']:>3}{r['tp']:>3}{r['pp']:>3}{r['cp']:>3}"
-              f"{r['microbatches']:>3}{r['rows_per_microbatch']:>8}{r['step_ms']:>8.1f}ms"
+              f"{r['microbatches']:>3}{r['rows_per_microbatch']:>8}{r['step_ms']:>8.3f}ms"
               f"{r['samples_per_s']:>12,.0f}{r['bytes']:>12,}{r['exposed']:>9.1%}{joules:>9}")
     print(result["status"])
     if result["energy_measured"]:

@@ -136,7 +136,7 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
     fast, slow, j = rows[0], rows[-1], s.judgement
     print("When to use it (from this run):")
     print(f"- search the plans: at {s.world_size} ranks the fastest ({fast['plan']}, "
-          f"{fast['measured_ms']:.0f} {s.unit}) ran {slow['measured_ms'] / fast['measured_ms']:.1f}× "
+          f"{fast['measured_ms']:.3g} {s.unit}) ran {slow['measured_ms'] / fast['measured_ms']:.1f}× "
           f"faster than the slowest ({slow['plan']}); the same ranks, only the plan differs")
     close = [(a, b) for a, b in zip(rows, rows[1:])
              if b["measured_ms"] / a["measured_ms"] - 1 < 2 * j.median_error]
