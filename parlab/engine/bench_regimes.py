@@ -160,11 +160,12 @@ def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock
     without prefetch F + B + A_f + A_b + R; with prefetch max(F, A_f) + max(B, A_b + R).
 
     clock: "wall" measures this CPU, raw, and returns a link in its seconds (α = 20 µs); a paced
-    clock ("A100", parlab.core.clock) measures paced compute and returns the *real* link (α = 0.1
-    µs: at NVLink's 1 µs the tiny model's gathers would be latency alone) whose dilation by the
-    clock gives A_f = F — the link to pass with `clock=` — and `paced_link`, that link as the run
-    emulates it. Returns the link, the run keywords (the clock
-    among them), the measured F and B, A_f, A_b, R and both ideals, in the run's seconds."""
+    clock ("A100", parlab.core.clock) measures virtual compute (the accelerator's seconds) and
+    returns the real link (α = 0.1 µs: at NVLink's 1 µs the tiny model's gathers would be latency
+    alone) that gives A_f = F on that accelerator — the link to pass with `clock=` — and
+    `paced_link`, that link as the run prices it (the same: a link that is not a preset is taken
+    as real). Returns the link, the run keywords (the clock among them), the measured F and B,
+    A_f, A_b, R and both ideals, in the run's seconds."""
     from parlab.core.clock import pace_link
     from parlab.engine.runner import make_config, run
 
@@ -179,13 +180,12 @@ def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock
         nbytes[r["phase"]] = nbytes.get(r["phase"], 0) + r["bytes_sent"]
     beta = nbytes["param-gather-fwd"] / forward  # bytes per second of the run's own time
     paced = calib.clock
-    if paced.paced:
-        n = paced.dilation
+    if paced.paced:  # virtual time: the forward is the accelerator's seconds, the link is real
         alpha = 1e-7  # a tenth of NVLink's: the tiny model's gathers would be latency alone
-        latency = sum(r["rounds"] for r in ops if r["phase"] == "param-gather-fwd") * alpha * n
+        latency = sum(r["rounds"] for r in ops if r["phase"] == "param-gather-fwd") * alpha
         if forward > 2 * latency:  # the bandwidth that leaves A_f = F once the α's are paid
             beta = nbytes["param-gather-fwd"] / (forward - latency)
-        link = Link(alpha, beta * n, f"{beta * n / 1e9:.2f} GB/s (A_f = F on the {paced.name})")
+        link = Link(alpha, beta, f"{beta / 1e9:.2f} GB/s (A_f = F on the {paced.name})")
         emulated = pace_link(link, make_config("zero3", steps=1, **kw).clock)
     else:
         link = emulated = Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s")

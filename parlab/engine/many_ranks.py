@@ -1,8 +1,9 @@
 """Many ranks on a laptop: which schemes run at 8, 16 and 32 ranks, what a launch and a rank cost.
 
-Paced time (`parlab.core.clock`) makes more ranks than cores honest: a rank spends most of its
-paced span asleep, so the CPU work of a step is the same whatever the world size, only spread over
-more processes. This module holds the checks of issue 34 that do not depend on a timing model:
+Virtual time (`parlab.core.clock`) makes more ranks than cores honest: a rank's time is a number
+it computes from the operators it ran and the messages it exchanged, never a clock it reads, so
+16 ranks sharing 2 cores keep the same timeline as 16 accelerators would, to the last bit. This
+module holds the checks of issue 34 that do not depend on a timing model:
 
 - `exactness(world_sizes)`: every registered scheme at each world size (batch_size divisible by
   it), exact vs `single` where the scheme is exact (`RunResult.compare(ref).match`), and the

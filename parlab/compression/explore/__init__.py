@@ -198,8 +198,8 @@ def loss_vs_bytes(runs: dict):
 
     ref = runs["single"].losses[-1]
     base = runs["ddp-naive"].bytes_per_rank()[0]
-    print(f"step times: {runs['ddp-naive'].clock.label} (torch-powersgd's own collectives are not "
-          "paced nor delayed by the link)")
+    print(f"step times: {runs['ddp-naive'].clock.unit} (torch-powersgd's own collectives are not "
+          "priced on the link)")
     print(f"{'scheme':<14} {'bytes sent':>11} {'÷ ddp':>7} {'final loss':>11} {'/ single':>9} {'step ms':>8}"
           "  fewer bytes → shorter step than ddp-naive?")
     naive_ms = 1e3 * sorted(runs["ddp-naive"].step_times)[len(runs["ddp-naive"].step_times) // 2]
@@ -210,11 +210,11 @@ def loss_vs_bytes(runs: dict):
         sent = result.bytes_per_rank()[0]
         step_ms = 1e3 * sorted(result.step_times)[len(result.step_times) // 2]
         verdict = ("" if scheme == "ddp-naive" else
-                   "not comparable: PyTorch's collectives are neither paced nor on the link"
+                   "not comparable: PyTorch's collectives are not priced on the link"
                    if scheme.startswith("torch-") else "yes" if step_ms < naive_ms else
                    "NO: its messages' latency or extra rounds outweigh the bytes saved")
         print(f"{scheme:<14} {sent:>11,} {base / max(sent, 1):>6.1f}× {result.losses[-1]:>11.4f} "
-              f"{result.losses[-1] / ref:>9.3f} {step_ms:>8.1f}  {verdict}")
+              f"{result.losses[-1] / ref:>9.3f} {step_ms:>8.4g}  {verdict}")
         left.scatter(max(sent, 1), result.losses[-1], label=scheme)
         right.plot(list(_cumulative(result.step_times)), result.losses, marker=".", label=scheme)
     left.axhline(ref, color="k", ls=":", label="single")
@@ -223,8 +223,8 @@ def loss_vs_bytes(runs: dict):
     fast = min(lossy, key=lambda s: sum(lossy[s].step_times))
     left.set_title(f"fewest bytes: {cheap} ({base / max(lossy[cheap].bytes_per_rank()[0], 1):.0f}× fewer), "
                    f"final loss {lossy[cheap].losses[-1] / ref:.3f}× single", fontsize=9)
-    right.set_title(f"shortest run: {fast} ({sum(lossy[fast].step_times):.2f} s vs ddp-naive's "
-                    f"{sum(runs['ddp-naive'].step_times):.2f} s)", fontsize=9)
+    right.set_title(f"shortest run: {fast} ({sum(lossy[fast].step_times) * 1e3:.3g} ms vs "
+                    f"ddp-naive's {sum(runs['ddp-naive'].step_times) * 1e3:.3g} ms)", fontsize=9)
     left.set(xscale="log", xlabel="bytes sent by rank 0 (log)", ylabel="final loss")
     right.set(xlabel=f"time (s, {runs['ddp-naive'].clock.label})", ylabel="loss")
     left.legend(fontsize="x-small")
@@ -274,4 +274,4 @@ def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) ->
           f"{cost.compression_ratio(scheme, shapes, world_size, steps, **result.config.options):.1f}× "
           f"fewer than ddp-naive")
     print(f"final loss {result.losses[-1]:.4f} vs single {ref.losses[-1]:.4f}; median step "
-          f"{1e3 * sorted(result.step_times)[len(result.step_times) // 2]:.1f} ms")
+          f"{1e3 * sorted(result.step_times)[len(result.step_times) // 2]:.4g} {result.clock.unit}")

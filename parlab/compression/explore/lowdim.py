@@ -1,7 +1,7 @@
 """What notebook 08's low-dimensional section runs: Kwon et al., "Efficient Compression of
 Overparameterized Deep Models through Low-Dimensional Learning Dynamics" (AISTATS 2024, arXiv
 2311.05061) — the spectrum of ΔW over training, the compressed network against the original on
-deep matrix completion (per iteration and on the paced clock), the transfer to the lab's MLP, and
+deep matrix completion (per iteration and in virtual time on an A100), the transfer to the lab's MLP, and
 data parallelism of the compressed model beside PowerSGD of the original one's gradient.
 
 Building blocks: `parlab.compression.lowdim`; closed forms: `parlab.compression.cost` (`dln_params`,
@@ -116,8 +116,9 @@ def spectrum_over_training(d: int, iters: int, checkpoints: int = 4):
 
 # ----------------------------------------------------------------------------- 3. original vs compressed
 def paced_step(model, task, alpha: float, clock: str = "A100") -> tuple[float, int, float]:
-    """(paced seconds, operators, FLOPs) of one GD step of `model` on every observed entry, priced
-    as the paced clock prices a compute span (`parlab.core.pacer.count_work`, `Clock.seconds`)."""
+    """(accelerator seconds, operators, FLOPs) of one GD step of `model` on every observed entry,
+    priced as the paced clock prices a compute span (`parlab.core.pacer.count_work`,
+    `Clock.seconds`: Σ launch_s + FLOPs / F_acc)."""
     model = copy.deepcopy(model)
     opt = lowdim.make_dln_optimizer(model, "sgd", LR, alpha)
 
@@ -137,11 +138,12 @@ def first_below(errors: list[float], threshold: float) -> int | None:
 @one_thread()
 def original_vs_compressed(d: int, iters: int, clock: str = "A100"):
     """Both networks, GD at the same step (the compressed one's outer factors at α·step): recovery
-    error against iterations and against paced time."""
+    error against iterations and against virtual time (the accelerator's seconds)."""
     import matplotlib.pyplot as plt
 
     task, nets = task_of(d), networks(d)
-    label = clocks.resolve(clock, 1).label
+    clk = clocks.resolve(clock, 1)
+    label, acc = clk.label, clk.accelerator
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
     rows = {}
     for net, model in nets.items():
@@ -149,32 +151,34 @@ def original_vs_compressed(d: int, iters: int, clock: str = "A100"):
         seconds, ops, flops = paced_step(model, task, alpha, clock)
         run = lowdim.fit(model, task, iters, LR, alpha, "sgd")
         hit = first_below(run.errors, THRESHOLD)
-        rows[net] = (run, seconds, hit, ops * clocks.OP_SECONDS > flops / clocks.REFERENCE_FLOPS)
+        # launch-bound: the operators' launch cost exceeds the FLOPs' time on the accelerator
+        rows[net] = (run, seconds, hit, ops * acc.launch_s > flops / acc.flops)
         print(f"{net:<11} {sum(p.numel() for p in model.parameters()):>6,} params, one step "
-              f"{ops} ops {flops:,.0f} FLOP = {seconds * 1e3:.2f} ms ({label}); "
+              f"{ops} ops {flops:,.0f} FLOP = {seconds * 1e3:.4g} {clk.unit}; "
               f"error after {iters}: {run.errors[-1]:.2e}; ≤ {THRESHOLD} after "
-              + (f"{hit} iterations = {hit * seconds:.2f} s" if hit else f"> {iters} iterations"))
+              + (f"{hit} iterations = {hit * seconds * 1e3:.2f} {clk.unit}" if hit else
+                 f"> {iters} iterations"))
         steps = range(1, iters + 1)
         left.semilogy(steps, run.errors, label=net)
-        right.semilogy([s * seconds for s in steps], run.errors, label=net)
+        right.semilogy([s * seconds * 1e3 for s in steps], run.errors, label=net)
     (orig, t_o, hit_o, bound), (comp, t_c, hit_c, _) = rows["original"], rows["compressed"]
     faster = hit_c is not None and (hit_o is None or hit_c * t_c < hit_o * t_o)
     fewer = hit_c is not None and (hit_o is None or hit_c < hit_o)
-    print(f"compressed: fewer iterations to {THRESHOLD}: {fewer}; less paced time: {faster}; "
+    print(f"compressed: fewer iterations to {THRESHOLD}: {fewer}; less {label}: {faster}; "
           f"smaller error after {iters}: {comp.errors[-1] < orig.errors[-1]} "
           f"({comp.errors[-1]:.2e} vs {orig.errors[-1]:.2e}); one step {t_o / t_c:.2f}× cheaper")
     big = networks(8 * d)
     t_big = {net: paced_step(m, task_of(8 * d), lowdim.outer_rate(net, TASK["alpha"]), clock)[0]
              for net, m in big.items()}
-    print(f"at d = {d} the original's step costs more in operators than in FLOPs (the paced clock's "
-          f"fixed cost per operator): {bound}; at d = {8 * d} one step is "
-          f"{t_big['original'] * 1e3:.1f} vs {t_big['compressed'] * 1e3:.1f} ms: "
+    print(f"at d = {d} the original's step costs more in operators than in FLOPs (the {acc.name}'s "
+          f"launch cost per operator, {acc.launch_s * 1e6:g} µs): {bound}; at d = {8 * d} one step "
+          f"is {t_big['original'] * 1e3:.4g} vs {t_big['compressed'] * 1e3:.4g} {clk.unit}: "
           f"{t_big['original'] / t_big['compressed']:.1f}× cheaper")
     left.set(xlabel="iteration", ylabel="‖W − M‖_F / ‖M‖_F")
-    right.set(xlabel=f"time (s, {label})")
+    right.set(xlabel=f"time ({clk.unit})")
     fig.suptitle(f"compressed vs original: error after {iters} iterations {comp.errors[-1]:.1e} vs "
                  f"{orig.errors[-1]:.1e}; one step {t_o / t_c:.2f}× cheaper; reaches {THRESHOLD} "
-                 + ("sooner in paced time" if faster else "NOT sooner in paced time"), fontsize=10)
+                 + (f"sooner in {label}" if faster else f"NOT sooner in {label}"), fontsize=10)
     left.legend()
     fig.tight_layout()
     return fig
