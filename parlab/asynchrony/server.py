@@ -18,11 +18,19 @@ and its STOP; a follower (i > 0) applies every push on arrival and answers each 
 shard (header job ignored), and a worker told STOP by the leader drains that last shard and
 sends each follower a STOP header (2,) so it can stop listening.
 
-Which message a server takes next: with `delays="seeded"` the one the virtual clock says
-(`parlab.asynchrony.delays`: blocking recv from that worker, a reproducible run; every server's
-clock is the same, so followers mirror the leader); otherwise the one that arrives first: a
-header irecv is posted for every worker computing, each waited in a thread, the first to complete
-is served (ties: the lowest rank).
+Which message a server takes next: with `delays="seeded"` the one the delay schedule's clock says
+(`parlab.asynchrony.delays.VirtualClock`: blocking recv from that worker, a reproducible run on
+any clock; every server's schedule clock is the same, so followers mirror the leader); otherwise
+the one that arrives first. A header irecv is posted for every worker computing (every worker
+that will still send: one blocked by SSP, or told STOP, has none). On the wall clock each is
+waited in a thread and the first to complete is served (ties: the lowest rank). On a paced clock
+(virtual time, `parlab.core.clock`) the server takes the least virtual (arrival, rank) of them
+(`Handle.arrival`, blocking in real time only until every such worker has posted its send on the
+board: conservative synchronisation, Chandy & Misra 1979), so the order, the staleness and the
+times follow from virtual time alone and a run repeats to the bit on a busy machine. With k > 1
+servers the workers push to servers 0..k−1 in turn over one link, so every server sees the
+pushes in the same virtual order (a worker waiting on one server's reply has pushed to all of
+them; no server waits on it for ever); `received` and `update_times` are virtual seconds there.
 
 The loop's hooks by role. Server: `sync(step)` serves messages until update `step` is applied (so
 its step time is the time per update); `update` only observes memory. Worker: `forward_backward`
@@ -103,17 +111,27 @@ class ParameterServer(Strategy):
         self.clock = VirtualClock(schedule) if schedule is not None else None
         self.numel = hi - lo
         self.grads: dict[int, dict[int, torch.Tensor]] = {}  # job -> worker -> (Ψ_i,) gradient
+        self.paced = ctx.timeline.pacer is not None  # virtual time: arrival order, no threads
         self.pool = (ThreadPoolExecutor(book.workers, thread_name_prefix="ps-recv")
-                     if schedule is None else None)
-        self.pending: dict = {}  # future of a header -> worker (real arrival order)
+                     if schedule is None and not self.paced else None)
+        # the header irecvs in flight: wall clock, future -> worker (real arrival order); paced,
+        # worker -> Handle (virtual arrival order, waited on this thread: the pacer is not
+        # thread-safe)
+        self.pending: dict = {}
         self.stopped: set[int] = set()  # asp followers: workers whose STOP header came
         self.t0 = None
-        self.received: list[float] = []  # seconds since start at which each logged gradient arrived
-        self.update_times: list[float] = []  # seconds since start at which update i was applied
+        # seconds since the server started (virtual seconds on a paced clock): when each logged
+        # gradient arrived, and when update i was applied
+        self.received: list[float] = []
+        self.update_times: list[float] = []
         self.update_jobs: list[int] = []  # the job (step) whose gradient(s) update i applied
 
     def rank_of(self, worker: int) -> int:
         return self.servers - 1 + worker
+
+    def now(self) -> float:
+        """The server's time: virtual on a paced clock, `time.perf_counter()` on the wall clock."""
+        return self.ctx.timeline.now()
 
     def batch(self, step):
         return None
@@ -123,7 +141,7 @@ class ParameterServer(Strategy):
 
     def sync(self, step: int) -> None:
         if self.t0 is None:
-            self.t0 = time.perf_counter()
+            self.t0 = self.now()
             self.reply(self.book.start())
         while self.book.version <= step:
             self.serve_one()
@@ -139,7 +157,7 @@ class ParameterServer(Strategy):
             return
         grad = torch.empty(self.numel)
         self.ctx.comm.recv(grad, self.rank_of(worker), phase="push")  # (Ψ_i,) the worker's gradient
-        self.received.append(time.perf_counter() - self.t0)
+        self.received.append(self.now() - self.t0)
         self.grads.setdefault(job, {})[worker] = grad
         apply, replies = self.book.receive(worker, job, version)
         for j in apply:
@@ -151,6 +169,9 @@ class ParameterServer(Strategy):
             worker = self.clock.next()
             header = torch.empty(HEADER, dtype=torch.long)
             return worker, self.ctx.comm.recv(header, self.rank_of(worker), phase="push")  # (2,)
+        if self.paced:  # the least virtual (arrival, rank): every pending sender has posted
+            worker = min(self.pending, key=lambda w: (self.pending[w].arrival(), w))
+            return worker, self.pending.pop(worker).wait()  # (2,) [version, job]
         done, _ = wait_any(list(self.pending), timeout=self.ctx.cfg.timeout, return_when=FIRST_COMPLETED)
         if not done:
             raise TimeoutError(f"no worker pushed a gradient within timeout={self.ctx.cfg.timeout} s")
@@ -173,7 +194,7 @@ class ParameterServer(Strategy):
             self.optimizer.step()
         self.observe_memory()
         self.optimizer.zero_grad(set_to_none=True)
-        self.update_times.append(time.perf_counter() - self.t0)
+        self.update_times.append(self.now() - self.t0)
         self.update_jobs.append(job)
 
     def reply(self, pairs) -> None:
@@ -193,7 +214,10 @@ class ParameterServer(Strategy):
             else:
                 header = torch.empty(HEADER, dtype=torch.long)
                 handle = comm.irecv(header, rank, phase="push")  # (2,) its next push's header (or STOP)
-                self.pending[self.pool.submit(handle.wait)] = worker
+                if self.paced:
+                    self.pending[worker] = handle
+                else:
+                    self.pending[self.pool.submit(handle.wait)] = worker
 
     def finish(self) -> None:
         if not self.leader and self.book.mode == "asp":  # every worker's STOP header
@@ -264,22 +288,34 @@ class Worker(Strategy):
             self.stopped = True
             return 0.0
         x, y = self.job_batch(job)
-        pacer = self.ctx.timeline.pacer
-        t0, paced0 = time.perf_counter(), (pacer.paced_s if pacer is not None else 0.0)
+        timeline = self.ctx.timeline
+        t0 = timeline.now()
         with self.ctx.span("forward", step=job), self.meter:
             loss = self.model.loss(x, y)
         with self.ctx.span("backward", step=job), self.meter:
             loss.backward()
         slowdown = self.schedule.slowdown(self.id, self.computed)
         self.computed += 1
-        if slowdown > 1:  # paced clock: (slowdown − 1) × the paced compute, deterministic
-            took = pacer.paced_s - paced0 if pacer is not None else time.perf_counter() - t0
+        if slowdown > 1:  # (slowdown − 1) × the compute's time: virtual on a paced clock
+            took = timeline.now() - t0
             with self.ctx.span("injected delay", step=job):  # no operators: not paced again
-                time.sleep((slowdown - 1) * took)
+                if timeline.pacer is not None:
+                    timeline.advance((slowdown - 1) * took)  # virtual time, nothing sleeps
+                else:
+                    time.sleep((slowdown - 1) * took)
         comm, grads = self.ctx.comm, flat_grads(self.model)  # (Ψ,)
+        # every message of the push is issued before any is waited (they queue on the link in
+        # this order all the same): a server that takes pushes in virtual arrival order waits
+        # until every worker has posted its push to it, so none may still wait for an earlier
+        # server to take its gradient first
+        handles = []
         for server, (lo, hi) in enumerate(self.bounds):
-            comm.send(torch.tensor([self.versions[server], job]), server, phase="push")  # (2,) int64
-            comm.send(grads[lo:hi].contiguous(), server, phase="push")  # (Ψ_i,) this gradient's shard
+            handles.append(comm.isend(torch.tensor([self.versions[server], job]), server,
+                                      phase="push"))  # (2,) int64
+            handles.append(comm.isend(grads[lo:hi].contiguous(), server,
+                                      phase="push"))  # (Ψ_i,) this gradient's shard
+        for handle in handles:
+            handle.wait()
         share = loss.item() / (self.workers if self.mode == "ssp" else 1)
         self.shares[job] += share
         return share

@@ -14,12 +14,18 @@ each worker owned a fixed, non-i.i.d. part of the data). It is not `single`'s up
 scheme is not exact; b = 0 is plain synchronous data parallelism and equals `single`.
 
 How arrival is emulated. Slowness here is `speeds=` (parlab.core.speeds). Each rank runs its real
-forward and backward (c CPU seconds) and would finish them at a_r = start + c/s_r on its device; the
-ranks all-gather these N arrival times (one fp64 each, in the ledger), every rank picks the same
-N−b earliest (ties: lower rank), the used ones wait until their own a_r, the dropped ones until the
-(N−b)-th arrival, when their work is abandoned. Then one all-reduce (op=sum) of the weighted
-gradients (zeros from the dropped ranks: all-reduce moves the same bytes; a parameter server
-would receive N−b messages instead of N).
+forward and backward and would finish them at a_r = start + c/s_r on its device: on the wall clock
+c is the work's CPU seconds on this machine; on a paced clock (virtual time, `parlab.core.clock`)
+it is the work's price on the accelerator (its counted operators and FLOPs), so a_r is a virtual
+time and a run repeats to the bit on a busy machine. The ranks all-gather these N arrival times
+(one fp64 each, in the ledger) — every rank then knows every gradient's arrival before it picks,
+which is conservative synchronisation (Chandy & Misra 1979) done by one collective — and every
+rank picks the same N−b earliest (ties: lower rank): the first N−b in arrival order. The used ones
+are busy until their own a_r, the dropped ones until the (N−b)-th arrival, when their work is
+abandoned (wall clock: they sleep until then; paced: their virtual time moves there,
+`Timeline.wait_until`, nothing sleeps). Then one all-reduce (op=sum) of the weighted gradients
+(zeros from the dropped ranks: all-reduce moves the same bytes; a parameter server would receive
+N−b messages instead of N).
 """
 
 from __future__ import annotations
@@ -54,10 +60,10 @@ class BackupWorkers(WeightedShards):
             arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
             start = t_real  # the emulated rest of the compute, after the real part
         else:
-            # Paced: the work is priced, not timed (M·Σ(c0 + FLOPs/F)/s, as a compute span is),
-            # from the rank's paced now; no span here (it would sleep to its own end, where a
-            # dropped rank stops at the cutoff instead). The real time it takes is host time on
-            # the paced clock, standing still (debt paid from later slack), never the step's.
+            # Paced: the work is priced, not timed (Σ(launch_s + FLOPs/F)/s, as a compute span
+            # is), from the rank's virtual now; no span here (a span would move the rank's time
+            # to its own end, where a dropped rank stops at the cutoff instead). The real time it
+            # takes is host time, on a clock that stands still.
             t_start = start = timeline.now()
             meter = work_meter()
             with meter:
@@ -74,11 +80,11 @@ class BackupWorkers(WeightedShards):
         cutoff = float(times[order[n - self.backups - 1]])  # the (N−b)-th arrival ends the compute
         self.used_per_step.append(used)
         wake = arrival if ctx.rank in used else cutoff
-        speeds_mod.sleep_until(wake)  # a paced rank ahead of its clock waits, one behind does not
         if pacer is not None:
-            pacer.wait_until(wake)  # busy (or abandoning its work) until then, on its paced clock
+            timeline.wait_until(wake)  # busy (or abandoning its work) until then: virtual time
             end = wake
         else:
+            speeds_mod.sleep_until(wake)  # the emulated rest of the compute, in real time
             end = max(start, time.perf_counter())
         timeline.add("compute", "backward" if ctx.rank in used else "abandoned", start, end,
                      step=step, emulated=True)

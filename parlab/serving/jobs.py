@@ -34,11 +34,12 @@ HOOKS = ("compute", "start", "wait", "update")  # one step of a job, in this ord
 
 
 class Processor:
-    """A rank's one accelerator, shared by the jobs' threads on a paced clock: a lock, and the
-    paced time its last holder released it. Each job keeps its own pacer (`parlab.core.clock`),
-    so a job that waited for the processor starts its compute no earlier, on its own clock, than
-    the holder's release on the holder's — otherwise debt carried in (the real time the thread
-    lost to the other job's compute) would date its compute before the other's ended."""
+    """A rank's one accelerator, shared by the jobs on a paced clock: a lock, and the virtual time
+    its last holder released it. Each job keeps its own virtual clock (its timeline's pacer,
+    `parlab.core.pacer`), so a job that takes the processor starts its compute no earlier, on its
+    own clock, than the holder's release on the holder's (`Timeline.wait_until`). Which job takes
+    it first is virtual time's: one thread (`sequential`, `crossover`) runs the hooks in the
+    schedule's order; one thread per job (`concurrent`) runs them in `Turns`' order."""
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -48,12 +49,56 @@ class Processor:
     def hold(self, timeline: Timeline):
         """Hold the processor for a job whose compute spans are on `timeline`."""
         with self.lock:
-            if timeline.pacer is not None:
-                timeline.pacer.wait_until(self.free_at)
+            timeline.wait_until(self.free_at)
             try:
                 yield
             finally:
                 self.free_at = timeline.now()
+
+
+class Turns:
+    """A paced clock with one thread per job (`concurrent`): the jobs' hooks run one at a time, in
+    virtual-time order. A thread asks for its next hook's turn at its job's virtual now; the turn
+    goes to the least (virtual now, thread) once every thread still running has asked
+    (conservative synchronisation within the rank: no thread can still ask for an earlier one,
+    Chandy & Misra 1979). The processor (`Processor`) and the shared link (`share_link`) then see
+    the jobs' work in an order that virtual time alone decides — the same on every rank of
+    identical ranks and on every run, however the operating system schedules the threads — so a
+    paced concurrent run repeats to the bit. A hook that waits for its all-reduce keeps the turn
+    while its peers catch up: they take the same turns, so they issue that all-reduce before
+    their own wait for it."""
+
+    def __init__(self, threads: int):
+        self.cond = threading.Condition()
+        self.asking: dict[int, float] = {}  # thread -> the virtual time it asks at
+        self.running = False
+        self.left = threads  # threads not finished
+
+    def _mine(self, thread: int) -> bool:
+        return (not self.running and len(self.asking) == self.left
+                and min(self.asking, key=lambda i: (self.asking[i], i)) == thread)
+
+    @contextmanager
+    def turn(self, thread: int, t: float):
+        """Run the body when it is thread `thread`'s turn, asking at virtual time `t`."""
+        with self.cond:
+            self.asking[thread] = t
+            self.cond.notify_all()
+            self.cond.wait_for(lambda: self._mine(thread))
+            del self.asking[thread]
+            self.running = True
+        try:
+            yield
+        finally:
+            with self.cond:
+                self.running = False
+                self.cond.notify_all()
+
+    def done(self) -> None:
+        """A thread ran its last hook (or failed): the others no longer wait for it to ask."""
+        with self.cond:
+            self.left -= 1
+            self.cond.notify_all()
 
 
 @dataclass(frozen=True)

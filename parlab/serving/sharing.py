@@ -38,7 +38,7 @@ from parlab.core.trace import Timeline, normalize
 from parlab.engine.loop import step_times
 from parlab.engine.runner import RunResult
 from parlab.serving import schedules
-from parlab.serving.jobs import Job, JobSpec, Processor, job_comm, share_link
+from parlab.serving.jobs import Job, JobSpec, Processor, Turns, job_comm, share_link
 
 
 @dataclass
@@ -49,14 +49,15 @@ class JobsResult:
     world_size: int
     steps: int
     link: Any
-    wall_s: float  # earliest start to latest end on any rank (the barrier aligns the starts)
+    wall_s: float  # earliest start to latest end on any rank (the barrier aligns the starts;
+    # paced: virtual seconds from 0 to the latest job's end)
     jobs: dict[str, RunResult]
     spans: dict[str, float]  # each job: its first step's start to its last update, slowest rank
     timeline: list[dict] = field(default_factory=list)  # every job's events, args["job"] set
     clock_ledger: list[dict] = field(default_factory=list)  # the two barriers (0 bytes)
-    origin: float = 0.0  # perf_counter of the earliest start: timeline 0 (ledger times are raw)
+    origin: float = 0.0  # the earliest start: timeline 0 (ledger times are raw; paced: 0, virtual)
     clock: Any = clocks.WALL  # parlab.core.clock.Clock: this CPU, raw, or paced time
-    pace: dict = field(default_factory=dict)  # paced clock: each job's honesty check (RunResult.pace)
+    pace: dict = field(default_factory=dict)  # paced clock: each job's virtual clocks (RunResult.pace)
 
     def throughput(self) -> float:
         """Job-steps completed per second, all jobs together."""
@@ -120,19 +121,28 @@ def run_jobs(specs: list[JobSpec], world_size: int = 2, schedule: str = "crossov
 
 
 def _pace(stats: list[dict]) -> dict:
-    """One job's pacer stats over its ranks, summed as `RunResult.pace` sums a run's."""
-    paced, overrun = sum(s["paced_s"] for s in stats), sum(s["overrun_s"] for s in stats)
+    """One job's virtual clocks over its ranks, summed as `RunResult.pace` sums a run's."""
     return {"clock": stats[0]["clock"], "segments": sum(s["segments"] for s in stats),
-            "overruns": sum(s["overruns"] for s in stats), "paced_s": paced,
-            "overrun_s": overrun, "overrun_share": overrun / paced if paced else 0.0,
-            "worst_real_over_paced": max(s["worst_real_over_paced"] for s in stats)}
+            "paced_s": sum(s["paced_s"] for s in stats),
+            "advanced_s": sum(s["advanced_s"] for s in stats),
+            "ops": sum(s["ops"] for s in stats), "flops": sum(s["flops"] for s in stats),
+            "end_s": max(s["end_s"] for s in stats)}
 
 
 # ----------------------------------------------------------------------------- in each rank
-def execute(thread: list, jobs: dict[str, Job]) -> None:
-    """Run one thread of a schedule: each action is one hook of one job."""
-    for name, hook, step in thread:
-        jobs[name].run(hook, step)
+def execute(thread: list, jobs: dict[str, Job], turns: Turns | None = None, index: int = 0) -> None:
+    """Run one thread of a schedule: each action is one hook of one job (with `turns`, a paced
+    run's threads: each hook in its virtual-time turn, `jobs.Turns`)."""
+    try:
+        for name, hook, step in thread:
+            if turns is None:
+                jobs[name].run(hook, step)
+            else:
+                with turns.turn(index, jobs[name].comm.timeline.now()):
+                    jobs[name].run(hook, step)
+    finally:
+        if turns is not None:
+            turns.done()
 
 
 def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, plan,
@@ -146,12 +156,13 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
     jobs = {spec.name: Job(spec, cfg, comm, processor)
             for spec, cfg, comm in zip(specs, configs, comms)}
     clock.barrier(phase="start")
-    t0 = time.perf_counter()
+    t0 = 0.0 if paced.paced else time.perf_counter()  # paced: every job's virtual clock starts at 0
     if len(plan) == 1:
         execute(plan[0], jobs)
     else:
-        _run_threads(plan, jobs)
-    t1 = time.perf_counter()
+        _run_threads(plan, jobs, Turns(len(plan)) if paced.paced else None)
+    t1 = (max(job.comm.timeline.now() for job in jobs.values()) if paced.paced
+          else time.perf_counter())
     clock.barrier(phase="end")
     out = {}
     for name, job in jobs.items():
@@ -166,22 +177,22 @@ def _rank_main(rank: int, world_size: int, specs: list[JobSpec], configs: list, 
     return {"t0": t0, "t1": t1, "jobs": out, "clock": clock.ledger.records, "pace": pace}
 
 
-def _run_threads(plan, jobs: dict[str, Job]) -> None:
-    """One thread per entry of `plan`. The first exception of any thread is raised here at once,
-    without waiting for the others (a job whose peer failed would wait on its collective until
-    the timeout): the rank then reports it and `launch` stops every rank."""
+def _run_threads(plan, jobs: dict[str, Job], turns: Turns | None = None) -> None:
+    """One thread per entry of `plan` (paced: taking `turns`). The first exception of any thread
+    is raised here at once, without waiting for the others (a job whose peer failed would wait on
+    its collective until the timeout): the rank then reports it and `launch` stops every rank."""
     errors: list[BaseException] = []
     changed = threading.Event()
 
-    def body(thread):
+    def body(thread, index):
         try:
-            execute(thread, jobs)
+            execute(thread, jobs, turns, index)
         except BaseException as err:  # noqa: BLE001 - re-raised in the rank's main thread
             errors.append(err)
         finally:
             changed.set()
 
-    threads = [threading.Thread(target=body, args=(t,), name=f"job-thread-{i}", daemon=True)
+    threads = [threading.Thread(target=body, args=(t, i), name=f"job-thread-{i}", daemon=True)
                for i, t in enumerate(plan)]
     for t in threads:
         t.start()
