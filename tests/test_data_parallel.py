@@ -121,15 +121,15 @@ def test_bucket_count_in_ledger_is_predicted(runs, bucket_mb):
 
 
 OVERLAP_LEAD = 0.10  # overlap: the first bucket leaves ≥ 10% of backward's paced span before its end
-ISSUE_TOLERANCE_S = 1e-3  # bucketed: no message leaves more than 1 ms (paced) before backward ends
 
 
 def test_overlap_starts_communicating_during_backward(runs):
-    """In paced time (`clock="A100"` on the real NVLink, dilated alike), so the order is the paced
-    compute's and the link's, not this machine's load: ddp-overlap issues its first all-reduce
-    while a good part of backward is still to run (measured ≈ 70% of the span; asserted ≥ 10%),
-    ddp-bucketed only once backward has ended (1 ms tolerance). A run whose overlap communicated
-    only after backward would fail the first, as ddp-bucketed shows it can."""
+    """In virtual time (`clock="A100"` on the real NVLink), so the order is the priced compute's
+    and the link's, never this machine's load: ddp-overlap issues its first all-reduce while a
+    good part of backward is still to run (71% of the span in every step; asserted ≥ 10%),
+    ddp-bucketed only once backward has ended (exactly: no tolerance, virtual time is exact). A run
+    whose overlap communicated only after backward would fail the first, as ddp-bucketed shows it
+    can."""
     for scheme, during in (("ddp-overlap", True), ("ddp-bucketed", False)):
         result = runs(scheme, 2, "gpt", "adamw", accum_steps=1, clock="A100", link="NVLink")
         for rank in range(2):
@@ -143,7 +143,7 @@ def test_overlap_starts_communicating_during_backward(runs):
                 if during:
                     assert lead >= OVERLAP_LEAD, (scheme, rank, b, first, lead)
                 else:
-                    assert first >= b["t1"] - ISSUE_TOLERANCE_S, (scheme, rank, b, first, lead)
+                    assert first >= b["t1"], (scheme, rank, b, first, lead)
 
 
 @pytest.mark.parametrize("algo", ["ring", "tree"])
@@ -305,12 +305,11 @@ def test_when_to_use_verdicts_follow_the_measured_numbers():
     assert "worth it" in ex_summary.dear_line(faster, exposed, 1.5)
     assert "no gain in this regime" in ex_summary.dear_line(slower, exposed)
     assert "below WFBP's, yet not its step" in ex_summary.dear_line(slower, exposed, 1.0)
-    assert "machine was too busy" in ex_summary.dear_line(slower, exposed, 1.5, overrun=0.3)
     assert "wait where the model idealizes" in ex_summary.dear_line(slower, exposed, 1.5)
     rows = [{"bucket_mb": 0.1, "buckets": 9, "step_s": 3.0, "predicted_s": 2.0, "link": link},
             {"bucket_mb": 4.0, "buckets": 1, "step_s": 1.0, "predicted_s": 1.0, "link": link}]
     line = ex_summary.bucket_size_line(rows, world_size=2)
     assert "best bucket here was 4 MiB (1 bucket), 3.00× faster than 0.1 MiB (9 buckets)" in line
-    assert "picked 4 MiB — agree" in line and "2(N−1)α = 2.0 ms" in line
+    assert "picked 4 MiB — agree" in line and "2(N−1)α = 2 ms" in line
     rows[0]["predicted_s"] = 0.5
     assert "picked 0.1 MiB — differ" in ex_summary.bucket_size_line(rows, world_size=2)

@@ -1,8 +1,8 @@
 """Layer-wise partitioning and merging (`layerwise-merge`, Akintoye et al., FGCS 2023): synchronous,
 so it equals `single` at world sizes 1, 2, 4 (and 3) at its own merge and at forced stage counts;
 its bytes per step and phase are `cost.merge_bytes_per_rank` exactly; the merge is the exact
-min-max cut and the smallest modelled step; no stage stashes a weight version; and on the paced
-clock the step-time model is within its stated tolerance."""
+min-max cut and the smallest modelled step; no stage stashes a weight version; and in virtual
+time the step-time model is within its stated tolerance."""
 
 import itertools
 
@@ -109,7 +109,8 @@ def test_the_cut_is_the_exact_min_max_of_the_pace():
     for c in partition_merge.candidates(cfg):
         k, layers = c.layout.pp, sum(c.layout.counts)
         units = partition_merge.unit_work(cfg, c.layout.mb_rows, c.layout.microbatches)
-        unit_s = [cfg.clock.seconds(*u.forward) + cfg.clock.seconds(*u.backward) for u in units]
+        clock = partition_merge.pricing_clock(cfg)  # the wall clock's plan: priced on the A100
+        unit_s = [clock.seconds(*u.forward) + clock.seconds(*u.backward) for u in units]
         every = [cut for cut in itertools.product(range(1, layers + 1), repeat=k) if sum(cut) == layers]
         best = min(_slowest_pace(cut, unit_s, c.message_s) for cut in every)
         assert _slowest_pace(c.layout.counts, unit_s, c.message_s) == pytest.approx(best)
@@ -138,21 +139,19 @@ def test_free_messages_merge_into_data_parallelism_and_equal_stages_give_the_1f1
 
 
 # ----------------------------------------------------------------------------- the model, paced
-MODEL_TOLERANCE = 0.10  # the step-time model against paced runs (notebook 05 states the same)
+MODEL_TOLERANCE = 0.02  # the step-time model against a run in virtual time (measured 1.1%)
 
 
 def test_the_step_model_predicts_a_paced_run():
-    """Two stages of the tiny GPT over NVLink, paced (A100): the measured step within ±10% of the
-    model (measured here within 5%; notebook 05 checks the timing model's merges, within 2%)."""
+    """Two stages of the tiny GPT over NVLink in virtual time (A100): the measured step within ±2%
+    of the model (measured: the model 1.1% above the run). Virtual time is bit-reproducible: the
+    same run again gives the same step times."""
     common = dict(link="NVLink", clock="A100", pp=2)
     model = partition_merge.plan(make_config(SCHEME, world_size=2, steps=STEPS, **common))
     r = parlab.run(SCHEME, world_size=2, steps=STEPS, **common)
     assert r.outputs[0].extras["predicted_step_s"] == model.step_s
     assert model.step_s == pytest.approx(r.step_time(), rel=MODEL_TOLERANCE)
-    # the paced clock stayed honest: every wait priced from its peers' paced times (the board),
-    # and real work past its paced end stayed a debt that slack paid back, a small share of it
-    assert r.pace["real_waits"] == 0, r.pace
-    assert r.pace["overrun_share"] < 0.25, r.pace
+    assert parlab.run(SCHEME, world_size=2, steps=STEPS, **common).step_times == r.step_times
 
 
 # ----------------------------------------------------------------------------- bad input

@@ -176,7 +176,7 @@ def test_prefetch_report_prints_estimates_beside_measurements_and_diagnoses_a_sh
     ideal = {False: 0.115, True: 0.075}
     good = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.12, True: 0.08}})
     assert "1.50× faster measured, 1.53× at ideal overlap" in good[-1]
-    assert any("120.0 ms measured,  115.0 ms ideal" in line for line in good)
+    assert any("   120 CPU ms measured,    115 CPU ms ideal" in line for line in good)
     short = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.12, True: 0.11}})
     assert "less than half the ideal gain" in short[-1]
     slower = report_lines({"regime": regime, "ideal": ideal, "measured": {False: 0.1, True: 0.11}})
@@ -215,11 +215,11 @@ def test_when_to_use_follows_the_measured_memory_links_prefetch_and_checkpointin
     regime = {"forward": 1.0, "backward": 2.0, "gather_f": 0.5, "gather_b": 0.5, "scatter": 0.5}
     report = {"regime": regime, "measured": {False: 4.0, True: 2.0}, "ideal": {False: 4.5, True: 3.0}}
     line = ex_summary.prefetch_line(report)
-    assert "(covered), A_b + R 1000.0 ms against B 2000.0 ms (covered)" in line
+    assert "(covered), A_b + R 1000 ms against B 2000 ms (covered)" in line
     assert "with prefetch it ran 2.00× faster (1.50× at ideal" in line
     slow = {"regime": {**regime, "gather_f": 2.0}, "measured": {False: 2.0, True: 4.0},
             "ideal": report["ideal"]}
     line = ex_summary.prefetch_line(slow)
-    assert "F 1000.0 ms (not covered)" in line and "at 0.50× the speed: no gain" in line
+    assert "F 1000 ms (not covered)" in line and "at 0.50× the speed: no gain" in line
     lines = ex_summary.when_to_use(table, comm, trade, report)
     assert lines[0] == "When to use it (from this run):" and len(lines) == 5

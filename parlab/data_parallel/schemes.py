@@ -60,7 +60,7 @@ def _run(ctx, make_sync):
     return train(ctx, make_sync(ctx, model))
 
 
-@register("ddp-naive", summary="all-reduce every gradient after backward", exact=True,
+@register("ddp-naive", shapes=True, summary="all-reduce every gradient after backward", exact=True,
           options={"algo": ALGO, "accum_steps": ACCUM, "reduce_dtype": REDUCE},
           validate=_validate, cost=dp_cost.NAIVE, precisions=MIXED)
 def ddp_naive(ctx):
@@ -69,7 +69,7 @@ def ddp_naive(ctx):
                                                   o["reduce_dtype"] == "fp32"))
 
 
-@register("ddp-bucketed", summary="flat buckets of bucket_mb, all-reduced after backward",
+@register("ddp-bucketed", shapes=True, summary="flat buckets of bucket_mb, all-reduced after backward",
           exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM,
                                "reduce_dtype": REDUCE},
           validate=_validate,
@@ -80,7 +80,7 @@ def ddp_bucketed(ctx):
                                                      o["reduce_dtype"] == "fp32"))
 
 
-@register("ddp-overlap", summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
+@register("ddp-overlap", shapes=True, summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
           options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
           cost=dp_cost.OVERLAP, precisions=MIXED)
 def ddp_overlap(ctx):
@@ -88,7 +88,7 @@ def ddp_overlap(ctx):
     return _run(ctx, lambda ctx, model: OverlapSync(ctx, model, o["bucket_mb"], o["algo"]))
 
 
-@register("ddp-priority", summary="P3/ByteScheduler: partitions sent front layers first",
+@register("ddp-priority", shapes=True, summary="P3/ByteScheduler: partitions sent front layers first",
           exact=True, options={"bucket_mb": BUCKET,
                                "partition_kb": Float(32, min=4 / 1024, unit="KiB: >= one float32"),
                                "credit": Int(1, min=1), "accum_steps": ACCUM}, validate=_validate,
@@ -99,7 +99,7 @@ def ddp_priority(ctx):
                                                      o["partition_kb"], o["credit"]))
 
 
-@register("dear", summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
+@register("dear", shapes=True, summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
           exact=True, options={"bucket_mb": BUCKET, "accum_steps": ACCUM,
                                "algo": Choice("gloo", ("gloo", "ring"))}, validate=_validate,
           cost=dp_cost.DEAR, precisions=BF16)

@@ -32,13 +32,16 @@ parlab's rendering — simplifications, stated here where they are made:
   rounds a step, not per tensor).
 - Compute is *counted*, not timed: each partition's forward + backward and its optimizer step run
   once here under the paced clock's own work meter (`parlab.core.pacer.count_work`) and are priced
-  by the run's clock (`Clock.seconds`: paced seconds, or the reference machine's on the wall
-  clock). The count is a function of operators and shapes alone, so every rank and the parent
-  compute the same plan from the configuration, with no broadcast.
+  by the run's clock (`Clock.seconds`: the accelerator's seconds; on the wall clock the A100's,
+  `pricing_clock`, so the plan never depends on this machine's speed). The count is a function of
+  operators and shapes alone, so every rank and the parent compute the same plan from the
+  configuration, with no broadcast.
 - Messages are priced on the run's link (α + bytes/β each; a `Topology` by its slowest pair; no
   link: free). A merge's step is its pipeline, simulated — chapter 04's 1F1B action lists run by
-  `parlab.pipeline.validate.simulate` with each stage's counted F and B and the message charged
-  from the receiver's post, as `parlab.core.comm`'s emulated link charges it — then the slowest
+  `parlab.pipeline.validate.simulate` with each stage's counted F and B and each message charged
+  as the run's link charges it (virtual time: α + bytes/β after its send, a wire,
+  `parlab.core.virtual_link`; the wall clock's emulated link: from the receive's post) — then the
+  slowest
   stage's gradient sync (the tie's ring of two, the flat dp ring: α-β closed forms) and update
   (`cost.merge_step_time`). The cut for k stages minimises the slowest stage's pace, F + B + the
   messages it receives per micro-batch, which sets the steady state; the step time then ranks
@@ -173,6 +176,14 @@ def _alpha_beta(cfg) -> tuple[float, float]:
     return (0.0, float("inf")) if link is None else (link.latency_s, link.bandwidth_Bps)
 
 
+def pricing_clock(cfg):
+    """The clock that prices the counted work: the run's, or on the wall clock the A100's (a plan
+    needs a device to price on, and every rank must compute the same one)."""
+    from parlab.core.clock import resolve
+
+    return cfg.clock if cfg.clock.paced else resolve("A100")
+
+
 def default_microbatches(rows: int, pp: int) -> int:
     """The fewest micro-batches that fill k stages: the smallest divisor of the rows >= pp."""
     return next((k for k in range(1, rows + 1) if rows % k == 0 and k >= pp), rows)
@@ -180,7 +191,7 @@ def default_microbatches(rows: int, pp: int) -> int:
 
 def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
     """The best merge into `pp` stages for dp replicas of m micro-batches, and its step time."""
-    mc, layers, clock = cfg.model_config, n_layers(cfg), cfg.clock
+    mc, layers, clock = cfg.model_config, n_layers(cfg), pricing_clock(cfg)
     rows = cfg.batch_size // dp
     units = unit_work(cfg, rows // microbatches, microbatches)
     f_unit = [clock.seconds(*u.forward) for u in units]
@@ -197,7 +208,7 @@ def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
     backward_s = [sum(b_unit[i:j]) for i, j in bounds]
     schedule = one_f_one_b(pp, microbatches)
     events = simulate(schedule, pp_cost.stage_durations(schedule, forward_s, backward_s), message,
-                      charged="receiver")  # as the emulated link charges a message
+                      charged="sender" if cfg.clock.paced else "receiver")  # as the link does
     pipeline = max(e["t1"] for e in events) - min(e["t0"] for e in events)
     tie_s = core_cost.all_reduce_time(mc.vocab_size * mc.n_embd * FP32_BYTES, 2, alpha, beta) \
         if cfg.model == "gpt" and pp > 1 else 0.0

@@ -160,8 +160,9 @@ def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float
     """The schedule's ideal timeline with each stage's measured median F, B and W times, each
     compute action lengthened by `overhead` seconds (its sends, receives and bookkeeping).
 
-    `charged`: where a message's latency is paid (`validate.simulate`): "sender" (a wire) or
-    "receiver" (from the receive's post, as `parlab.core.comm`'s emulated link charges it).
+    `charged`: where a message's latency is paid (`validate.simulate`): "sender" (a wire, as
+    virtual time's link charges it, `parlab.core.virtual_link`) or "receiver" (from the receive's
+    post: a rendezvous).
 
     What the schedule would do on this machine if nothing but compute took time: the gap between
     its bubble and the measured one is messages, overhead and — with more ranks than cores —

@@ -1,6 +1,7 @@
-"""Chapter 01's measurement: every variant in paced time on an accelerator's clock and the real
-link (`clock="A100"`, `parlab.core.clock`: compute spans priced deterministically, the link dilated
-alike; or, with `clock="wall"`, on this CPU raw with the link dilated by this CPU's measured rate,
+"""Chapter 01's measurement: every variant in virtual time on an accelerator's clock and the real
+link (`clock="A100"`, `parlab.core.clock`: compute spans priced on the accelerator, the real link
+undilated, times in its own seconds; or, with `clock="wall"`, on this CPU raw with the link dilated
+by this CPU's measured rate,
 `parlab.core.link.faithful`), exposed communication, the alpha-beta prediction beside each
 measured step with the diagnosis when they disagree, the ratio sweep and the bucket sweep
 (DeAR, Zhang et al., ICDCS 2023; MAD-Max, Hsia et al., ISCA 2024, for the exposed fraction).
@@ -27,7 +28,8 @@ def param_numels(model: str = "gpt", config: dict | None = None) -> list[int]:
 
 # ----------------------------------------------------------------------------- 5. measurement
 # The measured regime: a GPT wide enough that this CPU computes efficiently (≈40 GFLOP/s, one
-# thread) and few enough messages that a dilated link's latency does not swamp the step.
+# thread; what the wall clock's faithful link is dilated by) and few enough messages that the
+# link's latency does not swamp the step.
 MEASURE = {"model_config": {"n_embd": 128, "n_layer": 2, "block_size": 64},
            "batch_size": 24, "bucket_mb": 0.5, "partition_kb": 256.0}
 COMMON = ("model_config", "batch_size", "lr", "optimizer")
@@ -49,8 +51,8 @@ def measure_regime(world_size: int, link: str = "NVLink", accelerator: str = "A1
                    steps: int = 4, options=None, clock: str | None = None) -> dict:
     """The chapter's measurement: the variants on loopback on this CPU's raw clock (the machine as
     it is: its per-message overhead), then every variant on the real `link` as `accelerator` sees
-    it. `clock` (default: `accelerator`) paced: `parlab.run(..., clock=accelerator)` dilates the
-    real link and prices compute deterministically (`parlab.core.clock`); "wall": the link is
+    it. `clock` (default: `accelerator`) paced: `parlab.run(..., clock=accelerator)` keeps virtual
+    time on the accelerator over the real link (`parlab.core.clock`); "wall": the real link is
     dilated by this CPU's compute rate measured from ddp-naive's loopback profile
     (`parlab.core.link.faithful`). `regime["link"]` is the link the runs emulated."""
     options = dict(MEASURE if options is None else options)
@@ -66,8 +68,8 @@ def measure_regime(world_size: int, link: str = "NVLink", accelerator: str = "A1
     else:
         runs = run_variants(world_size, link, steps, clock=clock, **options)
         emulated = runs["ddp-naive"].config.link
-        print(f"clock: {runs['ddp-naive'].clock.label} (compute priced from its operators and "
-              f"FLOPs; loopback runs: this CPU, raw)")
+        print(f"clock: {runs['ddp-naive'].clock.label}, virtual (compute priced from its operators "
+              f"and FLOPs, in {runs['ddp-naive'].clock.unit}; loopback runs: this CPU, raw)")
     print(f"link: {emulated}")
     return {"loopback": loop, "faithful": runs, "link": emulated, "flops": flops,
             "options": options, "clock": runs["ddp-naive"].clock}
@@ -108,8 +110,9 @@ def exposed_table(results: dict, warmup: int = 1) -> dict:
         rows[variant] = (result.step_time(warmup=warmup) * 1e3,
                          exposed_fraction(result, warmup))
         step_ms, share = rows[variant]
-        print(f"  {variant:<13} step {step_ms:7.1f} ms   blocked on communication "
-              f"{share * step_ms:7.1f} ms = {share:4.0%} of the step")
+        unit = result.clock.unit
+        print(f"  {variant:<13} step {step_ms:7.3g} {unit}   blocked on communication "
+              f"{share * step_ms:7.3g} {unit} = {share:4.0%} of the step")
     return rows
 
 
@@ -136,16 +139,22 @@ def per_message_overhead(result, world_size: int, floor, warmup: int = 1) -> flo
 
 def diagnosis(result, measured: float, predicted: float) -> str:
     """Why a measured step misses the α-β prediction by more than 25%, from the measurement: the
-    gap per message, and whether the cores were oversubscribed (load average per core) or the
-    ranks outnumber the cores. Empty when the prediction holds."""
+    gap per message, and on this CPU's raw clock whether the cores were oversubscribed (load
+    average per core) or the ranks outnumber the cores (virtual time never sees the machine's
+    load: there the gap is the schedule's waits, which the model idealizes). Empty when the
+    prediction holds."""
     import os
 
     gap = measured - predicted
     if abs(gap) <= 0.25 * predicted:
         return ""
     msgs = messages_per_step(result)
-    text = (f"off by {gap * 1e3:+.1f} ms = {gap / max(msgs, 1) * 1e3:+.2f} ms per message ({msgs} "
-            f"messages)")
+    unit = result.clock.unit
+    text = (f"off by {gap * 1e3:+.3g} {unit} = {gap / max(msgs, 1) * 1e3:+.3g} {unit} per message "
+            f"({msgs} messages)")
+    if result.clock.paced:
+        return text + ("; faster than the model: compute overlapped more than it assumes" if gap < 0
+                       else "; the schedule's waits, which the model idealizes")
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0] / cores
     if result.config.world_size > cores:
@@ -168,8 +177,9 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
         gloo = measure_alpha_beta(world_size)
         floor = (gloo.alpha, gloo.beta)
     alpha, beta = _alpha_beta(link, floor)
+    unit = naive.clock.unit
     print(f"link {resolve(link) or 'loopback'}; gloo floor α={floor[0] * 1e3:.2f} ms, "
-          f"β={floor[1] / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.1f} ms/step; "
+          f"β={floor[1] / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.3g} {unit}/step; "
           f"per-message overhead {overhead_s * 1e3:.2f} ms (measured)")
     out = {}
     for variant, result in results.items():
@@ -179,8 +189,8 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
                                               **result.config.options)["step_s"]
         measured = result.step_time(warmup=warmup)
         out[variant] = (measured, predicted)
-        line = (f"  {variant:<13} measured {measured * 1e3:7.1f} ms   predicted "
-                f"{predicted * 1e3:7.1f} ms   " + diagnosis(result, measured, predicted))
+        line = (f"  {variant:<13} measured {measured * 1e3:7.3g} {unit}   predicted "
+                f"{predicted * 1e3:7.3g} {unit}   " + diagnosis(result, measured, predicted))
         print(line)
     return out
 
@@ -251,7 +261,7 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
                   overhead_s: float = 0.0, floor=None, clock: str = "wall", **options):
     """ddp-overlap's step time and message count vs bucket_mb (latency vs overlap granularity),
     beside the α-β prediction from each run's own compute profile, on `clock` (paced: pass the
-    real link's name; the clock dilates it). Returns the rows, one per size: bucket_mb, buckets,
+    real link's name; virtual time prices it undilated). Returns the rows, one per size: bucket_mb, buckets,
     step_s (measured), predicted_s and the link the run emulated."""
     numels = param_numels(config=options.get("model_config"))
     common = {k: v for k, v in options.items() if k in COMMON}
@@ -265,7 +275,7 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
                                               *compute_profile(result, 1), alpha, beta, floor,
                                               overhead_s=overhead_s, bucket_mb=bucket_mb)["step_s"]
         print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
-              f"step {step * 1e3:7.1f} ms (predicted {predicted * 1e3:7.1f})   exposed "
+              f"step {step * 1e3:7.3g} {result.clock.unit} (predicted {predicted * 1e3:7.3g})   exposed "
               f"{exposed_fraction(result, 1):4.0%}   {diagnosis(result, step, predicted)}")
         rows.append((bucket_mb, len(plan_buckets(numels, bucket_mb)), step, predicted,
                      result.config.link))
@@ -283,9 +293,9 @@ def _bucket_verdict(rows: list[tuple], world_size: int) -> None:
     print(f"  best measured: bucket_mb={best[0]} ({best[1]} buckets); best by the α-β model: "
           f"bucket_mb={model[0]} — {'agree' if best[0] == model[0] else 'differ'}"
           + ("" if best[0] == model[0] else
-             f" (the model's margin between them: {abs(best[3] - model[3]) * 1e3:.1f} ms, within "
+             f" (the model's margin between them: {abs(best[3] - model[3]) * 1e3:.3g} ms, within "
              "what the measurement resolves)" if abs(best[3] - model[3]) < 0.05 * model[3] else ""))
     if per_bucket:
-        print(f"  every bucket pays 2(N−1)α = {per_bucket * 1e3:.0f} ms of latency on this link: "
-              + ", ".join(f"{r[1]} bucket(s) {r[1] * per_bucket * 1e3:.0f} ms" for r in rows)
+        print(f"  every bucket pays 2(N−1)α = {per_bucket * 1e3:.3g} ms of latency on this link: "
+              + ", ".join(f"{r[1]} bucket(s) {r[1] * per_bucket * 1e3:.3g} ms" for r in rows)
               + " — a finer bucket wins only while the backward it overlaps is longer than that")

@@ -16,7 +16,7 @@ import statistics
 from parlab.core.cost import element_bytes
 from parlab.data_parallel.bench import exposed_fraction
 
-DEAR_GAIN = 1.02  # DeAR "worth it" above a 2% faster step: the paced clock resolves that much
+DEAR_GAIN = 1.02  # DeAR "worth it" above a 2% faster step (virtual time is exact: a gain worth its code)
 
 
 def bucketing_line(step: dict, numels: list[int], element_size: int, link) -> str:
@@ -51,7 +51,7 @@ def bucket_size_line(buckets: list[dict], world_size: int) -> str:
     link = best["link"]
     latency = 2 * (world_size - 1) * link.latency_s if link is not None else 0.0
     if best is worst:
-        head = f"every bucket size swept took the same step ({best['step_s'] * 1e3:.1f} ms)"
+        head = f"every bucket size swept took the same step ({best['step_s'] * 1e3:.3g} ms)"
     else:
         head = (f"the best bucket here was {best['bucket_mb']:g} MiB ({_buckets(best)}), "
                 f"{worst['step_s'] / best['step_s']:.2f}× faster than {worst['bucket_mb']:g} MiB "
@@ -59,7 +59,7 @@ def bucket_size_line(buckets: list[dict], world_size: int) -> str:
     return (f"- bucket size: {head}; the α-β model picked {model['bucket_mb']:g} MiB — "
             + ("agree" if model is best else "differ (the sweep's lines say by how much)")
             + f"; a finer bucket pays only while the backward it overlaps outlasts its "
-            f"2(N−1)α = {latency * 1e3:.1f} ms")
+            f"2(N−1)α = {latency * 1e3:.3g} ms")
 
 
 def overlap_line(step: dict, exposed: dict) -> str:
@@ -75,18 +75,15 @@ def overlap_line(step: dict, exposed: dict) -> str:
             + ("overlap paid" if gain > 1 else "no gain here: there was too little to hide"))
 
 
-def dear_line(step: dict, exposed: dict, model_gain: float | None = None, overrun: float = 0.0) -> str:
+def dear_line(step: dict, exposed: dict, model_gain: float | None = None) -> str:
     """DeAR over WFBP: worth it only when it ran measurably faster; when it did not, why — the
-    model expected no gain either, or the paced compute overran (`overrun`: the share of paced
-    spans a busy machine stretched), or the waits the model idealizes."""
+    model expected no gain either, or the measured steps wait where the model idealizes."""
     gain = step["ddp-overlap"] / step["dear"]
     model = f" (α-β model {model_gain:.2f}×)" if model_gain is not None else ""
     if gain > DEAR_GAIN:
         verdict = "worth it"
     elif model_gain is not None and model_gain > DEAR_GAIN:
-        verdict = ("below the model's gain: " + (
-            f"real work overran its paced time ({overrun:.0%}): the machine was too busy, rerun it"
-            if overrun > 0.05 else "the measured steps wait where the model idealizes (section 5)"))
+        verdict = "below the model's gain: the measured steps wait where the model idealizes (section 5)"
     else:
         verdict = (f"no gain in this regime (under {DEAR_GAIN:.2f}×, the model agrees): it sends the "
                    f"same bytes in the same rounds, and its exposed share ({exposed['dear']:.0%}) is "
@@ -107,10 +104,9 @@ def when_to_use(runs: dict, buckets: list[dict], predicted: dict | None = None,
     naive = runs["ddp-naive"]
     numels = [t.numel() for t in naive.state.values()]  # the state keeps parameter order
     model_gain = predicted["ddp-overlap"][1] / predicted["dear"][1] if predicted else None
-    overrun = max(runs[v].pace.get("overrun_share", 0.0) for v in ("ddp-overlap", "dear"))
     lines = [f"When to use it (from this run, on {naive.config.link.name}):",
              bucketing_line(step, numels, element_bytes(naive.config.precision), naive.config.link),
              bucket_size_line(buckets, naive.config.world_size),
-             overlap_line(step, exposed), dear_line(step, exposed, model_gain, overrun)]
+             overlap_line(step, exposed), dear_line(step, exposed, model_gain)]
     print("\n".join(lines))
     return lines

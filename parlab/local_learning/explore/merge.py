@@ -34,17 +34,17 @@ def merge_table(world_size: int, **common) -> partition_merge.Candidate:
     cfg = make_config(SCHEME, world_size=world_size, steps=1, **common)
     chosen = partition_merge.plan(cfg)
     link = partition_merge.link_of(cfg)
-    unit = (cfg.clock.label if cfg.clock.paced
-            else "the paced clock's reference machine (counted work, margin 1)")
+    unit = partition_merge.pricing_clock(cfg).unit
     print(f"{cfg.model}, {cfg.batch_size} rows per step, {world_size} devices, link "
-          f"{link.name if link else 'none (messages free)'}; seconds of {unit}")
+          f"{link.name if link else 'none (messages free)'}; in {unit}"
+          + ("" if cfg.clock.paced else " (the work counted, priced on the A100)"))
     for c in partition_merge.candidates(cfg):
         mark = "→" if c.layout == chosen.layout else " "
         lay, after = c.layout, max(a + b for a, b in zip(c.sync_s, c.optimizer_s))
         print(f" {mark} k={lay.pp} × dp={lay.dp}: layers {list(lay.counts)}, m={lay.microbatches}; "
-              f"slowest pace {max(c.pace_s) * 1e3:6.1f} ms per micro-batch (message "
-              f"{c.message_s * 1e3:5.1f} ms); pipeline {c.pipeline_s * 1e3:7.1f} ms + sync and "
-              f"update {after * 1e3:6.1f} ms = step {c.step_s * 1e3:7.1f} ms (model)")
+              f"slowest pace {max(c.pace_s) * 1e3:6.3f} per micro-batch (message "
+              f"{c.message_s * 1e3:6.4f}); pipeline {c.pipeline_s * 1e3:6.3f} + sync and "
+              f"update {after * 1e3:6.3f} = step {c.step_s * 1e3:6.3f} {unit} (model)")
     return chosen
 
 
@@ -109,12 +109,13 @@ def throughput_report(rows: list[dict]) -> dict:
     verdicts: the model within `MODEL_TOLERANCE`, the merge faster than the un-merged layer-wise
     pipeline, and the paper's speed claim against PipeDream and 2BW."""
     merged, flushed, pipedream, twobw = rows
-    clock = merged["result"].clock.label
+    clock, unit = merged["result"].clock.label, merged["result"].clock.unit
     batch = merged["result"].config.batch_size
     for row in rows:
-        model = (f"; merge model {row['model_step_s'] * 1e3:5.0f} ms" if "model_step_s" in row else "")
-        print(f"{row['scheme']:16} {row['step_s'] * 1e3:6.0f} ms/step, {batch / row['step_s']:5.1f} "
-              f"samples/s, idle {row['idle']:4.0%}{model}")
+        model = (f"; merge model {row['model_step_s'] * 1e3:6.3f} {unit}" if "model_step_s" in row
+                 else "")
+        print(f"{row['scheme']:16} {row['step_s'] * 1e3:6.3f} {unit}/step, "
+              f"{batch / row['step_s']:5.0f} samples/s, idle {row['idle']:4.0%}{model}")
     print(f"  layerwise-merge: {_layout(merged['result'])}; pp-1f1b: the un-merged pipeline (the "
           f"merge model's cut at k = {len(flushed['model_counts'])}: {list(flushed['model_counts'])})")
     errors = [abs(row["model_step_s"] / row["step_s"] - 1) for row in (merged, flushed)]

@@ -81,7 +81,7 @@ def table(rows: list[dict]) -> None:
     print(f"pp={r.config.world_size}, {r.config.options.get('microbatches')} micro-batches, link "
           f"{r.config.link.name if r.config.link else 'none'}; clock: {r.clock.label}")
     for row in rows:
-        print(f"{row['scheme']:22} {row['step_s'] * 1e3:7.1f} ms/step  {row['speedup']:4.2f}× "
+        print(f"{row['scheme']:22} {row['step_s'] * 1e3:7.3f} {r.clock.unit}/step  {row['speedup']:4.2f}× "
               f"pp-1f1b's throughput  idle {row['idle']:5.1%}  final loss {row['final_loss']:.4f}")
 
 
@@ -91,8 +91,7 @@ def idle_diagnosis(row: dict, microbatches: int, cores: int | None = None) -> di
     against its compute (a link-bound stage idles at least 1 − compute/link however it is
     scheduled), a never-flushed global-backprop pipeline that holds fewer micro-batches than
     stages, and — on the wall clock only — how many ranks share each core (a rank waiting for a
-    core is idle on the timeline). On a paced clock a core's contention cannot show, except as
-    overruns (`RunResult.pace`), which are reported instead."""
+    core is idle on the timeline). In virtual time a core's contention cannot show at all."""
     import os
 
     r = row["result"]
@@ -111,20 +110,16 @@ def idle_diagnosis(row: dict, microbatches: int, cores: int | None = None) -> di
         return out
     if link_s > compute:
         out["reasons"].append(
-            f"link-bound: a rank's transfers cost {link_s * 1e3:.0f} ms per step on {link.name} "
-            f"against {compute * 1e3:.0f} ms of compute, so it idles ≥ {1 - compute / link_s:.0%} "
+            f"link-bound: a rank's transfers cost {link_s * 1e3:.3g} {r.clock.unit} per step on "
+            f"{link.name} against {compute * 1e3:.3g} {r.clock.unit} of compute, so it idles ≥ "
+            f"{1 - compute / link_s:.0%} "
             "whatever the schedule")
     if row["scheme"].startswith("pipedream") and microbatches < pp:
         out["reasons"].append(
             f"only m={microbatches} micro-batches in flight on {pp} stages: each backward still "
             f"waits for the stages above, as in a flushed pipeline, whose idle (p−1)/(m+p−1) is "
             f"{cost.one_f_one_b_idle(pp, microbatches):.0%}")
-    if r.clock.paced:
-        share = r.pace["overrun_share"]
-        if share > 0.05:
-            out["reasons"].append(f"contention showed through the paced clock: real work overran "
-                                  f"{share:.0%} of its paced compute")
-    elif pp > (cores or os.cpu_count() or 1):
+    if not r.clock.paced and pp > (cores or os.cpu_count() or 1):
         out["reasons"].append(f"{pp} ranks share {cores or os.cpu_count() or 1} cores: a rank "
                               "waiting for a core shows as idle")
     if not out["reasons"]:

@@ -132,8 +132,8 @@ def _resolved_microbatches(result) -> int:
 
 def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, steps: int = 3,
                       model_config=None, draw: bool = True, clock: str = "A100", **options):
-    """Run on `clock` (paced A100 time by default, `parlab.core.clock`: every F / B / W span lasts
-    a deterministic time priced from its operators and FLOPs; "wall": this CPU, raw); compare the
+    """Run on `clock` (virtual A100 time by default, `parlab.core.clock`: every F / B / W span lasts
+    the time its operators and FLOPs take on the A100; "wall": this CPU, raw); compare the
     measured bubble with the closed form and with the ideal timeline simulated from the measured
     per-stage F / B / W times; draw ideal over measured (last step)."""
     model_config = model_config or COMPUTE_HEAVY
@@ -157,8 +157,8 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
     print(f"{scheme} p={plan.pp} m={plan.microbatches} v={plan.chunks}: bubble measured "
           f"{measured:.1%} (least-disturbed step {least:.1%}); closed form {theory:.1%}; ideal at "
           f"the measured stage times {predicted:.1%}, and with the measured message latency "
-          f"{latency * 1e3:.2f} ms {with_latency:.1%}, and with the measured "
-          f"{overhead * 1e3:.2f} ms per action outside compute and waits (sends, receives, "
+          f"{latency * 1e3:.3g} {r.clock.unit} {with_latency:.1%}, and with the measured "
+          f"{overhead * 1e3:.3g} {r.clock.unit} per action outside compute and waits (sends, receives, "
           f"bookkeeping) {with_overhead:.1%}; {step_label(r)}")
     if schedule.split_backward:
         explain_zero_bubble(r, plan, measured)
@@ -170,12 +170,12 @@ def measured_vs_ideal(scheme: str, world_size: int, microbatches: int | None, st
 
 
 def step_label(result) -> str:
-    """A run's median step in accelerator time beside the paced time it took ("wall": raw)."""
+    """A run's median step on its clock: the accelerator's own µs in virtual time, this CPU's ms
+    on the wall clock."""
     t = result.step_time()
     if not result.clock.paced:
         return f"step {t * 1e3:.1f} ms ({result.clock.label})"
-    return (f"step {result.clock.accelerator_seconds(t) * 1e6:.1f} µs on the "
-            f"{result.clock.name} ({t * 1e3:.0f} ms paced, {result.clock.label})")
+    return f"step {t * 1e6:.1f} µs on the {result.clock.name} ({result.clock.label}, virtual)"
 
 
 def explain_zero_bubble(result, plan, measured: float) -> None:
@@ -191,11 +191,14 @@ def explain_zero_bubble(result, plan, measured: float) -> None:
     one = make_schedule("1f1b", plan.pp, plan.microbatches)
     f1b = cost.ideal_bubble(one, forward=[times[s]["F"] for s in range(plan.pp)],
                             backward=[times[s]["B"] + times[s].get("W", 0.0) for s in range(plan.pp)])
-    print(f"  measured per micro-batch: F {f * 1e3:.2f} ms, B {b * 1e3:.2f} ms, W {w * 1e3:.2f} ms "
+    unit = result.clock.unit
+    print(f"  measured per micro-batch: F {f * 1e3:.3g} {unit}, B {b * 1e3:.3g} {unit}, W "
+          f"{w * 1e3:.3g} {unit} "
           f"(the closed form assumes F = B = W). At these times the ideal bubble is ZB {zb:.1%} vs "
           f"1F1B {f1b:.1%}: W is what ZB moves into the bubble, so the gain is bounded by W's "
           f"share of the backward ({w / (b + w):.0%}). The rest of the measured {measured:.1%} is "
-          f"per-op overhead and interference: ZB runs 3 ops per micro-batch where 1F1B runs 2.")
+          "per-action overhead" + ("" if result.clock.paced else " and interference")
+          + ": ZB runs 3 actions per micro-batch where 1F1B runs 2.")
 
 
 def bubble_curve(world_size: int, microbatches: list[int], schedules=("1f1b",), steps: int = 3,

@@ -93,8 +93,8 @@ def reshard_step_times(methods=("send-recv", "broadcast", "even-split"), link: L
 def reshard_methods_paced(methods=("send-recv", "broadcast", "even-split", "alpacomm"),
                           link="NVLink", clock="A100", microbatches: int = 4, steps: int = 3,
                           mesh: int = 2, pp: int = 2) -> list[dict]:
-    """`pp-reshard` (pp meshes of `mesh` replicas, 1F1B) with every resharding method on a paced
-    clock: median step time and the forward bytes each rank sent per step, ledger beside closed
+    """`pp-reshard` (pp meshes of `mesh` replicas, 1F1B) with every resharding method in virtual
+    time: median step time and the forward bytes each rank sent per step, ledger beside closed
     form (`reshard_boundary.source_bytes` / `forward_bytes`). The activation is one replicated
     tile, so AlpaComm's whole-tile assignment sends it from one holder, as broadcast does; our even
     split halves each holder's bytes for twice the messages."""
@@ -114,6 +114,6 @@ def reshard_methods_paced(methods=("send-recv", "broadcast", "even-split", "alpa
                 for rank in range(pp * mesh)]  # pp=2: stage 0 sends, stage 1 forwards
         rows.append({"method": method, "step_s": r.step_time(warmup=1), "fwd_bytes": ledger,
                      "closed_form": form})
-        print(f"{method:>10}: step {rows[-1]['step_s']:.3f} s ({clock} time ×N on {link}); forward "
+        print(f"{method:>10}: step {rows[-1]['step_s'] * 1e3:.3g} {r.clock.unit} on {link}; forward "
               f"bytes per rank per step {ledger} (closed form {form})")
     return rows

@@ -68,7 +68,8 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 4,
                       "bubble": cost.measured_bubble(r.timeline, stat="min")}
         print(f"{label:9} layers {counts}: predicted stage ms {[round(t * 1e3, 1) for t in predicted]}"
               f"; run ({r.clock.label}): stage F+B per micro-batch "
-              f"{[round(t * 1e3, 1) for t in per_stage]} ms, fastest step {step * 1e3:.0f} ms, "
+              f"{[float(f'{t * 1e3:.3g}') for t in per_stage]} {r.clock.unit}, fastest step "
+              f"{step * 1e3:.3g} {r.clock.unit}, "
               f"least bubble {out[label]['bubble']:.1%}")
     ev = out["even"]["stage_s"]
     print(f"the even split's last stage ({even[-1]} blocks + head) took {ev[-1] / ev[0]:.1f}× its "

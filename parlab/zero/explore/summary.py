@@ -73,11 +73,13 @@ def prefetch_line(report: dict) -> str:
     gain, ceiling = measured[False] / measured[True], ideal[False] / ideal[True]
     forward_covered = reg["gather_f"] <= reg["forward"]
     backward_covered = reg["gather_b"] + reg["scatter"] <= reg["backward"]
+    unit = report["clock"].unit if "clock" in report else "ms"
     return (f"- prefetch (FSDP) whenever ZeRO-3 runs on a link slow enough to show its gathers: it hides "
             f"them while a gather lasts no longer than the compute beside it — here A_f "
-            f"{reg['gather_f'] * 1e3:.1f} ms against F {reg['forward'] * 1e3:.1f} ms ("
+            f"{reg['gather_f'] * 1e3:.4g} {unit} against F {reg['forward'] * 1e3:.4g} {unit} ("
             + ("covered" if forward_covered else "not covered") + f"), A_b + R "
-            f"{(reg['gather_b'] + reg['scatter']) * 1e3:.1f} ms against B {reg['backward'] * 1e3:.1f} ms ("
+            f"{(reg['gather_b'] + reg['scatter']) * 1e3:.4g} {unit} against B "
+            f"{reg['backward'] * 1e3:.4g} {unit} ("
             + ("covered" if backward_covered else "not covered") + "); with prefetch it ran "
             + (f"{gain:.2f}× faster" if gain > 1 else f"at {gain:.2f}× the speed: no gain")
             + f" ({ceiling:.2f}× at ideal overlap, section 6½)")
