@@ -1,6 +1,9 @@
 """Helpers shared by several test files (the cache of runs and `ckdir` are fixtures in conftest.py)."""
 
+import subprocess
+import sys
 from collections import defaultdict
+from contextlib import contextmanager
 
 import psutil
 import pytest
@@ -67,3 +70,16 @@ def saved_checkpoints(steps: int):
         return directory, result
 
     return saved
+
+
+@contextmanager
+def burning_cpus(count: int = 2):
+    """`count` processes busy-looping on this machine's CPUs for the body's duration (a paced run
+    beside them must repeat its idle timeline to the bit)."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for p in burners:
+            p.kill()
+            p.wait()

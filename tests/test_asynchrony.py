@@ -4,6 +4,7 @@ closed forms; asynchronous Jacobi converges under the contraction condition."""
 
 import functools
 import re
+from collections import Counter
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ import parlab
 from parlab.asynchrony import cost, jacobi, jacobi_solver, jacobi_virtual
 from parlab.asynchrony.delays import DelaySchedule, VirtualClock
 from parlab.asynchrony.versions import Book, simulate
-from tests.helpers import assert_within_gamma_to_the_generation
+from tests.helpers import assert_within_gamma_to_the_generation, burning_cpus
 
 STEPS = 3
 
@@ -97,6 +98,41 @@ def test_ps_async_seeded_is_the_simulated_schedule_and_replays(runs):
     assert all((again.state[k] == v).all() for k, v in result.state.items())
 
 
+# ----------------------------------------------------------------------------- virtual time
+def repeatable(result) -> dict:
+    """Everything a paced run must repeat to the bit: every rank's timeline and ledger (every
+    message's issue and completion), step times, losses, and the servers' logs (order, versions,
+    staleness, arrival times) and updates (times, jobs)."""
+    extras = [out.extras for out in result.outputs]
+    return {"timeline": result.timeline, "ledger": result.ledger, "step_times": result.step_times,
+            "losses": result.losses, "logs": [e.get("log") for e in extras],
+            "updates": [(e.get("update_times"), e.get("update_jobs")) for e in extras]}
+
+
+def test_paced_ps_async_takes_pushes_in_virtual_order_and_repeats_beside_cpu_burners():
+    """Virtual time (issue 46): the server takes whichever push arrives first in virtual time
+    (ties: the lower rank), never the first the operating system delivers, so two identical paced
+    runs, one beside two CPU-burning processes, agree on the order, every gradient's staleness,
+    every update's time, every rank's timeline and the losses — equal, not within a tolerance —
+    and the 3× straggler computes fewer jobs."""
+    options = dict(world_size=4, steps=8, straggler=3.0, clock="A100", link="NVLink", timeout=120)
+    idle = parlab.run("ps-async", **options)
+    with burning_cpus(2):
+        busy = parlab.run("ps-async", **options)
+    first, again = repeatable(idle), repeatable(busy)
+    for key, value in first.items():
+        assert again[key] == value, key
+    assert all((busy.state[k] == v).all() for k, v in idle.state.items())
+    log = server_log(idle)
+    assert sorted(g["job"] for g in log) == list(range(8))
+    jobs = Counter(g["worker"] for g in log)
+    assert jobs[3] < jobs[1] and max(g["staleness"] for g in log) > 1
+    arrived = [g["t"] for g in log]
+    assert arrived == sorted(arrived)  # served in virtual arrival order
+    times = idle.outputs[0].extras["update_times"]
+    assert times == sorted(times) and 0 < times[-1] < 1.0  # A100 seconds, not this CPU's
+
+
 # ----------------------------------------------------------------------------- bytes
 @pytest.mark.parametrize("scheme,world_size,options", [
     ("ps-sync", 2, {}), ("ps-sync", 4, {}), ("ps-ssp", 4, {"staleness": 2, "delays": "seeded"}),
@@ -179,6 +215,24 @@ def test_async_jacobi_reaches_the_residual_sooner_than_sync_in_virtual_time(jaco
     again = jacobi_solver.solve(3, run.cfg)
     assert again.sweeps() == run.sweeps() and all(
         a["used"] == b["used"] and a["t"] == b["t"] for a, b in zip(again.logs, run.logs))
+
+
+def test_async_jacobi_timetable_repeats_to_the_bit_beside_cpu_burners(jacobi_runs):
+    """Asynchronous Jacobi with injected delays on its virtual clock: a run beside two
+    CPU-burning processes repeats the idle run's every sweep time, halo used, generation, block
+    value and message (op, peer, bytes, in order) — equal, not within a tolerance."""
+    run = jacobi_runs["async"]
+    with burning_cpus(2):
+        busy = jacobi_solver.solve(3, run.cfg)
+    assert busy.sweeps() == run.sweeps()
+    for a, b in zip(run.logs, busy.logs):
+        assert (a["t"], a["generation"], a["used"]) == (b["t"], b["generation"], b["used"])
+        assert all(torch.equal(x, y) for x, y in zip(a["blocks"], b["blocks"]))
+
+    def messages(r):
+        return [(m["rank"], m["op"], m["peers"], m["bytes_sent"], m["bytes_recv"]) for m in r.ledger]
+
+    assert messages(busy) == messages(run)
 
 
 def test_wall_clock_async_jacobi_still_converges_within_the_bound():

@@ -50,6 +50,20 @@ def test_sharded_async_servers_agree_on_the_seeded_schedule(runs):
         assert [(g["worker"], g["job"], g["version"], g["applied_at"]) for g in out.extras["log"]] == expect
 
 
+@pytest.mark.parametrize("scheme,options", [("ps-async", {}),
+                                            ("ps-ssp", {"staleness": 1, "jitter": 1.0})])
+def test_paced_sharded_servers_take_pushes_in_one_virtual_order(runs, scheme, options):
+    """Virtual time: each server takes pushes in virtual arrival order; a worker pushes to servers
+    0..k−1 in turn over one link, so both servers see one order (ssp: their books agree on every
+    version and staleness) and neither waits for ever on a worker that waits on the other."""
+    r = runs(scheme, 5, servers=2, steps=6, straggler=3.0, clock="A100", link="NVLink", **options)
+    leader, follower = (out.extras["log"] for out in r.outputs[:2])
+    fields = ("worker", "job") if scheme == "ps-async" else ("worker", "job", "version", "applied_at")
+    assert [tuple(g[f] for f in fields) for g in follower] == [tuple(g[f] for f in fields) for g in leader]
+    assert sorted(g["job"] for g in leader) == (list(range(6)) if scheme == "ps-async"
+                                               else sorted(c for c in range(6) for _ in range(3)))
+
+
 @pytest.mark.parametrize("scheme,world_size,options", [
     ("ps-sync", 3, {"servers": 2}), ("ps-sync", 4, {"servers": 3}),
     ("ps-ssp", 4, {"servers": 2, "staleness": 1, "delays": "seeded", "straggler": 3.0}),

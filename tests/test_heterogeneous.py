@@ -12,6 +12,7 @@ from parlab.core.link import PRESETS
 from parlab.core.trace import Timeline
 from parlab.engine.runner import make_config
 from parlab.heterogeneous import cost, shares
+from tests.helpers import burning_cpus
 
 STEPS = 2
 
@@ -191,6 +192,25 @@ def test_backup_step_is_sgd_on_the_used_rows(runs):
     assert r.outputs[0].extras["used"] == [[0]] * STEPS
     assert r.compare(runs("single", batch_size=6)).match
     assert not r.compare(runs("single")).match
+
+
+def test_paced_backup_workers_drop_the_straggler_and_repeat_beside_cpu_burners():
+    """Virtual time (issue 46): on an A100 clock the step takes the first N−b gradients in virtual
+    arrival order, so the 4× slower rank 1 is dropped at every step, and two identical runs, one
+    beside two CPU-burning processes, give equal timelines, messages, step times, used ranks and
+    losses (equal, not within a tolerance; the issue saw the straggler used once in three runs
+    when the paced clock slept)."""
+    options = dict(world_size=2, steps=3, speeds=[1, 0.25], backups=1, clock="A100")
+    idle = parlab.run("backup-workers", **options)
+    with burning_cpus(2):
+        busy = parlab.run("backup-workers", **options)
+    assert idle.outputs[0].extras["used"] == [[0]] * 3
+    assert busy.outputs[0].extras["used"] == idle.outputs[0].extras["used"]
+    assert busy.timeline == idle.timeline
+    assert busy.ledger == idle.ledger
+    assert busy.step_times == idle.step_times and busy.losses == idle.losses
+    abandoned = [e for e in idle.timeline if e["name"] == "abandoned"]
+    assert {e["rank"] for e in abandoned} == {1} and len(abandoned) == 3
 
 
 def test_backup_bytes_equal_closed_form(runs):

@@ -16,6 +16,7 @@ import parlab
 from parlab.core import launch as launch_mod
 from parlab.serving import cost, edge, grouped, images, masks, schedules, sharing
 from parlab.serving.jobs import JobSpec
+from tests.helpers import burning_cpus
 
 STEPS = 3
 A = JobSpec("A", model="gpt", model_config={"n_embd": 16, "n_layer": 2, "n_head": 2}, batch_size=12)
@@ -119,6 +120,23 @@ def test_paced_processor_runs_one_jobs_compute_at_a_time(runs):
         spans = sorted((e["t0"], e["t1"]) for e in result.timeline
                        if e["rank"] == rank and e["kind"] == "compute")
         assert all(t1 <= t0_next + 1e-6 for (_, t1), (t0_next, _) in zip(spans, spans[1:]))
+
+
+@pytest.mark.parametrize("schedule", ["crossover", "concurrent"])
+def test_paced_schedule_repeats_to_the_bit_beside_cpu_burners(runs, schedule):
+    """Virtual time (issue 46): the two jobs share the rank's processor and link in virtual-time
+    order (crossover: the schedule's one thread; concurrent: its threads take `jobs.Turns`), so a
+    run beside two CPU-burning processes repeats the idle run's timeline, every message's issue
+    and completion, every step time, span and loss — equal, not within a tolerance."""
+    idle = runs(schedule, 2)
+    with burning_cpus(2):
+        busy = sharing.run_jobs([A, B], 2, schedule, STEPS, clock="A100")
+    assert busy.timeline == idle.timeline
+    assert (busy.wall_s, busy.spans, busy.origin) == (idle.wall_s, idle.spans, 0.0)
+    for name, job in idle.jobs.items():
+        other = busy.jobs[name]
+        assert other.ledger == job.ledger, name
+        assert (other.step_times, other.losses) == (job.step_times, job.losses), name
 
 
 @pytest.fixture(scope="module")
