@@ -34,6 +34,7 @@ from parlab.core.handle import Handle
 from parlab.core.ledger import Ledger, Traffic
 from parlab.core.link import Link
 from parlab.core.rank_process import current as current_launch
+from parlab.core.shapes import is_fake
 from parlab.core.sharded import REDUCE_OPS, ShardedCollectives, predivide
 from parlab.core.topology import Topology, resolve
 from parlab.core.trace import Timeline
@@ -267,7 +268,10 @@ class Comm(ShardedCollectives):
             vop = VirtualOp(self, record, lambda ready: self._post(record, traffic.peers, ready,
                                                                    needs),
                             self._duration(record, traffic.peers))
-            handle = Handle(self, record, 0.0, works=start(), finish=finish, vop=vop)
+            # shapes-only (parlab.core.shapes): a fake tensor never enters gloo; the op is its
+            # posts on the board and its real byte count, priced like any other
+            works = [] if is_fake(tensor) else start()
+            handle = Handle(self, record, 0.0, works=works, finish=finish, vop=vop)
         else:
             ready_at = self._account(record, traffic, tensor.element_size())
             handle = Handle(self, record, ready_at, works=start(), finish=finish)
@@ -277,6 +281,10 @@ class Comm(ShardedCollectives):
         return handle.wait()
 
     def _handwritten(self, op, algo, tensor, phase, async_op, body, numel=None):
+        if is_fake(tensor):
+            raise ValueError(f"algo={algo!r}: the hand-written collectives do not run shapes-only "
+                             "yet (their bytes are counted from the messages they exchange); use "
+                             "algo='gloo'")
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, algo, tensor, phase, numel)
         everyone = set(range(self.size)) - {self.rank}

@@ -16,9 +16,14 @@ from collections.abc import Iterable
 
 import torch
 
+from parlab.core.shapes import is_fake
+
 
 def storage_key(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
+    """Which storage `t` views (views and tied weights share it): its data's address; a fake
+    tensor's (shapes-only, `parlab.core.shapes`) has no data, so its storage's own identity."""
+    storage = t.untyped_storage()
+    return storage._cdata if is_fake(t) else storage.data_ptr()
 
 
 def tensor_bytes(tensors: Iterable[torch.Tensor]) -> int:

@@ -18,7 +18,7 @@ def _validate(cfg):
         raise ValueError(f"scheme 'single' runs on one process; got world_size={cfg.world_size}")
 
 
-@register("single", summary="one process, the whole batch: the reference", exact=True,
+@register("single", shapes=True, summary="one process, the whole batch: the reference", exact=True,
           validate=_validate, cost=no_communication, models=("gpt", "mlp", "gpt-moe", "unet3d", "op-graph"),
           precisions=MIXED)
 def single(ctx):

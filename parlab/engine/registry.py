@@ -28,6 +28,7 @@ class Scheme:
     models: tuple = ("gpt", "mlp")
     cost: Callable | None = None
     precisions: tuple = ("fp32",)
+    shapes: bool = False  # runs shapes-only (parlab.core.shapes): tested equal to its real run
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ _DISCOVERED = False
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = ("fp32",)):
+             precisions: tuple = ("fp32",), shapes: bool = False):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -58,10 +59,12 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     loop's mixed precision (`parlab.core.precision`) applies to any Strategy, but a scheme
     declares it only once a test holds it against `single` of that precision (fp16 also needs
     its loss through `model.loss`, where the loss scale is applied); the others refuse it.
+    shapes: the scheme runs shapes-only (`shapes_only=True`, `parlab.core.shapes`), declared once
+    a test holds its shapes-only run equal to its real paced run (ledger, step times, memory).
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost, tuple(precisions))
+                                 assemble, tuple(models), cost, tuple(precisions), shapes)
         return worker
     return decorate
 

@@ -19,8 +19,9 @@ from parlab import models
 from parlab.core import checks, precision, speeds, topology
 from parlab.core import clock as clocks
 from parlab.core.launch import START_METHODS
-from parlab.engine.registry import get_scheme
+from parlab.engine.registry import get_scheme, schemes
 from parlab.models import data as model_data
+from parlab.models import presets
 
 COMMON_OPTIONS = {
     "batch_size": 12,  # global batch: divisible by 1, 2, 3, 4
@@ -35,6 +36,7 @@ COMMON_OPTIONS = {
     "loss_scale": None,  # fp16-mixed: the initial loss scale (None: 2**16, GradScaler's default)
     "clock": "wall",  # "wall" (this CPU, raw) or paced time: "A100", "H100", "V100" (core.clock)
     "on_nonfinite": "raise",  # a NaN/inf loss or parameter: "raise" (stop the run) or "record"
+    "shapes_only": False,  # run on fake tensors: no numbers, a paced timeline (parlab.core.shapes)
 }
 ON_NONFINITE = ("raise", "record")
 OPTIMIZERS = ("adamw", "sgd")
@@ -74,6 +76,8 @@ class RunConfig:
     loss_scale: float | None = None  # fp16-mixed: initial loss scale (None: 2**16)
     clock: Any = clocks.WALL  # parlab.core.clock.Clock: the wall clock or paced time
     on_nonfinite: str = "raise"  # "raise": a NaN/inf stops the run; "record": RunResult.nonfinite
+    shapes_only: bool = False  # fake tensors, no numbers, a paced timeline (parlab.core.shapes)
+    preset: str | None = None  # the real model's shapes it runs (parlab.models.presets), or None
 
     @property
     def paced(self) -> bool:
@@ -89,6 +93,9 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     import math
 
     spec = get_scheme(scheme)
+    model, overrides, preset = presets.resolve(model, options.get("model_config"))
+    if preset is not None:
+        options = {**options, "model_config": overrides}
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
     if world_size > MAX_WORLD_SIZE:
@@ -152,6 +159,17 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     if loss_scale is not None:
         precision.check_loss_scale(loss_scale)  # within what fp16 can use
     clock = clocks.resolve(common["clock"], world_size)
+    shapes_only = common["shapes_only"]
+    if not isinstance(shapes_only, bool):
+        raise ValueError(f"shapes_only={shapes_only!r} must be True or False")
+    if shapes_only and not clock.paced:
+        raise ValueError(f"shapes_only=True needs a paced clock (clock='A100', 'H100', 'V100'), not "
+                         f"clock={common['clock']!r}: a shapes-only run computes no numbers, so "
+                         "there is no real work to time on this CPU; its time is the virtual clock's")
+    if shapes_only and not spec.shapes:
+        raise ValueError(f"shapes_only=True is not supported by scheme {scheme!r}: it runs "
+                         f"shapes-only once a test holds that run equal to its real paced run "
+                         f"(schemes that do: {shapes_schemes()})")
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -162,7 +180,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         options=checks.check_options(spec.options, options),
         checkpoint=common["checkpoint"], speeds=speeds.check(common["speeds"], world_size),
         precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
-        clock=clock, on_nonfinite=common["on_nonfinite"],
+        clock=clock, on_nonfinite=common["on_nonfinite"], shapes_only=shapes_only, preset=preset,
     )
     models.check_checkpointing(model, cfg.checkpoint)
     model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
@@ -170,6 +188,14 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         spec.validate(cfg)
     check_fits(cfg)
     return cfg
+
+
+def shapes_schemes() -> list[str]:
+    """The schemes that run shapes-only (`shapes_only=True`)."""
+    from parlab.engine.registry import _REGISTRY
+
+    schemes()  # every chapter's schemes registered
+    return sorted(name for name, s in _REGISTRY.items() if s.shapes)
 
 
 # ----------------------------------------------------------------------------- will it fit?
@@ -215,8 +241,39 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.2f} GiB"
 
 
+STATE_BYTES_PER_PARAM = 16  # on the device: weight, gradient, AdamW's two moments (ZeRO's 16Ψ)
+
+
+def check_fits_accelerator(cfg: RunConfig) -> None:
+    """Shapes-only: ValueError, before any process starts, when a rank's model state (16 bytes per
+    parameter: the ZeRO paper's 2 + 2 + 12 of mixed-precision Adam, or fp32's 4 + 4 + 8; no credit
+    for sharding, which no shapes-only scheme does yet) and its share of the activations
+    (`parlab.models.activation_count` / world_size, 2 or 4 bytes each) exceed the accelerator's
+    memory — the admission chapter 02 teaches, against the device, not this laptop."""
+    memory = cfg.clock.accelerator.memory_bytes
+    if memory is None:
+        return
+    params = models.param_count(cfg.model, cfg.model_config)
+    act_bytes = 4 if cfg.precision == "fp32" else 2
+    activations = models.activation_count(cfg.model, cfg.model_config, cfg.batch_size)
+    need = STATE_BYTES_PER_PARAM * params + -(-act_bytes * activations // cfg.world_size)
+    if need > memory:
+        raise ValueError(
+            f"this run cannot fit on one {cfg.clock.name}: a rank needs about {_gib(need)} "
+            f"({params:,} parameters × {STATE_BYTES_PER_PARAM} B of model state + "
+            f"{activations:,} activation elements of batch_size={cfg.batch_size} over "
+            f"world_size={cfg.world_size} × {act_bytes} B) but the {cfg.clock.name} has "
+            f"{_gib(int(memory))}; model={cfg.preset or cfg.model!r}. Make batch_size smaller or "
+            "world_size larger, or shard the model.")
+
+
 def check_fits(cfg: RunConfig) -> None:
-    """ValueError, before any process starts, when `predicted_memory` exceeds `available_memory`."""
+    """ValueError, before any process starts, when `predicted_memory` exceeds `available_memory`
+    (shapes-only: when a rank's state exceeds the accelerator's memory; this machine holds no
+    tensor data then)."""
+    if cfg.shapes_only:
+        check_fits_accelerator(cfg)
+        return
     need, free = predicted_memory(cfg), available_memory()
     if need["total"] > free:
         c = cfg.model_config

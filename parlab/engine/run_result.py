@@ -16,8 +16,8 @@ from parlab.engine.run_config import RunConfig
 
 @dataclass
 class RunResult:
-    losses: list[float]
-    state: dict
+    losses: list[float] | None  # None: a shapes-only run computes no numbers
+    state: dict | None
     ledger: list[dict]
     timeline: list[dict]
     memory: list[dict]
@@ -61,6 +61,10 @@ class RunResult:
         return pd.DataFrame(self.ledger)
 
     def compare(self, reference: RunResult, rtol: float | None = None):
+        if self.config.shapes_only or reference.config.shapes_only:
+            raise ValueError("a shapes-only run (shapes_only=True) computed no losses and no "
+                             "parameters, only shapes, bytes and virtual time: there is nothing to "
+                             "compare; compare its ledger, step_times and memory instead")
         from parlab.engine.verify import compare
         return compare(self, reference, rtol)
 
@@ -73,7 +77,9 @@ class RunResult:
         if self.clock.paced:
             lines.append(f"  clock: {self.clock.label} (virtual); step time "
                          f"{self.step_time() * 1e3:.4g} {self.clock.unit}")
-        lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses)]
+        lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses or [])]
+        if self.losses is None:
+            lines.append("  shapes only: no losses or parameters were computed")
         lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
                   " comm ops" for r, b in enumerate(sent)]
         return "\n".join(lines)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parlab.core import pacer as pacers
-from parlab.core import precision, speeds
+from parlab.core import precision, shapes, speeds
 from parlab.core.launch import launch
 from parlab.core.rank_process import report_progress
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
@@ -84,7 +84,12 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig):
     ledger, timeline = Ledger(rank), Timeline(rank, pacer)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
     ctx = RankContext(rank, world_size, cfg, comm, ledger, timeline)
-    out = get_scheme(cfg.scheme).worker(ctx)
+    if cfg.shapes_only:  # fake tensors: the scheme's own code, no numbers (parlab.core.shapes)
+        with shapes.shapes():
+            out = get_scheme(cfg.scheme).worker(ctx)
+        out.losses, out.state, out.extras, out.nonfinite = None, None, {}, []
+    else:
+        out = get_scheme(cfg.scheme).worker(ctx)
     if not isinstance(out, RankResult):
         raise TypeError(f"scheme {cfg.scheme!r} returned {type(out).__name__}, not a RankResult "
                         "(return parlab.engine.loop.train(ctx, strategy))")
@@ -124,11 +129,13 @@ def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, se
                       start_method=cfg.start_method, progress=progress)
     wall = time.perf_counter() - t0
     outputs = [out for out, _, _ in returned]
-    losses = [0.0] * steps
-    for out in outputs:
-        for i, value in enumerate(out.losses or []):
-            losses[i] += value
-    state = (spec.assemble or _default_assemble)(outputs, cfg)
+    losses, state = None, None  # shapes-only: no numbers were computed
+    if not cfg.shapes_only:
+        losses = [0.0] * steps
+        for out in outputs:
+            for i, value in enumerate(out.losses or []):
+                losses[i] += value
+        state = (spec.assemble or _default_assemble)(outputs, cfg)
     ledger = [record for _, records, _ in returned for record in records]
     from parlab.core.trace import normalize
     from parlab.engine.loop import step_times
