@@ -27,7 +27,6 @@ from contextlib import contextmanager
 
 import torch
 
-
 _FAKE_TENSOR = None
 
 
