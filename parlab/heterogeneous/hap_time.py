@@ -5,8 +5,8 @@ computation and communication): what `parlab.heterogeneous.program_search` adds 
 - compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
   its parameters' AdamW step are counted once with the clock's meter (`count_work`: aten
   operators and FLOPs) at two sizes of its share, so a rank holding u units (heads, hidden
-  columns or batch rows) computes M·(ops·c0 + FLOPs(u)/F_ref)/s_r — FLOPs are affine in u and
-  the operator count does not shrink with the share (`Profile`, `profile`);
+  columns or batch rows) computes (ops·launch_s + FLOPs(u)/F_acc)/s_r accelerator seconds — FLOPs
+  are affine in u and the operator count does not shrink with the share (`Profile`, `profile`);
 - communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes
   from `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings: N−1 rounds, 2(N−1) for an
   all-reduce; `steps_seconds`), and the flat all-reduce of the partial gradients
@@ -105,7 +105,7 @@ def _count(run, params, optimizer_cfg) -> dict[str, tuple[int, float]]:
 
 @dataclass
 class Profile:
-    """Each operator choice's paced seconds at speed 1 as a function of its units u, by phase:
+    """Each operator choice's accelerator seconds at speed 1 as a function of its units u, by phase:
     seconds(u) = a + b·u (FLOPs affine in u, operator count fixed), counted at u = 2 and 3;
     `ends` the embedding and head on a given number of rows (a + b·rows)."""
 

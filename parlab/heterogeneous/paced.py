@@ -1,13 +1,15 @@
-"""Chapter 11's step-time model on the paced clock (`parlab.run(..., clock="A100")`).
+"""Chapter 11's step-time model in virtual time (`parlab.run(..., clock="A100")`).
 
-On a paced clock a compute span lasts M·Σ_op(c0 + FLOPs/F_ref)/s (`parlab.core.clock`), so one
-step of b rows costs, at speed 1, a per-row part t = M·(FLOPs of one row)/F_ref and a fixed part
-M·(c0·ops + the optimizer's FLOPs/F_ref) that does not shrink with the batch. `paced_rates` counts
-both on this machine, in process, with the clock's own operator meter (forward + backward of one
-and of two rows, the optimizer step), so the LP of `parlab.heterogeneous.shares` can be given the
-paced clock's f (in rows' worth) and the model predicts paced seconds. On a model as small as the
-default GPT, f is many rows: each operator's fixed cost dominates (the clock's stated
-simplification), which is why giving a slow device fewer rows saves less than its speed suggests.
+On a paced clock a compute span lasts Σ_op(launch_s + FLOPs/F_acc)/s accelerator seconds
+(`parlab.core.clock`: launch_s the accelerator's cost per operator, F_acc the FLOP/s it sustains),
+so one step of b rows costs, at speed 1, a per-row part t (the extra operators and FLOPs of one
+more row) and a fixed part (launch_s·ops + the optimizer's work) that does not shrink with the
+batch. `paced_rates` counts both on this machine, in process, with the clock's own operator meter
+(forward + backward of one and of two rows, the optimizer step), so the LP of
+`parlab.heterogeneous.shares` can be given the clock's f (in rows' worth) and the model predicts
+the accelerator's seconds. On a model as small as the default GPT, f is many rows (~62 on an
+A100): every operator's launch dominates (the clock's stated simplification), which is why giving
+a slow device fewer rows saves less than its speed suggests.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def _measure(cfg) -> tuple[float, float, float]:
 
 
 def paced_rates(cfg) -> tuple[float, float, float]:
-    """(t, f, f_opt): one row's paced seconds at speed 1, the paced fixed work per step in rows'
+    """(t, f, f_opt): one row's accelerator seconds at speed 1, the fixed work per step in rows'
     worth, and the optimizer's part of it (all a rank with no rows computes), for the
     configuration's model and clock (which must be paced)."""
     if not cfg.clock.paced:

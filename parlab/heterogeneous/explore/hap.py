@@ -1,7 +1,7 @@
 """What notebook 11 runs for HAP's program search (Zhang et al., "HAP: SPMD DNN Training on
 Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys 2024): the alternation of A*
 and the ratio LP written out, A* against the enumeration of every program, the searched program
-run exactly against `single` with its bytes beside the closed form, and its paced step time
+run exactly against `single` with its bytes beside the closed form, and its step time in A100 time
 against today's fixed program (`hetero-tp`, Megatron's block with LP shares), with a verdict.
 """
 
@@ -12,8 +12,9 @@ from parlab.engine.runner import make_config
 from parlab.heterogeneous import cost, hap_time, program_search
 from parlab.heterogeneous import programs as pg
 
-# the GPT the timing runs on: wide enough that the matmuls, not each operator's fixed cost, are
-# most of a rank's work, small enough for a few paced steps in seconds
+# the GPT the timing runs on, small enough for a few paced steps in seconds. Chosen when compute
+# was priced on a CPU-like reference; on an A100 it is still launch-bound (every operator's 4 µs
+# outweighs its FLOPs), so every program of the space costs within ~0.2% of the others
 WIDE = {"n_embd": 256, "n_head": 8, "n_layer": 2}
 WIDE_BATCH = 4
 
@@ -40,14 +41,14 @@ def show_search(world_size: int, speeds, clock: str = "A100", link="NVLink"):
     found = program_search.synthesise(cfg)
     for k, r in enumerate(found.rounds):
         print(f"round {k}: A* at w {[round(w, 3) for w in r.weights]} → {r.program.code!r} "
-              f"({1e3 * r.cost:.0f} ms, {r.expanded} nodes expanded); the LP for it: w "
-              f"{[round(w, 3) for w in r.solved]} → {1e3 * r.solved_cost:.0f} ms")
+              f"({1e3 * r.cost:.4g} ms, {r.expanded} nodes expanded); the LP for it: w "
+              f"{[round(w, 3) for w in r.solved]} → {1e3 * r.solved_cost:.4g} ms")
     print(f"the program stopped changing after {len(found.rounds)} rounds: {found.program.describe()}")
     table = program_search.CostTable(cfg, found.split)
     star, every = program_search.a_star(table), program_search.exhaustive(table)
     same = abs(star.cost - every.cost) <= 1e-12 * max(1.0, every.cost)
-    print(f"A*: {star.program.code!r} {1e3 * star.cost:.1f} ms after {star.expanded} nodes; every one "
-          f"of the {every.expanded} programs: {every.program.code!r} {1e3 * every.cost:.1f} ms — "
+    print(f"A*: {star.program.code!r} {1e3 * star.cost:.4g} ms after {star.expanded} nodes; every one "
+          f"of the {every.expanded} programs: {every.program.code!r} {1e3 * every.cost:.4g} ms — "
           + ("the same optimum" if same else "they DIFFER"))
     return found
 
@@ -65,8 +66,7 @@ def other_clocks(world_size: int, speeds, link="NVLink", clocks=("V100", "A100",
         real = nvlink_for(link, clock) if isinstance(link, str) else None
         ratio = (f", F/β = {ACCELERATORS[clock].flops / REAL[real][1]:,.0f} FLOP/B on {real}"
                  if real in REAL else "")
-        print(f"{clock}: {found.program.code!r}  ({1e3 * found.cost:.0f} ms a step in {clock} time "
-              f"×{config(world_size, speeds, clock, link).clock.dilation:,.0f}{ratio})")
+        print(f"{clock}: {found.program.code!r}  ({1e3 * found.cost:.4g} {clock} ms a step{ratio})")
     return out
 
 
@@ -107,14 +107,14 @@ def measure_against_fixed(world_size: int, speeds, found, clock: str = "A100", l
                  cfg, pg.MEGATRON_SP, pg.split(cfg.model_config, cfg.batch_size, cost.tp_ratios(tp.config)))}]
     print(f"N={world_size}, speeds {list(speeds)}, {cfg.clock.label}, link {cfg.link}")
     for r in rows:
-        print(f"  {r['name']:<22} {r['program']!r:<34} step {r['step_ms']:8.1f} ms   model "
-              f"{r['model_ms']:8.1f} ms")
+        print(f"  {r['name']:<22} {r['program']!r:<34} step {r['step_ms']:8.4g} ms   model "
+              f"{r['model_ms']:8.4g} ms")
     return rows
 
 
 def verdict(rows: list[dict]) -> bool:
-    """The searched program is faster than the fixed one, measured, as the model predicts (2%:
-    paced steps repeat to ~1–2%)."""
+    """The searched program is faster than the fixed one, measured, as the model predicts (by more
+    than 2%: a gain worth a searched program; virtual time itself is exact)."""
     hap, tp = rows
     measured, modelled = tp["step_ms"] / hap["step_ms"], tp["model_ms"] / hap["model_ms"]
     ok = measured > 1.02 and modelled > 1
