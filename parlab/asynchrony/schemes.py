@@ -8,11 +8,12 @@ sharded over them: Li et al., OSDI 2014), workers on the other W = world_size �
 - `ps-async`: asynchronous (Downpour SGD, Dean et al. 2012): every gradient (of a whole step's
   batch) is applied on arrival; jobs go to whichever worker is free. With one worker: `single`.
 
-Options shared by all three: `delays` ("none": real arrival order; "seeded": the delay schedule's,
-reproducible), `straggler` (the last worker's compute is that many times slower, by sleeping),
-`jitter` (every computation up to (1 + jitter)× slower, seeded), `servers` (k server ranks, each
-holding a contiguous slice of the flat parameters; exact wherever k = 1 is). The protocol:
-`parlab.asynchrony.server`; the bookkeeping: `parlab.asynchrony.versions`.
+Options shared by all three: `delays` ("none": arrival order — real on the wall clock, virtual
+and reproducible on a paced clock; "seeded": the delay schedule's, reproducible on any clock),
+`straggler` (the last worker's compute is that many times slower: a sleep on the wall clock,
+virtual time on a paced one), `jitter` (every computation up to (1 + jitter)× slower, seeded),
+`servers` (k server ranks, each holding a contiguous slice of the flat parameters; exact wherever
+k = 1 is). The protocol: `parlab.asynchrony.server`; the bookkeeping: `parlab.asynchrony.versions`.
 
 - `ps-dualbatch`: `ps-async` with the last `small_workers` workers computing `small_batch` rows and
   the others `large_batch`, learning rate ∝ rows, sequence length growing in `cycles` (Lu et al.
