@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="hetero-tp: interleaved rounds of one run per sharding (median)")
     parser.add_argument("--part", choices=("all", "dp", "tp"), default="all")
     parser.add_argument("--clock", default="A100", help="hetero-dp and backup workers: paced clock "
-                        "(A100, H100, V100: speeds are the ratios, links the real ones dilated alike) "
+                        "(A100, H100, V100: virtual time, speeds are the ratios, links the real ones) "
                         "or wall (this CPU, raw: speeds × --scale)")
     parser.add_argument("--json", default=None, help="save the rows here")
     args = parser.parse_args(argv)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 class Calibration:
     """step = compute_scale · compute + comm_scale · communication + overhead_s.
 
-    The raw model (scales 1, overhead 0) is the α-β fit and the profile as measured alone; on a
-    busy machine every rank shares its core with other jobs and the loop adds bookkeeping, so a
-    few plans measured in the same sweep fix these three numbers (least relative error,
+    The raw model (scales 1, overhead 0) is the α-β fit and the profile as measured alone. On the
+    wall clock every rank shares its core with other jobs and the loop adds bookkeeping; in
+    virtual time what is left is how the composed layers' operators differ from the profiled
+    block's and how the schedule overlaps. Either way a few plans measured in the same sweep fix
+    these three numbers (least relative error,
     non-negative) and the model then predicts every other plan (MAD-Max, Hsia et al. ISCA 2024
     §5, validates its model against measured runs in the same way)."""
 

@@ -21,7 +21,7 @@ def _contained(inner, outer) -> float:
 
 
 def rank_step(r, rank: int, step: int) -> dict:
-    """What rank `rank` did in step `step` (paced seconds): its compute (spans, less the
+    """What rank `rank` did in step `step` (the accelerator's seconds): its compute (spans, less the
     communication waited inside them), compute by span name, its wait, the step's window."""
     mine = [e for e in r.timeline if e["rank"] == rank]
     comp = [e for e in mine if e["kind"] == "compute"]
@@ -59,7 +59,7 @@ def op_seconds(r, record) -> float:
 
 
 def predict_step(r, step: int = 1) -> dict:
-    """The model's step time (paced seconds) and per-rank wait for run `r`'s step `step`.
+    """The model's step time (the accelerator's seconds) and per-rank wait for run `r`'s step `step`.
 
     Input: each rank's compute in the step as the clock's operator meter counted it
     (deterministic; the planner calls it a counted profile) and the ledger's bytes and rounds
