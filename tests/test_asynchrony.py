@@ -220,7 +220,8 @@ def test_async_jacobi_reaches_the_residual_sooner_than_sync_in_virtual_time(jaco
 def test_async_jacobi_timetable_repeats_to_the_bit_beside_cpu_burners(jacobi_runs):
     """Asynchronous Jacobi with injected delays on its virtual clock: a run beside two
     CPU-burning processes repeats the idle run's every sweep time, halo used, generation, block
-    value and message (op, peer, bytes, in order) — equal, not within a tolerance."""
+    value and message (op, peer, bytes and virtual send and arrival times, in order) — equal, not
+    within a tolerance."""
     run = jacobi_runs["async"]
     with burning_cpus(2):
         busy = jacobi_solver.solve(3, run.cfg)
@@ -230,9 +231,11 @@ def test_async_jacobi_timetable_repeats_to_the_bit_beside_cpu_burners(jacobi_run
         assert all(torch.equal(x, y) for x, y in zip(a["blocks"], b["blocks"]))
 
     def messages(r):
-        return [(m["rank"], m["op"], m["peers"], m["bytes_sent"], m["bytes_recv"]) for m in r.ledger]
+        return [(m["rank"], m["op"], m["peers"], m["bytes_sent"], m["bytes_recv"], m["t_start"],
+                 m["t_end"]) for m in r.ledger]
 
     assert messages(busy) == messages(run)
+    assert all(m["t_start"] <= m["t_end"] <= run.logs[m["rank"]]["t"][-1] + 1.0 for m in run.ledger)
 
 
 def test_wall_clock_async_jacobi_still_converges_within_the_bound():

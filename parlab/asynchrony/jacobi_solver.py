@@ -25,7 +25,7 @@ import time
 import torch
 
 from parlab.asynchrony.jacobi import META, JacobiConfig, JacobiRun, rows_of, sweep
-from parlab.asynchrony.jacobi_virtual import virtual_async_rank
+from parlab.asynchrony.jacobi_virtual import virtual_async_rank, virtual_times
 
 
 class Halo:
@@ -145,10 +145,14 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
                 outboxes[peer].put(message)
             else:
                 handle = comm.isend(message, peer)  # (4 + n,) to the neighbour
+                sent = comm.ledger.records[-1]
                 received = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), peer)  # (4 + n,)
                 halos[peer].offer(received)
                 handle.wait()
                 waited = max(waited, float(received[3]))
+                if virtual:  # no delay when synchronous: each message arrives as it is sent
+                    virtual_times(sent, now, now)
+                    virtual_times(comm.ledger.records[-1], float(received[3]), float(received[3]))
         if cfg.mode == "sync":
             now = max(now, waited)  # the next sweep starts once both halos are there
     for thread in threads:

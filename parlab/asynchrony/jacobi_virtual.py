@@ -13,8 +13,11 @@ and each sweep reads, per neighbour, the newest message that has arrived by its 
 values themselves still travel between the rank processes through `Comm`, a rank blocking only
 until the message the timetable says it holds is there (causality: it was sent at an earlier
 virtual time). Synchronous sweeps carry their virtual time in the message and start at the later
-of their own and their neighbours'. `clock="wall"`: receiver and sender threads and real sleeps
-(`parlab.asynchrony.jacobi_solver`): the order depends on this CPU's scheduling (raw).
+of their own and their neighbours'. Every ledger record of a message holds virtual times too
+(`virtual_times`): from when its sender put it (the end of the sweep it carries) to when it
+reaches the receiver, so a run's ledger repeats to the bit like its sweeps. `clock="wall"`:
+receiver and sender threads and real sleeps (`parlab.asynchrony.jacobi_solver`): the order
+depends on this CPU's scheduling (raw).
 
 Every message: (4 + n,) float64 [stamp, generation, final, virtual send time] + the boundary row,
 through `Comm`.
@@ -100,6 +103,14 @@ def virtual_schedule(cfg: JacobiConfig, ranks: int) -> Timetable:
     return Timetable(w, tuple(sweeps), sent)
 
 
+def virtual_times(record: dict, sent: float, arrived: float) -> None:
+    """Give a message's ledger record its virtual times: put by its sender at `sent`, at the
+    receiver at `arrived` (seconds), in place of this CPU's."""
+    record.update(t_start=sent, t_end=arrived)
+    if "t_wait" in record:
+        record["t_wait"] = sent
+
+
 def virtual_async_rank(rank: int, world_size: int, cfg: JacobiConfig, comm, block, log):
     """Asynchronous / flexible sweeps on the virtual clock: the timetable says which message each
     update reads; the values come from the neighbours through `Comm` (in stamp order)."""
@@ -110,16 +121,22 @@ def virtual_async_rank(rank: int, world_size: int, cfg: JacobiConfig, comm, bloc
     outgoing = {p: {stamp for stamp, _ in table.sent[(rank, p)]} for p in neighbours}
     held = {p: (0, 0, torch.zeros(cfg.n, dtype=torch.float64)) for p in neighbours}  # stamp, gen, row
 
-    def fetch(p, stamp):  # receive p's messages, in the order it sends them, up to `stamp`
-        while held[p][0] < stamp:
-            expect, _ = next(incoming[p])
-            message = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), p)  # (4 + n,)
-            if int(message[0]) != expect:
-                raise RuntimeError(f"rank {rank}: expected stamp {expect} from {p}, got {int(message[0])}")
+    def receive(p, expect, arrived):  # p's message `expect`, its record given virtual times
+        message = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), p)  # (4 + n,)
+        if int(message[0]) != expect:
+            raise RuntimeError(f"rank {rank}: expected stamp {expect} from {p}, got {int(message[0])}")
+        virtual_times(comm.ledger.records[-1], expect * table.work_s[p], arrived)
+        return message
+
+    def fetch(p, upto):  # receive p's messages, in the order it sends them, up to stamp `upto`
+        while held[p][0] < upto:
+            expect, arrived = next(incoming[p])
+            message = receive(p, expect, arrived)
             held[p] = (expect, int(message[1]), message[META:].clone())
 
     zero = torch.zeros(cfg.n, dtype=torch.float64)
-    generation, handles = 0, []
+    generation, handles = 0, []  # (record, sent, arrival, handle) of every isend
+    arrival = {p: dict(table.sent[(rank, p)]) for p in neighbours}  # stamp -> its arrival at p
     for k in range(count):
         if k % cfg.inner == 0:  # a new update: the newest halos that arrived by its start
             for p in neighbours:
@@ -138,11 +155,13 @@ def virtual_async_rank(rank: int, world_size: int, cfg: JacobiConfig, comm, bloc
                 row = block[0] if p < rank else block[-1]  # (n,) the row the neighbour needs
                 meta = torch.tensor([k + 1, generation, float(k + 1 == count), (k + 1) * w],
                                     dtype=torch.float64)
-                handles.append(comm.isend(torch.cat([meta, row]), p))  # (4 + n,) to the neighbour
+                handle = comm.isend(torch.cat([meta, row]), p)  # (4 + n,) to the neighbour
+                handles.append((comm.ledger.records[-1], (k + 1) * w, arrival[p][k + 1], handle))
     for p in neighbours:  # drain what is still on its way (the final message at least)
-        for _ in incoming[p]:
-            comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), p)  # (4 + n,)
-    for handle in handles:
+        for expect, arrived in incoming[p]:
+            receive(p, expect, arrived)
+    for record, sent, arrived, handle in handles:
         handle.wait()
+        virtual_times(record, sent, arrived)
     log["sweeps"] = count
     return log, comm.ledger.records
