@@ -28,9 +28,12 @@ waited in a thread and the first to complete is served (ties: the lowest rank). 
 (`Handle.arrival`, blocking in real time only until every such worker has posted its send on the
 board: conservative synchronisation, Chandy & Misra 1979), so the order, the staleness and the
 times follow from virtual time alone and a run repeats to the bit on a busy machine. With k > 1
-servers the workers push to servers 0..k−1 in turn over one link, so every server sees the
-pushes in the same virtual order (a worker waiting on one server's reply has pushed to all of
-them; no server waits on it for ever); `received` and `update_times` are virtual seconds there.
+servers a worker issues its pushes to servers 0..k−1 at once, queued on one link, so every server
+sees the pushes in the same virtual order, and a worker waiting on one server's reply has pushed
+to all of them: no server waits on it for ever. (A `Topology` that gave two workers different
+links to two servers could order them differently at each, and two servers could then wait on
+each other's workers; the board names the worker after the launch's timeout.) `received` and
+`update_times` are virtual seconds on a paced clock.
 
 The loop's hooks by role. Server: `sync(step)` serves messages until update `step` is applied (so
 its step time is the time per update); `update` only observes memory. Worker: `forward_backward`
