@@ -260,16 +260,22 @@ def _union(intervals) -> float:
     return total
 
 
+def _digits(seconds: float) -> float:
+    """Three significant digits: a virtual step of the tiny model is milliseconds of A100 time and
+    its messages on NVLink microseconds, so a fixed number of decimals would print zeros."""
+    return float(f"{seconds:.3g}")
+
+
 def link_comparison(world_size: int, link: str = "NVLink", steps: int = 2,
                     clock: str = "A100") -> list[dict]:
     """cp-ring vs cp-ulysses on a link: the α-β prediction of rank 0's communication time (Σ over
     its ops of α·rounds + bytes/β, the way parlab.core.link charges them: a send and a recv each
     occupy the link) next to its measured step time (communication + compute), and what rank 0's
-    ops measured: the sum of their durations and the time at least one was in flight. On a paced
-    `clock` (default A100, `parlab.core.clock`) `link` is the real link the clock dilates and
-    every time is paced; "wall": this CPU, raw, on the teaching preset. "NVLink" under a paced
-    clock is that accelerator's own NVLink (A100: NVLink 3, 300 GB/s per direction;
-    `parlab.core.clock.pace_link`)."""
+    ops measured: the sum of their durations and the time at least one was in flight, each to three
+    significant digits. On a paced `clock` (default A100, `parlab.core.clock`) `link` is the real
+    link, undilated, and every time is virtual, in the accelerator's seconds; "wall": this CPU,
+    raw, on the teaching preset. "NVLink" under a paced clock is that accelerator's own NVLink
+    (A100: NVLink 3, 300 GB/s per direction; `parlab.core.clock.pace_link`)."""
     rows = []
     for method in ("ring", "ulysses"):
         r = run(method, world_size, cp=world_size, steps=steps, link=link, clock=clock)
@@ -284,11 +290,11 @@ def link_comparison(world_size: int, link: str = "NVLink", steps: int = 2,
         rows.append({"scheme": r.config.scheme, "clock": r.clock.label,
                      "attention ops/step": len(attention_ops) // steps,
                      "attention bytes sent/step": sum(x["bytes_sent"] for x in attention_ops) // steps,
-                     "predicted attention s": round(cost(attention_ops), 3),
-                     "predicted all comm s": round(cost(mine), 3),
-                     "measured ops, summed s": round(sum(b - a for a, b in spans) / steps, 3),
-                     "measured in flight s": round(_union(spans) / steps, 3),
-                     "measured step s": round(sum(r.step_times) / steps, 3)})
+                     "predicted attention s": _digits(cost(attention_ops)),
+                     "predicted all comm s": _digits(cost(mine)),
+                     "measured ops, summed s": _digits(sum(b - a for a, b in spans) / steps),
+                     "measured in flight s": _digits(_union(spans) / steps),
+                     "measured step s": _digits(sum(r.step_times) / steps)})
     return rows
 
 

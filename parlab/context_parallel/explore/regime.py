@@ -102,9 +102,10 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
     """cp-ring with T = tokens_per_rank × world_size on `link`: per step of rank 0 (medians over
     the steps after the first), the link time of the ring's transfers, the time the rank was
     blocked on them, and the hidden share, beside the block's compute-to-transfer ratio predicted
-    from the flops and bytes. `clock` (default: `accelerator`) paced: the real `link` (a name,
-    default "NVLink") dilated by the clock, every compute span priced (`parlab.core.clock`), and the
-    measured block compute is its paced price; "wall": this CPU, raw, on `link` (default
+    from the flops and bytes. `clock` (default: `accelerator`) paced: virtual time on the real
+    `link` (a name, default "NVLink"), undilated, every compute span priced on the accelerator
+    (`parlab.core.clock`: launches and FLOPs), and the measured block compute is that price;
+    "wall": this CPU, raw, on `link` (default
     `regime_link()`, dilated by this CPU's measured rate), the block compute timed here. A link
     already dilated (a `Link` with dilation ≠ 1) and no `clock` means "wall": its caller chose the
     dilation."""
@@ -145,9 +146,9 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
                      "predicted block compute/transfer": round(block_ratio(
                          link_obj, t, cfg.batch_size, g.n_embd, accelerator), 2),
                      "measured block compute/transfer": round(block_s / transfer_s, 2),
-                     "ring link ms/step": round(link_s * 1e3, 1),
-                     "blocked ms/step": round(blocked_s * 1e3, 1),
-                     "fwd+bwd ms/step": round(busy_s * 1e3, 1),
+                     "ring link ms/step": float(f"{link_s * 1e3:.3g}"),
+                     "blocked ms/step": float(f"{blocked_s * 1e3:.3g}"),
+                     "fwd+bwd ms/step": float(f"{busy_s * 1e3:.3g}"),
                      "hidden share": round(max(0.0, min(1.0, 1 - blocked_s / link_s)), 2)})
     return rows
 
@@ -174,8 +175,10 @@ def explain_regime(rows: list, crossover: float) -> None:
           + ", ".join(f"{t} tokens/rank {x:.1f}×" for t, x in slow))
     if any(x > 1.5 for _, x in slow):
         print("  (more than 1.5× at the small blocks: the softmax, masking and exp operators each "
-              "cost a fixed time the FLOP count does not see, so a small block computes — and "
-              "hides — more than its FLOPs predict)")
+              "cost a fixed time the FLOP count does not see — on an accelerator a kernel launch, "
+              "~4 µs — so a small block computes, and hides, more than its FLOPs predict; while "
+              "those launches outweigh the FLOPs, a bigger block adds transfer faster than compute "
+              "and hides less)")
     rising = all(b >= a - 0.05 for a, b in zip(shares, shares[1:]))
     above = [r for r in ordered  # a backward block: about twice the forward's matmul FLOPs
              if r["hidden share"] > min(1.0, 2 * r["measured block compute/transfer"]) + 0.1]

@@ -19,15 +19,18 @@ all-to-all's index work, gloo's per-op overhead), printed as the diagnosis.
 The dense GPT trains with `ddp-bucketed` in one bucket: one flat all-reduce, as `ep` syncs its
 dense weights.
 
-Clock: paced by default (`clock="A100"`, parlab.core.clock): compute spans last what their operators
-cost and the link is the real one at the same dilation, so the step times are the A100's ×N and
-repeatable on a shared machine. The "loopback" row has no emulated link: its compute is paced,
-gloo's own (unpaced, small) transfer time is in it too. The regime where the all-to-all wins
-(GShard, Switch): k < ep, and messages of the order of the link's α·β or larger, so that bytes — of
-which all-gather moves about ep/k times as many — weigh as much as latency in the exchange. On
-the A100's NVLink 3 (α·β = 1 µs × 300 GB/s = 300 KB) that takes thousands of tokens per rank
-(`TIMING_BATCH`); at the default 12 sequences every message is latency, and all-gather's extra
-bytes cost nothing.
+Clock: virtual time by default (`clock="A100"`, parlab.core.clock): compute spans last what their
+operators cost on the A100 (a kernel launch each, ~4 µs, and their FLOPs) and the link is the real
+one, undilated, so the step times are A100 ms and bit-reproducible on any machine. The "loopback"
+row has no emulated link: communication is free there, so it shows compute alone. The regime where
+the all-to-all wins (GShard, Switch): k < ep, and messages of the order of the link's α·β or
+larger, so that bytes — of which all-gather moves about ep/k times as many — weigh as much as
+latency in the exchange, and the link's time as much as the compute. The tiny GPT's step is
+kernel launches (~4 A100 ms), which an A100's NVLink 3 (α·β = 1 µs × 300 GB/s = 300 KB) or
+100Gb-IB moves every message of in a fraction of: there all-gather's extra bytes cost nothing
+measurable (measured 0.95× and 0.99× at `TIMING_BATCH`). On the real 10GbE (α·β = 20 µs ×
+1.25 GB/s = 25 KB) a dispatch of thousands of tokens per rank is many α·β and its transfer
+comparable to the step: `TIMING_LINK`.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from parlab.core.link import resolve
 from parlab.models import build_model, model_config
 
 DENSE_SCHEME = ("ddp-bucketed", {"bucket_mb": 25.0})  # one flat all-reduce of every gradient
-TIMING_LINK = "NVLink"
+TIMING_LINK = "10GbE"  # where the bytes weigh against the tiny GPT's step (module docstring)
 TIMING_BATCH = 256  # sequences of 32 tokens: 4,096 tokens per rank at 2 ranks
 TIMING_TOP_K = 1  # Switch's k = 1: all-gather moves ~ep/k = 2× the all-to-all's bytes at ep = 2
 
@@ -135,14 +138,14 @@ def diagnose(rows: dict, loopback: dict) -> list[str]:
             loop_gap = loopback[a]["seconds"] - loopback[b]["seconds"]
             added = {n: rows[n]["seconds"] - loopback[n]["seconds"] for n in (a, b)}
             link_gap, model_gap = added[a] - added[b], rows[a]["link_s"] - rows[b]["link_s"]
-            cause = (f"{a}'s loopback step is slower by {1e3 * loop_gap:.1f} ms (work the FLOP "
+            cause = (f"{a}'s loopback step is slower by {1e3 * loop_gap:.3f} ms (work the FLOP "
                      "model leaves out)" if loop_gap >= link_gap - model_gap else
-                     f"the link added {1e3 * added[a]:.1f} ms to {a} against α-β's "
-                     f"{1e3 * rows[a]['link_s']:.1f} ms, and {1e3 * added[b]:.1f} ms to {b} against "
-                     f"{1e3 * rows[b]['link_s']:.1f} ms: the α-β sum misses "
-                     f"{1e3 * (link_gap - model_gap):.1f} ms of the difference")
-            lines.append(f"{b} < {a} measured ({1e3 * (rows[a]['seconds'] - rows[b]['seconds']):.1f}"
-                         f" ms), predicted the other way ({1e3 * -model_gap:.1f} ms): {cause}")
+                     f"the link added {1e3 * added[a]:.3f} ms to {a} against α-β's "
+                     f"{1e3 * rows[a]['link_s']:.3f} ms, and {1e3 * added[b]:.3f} ms to {b} against "
+                     f"{1e3 * rows[b]['link_s']:.3f} ms: the α-β sum misses "
+                     f"{1e3 * (link_gap - model_gap):.3f} ms of the difference")
+            lines.append(f"{b} < {a} measured ({1e3 * (rows[a]['seconds'] - rows[b]['seconds']):.3f}"
+                         f" ms), predicted the other way ({1e3 * -model_gap:.3f} ms): {cause}")
     return lines
 
 
@@ -159,17 +162,21 @@ def print_comparison(world_size: int, link: str = TIMING_LINK, steps: int = 4, t
     print(f"clock: {out[link]['ep']['clock']}; batch {batch_size or 'default'}")
     for name_link, rows in out.items():
         dense = rows["dense"]["seconds"]
-        note = (" (no emulated link: gloo's own transfer time, unpaced)"
-                if name_link == "loopback" and rows["ep"]["clock"] != "this CPU, raw" else "")
+        paced = rows["ep"]["clock"] != "this CPU, raw"
+        unit = rows["ep"]["clock"].split()[0] + " ms" if paced else "ms"  # "A100 ms"
+        note = (" (no emulated link: communication free in virtual time)"
+                if name_link == "loopback" and paced else "")
         print(f"\n{name_link}{note}, {world_size} ranks: {'':<13} {'measured':>9} {'predicted':>10} "
               f"{'vs dense':>9} {'B/step':>9}")
         for name, row in rows.items():
-            print(f"{'':<20}{name:<13} {1e3 * row['seconds']:>7.1f}ms {1e3 * row['predicted']:>8.1f}ms "
+            print(f"{'':<20}{name:<13} {1e3 * row['seconds']:>7.3f} {unit} "
+                  f"{1e3 * row['predicted']:>8.3f} {unit} "
                   f"{row['seconds'] / dense:>8.2f}× {row['bytes']:>9,}")
         if name_link == "loopback":
             print("  equal FLOPs predict equal steps; measured excess over dense: " + ", ".join(
-                f"{n} {1e3 * (r['seconds'] - dense):+.1f} ms" for n, r in rows.items()
-                if n != "dense") + " (routing, all-to-all index work, gloo's per-op overhead)")
+                f"{n} {1e3 * (r['seconds'] - dense):+.3f} {unit}" for n, r in rows.items()
+                if n != "dense") + " (routing, all-to-all index work: operators the FLOP count "
+                "leaves out" + (")" if paced else ", gloo's per-op overhead)"))
         else:
             lines = diagnose(rows, out["loopback"])
             for line in lines:
@@ -199,9 +206,9 @@ def verdict(out: dict, link: str, world_size: int, top_k: int) -> dict:
           f"{'HOLDS' if holds else 'DOES NOT HOLD'}")
     if not holds:
         gap = loop["ep-allgather"]["seconds"] - loop["ep"]["seconds"]
-        print(f"  diagnosis: without a link ep-allgather is {1e3 * gap:+.1f} ms against ep (work the "
-              f"byte count leaves out); the link adds {1e3 * rows['ep-allgather']['link_s']:.1f} "
-              f"against {1e3 * rows['ep']['link_s']:.1f} ms (α-β)"
+        print(f"  diagnosis: without a link ep-allgather is {1e3 * gap:+.3f} ms against ep (work the "
+              f"byte count leaves out); the link adds {1e3 * rows['ep-allgather']['link_s']:.3f} "
+              f"against {1e3 * rows['ep']['link_s']:.3f} ms (α-β)"
               + (" — messages below α·β: latency, which both pay alike, decides"
                  if message < ab / 4 else ""))
     return {"ratio": ratio, "predicted": predicted, "holds": holds, "message": message, "ab": ab}
