@@ -92,9 +92,17 @@ class Board:
         _FLOAT.pack_into(self.mm, offset, key(seq, salt_id))
 
     def read(self, region_id: int, seq: int, salt_id: int, rank: int) -> float | None:
-        """The virtual time rank `rank` posted for op `seq` of `region_id`, None if absent."""
-        found, t = SLOT.unpack_from(self.mm, self._offset(region_id, seq, rank))
-        return t if found == key(seq, salt_id) else None
+        """The virtual time rank `rank` posted for op `seq` of `region_id`, None if absent.
+
+        The key is read before the time, and again after it: one read of both could take the
+        time before the writer wrote it and the key after (a copy reads its bytes in no stated
+        order), and a run would then price an op from a peer's stale slot."""
+        offset = self._offset(region_id, seq, rank)
+        wanted = key(seq, salt_id)
+        if _FLOAT.unpack_from(self.mm, offset)[0] != wanted:
+            return None
+        (t,) = _FLOAT.unpack_from(self.mm, offset + 8)
+        return t if _FLOAT.unpack_from(self.mm, offset)[0] == wanted else None
 
 
 class BoardTimeout(RuntimeError):
