@@ -108,7 +108,7 @@ def test_when_to_use_prints_thresholds_from_the_run(capsys):
     scale = [{"dim": "dp", "mode": "strong", "n": n, "throughput": t, "wait_us": 5.0,
               "step_us": 10.0, "degrees": (n, 1, 1, 1), "eff": t / (n * 100.0)}
              for n, t in ((1, 100.0), (2, 60.0))]
-    replay = [{"plan": "tp ×2", "2× FLOP/s": 0.9, "2× bandwidth": 0.95, "½ latency α": 0.6}]
+    replay = [{"plan": "tp ×2", "2× compute": 0.9, "2× bandwidth": 0.95, "½ latency α": 0.6}]
     table = extrapolate.megatron_table("A100")
     ex_guide.when_to_use(s, scale, replay, table)
     out = capsys.readouterr().out
