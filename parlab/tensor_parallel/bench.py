@@ -50,8 +50,8 @@ def comm_and_compute(result, rank: int = 0, warmup: int = 1) -> tuple[float, flo
 def async_tp_rows(repeats: int, link=None, clock: str = "A100", steps: int = 3) -> list[dict]:
     """tp-sp (gloo's collectives), tp-sp with the pipelined ring's, and async TP at tp = 2, each
     step split into waiting and computing, with the diagnosis of what the overlap bought. On a
-    paced `clock` (default A100, `parlab.core.clock`) the link is the real NVLink the clock
-    dilates; with clock="wall" (this CPU, raw) NVLink dilated by this CPU's measured rate."""
+    paced `clock` (default A100, `parlab.core.clock`) the link is the real NVLink, undilated, in
+    virtual time; with clock="wall" (this CPU, raw) NVLink dilated by this CPU's measured rate."""
     import statistics
 
     import parlab
@@ -73,18 +73,23 @@ def async_tp_rows(repeats: int, link=None, clock: str = "A100", steps: int = 3) 
     for variant in ASYNC_VARIANTS:  # the waiting / computing split of the same runs
         samples = [comm_and_compute(result) for result in runs[(variant, 2)]]
         split[variant] = tuple(statistics.median(x[i] for x in samples) for i in (0, 1))
-        print(f"{variant:16s} waiting {split[variant][0] * 1e3:6.1f} ms, computing "
-              f"{split[variant][1] * 1e3:6.1f} ms per step (rank 0, inside forward + backward)")
+        unit = runs[(variant, 2)][0].clock.unit
+        print(f"{variant:16s} waiting {split[variant][0] * 1e3:6.3f} {unit}, computing "
+              f"{split[variant][1] * 1e3:6.3f} {unit} per step (rank 0, inside forward + backward)")
     step = {r["scheme"]: r["step_ms"] for r in rows}
     ring, overlapped = split["tp-sp:algo=ring"], split["tp-sp:async_tp"]
     print(f"async TP: {step['tp-sp'] / step['tp-sp:async_tp']:.2f}× tp-sp's throughput (gloo's "
           f"collectives), {step['tp-sp:algo=ring'] / step['tp-sp:async_tp']:.2f}× with the ring's "
           f"(same bytes: {rows[0]['tp_MB_per_step']:.3f} MB per step each)")
-    print(f"against the ring, per step: {(ring[0] - overlapped[0]) * 1e3:.1f} ms less waiting, "
-          f"{(overlapped[1] - ring[1]) * 1e3:.1f} ms more outside the waits (the chunked matmuls, "
-          "and gloo sends that block in the caller until the peer has posted its receive): "
+    paced = runs[("tp-sp:async_tp", 2)][0].clock.paced
+    print(f"against the ring, per step: {(ring[0] - overlapped[0]) * 1e3:.3f} {unit} less waiting, "
+          f"{(overlapped[1] - ring[1]) * 1e3:.3f} {unit} more outside the waits (the chunked "
+          "matmuls" + ("" if paced else ", and gloo sends that block in the caller until the peer "
+                       "has posted its receive") + "): "
           + ("the overlap hides more than it costs" if ring[0] - overlapped[0] > overlapped[1] - ring[1]
-             else "the chunked matmuls and gloo's socket copies, which run on the same two cores "
+             else "the chunked matmuls' extra operators, a kernel launch each, cost more than the "
+             "waits the overlap hides" if paced else
+             "the chunked matmuls and gloo's socket copies, which run on the same two cores "
              "as the matmuls (a GPU's copy engines do not), cost what the overlap hides"))
     return rows
 

@@ -145,7 +145,7 @@ class TensorParallel(Strategy):
                 "dp": self.mesh.size("dp")}
 
 
-@register("tp", summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
+@register("tp", shapes=True, summary="Megatron tensor parallelism (f/g all-reduces); dp × tp via tp=",
           exact=True, options={"tp": TP, "vocab_parallel": Bool(False)}, validate=_validator(False),
           assemble=_assemble,
           models=("gpt",), precisions=tuple(PRECISIONS))
@@ -153,7 +153,7 @@ def tp_scheme(ctx):
     return train(ctx, TensorParallel(ctx, sequence_parallel=False))
 
 
-@register("tp-sp", summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
+@register("tp-sp", shapes=True, summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
           exact=True, options={"tp": TP, "regather": Bool(True), "async_tp": Bool(False),
                                "algo": Choice("gloo", ("gloo", "ring"))},
           validate=_validator(True),

@@ -214,10 +214,11 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
                clock: str = "A100") -> list[dict]:
     """Median step time of ddp-naive, ddp-bucketed (one message per bucket, as SDP sends one per owner
     set) and sdp (forward masking, both granularities; backward masking at block level, its refresh
-    all-gather included) on a link, each over ddp-naive's, on `clock`
-    (paced A100 time on the real link by default, `parlab.core.clock`; "wall": this CPU, raw, on
-    the teaching preset). Each sdp row's verdict: does it take less time than ddp-bucketed, as its
-    fewer bytes and its smaller subnetwork say it should?"""
+    all-gather included) on a link, each over ddp-naive's, and rank 0's messages priced on the link
+    (α-β, `link_ms`), on `clock` (virtual A100 time on the real link by default, in A100 ms,
+    `parlab.core.clock`; "wall": this CPU, raw, on the teaching preset). Each sdp row's verdict:
+    does it take less time than ddp-bucketed, as its fewer bytes and its smaller subnetwork say it
+    should, and where not, whether its messages or its own operators cost the difference?"""
     rows = []
     runs = [("ddp-naive", {}), ("ddp-bucketed", {})] + [
         ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")] + [
@@ -229,18 +230,26 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
         ms = 1e3 * result.step_time(warmup=1)
         base = base or ms
         sent = max(result.bytes_per_rank()) // steps
+        ran = result.config.link  # rank 0's messages priced on it: α-β, per step
+        link_ms = 1e3 * sum(ran.cost(r["bytes_sent"], r["rounds"]) for r in result.ledger
+                            if r["rank"] == 0) / steps if ran is not None else 0.0
         if scheme == "ddp-bucketed":
-            bucketed = (ms, sent)
+            bucketed = (ms, sent, link_ms)
         verdict = ""
         if scheme == "sdp" and bucketed:
             fewer, faster = sent < bucketed[1], ms < bucketed[0]
             verdict = ("faster than ddp-bucketed, as its fewer bytes say" if fewer and faster else
+                       "sends no fewer bytes than ddp-bucketed" if not fewer else
                        "NOT faster than ddp-bucketed although it sends fewer bytes: its messages' "
-                       "latency (one per owner set) outweighs the bytes saved" if fewer else
-                       "sends no fewer bytes than ddp-bucketed")
+                       "latency (one per owner set) outweighs the bytes saved"
+                       if link_ms >= bucketed[2] else
+                       f"NOT faster than ddp-bucketed although its messages cost less on the link "
+                       f"({link_ms:.3g} vs {bucketed[2]:.3g} {result.clock.unit}): its masking's "
+                       "own operators cost more than the link time saved")
         shown = options or {"owners": f"all {world_size}", "mask": "—", "granularity": "—"}  # DDP
         rows.append({"scheme": scheme, **shown, "clock": result.clock.label, "step_ms": ms,
-                     "bytes_per_step": sent, "vs_ddp": ms / base, "verdict": verdict})
+                     "link_ms": link_ms, "bytes_per_step": sent, "vs_ddp": ms / base,
+                     "verdict": verdict})
     return rows
 
 

@@ -66,8 +66,9 @@ def time_threshold(times: list[dict]) -> str | None:
         parts.append(f"{r['mask']}/{r['granularity']} {step:.2f}× its step for {sent:.2f}× its bytes")
     verdict = ("every SDP row was faster: on this link the bytes saved (and the smaller subnetwork) "
                "show as time" if faster == len(sdp) else
-               f"only {faster} of {len(sdp)} SDP rows were faster: one message per owner set cost more "
-               "than the bytes it saved (the step-time table's verdicts)")
+               f"only {faster} of {len(sdp)} SDP rows were faster: one message per owner set, or "
+               "the masking's own operators, cost more than the bytes saved (the step-time "
+               "table's verdicts say which)")
     return (f"- in time, against {base['scheme']} on the link ({base['clock']}): " + ", ".join(parts)
             + f" — {verdict}")
 

@@ -188,7 +188,8 @@ def panel(world_size: int, link: str, sp: bool, steps: int = 2, clock: str = "A1
           f"match vs single: {result.compare(reference).match}")
     print(f"rank 0 sends {per_step / steps:,.0f} activation bytes per step; "
           f"activations held: {result.memory[0]['activations']:,} bytes")
-    print(f"step time {result.step_time(warmup=0) * 1e3:.0f} ms on {link} ({result.clock.label})")
+    print(f"step time {result.step_time(warmup=0) * 1e3:.3g} {result.clock.unit} on {link} "
+          f"({result.clock.label})")
 
 
 def predicted_vs_measured(world_size: int, link: str, steps: int = 3, clock: str = "A100",
