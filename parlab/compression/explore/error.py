@@ -139,8 +139,11 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
     alpha_ms = 0.0 if link is None else 1e3 * rounds["ddp-naive"] * link.latency_s  # rounds × α
     beta_ms = 0.0 if link is None else 1e3 * per_step["ddp-naive"] / link.bandwidth_Bps  # bytes / β
     lines = [f"compress when the link bounds the step ({getattr(link, 'name', 'loopback')}): top-k's step "
-             f"took {_median_ms(topk):.4g} ms against ddp-naive's {_median_ms(naive):.4g} ms ({speed:.1f}× "
-             f"shorter), with {fewer['topk']:.0f}× fewer bytes and {round_ratio:.0f}× fewer rounds; "
+             f"took {_median_ms(topk):.4g} ms against ddp-naive's {_median_ms(naive):.4g} ms ("
+             + (f"{speed:.1f}× shorter" if speed >= 1 else
+                f"{1 / speed:.1f}× LONGER: its encoding and decoding operators cost more than the "
+                "link time it saved")
+             + f"), with {fewer['topk']:.0f}× fewer bytes and {round_ratio:.0f}× fewer rounds; "
              f"ddp-naive's link time per step is {alpha_ms:.4g} ms of latency ({rounds['ddp-naive']:.0f} "
              f"rounds × α: one all-reduce per tensor) and {beta_ms:.4g} ms of bytes (bytes/β) — "
              + ("its rounds, not its bytes, set it: bucket the all-reduce (chapter 01) before compressing"
