@@ -19,6 +19,7 @@ from parlab.data_parallel.bench import exposed_fraction
 from parlab.data_parallel.explore.measure import (  # noqa: F401 (the notebook calls ex.*)
     COMMON,
     MEASURE,
+    MEASURE_LINK,
     OWN,
     VARIANTS,
     diagnosis,
