@@ -125,8 +125,8 @@ def dual_table(measured: dict) -> float:
               f"hybrid/one: updates {updates:.2f}×, seconds per update {pace:.2f}× → {cause}")
         large_s, small_s = hybrid["gradient_seconds"]
         if math.isfinite(large_s) and math.isfinite(small_s):
-            print(f"  paced compute per gradient in the hybrid: large-batch worker {large_s * 1e3:.1f} ms, "
-                  f"small-batch worker {small_s * 1e3:.1f} ms ({small_s / large_s:.2f}× for "
+            print(f"  paced compute per gradient in the hybrid: large-batch worker {large_s * 1e3:.4g} ms, "
+                  f"small-batch worker {small_s * 1e3:.4g} ms ({small_s / large_s:.2f}× for "
                   f"{measured['batch_ratio']:.2f}× the rows): "
                   "a gradient's time is a·rows + b with b (a fixed cost per operator) large on a model "
                   "this small, so small batches and short sequences save little time here")
