@@ -119,7 +119,7 @@ def cp_ring(ctx):
 
 
 @register("cp-ulysses", summary="context parallel: Ulysses all-to-all (sequence ↔ heads), dp × cp",
-          exact=True, options={"cp": CP, "layout": Choice("contiguous", ring.LAYOUTS)},
+          shapes=True, exact=True, options={"cp": CP, "layout": Choice("contiguous", ring.LAYOUTS)},
           validate=partial(_validate, method="ulysses"), models=("gpt",))
 def cp_ulysses(ctx):
     return train(ctx, ContextParallel(ctx, "ulysses"))

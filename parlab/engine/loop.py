@@ -36,6 +36,7 @@ import torch
 from parlab import models
 from parlab.core import precision as mp
 from parlab.core.memory import ActivationMeter, model_memory
+from parlab.core.shapes import is_fake
 from parlab.models import data
 
 
@@ -286,7 +287,14 @@ def to_compute_dtype(model: torch.nn.Module, cfg) -> torch.nn.Module:
     """Cast `model`'s floating parameters and buffers to the run's compute dtype, in place (the
     Parameter objects stay: `Module.to` replaces their data). No-op in fp32 or when cast already."""
     if precision_of(cfg) != "fp32":
-        model.to(mp.compute_dtype(cfg.precision))
+        dtype = mp.compute_dtype(cfg.precision)
+        tensors = list(model.parameters()) + list(model.buffers())
+        if tensors and is_fake(tensors[0]):  # shapes-only: Module.to cannot swap fake parameters
+            for t in tensors:
+                if t.is_floating_point():
+                    t.data = t.data.to(dtype)
+        else:
+            model.to(dtype)
     return model
 
 

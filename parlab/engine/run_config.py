@@ -170,6 +170,8 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         raise ValueError(f"shapes_only=True is not supported by scheme {scheme!r}: it runs "
                          f"shapes-only once a test holds that run equal to its real paced run "
                          f"(schemes that do: {shapes_schemes()})")
+    if shapes_only:
+        _refuse_what_needs_values(scheme, model, precision.check(common["precision"]), options)
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -188,6 +190,25 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         spec.validate(cfg)
     check_fits(cfg)
     return cfg
+
+
+def _refuse_what_needs_values(scheme: str, model: str, mixed: str, options: dict) -> None:
+    """Shapes-only refuses, naming why, what decides by the values it computes (there are none)."""
+    why = None
+    if mixed == "fp16-mixed":
+        why = ("precision='fp16-mixed': its loss scaling skips steps by the gradients' values; use "
+               "'bf16-mixed'")
+    elif model == "gpt-moe" or options.get("ep", 1) != 1:
+        why = "expert parallelism: its router sends each token by the values of its scores"
+    elif scheme == "nd" and options.get("cp", 1) != 1:
+        why = "nd with cp > 1: its ring attention reads its token positions as values"
+    elif options.get("algo", "gloo") != "gloo":
+        why = (f"algo={options['algo']!r}: the hand-written collectives count their bytes from the "
+               "messages they exchange; use algo='gloo'")
+    elif options.get("save_dir") is not None:
+        why = "save_dir: a shapes-only run has no values to save"
+    if why:
+        raise ValueError(f"shapes_only=True cannot run {why}")
 
 
 def shapes_schemes() -> list[str]:

@@ -71,7 +71,7 @@ class RunResult:
     def summary(self) -> str:
         sent = self.bytes_per_rank()
         lines = [f"{self.config.scheme} on {self.config.world_size} rank(s), model "
-                 f"{self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"
+                 f"{self.config.preset or self.config.model}, {self.config.steps} steps, {self.wall_s:.2f} s"
                  + ("" if self.config.precision == "fp32" else
                     f", {self.config.precision} (skipped steps: {self.skipped_steps})")]
         if self.clock.paced:

@@ -261,7 +261,7 @@ def _register(name: str, schedule: str | None) -> None:
     # last stage's loss carries the loop's loss scale (PipelineStages)
     register(name, summary=summary, exact=True, options=options, validate=validate,
              assemble=assemble, models=models,
-             precisions=("fp32", "bf16-mixed", "fp16-mixed"))(worker)
+             precisions=("fp32", "bf16-mixed", "fp16-mixed"), shapes=True)(worker)
 
 
 for _schedule in SUMMARIES:

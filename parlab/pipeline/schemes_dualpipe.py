@@ -90,7 +90,7 @@ def _validate(cfg):
     check(dualpipe(plan.pp, plan.microbatches))
 
 
-@register("pp-dualpipe", summary="DualPipe (DeepSeek-V3): bidirectional, two stages per rank "
+@register("pp-dualpipe", shapes=True, summary="DualPipe (DeepSeek-V3): bidirectional, two stages per rank "
           "(2x parameters), F&B pairs, W deferred into bubbles; <= p+1 micro-batches in flight",
           exact=True, validate=_validate, assemble=assemble,
           options={"pp": Int(None, min=1, none=True), "partition": "even",

@@ -242,7 +242,7 @@ def assemble(outputs, cfg) -> dict:
     return full
 
 
-@register("nd", summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
+@register("nd", shapes=True, summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
           "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
           validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction)
 def nd_scheme(ctx):

@@ -185,19 +185,19 @@ _REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemb
                  precisions=tuple(PRECISIONS))
 
 
-@register("zero1", summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
+@register("zero1", shapes=True, summary="ZeRO-1: Adam moments sharded; grads reduce-scattered, params "
           "all-gathered", cost=partial(predict, 1), **_REGISTER)
 def zero1(ctx):
     return train_stage(ctx, 1)
 
 
-@register("zero2", summary="ZeRO-2: + gradients sharded as soon as each block's are ready",
+@register("zero2", shapes=True, summary="ZeRO-2: + gradients sharded as soon as each block's are ready",
           cost=partial(predict, 2), **_REGISTER)
 def zero2(ctx):
     return train_stage(ctx, 2)
 
 
-@register("zero3", summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
+@register("zero3", shapes=True, summary="ZeRO-3 / FSDP: + parameters sharded, gathered per block for forward "
           "and backward", cost=partial(predict, 3), **{**_REGISTER, "options": ZERO3_OPTIONS})
 def zero3(ctx):
     return train_stage(ctx, 3)
