@@ -1,9 +1,10 @@
 """`python -m parlab bench expert_parallel`: step time of `ep` (all-to-all) vs `ep-allgather` vs a
-dense model of equal active parameters, on loopback and a link (NVLink by default) on the paced
-clock (`--clock A100`, parlab.core.clock; `--clock wall` is this CPU, raw), and load balance over
-training with no balancing, Switch's auxiliary loss and DeepSeek-V3's bias — measured in one run.
-The batch (`--batch`, 256 sequences) puts thousands of tokens on each rank, so that a dispatch
-message outweighs NVLink's α·β and bytes decide (the regime of GShard and Switch).
+dense model of equal active parameters, on loopback and a link (the real 10GbE by default,
+`explore.dense.TIMING_LINK`) in virtual time (`--clock A100`, parlab.core.clock, A100 ms;
+`--clock wall` is this CPU, raw), and load balance over training with no balancing, Switch's
+auxiliary loss and DeepSeek-V3's bias — measured in one run. The batch (`--batch`, 256 sequences)
+puts thousands of tokens on each rank, so that a dispatch message outweighs the link's α·β and
+bytes decide (the regime of GShard and Switch).
 
 Dense of equal active parameters: the tiny GPT itself against a gpt-moe whose experts are
 h = (8C − E)/(2k) wide, so that router + k experts hold exactly the dense MLP's parameters
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 for name_link, t in out.items():
                     if name_link == "loopback" and "loopback" not in args.links:
                         continue
-                    cell = {n: f"{1e3 * r['seconds']:.1f}/{1e3 * r['predicted']:.1f}"
+                    cell = {n: f"{1e3 * r['seconds']:.3g}/{1e3 * r['predicted']:.3g}"
                             for n, r in t.items()}
                     print(f"{world_size:>2} {name_link:<9} {k:>2} {cell['ep']:>13} "
                           f"{cell['ep-allgather']:>13} {cell['dense']:>13} "

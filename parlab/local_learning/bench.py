@@ -1,12 +1,12 @@
 """`python -m parlab bench local_learning`: throughput, idle fraction and final loss of each
 scheme against pp-1f1b at the same micro-batch count, measured in one sweep, at pp = 2 and 4, on
-the paced clock (`--clock A100`, parlab.core.clock) over NVLink; and the weight versions PipeDream
+virtual time (`--clock A100`, parlab.core.clock) over NVLink; and the weight versions PipeDream
 and 2BW stash per stage.
 
 Papers: Belilovsky et al. (ICML 2020), Gomez et al. (JMLR 2022), Narayanan et al. (SOSP 2019,
 ICML 2021). The model is the notebook's timing model (`explore.timing.TIMING_MODEL`, C = 128, T = 64),
-wider than the default so that a stage's compute outweighs a message on NVLink. On the paced
-clock the step times are the A100's ×N and repeatable on a shared machine; `--clock wall` shows
+wider than the default so that a stage's compute outweighs a message on NVLink. In virtual time
+the step times are A100 ms and bit-reproducible on a shared machine; `--clock wall` shows
 this CPU, raw (four ranks on two cores then wait for a core too).
 
     python -m parlab bench local_learning            # pp 2 and 4, NVLink, A100 time (~3 min)
