@@ -15,6 +15,8 @@ PACED = dict(steps=2, seed=3, clock="A100", link="10GbE")
 
 CASES = [  # (chapter, scheme, options)
     ("00/01", "ddp-naive", {}),
+    ("00", "ddp-naive", {"algo": "ring"}),
+    ("00", "ddp-naive", {"algo": "tree"}),
     ("01", "ddp-overlap", {}),
     ("01", "dear", {}),
     ("02", "zero1", {}),
@@ -94,7 +96,6 @@ def test_the_supported_schemes_are_listed_and_others_refused_naming_why():
     ("ddp-naive", {"clock": "wall"}, "needs a paced clock"),
     ("ddp-naive", {"shapes_only": "yes"}, "must be True or False"),
     ("ddp-overlap", {"precision": "fp16-mixed"}, "loss scaling"),
-    ("ddp-naive", {"algo": "ring"}, "hand-written collectives"),
     ("nd", {"cp": 2}, "ring attention"),
     ("nd", {"ep": 2, "model": "gpt-moe"}, "router"),
 ])

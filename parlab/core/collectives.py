@@ -33,17 +33,36 @@ import torch
 import torch.distributed as dist
 
 from parlab.core.cost import chunk_bounds, shard_bounds
+from parlab.core.shapes import is_fake
+
+
+class _NoWork:
+    """A message of a shapes-only run (`parlab.core.shapes`): counted, never sent (no data)."""
+
+    def wait(self) -> bool:
+        return True
+
+
+def _isend(tensor, dst: int, group, tag: int):
+    """torch.distributed.isend, or for a fake tensor nothing: its bytes are counted by the caller
+    and its time priced by `Comm` from the op's posts on the board."""
+    return _NoWork() if is_fake(tensor) else dist.isend(tensor, dst, group, tag=tag)
+
+
+def _irecv(tensor, src: int, group, tag: int):
+    """torch.distributed.irecv, or for a fake tensor nothing (see `_isend`)."""
+    return _NoWork() if is_fake(tensor) else dist.irecv(tensor, src, group, tag=tag)
 
 
 def _exchange(comm, traffic, send=None, dst=None, recv=None, src=None) -> None:
     """Send `send` to group rank dst while receiving into `recv` from src (either may be None)."""
     works = []
     if recv is not None and recv.numel():
-        works.append(dist.irecv(recv, comm.global_rank(src), comm.group, tag=traffic.tag))
+        works.append(_irecv(recv, comm.global_rank(src), comm.group, tag=traffic.tag))
         traffic.recv += recv.numel()
         traffic.peers.add(src)
     if send is not None and send.numel():
-        works.append(dist.isend(send.contiguous(), comm.global_rank(dst), comm.group,
+        works.append(_isend(send.contiguous(), comm.global_rank(dst), comm.group,
                                 tag=traffic.tag))
         traffic.sent += send.numel()
         traffic.peers.add(dst)
@@ -115,7 +134,7 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
 
     def send(key, view, j):
         if view.numel():
-            sending[key] = dist.isend(view, nxt, comm.group, tag=traffic.tag + j)
+            sending[key] = _isend(view, nxt, comm.group, tag=traffic.tag + j)
             traffic.sent += view.numel()
             traffic.peers.add((r + 1) % n)
 
@@ -126,7 +145,7 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
             sending.pop(key).wait()
         work = None
         if view.numel():
-            work = dist.irecv(view, prv, comm.group, tag=traffic.tag + j)
+            work = _irecv(view, prv, comm.group, tag=traffic.tag + j)
             traffic.recv += view.numel()
             traffic.peers.add((r - 1) % n)
         recvs[j] = (work, key, view)

@@ -63,7 +63,7 @@ class Link:
         if self.is_free:
             return f"{self.name} (no emulated delay)"
         alpha = (f"{self.latency_s * 1e3:.3g} ms" if self.latency_s >= 1e-3
-                 else f"{self.latency_s * 1e6:.0f} µs")
+                 else f"{self.latency_s * 1e6:.3g} µs")
         return f"{self.name} (α={alpha}, β={self.bandwidth_Bps / 1e6:.3g} MB/s)"
 
 

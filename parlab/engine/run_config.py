@@ -202,9 +202,6 @@ def _refuse_what_needs_values(scheme: str, model: str, mixed: str, options: dict
         why = "expert parallelism: its router sends each token by the values of its scores"
     elif scheme == "nd" and options.get("cp", 1) != 1:
         why = "nd with cp > 1: its ring attention reads its token positions as values"
-    elif options.get("algo", "gloo") != "gloo":
-        why = (f"algo={options['algo']!r}: the hand-written collectives count their bytes from the "
-               "messages they exchange; use algo='gloo'")
     elif options.get("save_dir") is not None:
         why = "save_dir: a shapes-only run has no values to save"
     if why:
