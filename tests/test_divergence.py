@@ -109,3 +109,39 @@ def test_longest_skip_run_and_the_warning():
     with pytest.warns(RuntimeWarning, match=r"10 steps in a row skipped .*steps 3\.\.12 of 20, loss "
                                             r"scale 131072 → 256"):
         runner._warn_skips([Out([0, *range(3, 13)])], cfg)
+
+
+# ----------------------------------------------------------------------------- where a NaN is born
+# Issue 46: a NaN born in rank 1's gradient at step 3 was blamed on "step 4, rank 0" (the all-reduce
+# spread it, the next loss showed it). Each rank checks its own gradients before they leave.
+POISONED = "test-poisoned-gradient"  # tests/workers_divergence.py, registered outside parlab
+
+
+@pytest.mark.parametrize("sync,world_size,rank,step,poison", [
+    ("naive", 2, 1, 3, "nan"), ("overlap", 2, 1, 2, "inf"), ("naive", 4, 2, 4, "nan")])
+def test_a_gradient_born_non_finite_is_named_where_it_was_born(sync, world_size, rank, step,
+                                                               poison):
+    """ddp-naive's all-reduces run after backward, ddp-overlap's from hooks during it: either
+    way the error names the rank, the step and the tensor where the value was born."""
+    from tests import workers_divergence  # noqa: F401  (registers the scheme)
+
+    with pytest.raises(RankError, match=rf"step {step}, rank {rank}: this rank's own gradient "
+                                        r"\(before the gradient sync\) is not finite; first "
+                                        r"non-finite tensor: gradient of layers\.1\.weight "
+                                        rf"\(64, 64\) \(4096 non-finite, first {poison}\)") as err:
+        parlab.run(POISONED, world_size=world_size, model="mlp", steps=step + 2, sync=sync,
+                   poison_rank=rank, poison_step=step, poison=poison)
+    assert err.value.rank == rank
+
+
+def test_record_mode_names_the_rank_of_birth_and_the_peers_that_received_it():
+    from tests import workers_divergence  # noqa: F401
+
+    r = parlab.run(POISONED, world_size=4, model="mlp", steps=4, sync="overlap", poison_rank=2,
+                   poison_step=1, on_nonfinite="record")
+    first = {e["rank"]: e for e in reversed(r.nonfinite)}  # each rank's first event
+    assert {rank: e["step"] for rank, e in first.items()} == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert first[2]["where"].startswith("this rank's own gradient")
+    assert all("caused by a peer" in first[rank]["where"] for rank in (0, 1, 3))
+    assert all(e["tensor"].startswith("gradient of layers.1.weight") for e in first.values())
+    assert math.isfinite(first[2]["loss"])  # the loss was fine: only the gradient shows it

@@ -150,8 +150,12 @@ def launch(
         board.remove(board_path)
 
 
+# A rank's failure whose text says it is a consequence of another rank's: the cause is elsewhere.
+CAUSED_BY_PEER = "caused by a peer"  # e.g. a NaN received in an all-reduce (parlab.engine.loop)
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-              "Timed out waiting", "Connection refused")
+              "Timed out waiting", "Connection refused", CAUSED_BY_PEER)
+CAUSE_GRACE_S = 0.5  # after a first failure: how long the other ranks may still report theirs
+PEER_CAUSE_GRACE_S = 10.0  # ... when every failure so far names a peer that has yet to report
 
 
 @contextmanager
@@ -186,6 +190,7 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
     finished = [False] * world_size
     failures: dict[int, tuple[str, str]] = {}  # rank -> (summary, remote traceback)
     grace_until = None
+    waiting_for_cause = False
     waiting = {reader: rank for rank, reader in enumerate(readers)}
     waiting.update({proc.sentinel: rank for rank, proc in enumerate(processes)})
     while not all(finished):
@@ -219,7 +224,14 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
                            if code is not None and code < 0 else f"exited with code {code}")
                     failures[rank] = (f"rank {rank} {how} without reporting a result", "")
         if failures and grace_until is None:
-            grace_until = time.monotonic() + 0.5  # let the other ranks report what they saw
+            grace_until = time.monotonic() + CAUSE_GRACE_S  # let the others report what they saw
+        if (failures and grace_until is not None and not waiting_for_cause
+                and all(CAUSED_BY_PEER in text for text, _ in failures.values())):
+            # a rank received a peer's bad value: that peer is about to report where it was born
+            waiting_for_cause = True
+            grace_until = max(grace_until, time.monotonic() + PEER_CAUSE_GRACE_S)
+        if waiting_for_cause and any(CAUSED_BY_PEER not in t for t, _ in failures.values()):
+            grace_until = min(grace_until, time.monotonic() + CAUSE_GRACE_S)
     if failures:
         # The root cause is a rank whose failure is not "my peer went away".
         causes = [r for r, (text, _) in failures.items() if not any(p in text for p in _PEER_LOST)]
@@ -232,7 +244,8 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
         rank = min(causes) if causes else min(failures)
         text, remote_tb = failures[rank]
         others = sorted(set(failures) - {rank})
-        also = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
+        also = (f"\n(then ranks {others} failed too, having lost their peer or received its bad "
+                "value)" if others else "")
         detail = f"\n\n--- traceback of rank {rank} ---\n{remote_tb}" if remote_tb else ""
         raise RankError(text + also + detail, rank=rank, remote_traceback=remote_tb)
     return results

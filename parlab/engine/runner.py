@@ -75,11 +75,18 @@ class RankContext:
         return self.ledger.label(step=step)
 
 
-def _rank_main(rank: int, world_size: int, cfg: RunConfig):
+def _rank_main(rank: int, world_size: int, cfg: RunConfig, module: str | None = None):
+    """One rank of `run`. `module`: where the scheme's worker is defined, imported first, so a
+    scheme registered outside parlab (`parlab.register` in the user's own module) exists in a rank
+    started by the forkserver, which imported only parlab."""
+    import importlib
+
     from parlab.core.comm import Comm, Ledger
     from parlab.core.trace import Timeline
     from parlab.engine.loop import RankResult
 
+    if module is not None:
+        importlib.import_module(module)
     pacer = (pacers.Pacer(cfg.clock, speeds.speed_of(cfg, rank)) if cfg.clock.paced else None)
     ledger, timeline = Ledger(rank), Timeline(rank, pacer)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
@@ -120,7 +127,7 @@ def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, se
     cfg = make_config(scheme, world_size, model, steps, seed, link, **options)
     spec = get_scheme(scheme)
     t0 = time.perf_counter()
-    returned = launch(_rank_main, world_size, cfg, timeout=cfg.timeout, link=cfg.link,
+    returned = launch(_rank_main, world_size, cfg, spec.worker.__module__, timeout=cfg.timeout, link=cfg.link,
                       start_method=cfg.start_method, progress=progress)
     wall = time.perf_counter() - t0
     outputs = [out for out, _, _ in returned]
