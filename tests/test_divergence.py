@@ -39,9 +39,10 @@ def test_interlocking_with_a_huge_aux_weight_stops_with_a_named_error():
 
 
 def test_diloco_with_a_huge_outer_lr_stops_with_a_named_error():
-    """outer_lr=inf is refused before spawn (tests/test_ranges.py); a finite one that diverges
-    stops the run."""
-    with pytest.raises(RankError, match=r"NonFiniteError: step \d+, rank \d+"):
+    """outer_lr=inf or 1e308 is refused before spawn (tests/test_ranges.py); a finite one that
+    diverges stops the run, and the message quotes outer_lr, not only the inner lr (issue 46)."""
+    with pytest.raises(RankError, match=r"NonFiniteError: step \d+, rank \d+: .*\(scheme "
+                                        r"'diloco', lr=0\.003, outer_lr=1e\+30; the run diverged"):
         parlab.run("diloco", world_size=2, steps=3, model="mlp", sync_every=1, outer_lr=1e30,
                    clock="A100")
 

@@ -310,9 +310,17 @@ def _nonfinite(ctx, step: int, loss, tensor: str | None, where: str | None = Non
     if on_nonfinite(ctx.cfg) == "record":
         return event
     raise NonFiniteError(f"step {step}, rank {ctx.rank}: {where} is not finite; first non-finite "
-                         f"tensor: {found} (scheme {ctx.cfg.scheme!r}, lr={ctx.cfg.lr:g}; the run "
+                         f"tensor: {found} (scheme {ctx.cfg.scheme!r}, {learning_rates(ctx.cfg)}; the run "
                          "diverged: checkpoints written before this step stay; "
                          "on_nonfinite='record' records it instead)")
+
+
+def learning_rates(cfg) -> str:
+    """The run's learning rates as a divergence message quotes them: `lr` and a scheme's own
+    (an option named `*_lr`, e.g. DiLoCo's `outer_lr`), whichever of them diverged."""
+    rates = {"lr": cfg.lr, **{name: value for name, value in sorted(cfg.options.items())
+                              if name.endswith("_lr")}}
+    return ", ".join(f"{name}={value:g}" for name, value in rates.items())
 
 
 def precision_of(cfg) -> str:
