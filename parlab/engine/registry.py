@@ -28,6 +28,7 @@ class Scheme:
     models: tuple = ("gpt", "mlp")
     cost: Callable | None = None
     precisions: tuple = ("fp32",)
+    hold: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ _DISCOVERED = False
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = ("fp32",)):
+             precisions: tuple = ("fp32",), hold: Callable | None = None):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -58,10 +59,13 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     loop's mixed precision (`parlab.core.precision`) applies to any Strategy, but a scheme
     declares it only once a test holds it against `single` of that precision (fp16 also needs
     its loss through `model.loss`, where the loss scale is applied); the others refuse it.
+    hold(cfg): a context manager `parlab.run` holds in the launching process from before the
+    ranks start until they end (ZeRO: the save_dir's run lock, `parlab.zero.run_lock.held`), so
+    that of two runs started at once the second is refused before spawn, not inside a rank.
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost, tuple(precisions))
+                                 assemble, tuple(models), cost, tuple(precisions), hold)
         return worker
     return decorate
 
