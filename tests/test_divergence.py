@@ -146,3 +146,15 @@ def test_record_mode_names_the_rank_of_birth_and_the_peers_that_received_it():
     assert all("caused by a peer" in first[rank]["where"] for rank in (0, 1, 3))
     assert all(e["tensor"].startswith("gradient of layers.1.weight") for e in first.values())
     assert math.isfinite(first[2]["loss"])  # the loss was fine: only the gradient shows it
+
+
+def test_finite_gradients_that_sum_past_float32_blame_no_one_in_particular():
+    """Every rank's gradient finite, their all-reduce not: each rank says so (no rank to name),
+    and the launcher, hearing from all, reports the first at once."""
+    from tests import workers_divergence  # noqa: F401
+
+    with pytest.raises(RankError, match=r"step 1, rank 0: the gradient after the gradient sync "
+                                        r"\(caused by a peer or by the sum: .* summed past the "
+                                        r"dtype's range\)"):
+        parlab.run(POISONED, world_size=2, model="mlp", steps=3, poison_rank=-1, poison_step=1,
+                   poison="huge")

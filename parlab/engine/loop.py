@@ -261,8 +261,9 @@ def _gradients(strategy):
 
 
 OWN_GRADIENT = "this rank's own gradient (before the gradient sync)"
-SYNCED_GRADIENT = (f"the gradient after the gradient sync ({CAUSED_BY_PEER}: this rank's own "
-                   "gradients were finite, a peer's was not; that rank names where it was born)")
+SYNCED_GRADIENT = (f"the gradient after the gradient sync ({CAUSED_BY_PEER} or by the sum: this "
+                   "rank's own gradients were finite; a peer's was not, and that rank names where "
+                   "it was born, or the ranks' finite gradients summed past the dtype's range)")
 
 
 def _after_training(strategy, state: dict | None):
