@@ -150,3 +150,52 @@ def test_a_second_run_on_a_locked_save_dir_is_refused(ckdir):
 def test_a_lock_file_left_by_a_killed_run_does_not_block(ckdir):
     (ckdir / run_lock.LOCK_NAME).write_text("pid 999999\n")  # its holder is gone: no flock
     make_config("zero2", world_size=2, steps=3, save_dir=str(ckdir), save_every=1)
+
+
+def test_two_runs_started_at_once_into_one_save_dir_one_is_refused_before_spawn(tmp_path,
+                                                                                 monkeypatch):
+    """Issue 46: both runs passed the check before spawn and the second was refused only inside
+    its rank 0. Here both pass it (a barrier after the configuration's checks), then race for
+    the lock: the loser is refused in the launching process, naming save_dir, and never spawns."""
+    import threading
+
+    from parlab.engine import runner
+
+    directory = tmp_path / "ck"
+    checked = threading.Barrier(2, timeout=60)
+    launched = []
+
+    def make_config_then_meet(*args, **kwargs):
+        cfg = make_config(*args, **kwargs)  # check_unlocked: the directory is free for both
+        checked.wait()
+        return cfg
+
+    def launch_and_count(*args, **kwargs):
+        launched.append(threading.current_thread().name)
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "make_config", make_config_then_meet)
+    monkeypatch.setattr(runner, "launch", launch_and_count)
+    outcomes = {}
+
+    def start(name):
+        try:
+            outcomes[name] = parlab.run("zero2", world_size=2, model="mlp", steps=2,
+                                        save_dir=str(directory), save_every=1)
+        except Exception as err:  # noqa: BLE001 - the test reads it
+            outcomes[name] = err
+
+    threads = [threading.Thread(target=start, args=(name,), name=name) for name in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    refused = [n for n, out in outcomes.items() if isinstance(out, Exception)]
+    assert len(refused) == 1, outcomes
+    err = outcomes[refused[0]]
+    assert isinstance(err, run_lock.DirectoryInUse), err  # a ValueError, not a RankError
+    assert f"save_dir={str(directory)!r} is in use by another run" in str(err)
+    assert launched == [n for n in "ab" if n not in refused]  # the refused run never spawned
+    winner = outcomes[launched[0]]
+    assert len(winner.losses) == 2 and (directory / "step_000002").is_dir()
+    assert not (directory / run_lock.LOCK_NAME).exists()  # released after the run

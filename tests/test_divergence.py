@@ -39,9 +39,10 @@ def test_interlocking_with_a_huge_aux_weight_stops_with_a_named_error():
 
 
 def test_diloco_with_a_huge_outer_lr_stops_with_a_named_error():
-    """outer_lr=inf is refused before spawn (tests/test_ranges.py); a finite one that diverges
-    stops the run."""
-    with pytest.raises(RankError, match=r"NonFiniteError: step \d+, rank \d+"):
+    """outer_lr=inf or 1e308 is refused before spawn (tests/test_ranges.py); a finite one that
+    diverges stops the run, and the message quotes outer_lr, not only the inner lr (issue 46)."""
+    with pytest.raises(RankError, match=r"NonFiniteError: step \d+, rank \d+: .*\(scheme "
+                                        r"'diloco', lr=0\.003, outer_lr=1e\+30; the run diverged"):
         parlab.run("diloco", world_size=2, steps=3, model="mlp", sync_every=1, outer_lr=1e30,
                    clock="A100")
 
@@ -109,3 +110,51 @@ def test_longest_skip_run_and_the_warning():
     with pytest.warns(RuntimeWarning, match=r"10 steps in a row skipped .*steps 3\.\.12 of 20, loss "
                                             r"scale 131072 → 256"):
         runner._warn_skips([Out([0, *range(3, 13)])], cfg)
+
+
+# ----------------------------------------------------------------------------- where a NaN is born
+# Issue 46: a NaN born in rank 1's gradient at step 3 was blamed on "step 4, rank 0" (the all-reduce
+# spread it, the next loss showed it). Each rank checks its own gradients before they leave.
+POISONED = "test-poisoned-gradient"  # tests/workers_divergence.py, registered outside parlab
+
+
+@pytest.mark.parametrize("sync,world_size,rank,step,poison", [
+    ("naive", 2, 1, 3, "nan"), ("overlap", 2, 1, 2, "inf"), ("naive", 4, 2, 4, "nan")])
+def test_a_gradient_born_non_finite_is_named_where_it_was_born(sync, world_size, rank, step,
+                                                               poison):
+    """ddp-naive's all-reduces run after backward, ddp-overlap's from hooks during it: either
+    way the error names the rank, the step and the tensor where the value was born."""
+    from tests import workers_divergence  # noqa: F401  (registers the scheme)
+
+    with pytest.raises(RankError, match=rf"step {step}, rank {rank}: this rank's own gradient "
+                                        r"\(before the gradient sync\) is not finite; first "
+                                        r"non-finite tensor: gradient of layers\.1\.weight "
+                                        rf"\(64, 64\) \(4096 non-finite, first {poison}\)") as err:
+        parlab.run(POISONED, world_size=world_size, model="mlp", steps=step + 2, sync=sync,
+                   poison_rank=rank, poison_step=step, poison=poison)
+    assert err.value.rank == rank
+
+
+def test_record_mode_names_the_rank_of_birth_and_the_peers_that_received_it():
+    from tests import workers_divergence  # noqa: F401
+
+    r = parlab.run(POISONED, world_size=4, model="mlp", steps=4, sync="overlap", poison_rank=2,
+                   poison_step=1, on_nonfinite="record")
+    first = {e["rank"]: e for e in reversed(r.nonfinite)}  # each rank's first event
+    assert {rank: e["step"] for rank, e in first.items()} == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert first[2]["where"].startswith("this rank's own gradient")
+    assert all("caused by a peer" in first[rank]["where"] for rank in (0, 1, 3))
+    assert all(e["tensor"].startswith("gradient of layers.1.weight") for e in first.values())
+    assert math.isfinite(first[2]["loss"])  # the loss was fine: only the gradient shows it
+
+
+def test_finite_gradients_that_sum_past_float32_blame_no_one_in_particular():
+    """Every rank's gradient finite, their all-reduce not: each rank says so (no rank to name),
+    and the launcher, hearing from all, reports the first at once."""
+    from tests import workers_divergence  # noqa: F401
+
+    with pytest.raises(RankError, match=r"step 1, rank 0: the gradient after the gradient sync "
+                                        r"\(caused by a peer or by the sum: .* summed past the "
+                                        r"dtype's range\)"):
+        parlab.run(POISONED, world_size=2, model="mlp", steps=3, poison_rank=-1, poison_step=1,
+                   poison="huge")

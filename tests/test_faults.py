@@ -10,7 +10,7 @@ import pytest
 import parlab.core.rendezvous
 from parlab.core.launch import RankError, launch
 from parlab.core.stuck import SILENT_S, RankStatus, stuck_rank
-from tests import workers_faults
+from tests import workers, workers_faults
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -66,3 +66,19 @@ def test_the_rendezvous_trust_boundary_is_documented():
         assert fact.lower() in security.lower(), fact
     assert "Trust boundary" in parlab.core.rendezvous.__doc__
     assert "docs/security.md" in parlab.core.rendezvous.__doc__
+
+
+def test_a_killed_forkserver_is_named_and_the_next_launch_starts_a_new_one():
+    """Issue 46: a killed forkserver was reported as "rank 0 exited with code 255". Rank 0 kills
+    its parent, the forkserver; every rank dies with it (PR_SET_PDEATHSIG)."""
+    from parlab.core import launch as launching
+
+    launch(workers.hello, 2)  # a forkserver is running
+    before = launching._forkserver_pid()
+    with pytest.raises(RankError, match=rf"rank \d ended without reporting a result: the "
+                                        rf"forkserver that started the ranks \(pid {before}\) was "
+                                        r"killed by signal SIGKILL, and every rank died with it"):
+        launch(workers_faults.kill_forkserver, 2, timeout=60)
+    # dead, not yet reaped, before this launch: multiprocessing starts a new forkserver
+    assert [r["rank"] for r in launch(workers.hello, 2)] == [0, 1]
+    assert launching._forkserver_pid() not in (None, before)

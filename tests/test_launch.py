@@ -170,3 +170,42 @@ def test_ranks_keep_freed_memory_as_a_caching_allocator_does():
     assert mmapped("default") >= 8 << 20
     assert mmapped("keep") == 0
     assert launch(workers.mmapped_bytes_of_a_new_tensor, 2) == [0, 0]
+
+
+# ----------------------------------------------------------------------------- teardown (issue 46)
+def test_a_rank_failing_with_work_queued_is_named_at_once():
+    """A rank that raised ran destroy_process_group before sending its error, which waited for
+    all-reduces its peers never join: the error never came, and the launch timed out (20 s)
+    naming no cause. Now the error goes first and the rank ends without destroying anything."""
+    from tests import workers_teardown
+
+    t0 = time.monotonic()
+    with pytest.raises(RankError, match=r"^rank 1 raised RuntimeError: rank 1 fails with 3 "
+                                        r"all-reduces queued") as err:
+        launch(workers_teardown.fail_with_queued_work, 2, timeout=20)
+    assert err.value.rank == 1 and time.monotonic() - t0 < 15
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_ranks_leaving_communication_behind_end_by_themselves_with_code_0(monkeypatch,
+                                                                          start_method):
+    """Unwaited gloo all-reduces, a hand-written async op on a Comm's thread, gradient hooks in a
+    reference cycle holding handles: each rank still tears down (gc, destroy_process_group, the
+    heartbeat joined) and ends with code 0 on its own, spawn (which would otherwise finalise the
+    interpreter with gloo objects alive) included; the launcher is not the one that ends them."""
+    from parlab.core import launch as launching
+    from tests import workers_teardown
+
+    codes, stop_all = [], launching._stop_all
+
+    def wait_then_stop(processes):
+        for proc in processes:
+            proc.join(timeout=30)
+            codes.append(proc.exitcode)
+        stop_all(processes)
+
+    monkeypatch.setattr(launching, "_stop_all", wait_then_stop)
+    for how in ("gloo", "ring", "hooks"):
+        assert launch(workers_teardown.leave_async_work, 2, how, start_method=start_method,
+                      timeout=60) == [0, 1]
+    assert codes == [0] * 6

@@ -40,7 +40,8 @@ def chapter_of(module: str) -> str | None:
 
 def layer_of(module: str) -> str:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("__main__", "viz", "widgets", "exercises"):
+    if len(parts) == 1 or parts[1] in ("__main__", "viz", "widgets", "exercises",
+                                        "notebook_parameters"):
         return "api" if len(parts) == 1 or parts[1] == "__main__" else "explore"
     top, leaf = parts[1], parts[-1]
     if top in ("engine", "models"):

@@ -42,6 +42,10 @@ def no_launch(monkeypatch):
     ("ddp-naive", dict(start_method=3), r"start_method=3 must be one of"),
     ("diloco", dict(outer_lr=float("inf")), r"outer_lr=inf must be a finite number > 0"),
     ("diloco", dict(outer_lr=float("nan")), r"outer_lr=nan must be a finite number > 0"),
+    # issue 46: accepted, then rank 0 failed with "value cannot be converted to type float
+    # without overflow", naming nothing
+    ("diloco", dict(outer_lr=1e308), r"outer_lr=1e\+308 must be a finite number > 0 and <= 1e\+36 "
+                                     r"\(the outer SGD's step in float32\)"),
     ("ddp-naive", dict(precision="fp16-mixed", loss_scale=1e300),
      r"loss_scale=1e\+300 must be a number in \[2\*\*-14, 2\*\*24\]"),
     ("ddp-naive", dict(precision="fp16-mixed", loss_scale=1e-30),
@@ -60,6 +64,7 @@ def test_the_range_bounds_themselves_are_accepted():
     make_config("ddp-naive", precision="fp16-mixed", loss_scale=2.0 ** -14)
     make_config("ddp-naive", precision="fp16-mixed", loss_scale=2 ** 24)
     make_config("ddp-naive", on_nonfinite="record")
+    make_config("diloco", world_size=2, outer_lr=run_config.MAX_LR)
 
 
 def test_float_is_finite_unless_it_says_otherwise():

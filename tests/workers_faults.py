@@ -33,3 +33,11 @@ def stuck_at_step(rank, world_size, bad_rank, bad_step, how, steps=6):
             time.sleep(600)
         comm.all_reduce(t) if step % 2 else dist.all_reduce(t)  # parlab's Comm, or torch's own
     return rank
+
+
+def kill_forkserver(rank, world_size):
+    """Rank 0 kills the process that forked it, the forkserver (every rank then dies with it)."""
+    if rank == 0:
+        os.kill(os.getppid(), signal.SIGKILL)
+    time.sleep(60)
+    return rank

@@ -19,7 +19,12 @@ from parlab.compression.powersgd import PowerSGDSync
 from parlab.compression.sync import CompressedSync
 from parlab.core.checks import Float
 from parlab.engine.loop import build_model, train
+from parlab.engine.run_config import MAX_LR
 from parlab.engine.runner import register
+
+# DiLoCo's outer SGD applies outer_lr to float32 tensors (torch refuses a step size past float32's
+# 3.4e38: "value cannot be converted to type float without overflow"); the inner lr's bound
+OUTER_LR = Float(0.7, min=0, strict=True, max=MAX_LR, unit="the outer SGD's step in float32")
 
 
 def _is_number(value) -> bool:
@@ -99,7 +104,7 @@ def local_sgd(ctx):
 
 
 @register("diloco", summary="DiLoCo: inner AdamW for H steps, outer Nesterov SGD on the mean delta",
-          exact=False, options={"sync_every": 4, "outer_lr": Float(0.7, min=0, strict=True),
+          exact=False, options={"sync_every": 4, "outer_lr": OUTER_LR,
                    "outer_momentum": 0.9},
           validate=_validate,
           cost=cost.PERIODIC)

@@ -22,6 +22,8 @@ kernel can use it a hundred times an hour without ever hanging or leaking a proc
   `fork` are available too.
 * Every rank dies with the launching process, whatever signal ends it (kill -9, SIGTERM, a kernel
   restart): `parlab.core.rendezvous.die_with_launcher`. No orphans, no forkserver left behind.
+  A rank also dies with the forkserver that forked it; a launch whose forkserver died says so
+  (`forkserver_death`), not "rank 0 exited with code 255", and the next launch starts a new one.
 * Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR in the environment) `launch` runs `fn` in this
   very process with env:// rendezvous (nccl when CUDA is available, gloo otherwise), each launch in
   its own namespace of the store, and returns every rank's result, gathered with
@@ -141,7 +143,8 @@ def launch(
                 writer.close()
                 processes.append(proc)
                 readers.append(reader)
-        return _collect(processes, readers, timeout, progress)
+        return _collect(processes, readers, timeout, progress,
+                        _forkserver_pid() if start_method == "forkserver" else None)
     finally:
         _stop_all(processes)
         for reader in readers:
@@ -150,8 +153,12 @@ def launch(
         board.remove(board_path)
 
 
+# A rank's failure whose text says it is a consequence of another rank's: the cause is elsewhere.
+CAUSED_BY_PEER = "caused by a peer"  # e.g. a NaN received in an all-reduce (parlab.engine.loop)
 _PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe",
-              "Timed out waiting", "Connection refused")
+              "Timed out waiting", "Connection refused", CAUSED_BY_PEER)
+CAUSE_GRACE_S = 0.5  # after a first failure: how long the other ranks may still report theirs
+PEER_CAUSE_GRACE_S = 10.0  # ... when every failure so far names a peer that has yet to report
 
 
 @contextmanager
@@ -177,8 +184,58 @@ def _without_parent_main():
         mp_spawn.get_preparation_data = original
 
 
-def _collect(processes, readers, timeout, progress) -> list[Any]:
-    """Wait for every rank's result; on the first failure, name the rank that caused it."""
+FORKSERVER_LOST = 255  # multiprocessing's exit code of a rank whose forkserver cannot tell it
+FORKSERVER_DEATH_S = 2.0  # how long that code waits to see the forkserver's death
+
+
+def _forkserver_pid() -> int | None:
+    """The pid of this process's forkserver (multiprocessing's, started by the first launch)."""
+    from multiprocessing import forkserver
+
+    return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+
+
+def forkserver_death(pid: int | None) -> str | None:
+    """How the forkserver `pid` (a child of this process) ended, or None while it runs. Looked at
+    without reaping it (WNOWAIT): multiprocessing reaps it, and starts a new one, at the next
+    launch."""
+    if pid is None:
+        return None
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:  # reaped already: gone all the same
+        return "ended"
+    if info is None:
+        return None
+    if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
+        return f"was killed by signal {signal.Signals(info.si_status).name}"
+    return f"exited with code {info.si_status}"
+
+
+def _ended_without_result(rank: int, code: int | None, forkserver: int | None) -> str:
+    """What to say of rank `rank`, whose process ended (exit code `code`) without a word.
+
+    A forkserver's rank reports 255 when multiprocessing cannot read its status because the
+    forkserver is gone; the forkserver's pipes close a moment before its death can be seen, so
+    that code waits up to `FORKSERVER_DEATH_S` for it."""
+    death = forkserver_death(forkserver)
+    give_up = time.monotonic() + FORKSERVER_DEATH_S
+    while death is None and code == FORKSERVER_LOST and time.monotonic() < give_up:
+        time.sleep(0.01)
+        death = forkserver_death(forkserver)
+    if death is not None:  # its ranks die with it (PR_SET_PDEATHSIG) and their codes are lost
+        return (f"rank {rank} ended without reporting a result: the forkserver that started the "
+                f"ranks (pid {forkserver}) {death}, and every rank died with it (the exit code "
+                f"{code} is multiprocessing's for a rank whose forkserver is gone); the next "
+                "launch starts a new forkserver")
+    how = (f"was killed by signal {signal.Signals(-code).name}"
+           if code is not None and code < 0 else f"exited with code {code}")
+    return f"rank {rank} {how} without reporting a result"
+
+
+def _collect(processes, readers, timeout, progress, forkserver: int | None = None) -> list[Any]:
+    """Wait for every rank's result; on the first failure, name the rank that caused it.
+    `forkserver`: the pid of the forkserver that started the ranks, if one did."""
     world_size = len(processes)
     status = [RankStatus(time.monotonic()) for _ in range(world_size)]
     deadline = time.monotonic() + timeout
@@ -186,6 +243,7 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
     finished = [False] * world_size
     failures: dict[int, tuple[str, str]] = {}  # rank -> (summary, remote traceback)
     grace_until = None
+    waiting_for_cause = False
     waiting = {reader: rank for rank, reader in enumerate(readers)}
     waiting.update({proc.sentinel: rank for rank, proc in enumerate(processes)})
     while not all(finished):
@@ -214,12 +272,17 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
                 _read_messages(readers[rank], rank, results, finished, failures, progress, {},
                                status)
                 if not finished[rank] and rank not in failures:
-                    code = processes[rank].exitcode
-                    how = (f"was killed by signal {signal.Signals(-code).name}"
-                           if code is not None and code < 0 else f"exited with code {code}")
-                    failures[rank] = (f"rank {rank} {how} without reporting a result", "")
+                    failures[rank] = (_ended_without_result(rank, processes[rank].exitcode,
+                                                            forkserver), "")
         if failures and grace_until is None:
-            grace_until = time.monotonic() + 0.5  # let the other ranks report what they saw
+            grace_until = time.monotonic() + CAUSE_GRACE_S  # let the others report what they saw
+        if (failures and grace_until is not None and not waiting_for_cause
+                and all(CAUSED_BY_PEER in text for text, _ in failures.values())):
+            # a rank received a peer's bad value: that peer is about to report where it was born
+            waiting_for_cause = True
+            grace_until = max(grace_until, time.monotonic() + PEER_CAUSE_GRACE_S)
+        if waiting_for_cause and any(CAUSED_BY_PEER not in t for t, _ in failures.values()):
+            grace_until = min(grace_until, time.monotonic() + CAUSE_GRACE_S)
     if failures:
         # The root cause is a rank whose failure is not "my peer went away".
         causes = [r for r, (text, _) in failures.items() if not any(p in text for p in _PEER_LOST)]
@@ -232,7 +295,10 @@ def _collect(processes, readers, timeout, progress) -> list[Any]:
         rank = min(causes) if causes else min(failures)
         text, remote_tb = failures[rank]
         others = sorted(set(failures) - {rank})
-        also = f"\n(then ranks {others} failed too, having lost their peer)" if others else ""
+        consequences = all(any(p in failures[r][0] for p in _PEER_LOST) for r in others)
+        also = (f"\n(then ranks {others} failed too"
+                + (", having lost their peer or received its bad value)" if consequences else ")")
+                if others else "")
         detail = f"\n\n--- traceback of rank {rank} ---\n{remote_tb}" if remote_tb else ""
         raise RankError(text + also + detail, rank=rank, remote_traceback=remote_tb)
     return results

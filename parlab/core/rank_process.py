@@ -8,10 +8,18 @@ is (file, line, function) and the collective it waits in, if any (`where`), so t
 name the stuck rank (`parlab.core.stuck`). `current()` is the `LaunchInfo` of this process
 (rank, world size, link, the launch's arguments); `report_progress` tells the parent how far this
 rank is. Under `torchrun` this very process is the rank (`run_in_torchrun`).
+
+Teardown: a rank that finished waits until every rank has (`leave_together`), frees what its
+function left behind (gc), destroys its process group and ends with `os._exit(0)`; a rank that
+failed sends its error first and ends with `os._exit(1)` at once, its process group left to the
+kernel (destroying it would wait for collectives its peers may never join). Neither runs
+interpreter finalisation, where a gloo thread still holding work and tensors can abort the
+process (SIGABRT, "terminate called without an active exception"), whatever the start method.
 """
 
 from __future__ import annotations
 
+import gc
 import importlib
 import io
 import os
@@ -122,36 +130,64 @@ def child_main(reference, rank, world_size, args, port, conn, timeout, link, lau
     _CURRENT = LaunchInfo(rank, world_size, link, timeout, args=args, board=board)
     _PROGRESS_CONN = conn
     stop = threading.Event()
-    threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),
-                     name="parlab-heartbeat", daemon=True).start()
+    heartbeat = threading.Thread(target=_heartbeat, args=(threading.get_ident(), stop),
+                                 name="parlab-heartbeat", daemon=True)
+    heartbeat.start()
     try:
         fn = resolve(reference)
         store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False,
                               timeout=timedelta(seconds=timeout))
         dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
                                 timeout=timedelta(seconds=timeout))
-        try:
-            result = fn(rank, world_size, *args)
-            buffer = io.BytesIO()
-            torch.save(result, buffer)
-            stop.set()
-            with _SEND_LOCK:
-                conn.send(("ok", buffer.getvalue()))  # finished: a peer's hang is not this rank's
-            rendezvous.leave_together(store, rank, world_size)  # every pair up, none in use
-        finally:
-            dist.destroy_process_group()
+        result = fn(rank, world_size, *args)
+        buffer = io.BytesIO()
+        torch.save(result, buffer)
+        stop.set()
+        with _SEND_LOCK:
+            conn.send(("ok", buffer.getvalue()))  # finished: a peer's hang is not this rank's
+        rendezvous.leave_together(store, rank, world_size)  # every pair up, none in use
+        _tear_down(heartbeat)
     except BaseException as err:  # noqa: BLE001 - everything goes home to the parent
+        # first the error, then the end: no destroy_process_group, which would wait for work
+        # still queued (an all-reduce the peers never join: the error would never be sent) or
+        # tear down a process group another thread still uses; the kernel closes the sockets
         stop.set()
         try:
             with _SEND_LOCK:
                 conn.send(("error", type(err).__name__, str(err), traceback.format_exc()))
         except Exception:  # noqa: BLE001
             pass
-        os._exit(1)
+        _exit(1)
     finally:
         with _SEND_LOCK:
             _PROGRESS_CONN = None
             conn.close()
+    _exit(0)
+
+
+def _tear_down(heartbeat: threading.Thread) -> None:
+    """After the rank's function returned and every rank has left it (`leave_together`): free
+    what the function left behind while the interpreter is whole (gradient hooks, reducers and
+    handles form reference cycles that hold gloo work objects and their tensors: freed later,
+    from interpreter finalisation, a gloo thread would take the GIL of a dying interpreter),
+    destroy the process group (gloo's worker threads joined; every collective issued by all
+    ranks completes first) and join the heartbeat thread."""
+    gc.collect()
+    dist.destroy_process_group()
+    heartbeat.join(timeout=2 * HEARTBEAT_S)
+
+
+def _exit(code: int) -> None:
+    """End this rank now, whatever start method made it: no interpreter finalisation, no C++
+    static destructors with a thread of torch's or gloo's still joinable ("terminate called
+    without an active exception": SIGABRT), no waiting on a thread left blocked in a receive.
+    The parent has the rank's result or error already."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    os._exit(code)
 
 
 def run_in_torchrun(reference, world_size, args, timeout, link) -> list[Any]:

@@ -29,6 +29,7 @@ class Scheme:
     cost: Callable | None = None
     precisions: tuple = ("fp32",)
     shapes: bool = False  # runs shapes-only (parlab.core.shapes): tested equal to its real run
+    hold: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ _DISCOVERED = False
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = ("fp32",), shapes: bool = False):
+             precisions: tuple = ("fp32",), shapes: bool = False,
+             hold: Callable | None = None):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -61,10 +63,13 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     its loss through `model.loss`, where the loss scale is applied); the others refuse it.
     shapes: the scheme runs shapes-only (`shapes_only=True`, `parlab.core.shapes`), declared once
     a test holds its shapes-only run equal to its real paced run (ledger, step times, memory).
+    hold(cfg): a context manager `parlab.run` holds in the launching process from before the
+    ranks start until they end (ZeRO: the save_dir's run lock, `parlab.zero.run_lock.held`), so
+    that of two runs started at once the second is refused before spawn, not inside a rank.
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost, tuple(precisions), shapes)
+                                 assemble, tuple(models), cost, tuple(precisions), shapes, hold)
         return worker
     return decorate
 

@@ -28,8 +28,10 @@ class RunResult:
 
     @property
     def nonfinite(self) -> list[dict]:
-        """on_nonfinite="record": every rank's first non-finite loss or final parameter, as
-        {"step", "rank", "loss", "tensor"} (empty when the run stayed finite)."""
+        """on_nonfinite="record": every rank's first non-finite loss, gradient or final
+        parameter, as {"step", "rank", "loss", "tensor", "where"} (empty when the run stayed
+        finite); "where" says what was not finite: the loss, this rank's own gradient (it was
+        born there) or the gradient after the sync (a peer's: `parlab.core.launch.CAUSED_BY_PEER`)."""
         return [event for out in self.outputs for event in getattr(out, "nonfinite", [])]
 
     @property

@@ -29,6 +29,7 @@ from __future__ import annotations
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from parlab.core import pacer as pacers
 from parlab.core import precision, shapes, speeds
 from parlab.core.launch import launch
 from parlab.core.rank_process import report_progress
+from parlab.core.rendezvous import under_torchrun
 from parlab.engine.registry import (  # noqa: F401  (re-exported: schemes import register here)
     Scheme,
     SchemeInfo,
@@ -75,11 +77,18 @@ class RankContext:
         return self.ledger.label(step=step)
 
 
-def _rank_main(rank: int, world_size: int, cfg: RunConfig):
+def _rank_main(rank: int, world_size: int, cfg: RunConfig, module: str | None = None):
+    """One rank of `run`. `module`: where the scheme's worker is defined, imported first, so a
+    scheme registered outside parlab (`parlab.register` in the user's own module) exists in a rank
+    started by the forkserver, which imported only parlab."""
+    import importlib
+
     from parlab.core.comm import Comm, Ledger
     from parlab.core.trace import Timeline
     from parlab.engine.loop import RankResult
 
+    if module is not None:
+        importlib.import_module(module)
     pacer = (pacers.Pacer(cfg.clock, speeds.speed_of(cfg, rank)) if cfg.clock.paced else None)
     ledger, timeline = Ledger(rank), Timeline(rank, pacer)
     comm = Comm(None, ledger=ledger, timeline=timeline, link=cfg.link)
@@ -124,10 +133,15 @@ def run(scheme: str, world_size: int = 1, model: str = "gpt", steps: int = 5, se
     """Train `model` for `steps` steps with `scheme` on `world_size` ranks; see the module doc."""
     cfg = make_config(scheme, world_size, model, steps, seed, link, **options)
     spec = get_scheme(scheme)
-    t0 = time.perf_counter()
-    returned = launch(_rank_main, world_size, cfg, timeout=cfg.timeout, link=cfg.link,
-                      start_method=cfg.start_method, progress=progress)
-    wall = time.perf_counter() - t0
+    # what the run must hold alone (a save_dir), taken before spawn; under torchrun every worker
+    # runs this line, so there the scheme's rank 0 takes it instead
+    held = spec.hold(cfg) if spec.hold is not None and not under_torchrun() else nullcontext()
+    with held:
+        t0 = time.perf_counter()
+        returned = launch(_rank_main, world_size, cfg, spec.worker.__module__,
+                          timeout=cfg.timeout, link=cfg.link, start_method=cfg.start_method,
+                          progress=progress)
+        wall = time.perf_counter() - t0
     outputs = [out for out, _, _ in returned]
     losses, state = None, None  # shapes-only: no numbers were computed
     if not cfg.shapes_only:

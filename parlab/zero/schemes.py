@@ -16,7 +16,8 @@ Options shared by the three stages:
   ZeRO stage (a checkpoint of another run is refused, naming each differing field; no checkpoint:
   a warning, and resume="must" refuses; only damaged checkpoints: refused, unless
   allow_fresh_start=True); keep — the number of checkpoints kept (default 2); a run with a
-  save_dir holds its lock (a second run on it is refused, naming the first one's pid);
+  save_dir holds its lock from before spawn (`hold`; a second run on it is refused before spawn,
+  naming the first one's pid);
   fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
   and the launcher reports the dead rank (no hang, no orphans);
   algo — "gloo" (default) or "ring": the all-gathers and reduce-scatters on gloo's own collectives
@@ -27,12 +28,14 @@ from __future__ import annotations
 
 import os
 import signal
+from contextlib import nullcontext
 from functools import partial
 
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.memory import ActivationMeter
 from parlab.core.mesh import Mesh
 from parlab.core.precision import PRECISIONS
+from parlab.core.rendezvous import under_torchrun
 from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
@@ -98,6 +101,18 @@ def _check_writable(directory) -> None:
                          f"{err.strerror or err}") from None
 
 
+def hold(cfg):
+    """What `parlab.run` holds around the launch: the save_dir's run lock (`run_lock.held`)."""
+    directory = cfg.options.get("save_dir")
+    return run_lock.held(directory) if directory is not None else nullcontext()
+
+
+def _rank_locks(options, comm) -> bool:
+    """Whether this rank takes the save_dir's lock itself: rank 0 under torchrun, where no
+    launching process holds it (`hold`)."""
+    return options["save_dir"] is not None and comm.rank == 0 and under_torchrun()
+
+
 def assemble(outputs: list[dict], cfg) -> dict:
     """The full parameters from every rank's shards (the parent does it: no extra comm)."""
     layouts = [FlatLayout.from_meta(m) for m in outputs[0].extras["layouts"]]
@@ -122,7 +137,7 @@ class Zero(Strategy):
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
         self.resumed_from = None
-        if o["save_dir"] is not None and comm.rank == 0:  # one run per save_dir at a time
+        if _rank_locks(o, comm):  # one run per save_dir at a time
             run_lock.lock(o["save_dir"])
         # the checkpoint the parent verified before spawn (`check_resume`: the same rule)
         if o["resume"] and (path := checkpoint_integrity.latest(o["save_dir"], deep=True)) is not None:
@@ -161,7 +176,7 @@ class Zero(Strategy):
                               self.optimizer, self.losses, self.ctx.cfg.scheme)
 
     def finish(self) -> None:
-        if self.ctx.cfg.options["save_dir"] is not None and self.ctx.comm.rank == 0:
+        if _rank_locks(self.ctx.cfg.options, self.ctx.comm):
             run_lock.unlock(self.ctx.cfg.options["save_dir"])
 
     def memory(self) -> dict:
@@ -181,7 +196,7 @@ def train_stage(ctx, stage: int):
     return loop.train(ctx, Zero(ctx, stage))
 
 
-_REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble,
+_REGISTER = dict(exact=True, options=OPTIONS, validate=validate, assemble=assemble, hold=hold,
                  precisions=tuple(PRECISIONS))
 
 

@@ -1,0 +1,177 @@
+"""A chapter's parameters, checked in the cell right after its `parameters` cell.
+
+Every chapter opens with a cell of typed literals tagged `parameters` (papermill sweeps them, a
+reader edits them). A bad value used to surface late and unnamed: `world_size="four"` as "'str'
+object cannot be interpreted as an integer" in the next cell, `steps`, `link` or `clock` only at
+code cell 15 after 25 s, `steps=10**12` never (the cell ran until its timeout), and
+`accelerator="Z100"` not at all. The cell after the parameters now calls
+
+    check_parameters("01_data_parallel", globals())
+
+which checks each of the chapter's parameters against `CHAPTERS` (its type and range, with the
+typed options schemes use, `parlab.core.checks`) and then the rules that tie several together (a
+global batch of 12 rows must divide into world_size × accum_steps), raising a ValueError that
+names the chapter, the parameter, its value and what it may be, before anything runs.
+
+The ranges are what each chapter is written and tested for: its world sizes are those its panel
+and CI run it at, its step counts are bounded where a larger value would only run for hours, its
+names (links, clocks, accelerators, models) are the keys the package knows. A chapter whose
+parameters cell gains a parameter must give it a range here (tests/test_notebook_parameters.py
+holds every chapter's parameters cell against this table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from parlab.core.checks import Bool, Choice, Float, Int, Option
+from parlab.core.link import ACCELERATORS, PRESETS
+from parlab.planner.scaling import DIMENSIONS
+
+
+@dataclass(frozen=True)
+class Items(Option):
+    """A list of `min_len`..`max_len` items, each checked by `item`."""
+
+    item: Option = Option()
+    min_len: int = 0
+    max_len: int = 8
+
+    def check(self, name, value):
+        if not isinstance(value, list) or not self.min_len <= len(value) <= self.max_len:
+            raise ValueError(f"{name}={value!r} must be a list of {self.min_len} to "
+                             f"{self.max_len} items")
+        for i, item in enumerate(value):
+            self.item.check(f"{name}[{i}]", item)
+        return value
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A condition on several parameters: `holds(values)`, else `message` (formatted with them)."""
+
+    holds: Callable[[Mapping], bool]
+    message: str
+
+
+def world_sizes(*sizes: int) -> Choice:
+    """The world sizes a chapter runs at."""
+    return Choice(sizes[0], sizes)
+
+
+def steps(default: int, most: int = 200) -> Int:
+    """A count of training steps (or iterations): at least 1, at most `most`."""
+    return Int(default, min=1, max=most)
+
+
+CLOCK = Choice("A100", ("wall", *ACCELERATORS))  # paced on an accelerator, or this CPU, raw
+LINK = Choice("NVLink", tuple(PRESETS))  # parlab.core.link's presets (each a real link's name)
+SCALE_RANKS = (1, 2, 4, 8, 16)  # `python -m parlab bench scale` goes to 16
+GLOBAL_BATCH = 12  # chapter 01's rows per step (parlab.engine.run_config's default batch_size)
+
+CHAPTERS: dict[str, dict] = {
+    "00_collectives": {
+        "world_size": Int(2, min=1, max=8),
+        "sweep_world_sizes": Items(item=Int(2, min=2, max=8), min_len=1, max_len=4),
+        "max_kb": Int(1024, min=1, max=64 << 10),  # the sweep's largest message: 64 MiB
+        "large_mb": Items(item=Int(4, min=1, max=256), max_len=4),
+        "large_repeats": Int(3, min=1, max=20),
+        "repeats": Int(7, min=1, max=50),
+        "link_kb": Int(256, min=1, max=64 << 10),
+    },
+    "01_data_parallel": {
+        "world_size": world_sizes(2, 3, 4), "steps": steps(4), "link": LINK,
+        "accelerator": Choice("A100", tuple(ACCELERATORS)), "clock": CLOCK,
+        "accum_steps": Int(2, min=1, max=GLOBAL_BATCH),
+        "rules": [Rule(lambda p: GLOBAL_BATCH % (p["world_size"] * p["accum_steps"]) == 0,
+                       "world_size × accum_steps = {world_size} × {accum_steps} must divide the "
+                       f"global batch of {GLOBAL_BATCH} rows")],
+    },
+    "02_zero": {"world_size": world_sizes(2, 3, 4), "steps": steps(3),
+                "curve_steps": steps(30, 1000), "clock": CLOCK},
+    "03_tensor_parallel": {
+        "world_size": world_sizes(2, 4), "steps": steps(2), "link": LINK, "tp_link": LINK,
+        "clock": CLOCK, "reshard_world": Choice(4, (2, 4, 6, 8)),  # two halves: 4 → 2 + 2
+        "reshard_repeats": Int(2, min=1, max=20), "show_torch": Bool(True),
+    },
+    "04_pipeline": {
+        "world_size": world_sizes(2, 4), "microbatches": Int(4, min=1, max=32), "steps": steps(2),
+        "clock": CLOCK, "unet_steps": steps(100, 2000),
+        "unet_side": Choice(32, (32, 64)),  # the U-Net's test volume (64 in the bench)
+        "curriculum_steps": steps(60, 1000),
+    },
+    "05_local_learning": {
+        "world_size": world_sizes(2, 4), "steps": steps(4), "microbatches": Int(4, min=1, max=32),
+        "pp_timing": Choice(4, (2, 4)), "timing_microbatches": Int(2, min=1, max=32),
+        "clock": CLOCK,
+    },
+    "06_context_parallel": {
+        "world_size": world_sizes(2, 4), "steps": steps(3),
+        "max_seq_len": Int(128, min=32, max=256),  # the sweep's lengths: 32, 64, 128, 256
+        "regime_max_tokens": Int(512, min=64, max=2048), "clock": CLOCK,
+    },
+    "07_expert_parallel": {
+        "world_size": world_sizes(2, 4), "steps": steps(3), "balance_steps": steps(120, 2000),
+        "balance_top_k": Choice(1, (1, 2)), "link": LINK, "clock": CLOCK,
+        "timing_batch": Int(256, min=1, max=4096), "timing_top_k": Choice(1, (1, 2)),
+        "rules": [Rule(lambda p: p["timing_batch"] % p["world_size"] == 0,
+                       "timing_batch={timing_batch} must divide among world_size={world_size} "
+                       "ranks")],
+    },
+    "08_compression": {
+        "world_size": world_sizes(2, 4), "steps": steps(4), "link": LINK, "clock": CLOCK,
+        "model": Choice("gpt", ("gpt", "mlp")), "lowdim_d": Int(32, min=4, max=200),
+        "lowdim_iters": steps(600, 10000), "lowdim_dp_steps": steps(150, 2000),
+        "rules": [Rule(lambda p: p["lowdim_iters"] >= 3,
+                       "lowdim_iters={lowdim_iters} must be at least 3 (a third of it trains "
+                       "the MLP transfer)")],
+    },
+    "09_asynchrony": {
+        "world_size": world_sizes(4, 2, 3), "steps": steps(12),
+        "straggler": Float(3.0, min=1, max=100),  # ps-async's own bound
+        "dual_steps": steps(12), "clock": CLOCK,
+    },
+    "10_subnet": {"world_size": world_sizes(2, 4), "steps": steps(3),
+                  "curve_steps": steps(12, 1000), "clock": CLOCK},
+    "11_heterogeneous": {
+        "world_size": world_sizes(2, 4), "steps": steps(4), "batch_size": Int(12, min=1, max=1024),
+        "tp_width": Int(256, min=8, max=1024), "clock": CLOCK,
+        "rules": [Rule(lambda p: p["batch_size"] >= p["world_size"],
+                       "batch_size={batch_size} must give every one of world_size={world_size} "
+                       "ranks a row"),
+                  Rule(lambda p: p["tp_width"] % 8 == 0,
+                       "tp_width={tp_width} must be a multiple of the model's 8 heads")],
+    },
+    "12_serving": {"world_size": world_sizes(2, 4), "steps": steps(6), "link": LINK,
+                   "clock": CLOCK, "density": Float(0.05, min=0, max=1)},
+    "13_planner": {
+        "world_size": world_sizes(4, 8), "steps": steps(2),
+        "memory_cap_mb": Float(1.4, min=0, strict=True, max=1e6), "clock": CLOCK, "link": LINK,
+        "scale_ranks": Items(item=Choice(1, SCALE_RANKS), min_len=1, max_len=len(SCALE_RANKS)),
+        "scale_dims": Items(item=Choice("dp", DIMENSIONS), min_len=1, max_len=len(DIMENSIONS)),
+    },
+}
+
+
+def check_parameters(chapter: str, values: Mapping) -> None:
+    """Check `chapter`'s parameters in `values` (a notebook's `globals()`, or a dict): ValueError
+    naming the chapter, the parameter, its value and what it may be. Returns nothing (the cell
+    shows nothing when all is well)."""
+    if chapter not in CHAPTERS:
+        raise ValueError(f"chapter={chapter!r} must be one of {sorted(CHAPTERS)}")
+    spec = dict(CHAPTERS[chapter])
+    rules = spec.pop("rules", [])
+    checked = {}
+    for name, option in spec.items():
+        if name not in values:
+            raise ValueError(f"chapter {chapter}: parameter {name!r} is not defined (run the "
+                             "parameters cell first)")
+        try:
+            checked[name] = option.check(name, values[name])
+        except ValueError as err:
+            raise ValueError(f"chapter {chapter}'s parameters: {err}") from None
+    for rule in rules:
+        if not rule.holds(checked):
+            raise ValueError(f"chapter {chapter}'s parameters: "
+                             + rule.message.format(**checked))
