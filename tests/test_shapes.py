@@ -105,8 +105,21 @@ def test_what_needs_values_is_refused_before_spawn(scheme, options, why):
         parlab.run(scheme, world_size=2, **kw)
 
 
-def test_a_preset_too_large_for_the_accelerator_is_refused_naming_both_numbers():
-    with pytest.raises(ValueError, match=r"cannot fit on one A100: a rank needs about .* GiB .* "
-                                         r"the A100 has 74\.51 GiB; model='megatron-18.4b'"):
-        make_config("ddp-naive", world_size=2, model="megatron-18.4b", clock="A100",
+def test_a_preset_too_large_for_the_accelerators_is_refused_naming_both_numbers():
+    with pytest.raises(ValueError, match=r"cannot fit on 2 A100s however it is sharded: each "
+                                         r"needs at least .* GiB .* the A100 has 74\.51 GiB; "
+                                         r"model='megatron-76.1b'"):
+        make_config("ddp-naive", world_size=2, model="megatron-76.1b", clock="A100",
                     shapes_only=True, batch_size=2)
+
+
+def test_a_plan_that_does_not_fit_says_which_ranks():
+    """Megatron's 1.7B replicated on 2 ranks: 16 B × 1.7B = 26 GB of state on each (it passes
+    admission), plus the activations of 8 sequences of 2048 tokens per rank in fp32, attention
+    scores included — more than an A100's 80 GB, measured."""
+    r = parlab.run("ddp-naive", world_size=2, model="megatron-1.7b", steps=1, clock="A100",
+                   link="NVLink", shapes_only=True, batch_size=16)
+    assert r.over_memory == [0, 1]
+    small = parlab.run("ddp-naive", world_size=2, model="gpt2", steps=1, clock="A100",
+                       link="NVLink", shapes_only=True, batch_size=2)
+    assert small.over_memory == []

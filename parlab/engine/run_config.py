@@ -263,26 +263,24 @@ STATE_BYTES_PER_PARAM = 16  # on the device: weight, gradient, AdamW's two momen
 
 
 def check_fits_accelerator(cfg: RunConfig) -> None:
-    """Shapes-only: ValueError, before any process starts, when a rank's model state (16 bytes per
-    parameter: the ZeRO paper's 2 + 2 + 12 of mixed-precision Adam, or fp32's 4 + 4 + 8; no credit
-    for sharding, which no shapes-only scheme does yet) and its share of the activations
-    (`parlab.models.activation_count` / world_size, 2 or 4 bytes each) exceed the accelerator's
-    memory — the admission chapter 02 teaches, against the device, not this laptop."""
+    """Shapes-only: ValueError, before any process starts, when the run cannot fit on the
+    accelerators however it is sharded: its model state alone (16 bytes per parameter: the ZeRO
+    paper's 2 + 2 + 12 of mixed-precision Adam, or fp32's 4 + 4 + 8), divided evenly over all
+    world_size devices, exceeds one device's memory — the admission chapter 02 teaches, against
+    the device, not this laptop. A lower bound (activations left out: they depend on the plan): a
+    plan that passes may still not fit, and its ranks' measured peaks say so
+    (`RunResult.over_memory`)."""
     memory = cfg.clock.accelerator.memory_bytes
     if memory is None:
         return
     params = models.param_count(cfg.model, cfg.model_config)
-    act_bytes = 4 if cfg.precision == "fp32" else 2
-    activations = models.activation_count(cfg.model, cfg.model_config, cfg.batch_size)
-    need = STATE_BYTES_PER_PARAM * params + -(-act_bytes * activations // cfg.world_size)
+    need = -(-STATE_BYTES_PER_PARAM * params // cfg.world_size)
     if need > memory:
         raise ValueError(
-            f"this run cannot fit on one {cfg.clock.name}: a rank needs about {_gib(need)} "
-            f"({params:,} parameters × {STATE_BYTES_PER_PARAM} B of model state + "
-            f"{activations:,} activation elements of batch_size={cfg.batch_size} over "
-            f"world_size={cfg.world_size} × {act_bytes} B) but the {cfg.clock.name} has "
-            f"{_gib(int(memory))}; model={cfg.preset or cfg.model!r}. Make batch_size smaller or "
-            "world_size larger, or shard the model.")
+            f"this run cannot fit on {cfg.world_size} {cfg.clock.name}s however it is sharded: "
+            f"each needs at least {_gib(need)} ({params:,} parameters × {STATE_BYTES_PER_PARAM} B "
+            f"of model state ÷ world_size={cfg.world_size}) but the {cfg.clock.name} has "
+            f"{_gib(int(memory))}; model={cfg.preset or cfg.model!r}. Make world_size larger.")
 
 
 def check_fits(cfg: RunConfig) -> None:

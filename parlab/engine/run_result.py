@@ -50,6 +50,16 @@ class RunResult:
         """fp16-mixed: the loss scale S each step used (empty otherwise)."""
         return list(self.outputs[0].loss_scales) if self.outputs else []
 
+    @property
+    def over_memory(self) -> list[int]:
+        """Paced runs: the ranks whose measured peak (parameters, gradients, optimizer state,
+        communication buffers, activations) exceeds the clock's accelerator's memory — what a
+        shapes-only run of a real model says of its plan (empty: every rank fits)."""
+        limit = self.clock.accelerator.memory_bytes if self.clock.paced else None
+        if limit is None:
+            return []
+        return [rank for rank, kinds in enumerate(self.memory) if sum(kinds.values()) > limit]
+
     def bytes_per_rank(self, key: str = "bytes_sent", **match) -> list[int]:
         """Sum of `key` over ledger records matching `match` (op=..., phase=...), per rank."""
         totals = [0] * self.config.world_size
