@@ -175,6 +175,11 @@ class OverlapReducer(GradientReducer):
         for bucket in self.buckets:
             self.handles[bucket.index].wait()  # (bucket numel,) averaged over ranks
             self.buckets.unpack(bucket)
+        # waited: let the handles go now, with the gloo work objects (and their tensors) they
+        # hold, not at the next step; after the last step the hooks ↔ reducer cycle would keep
+        # them until the gc or interpreter finalisation, where a gloo thread taking the GIL
+        # aborts the process (parlab.core.rank_process)
+        self.handles = {}
 
     def buffers(self):
         return [b.buffer for b in self.buckets]
