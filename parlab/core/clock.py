@@ -84,8 +84,12 @@ class Clock:
         return f"{self.accelerator.name} ms" if self.paced else "CPU ms"
 
     def seconds(self, ops: int, flops: float, speed: float = 1.0) -> float:
-        """Accelerator seconds of a compute span of `ops` operators and `flops` FLOPs at `speed`."""
+        """Accelerator seconds of a compute span of `ops` operators and `flops` FLOPs at `speed`
+        (a paced clock's; ValueError on the wall clock, which prices nothing)."""
         acc = self.accelerator
+        if acc is None:
+            raise ValueError("the wall clock prices no compute: Clock.seconds needs a paced clock "
+                             "(parlab.core.clock.resolve('A100'))")
         return (ops * acc.launch_s + flops / acc.flops) / speed
 
     def __str__(self) -> str:

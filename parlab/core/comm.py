@@ -23,6 +23,7 @@ time computed from the ranks' posts on a board they share (`parlab.core.virtual_
 from __future__ import annotations
 
 import time
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -169,6 +170,13 @@ class Comm(ShardedCollectives):
     def irecv(self, tensor, src, phase=None):
         return self.recv(tensor, src, async_op=True, phase=phase)
 
+    def close(self) -> None:
+        """Finish this Comm's background work: the thread of its asynchronous hand-written ops
+        ends once the ops it holds are done (call before `dist.destroy_process_group`)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
     def drop_records(self) -> int:
         """Forget this rank's ledger records so far (a long sweep keeps only what it reports);
         returns how many were dropped. The ledger is written and pruned only through Comm."""
@@ -309,6 +317,7 @@ class Comm(ShardedCollectives):
             return Handle(self, record, ready_at, vop=vop, value=value).wait()
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="parlab-comm")
+            weakref.finalize(self, self._executor.shutdown, wait=False)
         handle = Handle(self, record, 0.0, future=self._executor.submit(run), vop=vop)
 
         def finish(value):

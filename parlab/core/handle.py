@@ -67,4 +67,7 @@ class Handle:
         timeline.add("comm", self.record["op"], self.record["t_start"], t1,
                      bytes=self.record["bytes_sent"], phase=self.record["phase"])
         self.result, self.done = value, True
+        # a waited op lets go of gloo's work objects and its future: kept, they hold tensors and
+        # a gloo connection alive, and a gloo thread that outlives its interpreter aborts it
+        self.works, self.future = [], None
         return value

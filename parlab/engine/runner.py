@@ -99,6 +99,7 @@ def _rank_main(rank: int, world_size: int, cfg: RunConfig, module: str | None = 
         out.losses, out.state, out.extras, out.nonfinite = None, None, {}, []
     else:
         out = get_scheme(cfg.scheme).worker(ctx)
+    comm.close()
     if not isinstance(out, RankResult):
         raise TypeError(f"scheme {cfg.scheme!r} returned {type(out).__name__}, not a RankResult "
                         "(return parlab.engine.loop.train(ctx, strategy))")
