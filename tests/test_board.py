@@ -29,33 +29,33 @@ def test_a_board_reads_back_what_was_posted_under_its_key_only():
     assert not os.path.exists(path)
 
 
-def test_a_ticket_waits_until_every_peer_has_posted():
+@pytest.fixture
+def four_rank_board():
+    """A board of 4 ranks and one op's slot of a group "g": (board, (region, seq, salt))."""
     path = board.create(4)
     try:
-        b = board.Board(path, 4)
-        where = (board.region("g"), 3, board.salt("g"))
-        b.post(*where, 2, 12.5)
-        ticket = board.Ticket(b, [where + (2,), where + (3,)], "all_reduce #3")
-        late = threading.Timer(0.05, lambda: b.post(*where, 3, 13.0))
-        late.start()
-        assert ticket.latest(timeout=30) == 13.0  # blocked until rank 3 posted
-        late.join()
-        assert board.Ticket(b, [], "send").latest(timeout=1) == float("-inf")
+        yield board.Board(path, 4), (board.region("g"), 3, board.salt("g"))
     finally:
         board.remove(path)
 
 
-def test_a_peer_that_never_posts_is_named():
-    path = board.create(4)
-    try:
-        b = board.Board(path, 4)
-        where = (board.region("g"), 0, board.salt("g"))
-        b.post(*where, 1, 1.0)
-        ticket = board.Ticket(b, [where + (1,), where + (3,)], "all_reduce #0 of group 'world'")
-        with pytest.raises(board.BoardTimeout, match=r"all_reduce #0 of group 'world'.*\[3\]"):
-            ticket.latest(timeout=0.05)
-    finally:
-        board.remove(path)
+def test_a_ticket_waits_until_every_peer_has_posted(four_rank_board):
+    b, where = four_rank_board
+    b.post(*where, 2, 12.5)
+    ticket = board.Ticket(b, [where + (2,), where + (3,)], "all_reduce #3")
+    late = threading.Timer(0.05, lambda: b.post(*where, 3, 13.0))
+    late.start()
+    assert ticket.latest(timeout=30) == 13.0  # blocked until rank 3 posted
+    late.join()
+    assert board.Ticket(b, [], "send").latest(timeout=1) == float("-inf")
+
+
+def test_a_peer_that_never_posts_is_named(four_rank_board):
+    b, where = four_rank_board
+    b.post(*where, 1, 1.0)
+    ticket = board.Ticket(b, [where + (1,), where + (3,)], "all_reduce #3 of group 'world'")
+    with pytest.raises(board.BoardTimeout, match=r"all_reduce #3 of group 'world'.*\[3\]"):
+        ticket.latest(timeout=0.05)
 
 
 def test_a_comm_derives_its_region_and_salt_once_not_per_op(monkeypatch):
