@@ -67,6 +67,7 @@ def steps(default: int, most: int = 200) -> Int:
 
 CLOCK = Choice("A100", ("wall", *ACCELERATORS))  # paced on an accelerator, or this CPU, raw
 LINK = Choice("NVLink", tuple(PRESETS))  # parlab.core.link's presets (each a real link's name)
+LINK_10GBE = Choice("10GbE", tuple(PRESETS))  # the same, where the chapter times on the real 10GbE
 SCALE_RANKS = (1, 2, 4, 8, 16)  # `python -m parlab bench scale` goes to 16
 GLOBAL_BATCH = 12  # chapter 01's rows per step (parlab.engine.run_config's default batch_size)
 
@@ -81,7 +82,7 @@ CHAPTERS: dict[str, dict] = {
         "link_kb": Int(256, min=1, max=64 << 10),
     },
     "01_data_parallel": {
-        "world_size": world_sizes(2, 3, 4), "steps": steps(4), "link": LINK,
+        "world_size": world_sizes(2, 3, 4), "steps": steps(4), "link": LINK_10GBE,
         "accelerator": Choice("A100", tuple(ACCELERATORS)), "clock": CLOCK,
         "accum_steps": Int(2, min=1, max=GLOBAL_BATCH),
         "rules": [Rule(lambda p: GLOBAL_BATCH % (p["world_size"] * p["accum_steps"]) == 0,
@@ -113,7 +114,7 @@ CHAPTERS: dict[str, dict] = {
     },
     "07_expert_parallel": {
         "world_size": world_sizes(2, 4), "steps": steps(3), "balance_steps": steps(120, 2000),
-        "balance_top_k": Choice(1, (1, 2)), "link": LINK, "clock": CLOCK,
+        "balance_top_k": Choice(1, (1, 2)), "link": LINK_10GBE, "clock": CLOCK,
         "timing_batch": Int(256, min=1, max=4096), "timing_top_k": Choice(1, (1, 2)),
         "rules": [Rule(lambda p: p["timing_batch"] % p["world_size"] == 0,
                        "timing_batch={timing_batch} must divide among world_size={world_size} "

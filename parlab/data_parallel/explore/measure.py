@@ -86,13 +86,13 @@ def measure_regime(world_size: int, link: str = MEASURE_LINK, accelerator: str =
 
 def model_terms(regime: dict, floor, overhead_s: float) -> dict:
     """The α-β model's extra terms for the regime's runs: on this CPU's raw clock the gloo floor
-    and the per-message overhead measured on loopback; in paced time neither (the link is the
+    and the per-message overhead measured on loopback; in virtual time neither (the link is the
     only communication cost and compute is priced exactly), printed either way."""
     print(f"this CPU, raw: gloo floor α={floor[0] * 1e3:.2f} ms, β={floor[1] / 1e6:.0f} MB/s, "
           f"per-message overhead {overhead_s * 1e3:.2f} ms (measured on loopback)")
     if regime.get("clock") is not None and regime["clock"].paced:
-        print(f"{regime['clock'].label}: the model takes the paced link alone (no floor, no "
-              "overhead: the raw CPU's costs are not in paced time)")
+        print(f"{regime['clock'].label}: the model takes the real link alone (no floor, no "
+              "overhead: the raw CPU's costs are not in virtual time)")
         return {"floor": (0.0, float("inf")), "overhead_s": 0.0}
     return {"floor": floor, "overhead_s": overhead_s}
 
@@ -210,7 +210,8 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     """Step time ÷ compute time against communication ÷ compute (x: the link's busy time for one
     step's gradient buckets, the same for every variant). Lines: the pure α-β model, the link's time
     scaled from ×0.01 to ×20 (faster or slower accelerators, slower or faster links); points: the
-    measured runs on loopback (○) and on the faithful link (□). y = 1: all communication hidden;
+    measured runs on loopback (○) and on the link (□: the real link in virtual time, the faithful
+    one on the wall clock). y = 1: all communication hidden;
     dotted: 1 + x, nothing hidden."""
     import matplotlib.pyplot as plt
     import numpy as np
@@ -239,8 +240,9 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="nothing hidden (1 + x)")
     ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
     points = {"loopback": (regime["loopback"], floor, raw_profile, floor, overhead_s),
-              "faithful": (regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
-                           (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
+              "real link" if paced else "faithful": (
+                  regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
+                  (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
     rows = []
     for variant in variants:
         ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
