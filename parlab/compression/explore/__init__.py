@@ -180,7 +180,7 @@ def torch_side_by_side(world_size: int, steps: int, runs: dict | None = None) ->
     theirs = runs["torch-powersgd"] if runs else parlab.run("torch-powersgd",
                                                             world_size=world_size, steps=steps)
     o = theirs.config.options
-    print(f"rank {o['rank']}: {'step':>4} {'ours B':>9} {'torch B':>9} {'ours loss':>10} "
+    print(f"{'r = ' + str(o['rank']):<8}{'step':>4} {'ours B':>9} {'torch B':>9} {'ours loss':>10} "
           f"{'torch loss':>10}")
     for step in range(steps):
         print(f"{'':<8}{step:>4} {ours.bytes_per_rank(step=step)[0]:>9,} "
@@ -212,7 +212,7 @@ def loss_vs_bytes(runs: dict):
         verdict = ("" if scheme == "ddp-naive" else
                    "not comparable: PyTorch's collectives are not priced on the link"
                    if scheme.startswith("torch-") else "yes" if step_ms < naive_ms else
-                   "NO: its messages' latency or extra rounds outweigh the bytes saved")
+                   "NO: " + _why_longer(result, runs["ddp-naive"]))
         print(f"{scheme:<14} {sent:>11,} {base / max(sent, 1):>6.1f}× {result.losses[-1]:>11.4f} "
               f"{result.losses[-1] / ref:>9.3f} {step_ms:>8.4g}  {verdict}")
         left.scatter(max(sent, 1), result.losses[-1], label=scheme)
@@ -230,6 +230,28 @@ def loss_vs_bytes(runs: dict):
     left.legend(fontsize="x-small")
     fig.tight_layout()
     return fig
+
+
+def _link_ms(result) -> float:
+    """Rank 0's α-β time on the run's link per step, from its ledger: rounds × α + bytes / β
+    (0 on the loopback)."""
+    link, steps = result.config.link, result.config.steps
+    if link is None:
+        return 0.0
+    rounds, sent = result.bytes_per_rank("rounds")[0], result.bytes_per_rank()[0]
+    return 1e3 * (rounds * link.latency_s + sent / link.bandwidth_Bps) / steps
+
+
+def _why_longer(result, naive) -> str:
+    """Why a scheme that sends fewer bytes took a longer step than ddp-naive: its messages (more
+    link time) or its own compute (encoding, decoding, the optimizer's extra operators: on an
+    accelerator every operator costs a launch, so many small ones outweigh a short link time)."""
+    mine, theirs = _link_ms(result), _link_ms(naive)
+    if mine >= theirs:
+        return (f"its messages' latency or extra rounds outweigh the bytes saved ({mine:.3g} vs "
+                f"{theirs:.3g} ms of link time per step)")
+    return (f"its link time is shorter ({mine:.3g} vs {theirs:.3g} ms per step), its own encoding "
+            "and decoding operators cost more than that saved")
 
 
 def _cumulative(values):

@@ -148,6 +148,13 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
              f"rounds × α: one all-reduce per tensor) and {beta_ms:.4g} ms of bytes (bytes/β) — "
              + ("its rounds, not its bytes, set it: bucket the all-reduce (chapter 01) before compressing"
                 if alpha_ms > beta_ms else "its bytes set it: compression is the lever")]
+    best = min(("topk", "randomk", "qsgd", "signsgd", "powersgd"), key=lambda s: _median_ms(runs[s]))
+    ratio = _median_ms(naive) / _median_ms(runs[best])
+    lines[0] += (f"; the gradient compressor with the shortest step here: {best}, "
+                 f"{_median_ms(runs[best]):.4g} ms ("
+                 + (f"{ratio:.2f}× shorter than ddp-naive's: it pays on this link" if ratio > 1 else
+                    f"{1 / ratio:.2f}× LONGER than ddp-naive's: none pays on this link")
+                 + f", {fewer[best]:.1f}× fewer bytes, final loss {loss[best]:.3f}× single)")
     exact = min(errors, key=lambda s: errors[s]["whole"])
     lines.append(f"{exact} when accuracy per step matters: the most exact here (relative error "
                  f"{errors[exact]['whole']:.2f}, {fewer[exact]:.1f}× fewer bytes, final loss "
