@@ -1,16 +1,17 @@
 """`python -m parlab bench asynchrony`: BSP vs SSP vs ASP with a straggler, and synchronous vs
 asynchronous Jacobi, measured in one run, on the paced clock (`--clock A100`, the default; the
-parameter server's pulls and pushes on NVLink dilated alike; Jacobi on its virtual clock) or this
-CPU's raw clock (`--clock wall`).
+parameter server's pulls and pushes on the real NVLink, in A100 time; Jacobi on its virtual clock)
+or this CPU's raw clock (`--clock wall`).
 
 Parameter server (Dean et al. 2012; Ho et al. 2013): world size 4 (3 workers), the last worker
-`--straggler`× slower, `--steps` updates each: wall time to the last update and its ratio to
-`ps-sync`, the largest staleness, the held-out loss and its ratio to `single`'s (ASP's throughput
-gain and its loss penalty), server bytes per update against the closed form. Jacobi (Bertsekas &
-Tsitsiklis 1989): time to a 1e-6 residual, synchronous vs asynchronous with the same straggler and
-with injected delays (the issue's goal: asynchronous ≥ 1.3× sooner), and macroiteration counts.
-Dual-batch (Lu et al. 2025): time to a common held-out loss, one batch size vs dual-batch vs the
-hybrid with cyclic progressive learning, the straggler small-batch, beside the paper's −10.1%.
+`--straggler`× slower, `--steps` updates each: time to the last update (A100 time on a paced clock)
+and its ratio to `ps-sync`, the largest staleness, the held-out loss and its ratio to `single`'s
+(ASP's throughput gain and its loss penalty), server bytes per update against the closed form.
+Jacobi (Bertsekas & Tsitsiklis 1989): time to a 1e-6 residual, synchronous vs asynchronous with the
+same straggler and with injected delays (the issue's goal: asynchronous ≥ 1.3× sooner), and
+macroiteration counts. Dual-batch (Lu et al. 2025): time to a common held-out loss, one batch size
+vs dual-batch vs the hybrid with cyclic progressive learning, the straggler small-batch, beside the
+paper's −10.1%.
 """
 
 from __future__ import annotations
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ps = measure_ps(args.world_size, args.steps, args.straggler, args.staleness, args.clock)
     print(f"parameter server: world size {args.world_size}, {args.steps} updates, last worker "
           f"{args.straggler:g}× slower, ps-ssp staleness {args.staleness}; clock {args.clock} "
-          "(paced: NVLink dilated alike)")
+          "(paced: A100 time, the real NVLink)")
     print(f"{'scheme':<9} {'seconds':>8} {'speedup':>8} {'max stale':>9} {'held-out':>9} {'/single':>8} "
           f"{'server B in/update':>19} {'formula':>10}")
     for r in ps:

@@ -38,7 +38,7 @@ def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]
     straggler = runs["ps-sync"].config.options["straggler"]
     lines = [f"BSP (ps-sync) when the workers are equally fast: it is `single` exactly (match on this run: "
              f"{sharded.get('match')}); with a {straggler:g}× straggler every update waited for "
-             f"it ({base:.2f} s to the last update)"]
+             f"it ({1e3 * base:.4g} ms to the last update)"]
     lines.append(f"ASP (ps-async) when one worker is persistently slow and stale gradients are tolerable: "
                  f"{asp:.2f}× as soon as BSP here, at max staleness {stale} and held-out loss {loss:+.1%} vs "
                  f"single" + ("" if asp > 1.05 else " — no gain on this run, so BSP"))
