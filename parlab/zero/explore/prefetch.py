@@ -4,11 +4,12 @@ Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" 
 ZeRO-3 gathers each unit's parameters just before the unit runs, so without prefetch every
 all-gather is waited for in full. Prefetch issues the next unit's all-gather while the current one
 computes, forward and backward, and lets the gradient reduce-scatter travel while backward goes
-on. It can hide at most the compute: on loopback the gathers are nearly free, and on 1GbE they
-take ten times the compute. So the chapter picks the link where the forward's all-gathers last
-as long as the forward computes. The link is chosen from the measured compute — in virtual time
-(`clock="A100"`, the default: the A100's own seconds, bit-reproducible on any machine) — and the
-ledger's bytes
+on. It can hide at most the compute: where the gathers are nearly free there is nothing to hide,
+and where they take many times the compute most stays exposed. So the chapter picks the link
+where the forward's all-gathers last as long as the forward computes. The link is chosen from the
+measured compute — in virtual time (`clock="A100"`, the default: the A100's own seconds,
+bit-reproducible on any machine; the link then is one made for the lesson, α a tenth of NVLink's
+and the bandwidth that gives A_f = F, not a real one) — and the ledger's bytes
 (`parlab.engine.bench_regimes.zero3_regime`). It then runs zero3 with and without
 `prefetch=True` on that link and prints each step time beside its ideal-overlap estimate:
 
