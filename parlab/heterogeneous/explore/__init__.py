@@ -140,7 +140,7 @@ def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_
         cfg = result.config
         rows = result.outputs[0].extras["rows"]
         comm_s = cost.comm_seconds(cfg)
-        _, t_star = shares.solve_lp(batch_size, cost.speeds_of(cfg), fixed_rows)
+        t_star = ideal_rows(batch_size, cost.speeds_of(cfg), fixed_rows, idle_rows)
         out.append({"shard": sharding, "rows": rows, "step_ms": 1e3 * result.step_time(warmup=1),
                     "model_ms": 1e3 * (max((fixed_rows + b if b else idle_rows) / s  # no rows: optimizer
                                            for b, s in zip(rows, cost.speeds_of(cfg))) * row_s + comm_s),
@@ -151,6 +151,20 @@ def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_
         row["speedup"] = out[0]["step_ms"] / row["step_ms"]
         row["model_speedup"] = out[0]["model_ms"] / row["model_ms"]
     return out
+
+
+def ideal_rows(batch: int, speeds, fixed_rows: float, idle_rows: float) -> float:
+    """The LP's T* in row-times, where a rank the LP gives no rows pays only its `idle_rows` / s
+    (its optimizer step, not the whole f / s the LP charges every rank): the LP on the ranks that
+    get rows, or every rank's, whichever is shorter."""
+    _, t_all = shares.solve_lp(batch, speeds, fixed_rows)
+    rows = shares.lp(batch, speeds, fixed_rows)
+    busy = [r for r, b in enumerate(rows) if b > 0]
+    if len(busy) == len(rows):
+        return t_all
+    _, t_busy = shares.solve_lp(batch, [speeds[r] for r in busy], fixed_rows)
+    idle = max(idle_rows / speeds[r] for r in range(len(rows)) if r not in busy)
+    return min(t_all, max(t_busy, idle))
 
 
 def verdict(rows: list[dict]) -> bool:
