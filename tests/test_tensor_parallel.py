@@ -179,6 +179,12 @@ def test_when_to_use_follows_the_numbers_it_is_given():
     assert "0.50× tp=1's step — faster" in flipped[2]
     assert "did not pay here: tp-sp held 1.20× tp's activations" in flipped[3]
     assert "0.80× its throughput — not faster" in flipped[4]
+    # slower with little communication: the operators every rank runs whole, not the link
+    timing[1].update(measured_ms=12.0, of_which_comm_ms=0.5)
+    launch_bound = when_to_use_lines(1e9, [(shape, links(1))], timing, memory, 1.3, rows,
+                                     speedup_vs_preset=30.0)
+    assert "1.20× tp=1's step — slower, though the all-reduces are only 2%" in launch_bound[2]
+    assert "not the link" in launch_bound[2] and "further ahead" not in launch_bound[2]
     # a run at one degree measures no tp step and no sequence-parallel saving: those lines drop
     one = when_to_use_lines(1e9, [(shape, links(1))], timing[:1], memory[:1], float("nan"), [])
     assert len(one) == 2

@@ -39,7 +39,8 @@ def measured_line(timing: list[dict], speedup_vs_preset: float | None = None) ->
     when the run measured one degree only. `speedup_vs_preset`: the paced accelerator's FLOP/s over
     this CPU's, divided by the teaching presets' link scale — above 1, the accelerator on the real
     link is more link-bound than this CPU on a preset, which explains a width that pays in section
-    10 and not here."""
+    10 and not here. When the all-reduces are under half the predicted step the link is not why:
+    the line names the operators every rank runs whole (launch-bound on an accelerator)."""
     by_tp = {row["tp"]: row for row in timing}
     if len(by_tp) < 2:
         return None
@@ -50,14 +51,21 @@ def measured_line(timing: list[dict], speedup_vs_preset: float | None = None) ->
             f"tp={max(by_tp)} took {ratio:.2f}× tp={min(by_tp)}'s step — ")
     if ratio < 1:
         return head + f"faster: TP pays at this width on this link ({share:.0%} of the model's step is comm)"
+    advice = ("use it when one device cannot hold the layer, or at a width where the line above "
+              "says it pays")
+    if share < 0.5:  # not the link: the operators every rank runs whole
+        return head + (f"slower, though the all-reduces are only {share:.0%} of the predicted step: "
+                       "not the link — every rank runs as many operators as one, each with its "
+                       "fixed cost (a kernel launch on an accelerator: a model this narrow is "
+                       "launch-bound), so dividing the FLOPs by tp does not divide the step; "
+                       + advice)
     why = ""
     if speedup_vs_preset is not None:
         why = (f" (the accelerator's compute is {speedup_vs_preset:.0f}× further ahead of this CPU's "
                "than the real link is of its ÷100 preset: more link-bound than section 10's line)"
                if speedup_vs_preset > 1 else "")
     return head + (f"slower: the all-reduces are {share:.0%} of the predicted step{why}, so TP does "
-                   "not pay for a model this narrow; use it when one device cannot hold the layer, "
-                   "or at a width where the line above says it pays")
+                   "not pay for a model this narrow; " + advice)
 
 
 def sp_line(memory: list[dict], bytes_ratio: float) -> str | None:
@@ -89,7 +97,8 @@ def async_line(async_rows: list[dict]) -> str | None:
     verdict = ("faster: the overlap pays when a shard's matmul is as long as its transfer, as at "
                "this width" if gain > 1 else
                "not faster: the chunked matmuls cost what the overlap hides here (diagnosis in "
-               "section 7); it pays only when a shard's matmul is as long as its transfer")
+               "section 7); it pays only when the waits it hides outlast the extra operators of "
+               "the chunked matmuls (a shard's transfer as long as its matmul)")
     return (f"- async TP over the synchronous ring (same bytes, C=256, tp=2, paced): "
             f"{gain:.2f}× its throughput — {verdict}")
 
