@@ -159,9 +159,16 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
                 best.setdefault(d, []).append(r)
     exposed = {d: min(r["exposed_fraction"] for r in v) for d, v in best.items()}
     worst = max(exposed, key=exposed.get)
-    print(f"- on {s.link or 'loopback'} at this model size, {worst} costs most: its best plan "
-          f"exposes {exposed[worst]:.0%} of the step as communication (least exposed of the plans "
-          f"using each dimension: " + ", ".join(f"{d} {v:.0%}" for d, v in exposed.items()) + ")")
+    each = ", ".join(f"{d} {v:.0%}" for d, v in exposed.items())
+    if exposed[worst] < 0.005:  # nothing to rank: every dimension's best plan hides its messages
+        print(f"- on {s.link or 'loopback'} at this model size no dimension's communication shows: "
+              f"the least exposed plan of each dimension exposes under 1% of its step ({each}); the "
+              "plans' messages are short beside their operator launches, so what separates them is "
+              "each rank's compute (how many operators it launches), not its bytes")
+    else:
+        print(f"- on {s.link or 'loopback'} at this model size, {worst} costs most: its best plan "
+              f"exposes {exposed[worst]:.0%} of the step as communication (least exposed of the "
+              f"plans using each dimension: {each})")
     for line in scaling.stops_paying(scale_rows):
         print(f"- scaling, {line.strip()}")
     for name in WHAT_IFS:
