@@ -78,3 +78,9 @@ def test_when_to_use_follows_the_numbers_it_is_given():
     n["gain"] = 1.01  # inside the chapter's 5% bar: no gain claimed, the diagnosis printed
     assert "ran 1.01× its throughput (within the chapter's 5% bar: no gain: its slowest stage" \
         in when_to_use_lines(n)[3]
+    # the profile on the run's clock found nothing to balance: no gain is claimed or diagnosed
+    n.update(same_split=True, head_blocks=0.22, head_blocks_raw=6.3, profiled_on="A100 time",
+             even_spread=1.04)
+    same = when_to_use_lines(n)[3]
+    assert "the profile on A100 time put the large-vocabulary head at 0.22 blocks" in same
+    assert "(on this CPU, raw: 6.3)" in same and "throughput" not in same

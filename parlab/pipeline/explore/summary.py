@@ -90,7 +90,13 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
           f"by that share (measured {zb['measured']:.1%} vs 1F1B's closed form "
           f"{cost.theory_bubble('1f1b', world_size, m_zb):.1%} at m={m_zb})")
     gain = part["even"]["step_s"] / part["balanced"]["step_s"]
-    print(f"- the balanced split ran {gain:.2f}× the even split's throughput on the heavy-head model")
+    if part.get("same"):
+        print(f"- the balanced split is the even split on {part['profiled_on']}: the heavy-vocabulary "
+              f"head costs {part['head_blocks']:.2f} blocks there ({part['head_blocks_raw']:.1f} on "
+              "this CPU, raw)")
+    else:
+        print(f"- the balanced split ran {gain:.2f}× the even split's throughput on the heavy-head "
+              "model")
     print()
     print("\n".join(when_to_use_lines(when_to_use_numbers(
         world_size, curve, act, results, zb, times, part, narrow, dualpipe_rows, unet_memory,
@@ -115,6 +121,8 @@ def when_to_use_numbers(world_size: int, curve: list, act, results: dict, zb: di
            "gain": part["even"]["step_s"] / part["balanced"]["step_s"],
            "even_spread": max(part["even"]["stage_s"]) / min(part["even"]["stage_s"]),
            "slowest_ratio": max(part["balanced"]["stage_s"]) / max(part["even"]["stage_s"]),
+           "same_split": part.get("same", False), "head_blocks": part.get("head_blocks"),
+           "head_blocks_raw": part.get("head_blocks_raw"), "profiled_on": part.get("profiled_on"),
            "narrow": [(r["method"], r["ratio"], bool(r.get("hidden"))) for r in narrow]}
     inter, plain = results.get("pp-interleaved"), results.get("pp-1f1b")
     if inter is not None and plain is not None:
@@ -186,15 +194,22 @@ def when_to_use_lines(n: dict) -> list[str]:
                       f"{n['dual_step']:.2f}× ({_than(n['dual_step'], 'shorter', 'not shorter')}) "
                       "here without one")
     lines.append("- past 1F1B's bubble: " + "; ".join(beyond))
-    split = (f"- a balanced partition whenever layers are uneven: the even split's stages ran "
-             f"{n['even_spread']:.1f}× apart on the heavy-head model (paced), and the balanced split "
-             f"ran {n['gain']:.2f}× its throughput (" + ("faster" if n["gain"] >= 1 + FASTER else
-                                                         "not faster" if n["gain"] < 1 else
-                                                         f"within the chapter's {FASTER:.0%} bar: no gain"))
-    split += (")" if n["gain"] >= 1 + FASTER else
-              f": its slowest stage took {n['slowest_ratio']:.2f}× the even split's slowest — the "
-              "profile, on this CPU raw, priced the layers unlike the run's clock; profile on the "
-              "clock you train on)")
+    if n.get("same_split"):
+        split = (f"- a balanced partition whenever layers are uneven on the machine you train on: "
+                 f"here the profile on {n['profiled_on']} put the large-vocabulary head at "
+                 f"{n['head_blocks']:.2f} blocks (on this CPU, raw: {n['head_blocks_raw']:.1f}), so "
+                 f"the even split was already the balanced one (its stages ran "
+                 f"{n['even_spread']:.2f}× apart) — profile on the clock you train on")
+    else:
+        split = (f"- a balanced partition whenever layers are uneven: the even split's stages ran "
+                 f"{n['even_spread']:.1f}× apart on the heavy-head model, and the balanced split "
+                 f"ran {n['gain']:.2f}× its throughput ("
+                 + ("faster" if n["gain"] >= 1 + FASTER else
+                    "not faster" if n["gain"] < 1 else
+                    f"within the chapter's {FASTER:.0%} bar: no gain"))
+        split += (")" if n["gain"] >= 1 + FASTER else
+                  f": its slowest stage took {n['slowest_ratio']:.2f}× the even split's slowest — "
+                  "the profile priced the layers unlike the run; profile on the clock you train on)")
     if "unet_cut" in n:
         grow = "n/a" if n["unet_grow"] is None else f"{n['unet_grow']:.1f}×"
         split += (f"; pipeline a 3-D U-Net when its activations overflow: pp={n['unet_pp']} cut the "
