@@ -276,6 +276,12 @@ def test_explain_regime_says_when_the_share_does_not_rise(capsys):
                           1000)
     out = capsys.readouterr().out
     assert "Not as predicted" in out and "64→128 tokens/rank: 42%→34%" in out
+    # every size fully hidden (virtual time on NVLink: launch-bound blocks): no trend is claimed
+    regime.explain_regime([row(64, 0.03, 1.0, 0.0, 0.013, 48.0), row(512, 0.43, 1.0, 0.0, 0.05, 13.0)],
+                          1000)
+    out = capsys.readouterr().out
+    assert "As predicted" not in out and "Every size hid its transfers" in out
+    assert "lowest 13.00, at 512 tokens/rank" in out and "The measured ratio fell" in out
 
 
 def test_when_to_use_follows_this_runs_numbers(capsys):
@@ -315,3 +321,5 @@ def test_when_to_use_follows_this_runs_numbers(capsys):
     assert "NOT rising with the block" in out and "at every T measured (from T = 32)" in out
     dip = summary.ring_overlap([share(64, 0.4), share(128, 0.2), share(512, 0.9)], 1000.0)
     assert "higher at the largest block, though not rising at every size" in dip
+    flat = summary.ring_overlap([share(64, 1.0), share(512, 1.0)], 1000.0)
+    assert "hidden at every size, below t* too" in flat and "rising" not in flat

@@ -153,6 +153,9 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
     return rows
 
 
+FULLY_HIDDEN = 0.95  # a hidden share at or above this is all of it: no trend left to show
+
+
 def explain_regime(rows: list, crossover: float) -> None:
     """Each size's measured hidden share beside its predicted compute-to-transfer ratio, then the
     verdicts the run supports, computed from it: how much longer a block's attention measured
@@ -179,6 +182,21 @@ def explain_regime(rows: list, crossover: float) -> None:
               "~4 µs — so a small block computes, and hides, more than its FLOPs predict; while "
               "those launches outweigh the FLOPs, a bigger block adds transfer faster than compute "
               "and hides less)")
+    if all(share >= FULLY_HIDDEN for share in shares):
+        ratios = [r["measured block compute/transfer"] for r in ordered]
+        low = min(ordered, key=lambda r: r["measured block compute/transfer"])
+        falling = all(b < a for a, b in zip(ratios, ratios[1:])) and len(ratios) > 1
+        print(f"Every size hid its transfers (≥ {FULLY_HIDDEN:.0%}): nothing left for a bigger block "
+              "to hide, so the hidden share cannot rise here"
+              + (f". A block's measured compute ÷ transfer stayed above 1 at every size (lowest "
+                 f"{low['measured block compute/transfer']:.2f}, at {low['tokens/rank']} "
+                 "tokens/rank) where its FLOPs alone predict less: its operators' fixed costs, "
+                 "not its FLOPs, make it outlast its transfer on this link, below t* too"
+                 if low["measured block compute/transfer"] > 1 else "")
+              + (". The measured ratio fell as the blocks grew (the transfer grows with t, the "
+                 "launch-bound compute more slowly): on a slower link the largest block is the "
+                 "first whose transfer would show" if falling else "") + ".")
+        return
     rising = all(b >= a - 0.05 for a, b in zip(shares, shares[1:]))
     above = [r for r in ordered  # a backward block: about twice the forward's matmul FLOPs
              if r["hidden share"] > min(1.0, 2 * r["measured block compute/transfer"]) + 0.1]

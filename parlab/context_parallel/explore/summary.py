@@ -13,6 +13,7 @@ compute outlasts it), DeepSpeed-Ulysses (Jacobs et al. 2023, §3.1: cp ≤ n_h),
 from __future__ import annotations
 
 from parlab.context_parallel import cost
+from parlab.context_parallel.explore.regime import FULLY_HIDDEN
 
 
 def ulysses_fewer_bytes_from(cfg) -> int | None:
@@ -53,7 +54,10 @@ def ring_overlap(overlap: list[dict], crossover: float) -> str:
     small, large = ordered[0], ordered[-1]
     shares = [r["hidden share"] for r in ordered]
     rising = all(b >= a - 0.05 for a, b in zip(shares, shares[1:]))  # explain_regime's tolerance
-    trend = ("rising with the block, as the paper argues" if rising else
+    trend = ("hidden at every size, below t* too: a block's launch-bound attention (its operators' "
+             "fixed cost, not its FLOPs) outlasted its transfer on this link (section 8's diagnosis)"
+             if all(share >= FULLY_HIDDEN for share in shares) else
+             "rising with the block, as the paper argues" if rising else
              "higher at the largest block, though not rising at every size (section 8's diagnosis)"
              if shares[-1] > shares[0] else "NOT rising with the block in this run (section 8's diagnosis)")
     side = "below" if large["tokens/rank"] < crossover else "at or above"
