@@ -28,7 +28,8 @@ class Scheme:
     models: tuple = ("gpt", "mlp")
     cost: Callable | None = None
     precisions: tuple = ("fp32",)
-    shapes: bool = False  # runs shapes-only (parlab.core.shapes): tested equal to its real run
+    shapes: bool | Callable = False  # runs shapes-only (parlab.core.shapes): tested equal to its
+    # real run; a callable(cfg) -> why a configuration cannot (None: it can)
     hold: Callable | None = None
 
 
@@ -48,7 +49,7 @@ _DISCOVERED = False
 def register(name: str, *, summary: str, exact: bool, options: dict | None = None,
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
-             precisions: tuple = ("fp32",), shapes: bool = False,
+             precisions: tuple = ("fp32",), shapes: bool | Callable = False,
              hold: Callable | None = None):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
@@ -62,7 +63,8 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     declares it only once a test holds it against `single` of that precision (fp16 also needs
     its loss through `model.loss`, where the loss scale is applied); the others refuse it.
     shapes: the scheme runs shapes-only (`shapes_only=True`, `parlab.core.shapes`), declared once
-    a test holds its shapes-only run equal to its real paced run (ledger, step times, memory).
+    a test holds its shapes-only run equal to its real paced run (ledger, step times, memory);
+    a callable(cfg) returns why a configuration of the scheme cannot (None where it can).
     hold(cfg): a context manager `parlab.run` holds in the launching process from before the
     ranks start until they end (ZeRO: the save_dir's run lock, `parlab.zero.run_lock.held`), so
     that of two runs started at once the second is refused before spawn, not inside a rank.

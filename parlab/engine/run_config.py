@@ -171,7 +171,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
                          f"shapes-only once a test holds that run equal to its real paced run "
                          f"(schemes that do: {shapes_schemes()})")
     if shapes_only:
-        _refuse_what_needs_values(scheme, model, precision.check(common["precision"]), options)
+        _refuse_what_needs_values(model, precision.check(common["precision"]), options)
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -188,11 +188,13 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
     if spec.validate is not None:
         spec.validate(cfg)
+    if cfg.shapes_only and callable(spec.shapes) and spec.shapes(cfg):
+        raise ValueError(f"shapes_only=True cannot run {spec.shapes(cfg)}")
     check_fits(cfg)
     return cfg
 
 
-def _refuse_what_needs_values(scheme: str, model: str, mixed: str, options: dict) -> None:
+def _refuse_what_needs_values(model: str, mixed: str, options: dict) -> None:
     """Shapes-only refuses, naming why, what decides by the values it computes (there are none)."""
     why = None
     if mixed == "fp16-mixed":
@@ -200,8 +202,6 @@ def _refuse_what_needs_values(scheme: str, model: str, mixed: str, options: dict
                "'bf16-mixed'")
     elif model == "gpt-moe" or options.get("ep", 1) != 1:
         why = "expert parallelism: its router sends each token by the values of its scores"
-    elif scheme == "nd" and options.get("cp", 1) != 1:
-        why = "nd with cp > 1: its ring attention reads its token positions as values"
     elif options.get("save_dir") is not None:
         why = "save_dir: a shapes-only run has no values to save"
     if why:

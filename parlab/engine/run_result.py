@@ -73,7 +73,8 @@ class RunResult:
         return pd.DataFrame(self.ledger)
 
     def compare(self, reference: RunResult, rtol: float | None = None):
-        if self.config.shapes_only or reference.config.shapes_only:
+        if self.config.shapes_only or getattr(getattr(reference, "config", None), "shapes_only",
+                                              False):
             raise ValueError("a shapes-only run (shapes_only=True) computed no losses and no "
                              "parameters, only shapes, bytes and virtual time: there is nothing to "
                              "compare; compare its ledger, step_times and memory instead")
