@@ -57,7 +57,10 @@ def serialized_powersgd_hook(comm, buckets_seen: list):
     """PyTorch's `powerSGD_hook`, one bucket at a time, each collective recorded as nominal.
 
     `buckets_seen` collects, per call, (compressed?, [gradient shapes]) so the ledger can be held
-    against the closed form on the buckets DDP really made."""
+    against the closed form on the buckets DDP really made. On a paced clock the hook's own
+    compute is not priced (stated): its chain of callbacks runs on gloo's threads or inline on
+    this one, whichever finishes first, so counting the inline part would make the rank's virtual
+    time depend on the machine's timing."""
     previous: list[torch.futures.Future] = []
 
     def hook(state, bucket):
@@ -73,7 +76,15 @@ def serialized_powersgd_hook(comm, buckets_seen: list):
             for numel in torch_powersgd_elements(shapes, state.matrix_approximation_rank,
                                                  state.min_compression_rate):
                 comm.record_nominal("all_reduce", flat, numel=numel)  # (uncompressed | Σn·r | Σm·r,)
-        future = torch_psgd.powerSGD_hook(state, bucket)
+        meter = comm.timeline.pacer.meter if comm.timeline.pacer is not None else None
+        counting = meter.counting if meter is not None else None
+        if meter is not None:
+            meter.counting = False
+        try:
+            future = torch_psgd.powerSGD_hook(state, bucket)
+        finally:
+            if meter is not None:
+                meter.counting = counting
         if bucket.is_last():  # DDP waits for every bucket at the end of backward
             previous.clear()
         else:
