@@ -337,8 +337,10 @@ def to_compute_dtype(model: torch.nn.Module, cfg) -> torch.nn.Module:
         tensors = list(model.parameters()) + list(model.buffers())
         if tensors and is_fake(tensors[0]):  # shapes-only: Module.to cannot swap fake parameters
             for t in tensors:
-                if t.is_floating_point():
-                    t.data = t.data.to(dtype)
+                # cast already, or a parameter ZeRO-3 released (it points at an empty real
+                # tensor until its next gather): nothing to do
+                if t.numel() and t.is_floating_point() and t.dtype != dtype:
+                    t.data = t.detach().to(dtype)
         else:
             model.to(dtype)
     return model
