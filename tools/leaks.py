@@ -31,6 +31,9 @@ import re
 COINCIDENCES = {
     ("09_asynchrony", "ssp-ahead", 4.0):
         "synchronous Jacobi's 4.00 relaxations per macroiteration (Part D's table), not SSP's lead",
+    ("05_local_learning", "pipedream-versions", 8.0):
+        "layer-wise merge's modelled step of 8.000 A100 ms (k=2 × dp=2, the merge table), not a "
+        "count of PipeDream's weight versions",
 }
 
 # a number as people write it: 24,576 · 1.25 · 6.00 · 9.6e+10 · 462422016.0 (not part of a word)

@@ -10,6 +10,7 @@ Nothing here reads a clock or sleeps: the rank's time is `Pacer.t`, a number.
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 
 from parlab.core.clock import Clock
@@ -82,6 +83,7 @@ class Pacer:
     ops: int = 0
     flops: float = 0.0
     advanced_s: float = 0.0  # time added by `advance` (priced by its caller)
+    collecting: bool = True  # whether the garbage collector ran before the current span
 
     def now(self) -> float:
         return self.t
@@ -89,6 +91,11 @@ class Pacer:
     def enter(self) -> None:
         self.depth += 1
         if self.depth == 1:
+            # no cyclic garbage collection inside a span: a collection runs finalizers in the
+            # thread whose allocation triggered it, and one that ran an operator on this thread
+            # would be counted or not by another thread's timing (a heartbeat's allocations)
+            self.collecting = gc.isenabled()
+            gc.disable()
             self.meter = work_meter()
             self.meter.__enter__()
 
@@ -100,6 +107,8 @@ class Pacer:
             self.meter.__exit__(None, None, None)
             end = self.settle()
             self.meter = None
+            if self.collecting:
+                gc.enable()
         self.depth -= 1
         return end
 
