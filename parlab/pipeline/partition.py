@@ -38,10 +38,13 @@ def _fastest(fns: list, reps: int) -> list[float]:
     return best
 
 
-def profile_layers(model, model_config, rows: int, reps: int = 7, seed: int = 0) -> dict:
+def profile_layers(model, model_config, rows: int, reps: int = 7, seed: int = 0,
+                   measure=None) -> dict:
     """Seconds (fastest of `reps`) of forward + backward of each layer on a micro-batch of `rows` samples.
 
-    Returns {"layers": [t_0, ...], "first": embedding time, "last": head + loss time}.
+    Returns {"layers": [t_0, ...], "first": embedding time, "last": head + loss time}. `measure`
+    (fns) -> seconds of each: another way to take them (a paced clock prices each function's
+    counted operators instead: `parlab.pipeline.explore.stages.clock_profile`).
     """
     g = torch.Generator().manual_seed(seed)
     is_gpt = hasattr(model, "blocks")
@@ -77,7 +80,7 @@ def profile_layers(model, model_config, rows: int, reps: int = 7, seed: int = 0)
         return run
 
     fns = [layer_fn(layer, getattr(layer, "in_features", None)) for layer in layers]
-    *times, t_first, t_last = _fastest(fns + [first, last], reps)
+    *times, t_first, t_last = (measure or (lambda f: _fastest(f, reps)))(fns + [first, last])
     profile = {"layers": times, "first": t_first, "last": t_last}
     model.zero_grad(set_to_none=True)  # profiling must leave no gradient behind
     return profile

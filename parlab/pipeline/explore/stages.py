@@ -35,36 +35,14 @@ def clock_profile(mc, rows: int, clock) -> dict:
     """`parlab.pipeline.partition.profile_layers`' profile priced on a paced clock instead of timed:
     each layer's forward + backward on a micro-batch of `rows`, its operators and FLOPs counted
     (`parlab.core.pacer.count_work`) and priced as a paced run prices them (`Clock.seconds`)."""
-    import torch
-    import torch.nn.functional as F
-
     from parlab.core import pacer
     from parlab.models import build_model
+    from parlab.pipeline.partition import profile_layers
 
-    model = build_model("gpt", mc, 0)
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, mc.vocab_size, (rows, mc.block_size), generator=g)  # (mb, T)
-    hidden = torch.randn(rows, mc.block_size, mc.n_embd, generator=g)  # (mb, T, C)
+    def price(fns) -> list[float]:
+        return [clock.seconds(*pacer.count_work(fn)) for fn in fns]
 
-    def price(fn) -> float:
-        return clock.seconds(*pacer.count_work(fn))
-
-    def layer(block):
-        def run():
-            x = hidden.clone().requires_grad_()
-            block(x).sum().backward()
-        return run
-
-    def first():
-        model.embed(ids).sum().backward()
-
-    def last():
-        x = hidden.clone().requires_grad_()
-        logits = model.head(x)  # (mb, T, vocab)
-        F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids.reshape(-1)).backward()
-
-    return {"layers": [price(layer(b)) for b in model.blocks], "first": price(first),
-            "last": price(last)}
+    return profile_layers(build_model("gpt", mc, 0), mc, rows, measure=price)
 
 
 def _head_in_blocks(profile: dict) -> float:
