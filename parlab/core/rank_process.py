@@ -19,11 +19,14 @@ process (SIGABRT, "terminate called without an active exception"), whatever the 
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import importlib
 import io
 import os
+import re
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -88,27 +91,49 @@ def _short(filename: str) -> str:
     return "/".join(parts[-2:])
 
 
-def where(frame) -> tuple[str, str | None]:
-    """(where the code is, the communication op it waits in or None) of a thread's `frame`."""
-    if frame is None:
+def where(frames: list[tuple[str, int, str]]) -> tuple[str, str | None]:
+    """(where the code is, the communication op it waits in or None) of a thread's stack,
+    `frames` = [(filename, line, function), ...] outermost first."""
+    if not frames:
         return "unknown", None
-    stack = traceback.StackSummary.extract(traceback.walk_stack(frame), lookup_lines=False)
-    stack = list(reversed(stack))  # outermost first
-    for i, fs in enumerate(stack):
-        if any(marker in fs.filename.replace(os.sep, "/") for marker in _COMM_FILES):
-            names = [f.name for f in stack[i:] if "wrapper" not in f.name]
-            caller = stack[i - 1] if i else fs
-            return f"{_short(caller.filename)}:{caller.lineno} in {caller.name}", \
-                (names[0] if names else fs.name)
-    inner = stack[-1]
-    return f"{_short(inner.filename)}:{inner.lineno} in {inner.name}", None
+    for i, (filename, _, _) in enumerate(frames):
+        if any(marker in filename.replace(os.sep, "/") for marker in _COMM_FILES):
+            names = [name for _, _, name in frames[i:] if "wrapper" not in name]
+            caller = frames[i - 1] if i else frames[i]
+            return f"{_short(caller[0])}:{caller[1]} in {caller[2]}", \
+                (names[0] if names else frames[i][2])
+    filename, line, name = frames[-1]
+    return f"{_short(filename)}:{line} in {name}", None
+
+
+_FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+
+
+def thread_stack(dump, ident: int) -> list[tuple[str, int, str]]:
+    """Thread `ident`'s stack, outermost first, read with `faulthandler.dump_traceback` into the
+    file `dump` — not with `sys._current_frames()`, whose frame objects keep the thread's finished
+    frames' locals alive until the reader lets go: a tensor then lives longer or shorter by the
+    other thread's timing, and a paced rank counted an operator more (a `detach`) in some runs."""
+    dump.seek(0)
+    dump.truncate()
+    faulthandler.dump_traceback(dump, all_threads=True)
+    dump.seek(0)
+    text = dump.read().decode("utf-8", "replace")
+    frames, inside = [], False
+    for line in text.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            inside = int(line.split("0x", 1)[1].split()[0], 16) == ident
+        elif inside and (m := _FRAME_LINE.match(line)):
+            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+    return frames[::-1]
 
 
 def _heartbeat(main_ident: int, stop: threading.Event) -> None:
-    while not stop.wait(HEARTBEAT_S):
-        at, op = where(sys._current_frames().get(main_ident))
-        if not _send(("heartbeat", at, op)):
-            return
+    with tempfile.TemporaryFile() as dump:
+        while not stop.wait(HEARTBEAT_S):
+            at, op = where(thread_stack(dump, main_ident))
+            if not _send(("heartbeat", at, op)):
+                return
 
 
 def resolve(reference: str) -> Callable:
