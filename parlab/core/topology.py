@@ -87,6 +87,22 @@ def two_nodes(world_size: int, intra="NVLink", inter="1GbE", first: int | None =
                        f"{_name(inter)} between", nodes)
 
 
+def nodes(world_size: int, per_node: int = 8, intra="NVLink", inter="HDR-IB") -> Topology:
+    """Ranks in machines of `per_node` (a DGX node of 8 GPUs), in order: [0, per_node) on the
+    first, ...; `intra` inside a machine, `inter` between (HDR InfiniBand: a DGX A100's 8 × 200
+    Gb/s, one NIC per GPU, Narayanan et al. 2021 §5.1)."""
+    for name, value in (("world_size", world_size), ("per_node", per_node)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}={value!r} must be an int >= 1")
+    node = [r // per_node for r in range(world_size)]
+    matrix = [[intra if node[i] == node[j] else inter for j in range(world_size)]
+              for i in range(world_size)]
+    groups = tuple(tuple(range(n, min(n + per_node, world_size)))
+                   for n in range(0, world_size, per_node))
+    return from_matrix(matrix, f"{len(groups)} node{'s' if len(groups) > 1 else ''} of "
+                       f"{per_node}: {_name(intra)} inside, {_name(inter)} between", groups)
+
+
 def _name(link) -> str:
     return link if isinstance(link, str) else getattr(link, "name", str(link))
 

@@ -16,6 +16,8 @@ and 16 ranks.
     python -m parlab bench scale --full               # also ZeRO-3 at 16 ranks (slow: α × layers)
     python -m parlab bench scale --launch --exact     # launch/RSS of 16 ranks; every scheme at 8, 16
     python -m parlab bench scale --dims dp 3d --modes strong --ranks 1 2 4 8 16 --inter 10GbE
+    python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
+                                                        # 64 ranks, shapes-only (parlab.planner.megatron_runs)
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ def main(argv=None) -> int:
     parser.add_argument("--launch", action="store_true", help="launch time and RSS of 16 ranks")
     parser.add_argument("--exact", action="store_true", help="every scheme at 8 and 16 ranks")
     parser.add_argument("--no-sweep", action="store_true", help="skip the scaling sweep")
+    parser.add_argument("--megatron", action="store_true",
+                        help="Megatron-LM's Table 1 rows that fit in --max-ranks, shapes-only")
+    parser.add_argument("--max-ranks", type=int, default=64, help="the largest row --megatron runs")
     args = parser.parse_args(argv)
     bad = [n for n in args.ranks if n < 1 or n > 32]
     if bad or args.repeats < 1:
@@ -125,6 +130,11 @@ def main(argv=None) -> int:
             print(line)
         for line in report(rows, spreads):
             print(line)
+    if args.megatron:
+        from parlab.planner import megatron_runs
+        print("Megatron-LM's Table 1 (Narayanan et al., SC 2021) on paced A100s, shapes-only: nodes "
+              "of 8, NVLink inside, HDR InfiniBand between; activation recomputation on")
+        megatron_runs.table(args.max_ranks)
     print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
     return 0
 

@@ -1,0 +1,105 @@
+"""Megatron-LM's Table 1 on a laptop: the published configurations run shapes-only, in paced time.
+
+Narayanan et al. ("Efficient Large-Scale Language Model Training on GPU Clusters Using
+Megatron-LM", SC 2021, Table 1) report the teraFLOP/s per A100 that GPT models of 1.7 B to 1 T
+parameters achieved on Selene (DGX A100 nodes of 8 GPUs: NVLink 3 inside, 8 × 200 Gb/s HDR
+InfiniBand between). Every row that fits in `max_ranks` ranks (64 here: 1.7 B on 32, 3.6 B on 64)
+runs here as `parlab.run("nd", ..., shapes_only=True, clock="A100")` with that row's model shapes
+(`parlab.models.presets`), tensor / pipeline / data degrees, global batch and activation
+recomputation, on a topology of nodes of 8 (`parlab.core.topology.nodes`). The run's achieved
+rate is Megatron's own count of FLOPs per iteration (eq. 3, with recomputation,
+`parlab.planner.extrapolate.iteration_flops`) ÷ (paced step time · GPUs), the quantity Table 1
+reports, printed beside the published rate and beside the analytic model of the same plan
+(`parlab.planner.extrapolate.predict`): the paper against the run, the run against the formula.
+
+Simplifications, named:
+- `nd` trains in fp32 (Megatron: fp16 mixed precision), so its data-parallel all-reduce moves
+  4 bytes per gradient where Megatron's moves 2; the clock prices every FLOP at the A100's
+  sustained bf16/fp16 rate (`parlab.core.link.ACCELERATORS`), whatever the dtype.
+- Table 1 does not list the micro-batch size; with pp = 1 (the rows that fit) there is no
+  pipeline to fill, and each data-parallel rank runs its share of the batch as one batch.
+- No biases, a tied head (this package's GPT): parameters within 1% of Table 1's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import parlab
+from parlab.core.topology import nodes
+from parlab.planner.extrapolate import HARDWARE, MEGATRON, HwPlan, iteration_flops, predict
+
+GPUS_PER_NODE = 8  # a DGX A100
+
+
+def preset_of(shape_name: str) -> str:
+    """The preset (parlab.models.presets) of a Table 1 shape: "1.7B" -> "megatron-1.7b"."""
+    return f"megatron-{shape_name.lower()}"
+
+
+def fitting_rows(max_ranks: int = 64) -> list[tuple]:
+    """Table 1's rows (`extrapolate.MEGATRON`) whose GPU count is at most `max_ranks`."""
+    if isinstance(max_ranks, bool) or not isinstance(max_ranks, int) or max_ranks < 1:
+        raise ValueError(f"max_ranks={max_ranks!r} must be an int >= 1")
+    return [row for row in MEGATRON if row[1] <= max_ranks]
+
+
+def run_row(shape, gpus: int, batch: int, tp: int, pp: int, published: float,
+            steps: int = 1, microbatches: int | None = None) -> dict:
+    """Run one Table 1 row shapes-only on paced A100s; its achieved TFLOP/s per GPU beside the
+    published one and the analytic model's for the same plan."""
+    dp = gpus // (tp * pp)
+    options = {"microbatches": microbatches or pp} if pp > 1 else {}
+    t0 = time.perf_counter()
+    r = parlab.run("nd", world_size=gpus, model=preset_of(shape.name), steps=steps,
+                   clock="A100", link=nodes(gpus, GPUS_PER_NODE, "NVLink", "HDR-IB"),
+                   shapes_only=True, dp=dp, tp=tp, pp=pp, batch_size=batch, checkpoint=True,
+                   **options)
+    wall = time.perf_counter() - t0
+    step = r.step_times[-1]  # the last step: the optimizer's state exists, as in steady state
+    measured = iteration_flops(shape, batch) / (step * gpus) / 1e12
+    model = predict(shape, HARDWARE["A100"], HwPlan(tp, pp, dp, batch // dp if pp == 1 else 1),
+                    batch)
+    counted = r.pace["flops"] / (gpus * steps) if isinstance(r.pace, dict) else float("nan")
+    return {"model": shape.name, "GPUs": gpus, "batch": batch, "plan": f"tp{tp}·pp{pp}·dp{dp}",
+            "step_s": step, "eq3_flops": iteration_flops(shape, batch) / gpus,
+            "counted_flops": counted, "measured_TFLOPs": measured, "published_TFLOPs": published,
+            "error": (measured - published) / published,
+            "model_TFLOPs": model["tflops"],
+            "model_error": (model["tflops"] - measured) / measured,
+            "memory_GB": max(sum(m.values()) for m in r.memory) / 1e9,
+            "wall_s": wall, "ranks": gpus}
+
+
+def verdict(row: dict, tolerance: float = 0.25) -> str:
+    """Plain words from the row's own numbers: within `tolerance` of the published rate or not,
+    and which way."""
+    error = row["error"]
+    side = "above" if error > 0 else "below"
+    within = "within" if abs(error) <= tolerance else "outside"
+    return (f"{row['measured_TFLOPs']:.0f} TFLOP/s per A100, {abs(error):.0%} {side} Table 1's "
+            f"{row['published_TFLOPs']:.0f} ({within} {tolerance:.0%}); the formula "
+            f"{row['model_error']:+.0%} from the run")
+
+
+def table(max_ranks: int = 64, steps: int = 1, progress=print) -> list[dict]:
+    """Every row that fits in `max_ranks`, run; each printed as it completes."""
+    rows = []
+    for shape, gpus, batch, tp, pp, published in fitting_rows(max_ranks):
+        row = run_row(shape, gpus, batch, tp, pp, published, steps=steps)
+        rows.append(row)
+        if progress:
+            progress(format_row(row))
+    return rows
+
+
+def format_row(row: dict) -> str:
+    return (f"{row['model']:>6} on {row['GPUs']:>3} A100s ({row['plan']}, batch {row['batch']}): "
+            f"step {row['step_s']:.3f} A100 s, measured {row['measured_TFLOPs']:.1f} TFLOP/s · "
+            f"published {row['published_TFLOPs']:.0f} ({row['error']:+.1%}) · extrapolate.py "
+            f"{row['model_TFLOPs']:.1f} ({row['model_error']:+.1%} from the run) · "
+            f"{row['memory_GB']:.1f} GB per rank (parameters, gradients, Adam, activations) · "
+            f"{row['wall_s']:.0f} s of this CPU for {row['ranks']} ranks\n"
+            f"    FLOPs per GPU per step: eq. 3 counts {row['eq3_flops'] / 1e15:.3f} PFLOP, the "
+            f"clock's meter priced {row['counted_flops'] / 1e15:.3f} PFLOP (the rate is eq. 3 ÷ "
+            f"the paced step, as Table 1's)\n    {verdict(row)}")
