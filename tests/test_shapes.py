@@ -27,16 +27,19 @@ CASES = [  # (chapter, scheme, options)
     ("04", "pp-zb", {"microbatches": 4, "batch_size": 16}),
     ("04", "pp-dualpipe", {"microbatches": 8, "batch_size": 16}),
     ("06", "cp-ulysses", {}),
+    ("06", "cp-ring", {}),
+    ("06", "cp-ring", {"layout": "contiguous", "recompute": True}),
     ("13", "nd", {"dp": 2, "tp": 2}),
+    ("13", "nd", {"dp": 2, "cp": 2}),
 ]
 
 
 def _degree_fits(scheme, world_size, options):
     options = dict(options)
-    if scheme in ("tp-sp", "cp-ulysses"):
-        options[{"tp-sp": "tp", "cp-ulysses": "cp"}[scheme]] = 2
+    if scheme in ("tp-sp", "cp-ulysses", "cp-ring"):
+        options["tp" if scheme == "tp-sp" else "cp"] = 2
     if scheme == "nd" and world_size == 2:
-        options = {"tp": 2}
+        options.pop("dp")  # tp 2 or cp 2 alone
     return options
 
 
@@ -96,7 +99,6 @@ def test_the_supported_schemes_are_listed_and_others_refused_naming_why():
     ("ddp-naive", {"clock": "wall"}, "needs a paced clock"),
     ("ddp-naive", {"shapes_only": "yes"}, "must be True or False"),
     ("ddp-overlap", {"precision": "fp16-mixed"}, "loss scaling"),
-    ("nd", {"cp": 2}, "ring attention"),
     ("nd", {"ep": 2, "model": "gpt-moe"}, "router"),
 ])
 def test_what_needs_values_is_refused_before_spawn(scheme, options, why):

@@ -33,10 +33,13 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
     if method not in METHODS:
         raise ValueError(f"method={method!r} must be one of {METHODS}")
     positions = ring.all_positions(layout, comm.size, seq_len)
+    chunks = ring.all_chunks(layout, comm.size)  # Python ints: nothing read from a tensor
     if method == "ring" and recompute:
-        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True)
+        fn = partial(ring_attention_recompute, comm=comm, positions=positions, causal=True,
+                     chunks=chunks)
     elif method == "ring":
-        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work)
+        fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work,
+                     chunks=chunks)
     else:
         fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
     return fn, positions

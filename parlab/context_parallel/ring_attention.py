@@ -63,6 +63,19 @@ def all_positions(layout: str, cp: int, seq_len: int) -> list[torch.Tensor]:
     return [token_positions(layout, r, cp, seq_len) for r in range(cp)]
 
 
+def all_chunks(layout: str, cp: int) -> list[list[int]]:
+    """layout_chunks of every rank: which chunk pairs causal attention skips is known from the
+    layout, as Python ints, before any tensor exists (a shapes-only run has no positions to read)."""
+    return [layout_chunks(layout, r, cp) for r in range(cp)]
+
+
+def chunks_of(positions: list[torch.Tensor]) -> list[list[int]]:
+    """Every rank's two chunk indices read from its token positions (2 chunks per rank): for a
+    caller that gives positions only; the chunk of a run of positions is its first one's."""
+    halves = [p.numel() // 2 for p in positions]
+    return [[int(p[0]) // h, int(p[h]) // h] for p, h in zip(positions, halves)]
+
+
 # ----------------------------------------------------------------------------- one block
 class BlockAttention(torch.autograd.Function):
     """Attention of q over one block of keys -> (output normalised within the block, log-sum-exp).
@@ -206,7 +219,7 @@ def _causal_relation(q_chunk: int, k_chunk: int) -> str:
 
 
 def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = True,
-                   bias_fn=None, work: list | None = None):
+                   bias_fn=None, work: list | None = None, chunks: list[list[int]] | None = None):
     """Exact attention for this rank's queries over the whole sharded sequence.
 
     q, k, v (B, nh, Tl, hs): this rank's tokens (Tl = T/cp), at `positions[comm.rank]`;
@@ -214,9 +227,12 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = 
     split). Causal masking goes chunk by chunk (2 chunks per rank, `layout_chunks`): chunk pairs
     above the diagonal are skipped. bias_fn(q_pos, k_pos, None) -> (nh, Tq, Tk) adds a score
     bias (the video denoiser's; None: all heads). `work`, when a list, receives the number of
-    (chunk × chunk) score blocks computed at each ring step.
+    (chunk × chunk) score blocks computed at each ring step. chunks: every rank's two chunk indices
+    (`all_chunks`), which decide the skipped pairs; None: read from `positions` (`chunks_of`).
     """
     n, me = comm.size, comm.rank
+    if causal and chunks is None:
+        chunks = chunks_of(positions)
     half = q.size(2) // 2
     q_parts = [q[:, :, :half], q[:, :, half:]] if causal else [q]  # 2 × (B, nh, Tl/2, hs)
     q_pos = positions[me]
@@ -237,7 +253,7 @@ def ring_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = 
             for i, (qi, qp) in enumerate(zip(q_parts, q_pos_parts)):
                 for j in range(2):
                     kp = k_pos[j * chunk_len:(j + 1) * chunk_len]
-                    relation = _causal_relation(int(qp[0]) // chunk_len, int(kp[0]) // chunk_len)
+                    relation = _causal_relation(chunks[me][i], chunks[src][j])
                     if relation == "skip":
                         continue
                     mask = (kp[None, :] <= qp[:, None]) if relation == "diagonal" else None

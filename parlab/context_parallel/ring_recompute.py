@@ -21,12 +21,19 @@ import math
 
 import torch
 
-from parlab.context_parallel.ring_attention import _causal_relation, _finish_exchange, _start_exchange, merge
+from parlab.context_parallel.ring_attention import (
+    _causal_relation,
+    _finish_exchange,
+    _start_exchange,
+    chunks_of,
+    merge,
+)
 
 
-def _pairs(q_pos, k_pos, causal: bool):
+def _pairs(q_pos, k_pos, causal: bool, q_chunks=None, k_chunks=None):
     """(query slice, key slice, mask) of the score blocks to compute between this rank's queries
-    and one key block: two chunks each when causal (chunk pairs above the diagonal skipped)."""
+    and one key block: two chunks each when causal (chunk pairs above the diagonal skipped, by
+    the chunk indices q_chunks, k_chunks: Python ints, `ring_attention.all_chunks`)."""
     if not causal:
         yield slice(None), slice(None), None
         return
@@ -35,7 +42,7 @@ def _pairs(q_pos, k_pos, causal: bool):
         qs, qp = slice(i * half, (i + 1) * half), q_pos[i * half:(i + 1) * half]
         for j in range(2):
             ks, kp = slice(j * half, (j + 1) * half), k_pos[j * half:(j + 1) * half]
-            relation = _causal_relation(int(qp[0]) // half, int(kp[0]) // half)
+            relation = _causal_relation(q_chunks[i], k_chunks[j])
             if relation != "skip":
                 yield qs, ks, (kp[None, :] <= qp[:, None]) if relation == "diagonal" else None
 
@@ -53,7 +60,7 @@ class RingAttentionRecompute(torch.autograd.Function):
     accumulator travels with it, cp hops, back to the rank that owns the block."""
 
     @staticmethod
-    def forward(ctx, q, k, v, comm, positions, causal, bias_fn):
+    def forward(ctx, q, k, v, comm, positions, causal, bias_fn, chunks):
         n, me = comm.size, comm.rank
         scale = 1.0 / math.sqrt(q.size(-1))
         out = torch.zeros_like(q)  # (B, nh, Tl, hs)
@@ -63,7 +70,7 @@ class RingAttentionRecompute(torch.autograd.Function):
             pending = _start_exchange(kv, comm, (me + 1) % n, (me - 1) % n, "cp-forward") \
                 if step < n - 1 else None
             k_pos = positions[(me - step) % n]
-            for qs, ks, mask in _pairs(positions[me], k_pos, causal):
+            for qs, ks, mask in _pairs(positions[me], k_pos, causal, *_chunk_pair(chunks, me, step)):
                 bias = bias_fn(positions[me][qs], k_pos[ks], None) if bias_fn else None
                 s = _scores(q[:, :, qs], kv[0][:, :, ks], mask, bias, scale)  # (B, nh, tq, tk)
                 part_lse = torch.logsumexp(s, dim=-1)  # (B, nh, tq)
@@ -73,6 +80,7 @@ class RingAttentionRecompute(torch.autograd.Function):
                 kv = _finish_exchange(pending)  # (2, B, nh, Tl, hs) from rank me−1
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.comm, ctx.positions, ctx.causal, ctx.bias_fn = comm, positions, causal, bias_fn
+        ctx.chunks = chunks
         return out
 
     @staticmethod
@@ -94,7 +102,8 @@ class RingAttentionRecompute(torch.autograd.Function):
         for step in range(n):
             k_pos = positions[(me - step) % n]
             d_kv = torch.zeros_like(kv)  # (2, B, nh, Tl, hs): this step's contribution
-            for qs, ks, mask in _pairs(positions[me], k_pos, ctx.causal):
+            for qs, ks, mask in _pairs(positions[me], k_pos, ctx.causal,
+                                       *_chunk_pair(ctx.chunks, me, step)):
                 bias = ctx.bias_fn(positions[me][qs], k_pos[ks], None) if ctx.bias_fn else None
                 s = _scores(q[:, :, qs], kv[0][:, :, ks], mask, bias, scale)  # (B, nh, tq, tk)
                 p = torch.exp(s - lse[:, :, qs].unsqueeze(-1))  # (B, nh, tq, tk)
@@ -115,12 +124,23 @@ class RingAttentionRecompute(torch.autograd.Function):
                     if step + 1 < n - 1 else None
         if grads is not None:
             d_kv = _finish_exchange(grads)  # (2, B, nh, Tl, hs) this rank's block, home again
-        return d_q, d_kv[0], d_kv[1], None, None, None, None
+        return d_q, d_kv[0], d_kv[1], None, None, None, None, None
 
 
-def ring_attention_recompute(q, k, v, comm, positions, causal: bool = True, bias_fn=None):
+def _chunk_pair(chunks, me: int, step: int):
+    """(this rank's chunk indices, those of the block it holds at `step`), or (None, None)."""
+    if chunks is None:
+        return None, None
+    return chunks[me], chunks[(me - step) % len(chunks)]
+
+
+def ring_attention_recompute(q, k, v, comm, positions, causal: bool = True, bias_fn=None,
+                             chunks: list[list[int]] | None = None):
     """Exact attention for this rank's tokens (as `ring_attention.ring_attention`), saving only
-    q, k, v, O and ℓ for backward. q, k, v (B, nh, Tl, hs) at positions[comm.rank]."""
-    return RingAttentionRecompute.apply(q, k, v, comm, positions, causal, bias_fn)
+    q, k, v, O and ℓ for backward. q, k, v (B, nh, Tl, hs) at positions[comm.rank]; chunks:
+    every rank's chunk indices (`ring_attention.all_chunks`; None: read from the positions)."""
+    if causal and chunks is None:
+        chunks = chunks_of(positions)
+    return RingAttentionRecompute.apply(q, k, v, comm, positions, causal, bias_fn, chunks)
 
 

@@ -111,7 +111,7 @@ class ContextParallel(Strategy):
 
 
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
-          exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS),
+          shapes=True, exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS),
                                        "recompute": Bool(False)},
           validate=partial(_validate, method="ring"), models=("gpt",))
 def cp_ring(ctx):

@@ -242,14 +242,7 @@ def assemble(outputs, cfg) -> dict:
     return full
 
 
-def _shapes(cfg) -> str | None:
-    """Why this plan cannot run shapes-only (`parlab.core.shapes`), or None."""
-    if cfg.options["cp"] > 1:
-        return "nd with cp > 1: its ring attention reads its token positions as values"
-    return None
-
-
-@register("nd", shapes=_shapes, summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
+@register("nd", shapes=True, summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
           "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
           validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction)
 def nd_scheme(ctx):
