@@ -29,6 +29,9 @@ CASES = [  # (chapter, scheme, options)
     ("06", "cp-ulysses", {}),
     ("06", "cp-ring", {}),
     ("06", "cp-ring", {"layout": "contiguous", "recompute": True}),
+    ("07", "ep", {"model": "gpt-moe", "model_config": {"routing": "even"}}),
+    ("07", "ep", {"model": "gpt-moe", "model_config": {"routing": "even", "capacity_factor": 0.5,
+                                                       "top_k": 1}}),
     ("13", "nd", {"dp": 2, "tp": 2}),
     ("13", "nd", {"dp": 2, "cp": 2}),
 ]
@@ -46,7 +49,8 @@ def _degree_fits(scheme, world_size, options):
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size", [2, 4])
 @pytest.mark.parametrize("chapter, scheme, options", CASES,
-                         ids=[f"{c}-{s}-{'-'.join(map(str, o.values()))}" for c, s, o in CASES])
+                         ids=[f"{c}-{s}-{'-'.join(map(str, o.values()))}".replace(" ", "")
+                              for c, s, o in CASES])
 def test_a_shapes_only_run_is_the_real_run_without_its_numbers(chapter, scheme, options,
                                                               world_size):
     options = _degree_fits(scheme, world_size, options)
@@ -100,6 +104,9 @@ def test_the_supported_schemes_are_listed_and_others_refused_naming_why():
     ("ddp-naive", {"shapes_only": "yes"}, "must be True or False"),
     ("ddp-overlap", {"precision": "fp16-mixed"}, "loss scaling"),
     ("nd", {"ep": 2, "model": "gpt-moe"}, "router"),
+    ("ep", {"model": "gpt-moe"}, r"routing='topk'.*pass model_config=\{'routing': 'even'\}"),
+    ("ep", {"model": "gpt-moe", "model_config": {"routing": "balanced"}},
+     r"routing='balanced' must be one of \('topk', 'even'\)"),
 ])
 def test_what_needs_values_is_refused_before_spawn(scheme, options, why):
     kw = {"clock": "A100", "shapes_only": True, **options}

@@ -170,8 +170,6 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         raise ValueError(f"shapes_only=True is not supported by scheme {scheme!r}: it runs "
                          f"shapes-only once a test holds that run equal to its real paced run "
                          f"(schemes that do: {shapes_schemes()})")
-    if shapes_only:
-        _refuse_what_needs_values(model, precision.check(common["precision"]), options)
     cfg = RunConfig(
         scheme=scheme, world_size=world_size, model=model,
         model_config=models.model_config(model, common["model_config"]), steps=steps, seed=seed,
@@ -184,6 +182,9 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
         precision=mixed, loss_scale=None if loss_scale is None else float(loss_scale),
         clock=clock, on_nonfinite=common["on_nonfinite"], shapes_only=shapes_only, preset=preset,
     )
+    if shapes_only:  # after the model config is validated: a bad routing is named as such
+        _refuse_what_needs_values(model, precision.check(common["precision"]), options,
+                                  getattr(cfg.model_config, "routing", None))
     models.check_checkpointing(model, cfg.checkpoint)
     model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
     if spec.validate is not None:
@@ -194,14 +195,20 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     return cfg
 
 
-def _refuse_what_needs_values(model: str, mixed: str, options: dict) -> None:
-    """Shapes-only refuses, naming why, what decides by the values it computes (there are none)."""
+def _refuse_what_needs_values(model: str, mixed: str, options: dict, routing: str | None) -> None:
+    """Shapes-only refuses, naming why, what decides by the values it computes (there are none).
+
+    gpt-moe's router (routing="topk") sends each token by its scores: rather than route some other
+    way than asked, a shapes-only run refuses it and names the routing it can run, "even"
+    (`parlab.models.gpt_moe.EvenPlan`), which a real run can take too."""
     why = None
     if mixed == "fp16-mixed":
         why = ("precision='fp16-mixed': its loss scaling skips steps by the gradients' values; use "
                "'bf16-mixed'")
-    elif model == "gpt-moe" or options.get("ep", 1) != 1:
-        why = "expert parallelism: its router sends each token by the values of its scores"
+    elif (model == "gpt-moe" or options.get("ep", 1) != 1) and routing != "even":
+        why = (f"gpt-moe with routing={routing!r}: its router sends each token by the values of "
+               "its scores; pass model_config={'routing': 'even'} (every expert the same number "
+               "of tokens, by their places; a real run can route so too)")
     elif options.get("save_dir") is not None:
         why = "save_dir: a shapes-only run has no values to save"
     if why:

@@ -93,6 +93,9 @@ class RunResult:
         lines += [f"  step {i}: loss {loss:.6f}" for i, loss in enumerate(self.losses or [])]
         if self.losses is None:
             lines.append("  shapes only: no losses or parameters were computed")
+        if getattr(self.config.model_config, "routing", None) == "even":  # gpt-moe's EvenPlan
+            lines.append("  routing: even — every expert the same number of tokens, by their "
+                         "places, not by the router's scores")
         lines += [f"  rank {r}: {b:,} bytes sent in {sum(1 for x in self.ledger if x['rank'] == r)}"
                   " comm ops" for r, b in enumerate(sent)]
         return "\n".join(lines)

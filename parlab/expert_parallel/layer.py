@@ -48,15 +48,11 @@ class ShardedMoE(MoE):
 class AllToAllMoE(ShardedMoE):
     def expert_rows(self, rows, row_expert, plan: RoutingPlan):
         """rows (A, C) sorted by expert -> Dispatch -> local experts -> Combine -> (A, C)."""
-        kept = plan.kept()  # (W, E) rows each rank sends each expert
-        ep, per = self.ep_comm.size, self.per_rank
-        send = kept[plan.rank].view(ep, per).sum(1).tolist()  # (ep,) rows to each peer
-        mine = kept[self.group][:, self.first:self.first + per]  # (ep, E/ep) rows from each source
-        recv = mine.sum(1).tolist()  # (ep,)
+        send, recv, received_expert = plan.splits(self.group, self.first, self.per_rank)
         received = Dispatch.apply(rows, send, recv, self.ep_comm)  # (R, C) grouped by source
-        local = torch.arange(self.first, self.first + per).repeat(ep)  # (ep·E/ep,) source-major
-        received_expert = local.repeat_interleave(mine.reshape(-1))  # (R,)
-        out = run_experts(received, received_expert, self.w_in, self.w_out, self.first)  # (R, C)
+        out = run_experts(received, received_expert, self.w_in, self.w_out, self.first,
+                          sizes=plan.expert_sizes_from(self.group, self.first, self.per_rank)
+                          )  # (R, C)
         return Combine.apply(out, recv, send, self.ep_comm)  # (A, C) in dispatch order
 
 

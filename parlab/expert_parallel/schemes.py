@@ -10,6 +10,10 @@ and divide by W. Routing and dropping follow the single process's global rule
 (`parlab.models.gpt_moe.RoutingPlan`), so both schemes equal `single` on `model="gpt-moe"`.
 
 `ep=None` picks the largest divisor of world_size that divides n_experts.
+
+Shapes-only (`shapes_only=True`): `ep` runs with even routing only (`model_config={"routing":
+"even"}`, `parlab.models.gpt_moe.EvenPlan`): every expert gets the same number of tokens, by their
+places, since fake tensors have no scores to route by; a real run routed evenly is the same run.
 """
 
 from __future__ import annotations
@@ -116,7 +120,8 @@ OPTIONS = {"ep": EP}
 
 
 @register("ep", summary="expert parallelism: dispatch / combine by all-to-all (GShard); dp × ep",
-          exact=True, options=OPTIONS, validate=validate, assemble=_assemble, models=("gpt-moe",))
+          shapes=True, exact=True, options=OPTIONS, validate=validate, assemble=_assemble,
+          models=("gpt-moe",))
 def ep_scheme(ctx):
     return train(ctx, ExpertParallel(ctx, "all_to_all"))
 

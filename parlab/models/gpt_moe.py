@@ -20,6 +20,13 @@ assignments stand in every queue (`RoutingPlan`). One process: its own counts on
 
 The rest is the tiny GPT of `parlab.models.gpt` (same embeddings, attention, LayerNorms, tied
 head, same initialisation order); `moe_every=2` puts an MoE in every other block (GShard).
+
+Even routing (`model_config={"routing": "even"}`): token i (its place in its rank's rows) takes
+the experts (i + j·⌊E/k⌋) mod E, j < k, whatever its scores — every expert the same number of
+tokens, the routing plan known as Python integers before any score exists (`EvenPlan`). The
+router still runs and its gates still weigh the experts' outputs. A shapes-only run
+(`parlab.core.shapes`) has no scores to route by, so it runs gpt-moe only with even routing (the
+default, "topk", is refused naming why); a real run routed evenly is its twin, step for step.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from parlab.models.data import text_batch, text_max_seq_len
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
 from parlab.models.spec import ModelSpec, register_model
 
+ROUTINGS = ("topk", "even")  # by the router's scores; evenly, whatever the scores
 _INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "n_experts", "top_k",
                "moe_every")
 
@@ -50,6 +58,7 @@ class GPTMoEConfig(GPTConfig):
     shared_expert: bool = False  # a dense MLP every token also takes (DeepSeek-MoE)
     moe_every: int = 1  # an MoE in blocks moe_every-1, 2·moe_every-1, ...
     expert_hidden: int = 0  # each expert's hidden width; 0: 4·n_embd (the dense MLP's)
+    routing: str = "topk"  # "topk": by the router's scores; "even": fixed, balanced (`EvenPlan`)
 
     @property
     def hidden(self) -> int:
@@ -78,6 +87,8 @@ class GPTMoEConfig(GPTConfig):
         if isinstance(self.expert_hidden, bool) or not isinstance(self.expert_hidden, int) \
                 or self.expert_hidden < 0:
             raise ValueError(f"expert_hidden={self.expert_hidden!r} must be an int >= 0")
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing={self.routing!r} must be one of {ROUTINGS}")
         if self.moe_every > self.n_layer:
             raise ValueError(f"moe_every={self.moe_every} is more than n_layer={self.n_layer}: "
                              "no block would hold an MoE")
@@ -135,6 +146,120 @@ class RoutingPlan:
         position = (earlier + self.starts()[self.rank]).gather(2, experts.unsqueeze(2))  # (N, k, 1)
         return position.squeeze(2) < self.cap  # (N, k)
 
+    def assignments(self, keep: torch.Tensor):
+        """(token, slot) of this rank's kept assignments, (A,) each, token-major."""
+        return keep.nonzero(as_tuple=True)
+
+    def expert_sizes(self) -> list[int] | None:
+        """Rows per expert of this rank's kept assignments (None: count them, `run_experts`)."""
+        return None
+
+    def expert_sizes_from(self, group: list[int], first: int, per: int) -> list[int] | None:
+        """Rows the experts [first, first + per) receive from the ep group (None: counted)."""
+        return None
+
+    def splits(self, group: list[int], first: int, per: int):
+        """For an ep group (its world ranks) whose member holds experts [first, first + per):
+        (rows this rank sends each peer, rows it receives from each, the expert of each received
+        row (R,), grouped by source)."""
+        kept = self.kept()  # (W, E) rows each rank sends each expert
+        ep = len(group)
+        send = kept[self.rank].view(ep, per).sum(1).tolist()  # (ep,) rows to each peer
+        mine = kept[group][:, first:first + per]  # (ep, E/ep) rows from each source
+        local = torch.arange(first, first + per).repeat(ep)  # (ep·E/ep,) source-major
+        return send, mine.sum(1).tolist(), local.repeat_interleave(mine.reshape(-1))
+
+    def log_entry(self, load: torch.Tensor) -> dict:
+        dropped = 0 if self.cap is None else int((load - self.cap).clamp(min=0).sum())
+        return {"load": load.long().tolist(), "capacity": self.cap, "dropped": dropped,
+                "kept": self.kept().tolist()}
+
+
+def even_experts(n: int, n_experts: int, top_k: int) -> torch.Tensor:
+    """(n, k) expert ids of even routing: token i takes (i + j·⌊E/k⌋) mod E in slot j (k distinct
+    experts; every expert the same share of each slot when E divides n)."""
+    stride = n_experts // top_k
+    return (torch.arange(n).unsqueeze(1) + stride * torch.arange(top_k)) % n_experts  # (n, k)
+
+
+def even_counts(n: int, cfg: GPTMoEConfig) -> list[list[int]]:
+    """(k, E) of even routing: counts[j][e] = the tokens i < n with (i + j·⌊E/k⌋) mod E == e
+    (what `assignment_counts` of `even_experts` gives, without reading a tensor)."""
+    E, stride = cfg.n_experts, cfg.n_experts // cfg.top_k
+    return [[max(0, (n - (e - j * stride) % E + E - 1) // E) for e in range(E)]
+            for j in range(cfg.top_k)]
+
+
+class EvenPlan:
+    """The routing plan of even routing (`even_experts`) as Python integers: every rank routes its
+    n tokens alike, so the counts, the queues and what capacity drops follow from n, W, k, E —
+    nothing is read from a tensor (a shapes-only run has no values). Same queue order as
+    `RoutingPlan`: slot, then rank, then local token."""
+
+    def __init__(self, n: int, world: int, rank: int, cfg: GPTMoEConfig):
+        E, k = cfg.n_experts, cfg.top_k
+        self.n, self.world, self.rank, self.E, self.k = n, world, rank, E, k
+        self.counts = even_counts(n, cfg)  # (k, E), the same on every rank
+        self.cap = capacity(world * n * k, cfg)
+        self.kept_by = [[[self._kept(r, j, e) for e in range(E)] for j in range(k)]
+                        for r in range(world)]  # (W, k, E)
+
+    def _kept(self, r: int, j: int, e: int) -> int:
+        c = self.counts[j][e]
+        if self.cap is None:
+            return c
+        start = sum(self.world * self.counts[i][e] for i in range(j)) + r * c  # queue position
+        return min(c, max(0, self.cap - start))
+
+    def kept(self) -> list[list[int]]:
+        """(W, E): assignments of each rank that each expert keeps."""
+        return [[sum(self.kept_by[r][j][e] for j in range(self.k)) for e in range(self.E)]
+                for r in range(self.world)]
+
+    def load(self) -> torch.Tensor:
+        """(E,): assignments routed to each expert, before dropping."""
+        return torch.tensor([self.world * sum(self.counts[j][e] for j in range(self.k))
+                             for e in range(self.E)])
+
+    def keep_mask(self, experts: torch.Tensor) -> torch.Tensor:
+        """(N, k) bool: a token's assignment to (slot j, expert e) is the (i // E)-th of this rank's
+        there, kept when below what that queue keeps of this rank's."""
+        kept = torch.tensor(self.kept_by[self.rank])  # (k, E)
+        threshold = kept[torch.arange(self.k).unsqueeze(0), experts]  # (N, k)
+        return (torch.arange(self.n) // self.E).unsqueeze(1) < threshold  # (N, k)
+
+    def assignments(self, keep=None):
+        """(token, slot) of this rank's kept assignments, token-major: a token's m-th assignment
+        to (slot j, expert e) in local order is i // E, kept when below what the queue keeps."""
+        stride, kept = self.E // self.k, self.kept_by[self.rank]
+        pairs = [(i, j) for i in range(self.n) for j in range(self.k)
+                 if i // self.E < kept[j][(i + j * stride) % self.E]]
+        return torch.tensor([i for i, _ in pairs], dtype=torch.long), \
+            torch.tensor([j for _, j in pairs], dtype=torch.long)  # (A,), (A,)
+
+    def expert_sizes(self) -> list[int]:
+        return self.kept()[self.rank]
+
+    def expert_sizes_from(self, group: list[int], first: int, per: int) -> list[int]:
+        """Rows the experts [first, first + per) receive from the ep group."""
+        kept = self.kept()
+        return [sum(kept[src][e] for src in group) for e in range(first, first + per)]
+
+    def splits(self, group: list[int], first: int, per: int):
+        kept = self.kept()
+        send = [sum(kept[self.rank][first_j:first_j + per])
+                for first_j in range(0, len(group) * per, per)]
+        mine = [kept[src][first:first + per] for src in group]  # (ep, E/ep)
+        received = [first + e for row in mine for e, rows in enumerate(row) for _ in range(rows)]
+        return send, [sum(row) for row in mine], torch.tensor(received, dtype=torch.long)
+
+    def log_entry(self, load: torch.Tensor) -> dict:
+        load_list = [self.world * sum(self.counts[j][e] for j in range(self.k))
+                     for e in range(self.E)]
+        dropped = 0 if self.cap is None else sum(max(0, x - self.cap) for x in load_list)
+        return {"load": load_list, "capacity": self.cap, "dropped": dropped, "kept": self.kept(),
+                "routing": "even"}
+
 
 class Router(nn.Module):
     """softmax(x·Wᵀ) over E experts; the top-k of (probabilities + bias) are chosen, the gates
@@ -142,21 +267,26 @@ class Router(nn.Module):
 
     def __init__(self, cfg: GPTMoEConfig):
         super().__init__()
-        self.top_k = cfg.top_k
+        self.top_k, self.n_experts, self.routing = cfg.top_k, cfg.n_experts, cfg.routing
         self.gate = nn.Linear(cfg.n_embd, cfg.n_experts, bias=False)
         self.register_buffer("bias", torch.zeros(cfg.n_experts))
 
     def forward(self, x):
         probs = F.softmax(self.gate(x), dim=-1)  # (N, E)
-        experts = torch.topk(probs.detach() + self.bias, self.top_k, dim=-1).indices  # (N, k)
+        if self.routing == "even":
+            experts = even_experts(x.size(0), self.n_experts, self.top_k)  # (N, k) by place
+        else:
+            experts = torch.topk(probs.detach() + self.bias, self.top_k, dim=-1).indices  # (N, k)
         return probs, experts, probs.gather(1, experts)  # (N, E), (N, k), (N, k)
 
 
-def run_experts(rows, row_expert, w_in, w_out, first: int = 0):
+def run_experts(rows, row_expert, w_in, w_out, first: int = 0, sizes: list[int] | None = None):
     """Each row through its expert's MLP: rows (A, C), row_expert (A,) ids in [first, first+E');
-    w_in (E', C, H), w_out (E', H, C). Rows are grouped by expert, computed, put back."""
+    w_in (E', C, H), w_out (E', H, C). Rows are grouped by expert, computed, put back. sizes:
+    rows per expert when the routing plan knows them (None: counted from row_expert)."""
     order = torch.argsort(row_expert, stable=True)  # (A,) rows grouped by expert
-    sizes = torch.bincount(row_expert - first, minlength=w_in.size(0)).tolist()  # (E',)
+    if sizes is None:
+        sizes = torch.bincount(row_expert - first, minlength=w_in.size(0)).tolist()  # (E',)
     groups = rows[order].split(sizes)  # E' × (A_e, C)
     outs = [F.gelu(g @ w_in[e]) @ w_out[e] for e, g in enumerate(groups)]  # E' × (A_e, C)
     return torch.cat(outs)[torch.argsort(order)] if outs else rows  # (A, C) in the rows' order
@@ -182,11 +312,11 @@ class MoE(nn.Module):
 
     def expert_rows(self, rows, row_expert, plan: RoutingPlan):
         """Kept assignments' rows (A, C), sorted by expert -> the experts' outputs (A, C)."""
-        return run_experts(rows, row_expert, self.w_in, self.w_out)
+        return run_experts(rows, row_expert, self.w_in, self.w_out, sizes=plan.expert_sizes())
 
     def mix(self, flat, experts, gates, keep, plan: RoutingPlan):
         """Σ over a token's kept slots of gate · expert(token): flat (N, C) -> (N, C)."""
-        token, slot = keep.nonzero(as_tuple=True)  # (A,), (A,) kept assignments
+        token, slot = plan.assignments(keep)  # (A,), (A,) kept assignments
         by_expert = torch.argsort(experts[token, slot], stable=True)  # (A,)
         token, slot = token[by_expert], slot[by_expert]  # sorted by expert (so by owner rank)
         out = self.expert_rows(flat[token], experts[token, slot], plan)  # (A, C)
@@ -197,15 +327,19 @@ class MoE(nn.Module):
         B, T, C = x.shape
         flat = x.reshape(B * T, C)  # (N, C)
         probs, experts, gates = self.router(flat)  # (N, E), (N, k), (N, k)
-        counts, rank = self.exchange_counts(assignment_counts(experts, self.cfg.n_experts))
-        plan = RoutingPlan(counts, rank, capacity(int(counts.sum()), self.cfg))  # counts (W, k, E)
+        if self.cfg.routing == "even":  # the counts message as always; no value of it is read
+            counts, rank = self.exchange_counts(torch.tensor(even_counts(B * T, self.cfg)))
+            plan = EvenPlan(B * T, counts.size(0), rank, self.cfg)
+        else:
+            counts, rank = self.exchange_counts(assignment_counts(experts, self.cfg.n_experts))
+            plan = RoutingPlan(counts, rank, capacity(int(counts.sum()), self.cfg))  # (W, k, E)
         y = self.mix(flat, experts, gates, plan.keep_mask(experts), plan)  # (N, C)
         if self.shared is not None:
             y = y + self.shared(flat)  # (N, C)
         self.balance(plan, probs)
         return y.view(B, T, C)  # (B, T, C)
 
-    def balance(self, plan: RoutingPlan, probs) -> None:
+    def balance(self, plan: RoutingPlan | EvenPlan, probs) -> None:
         """Switch's auxiliary loss with the global f_e (so the ranks' terms sum to the single
         process's), DeepSeek-V3's bias step, and the step's log."""
         load = plan.load().to(probs.dtype)  # (E,)
@@ -216,9 +350,7 @@ class MoE(nn.Module):
             if self.cfg.bias_update:
                 with torch.no_grad():
                     self.router.bias += self.cfg.bias_update * torch.sign(load.mean() - load)
-            dropped = 0 if plan.cap is None else int((load - plan.cap).clamp(min=0).sum())
-            self.log.append({"load": load.long().tolist(), "capacity": plan.cap,
-                             "dropped": dropped, "kept": plan.kept().tolist()})
+            self.log.append(plan.log_entry(load))
 
 
 def moe_block(cfg: GPTMoEConfig, moe: bool) -> Block:
