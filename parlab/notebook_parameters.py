@@ -151,6 +151,7 @@ CHAPTERS: dict[str, dict] = {
         "memory_cap_mb": Float(1.4, min=0, strict=True, max=1e6), "clock": CLOCK, "link": LINK,
         "scale_ranks": Items(item=Choice(1, SCALE_RANKS), min_len=1, max_len=len(SCALE_RANKS)),
         "scale_dims": Items(item=Choice("dp", DIMENSIONS), min_len=1, max_len=len(DIMENSIONS)),
+        "megatron_ranks": Int(2, min=1, max=64),
     },
 }
 

@@ -39,3 +39,12 @@ def test_a_row_is_eq3_over_the_paced_step():
     assert abs(row["counted_flops"] / row["eq3_flops"] - 1) < 0.10
     text = megatron_runs.format_row(row)
     assert "published 137" in text and f"{row['measured_TFLOPs']:.1f}" in text
+
+
+def test_a_big_run_reports_its_step_and_the_memory_of_all_ranks():
+    # the 64-rank run (a 7.5B GPT as dp2·tp8·pp4) is `bench scale --big`; here its code on 4 ranks
+    line = megatron_runs.big_run("gpt2", world_size=4, dp=1, tp=2, pp=2, batch_size=4,
+                                 microbatches=2)
+    assert line.startswith("gpt2 as dp1·tp2·pp2 on 4 ranks")
+    pss = float(line.split("PSS ")[1].split(" MiB")[0].replace(",", ""))
+    assert pss > 100  # four ranks of torch: hundreds of MiB at least, sampled while they ran

@@ -203,6 +203,38 @@ def launch_cost(world_size: int = 16, warm_repeats: int = 3, hold_s: float = 1.5
             "machine_used": psutil.virtual_memory().total - psutil.virtual_memory().available}
 
 
+def measure_run(scheme: str, world_size: int, **options) -> dict:
+    """`parlab.run(scheme, world_size, **options)` with its ranks' memory sampled while they run:
+    the wall time, and the peak over samples of all ranks' PSS together (shared torch pages
+    counted once) and of their RSS (counted per rank)."""
+    import threading
+
+    import parlab
+
+    stop, found = threading.Event(), []
+    sampler = threading.Thread(target=_measure_children, args=(stop, found), daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    try:
+        result = parlab.run(scheme, world_size, **options)
+    finally:
+        wall = time.perf_counter() - t0
+        stop.set()
+        sampler.join()
+    by_round: dict = {}  # samples taken in one sweep of the children share a round
+    round_ = 0
+    seen: set = set()
+    for pid, _, mem in found:
+        if pid in seen:
+            round_, seen = round_ + 1, set()
+        seen.add(pid)
+        by_round.setdefault(round_, []).append(mem)
+    peak = {k: max((sum(m[k] for m in ms) for ms in by_round.values()), default=0)
+            for k in ("rss", "pss")}
+    return {"result": result, "wall_s": wall, "peak_pss": peak["pss"], "peak_rss": peak["rss"],
+            "world_size": world_size}
+
+
 def format_launch(m: dict) -> str:
     mib = 2 ** 20
     pr, tot = m["per_rank"], m["ranks_total"]

@@ -18,6 +18,7 @@ and 16 ranks.
     python -m parlab bench scale --dims dp 3d --modes strong --ranks 1 2 4 8 16 --inter 10GbE
     python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
                                                         # 64 ranks, shapes-only (parlab.planner.megatron_runs)
+    python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--megatron", action="store_true",
                         help="Megatron-LM's Table 1 rows that fit in --max-ranks, shapes-only")
     parser.add_argument("--max-ranks", type=int, default=64, help="the largest row --megatron runs")
+    parser.add_argument("--big", action="store_true",
+                        help="one shapes-only step of a 7.5B GPT as dp2·tp8·pp4 on 64 ranks")
     args = parser.parse_args(argv)
     bad = [n for n in args.ranks if n < 1 or n > 32]
     if bad or args.repeats < 1:
@@ -135,6 +138,9 @@ def main(argv=None) -> int:
         print("Megatron-LM's Table 1 (Narayanan et al., SC 2021) on paced A100s, shapes-only: nodes "
               "of 8, NVLink inside, HDR InfiniBand between; activation recomputation on")
         megatron_runs.table(args.max_ranks)
+    if args.big:
+        from parlab.planner import megatron_runs
+        print(megatron_runs.big_run())
     print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
     return 0
 

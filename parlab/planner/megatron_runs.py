@@ -54,7 +54,7 @@ def run_row(shape, gpus: int, batch: int, tp: int, pp: int, published: float,
     r = parlab.run("nd", world_size=gpus, model=preset_of(shape.name), steps=steps,
                    clock="A100", link=nodes(gpus, GPUS_PER_NODE, "NVLink", "HDR-IB"),
                    shapes_only=True, dp=dp, tp=tp, pp=pp, batch_size=batch, checkpoint=True,
-                   **options)
+                   timeout=3600.0, **options)  # up to 64 ranks share this CPU's cores
     wall = time.perf_counter() - t0
     step = r.step_times[-1]  # the last step: the optimizer's state exists, as in steady state
     measured = iteration_flops(shape, batch) / (step * gpus) / 1e12
@@ -93,6 +93,27 @@ def table(max_ranks: int = 64, steps: int = 1, progress=print) -> list[dict]:
     return rows
 
 
+def show(ranks: int = 2, progress=print) -> list[dict]:
+    """Chapter 13's section: with `ranks` >= 32, every Table 1 row that fits (`table`); below, the
+    1.7B row's data-parallel slice on `ranks` GPUs (the same 16 sequences per GPU, tp1·pp1, a
+    smaller all-reduce ring inside one node), said to be a slice, beside the same published rate."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise ValueError(f"ranks={ranks!r} must be an int >= 1")
+    if fitting_rows(ranks):
+        return table(ranks, progress=progress)
+    shape, gpus, batch, tp, pp, published = MEGATRON[0]
+    per_gpu = batch // gpus
+    if progress:
+        progress(f"Table 1 runs {shape.name} on {gpus} GPUs; here its data-parallel slice on "
+                 f"{ranks} (the same {per_gpu} sequences per GPU; the gradient all-reduce rings "
+                 f"{ranks} GPUs{' inside one node' if ranks <= GPUS_PER_NODE else ''}, not "
+                 f"{gpus} over InfiniBand):")
+    row = run_row(shape, ranks, per_gpu * ranks, tp, pp, published)
+    if progress:
+        progress(format_row(row))
+    return [row]
+
+
 def format_row(row: dict) -> str:
     return (f"{row['model']:>6} on {row['GPUs']:>3} A100s ({row['plan']}, batch {row['batch']}): "
             f"step {row['step_s']:.3f} A100 s, measured {row['measured_TFLOPs']:.1f} TFLOP/s · "
@@ -103,3 +124,28 @@ def format_row(row: dict) -> str:
             f"    FLOPs per GPU per step: eq. 3 counts {row['eq3_flops'] / 1e15:.3f} PFLOP, the "
             f"clock's meter priced {row['counted_flops'] / 1e15:.3f} PFLOP (the rate is eq. 3 ÷ "
             f"the paced step, as Table 1's)\n    {verdict(row)}")
+
+
+# ----------------------------------------------------------------------------- 64 ranks
+BIG = dict(preset="megatron-7.5b", world_size=64, dp=2, tp=8, pp=4, batch_size=8,
+           microbatches=4)  # tp inside a node of 8, a pipeline of 4 nodes, two replicas
+
+
+def big_run(preset=BIG["preset"], world_size=BIG["world_size"], dp=BIG["dp"], tp=BIG["tp"],
+            pp=BIG["pp"], batch_size=BIG["batch_size"], microbatches=BIG["microbatches"]) -> str:
+    """One shapes-only step of `nd` on `world_size` ranks (default: a 7.5B GPT as dp 2 · tp 8 ·
+    pp 4 on 64 ranks, 1F1B over 4 micro-batches of one sequence), with the wall time and the
+    memory of all ranks together on this machine: the line to print."""
+    from parlab.engine.many_ranks import measure_run
+
+    m = measure_run("nd", world_size, model=preset, steps=1, clock="A100",
+                    link=nodes(world_size, GPUS_PER_NODE, "NVLink", "HDR-IB"), shapes_only=True,
+                    dp=dp, tp=tp, pp=pp, batch_size=batch_size, microbatches=microbatches,
+                    checkpoint=True, timeout=3600.0)  # 64 ranks share this CPU's cores
+    r, mib = m["result"], 2 ** 20
+    state = max(sum(x.values()) for x in r.memory) / 1e9
+    return (f"{preset} as dp{dp}·tp{tp}·pp{pp} on {world_size} ranks, batch {batch_size} in "
+            f"{microbatches} micro-batches: step {r.step_times[0]:.3f} A100 s, "
+            f"{len(r.ledger)} messages, {state:.1f} GB per rank (A100: 80) · this CPU: "
+            f"{m['wall_s']:.0f} s wall, all ranks together PSS {m['peak_pss'] / mib:,.0f} MiB "
+            f"(RSS {m['peak_rss'] / mib:,.0f} MiB counting shared pages once per rank)")
