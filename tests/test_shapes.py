@@ -34,6 +34,7 @@ CASES = [  # (chapter, scheme, options)
                                                        "top_k": 1}}),
     ("13", "nd", {"dp": 2, "tp": 2}),
     ("13", "nd", {"dp": 2, "cp": 2}),
+    ("13", "nd", {"dp": 4, "ep": 2, "model": "gpt-moe", "model_config": {"routing": "even"}}),
 ]
 
 
@@ -41,7 +42,9 @@ def _degree_fits(scheme, world_size, options):
     options = dict(options)
     if scheme in ("tp-sp", "cp-ulysses", "cp-ring"):
         options["tp" if scheme == "tp-sp" else "cp"] = 2
-    if scheme == "nd" and world_size == 2:
+    if scheme == "nd" and "ep" in options:
+        options["dp"] = world_size  # the expert groups borrow dp ranks
+    elif scheme == "nd" and world_size == 2:
         options.pop("dp")  # tp 2 or cp 2 alone
     return options
 
