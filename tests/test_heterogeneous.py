@@ -32,55 +32,63 @@ def test_bad_speeds_raise_before_launch(bad, named):
     assert named in str(info.value)
 
 
-def _busy(seconds):
-    import time
-    t0 = time.thread_time()
-    while time.thread_time() - t0 < seconds:
-        pass
+class _Clocks:
+    """A span's clocks, set by the test: the wall clock stands at 100 s and the thread's CPU clock
+    reads 0, then `cpu_s`. The stretch a span asks for is then exact arithmetic, read off no real
+    clock (on a busy machine a real one would add whatever the scheduler took)."""
+
+    def __init__(self, cpu_s: float):
+        self.reads = iter([0.0, cpu_s])
+
+    def perf_counter(self) -> float:
+        return 100.0
+
+    def thread_time(self) -> float:
+        return next(self.reads)
 
 
 def _stretch_targets(monkeypatch):
-    """Record every wait a slow span asks for (when, relative to its start, it may end) instead
-    of sleeping: the stretch is checked from what the span asks, not from a clock's reading."""
+    """Record every wait a slow span asks for (when it may end) instead of sleeping."""
     asked = []
     monkeypatch.setattr(speeds_mod, "sleep_until", asked.append)
     return asked
 
 
-def _assert_a_busy_span_asks_its_cpu_time_over_a_quarter(asked, open_span) -> None:
-    """Run 0.02 CPU s inside `open_span()` (speed 1/4) and check the one stretch it asks for."""
-    import time
-    t0, cpu0 = time.perf_counter(), time.thread_time()
+def _a_span_asks(monkeypatch, open_span, cpu_s: float) -> list:
+    """The stretches `open_span()` asks for when its body used `cpu_s` CPU seconds."""
+    from parlab.data_parallel import sync
+
+    asked = _stretch_targets(monkeypatch)
+    clocks = _Clocks(cpu_s)
+    monkeypatch.setattr(speeds_mod, "time", clocks)
+    monkeypatch.setattr(sync, "time", clocks)
     with open_span():
-        _busy(0.02)
-    cpu = time.thread_time() - cpu0
-    (until,) = asked  # one stretch: to the span's start + its CPU seconds / speed
-    # 0.02 CPU s at speed 1/4: at least 0.08 s (a bound by construction: the span starts after
-    # t0 and its CPU seconds are the loop's 0.02 at least); no more than all of it at 1/4 speed
-    assert 0.08 - 1e-3 <= until - t0 <= (time.perf_counter() - t0) + 3 * cpu + 1e-3
+        pass
+    return asked
+
+
+def _timeline_at_100():
+    timeline = Timeline(0)
+    timeline.now = lambda: 100.0  # the wall clock the fake CPU clock goes with
+    return timeline
 
 
 def test_a_slow_span_lasts_its_cpu_time_over_speed(monkeypatch):
-    asked = _stretch_targets(monkeypatch)
-    timeline = Timeline(0)
-    _assert_a_busy_span_asks_its_cpu_time_over_a_quarter(
-        asked, lambda: speeds_mod.span(timeline, "forward", "compute", 0.25))
-    with speeds_mod.span(timeline, "allreduce", "comm", 0.25):
-        _busy(0.01)
-    assert len(asked) == 1  # only compute is stretched
+    # 0.02 CPU s at speed 1/4: the span may end 0.08 s after it started
+    assert _a_span_asks(monkeypatch, lambda: speeds_mod.span(
+        _timeline_at_100(), "forward", "compute", 0.25), 0.02) == [100.0 + 0.02 / 0.25]
+
+
+def test_only_compute_is_stretched(monkeypatch):
+    assert _a_span_asks(monkeypatch, lambda: speeds_mod.span(
+        _timeline_at_100(), "allreduce", "comm", 0.25), 0.01) == []
 
 
 def test_waiting_inside_a_span_is_not_stretched(monkeypatch):
-    import time
-    asked = _stretch_targets(monkeypatch)
-    timeline = Timeline(0)
-    t0 = time.perf_counter()
-    with speeds_mod.span(timeline, "forward", "compute", 0.5):
-        time.sleep(0.03)  # blocked (on a message, say): no CPU time, not the device's compute
-    (until,) = asked
-    # the stretch is CPU seconds ÷ speed: the 30 ms asleep used (almost) none, so the span may
-    # end about when it started, not 60 ms later
-    assert until - t0 < 0.01
+    # blocked (on a message, say) the whole span: no CPU time, so the span may end when it began,
+    # not 1/speed later
+    assert _a_span_asks(monkeypatch, lambda: speeds_mod.span(
+        _timeline_at_100(), "forward", "compute", 0.5), 0.0) == [100.0]
 
 
 def test_speeds_change_time_not_results(runs):
@@ -235,13 +243,13 @@ def test_exercises_check_without_telling(name, answer, capsys):
 
 def test_a_slow_rank_stretches_the_data_parallel_forward_too(monkeypatch):
     """GradSync's pausable forward span (not ctx.span) also honours speeds=: each segment asks to
-    last its CPU time ÷ speed. Checked from the stretch it asks for, as the spans above are: the
-    duration a busy machine then gives it is no part of the claim (CI read 16.8 ms against a
-    17.2 ms bound when the span's time was read off the clock)."""
+    last its CPU time ÷ speed. Checked from the stretch it asks for on the test's own clocks, as
+    the spans above are: the duration a busy machine then gives it is no part of the claim (CI
+    read 16.8 ms against a 17.2 ms bound when the span's time was read off the clock)."""
     from parlab.data_parallel.sync import ComputeSpan
 
-    _assert_a_busy_span_asks_its_cpu_time_over_a_quarter(
-        _stretch_targets(monkeypatch), lambda: ComputeSpan(Timeline(0), "forward", 0.25, step=0))
+    assert _a_span_asks(monkeypatch, lambda: ComputeSpan(
+        _timeline_at_100(), "forward", 0.25, step=0), 0.02) == [100.0 + 0.02 / 0.25]
     assert parlab.run("ddp-naive", world_size=2, steps=2, speeds=[1, 0.25]).compare(
         parlab.run("single", steps=2)).match  # time changes, results do not
 
