@@ -118,15 +118,20 @@ class Accelerator:
     memory_bytes: float | None = None
     inter: str = "100Gb-IB"  # the link between nodes of its usual cluster (a key of `REAL`)
     launch_s: float = LAUNCH_S  # the device's fixed cost per operator (a kernel launch)
+    peak_flops: float | None = None  # datasheet dense fp16/bf16 tensor-core peak (FLOP/s)
+    hbm_Bps: float | None = None  # datasheet memory bandwidth (bytes/s): `parlab.core.roofline`
 
 
 ACCELERATORS: dict[str, Accelerator] = {
+    # peaks and bandwidths from NVIDIA's datasheets: V100 SXM2 (125 TFLOP/s fp16, HBM2 900 GB/s),
+    # A100 80GB SXM (312 TFLOP/s bf16, HBM2e 2,039 GB/s), H100 SXM5 (989 TFLOP/s bf16, HBM3
+    # 3.35 TB/s)
     "V100": Accelerator("V100", 50e12, "~40% of 125 TFLOP/s fp16 tensor-core peak", "NVLink2", 32e9,
-                        "100Gb-IB"),
+                        "100Gb-IB", peak_flops=125e12, hbm_Bps=900e9),
     "A100": Accelerator("A100", 150e12, "~48% of 312 TFLOP/s bf16 dense peak (Megatron-LM: 52%)",
-                        "NVLink3", 80e9, "HDR-IB"),
+                        "NVLink3", 80e9, "HDR-IB", peak_flops=312e12, hbm_Bps=2039e9),
     "H100": Accelerator("H100", 400e12, "~40% of 989 TFLOP/s bf16 dense peak", "NVLink4", 80e9,
-                        "NDR-IB"),
+                        "NDR-IB", peak_flops=989e12, hbm_Bps=3.35e12),
 }
 
 

@@ -19,6 +19,7 @@ and 16 ranks.
     python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
                                                         # 64 ranks, shapes-only (parlab.planner.megatron_runs)
     python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
+    python -m parlab bench scale --roofline --no-sweep  # per-operator prices: clock, roofline, torch
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ def main(argv=None) -> int:
     parser.add_argument("--megatron", action="store_true",
                         help="Megatron-LM's Table 1 rows that fit in --max-ranks, shapes-only")
     parser.add_argument("--max-ranks", type=int, default=64, help="the largest row --megatron runs")
+    parser.add_argument("--roofline", metavar="PRESET", nargs="?", const="megatron-1.7b",
+                        help="price one forward+backward of PRESET's first 2 blocks per operator: "
+                             "the clock, a roofline, PyTorch's RuntimeEstimator")
     parser.add_argument("--big", action="store_true",
                         help="one shapes-only step of a 7.5B GPT as dp2·tp8·pp4 on 64 ranks")
     args = parser.parse_args(argv)
@@ -138,6 +142,11 @@ def main(argv=None) -> int:
         print("Megatron-LM's Table 1 (Narayanan et al., SC 2021) on paced A100s, shapes-only: nodes "
               "of 8, NVLink inside, HDR InfiniBand between; activation recomputation on")
         megatron_runs.table(args.max_ranks)
+    if args.roofline:
+        from parlab.core import roofline
+        setup, step = roofline.preset_step(args.roofline, batch=1, layers=2)
+        print(f"{args.roofline}, 2 blocks, one sequence, fp32 (parlab.core.roofline):")
+        print(roofline.format_comparison(roofline.compare(step, setup=setup), top=10))
     if args.big:
         from parlab.planner import megatron_runs
         print(megatron_runs.big_run())
