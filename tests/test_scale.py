@@ -88,6 +88,26 @@ def test_point_config_limits():
         scaling.point_config("fsdp", 2)
 
 
+def test_point_config_at_a_real_presets_shapes():
+    """A preset (shapes-only) allows the degrees its heads and layers divide, tp inside a node."""
+    spec = scaling.point_config("3d", 64, preset="megatron-1.7b")  # 24 heads, 24 layers
+    assert spec["degrees"] == (2, 8, 4)
+    assert spec["options"]["model"] == "megatron-1.7b" and spec["options"]["shapes_only"]
+    assert scaling.point_config("tp", 16, preset="megatron-1.7b") is None  # beyond a node of 8
+    assert scaling.point_config("pp", 16, preset="megatron-1.7b") is None  # 24 layers ÷ 16
+    assert scaling.point_config("tp", 8, preset="megatron-1.7b")["degrees"] == (1, 8, 1)
+    with pytest.raises(ValueError, match="preset='gpt5'"):
+        scaling.point_config("dp", 2, preset="gpt5")
+
+
+def test_a_real_scale_point_beside_its_model():
+    """GPT-2 small's shapes, 16 sequences of 1024 tokens on 2 ranks, shapes-only: the model of the
+    step (counted compute + α-β of the ledger, WFBP overlap) and the state's closed form."""
+    row = scaling.measure_point("dp", 2, "strong", preset="gpt2")
+    assert abs(row["error"]) < 0.01 and row["step_us"] > 10_000  # tens of A100 ms, not µs
+    assert row["state_B"] == row["pred_state_B"]  # 16 bytes per parameter of a 124M model
+
+
 # the 5-D plan: ep borrowed from dp, on a mixture-of-experts GPT whose routing is token-local (no
 # capacity, no balancing loss, no bias step), so pp, cp and micro-batches split its tokens exactly
 MOE_5D = {"model": "gpt-moe", "batch_size": 8,

@@ -16,6 +16,8 @@ and 16 ranks.
     python -m parlab bench scale --full               # also ZeRO-3 at 16 ranks (slow: α × layers)
     python -m parlab bench scale --launch --exact     # launch/RSS of 16 ranks; every scheme at 8, 16
     python -m parlab bench scale --dims dp 3d --modes strong --ranks 1 2 4 8 16 --inter 10GbE
+    python -m parlab bench scale --preset megatron-1.7b --ranks 1 8 16 32 64 --dims dp 3d
+                                                        # the sweep at a real model's shapes
     python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
                                                         # 64 ranks, shapes-only (parlab.planner.megatron_runs)
     python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
@@ -36,7 +38,7 @@ SLOW = {("zero3", 16)}
 
 
 def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repeats=1,
-          steps=2, progress=print) -> tuple[list[dict], list[dict]]:
+          steps=2, progress=print, preset=None) -> tuple[list[dict], list[dict]]:
     """(rows, spreads): every point of the sweep beside the model; with repeats > 1 the spread of
     each point's step time over its runs ((max − min) / min: 0 on virtual time)."""
     rows, spreads = [], []
@@ -46,7 +48,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
             for n in ranks:
                 if (dim, n) in SLOW and not full:
                     continue
-                if scaling.point_config(dim, n, mode) is None:
+                if scaling.point_config(dim, n, mode, preset=preset) is None:
                     continue
                 if n == 1 and base is not None:  # every dimension shares one 1-rank run
                     rows.append({**base, "dim": dim})
@@ -55,7 +57,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
                 t0 = time.perf_counter()
                 for _ in range(repeats):
                     runs.append(scaling.measure_point(dim, n, mode, intra=intra, inter=inter,
-                                                      steps=steps))
+                                                      steps=steps, preset=preset))
                 row = runs[0]
                 if repeats > 1:
                     times = [r["step_us"] for r in runs]
@@ -100,6 +102,9 @@ def main(argv=None) -> int:
     parser.add_argument("--intra", default="NVLink", help="the link inside a node of 8")
     parser.add_argument("--inter", default="100Gb-IB", help="the link between the two nodes")
     parser.add_argument("--repeats", type=int, default=1, help="runs per point (2: the spread)")
+    parser.add_argument("--preset", default=None,
+                        help="a real model's shapes (parlab.models.presets), run shapes-only: "
+                             "ranks up to 64")
     parser.add_argument("--full", action="store_true", help="also the slow points " + str(sorted(SLOW)))
     parser.add_argument("--launch", action="store_true", help="launch time and RSS of 16 ranks")
     parser.add_argument("--exact", action="store_true", help="every scheme at 8 and 16 ranks")
@@ -113,9 +118,13 @@ def main(argv=None) -> int:
     parser.add_argument("--big", action="store_true",
                         help="one shapes-only step of a 7.5B GPT as dp2·tp8·pp4 on 64 ranks")
     args = parser.parse_args(argv)
-    bad = [n for n in args.ranks if n < 1 or n > 32]
+    most = 64 if args.preset else 32
+    bad = [n for n in args.ranks if n < 1 or n > most]
     if bad or args.repeats < 1:
-        raise SystemExit(f"--ranks {bad} must be in [1, 32]; --repeats={args.repeats} must be >= 1")
+        raise SystemExit(f"--ranks {bad} must be in [1, {most}] (64 with --preset); "
+                         f"--repeats={args.repeats} must be >= 1")
+    if args.preset is not None:
+        scaling.point_config("dp", 1, preset=args.preset)  # an unknown preset: named, at once
     t0 = time.perf_counter()
     if args.launch:
         print(many_ranks.format_launch(many_ranks.launch_cost(16)))
@@ -126,9 +135,10 @@ def main(argv=None) -> int:
     if not args.no_sweep:
         print(f"scaling on A100 time: {args.intra} inside a node of {scaling.NODE}, {args.inter} "
               f"between nodes; strong: global batch {scaling.STRONG_BATCH}, weak: "
-              f"{scaling.WEAK_ROWS} rows per data-parallel rank; tiny GPT (4 layers, 4 heads)")
+              f"{scaling.WEAK_ROWS} rows per data-parallel rank; "
+              + (f"{args.preset}, shapes-only" if args.preset else "tiny GPT (4 layers, 4 heads)"))
         rows, spreads = sweep(args.dims, args.modes, sorted(set(args.ranks)), args.intra,
-                              args.inter, args.full, args.repeats)
+                              args.inter, args.full, args.repeats, preset=args.preset)
         print(scaling.format_table(rows))
         print("model (parlab.planner.scaling_model.predict_step): counted compute + α-β of the ledger's "
               "bytes and rounds on each op's link; WFBP overlap for DP; the run's pipeline schedule "

@@ -21,20 +21,30 @@ DIMENSIONS = ("dp", "zero3", "tp", "pp", "3d")
 STRONG_BATCH = 16
 WEAK_ROWS = 2
 NODE = 8  # accelerators per node: NVLink inside, the inter-node link between
-PLANS_3D = {1: (1, 1, 1), 2: (2, 1, 1), 4: (1, 2, 2), 8: (2, 2, 2), 16: (4, 2, 2)}  # dp, tp, pp
+PLANS_3D = {1: (1, 1, 1), 2: (2, 1, 1), 4: (1, 2, 2), 8: (2, 2, 2), 16: (4, 2, 2),
+            32: (2, 8, 2), 64: (2, 8, 4)}  # dp, tp, pp (beyond 16: real presets, tp in a node)
 
 
-def point_config(dim: str, n: int, mode: str = "strong", bucket_mb: float = 0.1) -> dict | None:
+def point_config(dim: str, n: int, mode: str = "strong", bucket_mb: float = 0.1,
+                 preset: str | None = None) -> dict | None:
     """{scheme, batch_size, options, degrees} for dimension `dim` on n ranks, or None when the
-    default GPT (4 layers, 4 heads) cannot be cut n ways along it (tp ≤ heads, pp ≤ layers)."""
+    model — the default GPT (4 layers, 4 heads), or a real `preset` (parlab.models.presets) run
+    shapes-only — cannot be cut n ways along it (tp divides the heads and stays inside a node,
+    pp divides the layers)."""
+    from parlab.models.presets import PRESETS
+
     if mode not in ("strong", "weak"):
         raise ValueError(f"mode={mode!r} must be 'strong' or 'weak'")
     if dim not in DIMENSIONS:
         raise ValueError(f"dimension {dim!r} must be one of {DIMENSIONS}")
-    heads = layers = 4
+    if preset is not None and preset not in PRESETS:
+        raise ValueError(f"preset={preset!r} must be one of {sorted(PRESETS)}")
+    heads, layers = ((PRESETS[preset]["n_head"], PRESETS[preset]["n_layer"]) if preset
+                     else (4, 4))
     dp, tp, pp = {"dp": (n, 1, 1), "zero3": (n, 1, 1), "tp": (1, n, 1), "pp": (1, 1, n),
                   "3d": PLANS_3D.get(n, (0, 0, 0))}[dim]
-    if dp == 0 or tp > heads or pp > layers:
+    if dp == 0 or tp > heads or pp > layers or (preset and (heads % tp or layers % pp
+                                                            or tp > NODE)):
         return None
     batch = STRONG_BATCH if mode == "strong" else WEAK_ROWS * n
     if batch % dp:
@@ -42,8 +52,9 @@ def point_config(dim: str, n: int, mode: str = "strong", bucket_mb: float = 0.1)
     micro = 2 * pp if pp > 1 else 1  # microbatches: twice the stages (bubble (p-1)/(m+p-1))
     if (batch // dp) % micro:
         return None
+    real = {"model": preset, "shapes_only": True} if preset else {}
     if n == 1:
-        return {"scheme": "single", "batch_size": batch, "options": {}, "degrees": (1, 1, 1)}
+        return {"scheme": "single", "batch_size": batch, "options": real, "degrees": (1, 1, 1)}
     scheme, options = {
         "dp": ("ddp-overlap", {"bucket_mb": bucket_mb}),
         "zero3": ("zero3", {}),
@@ -51,7 +62,8 @@ def point_config(dim: str, n: int, mode: str = "strong", bucket_mb: float = 0.1)
         "pp": ("pp-1f1b", {"pp": pp, "microbatches": micro}),
         "3d": ("nd", {"dp": dp, "tp": tp, "pp": pp, "microbatches": micro}),
     }[dim]
-    return {"scheme": scheme, "batch_size": batch, "options": options, "degrees": (dp, tp, pp)}
+    return {"scheme": scheme, "batch_size": batch, "options": {**options, **real},
+            "degrees": (dp, tp, pp)}
 
 
 def cluster_link(n: int, intra: str = "NVLink", inter: str = "100Gb-IB"):
@@ -63,11 +75,12 @@ def cluster_link(n: int, intra: str = "NVLink", inter: str = "100Gb-IB"):
 
 def run_point(dim: str, n: int, mode: str = "strong", intra: str = "NVLink",
               inter: str = "100Gb-IB", steps: int = 2, clock: str = "A100",
-              bucket_mb: float = 0.1):
-    """One paced run of the point (None where the dimension cannot reach n)."""
+              bucket_mb: float = 0.1, preset: str | None = None):
+    """One paced run of the point (None where the dimension cannot reach n); with a `preset`,
+    shapes-only at that model's shapes."""
     import parlab
 
-    spec = point_config(dim, n, mode, bucket_mb)
+    spec = point_config(dim, n, mode, bucket_mb, preset)
     if spec is None:
         return None
     return parlab.run(spec["scheme"], world_size=n, steps=steps, batch_size=spec["batch_size"],
@@ -80,14 +93,17 @@ def state_bytes(r) -> int:
                for m in r.memory)
 
 
-def predicted_state_bytes(dim: str, degrees: tuple, n: int) -> int:
+def predicted_state_bytes(dim: str, degrees: tuple, n: int, preset: str | None = None) -> int:
     """Closed form of the busiest rank's model state, 16 bytes per parameter it holds (fp32 weight,
     gradient, AdamW's two moments): DP the whole model; ZeRO-3 1/n of it; TP the blocks' matrices
     / tp beside replicated embeddings and norms; PP one stage's blocks and the (tied) embedding."""
+    from parlab.core.shapes import shapes
     from parlab.engine.loop import build_model
     from parlab.engine.runner import make_config
 
-    model = build_model(make_config("single"))
+    with shapes():  # a real preset's parameters, counted without their bytes
+        model = build_model(make_config("single", **({"model": preset, "clock": "A100",
+                                                         "shapes_only": True} if preset else {})))
     emb = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("blocks."))
     mats = sum(p.numel() for name, p in model.named_parameters()
                if name.startswith("blocks.") and p.dim() == 2)
@@ -105,12 +121,13 @@ def measure_point(dim: str, n: int, mode: str = "strong", **kw) -> dict | None:
     r = run_point(dim, n, mode, **kw)
     if r is None:
         return None
-    spec = point_config(dim, n, mode, kw.get("bucket_mb", 0.1))
+    preset = kw.get("preset")
+    spec = point_config(dim, n, mode, kw.get("bucket_mb", 0.1), preset)
     pred = predict_step(r, step=1)
     clock = r.clock  # virtual time: step times are the accelerator's seconds
     measured = r.step_times[1] if len(r.step_times) > 1 else r.step_times[0]
     mem = state_bytes(r)
-    mem_pred = predicted_state_bytes(dim, spec["degrees"], n)
+    mem_pred = predicted_state_bytes(dim, spec["degrees"], n, preset)
     return {"dim": dim, "mode": mode, "n": n, "scheme": spec["scheme"],
             "degrees": spec["degrees"], "batch": spec["batch_size"],
             "step_us": measured * 1e6, "pred_us": pred["step_s"] * 1e6,
