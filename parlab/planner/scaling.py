@@ -83,8 +83,10 @@ def run_point(dim: str, n: int, mode: str = "strong", intra: str = "NVLink",
     spec = point_config(dim, n, mode, bucket_mb, preset)
     if spec is None:
         return None
+    # a real preset's ranks spend minutes in fake-tensor dispatch when 64 share two cores
+    timeout = {"timeout": 3600.0} if preset else {}
     return parlab.run(spec["scheme"], world_size=n, steps=steps, batch_size=spec["batch_size"],
-                      clock=clock, link=cluster_link(n, intra, inter), **spec["options"])
+                      clock=clock, link=cluster_link(n, intra, inter), **spec["options"], **timeout)
 
 
 def state_bytes(r) -> int:
