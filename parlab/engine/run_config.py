@@ -185,6 +185,7 @@ def make_config(scheme: str, world_size: int = 1, model: str = "gpt", steps: int
     if shapes_only:  # after the model config is validated: a bad routing is named as such
         _refuse_what_needs_values(model, precision.check(common["precision"]), options,
                                   getattr(cfg.model_config, "routing", None))
+    _refuse_llama_parts(scheme, model, cfg.model_config, options)
     models.check_checkpointing(model, cfg.checkpoint)
     model_data.check_seq_len(model, getattr(cfg.model_config, "block_size", 0))
     if spec.validate is not None:
@@ -213,6 +214,39 @@ def _refuse_what_needs_values(model: str, mixed: str, options: dict, routing: st
         why = "save_dir: a shapes-only run has no values to save"
     if why:
         raise ValueError(f"shapes_only=True cannot run {why}")
+
+
+LLAMA_SCHEMES = ("single", "ddp-naive", "zero3", "pp-1f1b", "nd")  # tested (test_llama_shapes)
+
+
+def _refuse_llama_parts(scheme: str, model: str, model_config, options: dict) -> None:
+    """The GPT's Llama-style options (grouped-query attention, SwiGLU, RMSNorm, RoPE, an untied
+    head: `parlab.models.llama_parts`) run on the schemes a test holds equal to `single`
+    (LLAMA_SCHEMES; `nd` with dp and pp); any other is refused before any process starts, naming
+    why. Tensor parallelism above all: its layers (`parlab.tensor_parallel.layers`) cut nanoGPT's
+    equal [q; k; v] thirds and the 4× GELU MLP, not n_kv_head key/value heads (tp would have to
+    divide n_kv_head) nor SwiGLU's two input projections; context parallelism's positions are not
+    RoPE's."""
+    if getattr(model_config, "is_default_shape", True):
+        return
+    set_ = {f: getattr(model_config, f) for f in ("n_kv_head", "mlp", "d_ff", "norm", "positions",
+                                                   "tie_head")}
+    why = None
+    if model != "gpt":
+        why = f"model={model!r} (only the dense 'gpt' takes them)"
+    elif scheme not in LLAMA_SCHEMES:
+        why = f"scheme {scheme!r} (they run on {list(LLAMA_SCHEMES)})"
+    else:
+        split = {d: options.get(d, 1) for d in ("tp", "cp", "ep")}
+        if any(v != 1 for v in split.values()):
+            why = (f"nd with {', '.join(f'{d}={v}' for d, v in split.items() if v != 1)} (nd runs "
+                   "them with dp and pp only)")
+    if why:
+        raise ValueError(
+            f"the GPT's Llama-style options {set_} are not supported by {why}: tensor parallelism "
+            "shards nanoGPT's equal q/k/v and 4× GELU MLP, not grouped key/value heads (tp must "
+            "divide n_kv_head) or SwiGLU's two input projections, and context parallelism's "
+            "positions are not RoPE's; not implemented yet")
 
 
 def shapes_schemes() -> list[str]:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from parlab.models.base import ConfiguredModel
-from parlab.models.checks import require_positive_ints
 from parlab.models.data import VOCAB, text_batch, text_max_seq_len
+from parlab.models.llama_parts import RMSNorm, SwiGLU, grouped_heads, validate_options
 from parlab.models.spec import ModelSpec, register_model
 
 
@@ -36,18 +36,48 @@ class GPTConfig:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 32
+    # Llama-style options (`parlab.models.llama_parts`), each off by default: nanoGPT's GPT
+    n_kv_head: int | None = None  # grouped-query attention's k/v heads; None: n_head (multi-head)
+    mlp: str = "gelu"  # "gelu": 4× GELU MLP; "swiglu": SwiGLU of width d_ff
+    d_ff: int | None = None  # the MLP's hidden width; None: 4·n_embd
+    norm: str = "layernorm"  # "layernorm" or "rmsnorm" (eps `norm_eps`)
+    norm_eps: float = 1e-5
+    positions: str = "learned"  # "learned": a position table wpe; "rope": rotary, base rope_theta
+    rope_theta: float = 10000.0
+    tie_head: bool = True  # False: an own output head lm_head (C -> vocab)
 
     @property
     def head_dim(self) -> int:
         return self.n_embd // self.n_head
 
+    @property
+    def kv_heads(self) -> int:
+        return self.n_head if self.n_kv_head is None else self.n_kv_head
+
+    @property
+    def hidden_width(self) -> int:
+        return 4 * self.n_embd if self.d_ff is None else self.d_ff
+
+    @property
+    def is_default_shape(self) -> bool:
+        """Whether every Llama-style option is off (nanoGPT's GPT)."""
+        return (self.n_kv_head is None and self.mlp == "gelu" and self.d_ff is None
+                and self.norm == "layernorm" and self.positions == "learned" and self.tie_head)
+
     def validate(self) -> None:
-        require_positive_ints(self)
+        for name in _INT_FIELDS:  # the Llama-style options are checked below (None, str, float)
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be an int >= 1")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        validate_options(self)
         if self.vocab_size < len(VOCAB):  # a token id >= vocab_size would index past the embedding
             raise ValueError(f"GPTConfig.vocab_size={self.vocab_size} is below the {len(VOCAB)} "
                              "symbols of the text dataset")
+
+
+_INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
 
 
 def maybe_checkpoint(fn, enabled: bool, *args):
@@ -76,17 +106,29 @@ class CausalSelfAttention(nn.Module):
 
     attend = None  # plain causal `attention`; context parallelism sets ring attention per instance
 
-    def __init__(self, c_attn: nn.Module, c_proj: nn.Module, n_head: int, head_dim: int):
+    def __init__(self, c_attn: nn.Module, c_proj: nn.Module, n_head: int, head_dim: int,
+                 n_kv_head: int | None = None, rope_theta: float | None = None):
         super().__init__()
         self.c_attn, self.c_proj = c_attn, c_proj
         self.n_head, self.head_dim = n_head, head_dim  # the heads this module computes
+        # grouped-query attention's k/v heads (None: n_head) and RoPE's base (None: no rotation)
+        self.n_kv_head, self.rope_theta = n_kv_head, rope_theta
 
     @classmethod
     def for_config(cls, cfg: GPTConfig) -> CausalSelfAttention:
-        return cls(nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False),
-                   nn.Linear(cfg.n_embd, cfg.n_embd, bias=False), cfg.n_head, cfg.head_dim)
+        if cfg.n_kv_head is None and cfg.positions == "learned":  # nanoGPT's attention
+            return cls(nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=False),
+                       nn.Linear(cfg.n_embd, cfg.n_embd, bias=False), cfg.n_head, cfg.head_dim)
+        width = (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim  # [q; k; v], k and v of n_kv heads
+        return cls(nn.Linear(cfg.n_embd, width, bias=False),
+                   nn.Linear(cfg.n_embd, cfg.n_embd, bias=False), cfg.n_head, cfg.head_dim,
+                   cfg.kv_heads, cfg.rope_theta if cfg.positions == "rope" else None)
 
     def forward(self, x):
+        if self.n_kv_head is not None or self.rope_theta is not None:  # GQA and / or RoPE
+            return self.c_proj(grouped_heads(self.c_attn(x), self.n_head, self.n_kv_head or self.n_head,
+                                             self.head_dim, self.rope_theta,
+                                             self.attend or attention))  # (B, T, C)
         q, k, v = split_qkv(self.c_attn(x))  # 3 × (B, T, nh·hs)
         return self.c_proj(multi_head(q, k, v, self.head_dim, self.attend))  # (B, T, C)
 
@@ -128,12 +170,21 @@ class MLPBlock(nn.Module):
         self.c_fc, self.c_proj = c_fc, c_proj
 
     @classmethod
-    def for_config(cls, cfg: GPTConfig) -> MLPBlock:
+    def for_config(cls, cfg: GPTConfig) -> nn.Module:
+        if cfg.mlp == "swiglu":
+            return SwiGLU.for_config(cfg)
         return cls(nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=False),
                    nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=False))
 
     def forward(self, x):
         return self.c_proj(F.gelu(self.c_fc(x)))  # (B, T, C)
+
+
+def make_norm(cfg: GPTConfig) -> nn.Module:
+    """The config's normalisation over n_embd channels: LayerNorm (nanoGPT's) or RMSNorm."""
+    if cfg.norm == "rmsnorm":
+        return RMSNorm(cfg.n_embd, cfg.norm_eps)
+    return nn.LayerNorm(cfg.n_embd, eps=cfg.norm_eps)
 
 
 class Block(nn.Module):
@@ -146,8 +197,8 @@ class Block(nn.Module):
 
     @classmethod
     def for_config(cls, cfg: GPTConfig) -> Block:
-        return cls(nn.LayerNorm(cfg.n_embd), CausalSelfAttention.for_config(cfg),
-                   nn.LayerNorm(cfg.n_embd), MLPBlock.for_config(cfg))
+        return cls(make_norm(cfg), CausalSelfAttention.for_config(cfg), make_norm(cfg),
+                   MLPBlock.for_config(cfg))
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))  # (B, T, C)
@@ -156,23 +207,31 @@ class Block(nn.Module):
 
 class GPT(ConfiguredModel):
     """Token and position embeddings, `n_layer` pre-norm blocks, a final LayerNorm and the head
-    tied to the token embedding (nanoGPT's model); `loss`: next-token cross-entropy."""
+    tied to the token embedding (nanoGPT's model); `loss`: next-token cross-entropy. The
+    Llama-style options drop the position table (`positions="rope"`: no `wpe`) and add an own
+    head after `ln_f` (`tie_head=False`: `lm_head`, drawn last so the rest draws as before)."""
 
     def __init__(self, cfg: GPTConfig, seed: int = 0):
         super().__init__(cfg)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        if cfg.positions == "learned":
+            self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.blocks = nn.ModuleList(self.make_block(cfg, i) for i in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.n_embd)
+        self.ln_f = make_norm(cfg)
+        if not cfg.tie_head:
+            self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         g = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             self.wte.weight.normal_(0.0, 0.02, generator=g)
-            self.wpe.weight.normal_(0.0, 0.02, generator=g)
+            if cfg.positions == "learned":
+                self.wpe.weight.normal_(0.0, 0.02, generator=g)
         proj_std = 0.02 / math.sqrt(2 * cfg.n_layer)  # GPT-2's scaled residual init
         for block in self.blocks:
             _init_linear(block.attn.c_attn, g)
             _init_linear(block.attn.c_proj, g, proj_std)
             self.init_mlp(block.mlp, g, proj_std)
+        if not cfg.tie_head:
+            _init_linear(self.lm_head, g)
 
     def make_block(self, cfg: GPTConfig, index: int) -> Block:
         """Block `index` (a variant such as `parlab.models.gpt_moe` swaps its MLP here)."""
@@ -181,13 +240,19 @@ class GPT(ConfiguredModel):
     def init_mlp(self, mlp: nn.Module, g: torch.Generator, proj_std: float) -> None:
         """Draw a block's MLP weights from `g`, after its attention's, in a fixed order."""
         _init_linear(mlp.c_fc, g)
+        if isinstance(mlp, SwiGLU):
+            _init_linear(mlp.c_up, g)
         _init_linear(mlp.c_proj, g, proj_std)
 
     def embed(self, idx):
+        if self.config.positions == "rope":  # positions enter inside attention (q, k rotated)
+            return self.wte(idx)  # (B, T, C)
         T = idx.size(1)
         return self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
 
     def head(self, x):
+        if not self.config.tie_head:
+            return self.lm_head(self.ln_f(x))  # (B, T, vocab), its own weights
         return self.ln_f(x) @ self.wte.weight.t()  # (B, T, vocab), tied to the embedding
 
     def forward(self, idx):
@@ -203,15 +268,21 @@ class GPT(ConfiguredModel):
 
 # ----------------------------------------------------------------------------- counts, registration
 def trunk_param_count(cfg: GPTConfig) -> int:
-    """Parameters outside the blocks' MLPs: wte (tied head), wpe, ln_f, and per block two
-    LayerNorms and attention's c_attn and c_proj."""
+    """Parameters outside the blocks' MLPs: wte (tied head, or + lm_head), wpe (learned
+    positions), ln_f, and per block two norms and attention's c_attn and c_proj."""
     C = cfg.n_embd
-    return cfg.vocab_size * C + cfg.block_size * C + 2 * C + cfg.n_layer * (4 * C + 4 * C * C)
+    norm = C if cfg.norm == "rmsnorm" else 2 * C  # gain (and LayerNorm's bias)
+    embeddings = cfg.vocab_size * C * (1 if cfg.tie_head else 2)
+    embeddings += cfg.block_size * C if cfg.positions == "learned" else 0
+    attn = C * (cfg.n_head + 2 * cfg.kv_heads) * cfg.head_dim + C * C  # c_attn, c_proj
+    return embeddings + norm + cfg.n_layer * (2 * norm + attn)
 
 
 def param_count(cfg: GPTConfig) -> int:
-    """Parameters of the GPT, from the config alone: the trunk and each block's 4× MLP."""
-    return trunk_param_count(cfg) + cfg.n_layer * 8 * cfg.n_embd ** 2
+    """Parameters of the GPT, from the config alone: the trunk and each block's MLP (GELU: two
+    C × d_ff matrices; SwiGLU: three)."""
+    per_mlp = (3 if cfg.mlp == "swiglu" else 2) * cfg.n_embd * cfg.hidden_width
+    return trunk_param_count(cfg) + cfg.n_layer * per_mlp
 
 
 def activation_count(cfg: GPTConfig, batch_size: int) -> int:

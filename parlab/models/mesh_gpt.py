@@ -31,7 +31,8 @@ class MeshBlock(Block):
 
     def __init__(self, block, checkpoint: bool):
         a = block.attn  # a fresh attention over the same linears: apply_cp sets its `attend`
-        super().__init__(block.ln_1, CausalSelfAttention(a.c_attn, a.c_proj, a.n_head, a.head_dim),
+        super().__init__(block.ln_1, CausalSelfAttention(a.c_attn, a.c_proj, a.n_head, a.head_dim,
+                                                         a.n_kv_head, a.rope_theta),
                          block.ln_2, block.mlp)
         self.checkpoint = checkpoint
 
@@ -49,12 +50,16 @@ class MeshGPT(nn.Module):
     def __init__(self, model):
         super().__init__()
         self.config = model.config
-        # registered in the reference's order (wte, wpe, blocks, ln_f), so parameters() — and
-        # every bucket or flat unit cut along it — is the reference's order too
-        self.wte, self.wpe = model.wte, model.wpe
+        # registered in the reference's order (wte, wpe, blocks, ln_f, lm_head), so parameters()
+        # — and every bucket or flat unit cut along it — is the reference's order too
+        self.wte = model.wte
+        if hasattr(model, "wpe"):  # learned positions (not with RoPE)
+            self.wpe = model.wpe
         checkpoint = getattr(model, "activation_checkpointing", False)
         self.blocks = nn.ModuleList(MeshBlock(b, checkpoint) for b in model.blocks)
         self.ln_f = model.ln_f
+        if hasattr(model, "lm_head"):  # an untied head (tie_head=False)
+            self.lm_head = model.lm_head
         self.positions = torch.arange(model.config.block_size)  # (T,) until apply_cp
         self.pipeline = None  # split_pp's PipelineParts
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
@@ -64,9 +69,13 @@ class MeshGPT(nn.Module):
         self.expert_replicas = 1  # apply_ep: the dp × cp ranks whose expert gradients are summed
 
     def embed(self, idx):
+        if self.config.positions == "rope":  # positions enter inside attention
+            return self.wte(idx)  # (B, T, C)
         return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions
 
     def head(self, x):
+        if not self.config.tie_head:
+            return self.lm_head(self.ln_f(x))  # (B, T/cp, vocab), its own weights
         return self.ln_f(x) @ self.wte.weight.t()  # (B, T/cp, vocab), tied to the embedding
 
     def forward(self, idx):

@@ -17,8 +17,15 @@ Sources:
   Using Megatron-LM", SC 2021, Table 1): sequence 2048, vocabulary 51,200; 1.7B 24 layers × 2304
   (24 heads), 3.6B 30 × 3072 (32), 7.5B 36 × 4096 (32), 18.4B 40 × 6144 (48), 39.1B 48 × 8192
   (64), 76.1B 60 × 10240 (80). Their heads divide by 2, 4 and 8: the tensor-parallel presets.
-Simplification, stated: no biases and a tied head (this package's GPT), so a preset's parameter
-count is within 1% of the published one, not equal.
+- Llama 3 8B (Meta, "The Llama 3 Herd of Models", 2024, Table 3; the released `config.json`):
+  32 layers × 4096, 32 query heads sharing 8 key/value heads (grouped-query attention, Ainslie et
+  al. 2023), a SwiGLU MLP of width 14,336 (Shazeer 2020), RMSNorm with eps 1e-5 (Zhang & Sennrich
+  2019), rotary positions with base 500,000 (Su et al. 2021), vocabulary 128,256, context 8192,
+  an untied output head, no biases: the GPT's Llama-style options (`parlab.models.llama_parts`),
+  8.03B parameters like the released model's. It runs on the schemes `LLAMA_SCHEMES` of
+  `parlab.engine.run_config` (no tensor or context parallelism yet).
+Simplification, stated (the GPT-2 and Megatron presets): no biases and a tied head (this
+package's GPT), so a preset's parameter count is within 1% of the published one, not equal.
 """
 
 from __future__ import annotations
@@ -37,6 +44,10 @@ PRESETS: dict[str, dict] = {
     "megatron-18.4b": {**MEGATRON, "n_layer": 40, "n_head": 48, "n_embd": 6144},
     "megatron-39.1b": {**MEGATRON, "n_layer": 48, "n_head": 64, "n_embd": 8192},
     "megatron-76.1b": {**MEGATRON, "n_layer": 60, "n_head": 80, "n_embd": 10240},
+    "llama3-8b": {"vocab_size": 128256, "block_size": 8192, "n_layer": 32, "n_head": 32,
+                  "n_embd": 4096, "n_kv_head": 8, "mlp": "swiglu", "d_ff": 14336,
+                  "norm": "rmsnorm", "norm_eps": 1e-5, "positions": "rope",
+                  "rope_theta": 500000.0, "tie_head": False},
 }
 
 

@@ -55,9 +55,14 @@ class Stage(nn.Module):
         self.n_layers = len(layers_of(model))
         self.layers = nn.ModuleList(layers_of(model)[lo:hi])
         if self.is_gpt and self.first:
-            self.wte, self.wpe = model.wte, model.wpe
+            self.wte = model.wte
+            if hasattr(model, "wpe"):  # learned positions (RoPE has none)
+                self.wpe = model.wpe
         if self.is_gpt and self.last:
-            self.wte, self.ln_f = model.wte, model.ln_f
+            if hasattr(model, "lm_head"):  # an untied head: the last stage's own
+                self.ln_f, self.lm_head = model.ln_f, model.lm_head
+            else:
+                self.wte, self.ln_f = model.wte, model.ln_f
         self._model = [model]  # a list: not a submodule, so parameters() stay the stage's own
 
     def forward(self, x):
@@ -97,11 +102,14 @@ def keep_only(model: nn.Module, stage_ids: list[int], counts: list[int]) -> None
             layers[i] = nn.Identity()
     if hasattr(model, "blocks"):
         first, last = 0 in stage_ids, len(counts) - 1 in stage_ids
-        if not first:
+        untied = hasattr(model, "lm_head")
+        if not first and hasattr(model, "wpe"):
             del model.wpe
         if not last:
             del model.ln_f
-        if not (first or last):
+            if untied:
+                del model.lm_head
+        if not (first or (last and not untied)):  # an untied head leaves wte to the first stage
             del model.wte
 
 
@@ -113,8 +121,11 @@ def build_stages(model: nn.Module, stage_ids: list[int], counts: list[int]) -> d
 
 
 def tied_parameter(model: nn.Module):
-    """The parameter shared by the first and last stage (GPT's wte), or None."""
+    """The parameter shared by the first and last stage (GPT's wte), or None (also for a GPT
+    with an untied head: its ends share nothing)."""
     wte = getattr(model, "wte", None)
+    if not getattr(getattr(model, "config", None), "tie_head", True):  # tie_head=False
+        return None
     return wte.weight if wte is not None else None
 
 

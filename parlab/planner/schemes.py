@@ -69,7 +69,8 @@ def sync_gradients(model: MeshGPT) -> None:
     (apply_zero). Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own
     "grad-reduce-scatter")."""
     parts, sync = model.pipeline, model.grad_sync
-    tie = parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte")
+    tie = (parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte")
+           and model.config.tie_head)  # an untied head (tie_head=False): nothing to sum
     # an overlapped dp sync has already sent the stage's own wte gradient: average, then tie
     # (Σ of the two averages = the average of the sums)
     late_tie = sync is not None and sync.during_backward
