@@ -8,6 +8,7 @@ import torch
 
 from parlab.core import roofline
 from parlab.core.link import ACCELERATORS
+from parlab.planner import megatron_runs
 
 A100 = ACCELERATORS["A100"]
 N = 256
@@ -37,7 +38,7 @@ def test_a_matmul_an_elementwise_op_and_a_view_priced_three_ways():
 
 
 def test_a_preset_layer_is_memory_bound_somewhere():
-    setup, step = roofline.preset_step("gpt2", batch=1, layers=1)
+    setup, step = megatron_runs.preset_step("gpt2", batch=1, layers=1)
     r = roofline.compare(step, setup=setup)
     assert r["total"]["roofline_s"] > r["total"]["clock_s"]  # bytes the FLOPs did not see
     softmax = r["rows"]["aten._softmax"]

@@ -8,8 +8,9 @@ not see. The roofline model (Williams, Waterman & Patterson, "Roofline: An Insig
 Performance Model for Multicore Architectures", CACM 2009) prices an operator at the larger of
 its FLOPs ÷ compute rate and its bytes read and written ÷ memory bandwidth.
 
-`compare(fn)` runs `fn` on fake tensors (`parlab.core.shapes`) under a dispatch mode that prices
-each aten operator:
+`compare(fn)` runs `fn` (a preset's forward and backward:
+`parlab.planner.megatron_runs.preset_step`) on fake tensors (`parlab.core.shapes`) under a
+dispatch mode that prices each aten operator:
 
 - **clock**: what the paced clock charges today, launch + FLOPs / F (views included: the meter
   counts every aten operator);
@@ -117,27 +118,6 @@ def compare(fn, accelerator: str = "A100", setup=None) -> dict:
     total = {k: sum(r[k] for r in rows.values()) for k in
              ("ops", "flops", "bytes", "clock_s", "roofline_s", "torch_s")}
     return {"rows": rows, "total": total, "accelerator": accelerator}
-
-
-def preset_step(preset: str = "megatron-1.7b", batch: int = 1, layers: int | None = None):
-    """(setup, step) for `compare`: setup builds `preset` (parlab.models.presets), optionally cut
-    to `layers` blocks, and a batch of `batch` sequences of its context; step runs one forward and
-    backward of it."""
-    from parlab import models
-    from parlab.models.presets import resolve
-
-    model_name, overrides, _ = resolve(preset, {"n_layer": layers} if layers else None)
-    config = models.model_config(model_name, overrides)
-
-    def setup():
-        model = models.build_model(model_name, config, seed=0)
-        return model, torch.randint(0, config.vocab_size, (batch, config.block_size))  # (B, T)
-
-    def step(state):
-        model, x = state
-        model.loss(x, x).backward()
-
-    return setup, step
 
 
 def format_comparison(result: dict, top: int = 8) -> str:

@@ -154,7 +154,8 @@ def main(argv=None) -> int:
         megatron_runs.table(args.max_ranks)
     if args.roofline:
         from parlab.core import roofline
-        setup, step = roofline.preset_step(args.roofline, batch=1, layers=2)
+        from parlab.planner import megatron_runs
+        setup, step = megatron_runs.preset_step(args.roofline, batch=1, layers=2)
         print(f"{args.roofline}, 2 blocks, one sequence, fp32 (parlab.core.roofline):")
         print(roofline.format_comparison(roofline.compare(step, setup=setup), top=10))
     if args.big:

@@ -156,3 +156,27 @@ def big_run(preset=BIG["preset"], world_size=BIG["world_size"], dp=BIG["dp"], tp
             f"{len(r.ledger)} messages, {state:.1f} GB per rank (A100: 80) · this CPU: "
             f"{m['wall_s']:.0f} s wall, all ranks together PSS {m['peak_pss'] / mib:,.0f} MiB "
             f"(RSS {m['peak_rss'] / mib:,.0f} MiB counting shared pages once per rank)")
+
+
+
+def preset_step(preset: str = "megatron-1.7b", batch: int = 1, layers: int | None = None):
+    """(setup, step) for `parlab.core.roofline.compare`: setup builds `preset`
+    (parlab.models.presets), optionally cut to `layers` blocks, and a batch of `batch` sequences
+    of its context; step runs one forward and backward of it."""
+    import torch
+
+    from parlab import models
+    from parlab.models.presets import resolve
+
+    model_name, overrides, _ = resolve(preset, {"n_layer": layers} if layers else None)
+    config = models.model_config(model_name, overrides)
+
+    def setup():
+        model = models.build_model(model_name, config, seed=0)
+        return model, torch.randint(0, config.vocab_size, (batch, config.block_size))  # (B, T)
+
+    def step(state):
+        model, x = state
+        model.loss(x, x).backward()
+
+    return setup, step
