@@ -1,8 +1,10 @@
 """The GPT's Llama-style options (parlab.models.llama_parts: grouped-query attention, SwiGLU,
 RMSNorm, RoPE, an untied head) and the `llama3-8b` preset: at a small size every supported scheme
-trains them exactly like `single`, a shapes-only run equals its real paced run, the preset counts
-Llama 3 8B's parameters and runs a step shapes-only on two ranks; what is not supported (tensor
-and context parallelism) is refused before any process starts, naming why."""
+trains them exactly like `single` (tensor parallelism: whole groups of query heads with their
+key/value head per rank, SwiGLU's two input projections column-parallel), a shapes-only run equals
+its real paced run, the preset counts Llama 3 8B's parameters and runs a step shapes-only on two
+ranks; what is not supported (context, vocabulary parallelism) is refused before any process
+starts, naming why."""
 
 import pytest
 
@@ -18,7 +20,10 @@ SCHEMES = [  # (scheme, world_size, options)
     ("ddp-naive", 2, {}),
     ("zero3", 2, {}),
     ("pp-1f1b", 2, {"microbatches": 4, "batch_size": 16}),
+    ("tp", 2, {"tp": 2}),
+    ("tp-sp", 2, {"tp": 2}),
     ("nd", 2, {"dp": 2}),
+    ("nd", 2, {"tp": 2}),
     ("nd", 2, {"pp": 2, "microbatches": 4, "batch_size": 16}),
 ]
 IDS = [f"{s}-{'-'.join(f'{k}{v}' for k, v in o.items())}" for s, _, o in SCHEMES]
@@ -89,14 +94,17 @@ def test_llama3_8b_runs_a_step_shapes_only_on_two_ranks():
 
 
 @pytest.mark.parametrize("scheme, options, why", [
-    ("tp", {"tp": 2}, r"scheme 'tp'.*tp must divide n_kv_head"),
-    ("nd", {"tp": 2}, r"nd with tp=2.*SwiGLU"),
-    ("nd", {"cp": 2}, r"nd with cp=2.*RoPE"),
+    ("tp", {"tp": 4}, r"n_kv_head=2 is not divisible by tp=4"),
+    ("nd", {"tp": 4}, r"n_kv_head=2 is not divisible by tp=4"),
+    ("tp", {"tp": 2, "vocab_parallel": True}, r"vocab_parallel=True"),
+    ("nd", {"cp": 2, "dp": 2}, r"nd with cp=2.*RoPE"),
     ("cp-ring", {"cp": 2}, r"scheme 'cp-ring'"),
 ])
-def test_tensor_and_context_parallelism_are_refused_naming_why(scheme, options, why):
+def test_what_does_not_split_them_is_refused_naming_why(scheme, options, why):
+    """A tp degree must divide the key/value heads (a rank holds whole groups); context and
+    vocabulary parallelism are not supported with them."""
     with pytest.raises(ValueError, match=why):
-        make_config(scheme, world_size=2, model_config=SMALL, **options)
+        make_config(scheme, world_size=4, model_config=SMALL, **options)
 
 
 def test_a_bad_option_is_named():

@@ -216,17 +216,17 @@ def _refuse_what_needs_values(model: str, mixed: str, options: dict, routing: st
         raise ValueError(f"shapes_only=True cannot run {why}")
 
 
-LLAMA_SCHEMES = ("single", "ddp-naive", "zero3", "pp-1f1b", "nd")  # tested (test_llama_shapes)
+LLAMA_SCHEMES = ("single", "ddp-naive", "zero3", "pp-1f1b", "tp", "tp-sp", "nd")  # tested
 
 
 def _refuse_llama_parts(scheme: str, model: str, model_config, options: dict) -> None:
     """The GPT's Llama-style options (grouped-query attention, SwiGLU, RMSNorm, RoPE, an untied
     head: `parlab.models.llama_parts`) run on the schemes a test holds equal to `single`
-    (LLAMA_SCHEMES; `nd` with dp and pp); any other is refused before any process starts, naming
-    why. Tensor parallelism above all: its layers (`parlab.tensor_parallel.layers`) cut nanoGPT's
-    equal [q; k; v] thirds and the 4× GELU MLP, not n_kv_head key/value heads (tp would have to
-    divide n_kv_head) nor SwiGLU's two input projections; context parallelism's positions are not
-    RoPE's."""
+    (LLAMA_SCHEMES, test_llama_shapes; `nd` with dp, tp and pp); any other is refused before any
+    process starts, naming why: context parallelism (its ranks' positions are not RoPE's), expert
+    parallelism, vocabulary parallelism (it cuts the tied head) and the other chapters' schemes,
+    not yet tested with them. Tensor parallelism cuts whole groups of query heads with their
+    key/value head (tp must divide n_kv_head: `tp_factors`, checked by the schemes' validate)."""
     if getattr(model_config, "is_default_shape", True):
         return
     set_ = {f: getattr(model_config, f) for f in ("n_kv_head", "mlp", "d_ff", "norm", "positions",
@@ -237,16 +237,17 @@ def _refuse_llama_parts(scheme: str, model: str, model_config, options: dict) ->
     elif scheme not in LLAMA_SCHEMES:
         why = f"scheme {scheme!r} (they run on {list(LLAMA_SCHEMES)})"
     else:
-        split = {d: options.get(d, 1) for d in ("tp", "cp", "ep")}
+        split = {d: options.get(d, 1) for d in ("cp", "ep")}
         if any(v != 1 for v in split.values()):
             why = (f"nd with {', '.join(f'{d}={v}' for d, v in split.items() if v != 1)} (nd runs "
-                   "them with dp and pp only)")
+                   "them with dp, tp and pp)")
+        elif options.get("vocab_parallel"):
+            why = "vocab_parallel=True (it cuts the tied embedding / head by vocabulary rows)"
     if why:
         raise ValueError(
-            f"the GPT's Llama-style options {set_} are not supported by {why}: tensor parallelism "
-            "shards nanoGPT's equal q/k/v and 4× GELU MLP, not grouped key/value heads (tp must "
-            "divide n_kv_head) or SwiGLU's two input projections, and context parallelism's "
-            "positions are not RoPE's; not implemented yet")
+            f"the GPT's Llama-style options {set_} are not supported by {why}: context "
+            "parallelism's positions are not RoPE's, and the other schemes are not yet tested "
+            "with them; not implemented yet")
 
 
 def shapes_schemes() -> list[str]:

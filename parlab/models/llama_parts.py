@@ -115,3 +115,15 @@ def validate_options(cfg) -> None:
                          "must be even")
     if not isinstance(cfg.tie_head, bool):
         raise ValueError(f"GPTConfig.tie_head={cfg.tie_head!r} must be True or False")
+
+
+def tp_factors(cfg) -> list[tuple[str, int]]:
+    """What a tensor-parallel degree must divide besides nanoGPT's heads and widths: the key/value
+    heads (a rank holds whole groups of query heads with the key/value head they share) and
+    SwiGLU's d_ff (its columns); empty for the default GPT."""
+    out = []
+    if getattr(cfg, "n_kv_head", None) is not None:
+        out.append(("n_kv_head", cfg.n_kv_head))
+    if getattr(cfg, "d_ff", None) is not None:
+        out.append(("MLP width d_ff", cfg.d_ff))
+    return out

@@ -164,9 +164,11 @@ class Plan:
         if self.world_size != world_size:
             out.append(f"world_size={world_size} != dp={self.dp} × tp={self.tp} × pp={self.pp} × "
                        f"cp={self.cp} = {self.world_size}")
+        from parlab.models.llama_parts import tp_factors
+
         m = model_config
         for name, value in (("n_head", m.n_head), ("n_embd", m.n_embd),
-                            ("MLP width 4·n_embd", 4 * m.n_embd)):
+                            ("MLP width 4·n_embd", 4 * m.n_embd), *tp_factors(m)):
             if value % self.tp:
                 out.append(f"{name}={value} is not divisible by tp={self.tp}")
         if m.n_layer < self.pp:

@@ -26,10 +26,12 @@ from parlab.core.mesh import Mesh
 from parlab.heterogeneous.shares import bounds
 from parlab.heterogeneous.tp_layers import uneven_linears
 from parlab.models.gpt_moe import MoE
+from parlab.models.llama_parts import SwiGLU
 from parlab.models.mesh_gpt import MeshGPT
 from parlab.tensor_parallel.layers import (
     ParallelAttention,
     ParallelMLP,
+    ParallelSwiGLU,
     even_linears,
     shard_weight,
 )
@@ -57,7 +59,7 @@ class CollectivesBy:
 
 def even_shares(config, tp: int) -> dict[str, list[int]]:
     """Heads, MLP columns and positions per rank, each 1/tp of the whole."""
-    return {"heads": [config.n_head // tp] * tp, "columns": [4 * config.n_embd // tp] * tp,
+    return {"heads": [config.n_head // tp] * tp, "columns": [config.hidden_width // tp] * tp,
             "tokens": [config.block_size // tp] * tp}
 
 
@@ -84,7 +86,9 @@ def apply_tp(model: MeshGPT, mesh: Mesh, sequence_parallel: bool = False, regath
         attend = block.attn.attend  # keep a ring attention already set by apply_cp
         block.attn = ParallelAttention(block.attn, heads, column, row)
         block.attn.attend = attend
-        if not isinstance(block.mlp, MoE):  # experts stay whole on every tp rank (apply_ep)
+        if isinstance(block.mlp, SwiGLU):  # two column-parallel input projections
+            block.mlp = ParallelSwiGLU(block.mlp, columns, column, row)
+        elif not isinstance(block.mlp, MoE):  # experts stay whole on every tp rank (apply_ep)
             block.mlp = ParallelMLP(block.mlp, columns, column, row)
     if sequence_parallel:
         model.positions = torch.arange(*bounds(shares["tokens"])[rank])  # (t_r,) this rank's

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock
+from parlab.models.llama_parts import SwiGLU
 from parlab.tensor_parallel.async_ops import RingGatherMatmul
 from parlab.tensor_parallel.ops import (
     CopyToTensorParallel,
@@ -42,6 +43,7 @@ SHARDING = {
     "attn.c_proj.weight": (1, 1),  # (C, C): input columns cut by heads
     "mlp.c_fc.weight": (0, 1),  # (4C, C): output rows cut
     "mlp.c_proj.weight": (1, 1),  # (C, 4C): input columns cut
+    "mlp.c_up.weight": (0, 1),  # SwiGLU's value projection (d_ff, C): output rows cut, as c_fc
 }
 
 
@@ -79,8 +81,22 @@ def assemble_state(states: list[dict], vocab_parallel: bool = False) -> dict:
     full = {}
     for name, value in states[0].items():
         spec = shard_spec(name, vocab_parallel)
-        full[name] = value if spec is None else unshard_weight([s[name] for s in states], *spec)
+        shards = [s[name] for s in states]
+        if spec == (0, 3) and sum(w.size(0) for w in shards) != 3 * value.size(1):
+            full[name] = unshard_grouped_qkv(shards)  # grouped-query [q; k; v]: unequal parts
+            continue
+        full[name] = value if spec is None else unshard_weight(shards, *spec)
     return full
+
+
+def unshard_grouped_qkv(shards: list[torch.Tensor]) -> torch.Tensor:
+    """Grouped-query attention's c_attn from every tp rank's [q_r; k_r; v_r] (even shares): the
+    full q is C rows (C = the input width), k and v the rest in halves, each cut in tp."""
+    tp, C = len(shards), shards[0].size(1)
+    q_r = C // tp
+    kv_r = (shards[0].size(0) - q_r) // 2
+    parts = [s.split([q_r, kv_r, kv_r], dim=0) for s in shards]  # tp × (q_r, kv_r, kv_r rows)
+    return torch.cat([torch.cat([p[g] for p in parts], dim=0) for g in range(3)], dim=0)
 
 
 class ColumnParallelLinear(nn.Module):
@@ -134,9 +150,29 @@ class ParallelAttention(CausalSelfAttention):
 
     def __init__(self, attn, heads: tuple[int, int], column, row):
         lo, hi = heads[0] * attn.head_dim, heads[1] * attn.head_dim
+        if attn.n_kv_head is not None or attn.rope_theta is not None:  # GQA / RoPE
+            self._grouped(attn, heads, column, row)
+            return
         c_attn = column(rows(attn.c_attn.weight.detach(), 0, lo, hi, 3))  # (3·h_r·hs, C)
         c_proj = row(rows(attn.c_proj.weight.detach(), 1, lo, hi))  # (C, h_r·hs)
         super().__init__(c_attn, c_proj, heads[1] - heads[0], attn.head_dim)
+
+    def _grouped(self, attn, heads: tuple[int, int], column, row):
+        """Grouped-query attention (Ainslie et al. 2023) over this rank's query heads [h0, h1)
+        and the key/value heads they read, [h0, h1) / (nh / n_kv): whole groups per rank, so the
+        tp degree must divide n_kv_head (checked before any process starts)."""
+        hs, nh = attn.head_dim, attn.n_head
+        nkv = attn.n_kv_head or nh
+        group = nh // nkv
+        if heads[0] % group or heads[1] % group:
+            raise ValueError(f"query heads {heads} split a group of {group} sharing one key/value "
+                             f"head: the tensor-parallel degree must divide n_kv_head={nkv}")
+        k0, k1 = heads[0] // group, heads[1] // group  # this rank's key/value heads
+        q, k, v = attn.c_attn.weight.detach().split([nh * hs, nkv * hs, nkv * hs], dim=0)
+        c_attn = column(torch.cat([q[heads[0] * hs:heads[1] * hs], k[k0 * hs:k1 * hs],
+                                   v[k0 * hs:k1 * hs]], dim=0).clone())  # ((h_r + 2·kv_r)·hs, C)
+        c_proj = row(rows(attn.c_proj.weight.detach(), 1, heads[0] * hs, heads[1] * hs))  # (C, h_r·hs)
+        super().__init__(c_attn, c_proj, heads[1] - heads[0], hs, k1 - k0, attn.rope_theta)
 
 
 class ParallelMLP(MLPBlock):
@@ -146,6 +182,18 @@ class ParallelMLP(MLPBlock):
     def __init__(self, mlp, columns: tuple[int, int], column, row):
         lo, hi = columns
         super().__init__(column(rows(mlp.c_fc.weight.detach(), 0, lo, hi)),  # (c_r, C)
+                         row(rows(mlp.c_proj.weight.detach(), 1, lo, hi)))  # (C, c_r)
+
+
+class ParallelSwiGLU(SwiGLU):
+    """SwiGLU (Shazeer 2020) over this rank's hidden columns [c0, c1) of d_ff: the gate c_fc and
+    the value c_up column-parallel (the product SiLU(x·W) ⊙ x·V is column by column, so it needs
+    no communication), c_proj row-parallel — Megatron's MLP split with one more column linear."""
+
+    def __init__(self, mlp, columns: tuple[int, int], column, row):
+        lo, hi = columns
+        super().__init__(column(rows(mlp.c_fc.weight.detach(), 0, lo, hi)),  # (c_r, C)
+                         column(rows(mlp.c_up.weight.detach(), 0, lo, hi)),  # (c_r, C)
                          row(rows(mlp.c_proj.weight.detach(), 1, lo, hi)))  # (C, c_r)
 
 

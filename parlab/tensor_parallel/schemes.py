@@ -30,6 +30,7 @@ from parlab.core.precision import PRECISIONS
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.models.llama_parts import tp_factors
 from parlab.models.mesh_gpt import gpt_on_mesh
 from parlab.tensor_parallel.apply import apply_tp
 from parlab.tensor_parallel.async_ops import apply_async_tp
@@ -42,6 +43,7 @@ def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
     """Every factor that a tp degree `tp` does not divide, as readable phrases."""
     m = cfg.model_config
     checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
+    checks += tp_factors(m)  # grouped key/value heads, SwiGLU's d_ff
     if sequence_parallel:
         checks.append(("sequence length block_size", m.block_size))
     if cfg.options.get("async_tp") and not cfg.options.get("regather", True):
