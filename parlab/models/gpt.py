@@ -9,6 +9,10 @@ so that every parallel scheme can be compared with the single process exactly. A
 mask, softmax, ·v) rather than calling a fused kernel, so tensor, sequence and context
 parallelism can split it and the score matrix shows in the memory ledger.
 
+Llama-style options (`parlab.models.llama_parts`: grouped-query attention, SwiGLU, RMSNorm, RoPE,
+an untied head) all default off; with the defaults the modules, parameters, draws and operators
+are nanoGPT's, exactly.
+
 Parameters are created in a fixed order from `torch.Generator().manual_seed(seed)`, so every
 rank of every scheme starts from the same weights as the reference.
 """

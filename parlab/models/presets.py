@@ -22,8 +22,8 @@ Sources:
   al. 2023), a SwiGLU MLP of width 14,336 (Shazeer 2020), RMSNorm with eps 1e-5 (Zhang & Sennrich
   2019), rotary positions with base 500,000 (Su et al. 2021), vocabulary 128,256, context 8192,
   an untied output head, no biases: the GPT's Llama-style options (`parlab.models.llama_parts`),
-  8.03B parameters like the released model's. It runs on the schemes `LLAMA_SCHEMES` of
-  `parlab.engine.run_config` (no tensor or context parallelism yet).
+  8,030,261,248 parameters, the released model's 8.03B. It runs on the schemes `LLAMA_SCHEMES`
+  of `parlab.engine.run_config` (tp must divide its 8 key/value heads; no context parallelism).
 Simplification, stated (the GPT-2 and Megatron presets): no biases and a tied head (this
 package's GPT), so a preset's parameter count is within 1% of the published one, not equal.
 """
