@@ -132,7 +132,7 @@ class CausalSelfAttention(nn.Module):
         if self.n_kv_head is not None or self.rope_theta is not None:  # GQA and / or RoPE
             return self.c_proj(grouped_heads(self.c_attn(x), self.n_head, self.n_kv_head or self.n_head,
                                              self.head_dim, self.rope_theta,
-                                             self.attend or attention))  # (B, T, C)
+                                             self.attend or attention, multi_head))  # (B, T, C)
         q, k, v = split_qkv(self.c_attn(x))  # 3 × (B, T, nh·hs)
         return self.c_proj(multi_head(q, k, v, self.head_dim, self.attend))  # (B, T, C)
 

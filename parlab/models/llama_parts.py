@@ -71,26 +71,31 @@ def rope(x, theta: float):
     return x * cos + rotated * sin  # (B, nh, T, hs)
 
 
-def grouped_heads(qkv, n_head: int, n_kv_head: int, head_dim: int, rope_theta, attend):
+def grouped_heads(qkv, n_head: int, n_kv_head: int, head_dim: int, rope_theta, attend,
+                  multi_head):
     """[q; k; v] (B, T, (nh + 2·n_kv)·hs) -> `attend` per query head -> (B, T, nh·hs).
 
     Grouped-query attention (Ainslie et al. 2023): query head h reads key/value head
-    h // (nh / n_kv); the k, v heads are repeated to nh before `attend`, so the attention itself
-    (and its backward, which sums the repeats' gradients) is the plain one. `rope_theta` (None:
-    no rotation) rotates q and k by their positions first."""
+    h // (nh / n_kv); each k, v head is repeated in place to nh heads, so the head split and the
+    attention itself (and its backward, which sums the repeats' gradients) are the GPT's own
+    (`multi_head`: `parlab.models.gpt.multi_head`, passed in by the GPT, whose module this one
+    must not import). `rope_theta` (None: no rotation) rotates q and k by their positions inside
+    the heads, before the scores."""
     B, T, _ = qkv.shape
-    q, k, v = qkv.split([n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim], dim=-1)
-    q = q.view(B, T, n_head, head_dim).transpose(1, 2)  # (B, nh, T, hs)
-    k = k.view(B, T, n_kv_head, head_dim).transpose(1, 2)  # (B, n_kv, T, hs)
-    v = v.view(B, T, n_kv_head, head_dim).transpose(1, 2)  # (B, n_kv, T, hs)
-    if rope_theta is not None:
-        q, k = rope(q, rope_theta), rope(k, rope_theta)  # (B, nh | n_kv, T, hs)
+    q, k, v = qkv.split([n_head * head_dim, n_kv_head * head_dim, n_kv_head * head_dim],
+                        dim=-1)  # (B, T, nh·hs), 2 × (B, T, n_kv·hs)
     group = n_head // n_kv_head
     if group > 1:
-        k = k[:, :, None].expand(B, n_kv_head, group, T, head_dim).reshape(B, n_head, T, head_dim)
-        v = v[:, :, None].expand(B, n_kv_head, group, T, head_dim).reshape(B, n_head, T, head_dim)
-    y = attend(q, k, v)  # (B, nh, T, hs)
-    return y.transpose(1, 2).contiguous().view(B, T, n_head * head_dim)  # (B, T, nh·hs)
+        k, v = (t.unflatten(-1, (n_kv_head, 1, head_dim))  # (B, T, n_kv, 1, hs)
+                .expand(B, T, n_kv_head, group, head_dim)  # (B, T, n_kv, group, hs)
+                .reshape(B, T, n_head * head_dim) for t in (k, v))  # (B, T, nh·hs)
+    inner = attend
+    if rope_theta is not None:
+        def attend(q, k, v):  # (B, nh, T, hs) each
+            return inner(rope(q, rope_theta), rope(k, rope_theta), v)
+    else:
+        attend = inner
+    return multi_head(q, k, v, head_dim, attend)  # (B, T, nh·hs)
 
 
 def validate_options(cfg) -> None:
