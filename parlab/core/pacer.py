@@ -42,6 +42,13 @@ def _work_meter_class():
 
 
 _METER = None
+_OPEN_SPANS = [0]  # outermost compute spans open in this process (the heartbeat reads it)
+
+
+def counting() -> bool:
+    """Whether a paced compute span is counting operators in this process now: the heartbeat
+    (`parlab.core.rank_process.thread_stack`) then leaves the main thread's frames alone."""
+    return _OPEN_SPANS[0] > 0
 
 
 def work_meter():
@@ -97,6 +104,7 @@ class Pacer:
             self.collecting = gc.isenabled()
             gc.disable()
             self.meter = work_meter()
+            _OPEN_SPANS[0] += 1
             self.meter.__enter__()
 
     def exit(self) -> float | None:
@@ -105,6 +113,7 @@ class Pacer:
         end = None
         if self.depth == 1:
             self.meter.__exit__(None, None, None)
+            _OPEN_SPANS[0] -= 1
             end = self.settle()
             self.meter = None
             if self.collecting:

@@ -19,14 +19,11 @@ process (SIGABRT, "terminate called without an active exception"), whatever the 
 
 from __future__ import annotations
 
-import faulthandler
 import gc
 import importlib
 import io
 import os
-import re
 import sys
-import tempfile
 import threading
 import traceback
 from collections.abc import Callable
@@ -106,34 +103,39 @@ def where(frames: list[tuple[str, int, str]]) -> tuple[str, str | None]:
     return f"{_short(filename)}:{line} in {name}", None
 
 
-_FRAME_LINE = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
+def thread_stack(ident: int) -> list[tuple[str, int, str]] | None:
+    """Thread `ident`'s stack, outermost first, as (filename, line, function); None while a paced
+    compute span is counting operators on this process (`parlab.core.pacer.counting`).
 
+    Read with `sys._current_frames()`, whose frame objects keep a finished frame's locals alive as
+    long as the reader holds them: a tensor then lives longer by the reader's timing, and a paced
+    rank counted an operator more (Adam's lazy state made a `detach` in a shapes-only run) in some
+    runs. So the frames are read in one tight loop that calls nothing that could let the main
+    thread run (no file, no lock) and dropped at once, and not at all while a span counts.
+    (`faulthandler.dump_traceback` of all threads, which makes no frame objects, crashed ranks
+    with SIGSEGV — 14 in 100 fp16 runs under a fast heartbeat — and is not used.)"""
+    from parlab.core.pacer import counting
 
-def thread_stack(dump, ident: int) -> list[tuple[str, int, str]]:
-    """Thread `ident`'s stack, outermost first, read with `faulthandler.dump_traceback` into the
-    file `dump` — not with `sys._current_frames()`, whose frame objects keep the thread's finished
-    frames' locals alive until the reader lets go: a tensor then lives longer or shorter by the
-    other thread's timing, and a paced rank counted an operator more (a `detach`) in some runs."""
-    dump.seek(0)
-    dump.truncate()
-    faulthandler.dump_traceback(dump, all_threads=True)
-    dump.seek(0)
-    text = dump.read().decode("utf-8", "replace")
-    frames, inside = [], False
-    for line in text.splitlines():
-        if line.startswith(("Thread 0x", "Current thread 0x")):
-            inside = int(line.split("0x", 1)[1].split()[0], 16) == ident
-        elif inside and (m := _FRAME_LINE.match(line)):
-            frames.append((m.group(1), int(m.group(2)), m.group(3)))
+    if counting():
+        return None
+    frame = sys._current_frames().get(ident)
+    frames = []
+    while frame is not None:
+        code = frame.f_code
+        frames.append((code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back
+    del frame
     return frames[::-1]
 
 
 def _heartbeat(main_ident: int, stop: threading.Event) -> None:
-    with tempfile.TemporaryFile() as dump:
-        while not stop.wait(HEARTBEAT_S):
-            at, op = where(thread_stack(dump, main_ident))
-            if not _send(("heartbeat", at, op)):
-                return
+    at, op = "unknown", None
+    while not stop.wait(HEARTBEAT_S):
+        frames = thread_stack(main_ident)
+        if frames is not None:  # inside a paced compute span: where it was last seen
+            at, op = where(frames)
+        if not _send(("heartbeat", at, op)):
+            return
 
 
 def resolve(reference: str) -> Callable:
