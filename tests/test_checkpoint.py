@@ -118,7 +118,10 @@ def test_the_manifest_records_the_run_and_a_checksum_per_shard(saved):
     assert meta["run"] == {"family": "zero", "model": "gpt", "seed": 0, "optimizer": "adamw",
                            "lr": 3e-3, "batch_size": 12,
                            "model_config": {"vocab_size": 96, "block_size": 32, "n_layer": 4,
-                                            "n_head": 4, "n_embd": 32}}
+                                            "n_head": 4, "n_embd": 32, "n_kv_head": None,
+                                            "mlp": "gelu", "d_ff": None, "norm": "layernorm",
+                                            "norm_eps": 1e-5, "positions": "learned",
+                                            "rope_theta": 10000.0, "tie_head": True}}
     assert meta["config_hash"] == checkpoint.config_hash(meta["run"])
     assert set(meta["checksums"]) == {"rank0.pt", "rank1.pt"}
 
