@@ -65,6 +65,11 @@ def test_paced_time_is_the_accelerators_own_seconds(world_size):
     # no margin, no dilation: 1,000 operators and 150 GFLOP are 4 ms + 1 ms on the A100, at any size
     assert cfg.clock.seconds(1000, 150e9) == 1000 * 4e-6 + 150e9 / 150e12
     assert cfg.clock.seconds(1000, 150e9, speed=0.5) == 2 * cfg.clock.seconds(1000, 150e9)
+    # a counted span, kernel by kernel on the roofline: a 150 GFLOP matmul moving 1 GB is
+    # compute-bound (1 ms > 1 GB / 2.039 TB/s), a 1 GB element-wise op memory-bound
+    work = clocks.Work(2, 150e9, ((150e9, 1e9), (0.0, 1e9)))
+    assert cfg.clock.price(work) == (4e-6 + 150e9 / 150e12) + (4e-6 + 1e9 / 2039e9)
+    assert cfg.clock.price(work, speed=0.5) == 2 * cfg.clock.price(work)
 
 
 def test_a_preset_under_a_paced_clock_is_the_real_link():
@@ -107,13 +112,16 @@ def test_a_topology_is_paced_pair_by_pair():
     assert cfg.link.link_between(0, 0) is None
 
 
-def test_the_meter_counts_operators_and_flops_exactly():
+def test_the_meter_counts_operators_flops_and_bytes_exactly():
     meter = pacers.work_meter()
     a, b = torch.randn(64, 32), torch.randn(32, 16)
     with meter:
-        c = a @ b  # 2·64·32·16 FLOPs
-        c.relu()  # an operator, no FLOPs counted
-    assert (meter.ops, meter.flops) == (2, 2 * 64 * 32 * 16)
+        c = a @ b  # 2·64·32·16 FLOPs; reads 64·32 + 32·16 floats, writes 64·16
+        c.relu()  # an operator, no FLOPs counted; reads and writes 64·16 floats
+        c.t()  # a view: an operator, no kernel
+    assert (meter.ops, meter.flops) == (3, 2 * 64 * 32 * 16)
+    assert meter.kernels == [(2 * 64 * 32 * 16, (64 * 32 + 32 * 16 + 64 * 16) * 4),
+                             (0, 2 * 64 * 16 * 4)]
 
 
 # ----------------------------------------------------------------------------- one rank's clock
@@ -125,8 +133,11 @@ def test_a_span_lasts_its_price_exactly_and_nothing_sleeps():
         for _ in range(100):
             a @ b
     (event,) = timeline.events
-    assert (event.t0, event.t1) == (0.0, clock.seconds(100, 100 * 2 * 128**3))
-    assert timeline.pacer.stats()["ops"] == 100
+    # each 128³ matmul: 4 µs launch + max(4.2 MFLOP / 150 TFLOP/s, 196 kB / 2.039 TB/s)
+    acc = clock.accelerator
+    one = acc.launch_s + max(2 * 128**3 / acc.flops, 3 * 128 * 128 * 4 / acc.hbm_Bps)
+    assert (event.t0, event.t1) == (0.0, sum(one for _ in range(100)))
+    assert timeline.pacer.stats()["ops"] == timeline.pacer.stats()["kernels"] == 100
 
 
 def test_speeds_divide_the_price_exactly():
@@ -137,7 +148,8 @@ def test_speeds_divide_the_price_exactly():
         with timeline.span("forward"):
             for _ in range(20):
                 a @ b
-        assert timeline.events[0].duration == clock.seconds(20, 20 * 2 * 64**3, speed)
+        work = clocks.Work(20, 20 * 2 * 64**3, ((2 * 64**3, 3 * 64 * 64 * 4),) * 20)
+        assert timeline.events[0].duration == clock.price(work, speed)
 
 
 def test_the_host_time_between_spans_is_no_time():

@@ -110,7 +110,7 @@ def test_the_cut_is_the_exact_min_max_of_the_pace():
         k, layers = c.layout.pp, sum(c.layout.counts)
         units = partition_merge.unit_work(cfg, c.layout.mb_rows, c.layout.microbatches)
         clock = partition_merge.pricing_clock(cfg)  # the wall clock's plan: priced on the A100
-        unit_s = [clock.seconds(*u.forward) + clock.seconds(*u.backward) for u in units]
+        unit_s = [clock.price(u.forward) + clock.price(u.backward) for u in units]
         every = [cut for cut in itertools.product(range(1, layers + 1), repeat=k) if sum(cut) == layers]
         best = min(_slowest_pace(cut, unit_s, c.message_s) for cut in every)
         assert _slowest_pace(c.layout.counts, unit_s, c.message_s) == pytest.approx(best)

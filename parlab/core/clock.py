@@ -10,45 +10,50 @@ keeps the raw machine, for lessons about this CPU itself.
 
 How a rank keeps virtual time (`parlab.core.pacer.Pacer`, one per rank)
 - **Compute** (`Timeline.span(kind="compute")`: every forward, backward, optimizer and pipeline
-  F/B/W span): a dispatch mode counts the aten operators the span executes and their FLOPs
-  (`torch.utils.flop_counter`'s formulas: matmuls, convolutions, attention), and the rank's time
-  advances by
+  F/B/W span): a dispatch mode counts the aten operators the span executes, each one's FLOPs
+  (`torch.utils.flop_counter`'s formulas: matmuls, convolutions, attention) and the bytes it reads
+  and writes (`torch.utils._runtime_estimation.get_num_bytes`: every input and output once), and
+  the rank's time advances by the roofline price of its kernels (Williams, Waterman & Patterson,
+  "Roofline", CACM 2009):
 
-      seconds = Σ_op (launch_s + FLOPs_op / F_acc) / speed
+      seconds = Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM_acc)) / speed
 
-  on the named accelerator (`parlab.core.link.ACCELERATORS`): `launch_s` its fixed cost per
-  operator (a kernel launch, ~4 µs), F_acc the FLOP/s it sustains in training, each with its
-  source in `parlab.core.link` and docs/accelerators.md; `speeds=` (chapter 11's stragglers)
-  divides. The count is a function of the operators and shapes alone, so a span lasts the same
-  on an idle laptop, a busy CI machine, or beside two CPU-burning processes — to the last bit.
-- **Issuing** an asynchronous op is free. **A message or collective** completes at a computed
-  time (`parlab.core.comm`, `parlab.core.board`): every rank posts, when it issues an op, the
-  virtual time its link could start it — max(issue time, when the link direction it uses is free:
-  messages sharing a direction are serialised, so contention is modelled) — on a board the ranks
-  of a launch share. A collective starts when the last participant could (max of their posts) and
-  takes the link's α-β time (`parlab.core.link.Link.cost`: k·α + bytes/β); a send completes
-  when its bytes have left (eager, as a buffered send); a receive when they have arrived
-  (the sender's post + α + n/β) or when it is posted, if later. A rank really blocks until its
-  peers have posted (that costs no virtual time), and `wait()` advances it to max(now,
-  completion). With no emulated link (`link=None`) communication is free and an op completes at
-  its peers' posts.
+  on the named accelerator (`parlab.core.link.ACCELERATORS`): `launch_s` its fixed cost per kernel
+  (a launch, ~4 µs), F_acc the FLOP/s it sustains in training, HBM_acc its memory's bandwidth
+  (datasheet), each with its source in `parlab.core.link` and docs/accelerators.md; a view or an
+  empty allocation launches no kernel and is free; `speeds=` (chapter 11's stragglers) divides. A
+  matmul at a real model's size is compute-bound; a layer norm, a softmax or the optimizer's
+  element-wise update is memory-bound (`parlab.core.roofline` compares these prices with PyTorch's
+  own estimator). The count is a function of the operators and shapes alone, so a span lasts the
+  same on an idle laptop, a busy CI machine, or beside two CPU-burning processes — to the last bit.
+- **Issuing** an asynchronous op is free. **A message or collective** completes at a computed time
+  (`parlab.core.comm`, `parlab.core.board`): every rank posts, when it issues an op, the virtual
+  time its link could start it — max(issue time, when the link direction it uses is free: messages
+  sharing a direction are serialised, so contention is modelled) — on a board the ranks of a launch
+  share. A collective starts when the last participant could (max of their posts) and takes the
+  link's α-β time (`parlab.core.link.Link.cost`: k·α + bytes/β); a send completes when its bytes
+  have left (eager, as a buffered send); a receive when they have arrived (the sender's post + α +
+  n/β) or when it is posted, if later. A rank really blocks until its peers have posted (that costs
+  no virtual time), and `wait()` advances it to max(now, completion). With no emulated link
+  (`link=None`) communication is free and an op completes at its peers' posts.
 - Between spans the clock stands still: the host's bookkeeping (slicing a batch, flattening
   gradients, a process the machine descheduled) is no device time, as a GPU's stream waits for
   nothing while the host that launches its work asynchronously does its bookkeeping ("CUDA
-  semantics: asynchronous execution", PyTorch docs). Work the meter cannot see (PyTorch's own
-  DDP reducer, an emulated wire) is priced by its code and added with `Pacer.advance`.
+  semantics: asynchronous execution", PyTorch docs). Work the meter cannot see (PyTorch's own DDP
+  reducer, an emulated wire) is priced by its code and added with `Pacer.advance`.
 
 Results (losses, parameters, bytes) never change: only time does, and paced results are in the
 accelerator's own seconds ("A100 ms"). Runs are bit-reproducible: the same configuration gives
 the same timeline, every span and every message, whatever the machine does meanwhile
 (`tests/test_clock.py`).
 
-Simplifications, stated: every operator costs the same launch time, and its FLOPs run at the
-accelerator's sustained rate (no memory-bandwidth roofline: a real A100 runs elementwise operators
-memory-bound); a rank's incoming messages from several senders are not serialised against each
-other (each message occupies its sender's outgoing direction; a collective both directions of
-every participant); a collective's participants share one start. Without a board (a launch by
-torchrun across machines) a rank prices each op from its own post alone.
+Simplifications, stated: every kernel costs the same launch time, its FLOPs run at the accelerator's
+sustained rate and its bytes at the datasheet bandwidth, with no fusion (each aten operator is one
+kernel, as in eager PyTorch) and no cache (every tensor crosses HBM); a rank's incoming messages
+from several senders are not serialised against each other (each message occupies its sender's
+outgoing direction; a collective both directions of every participant); a collective's participants
+share one start. Without a board (a launch by torchrun across machines) a rank prices each op from
+its own post alone.
 """
 
 from __future__ import annotations
@@ -57,6 +62,21 @@ import math
 from dataclasses import dataclass
 
 from parlab.core.link import ACCELERATORS, REAL, Accelerator, Link, preset_name, real
+
+
+@dataclass(frozen=True)
+class Work:
+    """What a compute span ran, as the meter counts it (`parlab.core.pacer.count_work`): every
+    aten operator (`ops`), their FLOPs, and each operator that launches a kernel — not a view,
+    which only makes metadata, nor an empty allocation — as (FLOPs, bytes read and written), in
+    the order they ran. `Clock.price` turns it into accelerator seconds."""
+
+    ops: int = 0
+    flops: float = 0.0
+    kernels: tuple = ()  # ((FLOPs, bytes), ...) one per kernel
+
+    def __add__(self, other: Work) -> Work:
+        return Work(self.ops + other.ops, self.flops + other.flops, self.kernels + other.kernels)
 
 
 @dataclass(frozen=True)
@@ -84,13 +104,28 @@ class Clock:
         return f"{self.accelerator.name} ms" if self.paced else "CPU ms"
 
     def seconds(self, ops: int, flops: float, speed: float = 1.0) -> float:
-        """Accelerator seconds of a compute span of `ops` operators and `flops` FLOPs at `speed`
-        (a paced clock's; ValueError on the wall clock, which prices nothing)."""
-        acc = self.accelerator
-        if acc is None:
-            raise ValueError("the wall clock prices no compute: Clock.seconds needs a paced clock "
-                             "(parlab.core.clock.resolve('A100'))")
+        """Accelerator seconds of `ops` kernels that are all compute-bound with `flops` FLOPs in
+        all, at `speed`: ops·launch_s + FLOPs / F (the analytic models' price of a count; a
+        counted span is priced per operator, with its bytes: `price`). ValueError on the wall
+        clock, which prices nothing."""
+        acc = self._accelerator()
         return (ops * acc.launch_s + flops / acc.flops) / speed
+
+    def price(self, work: Work, speed: float = 1.0) -> float:
+        """Accelerator seconds of the counted `work` at `speed`: its kernels on the roofline,
+        Σ_k (launch_s + max(FLOPs_k / F, bytes_k / HBM bandwidth)) / speed (views free)."""
+        acc = self._accelerator()
+        launch, rate, bandwidth = acc.launch_s, acc.flops, acc.hbm_Bps
+        if bandwidth is None:  # an accelerator without a memory bandwidth: FLOPs alone
+            return sum(launch + flops / rate for flops, _ in work.kernels) / speed
+        return sum(launch + max(flops / rate, nbytes / bandwidth)
+                   for flops, nbytes in work.kernels) / speed
+
+    def _accelerator(self) -> Accelerator:
+        if self.accelerator is None:
+            raise ValueError("the wall clock prices no compute: Clock.seconds / Clock.price need "
+                             "a paced clock (parlab.core.clock.resolve('A100'))")
+        return self.accelerator
 
     def __str__(self) -> str:
         return self.label

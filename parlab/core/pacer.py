@@ -1,6 +1,6 @@
 """One rank's virtual clock (`Pacer`) and what it counts (`WorkMeter`): the mechanism behind
 `parlab.core.clock`'s virtual time, whose docstring says the rules (a compute span advances the
-rank's time by its counted operators' and FLOPs' price on the accelerator; the clock stands still
+rank's time by its counted kernels' roofline price on the accelerator; the clock stands still
 between spans; a communication completes at a computed time). `parlab.core.trace.Timeline` drives
 a rank's `Pacer`; `count_work` counts a function the way a span would, for the models that price
 work without a launch.
@@ -13,30 +13,63 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 
-from parlab.core.clock import Clock
+from parlab.core.clock import Clock, Work
+
+
+_FREE: set = set()  # operators that launch no kernel (filled on first use)
+
+
+def operator_work(func, args, kwargs, out) -> tuple[float, int | None]:
+    """(FLOPs, bytes read and written) of one aten operator as the paced clock prices it; bytes
+    None for an operator that launches no kernel — a view (it only makes metadata) or an empty
+    allocation. FLOPs are `torch.utils.flop_counter`'s formulas; bytes PyTorch's own count
+    (`torch.utils._runtime_estimation.get_num_bytes`: every input and output tensor once, a
+    broadcast dimension of stride 0 not counted)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+    from torch.utils._runtime_estimation import _VIEW_OPS, get_num_bytes
+    from torch.utils.flop_counter import flop_registry
+
+    if not _FREE:
+        aten = torch.ops.aten
+        _FREE.update(_VIEW_OPS, {aten.empty, aten.empty_like, aten.empty_strided})
+    packet = func._overloadpacket
+    count = flop_registry.get(packet)
+    flops = count(*args, **kwargs, out_val=out) if count is not None else 0
+    if func.is_view or packet in _FREE:
+        return flops, None
+    return flops, sum(get_num_bytes(t) for t in tree_leaves((args, kwargs, out))
+                      if isinstance(t, torch.Tensor))
 
 
 def _work_meter_class():
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
 
     class WorkMeter(TorchDispatchMode):
-        """Counts the aten operators run under it and their FLOPs (communication ops excluded)."""
+        """Counts the aten operators run under it, their FLOPs, and each kernel's (FLOPs, bytes)
+        (`operator_work`), communication ops excluded."""
 
         def __init__(self):
             super().__init__()
-            self.ops, self.flops = 0, 0
+            self.ops, self.flops, self.kernels = 0, 0, []
             self.counting = True  # False while a communication runs (its reductions are the link's)
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if self.counting and func.namespace == "aten":
+                flops, nbytes = operator_work(func, args, kwargs, out)
                 self.ops += 1
-                count = flop_registry.get(func._overloadpacket)
-                if count is not None:
-                    self.flops += count(*args, **kwargs, out_val=out)
+                self.flops += flops
+                if nbytes is not None:
+                    self.kernels.append((flops, nbytes))
             return out
+
+        def take(self) -> Work:
+            """The work counted since the last take, and start again from nothing."""
+            work = Work(self.ops, self.flops, tuple(self.kernels))
+            self.ops, self.flops, self.kernels = 0, 0, []
+            return work
 
     return WorkMeter
 
@@ -59,14 +92,14 @@ def work_meter():
     return _METER()
 
 
-def count_work(fn) -> tuple[int, float]:
-    """(aten operators, FLOPs) that `fn()` runs, as a paced compute span counts them: what the
-    paced planner's profile (`parlab.planner.paced`) and the heterogeneous chapter's paced rates
-    (`parlab.heterogeneous.paced`) price with `Clock.seconds` instead of timing."""
+def count_work(fn) -> Work:
+    """The `Work` that `fn()` runs, as a paced compute span counts it: what the paced planner's
+    profile (`parlab.planner.paced`) and the heterogeneous chapter's paced rates
+    (`parlab.heterogeneous.paced`) price with `Clock.price` instead of timing."""
     meter = work_meter()
     with meter:
         fn()
-    return meter.ops, meter.flops
+    return meter.take()
 
 
 # ----------------------------------------------------------------------------- the pacer
@@ -88,6 +121,7 @@ class Pacer:
     paced_s: float = 0.0  # compute priced so far
     spans: int = 0  # compute segments priced (stretches of compute between communications)
     ops: int = 0
+    kernels: int = 0
     flops: float = 0.0
     advanced_s: float = 0.0  # time added by `advance` (priced by its caller)
     collecting: bool = True  # whether the garbage collector ran before the current span
@@ -126,16 +160,17 @@ class Pacer:
         `t` (None: no operator ran since, or not inside a span)."""
         if self.depth == 0 or self.meter is None:
             return None
-        ops, flops = self.meter.ops, self.meter.flops
-        self.meter.ops, self.meter.flops, self.meter.counting = 0, 0, False
-        if ops == 0:
+        work = self.meter.take()
+        self.meter.counting = False
+        if work.ops == 0:
             return None
-        seconds = self.clock.seconds(ops, flops, self.speed)
+        seconds = self.clock.price(work, self.speed)
         self.t += seconds
         self.paced_s += seconds
         self.spans += 1
-        self.ops += ops
-        self.flops += flops
+        self.ops += work.ops
+        self.kernels += len(work.kernels)
+        self.flops += work.flops
         return self.t
 
     def resume(self, at: float | None = None) -> None:
@@ -164,5 +199,6 @@ class Pacer:
 
     def stats(self) -> dict:
         return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,
-                "advanced_s": self.advanced_s, "ops": self.ops, "flops": self.flops,
+                "advanced_s": self.advanced_s, "ops": self.ops, "kernels": self.kernels,
+                "flops": self.flops,
                 "end_s": self.t}

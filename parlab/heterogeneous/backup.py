@@ -60,7 +60,7 @@ class BackupWorkers(WeightedShards):
             arrival = max(t_real, t_start + cpu / speeds_mod.speed_of(ctx.cfg, ctx.rank))
             start = t_real  # the emulated rest of the compute, after the real part
         else:
-            # Paced: the work is priced, not timed (Σ(launch_s + FLOPs/F)/s, as a compute span
+            # Paced: the work is priced, not timed (`Clock.price`, as a compute span
             # is), from the rank's virtual now; no span here (a span would move the rank's time
             # to its own end, where a dropped rank stops at the cutoff instead). The real time it
             # takes is host time, on a clock that stands still.
@@ -71,7 +71,7 @@ class BackupWorkers(WeightedShards):
                     loss = self.loss(batch)  # mean over this rank's B/N rows
                 with self.meter:
                     loss.backward()  # ∇L_r, weighted once the used ranks are known
-            arrival = t_start + pacer.clock.seconds(meter.ops, meter.flops, pacer.speed)
+            arrival = t_start + pacer.clock.price(meter.take(), pacer.speed)
         with ctx.ledger.label(phase="arrivals"):
             times = ctx.comm.all_gather(torch.tensor([arrival], dtype=torch.float64))  # (N,) fp64
         n = ctx.world_size

@@ -3,17 +3,18 @@ Clusters with Automated Program Synthesis", EuroSys 2024, §5: a program's cost 
 computation and communication): what `parlab.heterogeneous.program_search` adds up.
 
 - compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
-  its parameters' AdamW step are counted once with the clock's meter (`count_work`: aten
-  operators and FLOPs) at two sizes of its share, so a rank holding u units (heads, hidden
-  columns or batch rows) computes (ops·launch_s + FLOPs(u)/F_acc)/s_r accelerator seconds — FLOPs
-  are affine in u and the operator count does not shrink with the share (`Profile`, `profile`);
-- communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes
-  from `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings: N−1 rounds, 2(N−1) for an
-  all-reduce; `steps_seconds`), and the flat all-reduce of the partial gradients
-  (`sync_seconds`);
-- `step_seconds`: a step as the run keeps time — each rank computes its operators in order and
-  waits only at collectives — the sharper model the notebook prints beside the measurement
-  (HAP's own cost, which the search minimises, charges every operator its slowest rank).
+  its parameters' AdamW step are counted once with the clock's meter (`count_work`: each kernel's
+  FLOPs and bytes) at two sizes of its share, so a rank holding u units (heads, hidden columns or
+  batch rows) computes a(u)/s_r accelerator seconds, a(u) the clock's roofline price of the kernels
+  — affine in u between the two counts (FLOPs and bytes are; the kernel count does not shrink with
+  the share), the line through them (exact while no kernel crosses its ridge point) (`Profile`,
+  `profile`);
+- communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes from
+  `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings: N−1 rounds, 2(N−1) for an
+  all-reduce; `steps_seconds`), and the flat all-reduce of the partial gradients (`sync_seconds`);
+- `step_seconds`: a step as the run keeps time — each rank computes its operators in order and waits
+  only at collectives — the sharper model the notebook prints beside the measurement (HAP's own
+  cost, which the search minimises, charges every operator its slowest rank).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch.nn.functional as F
 
 from parlab.core import clock as clocks
 from parlab.core import cost as core_cost
+from parlab.core.clock import Work
 from parlab.core.pacer import count_work
 from parlab.heterogeneous import cost
 from parlab.heterogeneous import programs as pg
@@ -86,8 +88,8 @@ def _ends_harness(rows: int, m, batch: int):
     return run, [*wte.parameters(), *wpe.parameters(), *ln_f.parameters()]
 
 
-def _count(run, params, optimizer_cfg) -> dict[str, tuple[int, float]]:
-    """(operators, FLOPs) of forward, backward and the second AdamW step (the first creates the state)."""
+def _count(run, params, optimizer_cfg) -> dict[str, Work]:
+    """The `Work` of forward, backward and the second AdamW step (the first creates the state)."""
     from parlab.engine.loop import make_optimizer
 
     holder = {}
@@ -95,7 +97,7 @@ def _count(run, params, optimizer_cfg) -> dict[str, tuple[int, float]]:
     outs = holder["out"]
     grads = [torch.ones_like(o) for o in outs]
     work["bwd"] = count_work(lambda: torch.autograd.backward(list(outs), grads))
-    work["opt"] = (0, 0.0)
+    work["opt"] = Work()
     if params:
         optimizer = make_optimizer(params, optimizer_cfg)
         optimizer.step()
@@ -126,9 +128,9 @@ def profile(cfg) -> Profile:
         _COUNTS[key] = _count_all(cfg)
     clock, counts = model_clock(cfg), _COUNTS[key]
     out = Profile(clock, full=dict(counts["full"]))
-    for (op, choice, phase), ((_, f2), (ops3, f3)) in counts["work"].items():
-        slope = clock.seconds(0, f3 - f2)  # per unit
-        out.affine[(op, choice, phase)] = (clock.seconds(ops3, f3) - 3 * slope, slope)
+    for (op, choice, phase), (w2, w3) in counts["work"].items():
+        slope = clock.price(w3) - clock.price(w2)  # per unit
+        out.affine[(op, choice, phase)] = (clock.price(w3) - 3 * slope, slope)
     return out
 
 

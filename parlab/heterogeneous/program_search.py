@@ -14,10 +14,10 @@ Cost of a program at ratios w (seconds, `program_cost`), HAP's form on our close
     + the all-reduce of the partial gradients
 
 - compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
-  its parameters' AdamW step are counted once with the clock's meter (`count_work`: aten
-  operators and FLOPs) at two sizes of its share, so a rank holding u units (heads, hidden
-  columns or batch rows) computes (ops·launch_s + FLOPs(u)/F_acc)/s_r — FLOPs are affine in u and
-  the operator count does not shrink with the share (`parlab.heterogeneous.hap_time`);
+  its parameters' AdamW step are counted once with the clock's meter (`count_work`: each
+  kernel's FLOPs and bytes) at two sizes of its share, so a rank holding u units (heads, hidden
+  columns or batch rows) computes a(u)/s_r, a(u) the clock's roofline price, affine in u between
+  the two counts (the kernel count does not shrink with the share) (`parlab.heterogeneous.hap_time`);
 - communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes
   from `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings; N−1 rounds, 2(N−1) for an
   all-reduce);

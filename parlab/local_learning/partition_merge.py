@@ -62,6 +62,7 @@ import torch
 
 from parlab.core import cost as core_cost
 from parlab.core import topology
+from parlab.core.clock import Work
 from parlab.core.cost import FP32_BYTES
 from parlab.core.pacer import count_work
 from parlab.engine.loop import build_model, make_optimizer, step_batch
@@ -76,12 +77,12 @@ from parlab.pipeline.validate import simulate
 
 @dataclass(frozen=True)
 class UnitWork:
-    """One layer-wise partition's counted work, each (operators, FLOPs): its forward and its
+    """One layer-wise partition's counted work (`parlab.core.clock.Work`): its forward and its
     backward on one micro-batch, one optimizer step over its parameters; its parameter count."""
 
-    forward: tuple[int, float]
-    backward: tuple[int, float]
-    optimizer: tuple[int, float]
+    forward: Work
+    backward: Work
+    optimizer: Work
     numel: int
 
 
@@ -137,8 +138,8 @@ def unit_work(cfg, rows: int, microbatches: int) -> list[UnitWork]:
     return out
 
 
-def _optimizer_work(cfg, kind: str, params: list) -> tuple[int, float]:
-    """(operators, FLOPs) of one optimizer step over a partition's parameters (with gradients):
+def _optimizer_work(cfg, kind: str, params: list) -> Work:
+    """The `Work` of one optimizer step over a partition's parameters (with gradients):
     the same at every micro-batch size, so counted once per model and partition kind."""
     key = (cfg.model, cfg.model_config, cfg.optimizer, kind)
     if key not in _OPTIMIZER:
@@ -148,8 +149,8 @@ def _optimizer_work(cfg, kind: str, params: list) -> tuple[int, float]:
     return _OPTIMIZER[key]
 
 
-def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[tuple, tuple]:
-    """(operators, FLOPs) of F (the stage, and on the last its loss / m) and of B (one backward
+def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[Work, Work]:
+    """The `Work` of F (the stage, and on the last its loss / m) and of B (one backward
     from the loss, or from the output with `grad`), as the executor's spans run them."""
     held = {}
 
@@ -194,8 +195,8 @@ def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
     mc, layers, clock = cfg.model_config, n_layers(cfg), pricing_clock(cfg)
     rows = cfg.batch_size // dp
     units = unit_work(cfg, rows // microbatches, microbatches)
-    f_unit = [clock.seconds(*u.forward) for u in units]
-    b_unit = [clock.seconds(*u.backward) for u in units]
+    f_unit = [clock.price(u.forward) for u in units]
+    b_unit = [clock.price(u.backward) for u in units]
     alpha, beta = _alpha_beta(cfg)
     message = alpha + cost.activation_bytes(mc, rows // microbatches) / beta if pp > 1 else 0.0
 
@@ -217,7 +218,7 @@ def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
         numel = sum(u.numel for u in units[i:j])
         sync_s.append(core_cost.all_reduce_time(numel * FP32_BYTES, dp, alpha, beta)
                       + (tie_s if s in (0, pp - 1) else 0.0))
-        opt_s.append(sum(clock.seconds(*u.optimizer) for u in units[i:j]))
+        opt_s.append(sum(clock.price(u.optimizer) for u in units[i:j]))
     return Candidate(Layout(dp, pp, microbatches, tuple(counts), rows), tuple(forward_s),
                      tuple(backward_s), tuple(pace(s, i, j) for s, (i, j) in enumerate(bounds)),
                      message, pipeline, tuple(sync_s), tuple(opt_s),

@@ -63,8 +63,8 @@ def _paced_block(clock, block, rows: int, seq: int, n_embd: int) -> tuple[float,
     x = torch.randn(rows, seq, n_embd, requires_grad=True)  # (B, T, C)
     grad = torch.randn(rows, seq, n_embd)  # (B, T, C)
     held = {}
-    fwd = clock.seconds(*count_work(lambda: held.setdefault("y", block(x))))
-    bwd = clock.seconds(*count_work(lambda: held["y"].backward(grad)))
+    fwd = clock.price(count_work(lambda: held.setdefault("y", block(x))))
+    bwd = clock.price(count_work(lambda: held["y"].backward(grad)))
     return fwd, bwd
 
 

@@ -1,14 +1,15 @@
 """The planner on virtual time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): a compute
 profile that is *counted*, not timed, and the real links the paced run prices.
 
-A paced compute span lasts exactly Σ_op (launch_s + FLOPs_op / F_acc) / speed accelerator seconds
-(`Clock.seconds`: launch_s the accelerator's cost per operator, F_acc the FLOP/s it sustains), a
-function of the aten operators it ran and their FLOPs alone. So the planner's profile does not
-time anything: it runs one GPT block, the embedding + head and AdamW once in this process under
-the same `WorkMeter` the paced clock uses, counts their operators and FLOPs at two batch sizes,
-and prices them with the run's clock — the `profile.Profile` lines the cost model already reads,
-in the accelerator's seconds, deterministic on any machine. A paced link is the real link
-(`parlab.core.clock.pace_link`: α and β of `parlab.core.link.REAL`), closed form too.
+A paced compute span lasts exactly Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM)) / speed
+accelerator seconds (`Clock.price`: launch_s the accelerator's cost per kernel, F_acc the FLOP/s it
+sustains, HBM its memory bandwidth), a function of the aten operators it ran and their shapes alone.
+So the planner's profile does not time anything: it runs one GPT block, the embedding + head and
+AdamW once in this process under the same `WorkMeter` the paced clock uses, counts their kernels'
+FLOPs and bytes at two batch sizes, and prices them with the run's clock — the `profile.Profile`
+lines the cost model already reads, in the accelerator's seconds, deterministic on any machine. A
+paced link is the real link (`parlab.core.clock.pace_link`: α and β of `parlab.core.link.REAL`),
+closed form too.
 
 What stays for the calibration (`costmodel.fit_calibration`, fitted on a sweep the model is not
 scored on): how the operators of the composed layers (tensor-parallel all-reduce wrappers, ring
@@ -40,9 +41,9 @@ def clock_for(clock, world_size: int) -> clocks.Clock:
     return got
 
 
-def _line(clock, x: tuple[float, float], work: tuple[tuple[int, float], tuple[int, float]]) -> Line:
-    """The line (accelerator seconds) through two (ops, FLOPs) counts at profile FLOPs x[0], x[1]."""
-    t = [clock.seconds(ops, flops) for ops, flops in work]
+def _line(clock, x: tuple[float, float], work: tuple[clocks.Work, clocks.Work]) -> Line:
+    """The line (accelerator seconds) through two counted `Work`s at profile FLOPs x[0], x[1]."""
+    t = [clock.price(w) for w in work]
     slope = max((t[1] - t[0]) / (x[1] - x[0]), 1e-18)
     return Line(max(t[0] - slope * x[0], 0.0), 1.0 / slope)
 
@@ -95,10 +96,10 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         p.grad = torch.randn_like(p)
     from parlab.engine.loop import optimizer_spec
     opt_class, settings = optimizer_spec(type("Cfg", (), {"optimizer": "adamw", "lr": 1e-3})())
-    all_ops, _ = pacers.count_work(opt_class(params, **settings).step)
-    one_ops, _ = pacers.count_work(opt_class([params[0]], **settings).step)
-    per_tensor_ops = (all_ops - one_ops) / max(len(params) - 1, 1)
-    fixed = max(one_ops - per_tensor_ops, 0.0)
+    every = clock.price(pacers.count_work(opt_class(params, **settings).step))
+    first = clock.price(pacers.count_work(opt_class([params[0]], **settings).step))
+    per_tensor_s = (every - first) / max(len(params) - 1, 1)  # an average tensor's update
+    fixed_s = max(first - per_tensor_s, 0.0)
     # ring attention merges 2cp+1 score blocks per rank: one more block's forward + backward
     shape = (rows, cfg.n_head, T, C // cfg.n_head)  # (B, nh, T, hs)
     q, k, v = (torch.randn(shape, requires_grad=True) for _ in range(3))
@@ -107,10 +108,9 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
     if blocks > 1:
         many = pacers.count_work(lambda: blockwise_attention(q, k, v, T // blocks).sum().backward())
         one = pacers.count_work(lambda: blockwise_attention(q, k, v, T).sum().backward())
-        chunk = max(clock.seconds(*many) - clock.seconds(*one), 0.0) / (blocks - 1)
+        chunk = max(clock.price(many) - clock.price(one), 0.0) / (blocks - 1)
     prof = Profile(_line(clock, x, (bf_s, bf_b)), _line(clock, x, (bb_s, bb_b)),
                    _line(clock, xo, (of_s, of_b)), _line(clock, xo, (ob_s, ob_b)),
-                   clock.seconds(per_tensor_ops, 0.0), 0.0, 1 << 30, cfg, chunk,
-                   clock.seconds(fixed, 0.0))  # cores: paced spans never share one
+                   per_tensor_s, 0.0, 1 << 30, cfg, chunk, fixed_s)  # cores: paced spans never share one
     _CACHE[key] = prof
     return prof

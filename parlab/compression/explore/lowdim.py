@@ -127,8 +127,8 @@ def paced_step(model, task, alpha: float, clock: str = "A100") -> tuple[float, i
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    ops, flops = pacers.count_work(step)
-    return clocks.resolve(clock, 1).seconds(ops, flops), ops, flops
+    work = pacers.count_work(step)
+    return clocks.resolve(clock, 1).price(work), work.ops, work.flops
 
 
 def first_below(errors: list[float], threshold: float) -> int | None:

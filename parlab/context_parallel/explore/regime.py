@@ -94,7 +94,7 @@ def block_paced_seconds(clock, tokens: int, rows: int, n_head: int, head_dim: in
     q, k, v = (torch.randn(rows, n_head, tokens, head_dim, generator=gen) for _ in range(3))
     with work_meter() as meter:
         BlockAttention.apply(q, k, v, None, None)  # (B, nh, t, hs), (B, nh, t)
-    return clock.seconds(meter.ops, meter.flops)
+    return clock.price(meter.take())
 
 
 def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), link=None,

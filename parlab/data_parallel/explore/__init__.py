@@ -96,7 +96,7 @@ def paced_profile(world_size: int, clock: str = "A100", model: str = "gpt") -> t
     forward = pacers.count_work(lambda: held.setdefault("loss", net.loss(x, y)))
     backward = pacers.count_work(lambda: held["loss"].backward())
     optimizer = pacers.count_work(make_optimizer(net.parameters(), cfg).step)
-    return tuple(paced.seconds(*work) for work in (forward, backward, optimizer)), paced
+    return tuple(paced.price(work) for work in (forward, backward, optimizer)), paced
 
 
 def predicted_table(world_size: int, clock: str = "A100", model: str = "gpt") -> None:

@@ -34,13 +34,13 @@ def memory_report(world_size: int, microbatches: int, steps: int = 1) -> dict:
 def clock_profile(mc, rows: int, clock) -> dict:
     """`parlab.pipeline.partition.profile_layers`' profile priced on a paced clock instead of timed:
     each layer's forward + backward on a micro-batch of `rows`, its operators and FLOPs counted
-    (`parlab.core.pacer.count_work`) and priced as a paced run prices them (`Clock.seconds`)."""
+    (`parlab.core.pacer.count_work`) and priced as a paced run prices them (`Clock.price`)."""
     from parlab.core import pacer
     from parlab.models import build_model
     from parlab.pipeline.partition import profile_layers
 
     def price(fns) -> list[float]:
-        return [clock.seconds(*pacer.count_work(fn)) for fn in fns]
+        return [clock.price(pacer.count_work(fn)) for fn in fns]
 
     return profile_layers(build_model("gpt", mc, 0), mc, rows, measure=price)
 
