@@ -1,7 +1,7 @@
 """parlab.core.roofline: every operator priced by FLOPs alone (launch + FLOPs / F), by the paced
-clock's roofline (launch + max(FLOPs / F, bytes / HBM), views free) and by PyTorch's RuntimeEstimator code with
-the A100's datasheet figures — each checked against its closed form on operators whose FLOPs
-and bytes are known."""
+clock's roofline (launch + max(FLOPs / F, bytes / HBM), views free) and by PyTorch's
+RuntimeEstimator code with the A100's datasheet figures — each checked against its closed form on
+operators whose FLOPs and bytes are known."""
 
 import pytest
 import torch

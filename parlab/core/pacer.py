@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from parlab.core.clock import Clock, Work
 
-
 _FREE: set = set()  # operators that launch no kernel (filled on first use)
 
 

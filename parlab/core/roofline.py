@@ -35,12 +35,12 @@ from unittest import mock
 
 import torch
 import torch.utils._pytree as pytree
-
 from torch.utils.flop_counter import flop_registry
 
 from parlab.core.clock import Clock, Work
 from parlab.core.link import ACCELERATORS
 from parlab.core.pacer import operator_work
+
 
 def _tensors(tree) -> list:
     return [t for t in pytree.tree_leaves(tree) if isinstance(t, torch.Tensor)]

@@ -20,7 +20,8 @@ import torch
 import torch.nn as nn
 
 from parlab.expert_parallel.ops import Combine, Dispatch, GatherTokens, ScatterOutputs, gather_counts
-from parlab.models.gpt_moe import MoE, RoutingPlan, run_experts
+from parlab.models.gpt_moe import MoE, run_experts
+from parlab.models.moe_routing import RoutingPlan
 
 
 class ShardedMoE(MoE):
