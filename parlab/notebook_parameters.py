@@ -69,6 +69,7 @@ CLOCK = Choice("A100", ("wall", *ACCELERATORS))  # paced on an accelerator, or t
 LINK = Choice("NVLink", tuple(PRESETS))  # parlab.core.link's presets (each a real link's name)
 LINK_10GBE = Choice("10GbE", tuple(PRESETS))  # the same, where the chapter times on the real 10GbE
 SCALE_RANKS = (1, 2, 4, 8, 16)  # `python -m parlab bench scale` goes to 16
+REAL_RANKS = (1, 2, 4, 8, 16, 32, 64)  # a real preset shapes-only (parlab.planner.real_scale)
 GLOBAL_BATCH = 12  # chapter 01's rows per step (parlab.engine.run_config's default batch_size)
 
 CHAPTERS: dict[str, dict] = {
@@ -152,6 +153,12 @@ CHAPTERS: dict[str, dict] = {
         "scale_ranks": Items(item=Choice(1, SCALE_RANKS), min_len=1, max_len=len(SCALE_RANKS)),
         "scale_dims": Items(item=Choice("dp", DIMENSIONS), min_len=1, max_len=len(DIMENSIONS)),
         "megatron_ranks": Int(2, min=1, max=64),
+        "real_ranks": Items(item=Choice(1, REAL_RANKS), min_len=0, max_len=len(REAL_RANKS)),
+        "real_dims": Items(item=Choice("dp", DIMENSIONS), min_len=1, max_len=len(DIMENSIONS)),
+        "real_modes": Items(item=Choice("strong", ("strong", "weak")), min_len=1, max_len=2),
+        "planner_ranks": Items(item=Choice(4, REAL_RANKS[1:]), min_len=0, max_len=len(REAL_RANKS) - 1),
+        "planner_runs": Int(3, min=1, max=16),
+        "planner_batch": Int(8, min=1, max=1024),
     },
 }
 

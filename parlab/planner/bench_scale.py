@@ -22,6 +22,9 @@ and 16 ranks.
                                                         # 64 ranks, shapes-only (parlab.planner.megatron_runs)
     python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
     python -m parlab bench scale --roofline --no-sweep  # per-operator prices: clock, roofline, torch
+    python -m parlab bench scale --real --no-sweep      # megatron-1.7b shapes-only: scaling per
+                                                        # dimension 1-64 ranks, the planner scored
+                                                        # at 8-64 (parlab.planner.real_scale)
 """
 
 from __future__ import annotations
@@ -117,7 +120,26 @@ def main(argv=None) -> int:
                              "the clock, a roofline, PyTorch's RuntimeEstimator")
     parser.add_argument("--big", action="store_true",
                         help="one shapes-only step of a 7.5B GPT as dp2·tp8·pp4 on 64 ranks")
+    parser.add_argument("--real", metavar="PRESET", nargs="?", const="megatron-1.7b",
+                        help="PRESET shapes-only on nodes of 8: strong and weak scaling of "
+                             "--real-dims over --real-ranks, then the planner's model scored "
+                             "against runs at --planner-ranks (parlab.planner.real_scale)")
+    parser.add_argument("--real-ranks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32, 64])
+    parser.add_argument("--real-dims", nargs="+", default=["dp", "tp", "pp", "3d"],
+                        choices=scaling.DIMENSIONS)
+    parser.add_argument("--planner-ranks", nargs="*", type=int, default=[8, 16, 32, 64])
+    parser.add_argument("--planner-runs", type=int, default=3,
+                        help="plans run per world size: the pick and a spread of others")
+    parser.add_argument("--planner-batch", type=int, default=16, help="global batch (sequences)")
     args = parser.parse_args(argv)
+    if args.real is not None:  # every bad value named before any process starts
+        from parlab.planner import real_scale
+        real_scale.check_preset(args.real)
+        bad = [n for n in args.real_ranks + args.planner_ranks if not 1 <= n <= 64]
+        if bad or args.planner_runs < 1 or args.planner_batch < 1:
+            raise SystemExit(f"--real-ranks/--planner-ranks {bad} must be in [1, 64]; "
+                             f"--planner-runs={args.planner_runs} and --planner-batch="
+                             f"{args.planner_batch} must be >= 1")
     most = 64 if args.preset else 32
     bad = [n for n in args.ranks if n < 1 or n > most]
     if bad or args.repeats < 1:
@@ -161,6 +183,10 @@ def main(argv=None) -> int:
     if args.big:
         from parlab.planner import megatron_runs
         print(megatron_runs.big_run())
+    if args.real is not None:
+        from parlab.planner import real_scale
+        real_scale.show(args.real, args.real_ranks, args.real_dims, args.modes, args.planner_ranks,
+                        args.planner_runs, args.planner_batch, progress=print)
     print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
     return 0
 
