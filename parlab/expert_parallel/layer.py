@@ -21,7 +21,7 @@ import torch.nn as nn
 
 from parlab.expert_parallel.ops import Combine, Dispatch, GatherTokens, ScatterOutputs, gather_counts
 from parlab.models.gpt_moe import MoE, run_experts
-from parlab.models.moe_routing import RoutingPlan
+from parlab.models.moe_routing import EvenPlan, RoutingPlan
 
 
 class ShardedMoE(MoE):
@@ -66,10 +66,15 @@ class AllGatherMoE(ShardedMoE):
         tokens, all_gates = everything.split([C, k], 1)  # (N, C), (N, k)
         ids = torch.where(keep, experts, -1)  # (N/ep, k) dropped slots: -1
         all_ids = self.ep_comm.all_gather(ids, dim=0, phase="routing")  # (N, k)
-        mine = (all_ids >= self.first) & (all_ids < self.first + self.per_rank)  # (N, k)
-        token, slot = mine.nonzero(as_tuple=True)  # (A,), (A,) this rank's experts' work
-        out = run_experts(tokens[token], all_ids[token, slot], self.w_in, self.w_out,
-                          self.first)  # (A, C)
+        if isinstance(plan, EvenPlan):  # the plan knows, without reading a value (shapes-only)
+            token, slot, expert = plan.group_assignments(self.group, self.first, self.per_rank)
+            sizes = plan.expert_sizes_from(self.group, self.first, self.per_rank)
+        else:
+            mine = (all_ids >= self.first) & (all_ids < self.first + self.per_rank)  # (N, k)
+            token, slot = mine.nonzero(as_tuple=True)  # (A,), (A,) this rank's experts' work
+            expert, sizes = all_ids[token, slot], None  # (A,)
+        out = run_experts(tokens[token], expert, self.w_in, self.w_out, self.first,
+                          sizes=sizes)  # (A, C)
         weighted = out * all_gates[token, slot].unsqueeze(1)  # (A, C)
         partial = tokens.new_zeros(tokens.shape).index_add(0, token, weighted)  # (N, C)
         return ScatterOutputs.apply(partial, self.ep_comm)  # (N/ep, C) summed over experts

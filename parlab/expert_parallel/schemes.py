@@ -11,9 +11,10 @@ and divide by W. Routing and dropping follow the single process's global rule
 
 `ep=None` picks the largest divisor of world_size that divides n_experts.
 
-Shapes-only (`shapes_only=True`): `ep` runs with even routing only (`model_config={"routing":
-"even"}`, `parlab.models.gpt_moe.EvenPlan`): every expert gets the same number of tokens, by their
-places, since fake tensors have no scores to route by; a real run routed evenly is the same run.
+Shapes-only (`shapes_only=True`): `ep` and `ep-allgather` run with even routing only
+(`model_config={"routing": "even"}`, `parlab.models.moe_routing.EvenPlan`): every expert gets the
+same number of tokens, by their places, since fake tensors have no scores to route by; a real run
+routed evenly is the same run.
 """
 
 from __future__ import annotations
@@ -127,7 +128,7 @@ def ep_scheme(ctx):
 
 
 @register("ep-allgather", summary="expert parallelism the naive way: all-gather tokens, "
-          "reduce-scatter outputs", exact=True, options=OPTIONS, validate=validate,
+          "reduce-scatter outputs", shapes=True, exact=True, options=OPTIONS, validate=validate,
           assemble=_assemble, models=("gpt-moe",), cost=predict_all_gather)
 def ep_allgather_scheme(ctx):
     return train(ctx, ExpertParallel(ctx, "all_gather"))

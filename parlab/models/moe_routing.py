@@ -172,6 +172,18 @@ class EvenPlan:
     def expert_sizes(self) -> list[int]:
         return self.kept()[self.rank]
 
+    def group_assignments(self, group: list[int], first: int, per: int):
+        """(token, slot, expert), (A,) each, of the kept assignments to experts [first, first +
+        per) among the ep group's tokens gathered in group order (member m's token i is m·n + i),
+        token-major: what `nonzero` of the gathered expert ids would give, from integers alone."""
+        stride, rows = self.E // self.k, []
+        for m, src in enumerate(group):
+            kept = self.kept_by[src]
+            rows += [(m * self.n + i, j, e) for i in range(self.n) for j in range(self.k)
+                     for e in [(i + j * stride) % self.E]
+                     if first <= e < first + per and i // self.E < kept[j][e]]
+        return tuple(torch.tensor([r[c] for r in rows], dtype=torch.long) for c in range(3))
+
     def expert_sizes_from(self, group: list[int], first: int, per: int) -> list[int]:
         """Rows the experts [first, first + per) receive from the ep group."""
         kept = self.kept()
