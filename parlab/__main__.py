@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
-import pathlib
 import sys
 
 
@@ -41,19 +39,13 @@ def _list(_args) -> int:
 
 def _check_trace(path: str) -> None:
     """A trace path that cannot be written fails now, not after the run."""
-    target = pathlib.Path(path)
-    folder = target.parent if str(target.parent) else pathlib.Path(".")
-    if target.is_dir():
-        raise ValueError(f"--trace {path!r} is a directory; give a file name such as trace.json")
-    if not folder.is_dir():
-        raise ValueError(f"--trace {path!r}: directory {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise ValueError(f"--trace {path!r} is not writable")
+    from parlab.core.trace import check_trace_path
+
+    check_trace_path(path, "--trace")
 
 
 def _run(args) -> int:
     import parlab
-    from parlab.core.trace import to_chrome_trace
 
     options = dict(args.option or [])
     if args.timeout is not None:
@@ -84,7 +76,7 @@ def _run(args) -> int:
     for rank, mem in enumerate(result.memory):
         print(f"  rank {rank} memory: " + ", ".join(f"{k} {v:,} B" for k, v in mem.items()))
     if args.trace:
-        to_chrome_trace(result.timeline, args.trace)
+        result.save_trace(args.trace)
         print(f"trace written to {args.trace} (open in ui.perfetto.dev or chrome://tracing)")
     if args.compare:
         reference = parlab.run("single", model=args.model, steps=args.steps, seed=args.seed,

@@ -84,6 +84,16 @@ def test_timeline_and_trace(tmp_path):
     assert min(e["t0"] for e in result.timeline) == 0.0
     to_chrome_trace(result.timeline, str(tmp_path / "t.json"))
     assert json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    # r.save_trace: the same JSON, one complete event per span of the timeline, ranks as processes
+    assert result.save_trace(tmp_path / "r.json") == tmp_path / "r.json"
+    events = json.loads((tmp_path / "r.json").read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert len(spans) == len(result.timeline)
+    assert sorted((e["pid"], e["name"], e["cat"]) for e in spans) == sorted(
+        (e["rank"], e["name"], e["kind"]) for e in result.timeline)
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"rank 0", "rank 1"}
+    with pytest.raises(ValueError, match=r"path='.*' is a directory"):
+        result.save_trace(tmp_path)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -13,6 +13,8 @@ ranks line up without clock sync. Export to Chrome / Perfetto JSON
 from __future__ import annotations
 
 import json
+import os
+import pathlib
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -124,3 +126,27 @@ def to_chrome_trace(events: list[dict], path: str | None = None) -> dict:
 
 def _jsonable(value) -> bool:
     return isinstance(value, (str, int, float, bool, type(None), list, tuple))
+
+
+def check_trace_path(path, what: str = "path") -> pathlib.Path:
+    """A trace file that cannot be written fails now (a ValueError naming it), not after a run."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{what}={path!r} must be a file path such as 'trace.json'")
+    target = pathlib.Path(path)
+    folder = target.parent if str(target.parent) else pathlib.Path(".")
+    if target.is_dir():
+        raise ValueError(f"{what}={str(path)!r} is a directory; give a file name such as trace.json")
+    if not folder.is_dir():
+        raise ValueError(f"{what}={str(path)!r}: directory {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise ValueError(f"{what}={str(path)!r} is not writable")
+    return target
+
+
+def save_trace(events: list[dict], path) -> pathlib.Path:
+    """Write `events` (a run's timeline) as Chrome trace-event JSON to `path`: one complete event
+    ("ph": "X") per span, one process per rank, one thread per kind; open it in ui.perfetto.dev
+    or chrome://tracing. The path written."""
+    target = check_trace_path(path)
+    to_chrome_trace(events, str(target))
+    return target

@@ -101,6 +101,14 @@ class RunResult:
         return "\n".join(lines)
 
 
+    def save_trace(self, path):
+        """Write the run's timeline as a Chrome/Perfetto trace (JSON: one event per span, one
+        process per rank, one thread per kind) to `path`, e.g. "trace.json", to open in
+        ui.perfetto.dev or chrome://tracing; the path written (`parlab.core.trace.save_trace`)."""
+        from parlab.core.trace import save_trace
+
+        return save_trace(self.timeline, path)
+
     @property
     def clock(self):
         """The run's `parlab.core.clock.Clock` (its `.label`: "A100 time" or "this CPU, raw")."""

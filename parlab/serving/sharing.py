@@ -59,6 +59,12 @@ class JobsResult:
     clock: Any = clocks.WALL  # parlab.core.clock.Clock: this CPU, raw, or paced time
     pace: dict = field(default_factory=dict)  # paced clock: each job's virtual clocks (RunResult.pace)
 
+    def save_trace(self, path):
+        """Every job's timeline as a Chrome/Perfetto trace JSON at `path` (`RunResult.save_trace`)."""
+        from parlab.core.trace import save_trace
+
+        return save_trace(self.timeline, path)
+
     def throughput(self) -> float:
         """Job-steps completed per second, all jobs together."""
         return len(self.jobs) * self.steps / self.wall_s
