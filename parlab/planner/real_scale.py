@@ -272,7 +272,9 @@ def format_planner(results: list[dict]) -> str:
     lines = [f"model: {SOURCE}"]
     for res in results:
         lines.append(f"N={res['N']}: {res['n_plans']} plans fit (batch {res['batch']}), "
-                     f"{len(res['rows'])} run")
+                     f"{len(res['rows'])} run, {len(res['omitted'])} left out"
+                     + (": " + "; ".join(res["omitted"][:3]) + ("; ..." if len(res["omitted"]) > 3
+                                                                 else "") if res["omitted"] else ""))
         lines.append(f"  {'plan':<20} {'m':>3} {'model s':>8} {'run s':>8} {'error':>7} "
                      f"{'run GB':>7}")
         for i, r in enumerate(res["rows"]):
