@@ -37,6 +37,26 @@ def test_bf16_schemes_equal_single_in_bf16(runs, scheme, world_size):
     assert comparison.match, comparison.problems
 
 
+ND_PLANS = [(2, {"tp": 2}), (4, {"dp": 2, "tp": 2}), (4, {"dp": 2, "pp": 2, "microbatches": 2}),
+            (4, {"dp": 2, "cp": 2}), (4, {"tp": 2, "pp": 2, "microbatches": 2, "schedule": "gpipe"}),
+            (4, {"dp": 4, "dp_sync": "overlap"}), (4, {"dp": 4, "dp_sync": "naive"}),
+            (4, {"dp": 2, "tp": 2, "checkpoint": True})]
+
+
+@pytest.mark.parametrize("world_size,plan", ND_PLANS,
+                         ids=[f"{n}-" + "-".join(f"{k}{v}" for k, v in p.items()) for n, p in ND_PLANS])
+def test_nd_plans_equal_single_in_bf16(runs, world_size, plan):
+    comparison = runs("nd", world_size, precision=BF16, **plan).compare(runs("single", precision=BF16))
+    assert comparison.match, comparison.problems
+
+
+@pytest.mark.parametrize("options,why", [({"zero": 1}, "with zero=1: nd's ZeRO shards"),
+                                         ({"dp_sync": "dear"}, "with dp_sync='dear': its layer-wise")])
+def test_what_nd_cannot_run_in_bf16_is_refused_naming_why(options, why):
+    with pytest.raises(ValueError, match=f"precision='bf16-mixed' {why}"):
+        make_config("nd", world_size=2, dp=2, precision=BF16, **options)
+
+
 @pytest.mark.parametrize("scheme,world_size", [("ddp-naive", 2), ("zero2", 4), ("zero3", 2),
                                                ("tp", 2)])
 def test_fp16_schemes_equal_single_in_fp16(runs, scheme, world_size):

@@ -60,7 +60,16 @@ def plan_of(cfg) -> Plan:
 def validate(cfg) -> None:
     """One ValueError naming every factor the plan fails (`Plan.problems`)."""
     n_experts = getattr(cfg.model_config, "n_experts", None)
-    plan_of(cfg).validate(cfg.world_size, cfg.model_config, cfg.batch_size, n_experts)
+    plan = plan_of(cfg)
+    plan.validate(cfg.world_size, cfg.model_config, cfg.batch_size, n_experts)
+    if cfg.precision != "fp32" and plan.zero > 0:
+        raise ValueError(f"precision={cfg.precision!r} with zero={plan.zero}: nd's ZeRO shards "
+                         "hold fp32 gradients only; use zero=0 with bf16-mixed (Megatron-LM's "
+                         "plans), or chapter 02's zero1/zero2/zero3 schemes, which take bf16")
+    if cfg.precision != "fp32" and plan.dp_sync in ("dear", "priority"):
+        raise ValueError(f"precision={cfg.precision!r} with dp_sync={plan.dp_sync!r}: its "
+                         "layer-wise update steps fp32 parameters itself; use dp_sync 'flat', "
+                         "'naive', 'bucketed' or 'overlap' with bf16-mixed")
 
 
 def sync_gradients(model: MeshGPT) -> None:
@@ -245,6 +254,7 @@ def assemble(outputs, cfg) -> dict:
 
 @register("nd", shapes=True, summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "
           "schedule): the chapters' dimensions composed", exact=True, options=OPTIONS,
-          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction)
+          validate=validate, assemble=assemble, models=("gpt", "gpt-moe"), cost=nd_prediction,
+          precisions=("fp32", "bf16-mixed"))
 def nd_scheme(ctx):
     return train(ctx, ND(ctx))
