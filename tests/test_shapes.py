@@ -35,6 +35,7 @@ CASES = [  # (chapter, scheme, options)
     ("07", "ep-allgather", {"model": "gpt-moe", "model_config": {"routing": "even",
                                                                  "capacity_factor": 0.5}}),
     ("13", "nd", {"dp": 2, "tp": 2}),
+    ("13", "nd", {"dp": 2, "tp": 2, "precision": "bf16-mixed"}),
     ("13", "nd", {"dp": 2, "cp": 2}),
     ("13", "nd", {"dp": 4, "ep": 2, "model": "gpt-moe", "model_config": {"routing": "even"}}),
 ]

@@ -13,9 +13,12 @@ reports, printed beside the published rate and beside the analytic model of the 
 (`parlab.planner.extrapolate.predict`): the paper against the run, the run against the formula.
 
 Simplifications, named:
-- `nd` trains in fp32 (Megatron: fp16 mixed precision), so its data-parallel all-reduce moves
-  4 bytes per gradient where Megatron's moves 2; the clock prices every FLOP at the A100's
-  sustained bf16/fp16 rate (`parlab.core.link.ACCELERATORS`), whatever the dtype.
+- Megatron trains in fp16 mixed precision with loss scaling; the rows run in bf16 mixed
+  precision (`precision="bf16-mixed"`: the same 2-byte activations, gradients and messages, the
+  same tensor-core rate, fp32 master weights; no loss scale, which needs values). The clock prices
+  every FLOP at the A100's sustained bf16/fp16 rate and every byte at its HBM bandwidth
+  (`parlab.core.clock`: a roofline per kernel, unfused as eager PyTorch runs them — Megatron fuses
+  its bias-GeLU, softmax and layer norm kernels, so its memory-bound operators cost less).
 - Table 1 does not list the micro-batch size; with pp = 1 (the rows that fit) there is no
   pipeline to fill, and each data-parallel rank runs its share of the batch as one batch.
 - No biases, a tied head (this package's GPT): parameters within 1% of Table 1's.
@@ -46,7 +49,8 @@ def fitting_rows(max_ranks: int = 64) -> list[tuple]:
 
 
 def run_row(shape, gpus: int, batch: int, tp: int, pp: int, published: float,
-            steps: int = 1, microbatches: int | None = None) -> dict:
+            steps: int = 1, microbatches: int | None = None,
+            precision: str = "bf16-mixed") -> dict:
     """Run one Table 1 row shapes-only on paced A100s; its achieved TFLOP/s per GPU beside the
     published one and the analytic model's for the same plan."""
     dp = gpus // (tp * pp)
@@ -55,7 +59,7 @@ def run_row(shape, gpus: int, batch: int, tp: int, pp: int, published: float,
     r = parlab.run("nd", world_size=gpus, model=preset_of(shape.name), steps=steps,
                    clock="A100", link=nodes(gpus, GPUS_PER_NODE, "NVLink", "HDR-IB"),
                    shapes_only=True, dp=dp, tp=tp, pp=pp, batch_size=batch, checkpoint=True,
-                   timeout=3600.0, **options)  # up to 64 ranks share this CPU's cores
+                   precision=precision, timeout=3600.0, **options)  # up to 64 ranks share this CPU's cores
     wall = time.perf_counter() - t0
     step = r.step_times[-1]  # the last step: the optimizer's state exists, as in steady state
     measured = iteration_flops(shape, batch) / (step * gpus) / 1e12
