@@ -118,7 +118,7 @@ def spectrum_over_training(d: int, iters: int, checkpoints: int = 4):
 def paced_step(model, task, alpha: float, clock: str = "A100") -> tuple[float, int, float]:
     """(accelerator seconds, operators, FLOPs) of one GD step of `model` on every observed entry,
     priced as the paced clock prices a compute span (`parlab.core.pacer.count_work`,
-    `Clock.seconds`: Σ launch_s + FLOPs / F_acc)."""
+    `Clock.price`: Σ launch_s + max(FLOPs / F_acc, bytes / HBM))."""
     model = copy.deepcopy(model)
     opt = lowdim.make_dln_optimizer(model, "sgd", LR, alpha)
 

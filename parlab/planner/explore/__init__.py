@@ -3,8 +3,8 @@ of every plan, the planner under a memory cap, the widget.
 
 The cost model (`costmodel`, MAD-Max's recipe: Hsia et al., ISCA 2024) predicts every plan's step
 in *virtual* time on a named accelerator (`parlab.run(..., clock="A100")`, `parlab.core.clock`):
-compute from the operators and FLOPs of a block counted once (`paced.profile`: a paced span lasts
-exactly Σ(launch_s + FLOPs/F_acc), `Clock.seconds`), communication from the real link's α-β. What
+compute from the kernels of a block counted once (`paced.profile`: a paced span lasts exactly
+Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)), `Clock.price`), communication from the real link's α-β. What
 is not closed form (how the schedule overlaps, the operators the composed layers add) is
 calibrated *leave one out* (`search.leave_one_out`): each plan is predicted by a calibration
 fitted on the other plans of the sweep, so no prediction is scored against the run it was fitted
