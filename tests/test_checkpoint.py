@@ -222,7 +222,8 @@ def test_interrupted_saves_leave_no_temporary_files(tmp_path):
     checkpoint.save(tmp_path, FakeComm(0, 1), 2, [layout], [torch.ones(4)],
                     torch.optim.SGD([torch.zeros(1)]), [0.5])
     left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
-    assert left == ["step_000002", "step_000002/meta.pt", "step_000002/rank0.pt"]
+    assert left == ["step_000002", "step_000002/.metadata", "step_000002/__0_0.distcp",
+                    "step_000002/meta.pt", "step_000002/rank0.pt"]  # DCP's files, then ours
 
 
 def test_a_checkpoint_with_more_blocks_than_the_model_is_refused(ckdir):

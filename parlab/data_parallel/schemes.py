@@ -21,10 +21,14 @@ and their timing change (closed forms: `parlab.data_parallel.cost`). `accum_step
 rank's rows into micro-batches and communicates only on the last one (`no_sync`).
 `reduce_dtype="fp32"` (ddp-naive, ddp-bucketed; PyTorch FSDP's `reduce_dtype`) reduces 16-bit
 gradients as fp32 copies: fp32's bytes, one rounding of the sum instead of one per addition.
+ddp-naive, ddp-bucketed and ddp-overlap checkpoint (`save_dir=`, `save_every=`, `resume=`,
+`resume_from=`: `parlab.data_parallel.checkpointing`) in ZeRO's format, which PyTorch's
+`torch.distributed.checkpoint` reads.
 """
 
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.precision import PRECISIONS
+from parlab.data_parallel import checkpointing
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
 from parlab.data_parallel.dear import DeARSync
@@ -44,6 +48,10 @@ MIXED = tuple(PRECISIONS)  # precision= these schemes honour (tests/test_precisi
 BF16 = ("fp32", "bf16-mixed")  # layer-wise deferred updates: no fp16 loss scaling per group
 # mixed precision: reduce the gradients in the compute dtype (16 bits) or in fp32 (2× the bytes)
 REDUCE = Choice("compute", ("compute", "fp32"))
+# save_dir, save_every, resume, keep, allow_fresh_start, resume_from: checkpoints in ZeRO's format,
+# readable by torch.distributed.checkpoint (`parlab.data_parallel.checkpointing`); the variants
+# whose one optimizer steps every parameter (not ddp-priority's or dear's deferred updates)
+SAVING = checkpointing.OPTIONS
 
 
 def _validate(cfg):
@@ -55,14 +63,20 @@ def _validate(cfg):
                          f"{cfg.world_size * accum}")
 
 
+def _validate_saving(cfg):
+    """ddp-naive, ddp-bucketed, ddp-overlap: `_validate`, then the checkpoint options."""
+    _validate(cfg)
+    checkpointing.validate(cfg)
+
+
 def _run(ctx, make_sync):
     model = build_model(ctx.cfg)
-    return train(ctx, make_sync(ctx, model))
+    return train(ctx, checkpointing.attach(ctx, make_sync(ctx, model)))
 
 
 @register("ddp-naive", shapes=True, summary="all-reduce every gradient after backward", exact=True,
-          options={"algo": ALGO, "accum_steps": ACCUM, "reduce_dtype": REDUCE},
-          validate=_validate, cost=dp_cost.NAIVE, precisions=MIXED)
+          options={"algo": ALGO, "accum_steps": ACCUM, "reduce_dtype": REDUCE, **SAVING},
+          validate=_validate_saving, hold=checkpointing.hold, cost=dp_cost.NAIVE, precisions=MIXED)
 def ddp_naive(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: NaiveSync(ctx, model, o["algo"],
@@ -71,8 +85,8 @@ def ddp_naive(ctx):
 
 @register("ddp-bucketed", shapes=True, summary="flat buckets of bucket_mb, all-reduced after backward",
           exact=True, options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM,
-                               "reduce_dtype": REDUCE},
-          validate=_validate,
+                               "reduce_dtype": REDUCE, **SAVING},
+          validate=_validate_saving, hold=checkpointing.hold,
           cost=dp_cost.BUCKETED, precisions=MIXED)
 def ddp_bucketed(ctx):
     o = ctx.cfg.options
@@ -81,8 +95,8 @@ def ddp_bucketed(ctx):
 
 
 @register("ddp-overlap", shapes=True, summary="WFBP: async bucket all-reduce from gradient hooks", exact=True,
-          options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM}, validate=_validate,
-          cost=dp_cost.OVERLAP, precisions=MIXED)
+          options={"bucket_mb": BUCKET, "algo": ALGO, "accum_steps": ACCUM, **SAVING},
+          validate=_validate_saving, hold=checkpointing.hold, cost=dp_cost.OVERLAP, precisions=MIXED)
 def ddp_overlap(ctx):
     o = ctx.cfg.options
     return _run(ctx, lambda ctx, model: OverlapSync(ctx, model, o["bucket_mb"], o["algo"]))

@@ -40,6 +40,7 @@ import shutil
 
 import torch
 
+from parlab.zero import dcp_format
 from parlab.zero.shard import FlatLayout, assemble_state
 
 
@@ -48,7 +49,7 @@ def step_dir(directory, steps_done: int) -> pathlib.Path:
 
 
 KEEP = 2  # checkpoints kept when the run does not say (option keep=)
-_TMP = re.compile(r"\.tmp\d+$")
+_TMP = re.compile(r"\.tmp\d*$")  # ours (.tmp<pid>) and DCP's (.metadata.tmp)
 
 
 def _atomic_save(obj, path: pathlib.Path) -> None:
@@ -101,13 +102,16 @@ def optimizer_shard_state(optimizer, shard: torch.Tensor) -> dict:
 
 
 def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: list[torch.Tensor],
-         optimizer, losses: list[float], scheme: str = "") -> pathlib.Path:
-    """Collective: every rank of `comm` writes its shards; rank 0 then commits `meta.pt` (the
-    manifest: the run's fields, every file's sha256) and removes what `keep` does not keep."""
+         optimizer, losses: list[float], scheme: str = "", model=None) -> pathlib.Path:
+    """Collective: every rank of `comm` writes its shards; rank 0 then writes the same state as a
+    `torch.distributed.checkpoint` (`parlab.zero.dcp_format`: the model's parameters under their
+    names in `model.state_dict()`, its buffers too), commits `meta.pt` (the manifest: the run's
+    fields, every file's sha256) and removes what `keep` does not keep."""
     path = step_dir(directory, steps_done)
     path.mkdir(parents=True, exist_ok=True)
     if comm.rank == 0:  # an older save of this step stops counting before its files change
         (path / "meta.pt").unlink(missing_ok=True)
+        (path / dcp_format.METADATA).unlink(missing_ok=True)
     units = {}
     for layout, shard in zip(layouts, shards):
         units[layout.name] = {"param": shard.detach().clone(),
@@ -119,16 +123,35 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
         cfg = _launch_config()
         fields = run_fields(cfg) if cfg is not None else None
         files = [f"rank{r}.pt" for r in range(comm.size)]
+        dcp_files = dcp_format.write(path, dcp_state(path, comm.size, layouts, optimizer,
+                                                     steps_done, model))
         meta = {"format": 3, "world_size": comm.size, "steps_done": steps_done,
                 "scheme": scheme, "layouts": [layout.to_meta() for layout in layouts],
                 "keys": {name: list(unit) for name, unit in units.items()},
                 "run": fields, "config_hash": config_hash(fields) if fields else None,
-                "checksums": {name: file_sha256(path / name) for name in files}}
+                "checksums": {name: file_sha256(path / name) for name in files},
+                "dcp_checksums": {name: file_sha256(path / name) for name in dcp_files}}
         meta["manifest_sha256"] = manifest_hash(meta)
         _atomic_save(meta, path / "meta.pt")
         keep = cfg.options.get("keep", KEEP) if cfg is not None else KEEP
         prune(directory, keep, steps_done)
     return path
+
+
+def dcp_state(path, world: int, layouts, optimizer, steps_done: int, model=None) -> dict:
+    """What rank 0 writes as the DCP checkpoint: the full state of every rank's file in `path`,
+    the parameters in `model.named_parameters()` order with its persistent buffers (no model:
+    the layouts' order) and the global losses (the sum of every rank's shares)."""
+    names = [name for layout in layouts for name, *_ in layout.offsets()]
+    extra = {}
+    if model is not None:
+        params = dict(model.named_parameters(remove_duplicate=False))
+        names = [n for n in params if n in set(names)] + [n for n in names if n not in params]
+        extra = {k: v.detach().clone() for k, v in model.state_dict().items() if k not in params}
+    per_rank = [torch.load(path / f"rank{r}.pt", weights_only=True)["losses"]
+                for r in range(world)]
+    losses = [sum(values) for values in zip(*per_rank)]
+    return dcp_format.full_state(path, world, layouts, names, extra, optimizer, steps_done, losses)
 
 
 def steps_of(path: pathlib.Path) -> int:

@@ -21,9 +21,11 @@ and these checks are ours, not a paper's.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import warnings
 
+from parlab.zero import dcp_format
 from parlab.zero.checkpoint import (
     Checkpoint,
     committed,
@@ -74,7 +76,7 @@ def problems(path) -> list[str]:
     if checksums and sorted(checksums) != sorted(f"rank{r}.pt" for r in range(world or 0)):
         found.append(f"{path / 'meta.pt'} says world_size={world!r} but lists rank files "
                      f"{sorted(checksums)}: altered")
-    for name, digest in checksums.items():
+    for name, digest in {**checksums, **(meta.get("dcp_checksums") or {})}.items():
         file = path / name
         if not file.exists():
             found.append(f"{file} is missing")
@@ -176,3 +178,78 @@ def check_resume(cfg) -> None:
                 raise ValueError(f"{where} already holds checkpoint {path.name} of another run "
                                  f"(differing: {'; '.join(diff)}); choose an empty save_dir or "
                                  "remove it")
+
+
+def check_options(cfg) -> None:
+    """Before any process starts: the checkpoint options (`save_dir`, `save_every`, `resume`,
+    `allow_fresh_start`, `resume_from`) of a run, each bad value named; then `check_resume` and,
+    with resume_from, `check_resume_from`. Shared by ZeRO and plain data parallelism."""
+    o = cfg.options
+    if o["save_dir"] is not None and not isinstance(o["save_dir"], (str, os.PathLike)):
+        raise ValueError(f"save_dir={o['save_dir']!r} must be a path or None")
+    every = o["save_every"]
+    if every and o["save_dir"] is None:
+        raise ValueError(f"save_every={every} needs save_dir=")
+    if o["resume"] and o["save_dir"] is None:
+        raise ValueError(f"resume={o['resume']!r} needs save_dir=")
+    if o["allow_fresh_start"] and not o["resume"]:
+        raise ValueError("allow_fresh_start=True needs resume=True")
+    if every:
+        _check_writable(o["save_dir"])
+    if o["resume"] and o["resume_from"] is not None:
+        raise ValueError(f"resume={o['resume']!r} and resume_from={str(o['resume_from'])!r}: "
+                         "choose one")
+    if cfg.precision != "fp32" and (every or o["resume"]):
+        raise ValueError(f"save_every={every!r} / resume={o['resume']!r} with precision="
+                         f"{cfg.precision!r}: the sharded checkpoint keeps the 16-bit shards, not "
+                         "the fp32 master weights; checkpoint in fp32")
+    check_resume(cfg)
+    if o["resume_from"] is not None:
+        check_resume_from(cfg)
+
+
+def model_shapes(cfg) -> dict:
+    """{parameter name: shape} of the config's model, built on the meta device (no memory)."""
+    import torch
+
+    from parlab.engine.loop import build_model
+
+    with torch.device("meta"):
+        model = build_model(cfg)
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def check_resume_from(cfg) -> None:
+    """resume_from: a readable DCP checkpoint of this model (parlab's manifest, where it has one,
+    intact) with fewer steps done than cfg.steps; every file read once, before any process."""
+    o = cfg.options
+    where = o["resume_from"]
+    if not isinstance(where, (str, os.PathLike)):
+        raise ValueError(f"resume_from={where!r} must be a path to a DCP checkpoint directory")
+    if cfg.precision != "fp32":
+        raise ValueError(f"resume_from={str(where)!r} with precision={cfg.precision!r}: resume "
+                         "in fp32")
+    if not pathlib.Path(where).is_dir():
+        raise ValueError(f"resume_from={str(where)!r} is not a directory")
+    if (pathlib.Path(where) / "meta.pt").exists():  # one of parlab's: its manifest's hashes first
+        found = problems(where)
+        if found:
+            raise ValueError(f"resume_from={str(where)!r}: {'; '.join(found)}")
+    saved = dcp_format.TorchCheckpoint(where, model_shapes(cfg))
+    saved.check(cfg.steps)
+    if not saved.optimizer:
+        warnings.warn(f"resume_from={str(where)!r} holds no optimizer state: the optimizer "
+                      "starts fresh", RuntimeWarning, stacklevel=4)
+
+
+def _check_writable(directory) -> None:
+    """save_dir must take a file now, not at the first save (after the ranks trained)."""
+    import tempfile
+
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".parlab-probe"):
+            pass
+    except OSError as err:
+        raise ValueError(f"save_dir={str(directory)!r} is not a writable directory: "
+                         f"{err.strerror or err}") from None

@@ -17,7 +17,12 @@ Options shared by the three stages:
   a warning, and resume="must" refuses; only damaged checkpoints: refused, unless
   allow_fresh_start=True); keep — the number of checkpoints kept (default 2); a run with a
   save_dir holds its lock from before spawn (`hold`; a second run on it is refused before spawn,
-  naming the first one's pid);
+  naming the first one's pid); every checkpoint is also a `torch.distributed.checkpoint` that a
+  plain process reads with `dcp.load` (`parlab.zero.dcp_format`);
+  resume_from — a DCP checkpoint directory (one of parlab's step dirs, or one PyTorch's `dcp.save`
+  wrote: `fully_shard` + `dcp.save`, or a plain model's and optimizer's state in one process) to
+  continue from, resharded to this world size; checked before spawn (a missing parameter, a
+  shape, a damaged or truncated file is named);
   fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
   and the launcher reports the dead rank (no hang, no orphans);
   algo — "gloo" (default) or "ring": the all-gathers and reduce-scatters on gloo's own collectives
@@ -40,7 +45,7 @@ from parlab.engine import loop
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
-from parlab.zero import checkpoint_integrity, run_lock
+from parlab.zero import checkpoint_integrity, dcp_format, run_lock
 from parlab.zero.apply import apply_zero
 from parlab.zero.cost import predict
 from parlab.zero.shard import FlatLayout, assemble_state
@@ -48,6 +53,7 @@ from parlab.zero.shard import FlatLayout, assemble_state
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),  # "must": refuse without a checkpoint
            "keep": Int(ckpt_mod.KEEP, min=1),  # checkpoints kept in save_dir
+           "resume_from": None,  # a DCP checkpoint directory (parlab's or PyTorch's)
            # resume=True finding only damaged checkpoints starts at step 0 instead of refusing
            "allow_fresh_start": Bool(False),
            "fail_at_step": Int(None, min=0, none=True), "fail_rank": Int(0, min=0),
@@ -64,41 +70,13 @@ def validate(cfg) -> None:
     if cfg.batch_size % cfg.world_size:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by "
                          f"world_size={cfg.world_size} (data-parallel ranks)")
-    if o["save_dir"] is not None and not isinstance(o["save_dir"], (str, os.PathLike)):
-        raise ValueError(f"save_dir={o['save_dir']!r} must be a path or None")
-    every = o["save_every"]
-    if every and o["save_dir"] is None:
-        raise ValueError(f"save_every={every} needs save_dir=")
-    if o["resume"] and o["save_dir"] is None:
-        raise ValueError(f"resume={o['resume']!r} needs save_dir=")
-    if o["allow_fresh_start"] and not o["resume"]:
-        raise ValueError("allow_fresh_start=True needs resume=True")
-    if every:
-        _check_writable(o["save_dir"])
     step = o["fail_at_step"]
     if step is not None and step >= cfg.steps:
         raise ValueError(f"fail_at_step={step!r} must be None or an int in [0, steps={cfg.steps})")
     rank = o["fail_rank"]
     if rank >= cfg.world_size:
         raise ValueError(f"fail_rank={rank!r} must be an int in [0, world_size={cfg.world_size})")
-    if cfg.precision != "fp32" and (every or o["resume"]):
-        raise ValueError(f"save_every={every!r} / resume={o['resume']!r} with precision="
-                         f"{cfg.precision!r}: the sharded checkpoint keeps the 16-bit shards, not "
-                         "the fp32 master weights; checkpoint in fp32")
-    checkpoint_integrity.check_resume(cfg)
-
-
-def _check_writable(directory) -> None:
-    """save_dir must take a file now, not at the first save (after the ranks trained)."""
-    import tempfile
-
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=directory, prefix=".parlab-probe"):
-            pass
-    except OSError as err:
-        raise ValueError(f"save_dir={str(directory)!r} is not a writable directory: "
-                         f"{err.strerror or err}") from None
+    checkpoint_integrity.check_options(cfg)
 
 
 def hold(cfg):
@@ -146,6 +124,15 @@ class Zero(Strategy):
             self.first_step, self.resumed_from = saved.steps_done, saved.world_size
             # the parent sums the ranks' shares: rank 0 carries the resumed losses
             self.initial_losses = [x if comm.rank == 0 else 0.0 for x in saved.losses()]
+        if o["resume_from"] is not None:
+            shapes = {name: shape for unit in self.engine.units for name, shape in unit.layout.params}
+            saved = dcp_format.TorchCheckpoint(o["resume_from"], shapes)
+            steps, losses = dcp_format.load_into(saved, self.engine.units, self.optimizer,
+                                                 comm.size, comm.rank)
+            self.first_step = steps
+            # rank 0 carries the resumed losses; NaN where the checkpoint does not record them
+            known = losses if losses is not None else [float("nan")] * steps
+            self.initial_losses = [x if comm.rank == 0 else 0.0 for x in known]
         self.losses = list(self.initial_losses)
 
     def forward_backward(self, step: int, batch) -> float:
@@ -173,7 +160,7 @@ class Zero(Strategy):
             with self.ctx.span("checkpoint"):
                 ckpt_mod.save(o["save_dir"], self.ctx.comm, step + 1,
                               [u.layout for u in self.engine.units], self.engine.shards,
-                              self.optimizer, self.losses, self.ctx.cfg.scheme)
+                              self.optimizer, self.losses, self.ctx.cfg.scheme, self.model)
 
     def finish(self) -> None:
         if _rank_locks(self.ctx.cfg.options, self.ctx.comm):

@@ -20,9 +20,17 @@ the ledger holds one nominal record per collective a ZeRO stage performs per ste
 (`nominal=True`: what our engines send for the same stage); compare their memory and step time
 with ours.
 Memory is measured from the live local tensors, as for every scheme.
+
+`torch-fsdp`'s `dcp_dir=`: after the last step every rank calls PyTorch's own
+`dcp.save({"model", "optimizer", "step"}, checkpoint_id=dcp_dir)` on the FSDP2 state
+(`get_state_dict`: DTensor shards, written by their owners), as torchtitan checkpoints; parlab
+resumes it with `resume_from=dcp_dir` (`parlab.zero.dcp_format`), at any world size.
 """
 
 from __future__ import annotations
+
+import os
+from functools import partial
 
 import torch
 
@@ -46,6 +54,28 @@ def _validate(cfg) -> None:
     if cfg.batch_size % cfg.world_size:
         raise ValueError(f"batch_size={cfg.batch_size} is not divisible by "
                          f"world_size={cfg.world_size} (data-parallel ranks)")
+
+
+def _validate_fsdp(cfg) -> None:
+    _validate(cfg)
+    where = cfg.options["dcp_dir"]
+    if where is not None:
+        from parlab.zero.checkpoint_integrity import _check_writable
+
+        if not isinstance(where, (str, os.PathLike)):
+            raise ValueError(f"dcp_dir={where!r} must be a path or None")
+        _check_writable(where)
+
+
+def _save_dcp(ctx, model, optimizer, finish) -> None:
+    """PyTorch's own checkpoint of the FSDP2 run (collective over the world's process group)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    finish()
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    dcp.save({"model": model_sd, "optimizer": optim_sd, "step": torch.tensor(ctx.cfg.steps)},
+             checkpoint_id=str(ctx.cfg.options["dcp_dir"]))
 
 
 def _local(t):
@@ -146,8 +176,9 @@ def mixed_precision_policy(cfg):
 
 
 @register("torch-fsdp", summary="PyTorch FSDP2 fully_shard per block (nominal bytes in the ledger)",
-          exact=True, validate=_validate, options={"reduce_dtype": Choice("compute",
-                                                                          ("compute", "fp32"))},
+          exact=True, validate=_validate_fsdp,
+          options={"reduce_dtype": Choice("compute", ("compute", "fp32")),
+                   "dcp_dir": None},  # write PyTorch's DCP checkpoint here after the last step
           precisions=("fp32", "bf16-mixed"))
 def torch_fsdp(ctx):
     from torch.distributed.device_mesh import init_device_mesh
@@ -169,5 +200,8 @@ def torch_fsdp(ctx):
     def full_state():
         return {name: p.full_tensor().detach().clone() for name, p in model.named_parameters()}
 
-    return train(ctx, TorchSharded(ctx, model, optimizer, model.loss, None, stage=3, meter=meter,
-                                   full_state=full_state, native_precision=True))
+    strategy = TorchSharded(ctx, model, optimizer, model.loss, None, stage=3, meter=meter,
+                            full_state=full_state, native_precision=True)
+    if ctx.cfg.options["dcp_dir"] is not None:
+        strategy.finish = partial(_save_dcp, ctx, model, optimizer, strategy.finish)
+    return train(ctx, strategy)
