@@ -145,6 +145,9 @@ def test_a_checkpoint_of_another_model_is_refused_naming_what_differs(tmp_path):
         make_config("zero2", world_size=2, steps=3, resume_from=str(tmp_path / "missing"))
     with pytest.raises(ValueError, match=r"resume_from=.*nowhere' is not a directory"):
         make_config("zero2", world_size=2, steps=3, resume_from=str(tmp_path / "nowhere"))
+    with pytest.raises(ValueError, match="shapes_only=True cannot run resume_from"):
+        make_config("zero2", world_size=2, steps=3, shapes_only=True, clock="A100",
+                    resume_from=str(tmp_path / "missing"))
     with pytest.raises(ValueError, match="choose one"):
         make_config("zero2", world_size=2, steps=3, save_dir=str(tmp_path), resume=True,
                     resume_from=str(tmp_path / "missing"))

@@ -212,6 +212,10 @@ def _refuse_what_needs_values(model: str, mixed: str, options: dict, routing: st
                "of tokens, by their places; a real run can route so too)")
     elif options.get("save_dir") is not None:
         why = "save_dir: a shapes-only run has no values to save"
+    elif options.get("dcp_dir") is not None:
+        why = "dcp_dir: a shapes-only run has no values to save"
+    elif options.get("resume_from") is not None:
+        why = "resume_from: a shapes-only run has no values to load into"
     if why:
         raise ValueError(f"shapes_only=True cannot run {why}")
 
