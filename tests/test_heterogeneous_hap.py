@@ -96,28 +96,25 @@ def test_the_alternation_stops_when_the_program_stops_changing():
     found = ps.synthesise(cfg)
     assert found.rounds[0].weights == pytest.approx([0.8, 0.2])  # HAP starts ∝ device speed
     assert len(found.rounds) >= 2 and found.rounds[-1].program == found.rounds[-2].program
-    # in A100 time the WIDE GPT is launch-bound (4 µs per operator): every program of the space
-    # costs within 0.2% of the others (8.3416 A100 ms found, 8.3453 Megatron's with a dp stream,
-    # 8.3518 all data-parallel) and the LP gives the slow device ~1% of the rows. On the A100's
-    # NVLink 3 the optimum replicates the stream and keeps Megatron's attention and MLP; on NVLink
-    # 4 (link="NVLink4") it keeps the stream and attention data-parallel
-    assert found.program == pg.parse("rep col col row col col row")
+    # in A100 time the WIDE GPT is launch-bound (4 µs per kernel): the programs of the space cost
+    # within a few % of each other (5.1335 A100 ms found: Megatron's with a dp stream; 5.1449 with
+    # the stream replicated; 5.4200 all data-parallel) and the LP gives the slow device ~1% of the
+    # rows
+    assert found.program == pg.MEGATRON_SP
     assert found.cost <= ps.program_cost(cfg, pg.MEGATRON_SP, found.split)
 
 
 def test_a_paced_run_lands_near_the_model():
     """Virtual time is bit-reproducible (parlab.core.clock), so the gap is the model's alone: it
-    leaves out the reshardings' local copies and slices — operators with no FLOPs, each one launch
-    on the A100 — and nothing else: the gap is a whole number of launches (348 here, 1.392 A100 ms
-    of 9.126: the tiny model is launch-bound, so they weigh 15%)."""
+    leaves out the reshardings' local copies and slices (those that launch a kernel: a view is
+    free) — 71.5 µs of 4.725 A100 ms here, 1.5%, about 18 launches and their bytes."""
     kwargs = dict(world_size=2, speeds=[1, 0.5], clock="A100", link="NVLink", steps=2,
                   program="dp col col row col col row", shard="proportional")
     r = parlab.run("hetero-hap", **kwargs)
     split = r.outputs[0].extras["split"]
     model = hap_time.step_seconds(r.config, pg.MEGATRON_SP, split)
-    launches = (r.step_time(warmup=1) - model) / r.clock.accelerator.launch_s
-    assert launches == pytest.approx(round(launches), abs=1e-6) and round(launches) > 0, launches
-    assert r.step_time(warmup=1) == pytest.approx(model, rel=0.20)
+    gap = r.step_time(warmup=1) - model
+    assert 0 < gap < 0.05 * model  # what the model leaves out costs, and little
 
 
 @pytest.mark.parametrize("kwargs,named", [

@@ -129,8 +129,9 @@ def profile(cfg) -> Profile:
     clock, counts = model_clock(cfg), _COUNTS[key]
     out = Profile(clock, full=dict(counts["full"]))
     for (op, choice, phase), (w2, w3) in counts["work"].items():
-        slope = clock.price(w3) - clock.price(w2)  # per unit
-        out.affine[(op, choice, phase)] = (clock.price(w3) - 3 * slope, slope)
+        s2, s3 = (sum(weight * clock.price(work) for work, weight in terms) for terms in (w2, w3))
+        slope = s3 - s2  # per unit
+        out.affine[(op, choice, phase)] = (s3 - 3 * slope, slope)
     return out
 
 
@@ -143,7 +144,8 @@ def model_clock(cfg):
 
 
 def _count_all(cfg) -> dict:
-    """(operators, FLOPs) of every operator choice and phase at u = 2 and 3 units."""
+    """The counted work of every operator choice and phase at u = 2 and 3 units, each a list of
+    (Work, weight) terms: its price is Σ weight · Clock.price(Work)."""
     m, batch = cfg.model_config, cfg.batch_size
     full, work = {}, {}
     torch.manual_seed(0)
@@ -152,10 +154,11 @@ def _count_all(cfg) -> dict:
             full[(op, choice)] = _units_full(op, choice, m, batch)
             counted = {}
             for u in (2, 3):
-                counted[u] = _count(*_harness(op, choice, u, m, batch), cfg)
+                counted[u] = {k: [(v, 1.0)] for k, v in
+                              _count(*_harness(op, choice, u, m, batch), cfg).items()}
                 if op == "stream":  # the embedding and head, once a step, on the stream's rows
                     ends = _count(*_ends_harness(u, m, batch), cfg)
-                    counted[u] = {k: (v[0] + ends[k][0] / m.n_layer, v[1] + ends[k][1] / m.n_layer)
+                    counted[u] = {k: v + [(ends[k], 1.0 / m.n_layer)]
                                   for k, v in counted[u].items()}
             for phase in PHASES:
                 work[(op, choice, phase)] = (counted[2][phase], counted[3][phase])
