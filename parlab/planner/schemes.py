@@ -29,6 +29,7 @@ from __future__ import annotations
 from parlab.core import speeds
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
+from parlab.data_parallel.apply import ALL_REDUCERS
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.data_parallel.sync import ComputeSpan
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
@@ -66,7 +67,7 @@ def validate(cfg) -> None:
         raise ValueError(f"precision={cfg.precision!r} with zero={plan.zero}: nd's ZeRO shards "
                          "hold fp32 gradients only; use zero=0 with bf16-mixed (Megatron-LM's "
                          "plans), or chapter 02's zero1/zero2/zero3 schemes, which take bf16")
-    if cfg.precision != "fp32" and plan.dp_sync in ("dear", "priority"):
+    if cfg.precision != "fp32" and getattr(ALL_REDUCERS.get(plan.dp_sync), "owns_update", False):
         raise ValueError(f"precision={cfg.precision!r} with dp_sync={plan.dp_sync!r}: its "
                          "layer-wise update steps fp32 parameters itself; use dp_sync 'flat', "
                          "'naive', 'bucketed' or 'overlap' with bf16-mixed")
