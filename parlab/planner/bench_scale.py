@@ -24,7 +24,9 @@ and 16 ranks.
     python -m parlab bench scale --roofline --no-sweep  # per-operator prices: clock, roofline, torch
     python -m parlab bench scale --real --no-sweep      # megatron-1.7b shapes-only: scaling per
                                                         # dimension 1-64 ranks, the planner scored
-                                                        # at 8-64 (parlab.planner.real_scale)
+                                                        # at 8-64 (parlab.planner.real_scale; ~45
+                                                        # min on 2 cores: --planner-ranks with no
+                                                        # value or --real-ranks with none skip a part)
 """
 
 from __future__ import annotations
