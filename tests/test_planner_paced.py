@@ -94,10 +94,14 @@ def test_every_run_is_exact_and_its_memory_and_bytes_are_closed_forms(world_size
 
 
 def test_paced_profile_is_counted_and_exact():
-    """A paced span is a function of its operators and FLOPs: the profile's line equals the
-    counted paced time of a block sliced by rows, tokens or width, and is the same every time."""
-    rows = bench.check_scaling(clock="A100", world_size=4)
-    assert all(abs(r["error"]) < 1e-9 for r in rows), rows
+    """A paced span is a function of its kernels' FLOPs and bytes: the profile's line (in FLOPs)
+    equals the counted paced time of a block sliced by rows, which scales both alike, and is the
+    same every time; slicing tokens or width scales FLOPs and bytes differently (attention's T²·C
+    FLOPs against its T² bytes, a matmul's C² FLOPs against C bytes), so the line is off there by
+    what the roofline's bytes add: +0.16% and −0.53% measured."""
+    rows = {r["block"]: r for r in bench.check_scaling(clock="A100", world_size=4)}
+    assert rows["full"]["error"] == 0.0 and abs(rows["rows/2 (m=2)"]["error"]) < 1e-12, rows
+    assert all(abs(r["error"]) < 0.01 for r in rows.values()), rows
     clock = paced.clock_for("A100", 4)
     assert paced.profile(explore.model_config(), clock) is paced.profile(explore.model_config(), clock)
     with pytest.raises(ValueError, match="clock='wall'"):

@@ -63,6 +63,7 @@ def _paced_block(clock, block, rows: int, seq: int, n_embd: int) -> tuple[float,
     x = torch.randn(rows, seq, n_embd, requires_grad=True)  # (B, T, C)
     grad = torch.randn(rows, seq, n_embd)  # (B, T, C)
     held = {}
+    block.zero_grad(set_to_none=True)  # as a step's backward: gradients assigned, not accumulated
     fwd = clock.price(count_work(lambda: held.setdefault("y", block(x))))
     bwd = clock.price(count_work(lambda: held["y"].backward(grad)))
     return fwd, bwd
