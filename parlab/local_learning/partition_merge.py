@@ -150,8 +150,10 @@ def _optimizer_work(cfg, kind: str, params: list) -> Work:
 
 
 def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[Work, Work]:
-    """The `Work` of F (the stage, and on the last its loss / m) and of B (one backward
-    from the loss, or from the output with `grad`), as the executor's spans run them."""
+    """The `Work` of one F (the stage, and on the last its loss / m) and of a step's m B's (each a
+    backward from the loss, or from the output with `grad`: the first assigns the parameters'
+    gradients, the m − 1 others add to them; `evaluate` averages them), as the executor's spans
+    run them."""
     held = {}
 
     def forward():
@@ -161,7 +163,15 @@ def _count_pass(stage, x, targets, grad, microbatches: int) -> tuple[Work, Work]
     def backward():
         torch.autograd.backward([held["root"]], None if grad is None else [grad])
 
-    return count_work(forward), count_work(backward)
+    stage.zero_grad(set_to_none=True)
+    first = count_work(forward), count_work(backward)  # the step's first B assigns the gradients
+    if microbatches == 1:
+        return first
+    forward()
+    x.grad = None  # each micro-batch's input is its own tensor: only the parameters accumulate
+    later = count_work(backward)  # the m − 1 others add to them
+    return first[0], Work(first[1].ops, first[1].flops,
+                          first[1].kernels + later.kernels * (microbatches - 1))
 
 
 def link_of(cfg):
@@ -196,7 +206,7 @@ def evaluate(cfg, pp: int, dp: int, microbatches: int) -> Candidate:
     rows = cfg.batch_size // dp
     units = unit_work(cfg, rows // microbatches, microbatches)
     f_unit = [clock.price(u.forward) for u in units]
-    b_unit = [clock.price(u.backward) for u in units]
+    b_unit = [clock.price(u.backward) / microbatches for u in units]  # B averaged over the m
     alpha, beta = _alpha_beta(cfg)
     message = alpha + cost.activation_bytes(mc, rows // microbatches) / beta if pp > 1 else 0.0
 
