@@ -40,6 +40,7 @@ def test_lp_beats_proportional_beats_even_in_paced_time():
 def test_backup_worker_drops_the_paced_straggler():
     b0, b1 = explore.backup_sweep(2, steps=3, backups=(0, 1))
     assert b1["dropped"] == [1]
-    # measured 0.387 (6.408 vs 16.55 A100 ms): the fast rank stops waiting for the straggler's
-    # 4× longer compute
-    assert b1["step_ms"] <= 0.5 * b0["step_ms"]
+    # measured 0.659 (6.202 vs 9.411 A100 ms): the fast rank stops waiting for the straggler's
+    # 4× longer forward and backward (0.387 before views stopped costing a launch: b=0's step
+    # shrank from 16.55 ms, b=1's from 6.408)
+    assert b1["step_ms"] <= 0.75 * b0["step_ms"]
