@@ -106,7 +106,8 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
     """Collective: every rank of `comm` writes its shards; rank 0 then writes the same state as a
     `torch.distributed.checkpoint` (`parlab.zero.dcp_format`: the model's parameters under their
     names in `model.state_dict()`, its buffers too), commits `meta.pt` (the manifest: the run's
-    fields, every file's sha256) and removes what `keep` does not keep."""
+    fields, every file's sha256) and removes what `keep` does not keep; every rank returns once
+    the checkpoint is committed."""
     path = step_dir(directory, steps_done)
     path.mkdir(parents=True, exist_ok=True)
     if comm.rank == 0:  # an older save of this step stops counting before its files change
@@ -135,6 +136,9 @@ def save(directory, comm, steps_done: int, layouts: list[FlatLayout], shards: li
         _atomic_save(meta, path / "meta.pt")
         keep = cfg.options.get("keep", KEEP) if cfg is not None else KEEP
         prune(directory, keep, steps_done)
+    # no rank goes on before the checkpoint is committed: a rank that dies in the next step would
+    # otherwise have the launcher stop rank 0 while it still writes this one
+    comm.barrier(phase="checkpoint")
     return path
 
 
