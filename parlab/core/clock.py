@@ -85,6 +85,9 @@ class Clock:
     `accelerator`, in its own seconds."""
 
     accelerator: Accelerator | None = None
+    # paced: each rank's pacer also keeps every priced segment's `Work` (its stats' "work"), a
+    # trace that can be re-priced on another accelerator (`parlab.planner.trace_replay`)
+    keep_work: bool = False
 
     @property
     def paced(self) -> bool:

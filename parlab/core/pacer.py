@@ -124,6 +124,7 @@ class Pacer:
     flops: float = 0.0
     advanced_s: float = 0.0  # time added by `advance` (priced by its caller)
     collecting: bool = True  # whether the garbage collector ran before the current span
+    work: list | None = None  # clock.keep_work: (start, end, Work) of every priced segment
 
     def now(self) -> float:
         return self.t
@@ -164,6 +165,9 @@ class Pacer:
         if work.ops == 0:
             return None
         seconds = self.clock.price(work, self.speed)
+        if self.clock.keep_work:
+            self.work = [] if self.work is None else self.work
+            self.work.append((self.t, self.t + seconds, work))
         self.t += seconds
         self.paced_s += seconds
         self.spans += 1
@@ -200,4 +204,4 @@ class Pacer:
         return {"clock": self.clock.label, "segments": self.spans, "paced_s": self.paced_s,
                 "advanced_s": self.advanced_s, "ops": self.ops, "kernels": self.kernels,
                 "flops": self.flops,
-                "end_s": self.t}
+                "end_s": self.t, **({"work": self.work or []} if self.clock.keep_work else {})}
