@@ -57,8 +57,10 @@ def _run(args) -> int:
     bar = None
     try:
         from tqdm import tqdm
+
+        from parlab.core.progress import mode
         bar = tqdm(total=args.steps, desc=f"{args.scheme} ×{args.world_size}", unit="step",
-                   disable=args.steps < 20)
+                   disable=args.steps < 20 or mode() is None, file=sys.stderr, leave=False)
     except ImportError:
         pass
 

@@ -23,6 +23,7 @@ import parlab
 from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
 from parlab.asynchrony.explore import dualbatch as dual
+from parlab.core.progress import progress
 
 
 def measure_ps(world_size: int, steps: int, straggler: float, staleness: int,
@@ -49,7 +50,7 @@ def measure_sharded(world_size: int, steps: int, clock: str = "A100") -> list[di
     """ps-sync with 1 and 2 servers: seconds per update, the busiest server's bytes in per update
     (ledger) and the closed form."""
     rows = []
-    for k in (1, 2):
+    for k in progress((1, 2), desc="sharded"):
         if world_size - k < 1:
             continue
         r = parlab.run("ps-sync", world_size=world_size, steps=steps, servers=k, clock=clock,

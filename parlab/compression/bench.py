@@ -13,6 +13,7 @@ import argparse
 import json
 
 import parlab
+from parlab.core.progress import progress
 
 SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "torch-powersgd",
            "local-sgd", "diloco"]  # torch-powersgd: PyTorch's hook, its gloo not link-delayed
@@ -20,7 +21,7 @@ SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "to
 
 def measure(world_size: int, link: str, steps: int, schemes: list[str]) -> list[dict]:
     rows = []
-    for scheme in schemes:
+    for scheme in progress(schemes, desc=f"compression ×{world_size} {link}"):
         result = parlab.run(scheme, world_size=world_size, steps=steps,
                             link=None if link == "loopback" else link)
         times = sorted(result.step_times[1:] or result.step_times)

@@ -21,6 +21,7 @@ import parlab
 from parlab.context_parallel.cost import sp_bytes
 from parlab.context_parallel.latent_parallel import relative_error, serve
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
+from parlab.core.progress import progress
 
 
 def _median_after_first(values: list[float]) -> float:
@@ -29,7 +30,7 @@ def _median_after_first(values: list[float]) -> float:
 
 def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
     rows = []
-    for T in seq_lens:
+    for T in progress(seq_lens, desc="training, per T"):
         config = {"block_size": T}
         base = parlab.run("single", steps=steps, model_config=config, batch_size=batch_size)
         base_time = base.step_time(warmup=1)
@@ -59,7 +60,7 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
 def video_rows(cps, halos, cfg: VideoConfig) -> list[dict]:
     ref = sample(cfg)
     rows = []
-    for cp in cps:
+    for cp in progress(cps, desc="video, per cp"):
         sp = {}
         for method in ("ring", "ulysses"):
             r = serve("sp", cfg, cp, method=method)

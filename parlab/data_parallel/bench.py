@@ -18,6 +18,8 @@ import argparse
 import json
 import statistics
 
+from parlab.core.progress import progress
+
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 
 
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="save the rows here")
     args = parser.parse_args(argv)
     rows = []
-    for n in args.world_sizes:
+    for n in progress(args.world_sizes, desc="world sizes"):
         for link in args.links:
             rows += measure(n, link, args)
     print_table(rows)

@@ -38,6 +38,7 @@ from parlab.core import collectives, cost
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.link import Link
+from parlab.core.progress import progress
 from parlab.engine.bench_regimes import async_tp_pairs, dp_regime_rows, step_seconds, zero3_regime_row
 
 MB = 1 << 20
@@ -107,7 +108,7 @@ def collective_rows(world_sizes, sizes, repeats) -> list[dict]:
     through the loopback sockets, not the algorithm, set the pace, and both algorithms share it."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     rows = []
-    for n in world_sizes:
+    for n in progress(world_sizes, desc="collectives, world sizes"):
         per_rank = launch(collectives_worker, n, sizes, repeats, timeout=900)
         for (op, nbytes) in per_rank[0]:
             if op == "exchange":
@@ -142,7 +143,7 @@ def pair_rows(pairs, repeats: int, steps: int) -> list[dict]:
     from parlab.engine.runner import run
 
     rows = []
-    for chapter, name, a, b in pairs:
+    for chapter, name, a, b in progress(pairs, desc="pairs"):
         ratios = []
         for _ in range(repeats):
             t_a = step_seconds(run(steps=steps, **a))

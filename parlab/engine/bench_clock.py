@@ -25,6 +25,7 @@ import subprocess
 import sys
 
 from parlab.core.link import Link
+from parlab.core.progress import progress
 
 SCHEMES = ("ddp-naive", "ddp-overlap")
 # paced: the real 1 GbE (α 50 µs, 125 MB/s: parlab.core.link.REAL), where the all-reduce of the
@@ -59,7 +60,7 @@ def measure(clock: str, repeats: int, steps: int, world_size: int) -> dict:
 
     link = LINK if clock != "wall" else RAW_LINK
     out = {s: [] for s in SCHEMES}
-    for _ in range(repeats):
+    for _ in progress(range(repeats), desc="repeats"):
         for scheme in SCHEMES:
             r = parlab.run(scheme, world_size=world_size, steps=steps, clock=clock, link=link)
             out[scheme].append((r.step_time(), r.wall_s, fingerprint(r)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import statistics
 
 from parlab.core.link import Link
+from parlab.core.progress import progress
 
 
 def step_seconds(result) -> float:
@@ -206,7 +207,7 @@ def zero3_regime_row(repeats: int, steps: int, world_size: int = 2, rows_per_ran
     link, kw = regime["link"], regime["run"]
     ceiling = regime["ideal_none"] / regime["ideal_prefetch"]
     ratios = []
-    for _ in range(repeats):
+    for _ in progress(range(repeats), desc="ZeRO-3 repeats"):
         t_a = step_seconds(run("zero3", steps=steps, prefetch=True, link=link, **kw))
         t_b = step_seconds(run("zero3", steps=steps, prefetch=False, link=link, **kw))
         ratios.append(t_b / t_a)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 import parlab
+from parlab.core.progress import progress
 from parlab.expert_parallel.explore import dense as ex_dense
 
 
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'N':>2} {'link':<9} {'k':>2} {'ep ms':>13} {'gather ms':>13} {'dense ms':>13} "
           f"{'gather/ep':>9} {'ep/dense':>8} {'ep B/step':>10} {'gather B/step':>13}  "
           "(measured/predicted)")
-    for world_size in args.world_sizes:
+    for world_size in progress(args.world_sizes, desc="world sizes"):
         links = [link for link in args.links if link != "loopback"] or [ex_dense.TIMING_LINK]
         for k in args.top_k:
             for link in links:  # loopback and this link in one run: ratios comparable

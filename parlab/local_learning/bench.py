@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from parlab.core.progress import progress
 from parlab.local_learning import cost
 from parlab.local_learning.explore import timing as ex_timing
 
@@ -50,7 +51,7 @@ def main(argv=None) -> int:
         if value < 1:
             raise ValueError(f"{name}={value} must be >= 1")
     out = []
-    for pp in args.pp:
+    for pp in progress(args.pp, desc="pipeline degrees"):
         for link in args.links:
             print(f"\npp={pp}, m={args.microbatches}, link={link}, batch {args.batch}, model {MODEL}")
             rows = ex_timing.compare_schemes(

@@ -26,6 +26,7 @@ import json
 import statistics
 
 import parlab
+from parlab.core.progress import progress
 from parlab.pipeline import cost
 
 MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
@@ -114,7 +115,7 @@ def diagnose(group) -> list[str]:
 
 def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
     rows = []
-    for pp in pps:
+    for pp in progress(pps, desc="pipeline degrees"):
         for m in ms:
             group = []
             for name in OURS:
@@ -186,7 +187,7 @@ def headline_rows(repeats: int, steps: int, rows_per_microbatch: int = HEADLINE_
     2024, §3), with the measured per-action overhead and compute that explain any shortfall; and
     our GPipe's and 1F1B's throughput over torch.distributed.pipelining's on the same stages."""
     rows = []
-    for m in ms:
+    for m in progress(ms, desc="microbatch counts"):
         batch = rows_per_microbatch * m
         runs: dict = {name: [] for name in OURS + TORCH}
         for _ in range(repeats):

@@ -18,6 +18,8 @@ import argparse
 import json
 import time
 
+from parlab.core.progress import progress
+
 
 def check_scaling(model_config=None, clock: str = "A100", world_size: int = 4) -> list[dict]:
     """The profile's affine-in-FLOPs assumption against sliced blocks: a block of n_embd/2 width
@@ -75,7 +77,7 @@ def run_sweeps(world_sizes: list, link, steps: int, caps_mb: dict, subset8: int,
     plan). Leave-one-out calibration needs no particular plan among them."""
     from parlab.planner import explore, search
     out = []
-    for ws in world_sizes:
+    for ws in progress(world_sizes, desc="world sizes"):
         plans = None
         if ws == 8 and subset8:
             cfg = explore.model_config()

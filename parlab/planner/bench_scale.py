@@ -50,7 +50,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
     for mode in modes:
         base = None
         for dim in dims:
-            for n in ranks:
+            for n in progress(ranks, desc=f"{mode} {dim}"):
                 if (dim, n) in SLOW and not full:
                     continue
                 if scaling.point_config(dim, n, mode, preset=preset) is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 
+from parlab.core.progress import progress
 from parlab.serving import cost, edge, grouped, masks
 from parlab.serving import explore as ex
 from parlab.serving.explore import edge as ex_edge
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--densities", type=float, nargs="+", default=[0.2, 0.1, 0.05, 0.0])
     parser.add_argument("--skip-edge", action="store_true")
     args = parser.parse_args(argv)
-    for n in args.world_sizes:
+    for n in progress(args.world_sizes, desc="world sizes"):
         for link in args.links:
             bench_jobs(n, link, args.steps, args.repeats, args.clock)
     if not args.skip_edge:

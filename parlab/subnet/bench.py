@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from parlab.core.progress import progress
+
 CONFIGS = [("forward", "block"), ("forward", "neuron"), ("backward", "block"), ("backward", "neuron")]
 
 
@@ -80,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve-steps", type=int, default=30)
     args = parser.parse_args(argv)
     args.link = None if args.link == "none" else args.link
-    for n in args.world_sizes:
+    for n in progress(args.world_sizes, desc="world sizes"):
         print_table(measure(n, args), args.link or "loopback")
         print_curves(n, args)
         print()

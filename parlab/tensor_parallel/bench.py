@@ -30,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from parlab.core.progress import progress
+
 ASYNC_VARIANTS = ("tp-sp", "tp-sp:algo=ring", "tp-sp:async_tp")
 
 
@@ -133,7 +135,7 @@ def main(argv: list[str]) -> int:
     if not args.skip_async:
         out["async_tp"] = async_tp_rows(args.repeats)
     if not args.skip_reshard:
-        for world in args.reshard_worlds:
+        for world in progress(args.reshard_worlds, desc="resharding"):
             for link in args.reshard_links:
                 print(f"\n# resharding {tuple(args.reshard_shape)} fp32, ranks "
                       f"[0,{world // 2}) -> [{world // 2},{world}), link {link}"

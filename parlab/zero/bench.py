@@ -20,6 +20,8 @@ import argparse
 import json
 import statistics
 
+from parlab.core.progress import progress
+
 SCHEMES = ["ddp-naive", "zero1", "zero2", "zero3", "zero3+ckpt", "torch-zero", "torch-fsdp"]
 PAIRS = [("zero1", "torch-zero"), ("zero3", "torch-fsdp")]
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.precision:
         return precision_main(args)
     rows = []
-    for n in args.world_sizes:
+    for n in progress(args.world_sizes, desc="world sizes"):
         measured = measure(n, args)
         print_table(measured)
         print()

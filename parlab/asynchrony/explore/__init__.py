@@ -24,6 +24,7 @@ from parlab.asynchrony.explore.jacobi import (  # noqa: F401
     jacobi_table,
 )
 from parlab.asynchrony.versions import Book, simulate
+from parlab.core.progress import progress
 from parlab.models.data import global_batch
 
 SCHEMES = ["ps-sync", "ps-ssp", "ps-async"]
@@ -185,7 +186,7 @@ def race(world_size: int, steps: int, straggler: float = 3.0, staleness: int = 2
     """BSP, SSP and ASP with the last worker `straggler`× slower (its injected delay paced too),
     real arrival order, on `clock` (paced: "A100", ...; raw: "wall")."""
     runs = {"single": parlab.run("single", steps=steps, model=model)}
-    for scheme in SCHEMES:
+    for scheme in progress(SCHEMES, desc="race"):
         extra = {"staleness": staleness} if "staleness" in parlab.schemes()[scheme].options else {}
         runs[scheme] = parlab.run(scheme, world_size=world_size, steps=steps, model=model,
                                   straggler=straggler, clock=clock, link=paced_link(clock), **extra)

@@ -16,6 +16,7 @@ import torch
 from parlab.core import cost
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
+from parlab.core.progress import progress as bar
 
 ALGOS = ("ring", "tree", "naive", "gloo")
 
@@ -134,7 +135,7 @@ def sweep(world_sizes=(2, 4), sizes=None, algos=ALGOS, repeats: int = 9, progres
     busbw as nccl-tests define them."""
     sizes = list(sizes or [2 ** k for k in range(10, 27, 2)])  # 1 KB .. 64 MB
     rows = []
-    for n in world_sizes:
+    for n in bar(world_sizes, desc="all-reduce sweep, world sizes"):
         per_rank = launch(sweep_worker, n, sizes, list(algos), repeats, warmup, timeout=1800)
         for key in per_rank[0]:
             slowest = [max(rank_times[key][i] for rank_times in per_rank) for i in range(repeats)]

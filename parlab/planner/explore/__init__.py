@@ -22,6 +22,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from parlab.core.progress import progress
 from parlab.planner import costmodel, paced, profile, search
 from parlab.planner.plan import DEGREES, Plan
 
@@ -90,7 +91,7 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
     plans = plans or search.candidate_plans(world_size, cfg, batch_size, **plan_space)
     load = _load()
     measured = {p: search.measure_plan(p, steps, link, batch_size, model_config=model, clock=clock)
-                for p in plans}
+                for p in progress(plans, desc=f"measuring plans ×{world_size}")}
     if clock == "wall":
         prof, fit, clk = profile.measure(cfg), profile.calibrate_comm(world_size), None
         calibration, _ = search.calibrate(plans, cfg, prof, fit, link, batch_size, steps, measured)

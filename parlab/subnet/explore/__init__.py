@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 import parlab
+from parlab.core.progress import progress
 from parlab.engine.loop import build_model
 from parlab.engine.runner import make_config
 from parlab.subnet import cost as subnet_cost
@@ -98,7 +99,7 @@ def bytes_row(result) -> dict:
 def sweep(world_size: int = 2, model: str = "gpt", configs=CONFIGS, steps: int = 1) -> pd.DataFrame:
     """One `sdp` run per k = 1..N and configuration: memory and bytes rows side by side."""
     rows = []
-    for k in range(1, world_size + 1):
+    for k in progress(range(1, world_size + 1), desc="sdp, owners k"):
         for mask, granularity in configs:
             result = parlab.run("sdp", world_size=world_size, model=model, steps=steps, owners=k,
                                 mask=mask, granularity=granularity)

@@ -1,0 +1,98 @@
+"""Progress on long work (issue 50, item 2): a bar on stderr where a person watches, nothing in CI
+logs, nothing in a notebook that a batch executor (papermill, nbval) runs, never a byte on stdout."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from parlab.core import progress as prog
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = [sys.executable, "-m", "parlab", "bench", "compression", "--world-size", "2", "--steps", "2",
+         "--link", "loopback", "--schemes", "ddp-naive", "ddp-bucketed"]
+
+
+class _Tty:
+    def __init__(self, tty: bool):
+        self.tty, self.text = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text.append(text)
+
+    def flush(self):
+        pass
+
+
+class _Kernel:
+    def __init__(self, metadata):
+        self.metadata = metadata
+
+    def get_parent(self, channel):
+        return {"metadata": self.metadata}
+
+
+@pytest.fixture
+def clean_env(monkeypatch):
+    for name in ("CI", "PARLAB_PROGRESS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(prog, "_kernel", lambda: None)
+    return monkeypatch
+
+
+def test_terminal_shows_a_bar_and_ci_silences_it(clean_env):
+    clean_env.setattr(sys, "stderr", _Tty(True))
+    assert prog.mode() == "terminal"
+    clean_env.setenv("CI", "true")
+    assert prog.mode() is None
+    clean_env.setenv("PARLAB_PROGRESS", "1")  # forced on, even in CI
+    assert prog.mode() == "terminal"
+    clean_env.setenv("PARLAB_PROGRESS", "0")
+    clean_env.delenv("CI")
+    assert prog.mode() is None
+
+
+def test_a_pipe_is_silent_and_the_items_pass_unchanged(clean_env):
+    clean_env.setattr(sys, "stderr", _Tty(False))
+    items = [3, 1, 2]
+    assert prog.mode() is None
+    assert prog.progress(items, desc="x") is items
+
+
+def test_notebooks_show_a_widget_only_to_a_front_end(clean_env):
+    """A front end (JupyterLab, VS Code) names the cell it runs; papermill and nbval do not, so a
+    golden cell executed by them gains no output."""
+    clean_env.setattr(prog, "_kernel", lambda: _Kernel({}))
+    assert prog.mode() is None
+    clean_env.setattr(prog, "_kernel", lambda: _Kernel({"cellId": "abc"}))
+    assert prog.mode() == "notebook"
+    clean_env.setenv("CI", "true")
+    assert prog.mode() is None
+
+
+def test_a_forced_bar_writes_to_stderr_never_stdout(clean_env, capsys):
+    clean_env.setenv("PARLAB_PROGRESS", "1")
+    assert list(prog.progress(range(4), desc="plans")) == [0, 1, 2, 3]
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "plans" in err and "/4" in err
+
+
+def _bench(env: dict) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PARLAB_PROGRESS")} | env
+    return subprocess.run(BENCH, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_bench_command_bar_when_forced_silent_in_ci():
+    forced = _bench({"PARLAB_PROGRESS": "1"})
+    assert forced.returncode == 0, forced.stderr
+    assert "compression ×2 loopback" in forced.stderr and "2/2" in forced.stderr
+    assert "%|" not in forced.stdout and "ddp-bucketed" in forced.stdout
+    ci = _bench({"CI": "true"})
+    assert ci.returncode == 0, ci.stderr
+    assert "compression ×2" not in ci.stderr and "%|" not in ci.stderr
+    assert ci.stdout.splitlines()[:2] == forced.stdout.splitlines()[:2]  # the same table
