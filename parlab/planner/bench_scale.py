@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from parlab.core.progress import progress as bar
 from parlab.engine import many_ranks
 from parlab.planner import scaling
 
@@ -50,7 +51,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
     for mode in modes:
         base = None
         for dim in dims:
-            for n in progress(ranks, desc=f"{mode} {dim}"):
+            for n in bar(ranks, desc=f"{mode} {dim}"):
                 if (dim, n) in SLOW and not full:
                     continue
                 if scaling.point_config(dim, n, mode, preset=preset) is None:
