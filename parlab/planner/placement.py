@@ -58,13 +58,38 @@ from parlab.planner.placement_costs import (  # noqa: F401  (re-exported: one pl
 LOOPBACK_P2P = Link(1e-4, 2.4e9, "loopback send/recv (docs/measurements.md)")
 
 
-def message_seconds(nbytes: float, link: Link | None = None) -> float:
-    """One message of `nbytes` between ranks: loopback's own α + n/β, plus the emulated link's."""
-    return LOOPBACK_P2P.cost(nbytes) + (link.cost(nbytes) if link is not None else 0.0)
+def message_seconds(nbytes: float, link: Link | None = None, base: Link = LOOPBACK_P2P) -> float:
+    """One message of `nbytes` between ranks: the wire's own α + n/β (`base`: loopback here, a
+    graph's `wire` where it names one, `wire_of`), plus the emulated link's."""
+    return base.cost(nbytes) + (link.cost(nbytes) if link is not None else 0.0)
+
+
+def wire_of(graph) -> Link:
+    """The wire a graph's messages cross: its `wire` (a priced graph at a real accelerator,
+    `parlab.planner.layer_graph`) or this machine's loopback."""
+    return getattr(graph, "wire", None) or LOOPBACK_P2P
+
+
+def split_backward(graph) -> bool:
+    """True when the graph's backward is two tasks per op: B (input gradient) then W (weight
+    gradient), as zero bubble splits it (Qi et al., ICLR 2024); its activations live until W."""
+    return bool(getattr(graph, "split_backward", False))
+
+
+def micro_of(graph, op: str):
+    """The micro-batches `op` computes: all of them, or those routed to it (DualPipe's two model
+    copies each take half, `OpGraph.routes`)."""
+    routed = getattr(graph, "micro_of", None)
+    return routed(op) if routed is not None else range(graph.microbatches)
+
+
+def release(graph) -> str:
+    """The task kind whose end frees an op's activations: W when the backward is split, else B."""
+    return "W" if split_backward(graph) else "B"
 
 
 class Task(NamedTuple):
-    kind: str  # "F" forward or "B" backward
+    kind: str  # "F" forward, "B" backward (input gradient only where split) or "W" weight gradient
     op: str
     mb: int
 
@@ -75,28 +100,43 @@ class Task(NamedTuple):
 def tasks(graph: Graph) -> list[Task]:
     """Every task of one step, in a topological order."""
     m, names = graph.microbatches, graph.names
-    return ([Task("F", n, k) for k in range(m) for n in names]
-            + [Task("B", n, k) for k in range(m) for n in reversed(names)])
+    mine = {n: set(micro_of(graph, n)) for n in names}
+    out = ([Task("F", n, k) for k in range(m) for n in names if k in mine[n]]
+           + [Task("B", n, k) for k in range(m) for n in reversed(names) if k in mine[n]])
+    if split_backward(graph):
+        out += [Task("W", n, k) for k in range(m) for n in reversed(names) if k in mine[n]]
+    return out
 
 
 def durations(graph: Graph) -> dict[Task, float]:
     fwd, bwd = graph.times()
-    return {t: (fwd if t.kind == "F" else bwd)[t.op] for t in tasks(graph)}
+    by = {"F": fwd, "B": bwd, "W": graph.wtimes() if split_backward(graph) else {}}
+    return {t: by[t.kind][t.op] for t in tasks(graph)}
 
 
 def precedences(graph: Graph) -> list[tuple[Task, Task, int | None]]:
     """(before, after, bytes): `bytes` of the message when the two ops sit on different ranks,
     None where both tasks are of one op (same rank by construction)."""
-    out = []
+    out, split = [], split_backward(graph)
+    mine = {n: list(micro_of(graph, n)) for n in graph.names}
     for k in range(graph.microbatches):
         for u, v, nbytes in graph.edges():
-            out.append((Task("F", u, k), Task("F", v, k), nbytes))  # activation (B/m, T, ·)
-            out.append((Task("B", v, k), Task("B", u, k), nbytes))  # its gradient, same shape
+            if k in mine[u]:
+                out.append((Task("F", u, k), Task("F", v, k), nbytes))  # activation (B/m, T, ·)
+                out.append((Task("B", v, k), Task("B", u, k), nbytes))  # its gradient, same shape
         for n in graph.names:
+            if k not in mine[n]:
+                continue
             out.append((Task("F", n, k), Task("B", n, k), None))
-            if k + 1 < graph.microbatches:
-                out.append((Task("F", n, k), Task("F", n, k + 1), None))
-                out.append((Task("B", n, k), Task("B", n, k + 1), None))
+            if split:
+                out.append((Task("B", n, k), Task("W", n, k), None))
+            i = mine[n].index(k)
+            if i + 1 < len(mine[n]):  # the op's next micro-batch
+                k1 = mine[n][i + 1]
+                out.append((Task("F", n, k), Task("F", n, k1), None))
+                out.append((Task("B", n, k), Task("B", n, k1), None))
+                if split:
+                    out.append((Task("W", n, k), Task("W", n, k1), None))
     return out
 
 
@@ -147,7 +187,7 @@ def evaluate(graph: Graph, plan: PlacementPlan, link: Link | None = None,
     preds: dict[Task, list] = {t: [] for t in dur}
     for a, b, nbytes in precedences(graph):
         cross = nbytes is not None and place[a.op] != place[b.op]
-        preds[b].append((a, message_seconds(nbytes, link) if cross else 0.0))
+        preds[b].append((a, message_seconds(nbytes, link, wire_of(graph)) if cross else 0.0))
     for seq in plan.order:
         for a, b in zip(seq, seq[1:]):
             preds[b].append((a, 0.0))
@@ -237,6 +277,7 @@ def exhaustive(graph: Graph, ranks: int, link: Link | None = None, memory: Memor
     w = memory.w if memory is not None else dict.fromkeys(ops, 0.0)
     act = [memory.a[t.op] if memory is not None else 0.0 for t in all_tasks]
     grow = [t.kind == "F" for t in all_tasks]
+    frees = [t.kind == release(graph) for t in all_tasks]
     assigns = [tuple(place[n] for n in ops)] if place is not None else _placements(len(ops), ranks)
     best, best_start, best_place, evaluated = float("inf"), None, None, 0
     for assign in assigns:
@@ -247,7 +288,8 @@ def exhaustive(graph: Graph, ranks: int, link: Link | None = None, memory: Memor
         base = [0.0] * ranks
         for n, r in where.items():
             base[r] += w[n]
-        inc = [[(idx[a], message_seconds(n, link) if n is not None and where[a.op] != where[b.op]
+        inc = [[(idx[a], message_seconds(n, link, wire_of(graph))
+                 if n is not None and where[a.op] != where[b.op]
                  else 0.0) for a, b, n in prec if b == t] for t in all_tasks]
         for order in orders:
             free, end, held = [0.0] * ranks, [0.0] * len(all_tasks), list(base)
@@ -256,7 +298,7 @@ def exhaustive(graph: Graph, ranks: int, link: Link | None = None, memory: Memor
                 i = idx[t]
                 r = rank[i]
                 if cap is not None:
-                    held[r] += act[i] if grow[i] else -act[i]
+                    held[r] += act[i] if grow[i] else -act[i] if frees[i] else 0.0
                     if grow[i] and held[r] > cap * (1 + 1e-12):
                         fits = False
                         break
@@ -287,7 +329,8 @@ def list_schedule(graph: Graph, place: dict, link: Link | None = None,
     preds = {t: [] for t in dur}
     succs = {t: [] for t in dur}
     for a, b, n in prec:
-        c = message_seconds(n, link) if n is not None and place[a.op] != place[b.op] else 0.0
+        c = message_seconds(n, link, wire_of(graph)) if n is not None and \
+            place[a.op] != place[b.op] else 0.0
         preds[b].append((a, c))
         succs[a].append((b, c))
     ahead: dict[Task, float] = {}
@@ -303,7 +346,7 @@ def list_schedule(graph: Graph, place: dict, link: Link | None = None,
         return max([free.get(place[t.op], 0.0)] + [end[p] + c for p, c in preds[t]])
 
     def room(t):
-        return cap is None or t.kind == "B" or held[place[t.op]] + memory.a[t.op] <= cap
+        return cap is None or t.kind != "F" or held[place[t.op]] + memory.a[t.op] <= cap
 
     while len(start) < len(dur):
         ready = [t for t in dur if t not in start and all(p in end for p, _ in preds[t]) and room(t)]
@@ -313,7 +356,8 @@ def list_schedule(graph: Graph, place: dict, link: Link | None = None,
         start[t] = earliest(t)
         end[t] = free[place[t.op]] = start[t] + dur[t]
         if cap is not None:
-            held[place[t.op]] += memory.a[t.op] if t.kind == "F" else -memory.a[t.op]
+            held[place[t.op]] += memory.a[t.op] if t.kind == "F" else \
+                -memory.a[t.op] if t.kind == release(graph) else 0.0
     return start
 
 
@@ -346,4 +390,4 @@ def serial_bound(graph: Graph, link: Link | None = None) -> float:
     """An upper bound on the optimal makespan whatever the cap: every task and every message one
     after the other (a schedule started as early as its order allows is a chain of them)."""
     return sum(durations(graph).values()) + sum(
-        message_seconds(n, link) for _, _, n in precedences(graph) if n is not None)
+        message_seconds(n, link, wire_of(graph)) for _, _, n in precedences(graph) if n is not None)

@@ -48,6 +48,8 @@ from parlab.planner.placement import (
     memory_of,
     message_seconds,
     op_graph,
+    split_backward,
+    wire_of,
 )
 from parlab.planner.placement_milp import milp_plan
 
@@ -89,6 +91,8 @@ def merge_ops(graph, groups: int, link: Link | None = None, memory: Memory | Non
     if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= len(names):
         raise ValueError(f"groups={groups!r} must be an int in 1..{len(names)}")
     fwd, bwd = graph.times()
+    if split_backward(graph):  # a group's work counts its weight gradients too
+        bwd = {n: bwd[n] + w for n, w in graph.wtimes().items()}
     members = {n: [n] for n in names}  # group id (its first op) -> ops
     group_of = {n: n for n in names}
     while len(members) > groups:
@@ -100,7 +104,7 @@ def merge_ops(graph, groups: int, link: Link | None = None, memory: Memory | Non
             merged = members[g] + members[h]
             if cap is not None and sum(memory.w[n] + memory.a[n] for n in merged) > cap:
                 continue
-            score = message_seconds(nbytes, link) / sum(fwd[n] + bwd[n] for n in merged)
+            score = message_seconds(nbytes, link, wire_of(graph)) / sum(fwd[n] + bwd[n] for n in merged)
             key = (score, -names.index(members[g][0]), -names.index(members[h][0]))
             if best is None or key > best[0]:
                 best = (key, g, h)
@@ -127,9 +131,13 @@ def coarsen(graph, merged: list[tuple[str, ...]], memory: Memory | None = None):
         left.remove(g)
     fwd, bwd = graph.times()
     ops_of = {gname[ops]: ops for ops in merged}
+    wts = graph.wtimes() if split_backward(graph) else None
     coarse = op_graph([(g, h, n) for (g, h), n in edges.items()],
                       {g: sum(fwd[n] for n in ops_of[g]) for g in order},
-                      {g: sum(bwd[n] for n in ops_of[g]) for g in order}, graph.microbatches)
+                      {g: sum(bwd[n] for n in ops_of[g]) for g in order}, graph.microbatches,
+                      weight_s=None if wts is None else
+                      {g: sum(wts[n] for n in ops_of[g]) for g in order},
+                      wire=getattr(graph, "wire", None))
     if memory is None:
         return coarse, None
     return coarse, memory_of({g: sum(memory.w[n] for n in ops_of[g]) for g in order},
@@ -145,7 +153,7 @@ def expand(graph, coarse_plan: PlacementPlan, merged: list[tuple[str, ...]]) -> 
     for seq in coarse_plan.order:
         fine = []
         for t in seq:
-            ops = ops_of[t.op] if t.kind == "F" else ops_of[t.op][::-1]
+            ops = ops_of[t.op] if t.kind == "F" else ops_of[t.op][::-1]  # B and W: reversed
             fine += [Task(t.kind, n, t.mb) for n in ops]
         order.append(tuple(fine))
     return PlacementPlan("merged", coarse_plan.ranks, tuple((n, place[n]) for n in graph.names),

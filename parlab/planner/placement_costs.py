@@ -4,9 +4,9 @@ She et al. (2025, arXiv 2503.09357) give every operator a compute cost, every ed
 and every device a memory capacity that the placed operators' weights and in-flight activations
 must fit. `OpGraph` is a graph given by those costs alone (tests; the bi-level decomposition's
 merged graphs); `Memory` the bytes of each op — weights (parameters and gradients, all step) and
-what one micro-batch's forward holds until its backward — measured on the chapter's graph by
-`measure_memory`; `peak_memory` the most a rank holds along a plan's order, the quantity the
-MILP's memory constraint bounds (`parlab.planner.placement_milp`).
+what one micro-batch's forward holds until its backward (its W where the backward is split) —
+measured on the chapter's graph by `measure_memory`; `peak_memory` the most a rank holds along a
+plan's order, the quantity the MILP's memory constraint bounds (`parlab.planner.placement_milp`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,18 @@ class OpGraph:
     edge_list: tuple  # ((u, v, bytes), ...)
     microbatches: int
     fwd_s: tuple  # ((op, seconds), ...)
-    bwd_s: tuple
+    bwd_s: tuple  # the backward, or its input-gradient part B where `weight_s` is given
+    weight_s: tuple = ()  # ((op, seconds), ...) of the weight gradient W: the backward split
+    routes: tuple = ()  # ((op, (micro-batches...)), ...): ops that compute only some of them
+    wire: object = None  # a `Link` the messages cross (default: this machine's loopback)
 
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.ops)
+
+    @property
+    def split_backward(self) -> bool:
+        return bool(self.weight_s)
 
     def edges(self) -> list[tuple[str, str, int]]:
         return list(self.edge_list)
@@ -38,10 +45,18 @@ class OpGraph:
     def times(self) -> tuple[dict[str, float], dict[str, float]]:
         return dict(self.fwd_s), dict(self.bwd_s)
 
+    def wtimes(self) -> dict[str, float]:
+        return dict(self.weight_s)
 
-def op_graph(edges: list, fwd: dict, bwd: dict, microbatches: int = 1) -> OpGraph:
+    def micro_of(self, op: str):
+        return dict(self.routes).get(op, range(self.microbatches))
+
+
+def op_graph(edges: list, fwd: dict, bwd: dict, microbatches: int = 1,
+             weight_s: dict | None = None, routes: dict | None = None, wire=None) -> OpGraph:
     """An `OpGraph` from edges (u, v, bytes) and times; ops in the order `fwd` lists them, which
-    must be topological."""
+    must be topological. `weight_s`: W seconds per op (the backward split, `bwd` then B's);
+    `routes`: {op: micro-batches} for ops that compute only some; `wire`: the messages' Link."""
     names = tuple(fwd)
     index = {n: i for i, n in enumerate(names)}
     bad = [(u, v) for u, v, _ in edges if u not in index or v not in index or index[u] >= index[v]]
@@ -49,9 +64,15 @@ def op_graph(edges: list, fwd: dict, bwd: dict, microbatches: int = 1) -> OpGrap
         raise ValueError(f"edges {bad} do not go forward in the op order {names}")
     if isinstance(microbatches, bool) or not isinstance(microbatches, int) or microbatches < 1:
         raise ValueError(f"microbatches={microbatches!r} must be an int >= 1")
+    bad = [n for n, ks in (routes or {}).items() if n not in index or not ks
+           or any(not 0 <= k < microbatches for k in ks)]
+    if bad:
+        raise ValueError(f"routes of {bad} name no op or no micro-batch in 0..{microbatches - 1}")
     return OpGraph(names, tuple((u, v, int(b)) for u, v, b in edges), microbatches,
                    tuple((n, float(fwd[n])) for n in names),
-                   tuple((n, float(bwd[n])) for n in names))
+                   tuple((n, float(bwd[n])) for n in names),
+                   tuple((n, float(weight_s[n])) for n in names) if weight_s else (),
+                   tuple((n, tuple(sorted(ks))) for n, ks in (routes or {}).items()), wire)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -121,6 +142,7 @@ def peak_memory(plan, memory: Memory) -> tuple[float, ...]:
     bytes it holds along its order (an F adds its op's bytes when it starts, the matching B frees
     them when it ends)."""
     w, a, place = memory.w, memory.a, plan.placement
+    free = "W" if any(t.kind == "W" for seq in plan.order for t in seq) else "B"  # split: W frees
     out = []
     for r, seq in enumerate(plan.order):
         held = peak = 0.0
@@ -128,7 +150,7 @@ def peak_memory(plan, memory: Memory) -> tuple[float, ...]:
             if t.kind == "F":
                 held += a[t.op]
                 peak = max(peak, held)
-            else:
+            elif t.kind == free:
                 held -= a[t.op]
         out.append(sum(w[n] for n, rank in place.items() if rank == r) + peak)
     return tuple(out)

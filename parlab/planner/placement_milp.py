@@ -14,7 +14,8 @@ forward starts, so it is checked at the start of every F(o, k): the weights of t
 rank, its own activations, and those of every other (o', k') on that rank whose F started before
 and whose B ends after — h ≥ [F(o',k') first] + [F(o,k) before B(o',k')] + [same rank] − 2, each
 bracket a y, a constant where precedence already orders the pair, or z[o,o'] ≥ x[o,r] + x[o',r]
-− 1 — must fit the cap (big-M on x[o, r]). With `fixed` a placement, x is fixed and only pairs on
+− 1 — must fit the cap (big-M on x[o, r]); where the backward is split (B, then W), an op's
+activations are held until its W ends. With `fixed` a placement, x is fixed and only pairs on
 one rank are ordered: the lower level of the bi-level decomposition
 (`parlab.planner.placement_bilevel`).
 
@@ -40,10 +41,13 @@ from parlab.planner.placement import (
     greedy,
     measure_memory,
     message_seconds,
+    micro_of,
     plan_from_starts,
     precedences,
+    release,
     serial_bound,
     tasks,
+    wire_of,
 )
 
 
@@ -122,7 +126,8 @@ def build_milp(graph: Graph, ranks: int, link: Link | None = None, upper: Placem
     rank (`memory` gives the ops' bytes); `fixed`: a placement {op: rank} (order only)."""
     all_tasks, dur, prec = tasks(graph), durations(graph), precedences(graph)
     ms = {t: 1e3 * d for t, d in dur.items()}
-    msg = {(a, b): 1e3 * message_seconds(n, link) for a, b, n in prec if n is not None}
+    msg = {(a, b): 1e3 * message_seconds(n, link, wire_of(graph)) for a, b, n in prec
+           if n is not None}
     # Big-M: the best greedy schedule (`greedy`) ends by H, so an optimal one does too; bounding
     # every start and C by H keeps the optimum and tightens the relaxation.
     if upper is None:
@@ -212,17 +217,18 @@ def _memory_rows(m: MilpModel, graph, ranks: int, x: dict, y: dict, after: dict,
                 z = same[o, o2] = same[o2, o] = m.var(f"z[{o}~{o2}]", 0, 1)  # 1: one rank
                 for r in range(ranks):
                     m.add({z: 1, x[o][r]: -1, x[o2][r]: -1}, -1, np.inf, "same rank")
+    free = release(graph)  # the task whose end frees an op's activations (B, or W where split)
     for o in names:
-        for k in range(mb):
+        for k in micro_of(graph, o):
             f = Task("F", o, k)
             const, terms = act[o], {}
             for o2 in names:
                 if fixed is not None and fixed[o2] != fixed[o]:
                     continue
-                for k2 in range(mb):
+                for k2 in micro_of(graph, o2):
                     if (o2, k2) == (o, k):
                         continue
-                    e1, e2 = order(Task("F", o2, k2), f), order(f, Task("B", o2, k2))
+                    e1, e2 = order(Task("F", o2, k2), f), order(f, Task(free, o2, k2))
                     if e1 is None or e2 is None or (not e1[1] and e1[0] == 0) \
                             or (not e2[1] and e2[0] == 0):
                         continue  # o2's micro-batch k2 is never held while f starts

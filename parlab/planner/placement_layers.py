@@ -1,0 +1,145 @@
+"""She et al.'s claim asked on real layers: the operator MILP against DualPipe and 1F1B, bubble at
+equal memory, all three timed by one model.
+
+She et al. (2025, arXiv 2503.09357, abstract) report "reducing computational bubbles by half under
+the same memory constraints" against DeepSeek-V3's DualPipe (arXiv 2412.19437, §3.2.1). Here the
+graph is real transformer layers at a preset's size, priced on an accelerator
+(`parlab.planner.layer_graph`), and three plans of one step (p ranks, m micro-batches) are
+`PlacementPlan`s timed by the same `placement.evaluate` (F, B, W tasks; α + n/β messages over
+the accelerator's NVLink) and sized by the same `peak_memory` (weights + activations held F→W):
+- 1F1B: the ops cut into p equal contiguous stages, chapter 04's `one_f_one_b` lists, each
+  backward a B then its W per op (a full backward);
+- DualPipe: the same stages, two model copies (`layer_graph.dual_graph`: stage s of direction 0
+  on rank s, of direction 1 on rank p−1−s), chapter 04's `dualpipe` lists as they are;
+- the MILP (`placement_milp.milp_plan`: any op on any rank, any order) under DualPipe's peak
+  memory per rank, started from the better of the 1F1B plan and the greedy plan (so never worse
+  than the 1F1B plan it can express), and the bi-level decomposition (`placement_bilevel`).
+Bubble = 1 − busy / (p × makespan), the ranks' mean idle share; every plan runs the same tasks,
+so the busy time is the same. `verdict` prints the paper's claim beside the rows' ratio.
+Simplifications, stated: DualPipe's F&B pairs cost F + B (no compute overlap, as in chapter 04);
+the two copies' gradient sum after the step is not in the makespan of either DualPipe or the rest.
+"""
+
+from __future__ import annotations
+
+from parlab.pipeline.schedules import make_schedule
+from parlab.planner.layer_graph import REVERSE, dual_graph, layer_graph
+from parlab.planner.placement import PlacementPlan, Task, evaluate, greedy, peak_memory
+from parlab.planner.placement_bilevel import bilevel
+from parlab.planner.placement_milp import milp_plan
+
+CLAIM = "about half of DualPipe's bubble at equal memory (She et al. 2025, abstract)"
+
+
+def stages(names, p: int) -> list[tuple[str, ...]]:
+    """The ops cut into p contiguous stages of equal op counts."""
+    names = list(names)
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1 or len(names) % p:
+        raise ValueError(f"p={p!r} must divide the {len(names)} ops into equal stages")
+    k = len(names) // p
+    return [tuple(names[i:i + k]) for i in range(0, len(names), k)]
+
+
+def schedule_plan(graph, schedule, cut: list, name: str) -> PlacementPlan:
+    """A pipeline `Schedule` (chapter 04's data) as a plan of `graph`'s tasks: an F runs its
+    stage's ops in order; a B (and a W) in reverse; an unsplit B is each op's B then its W.
+    Direction 1 runs the copy `REVERSE` of the ops."""
+    place, order = {}, []
+    for r, seq in enumerate(schedule.actions):
+        out = []
+        for a in seq:
+            ops = [n + (REVERSE if a.dir else "") for n in cut[a.stage]]
+            for n in ops:
+                place[n] = r
+            if a.op == "F":
+                out += [Task("F", n, a.mb) for n in ops]
+            elif a.op == "W" or schedule.split_backward:
+                out += [Task(a.op, n, a.mb) for n in reversed(ops)]
+            else:
+                out += [t for n in reversed(ops) for t in (Task("B", n, a.mb), Task("W", n, a.mb))]
+        order.append(tuple(out))
+    plan = PlacementPlan(name, schedule.pp, tuple((n, place[n]) for n in graph.names),
+                         tuple(order), status=" | ".join(",".join(s) for s in cut))
+    return _timed(graph, plan)
+
+
+def _timed(graph, plan: PlacementPlan, **info) -> PlacementPlan:
+    span = evaluate(graph, plan).makespan
+    return PlacementPlan(plan.name, plan.ranks, plan.place, plan.order, span,
+                         info.get("status", plan.status), info.get("solve_s", plan.solve_s))
+
+
+def _row(name, graph, memory, plan, cap, what, solve_s=None):
+    timing = evaluate(graph, plan)
+    peaks = peak_memory(plan, memory)
+    busy = sum(timing.busy)
+    return {"plan": name, "what": what, "makespan": timing.makespan,
+            "bubble": 1 - busy / (plan.ranks * timing.makespan), "busy": busy,
+            "peak": max(peaks), "peaks": peaks, "cap": cap,
+            "fits": cap is None or max(peaks) <= cap * (1 + 1e-9), "solve_s": solve_s,
+            "status": plan.status, "placement": plan.placement, "object": plan}
+
+
+def compare_layers(preset: str = "gpt2-xl", layers: int = 2, p: int = 2, m: int = 4,
+                   rows: int = 1, accelerator: str = "H100", time_limit: float = 20.0,
+                   with_bilevel: bool = True) -> list[dict]:
+    """Rows for 1F1B, DualPipe, the MILP and (`with_bilevel`) the decomposition, the last two
+    under DualPipe's peak bytes per rank; each with makespan, bubble, peak memory, solve time."""
+    from parlab.pipeline.dualpipe import check_sizes
+    check_sizes(p, m)
+    graph, memory = layer_graph(preset, layers, m, rows, accelerator)
+    cut = stages(graph.names, p)
+    dual, dual_memory = dual_graph(graph, memory)
+    one = schedule_plan(graph, make_schedule("1f1b", p, m), cut, "1F1B")
+    two = schedule_plan(dual, make_schedule("dualpipe", p, m), cut, "DualPipe")
+    cap = max(peak_memory(two, dual_memory))
+    out = [_row("1F1B", graph, memory, one, cap, f"{p} stages, one copy"),
+           _row("DualPipe", dual, dual_memory, two, cap, f"{p} stages, two copies")]
+    start = greedy(graph, p, None, memory, cap)
+    start = one if start is None or start.objective >= one.objective else start
+    milp = milp_plan(graph, p, None, time_limit, memory, cap, upper=start)
+    milp = _timed(graph, milp, status=milp.status, solve_s=milp.solve_s)
+    out.append(_row("MILP", graph, memory, milp, cap, "any op, any rank, one copy",
+                    milp.solve_s))
+    if with_bilevel:
+        b = bilevel(graph, p, None, p, cap, memory, time_limit)
+        out.append(_row("bi-level", graph, memory, b.plan, cap,
+                        "merged to p groups, then ordered", b.solve_s))
+    for r in out:
+        r.update(preset=preset, layers=layers, p=p, m=m, rows=rows, accelerator=accelerator)
+    return out
+
+
+def verdict(rows: list[dict]) -> list[str]:
+    """The paper's claim beside what the rows find, each number computed from them."""
+    by = {r["plan"]: r for r in rows}
+    dual, milp = by["DualPipe"], by["MILP"]
+    ratio = milp["bubble"] / dual["bubble"] if dual["bubble"] > 0 else float("nan")
+    if 0.4 <= ratio <= 0.6:
+        found = "about half: the claim holds here"
+    elif ratio < 0.4:
+        found = "less than half: more than the paper's reduction"
+    elif ratio < 0.99:
+        found = "a reduction, but not to about half"
+    elif ratio <= 1.01:
+        found = "no reduction: the claim does not hold here"
+    else:
+        found = "larger than DualPipe's: the claim does not hold here"
+    first = rows[0]
+    out = [f"{first['preset']}, {first['layers']} layers ({2 * first['layers']} ops), "
+           f"p={first['p']}, m={first['m']}, {first['accelerator']} time, memory cap "
+           f"{dual['cap'] / 1e9:.2f} GB per rank (DualPipe's peak)",
+           f"the paper: {CLAIM}",
+           f"this run: MILP bubble {milp['bubble']:.1%} vs DualPipe {dual['bubble']:.1%} = "
+           f"{ratio:.2f}×: {found}"
+           + ("" if milp["status"].startswith("optimal") else f" (MILP {milp['status']})")]
+    one = by["1F1B"]
+    out.append(f"MILP vs 1F1B (a plan it can express): {milp['bubble']:.1%} vs {one['bubble']:.1%} "
+               + ("— no worse" if milp["makespan"] <= one["makespan"] * (1 + 1e-9) else "— WORSE"))
+    if "bi-level" in by:
+        b = by["bi-level"]
+        out.append(f"bi-level: bubble {b['bubble']:.1%} in {b['solve_s']:.1f} s, the MILP's "
+                   f"{milp['bubble']:.1%} in {milp['solve_s']:.1f} s")
+    over = [r["plan"] for r in rows if not r["fits"]]
+    out.append("every plan within the cap" if not over else f"ABOVE THE CAP: {', '.join(over)}")
+    return out
