@@ -280,9 +280,9 @@ def milp_plan(graph: Graph, ranks: int, link: Link | None = None, time_limit: fl
                          f"time_limit={time_limit:g} s ({res.message})")
     if res.x is None or res.status != 0 and upper is not None and \
             res.x[cmax] / 1e3 >= upper.objective:
-        # stopped at the time limit before it beat the greedy plan: keep that one, say so
+        # stopped at the time limit before it beat the starting plan: keep that one, say so
         return PlacementPlan(name, ranks, upper.place, upper.order, upper.objective,
-                             f"stopped at {time_limit:g} s ({res.message}): the greedy plan",
+                             f"stopped at {time_limit:g} s: kept the starting plan ({upper.name})",
                              **info)
     place = {n: int(np.argmax([res.x[i] for i in x[n]])) for n in graph.names}
     start = {t: res.x[i] / 1e3 for t, i in s.items()}

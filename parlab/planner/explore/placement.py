@@ -27,6 +27,7 @@ API for notebook 13:
     print_report(rows)                               # the table, and a diagnosis where the
                                                      # measured order of the plans differs from the model
     dualpipe_comparison(p=4, m=8)                    # planner vs DualPipe vs 1F1B at equal memory
+    layers_comparison("gpt2-xl", settings=((2, 4),)) # the same on real layers, operators free
     show(ranks=2, microbatches=2, link="loopback")   # all of it for one setting (a widget callback)
 
 `build_milp(graph, ranks)[0].text()` prints the model without solving it; `exhaustive(graph, ranks)`
@@ -59,11 +60,12 @@ from parlab.planner.placement_1f1b import pipeline_plan
 from parlab.planner.placement_bilevel import bilevel
 from parlab.planner.placement_compare import compare, verdicts
 from parlab.planner.placement_dualpipe import Units
+from parlab.planner.placement_layers import compare_layers, verdict
 from parlab.planner.placement_milp import solve
 
 __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
            "run_both", "pipeline_cap", "memory_table", "print_memory_table",
-           "dualpipe_comparison", "print_dualpipe", "show"]
+           "dualpipe_comparison", "print_dualpipe", "layers_comparison", "print_layers", "show"]
 
 
 SHORT = {"stem": "st", "mlp_up": "up", "mlp_down": "dn", "attn": "at", "conv": "cv", "merge": "mg",
@@ -321,6 +323,35 @@ def print_dualpipe(rows: list[dict]) -> None:
         print(f"{r['schedule']:<30}{r['placement']:<28}{r['makespan']:>7.0f} t{r['bubble']:>8.1%}"
               f"{r['peak_chunks']:>6}{r['weight_chunks']:>8}{solve_s:>8}")
     for line in verdicts(rows):
+        print("  " + line)
+    print()
+
+
+def layers_comparison(preset: str = "gpt2-xl", layers: int = 2, settings: tuple = ((2, 4), (4, 8)),
+                      accelerator: str = "H100", time_limit: float = 10.0,
+                      show: bool = True) -> list[list[dict]]:
+    """She et al.'s question on real layers (`placement_layers.compare_layers`) for each (p, m)
+    of `settings`: 1F1B, DualPipe, the MILP and the decomposition at DualPipe's memory, printed
+    with the verdict. Returns the rows per setting."""
+    out = []
+    for p, m in settings:
+        out.append(compare_layers(preset, layers, p, m, accelerator=accelerator,
+                                  time_limit=time_limit))
+        if show:
+            print_layers(out[-1])
+    return out
+
+
+def print_layers(rows: list[dict]) -> None:
+    """One real-layer comparison: per plan its makespan, bubble, peak bytes, solve time; verdict."""
+    acc = rows[0]["accelerator"]
+    print(f"{'plan':<10}{'placement':<32}{'makespan':>14}{'bubble':>8}{'peak/rank':>11}"
+          f"{'solve':>8}  status")
+    for r in rows:
+        solve_s = f"{r['solve_s']:.1f} s" if r["solve_s"] is not None else ""
+        print(f"{r['plan']:<10}{r['what']:<32}{r['makespan'] * 1e3:>7.3f} {acc} ms"
+              f"{r['bubble']:>8.1%}{r['peak'] / 1e9:>8.2f} GB{solve_s:>8}  {r['status'][:60]}")
+    for line in verdict(rows):
         print("  " + line)
     print()
 
