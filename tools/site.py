@@ -196,21 +196,8 @@ def footer_text() -> str:
     return f"Built by make site from {commit} on {stamp}, executed on CPU processes over gloo."
 
 
-def build(out: pathlib.Path, selected: list[str] | None = None, cache: pathlib.Path | None = None,
-          notebooks: pathlib.Path = NOTEBOOKS) -> dict:
-    """Build the site into `out`; returns {"pages": [...], "failed": {chapter: error}}."""
-    paths = chapters(selected, notebooks)
-    cache = cache or ROOT / "build" / "vendor"
-    # The kernels papermill starts must import this checkout's parlab, whatever the caller's cwd.
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
-                                               os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-    out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.html"):
-        old.unlink()
-    copy_static(out, cache)
-    sources = out.parent / f"{out.name}-src"
-    sources.mkdir(parents=True, exist_ok=True)
-
+def _execute_all(paths: list[pathlib.Path], sources: pathlib.Path) -> tuple[list[dict], dict]:
+    """Execute each chapter into `sources`: (index entries, {chapter: error})."""
     entries, failed = [], {}
     for path in paths:
         nb = json.loads(path.read_text())
@@ -227,6 +214,39 @@ def build(out: pathlib.Path, selected: list[str] | None = None, cache: pathlib.P
                         "source": f"{path.parent.name}/{path.name}", "seconds": seconds, "error": error,
                         "parameters_text": ", ".join(f"{k}={v}" for k, v in params.items())
                         or "its defaults"})
+    return entries, failed
+
+
+def build(out: pathlib.Path, selected: list[str] | None = None, cache: pathlib.Path | None = None,
+          notebooks: pathlib.Path = NOTEBOOKS) -> dict:
+    """Build the site into `out`; returns {"pages": [...], "failed": {chapter: error}}."""
+    paths = chapters(selected, notebooks)
+    cache = cache or ROOT / "build" / "vendor"
+    # The kernels papermill starts must import this checkout's parlab, whatever the caller's cwd.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in
+                                               os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.html"):
+        old.unlink()
+    copy_static(out, cache)
+    sources = out.parent / f"{out.name}-src"
+    sources.mkdir(parents=True, exist_ok=True)
+
+    traces = sources / "traces"  # the runs' traces the chapters offer (parlab.traces.offer)
+    shutil.rmtree(traces, ignore_errors=True)
+    saved = {k: os.environ.get(k) for k in ("PARLAB_TRACE_DIR", "PARLAB_TRACE_HREF")}
+    os.environ.update(PARLAB_TRACE_DIR=str(traces), PARLAB_TRACE_HREF="traces")  # links beside the pages
+    try:
+        entries, failed = _execute_all(paths, sources)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    shutil.rmtree(out / "traces", ignore_errors=True)
+    if traces.is_dir():  # copied next to the pages, so each chapter's link opens its file
+        shutil.copytree(traces, out / "traces")
     footer = footer_text()
     for i, entry in enumerate(entries):
         link = lambda j: {"href": entries[j]["href"], "title": entries[j]["title"]} \
