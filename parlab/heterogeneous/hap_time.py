@@ -108,8 +108,8 @@ def _count(run, params, optimizer_cfg) -> dict[str, Work]:
 @dataclass
 class Profile:
     """Each operator choice's accelerator seconds at speed 1 as a function of its units u, by phase:
-    seconds(u) = a + b·u (FLOPs affine in u, operator count fixed), counted at u = 2 and 3;
-    `ends` the embedding and head on a given number of rows (a + b·rows)."""
+    seconds(u) = a + b·u (FLOPs and bytes affine in u, operator count fixed), the line through the
+    counts at `count_points` (u = half and all of the operator's units)."""
 
     clock: object
     affine: dict = field(default_factory=dict)  # (op, choice, phase) -> (a, b)
@@ -128,11 +128,22 @@ def profile(cfg) -> Profile:
         _COUNTS[key] = _count_all(cfg)
     clock, counts = model_clock(cfg), _COUNTS[key]
     out = Profile(clock, full=dict(counts["full"]))
-    for (op, choice, phase), (w2, w3) in counts["work"].items():
-        s2, s3 = (sum(weight * clock.price(work) for work, weight in terms) for terms in (w2, w3))
-        slope = s3 - s2  # per unit
-        out.affine[(op, choice, phase)] = (s3 - 3 * slope, slope)
+    for (op, choice, phase), (lo, hi) in counts["work"].items():
+        u_lo, u_hi = count_points(out.full[(op, choice)])
+        s_lo, s_hi = (sum(weight * clock.price(work) for work, weight in terms) for terms in (lo, hi))
+        slope = (s_hi - s_lo) / (u_hi - u_lo)  # per unit
+        out.affine[(op, choice, phase)] = (s_hi - u_hi * slope, slope)
     return out
+
+
+def count_points(full: int) -> tuple[int, int]:
+    """The two shares an operator is counted at: half and all of its `full` units (at least 1 and
+    2). A kernel's roofline price is affine in u on either side of its ridge point, so the line is
+    exact for every share on the side these two are on: at a real width a slow rank's share of
+    heads, columns or 1024-token rows keeps its matmuls compute-bound, as a half and a whole do
+    (counting at 2 and 3 hidden columns of 6400 would price them memory-bound)."""
+    hi = max(full, 2)
+    return max(1, hi // 2), hi
 
 
 _COUNTS: dict = {}
@@ -144,16 +155,25 @@ def model_clock(cfg):
 
 
 def _count_all(cfg) -> dict:
-    """The counted work of every operator choice and phase at u = 2 and 3 units, each a list of
-    (Work, weight) terms: its price is Σ weight · Clock.price(Work)."""
+    """The counted work of every operator choice and phase at its two `count_points`, each a list
+    of (Work, weight) terms: its price is Σ weight · Clock.price(Work). Counted on fake tensors
+    (`parlab.core.shapes`: the same operators, FLOPs and bytes, no numbers), so a real width costs
+    this machine no arithmetic."""
+    from parlab.core.shapes import shapes
+
+    with shapes():
+        return _count_fake(cfg)
+
+
+def _count_fake(cfg) -> dict:
     m, batch = cfg.model_config, cfg.batch_size
     full, work = {}, {}
-    torch.manual_seed(0)
     for op in pg.OPS:
         for choice in pg.CHOICES[op]:
             full[(op, choice)] = _units_full(op, choice, m, batch)
+            points = count_points(full[(op, choice)])
             counted = {}
-            for u in (2, 3):
+            for u in points:
                 counted[u] = {k: [(v, 1.0)] for k, v in
                               _count(*_harness(op, choice, u, m, batch), cfg).items()}
                 if op == "stream":  # the embedding and head, once a step, on the stream's rows
@@ -161,7 +181,7 @@ def _count_all(cfg) -> dict:
                     counted[u] = {k: v + [(ends[k], 1.0 / m.n_layer)]
                                   for k, v in counted[u].items()}
             for phase in PHASES:
-                work[(op, choice, phase)] = (counted[2][phase], counted[3][phase])
+                work[(op, choice, phase)] = tuple(counted[u][phase] for u in points)
     return {"full": full, "work": work}
 
 

@@ -109,7 +109,7 @@ def hetero_hap_prediction(cfg) -> Prediction:
                       "or all-reduce, forward and backward, + the partial gradients' ring all-reduce)")
 
 
-@register("hetero-hap", summary="HAP: one sharding choice per GPT operator (replicate | rows | "
+@register("hetero-hap", shapes=True, summary="HAP: one sharding choice per GPT operator (replicate | rows | "
           "columns | data-parallel), searched by A* alternating with the ratio LP, or given",
           exact=True, options={"program": SEARCH, "shard": Choice("lp", SHARDINGS), "ratios": None},
           validate=_validate, assemble=_assemble, models=("gpt",), cost=hetero_hap_prediction)
