@@ -4,7 +4,7 @@ Every rank that holds the same parameter slice after tensor and pipeline paralle
 dp × cp group (context-parallel ranks hold the same weights and see other tokens) — averages its
 gradients after backward. `apply_dp` attaches one of this chapter's gradient reducers
 (`parlab.data_parallel.reducer`, the building blocks its `GradSync` schemes run) to the model as
-`model.grad_sync`, over that group, on the slice's own parameters (the stage's, tp-sliced;
+its "dp" dimension (`DataParallel`, `parlab.engine.dimension`), over that group, on the slice's own parameters (the stage's, tp-sliced;
 expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
 
     "flat"      one flat bucket after backward (`flat.all_reduce_flat`; the default, the bytes
@@ -37,8 +37,8 @@ own reducer in place of these: the compressor named by its scheme — "topk", "r
 defaults and the run's `seed` for the draws every rank shares. Its bytes are chapter 08's closed
 form (`compression.cost`); it sends its own messages, so `sync` stays "flat" (no buckets).
 
-Ledger phase "dp-grad-sync". The composed step calls `grad_sync.before_micro(last)` and
-`grad_sync.after_backward()`, then steps its one optimizer over every parameter of the slice —
+Ledger phase "dp-grad-sync". The composed step calls the dimension's `before_micro(last)` and
+`after_backward()`, then steps its one optimizer over every parameter of the slice —
 or, with "dear", leaves the step to the reducer.
 
 Refused, with a ValueError naming the value, where "dear" or "priority" (the reducers that own
@@ -55,10 +55,12 @@ from __future__ import annotations
 
 from parlab.compression import compressed_reducers
 from parlab.core.checks import Choice, Float, Int
+from parlab.core.memory import tensor_bytes
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.priority import PriorityReducer
 from parlab.data_parallel.reducer import REDUCERS, make_reducer
+from parlab.engine.dimension import Dimension, add_dimension
 from parlab.expert_parallel.apply import expert_parameters
 from parlab.models.mesh_gpt import MeshGPT
 
@@ -67,6 +69,37 @@ from parlab.models.mesh_gpt import MeshGPT
 ALL_REDUCERS = {**REDUCERS, "dear": DeARReducer, "priority": PriorityReducer}
 SYNCS = tuple(ALL_REDUCERS)
 PHASE = "dp-grad-sync"
+
+
+class DataParallel(Dimension):
+    """Data parallelism as the step sees it: its reducer told which micro-batch is the last, then
+    averaging over dp × cp after backward; a reducer that owns the update (DeAR, P3) is handed
+    the optimizer (`own_update`) and flushed after the last step (`flush`)."""
+
+    name = "dp"
+
+    def __init__(self, reducer):
+        self.reducer = reducer
+        self.owns_update = reducer.owns_update
+        self.during_backward = reducer.during_backward  # overlapped: sends inside backward
+
+    def before_micro(self, last: bool) -> None:
+        self.reducer.before_micro(last=last)
+
+    def after_backward(self) -> None:
+        self.reducer.after_backward()  # every dense gradient averaged over dp × cp
+
+    def own_update(self, ctx, model, optimizer, span):
+        return self.reducer.own_update(ctx, model, optimizer, span)
+
+    def flush(self) -> None:
+        self.reducer.flush()
+
+    def memory(self, memory: dict, optimizer) -> dict:
+        buffers = self.reducer.buffers()
+        if buffers:  # a bucketed reducer's flat buffers
+            memory["comm_buffers"] = tensor_bytes(buffers)
+        return memory
 
 
 def synced_parameters(model: MeshGPT) -> list:
@@ -81,9 +114,9 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
              seed: int = 0, partition_kb: float = 32.0, credit: int = 1) -> MeshGPT:
     """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
     reducer `sync` over it — or chapter 08's reducer of `compressor` (None or "none": no
-    compression) with `compressor_options` and `seed` — as `model.grad_sync` (None with one
+    compression) with `compressor_options` and `seed` — as the model's "dp" dimension (none with one
     rank); `partition_kb` and `credit`: "priority"'s. "dear" and "priority" own the update:
-    the caller must hand it the optimizer (`grad_sync.own_update`) and call `grad_sync.flush()`
+    the caller must hand it the optimizer (the dimension's `own_update`) and call its `flush()`
     after the last step. Every value is checked first: a ValueError names it and the choices."""
     Choice(sync, SYNCS).check("sync", sync)
     Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
@@ -111,21 +144,20 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
                          "apart, after the dense gradients this reducer leaves in flight (use "
                          "sync='flat')")
     model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
-    model.grad_sync = None
-    if model.data_comm is not None and model.data_comm.size > 1:
-        params = synced_parameters(model)
-        if compressor is not None:
-            model.grad_sync = compressed_reducers.compressed_reducer(
-                compressor, model.data_comm, params, compressor_options, seed, phase=PHASE)
-            return model
+    if model.data_comm is None or model.data_comm.size == 1:
+        return model
+    params = synced_parameters(model)
+    if compressor is not None:
+        reducer = compressed_reducers.compressed_reducer(
+            compressor, model.data_comm, params, compressor_options, seed, phase=PHASE)
+    elif owns_update:  # the composed step hands it its optimizer (`own_update`)
+        given = {"partition_kb": partition_kb, "credit": credit}
+        extra = {k: given[k] for k in ALL_REDUCERS[sync].options}  # its own (priority's)
+        reducer = ALL_REDUCERS[sync](model.data_comm, params, bucket_mb, phase=PHASE,
+                                     **extra).attach()
+    else:
         parts = model.pipeline  # split_pp: its executor runs every micro-batch's backward
         backwards = parts.schedule.microbatches if parts is not None else 1
-        if owns_update:  # the composed step hands it its optimizer (`own_update`)
-            given = {"partition_kb": partition_kb, "credit": credit}
-            extra = {k: given[k] for k in ALL_REDUCERS[sync].options}  # its own (priority's)
-            model.grad_sync = ALL_REDUCERS[sync](model.data_comm, params, bucket_mb,
-                                                 phase=PHASE, **extra).attach()
-            return model
-        model.grad_sync = make_reducer(sync, model.data_comm, params, bucket_mb, phase=PHASE,
-                                       backwards=backwards)
-    return model
+        reducer = make_reducer(sync, model.data_comm, params, bucket_mb, phase=PHASE,
+                               backwards=backwards)
+    return add_dimension(model, DataParallel(reducer))

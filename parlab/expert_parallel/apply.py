@@ -14,9 +14,31 @@ from types import SimpleNamespace
 import torch.nn as nn
 
 from parlab.core.mesh import Mesh
+from parlab.data_parallel.flat import all_reduce_flat
+from parlab.engine.dimension import Dimension, add_dimension
 from parlab.expert_parallel.layer import METHODS, ShardedMoE
 from parlab.models.gpt_moe import MoE
 from parlab.models.mesh_gpt import MeshGPT
+
+
+class ExpertParallel(Dimension):
+    """The experts sharded over ep, as the step sees them: after the dense gradients' sync, each
+    expert's gradient summed over the ranks that hold the same experts (`expert_comm`, None when
+    no other rank does) and divided by the dp × cp ranks whose token means it saw."""
+
+    name = "ep"
+
+    def __init__(self, model, expert_comm, replicas: int):
+        self.model, self.expert_comm, self.replicas = model, expert_comm, replicas
+
+    def after_sync(self) -> None:
+        sharded = expert_parameters(self.model)
+        if not sharded:  # ep = 1: the experts are whole here, dp averaged them with the rest
+            return
+        if self.expert_comm is not None:
+            all_reduce_flat(self.expert_comm, sharded, "sum", "expert-grad-sync")
+        for p in sharded:
+            p.grad.div_(self.replicas)
 
 
 def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") -> MeshGPT:
@@ -30,6 +52,7 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") ->
     if not moes or dp == 1:
         return model
     data = mesh.group_over(("dp",), "moe-counts")  # every rank whose tokens share the capacity
+    expert_comm = None
 
     def rest(c):
         return tuple(v for n, v in c.items() if n != "dp")
@@ -40,16 +63,16 @@ def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") ->
     if ep > 1:  # ep groups: dp coordinates ⌊d/ep⌋·ep ... ; replicas: the same d mod ep
         ep_comm = mesh.world.split(mesh.groups_by(lambda r, c: rest(c) + (c["dp"] // ep,)), "ep")
         if dp * mesh.degree("cp") > ep:
-            model.expert_comm = mesh.world.split(mesh.groups_by(lambda r, c: replica_key(c)),
-                                                 "expert-replicas")
+            expert_comm = mesh.world.split(mesh.groups_by(lambda r, c: replica_key(c)),
+                                           "expert-replicas")
     else:  # experts whole here: only the counts travel
         ep_comm = SimpleNamespace(size=1, rank=0, ranks=[mesh.world.global_rank(mesh.world.rank)])
     for block in moes:
         layer = (METHODS[method] if ep > 1 else ShardedMoE)(block.mlp, data, ep_comm)
         layer.group = [data.ranks.index(r) for r in ep_comm.ranks]  # ep peers' rows in the counts
         block.mlp = layer
-    model.expert_replicas = dp * mesh.degree("cp")  # every rank's loss is a mean over its tokens
-    return model
+    # every rank's loss is a mean over its tokens: ÷ the dp × cp ranks
+    return add_dimension(model, ExpertParallel(model, expert_comm, dp * mesh.degree("cp")))
 
 
 def expert_parameters(model: nn.Module) -> list:

@@ -7,9 +7,11 @@ names); each dimension then replaces what it parallelises:
 
     tensor parallelism (ch. 03)   block.attn / block.mlp parts: column- and row-parallel linears
     context parallelism (ch. 06)  `positions` (this rank's tokens) and every `attn.attend` (ring)
-    expert parallelism (ch. 07)   the MoE MLPs, and `expert_comm`, `dp`
-    pipeline (ch. 04)             `pipeline`: this rank's stage, its schedule, its comms
-    data parallelism / ZeRO       `data_comm` (the dp × cp group), `grad_sync`, `zero` (ch. 01, 02)
+    expert parallelism (ch. 07)   the MoE MLPs; the "ep" dimension (the experts' gradient sum)
+    pipeline (ch. 04)             `pipeline`: this rank's stage, its schedule, its comms; the "pp"
+                                  dimension (the tied embedding's sum)
+    data parallelism / ZeRO       `data_comm` (the dp × cp group); the "dp" dimension (a
+                                  reducer) or the "zero" one (the engine) (ch. 01, 02)
 
 The loss is the mean cross-entropy of this rank's own tokens; `parlab.planner.compose` says why
 averaging it over the dp × cp ranks makes every plan exact.
@@ -63,10 +65,9 @@ class MeshGPT(nn.Module):
         self.positions = torch.arange(model.config.block_size)  # (T,) until apply_cp
         self.pipeline = None  # split_pp's PipelineParts
         self.data_comm = None  # apply_dp / apply_zero: the dp × cp group
-        self.grad_sync = None  # apply_dp: the gradient reducer over data_comm (ch. 01)
-        self.zero = None  # apply_zero's ZeroEngine
-        self.expert_comm = None  # apply_ep: the ranks holding the same experts (dp / ep of them)
-        self.expert_replicas = 1  # apply_ep: the dp × cp ranks whose expert gradients are summed
+        # what each step must do for a dimension (dp's reducer, ZeRO's engine, the experts' and
+        # the tied embedding's sums) is the Dimension its apply_* registers:
+        # `parlab.engine.dimension.dimensions(model)`
 
     def embed(self, idx):
         if self.config.positions == "rope":  # positions enter inside attention

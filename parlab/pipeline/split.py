@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from parlab.core.mesh import Mesh
+from parlab.engine.dimension import Dimension, add_dimension, dimensions
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.actions import Schedule
 from parlab.pipeline.executor import PipelineExecutor
@@ -55,6 +56,33 @@ class PipelineParts:
         """The executor that runs the schedule on these stages over `comm_f` / `comm_b`."""
         return PipelineExecutor(ctx, self.schedule, pp_rank, self.stages, self.comm_f,
                                 self.comm_b, boundary_shape, meter, strategy)
+
+
+class EmbeddingTie(Dimension):
+    """The pipeline as the step sees it: the tied embedding's two gradients (first and last
+    stage) summed over `tie_comm` after backward — before the data-parallel average, or after it
+    when that average already started inside backward (Σ of the averages = the average of the
+    sums). Ledger phase "embed-tie"."""
+
+    name = "pp"
+
+    def __init__(self, model, tie_comm):
+        self.model, self.tie_comm = model, tie_comm
+
+    def _sum(self) -> None:
+        self.tie_comm.all_reduce(self.model.wte.weight.grad, op="sum",
+                                 phase="embed-tie")  # (vocab, C) first + last stage
+
+    def _late(self) -> bool:
+        return any(d.during_backward for d in dimensions(self.model))
+
+    def after_backward(self) -> None:
+        if not self._late():
+            self._sum()
+
+    def after_sync(self) -> None:
+        if self._late():
+            self._sum()
 
 
 def placed_stages(placement: str, pp: int, chunks: int, pp_rank: int) -> list[int]:
@@ -105,4 +133,7 @@ def split_pp(model, mesh: Mesh, schedule: str | Schedule = "1f1b", microbatches:
     comm_f = mesh["pp"] if "pp" in mesh.names else comm_b
     model.pipeline = PipelineParts(stage_ids, list(counts), stages, schedule, comm_f, comm_b,
                                    tie_comm)
+    tied = hasattr(model, "wte") and getattr(getattr(model, "config", None), "tie_head", False)
+    if tied and tie_comm.size > 1:  # an untied head (tie_head=False): nothing to sum
+        add_dimension(model, EmbeddingTie(model, tie_comm))
     return model

@@ -4,19 +4,20 @@ Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
 Megatron-LM" (SC 2021): PTD-P composes pipeline, tensor and data parallelism; here context
 parallelism (ring attention, Liu et al. ICLR 2024) and ZeRO (Rajbhandari et al. SC 2020) join
 them. The model is built by `parlab.planner.compose` in torchtitan's order (tp, cp, ep, pp, then
-dp or ZeRO); this strategy only runs it in the one loop:
+dp or ZeRO); each `apply_*` registers its `Dimension` (`parlab.engine.dimension`) on the
+model, and this strategy runs the one loop over them, never asking which are there:
 
-    forward_backward — the pipeline schedule (pp > 1) or m accumulated micro-batches;
-    sync             — tied embedding summed over first/last stage, gradients averaged over dp × cp
-                       by the reducer `apply_dp` attached (`Plan.dp_sync`: chapter 01's flat,
-                       per-tensor, bucketed or overlapped sync; the overlapped one starts in the
-                       last micro-batch's backward; DeAR's reduce-scatters too, its all-gathers
-                       end in the next forward, and so do P3's priority partitions; or
-                       `Plan.dp_compressor`: chapter 08's compressed sync with error feedback);
-    update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather); with
-                       `dp_sync="dear"` or "priority" the reducer owns it: the step's optimizer is handed to
-                       it once, cut per bucket, each piece stepped before the bucket's first
-                       layer in the next forward, and the last step's flushed by `finish`.
+    forward_backward — the pipeline schedule (pp > 1) or m accumulated micro-batches, each
+                       dimension told when the step starts and which micro-batch is the last;
+    sync             — every dimension's `after_backward` in order (the tied embedding's sum over
+                       first/last stage; dp's reducer averaging over dp × cp — chapter 01's
+                       flat, per-tensor, bucketed, overlapped, DeAR or P3 sync, or chapter 08's
+                       compressed one; or ZeRO's reduce-scatter), then `after_sync` in reverse
+                       (the tie after an overlapped average; the experts' sum over ep replicas);
+    update           — AdamW on this rank's slice (ZeRO: its shard, then the all-gather); a
+                       dimension that owns the update (DeAR, P3) is handed the optimizer once,
+                       cut per bucket, each piece stepped before the bucket's first layer in the
+                       next forward, and the last step's flushed by `finish`.
 
 The options are exactly the fields of `parlab.planner.plan.Plan` (`checkpoint` is the common
 option of every scheme; `ep=` needs `model="gpt-moe"`), so
@@ -30,12 +31,11 @@ from parlab.core import speeds
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.data_parallel.apply import ALL_REDUCERS
-from parlab.data_parallel.flat import all_reduce_flat
 from parlab.data_parallel.sync import ComputeSpan
+from parlab.engine.dimension import dimensions
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
 from parlab.expert_parallel.layer import assemble_state as ep_assemble
-from parlab.models.mesh_gpt import MeshGPT
 from parlab.planner import compose
 from parlab.planner.cost import nd_prediction
 from parlab.planner.plan import COMPRESSOR_FIELDS, DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
@@ -73,37 +73,6 @@ def validate(cfg) -> None:
                          "'naive', 'bucketed' or 'overlap' with bf16-mixed")
 
 
-def sync_gradients(model: MeshGPT) -> None:
-    """After backward: the tied embedding's two copies summed (pp), then every gradient averaged
-    over dp × cp — by the reducer apply_dp attached (`model.grad_sync`), or ZeRO's reduce-scatter
-    (apply_zero). Ledger phases: "embed-tie", "dp-grad-sync" (ZeRO: its own
-    "grad-reduce-scatter")."""
-    parts, sync = model.pipeline, model.grad_sync
-    tie = (parts is not None and parts.tie_comm.size > 1 and hasattr(model, "wte")
-           and model.config.tie_head)  # an untied head (tie_head=False): nothing to sum
-    # an overlapped dp sync has already sent the stage's own wte gradient: average, then tie
-    # (Σ of the two averages = the average of the sums)
-    late_tie = sync is not None and sync.during_backward
-    if tie and not late_tie:
-        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
-                                  phase="embed-tie")  # (vocab, C) first + last stage
-    if model.zero is not None:
-        model.zero.end_backward()
-        return
-    if sync is None:
-        return
-    sync.after_backward()  # every dense gradient averaged over dp × cp
-    if tie and late_tie:
-        parts.tie_comm.all_reduce(model.wte.weight.grad, op="sum",
-                                  phase="embed-tie")  # (vocab, C) first + last stage
-    sharded = compose.expert_parameters(model)
-    if sharded:  # each rank's experts saw its ep group's rows: Σ over the replicas, ÷ dp·cp
-        if model.expert_comm is not None:
-            all_reduce_flat(model.expert_comm, sharded, "sum", "expert-grad-sync")
-        for p in sharded:
-            p.grad.div_(model.expert_replicas)
-
-
 class ND(Strategy):
     """One rank of a composed plan: its tp slice of its pp stage, on its T/cp tokens of its
     B/dp rows; see the module docstring for the step."""
@@ -114,9 +83,10 @@ class ND(Strategy):
         self.mesh = mesh = compose.build_mesh(ctx.comm, plan)
         meter = ActivationMeter()
         model = compose.parallelize(build_model(cfg), mesh, plan, meter, seed=cfg.seed)
-        zero = model.zero
-        params = zero.shards if zero is not None else list(model.parameters())
-        meter.exclude(list(model.parameters()) + (zero.shards if zero is not None else []))
+        self.dims = dims = dimensions(model)  # in the order compose applied them
+        trainable = [t for d in dims for t in (d.trainable() or [])]
+        params = trainable or list(model.parameters())
+        meter.exclude(list(model.parameters()) + trainable)
         self.coords = {name: mesh.coord(name) for name in ("pp", "dp", "cp", "tp")}
         self.coords["ep"] = self.coords["dp"] % plan.ep  # ep borrows its ranks from dp
         self.replicas = plan.dp * plan.cp  # ranks averaging one parameter slice's gradients
@@ -124,16 +94,17 @@ class ND(Strategy):
         super().__init__(ctx, model, make_optimizer(params, cfg), shard=self.coords["dp"],
                          shards=plan.dp,
                          reports_loss=self.coords["tp"] == 0 and (parts is None or parts.last),
-                         holds_state=zero is None and self.coords["dp"] < plan.ep
-                         and self.coords["cp"] == 0,
+                         holds_state=all(d.holds_full_slice for d in dims)
+                         and self.coords["dp"] < plan.ep and self.coords["cp"] == 0,
                          meter=meter)
-        # a reducer that owns the update (DeAR) takes the optimizer, cut per bucket; it steps
-        # each piece inside the next forward, pausing that forward's span while it waits
+        # a dimension that owns the update (dp with DeAR, P3) takes the optimizer, cut per
+        # bucket; it steps each piece inside the next forward, pausing that forward's span
         self.forward_span: ComputeSpan | None = None
         self.optimizers = [self.optimizer]
-        if self.owned:
-            self.optimizers = model.grad_sync.own_update(ctx, model, self.optimizer,
-                                                         lambda: self.forward_span)
+        self.owner = next((d for d in dims if d.owns_update), None)
+        if self.owner is not None:
+            self.optimizers = self.owner.own_update(ctx, model, self.optimizer,
+                                                    lambda: self.forward_span)
         self.executor = None
         if parts is not None:
             T, C = len(model.positions), cfg.model_config.n_embd
@@ -142,9 +113,8 @@ class ND(Strategy):
 
     @property
     def owned(self) -> bool:
-        """Whether the reducer owns the update (`dp_sync="dear"`, "priority")."""
-        sync = self.model.grad_sync
-        return sync is not None and sync.owns_update
+        """Whether a dimension owns the update (`dp_sync="dear"`, "priority")."""
+        return self.owner is not None
 
     def batch(self, step: int):
         x, y = step_batch(self.ctx.cfg, step, self.shard, self.shards)  # (B/dp, T)
@@ -153,18 +123,18 @@ class ND(Strategy):
 
     def forward_backward(self, step: int, batch) -> float:
         m, model = self.plan.microbatches, self.model
-        if model.zero is not None:
-            model.zero.start_step()
+        for d in self.dims:
+            d.start_step()
         xs, ys = batch[0].chunk(m), batch[1].chunk(m)  # m × (B/(dp·m), T/cp)
         if self.executor is not None:
-            if model.grad_sync is not None:
-                model.grad_sync.before_micro(last=True)  # overlap: ready at the m-th backward
+            for d in self.dims:
+                d.before_micro(last=True)  # overlap: ready at the m-th backward
             losses = self.executor.run_step(step, list(xs), list(ys))
             return sum(losses) / m / self.replicas if self.reports_loss else 0.0
         total = 0.0
         for micro, (x, y) in enumerate(zip(xs, ys)):
-            if model.grad_sync is not None:
-                model.grad_sync.before_micro(last=micro == m - 1)  # overlap: the last communicates
+            for d in self.dims:
+                d.before_micro(last=micro == m - 1)  # overlap: the last communicates
             forward = ComputeSpan(self.ctx.timeline, "forward",
                                   speeds.speed_of(self.ctx.cfg, self.ctx.rank), step=step,
                                   micro=micro) if self.owned else \
@@ -179,36 +149,33 @@ class ND(Strategy):
         return total / m / self.replicas
 
     def sync(self, step: int) -> None:
-        sync_gradients(self.model)
+        for d in self.dims:  # the tie's sum, dp's average or ZeRO's reduce-scatter
+            d.after_backward()
+        for d in reversed(self.dims):  # a tie after an overlapped average, the experts' sum
+            d.after_sync()
 
     def update(self, step: int) -> None:
         if self.owned:  # deferred: each bucket is stepped in the next forward, after its all-gather
             self.observe_memory()
             return
-        zero = self.model.zero
         with self.ctx.span("optimizer", step=step):
             self.optimizer.step()
-        if zero is not None:
-            zero.after_step()
+        for d in self.dims:
+            d.after_step()  # ZeRO: the updated shards all-gathered
         self.observe_memory()
-        if zero is not None:
-            zero.zero_grad()
-        else:
+        if not any([d.clear_grads(self.optimizer) for d in self.dims]):
             self.optimizer.zero_grad(set_to_none=True)
 
     def finish(self) -> None:
         if self.owned:
-            self.model.grad_sync.flush()  # DeAR: the last step's updates, still owed
+            self.owner.flush()  # DeAR: the last step's updates, still owed
 
     def memory(self) -> dict:
-        if self.model.zero is not None:
-            return self.model.zero.memory(self.optimizer)
         memory = model_memory(self.model.parameters(), None)
         memory["optimizer"] = tensor_bytes(t for optimizer in self.optimizers
                                            for t in optimizer_state_tensors(optimizer))
-        buffers = self.model.grad_sync.buffers() if self.model.grad_sync is not None else []
-        if buffers:  # a bucketed reducer's flat buffers (Plan.dp_sync)
-            memory["comm_buffers"] = tensor_bytes(buffers)
+        for d in self.dims:  # a reducer's flat buffers; ZeRO's own accounting
+            memory = d.memory(memory, self.optimizer)
         return memory
 
     def extras(self) -> dict:
@@ -218,11 +185,8 @@ class ND(Strategy):
         moes = [b.mlp for b in self.model.blocks if hasattr(b, "mlp") and hasattr(b.mlp, "log")]
         if moes:
             out["routing"] = [moe.log for moe in moes]
-        zero = self.model.zero
-        if zero is not None:
-            out["data_rank"] = self.model.data_comm.rank
-            out["shards"] = {u.name: u.shard.detach().clone() for u in zero.units}
-            out["layouts"] = [u.layout.to_meta() for u in zero.units]
+        for d in self.dims:
+            out.update(d.extras())
         return out
 
 

@@ -14,9 +14,45 @@ from typing import TypeVar
 import torch.nn as nn
 
 from parlab.core.mesh import Mesh
+from parlab.engine.dimension import Dimension, add_dimension
 from parlab.zero.zero_engine import ZeroEngine
 
 M = TypeVar("M", bound=nn.Module)
+
+
+class ZeroDimension(Dimension):
+    """ZeRO as the step sees it: its engine's step counter, reduce-scatter after backward,
+    all-gather after the step, and its flat shards as what the optimizer steps."""
+
+    name = "zero"
+    holds_full_slice = False
+
+    def __init__(self, engine: ZeroEngine):
+        self.engine = engine
+
+    def start_step(self) -> None:
+        self.engine.start_step()
+
+    def after_backward(self) -> None:
+        self.engine.end_backward()
+
+    def after_step(self) -> None:
+        self.engine.after_step()
+
+    def clear_grads(self, optimizer) -> bool:
+        self.engine.zero_grad()
+        return True
+
+    def trainable(self) -> list:
+        return self.engine.shards
+
+    def memory(self, memory: dict, optimizer) -> dict:
+        return self.engine.memory(optimizer)  # its own accounting: shards, gathered, padding
+
+    def extras(self) -> dict:
+        return {"data_rank": self.engine.comm.rank,
+                "shards": {u.name: u.shard.detach().clone() for u in self.engine.units},
+                "layouts": [u.layout.to_meta() for u in self.engine.units]}
 
 
 def _data_group(mesh: Mesh, reuse_world: bool = False):
@@ -31,7 +67,8 @@ def _data_group(mesh: Mesh, reuse_world: bool = False):
 def apply_zero(model: M, mesh: Mesh, stage: int, meter=None, *, prefetch: bool = False,
                algo: str = "gloo", reuse_world: bool = False) -> M:
     """Shard `model` (any nn.Module: a `MeshGPT` slice or a chapter's plain model) over dp × cp
-    at ZeRO `stage`, recorded as `model.data_comm` and `model.zero` (the `ZeroEngine`).
+    at ZeRO `stage`, recorded as `model.data_comm` and registered as the model's "zero"
+    dimension (`ZeroDimension`, its `engine` the `ZeroEngine`).
 
     `meter` (an ActivationMeter) is told which tensors are gathered parameters, not activations;
     `prefetch` (stage 3: FSDP's prefetch and asynchronous reduce-scatter) and `algo` ("gloo" or
@@ -45,5 +82,5 @@ def apply_zero(model: M, mesh: Mesh, stage: int, meter=None, *, prefetch: bool =
         from parlab.core.memory import storage_key
         hooks = {"on_gather": lambda t: meter.excluded.add(storage_key(t)),
                  "on_release": lambda t: meter.excluded.discard(storage_key(t))}
-    model.zero = ZeroEngine(model, model.data_comm, stage, prefetch=prefetch, algo=algo, **hooks)
-    return model
+    engine = ZeroEngine(model, model.data_comm, stage, prefetch=prefetch, algo=algo, **hooks)
+    return add_dimension(model, ZeroDimension(engine))

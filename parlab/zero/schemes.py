@@ -42,6 +42,7 @@ from parlab.core.mesh import Mesh
 from parlab.core.precision import PRECISIONS
 from parlab.core.rendezvous import under_torchrun
 from parlab.engine import loop
+from parlab.engine.dimension import dimension
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
@@ -110,7 +111,7 @@ class Zero(Strategy):
         # reuse_world: the engine runs on `comm` itself, so the ledger's group stays "world"
         model = apply_zero(model, Mesh(comm, [("dp", comm.size)]), stage, meter,
                            prefetch=o.get("prefetch", False), algo=o["algo"], reuse_world=True)
-        self.engine = model.zero
+        self.engine = dimension(model, "zero").engine
         meter.exclude(list(model.parameters()) + self.engine.shards)
         super().__init__(ctx, model, make_optimizer(self.engine.shards, cfg), shard=comm.rank,
                          shards=comm.size, holds_state=False, meter=meter)
