@@ -79,6 +79,11 @@ def test_the_verdict_is_computed_from_the_rows(rows):
         assert ("the claim holds here" in line) == (0.4 <= ratio <= 0.6)
         assert ("does not hold" in line) == (ratio > 0.99)
     assert "every plan within the cap" in text and "— no worse" in text
+    two = by["MILP×2"]["placement"]
+    whole = len({two[n] for n in two if n.endswith("~")}) == len({two[n] for n in two
+                                                                   if not n.endswith("~")}) == 1
+    assert ("data parallelism and no pipeline" in text) == (
+        whole and two["attn0"] != two["attn0~"])
     for milp_bubble, words in ((0.05, "about half: the claim holds"), (0.1, "no reduction"),
                                (0.02, "less than half"), (0.2, "larger than DualPipe's")):
         fake = [{**r, "bubble": milp_bubble if r["plan"] == "MILP" else

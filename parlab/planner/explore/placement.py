@@ -15,7 +15,10 @@ report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same m
   predicted and measured;
 - the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_compare`):
   the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
-  simulator, with the verdict on "about half" computed from the rows.
+  simulator, with the verdict on "about half" computed from the rows;
+- the same question on real layers (`parlab.planner.placement_layers`): gpt2-xl's attention and
+  MLP ops, F, B and W priced at an accelerator, placed by the operator MILP (one copy, or
+  DualPipe's two) and the decomposition at DualPipe's memory, beside DualPipe and 1F1B.
 
 API for notebook 13:
 
