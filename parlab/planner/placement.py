@@ -21,6 +21,10 @@ for R ranks:
   moment the sum must fit the cap. Memory only grows when an F starts, so it is checked there
   (`peak_memory`; the costs and memory of a graph: `parlab.planner.placement_costs`).
 - objective: the makespan C ≥ end of every task.
+- a graph may split the backward (`split_backward`: B then W(op, k) on the op's rank, W holding
+  the activations until it ends, as zero bubble and DualPipe do), route only some micro-batches
+  through an op (`micro_of`: DualPipe's two model copies) and name its own wire (`wire_of`): the
+  real layers of `parlab.planner.layer_graph`.
 
 `exhaustive` enumerates every placement (up to renaming ranks) and every order (the orders a
 topological order of the tasks induces on each rank; each is timed as soon as possible, which is
