@@ -12,6 +12,7 @@ from __future__ import annotations
 import parlab
 from parlab import models
 from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
+from parlab.core.progress import progress
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
 from parlab.data_parallel.buckets import plan_buckets
@@ -39,7 +40,7 @@ def run_variants(world_size: int, link, steps: int = 4, variants=VARIANTS, clock
                  **options) -> dict:
     """Run each variant with the options it takes (common ones such as model_config go to all)."""
     out = {}
-    for variant in variants:
+    for variant in progress(variants, desc=f"DP variants ×{world_size}"):
         known = parlab.schemes()[variant].options
         extra = {k: v for k, v in options.items() if k in known or k in COMMON}
         out[variant] = parlab.run(variant, world_size=world_size, steps=steps, link=link,

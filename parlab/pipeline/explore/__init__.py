@@ -13,6 +13,7 @@ import statistics
 
 import parlab
 from parlab.core import cost as comm_cost
+from parlab.core.progress import progress
 from parlab.pipeline import cost
 from parlab.pipeline.draw import gantt, ideal_and_measured
 from parlab.pipeline.schedules import make_schedule
@@ -212,7 +213,7 @@ def bubble_curve(world_size: int, microbatches: list[int], schedules=("1f1b",), 
 
     rows = []
     _, ax = plt.subplots(figsize=(6, 3.5))
-    for name in schedules:
+    for name in progress(schedules, desc="bubble curve, schedules"):
         ms = [m for m in microbatches if name != "interleaved" or m % world_size == 0]
         got = [measured_vs_ideal(f"pp-{name}", world_size, m, steps, model_config, draw=False,
                                  clock=clock) for m in ms]
