@@ -11,7 +11,8 @@ the chapters. Nothing is loaded from a CDN: the widget renderer (@jupyter-widget
 standalone embed.js) and MathJax are taken once from the npm registry with `npm pack` at the
 pinned versions below, cached in build/vendor/, and copied into the site's _static/, so the saved
 panels and the formulas render from the local files (a test opens a page with every non-file
-request blocked).
+request blocked). The runs' Perfetto traces a chapter offers (`parlab.traces.offer`) are written
+into build/site-src/traces/ and copied to the site's traces/, where the page's links point.
 """
 
 from __future__ import annotations
