@@ -96,3 +96,39 @@ def test_bench_command_bar_when_forced_silent_in_ci():
     assert ci.returncode == 0, ci.stderr
     assert "compression ×2" not in ci.stderr and "%|" not in ci.stderr
     assert ci.stdout.splitlines()[:2] == forced.stdout.splitlines()[:2]  # the same table
+
+
+def test_a_real_kernel_shows_the_widget_to_a_front_end_only():
+    """In an ipykernel: an execute request without a cellId (nbclient, papermill, nbval) gets no
+    output from a bar; one from a front end (JupyterLab sends the cell's id) gets a tqdm widget."""
+    from jupyter_client.manager import start_new_kernel
+
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "PARLAB_PROGRESS")}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    km, kc = start_new_kernel(kernel_name="python3", env=env)
+    code = "from parlab.core.progress import progress\nfor _ in progress(range(3), desc='plans'): pass"
+
+    def outputs(metadata):
+        msg = kc.session.msg("execute_request", {"code": code, "silent": False, "store_history": False,
+                                                 "user_expressions": {}, "allow_stdin": False,
+                                                 "stop_on_error": True}, metadata=metadata)
+        kc.shell_channel.send(msg)
+        got = []
+        while True:
+            m = kc.get_iopub_msg(timeout=120)
+            if m["parent_header"].get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                return got
+            if m["msg_type"] in ("stream", "display_data", "execute_result", "error"):
+                got.append(m)
+
+    try:
+        assert outputs({}) == []  # what papermill and nbval send: a golden cell gains nothing
+        shown = outputs({"cellId": "a-cell"})
+        assert [m["msg_type"] for m in shown] == ["display_data"]
+        assert "application/vnd.jupyter.widget-view+json" in shown[0]["content"]["data"]
+        assert "plans" in shown[0]["content"]["data"]["text/plain"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
