@@ -1,9 +1,11 @@
 """The cost model's calibration: three numbers a few measured plans fix, the rest predicted.
 
-MAD-Max (Hsia et al., ISCA 2024, §5) validates its performance model against measured runs; here
-a sweep's measured steps fix how much the machine stretches compute and communication and what
+A sweep's measured steps fix how much the machine stretches compute and communication and what
 the loop adds per step (`Calibration`), by least absolute relative error (`fit_calibration`), and
-`parlab.planner.costmodel.predict` applies them to every other plan.
+`parlab.planner.costmodel.predict` applies them to every other plan. This fits three constants
+of a blocking model to measured plans; it is not MAD-Max's validation (Hsia et al., ISCA 2024, §5),
+which compares a replayed trace — no constant fitted — with measured runs (here
+`parlab.planner.trace_replay`, and `parlab.planner.whatif.check` under a what-if).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ class Calibration:
     virtual time what is left is how the composed layers' operators differ from the profiled
     block's and how the schedule overlaps. Either way a few plans measured in the same sweep fix
     these three numbers (least relative error,
-    non-negative) and the model then predicts every other plan (MAD-Max, Hsia et al. ISCA 2024
-    §5, validates its model against measured runs in the same way)."""
+    non-negative) and the model then predicts every other plan (a fit to measured plans, not
+    MAD-Max's validation of a replayed trace: module docstring)."""
 
     compute_scale: float = 1.0
     comm_scale: float = 1.0

@@ -1,8 +1,10 @@
 """Predicted step time, peak memory per rank and bytes per dimension of any `Plan`.
 
-The recipe is MAD-Max's (Hsia et al., ISCA 2024, §4): measured per-layer compute (`profile`),
-a message model per collective (chapter 00's α-β fit, Thakur et al. 2005) and each chapter's
-closed forms for what moves, composed on one step's critical path. The step is
+A blocking α-β model, not MAD-Max's replay: measured per-layer compute (`profile`), a message
+model per collective (chapter 00's α-β fit, Thakur et al. 2005) and each chapter's closed forms
+for what moves, composed on one step's critical path. MAD-Max (Hsia et al., ISCA 2024, §4) instead
+replays a traced iteration with compute and communication on their own streams:
+`parlab.planner.trace_replay`, across plans `parlab.planner.whatif`. The step is
 
     step = slots · (compute per micro-batch + tp, cp and pp messages per micro-batch)
            + dp / ZeRO gradient and parameter collectives + optimizer,
