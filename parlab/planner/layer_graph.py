@@ -7,9 +7,10 @@ attention and MLP (each with its LayerNorm and residual), chained; the backward 
 (input gradient) and W (weight gradient) as zero bubble and DualPipe split it (Qi et al., ICLR
 2024). Per op and micro-batch of `rows` sequences of T tokens, width C, a heads (`op_costs`):
 - FLOPs (forward): `parlab.planner.profile.block_flops`'s 2·t·12C² + 4·t·T·C split into attention
-  2·t·4C² + 4·t·T·C and MLP 2·t·8C² (Kaplan et al. 2020); B = every matmul's input gradient (its
-  forward's FLOPs) + the attention core's two extra products (dQ, dK, dV, dP: 2 × 2·t·T·C); W =
-  each weight matmul's forward FLOPs again. B + W = 2 × forward (Kaplan's 6·N·D).
+  2·t·4C² + 4·t·T·C and MLP 2·t·8C² (Kaplan et al. 2020); B = every weight matmul's input
+  gradient (its forward's FLOPs) + the attention core's backward, four products (dP, dV, dQ, dK)
+  where its forward has two (2 × 4·t·T·C); W = each weight matmul's forward FLOPs again; so
+  B + W = 2 × forward (Kaplan's 6·N·D).
 - weights: 4C² (attention), 8C² (MLP) parameters + 2C per LayerNorm (the package's GPT has no
   biases), at 16 bytes each: mixed-precision Adam (ZeRO, `parlab.zero.cost.mixed_precision_formula`).
 - activations held from F to W (Korthikanti et al., MLSys 2023, §4.1, bf16, dropout masks as
