@@ -203,3 +203,49 @@ def verdicts(rows: list[dict], checks=(), whatifs=WHAT_IFS, tolerance: float = 0
                     + (" (the choice changes)" if best is not fastest else ""))
     out.append("; ".join(line))
     return out
+
+
+def show(preset: str = PRESET, layers: int = LAYERS, plans=None, whatifs=WHAT_IFS,
+         batch: int = BATCH, per_node: int = PER_NODE, base: str = BASE, checks: bool = True,
+         progress=print) -> list[dict]:
+    """Chapter 13's section: the setting, the table, and the verdicts; with `checks`, each plan
+    also runs shapes-only under the one-factor what-if that pays it most, beside its replay."""
+    t0 = time.perf_counter()
+    rows = explore(preset, plans, whatifs, layers, batch, per_node, base, progress)
+    found = []
+    for row in rows if checks else ():
+        what = next(w for w in whatifs if w.name == row["best"])
+        found.append(check(row, what, preset, layers, batch, per_node, base))
+    clock, link = setting(AS_RUN, rows[0]["plan"].world_size, per_node, base) if rows else (None,
+                                                                                          None)
+    print(f"{preset} shapes, {layers} of its blocks, shapes-only, global batch {batch}, "
+          f"{link if link is not None else clock.label if clock else base}; step {STEP} traced "
+          "once per plan, "
+          "replayed under each what-if (speedup = step as run ÷ step under it)")
+    print(format_rows(rows, whatifs))
+    for line in verdicts(rows, found, whatifs):
+        print(line)
+    print(f"({time.perf_counter() - t0:.0f} s of this CPU, raw)")
+    return rows
+
+
+def main(argv=None) -> int:
+    """`python -m parlab.planner.whatif [--preset gpt2-xl] [--layers 48] [--per-node 2]`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m parlab.planner.whatif",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default=PRESET, choices=sorted(PLANS))
+    parser.add_argument("--layers", type=int, default=LAYERS,
+                        help="blocks of the preset (gpt2-xl: 48 in full; even, for pp=2)")
+    parser.add_argument("--per-node", type=int, default=PER_NODE, help="GPUs per node")
+    parser.add_argument("--batch", type=int, default=BATCH, help="global batch (sequences)")
+    parser.add_argument("--no-checks", action="store_true", help="replays only, no check runs")
+    args = parser.parse_args(argv)
+    show(args.preset, args.layers, batch=args.batch, per_node=args.per_node,
+         checks=not args.no_checks)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
