@@ -89,8 +89,12 @@ def test_bad_arguments_are_refused_before_any_communication():
 def test_the_chapters_library_demo_matches_one_process():
     """What notebooks 01 and 02 run: every wrapper on a user's tied/frozen model equals plain PyTorch."""
     from parlab.data_parallel.explore import library as ex_library
+    from parlab.zero.explore import library as zero_library
 
-    wrappers = ("ddp", "zero1", "zero2", "zero3")
-    assert ex_library.demo(world_size=2, steps=2) == dict.fromkeys(wrappers, True)
+    assert ex_library.demo(world_size=2, steps=2) == {"ddp": True}
+    assert zero_library.demo(world_size=2, steps=2) == dict.fromkeys(
+        ("zero1", "zero2", "zero3"), True)
     with pytest.raises(ValueError, match="world_size=5"):
         ex_library.demo(world_size=5)
+    with pytest.raises(ValueError, match="world_size=5"):
+        zero_library.demo(world_size=5)

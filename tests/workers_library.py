@@ -3,8 +3,8 @@
 
 import torch
 
-from parlab.data_parallel.explore.library import ROWS, batch  # noqa: F401  (the chapters' demo)
-from parlab.data_parallel.explore.library import TiedNet as BlockNet  # a tied head, a frozen layer
+from parlab.models.user_loop import ROWS, batch  # noqa: F401  (the chapters' demo)
+from parlab.models.user_loop import TiedNet as BlockNet  # a tied head, a frozen layer
 
 
 def adamw(params):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from parlab.compression.cost import Gathered, PowerSGDCost, cost_of
 from parlab.compression.powersgd import PowerSGDReducer
 from parlab.compression.sync import CompressedReducer
+from parlab.data_parallel.apply import register_compression
 
 OPTIONS = ("ratio", "bits", "rank", "error_feedback", "warm_start")  # what a compressor may take
 
@@ -116,3 +117,7 @@ def step_messages(name: str, shapes, n: int, options: dict | None = None) -> lis
     """(op, elements, bytes per element) of every collective one step of compressor `name` issues
     on parameters of `shapes` over `n` ranks (the messages `step_bytes` counts)."""
     return cost_of(name).messages(shapes, n, **compressor_options(name, options))
+
+
+# chapter 01's apply_dp takes these compressors by registration (it never imports chapter 08)
+register_compression(check_compressor, compressor_options, compressed_reducer)

@@ -27,6 +27,7 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -226,3 +227,15 @@ def run_in_torchrun(reference, world_size, args, timeout, link) -> list[Any]:
                                                         torchrun=True, args=args)
 
     return rendezvous.torchrun_launch(resolve(reference), world_size, args, timeout, set_current)
+
+
+@contextmanager
+def one_thread():
+    """One intra-op thread, as every rank runs: the tiny model's kernels gain nothing from more, and
+    on a machine whose cores are shared, two threads measured ~25× slower here."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -4,8 +4,9 @@ Every rank that holds the same parameter slice after tensor and pipeline paralle
 dp × cp group (context-parallel ranks hold the same weights and see other tokens) — averages its
 gradients after backward. `apply_dp` attaches one of this chapter's gradient reducers
 (`parlab.data_parallel.reducer`, the building blocks its `GradSync` schemes run) to the model as
-its "dp" dimension (`DataParallel`, `parlab.engine.dimension`), over that group, on the slice's own parameters (the stage's, tp-sliced;
-expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
+its "dp" dimension (`DataParallel`, `parlab.engine.dimension`), over that group, on the slice's
+own parameters (the stage's, tp-sliced; what another dimension syncs apart — the experts
+sharded over ep, chapter 07 — left out):
 
     "flat"      one flat bucket after backward (`flat.all_reduce_flat`; the default, the bytes
                 the planner's cost model counts);
@@ -29,10 +30,10 @@ expert weights sharded over ep sync apart, `parlab.expert_parallel.apply`):
                 bucket ready in backward, the rest after it — each bucket's update waiting for
                 its own partitions in the next forward; it owns the update as DeAR does.
 
-or, with `compressor=` (chapter 08, `parlab.compression.compressed_reducers`), that chapter's
-own reducer in place of these: the compressor named by its scheme — "topk", "randomk", "qsgd",
-"signsgd" (each rank's message with error feedback, one all-gather: `compression.sync
-.CompressedReducer`) or "powersgd" (two all-reduces of the rank-r factors:
+or, with `compressor=` (chapter 08, `parlab.compression.compressed_reducers`, which registers itself
+here: `register_compression`), that chapter's own reducer in place of these: the compressor named by
+its scheme — "topk", "randomk", "qsgd", "signsgd" (each rank's message with error feedback, one
+all-gather: `compression.sync.CompressedReducer`) or "powersgd" (two all-reduces of the rank-r factors:
 `compression.powersgd.PowerSGDReducer`) — with `compressor_options` over the scheme's registered
 defaults and the run's `seed` for the draws every rank shares. Its bytes are chapter 08's closed
 form (`compression.cost`); it sends its own messages, so `sync` stays "flat" (no buckets).
@@ -53,15 +54,13 @@ sends its own messages) and beside expert weights sharded over ep (their own sum
 
 from __future__ import annotations
 
-from parlab.compression import compressed_reducers
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import tensor_bytes
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.priority import PriorityReducer
 from parlab.data_parallel.reducer import REDUCERS, make_reducer
-from parlab.engine.dimension import Dimension, add_dimension
-from parlab.expert_parallel.apply import expert_parameters
+from parlab.engine.dimension import Dimension, add_dimension, dimensions
 from parlab.models.mesh_gpt import MeshGPT
 
 # every reducer apply_dp attaches; those that own the update (`owns_update`: it ends in the next
@@ -102,11 +101,30 @@ class DataParallel(Dimension):
         return memory
 
 
+# chapter 08 extends apply_dp with its compressed reducers by registering them here
+# (`parlab.compression.compressed_reducers`): this chapter never imports a later one
+COMPRESSION: dict = {}
+
+
+def register_compression(check, options, build) -> None:
+    """A later chapter's compressors: `check(name)` refuses an unknown one, `options(name,
+    given)` checks and completes its options, `build(name, comm, params, options, seed,
+    phase=)` makes its reducer (chapter 08's `compressed_reducers`)."""
+    COMPRESSION.update(check=check, options=options, build=build)
+
+
+def _compression():
+    if not COMPRESSION:
+        raise ValueError("compressor=: no compressors are registered; import "
+                         "parlab.compression.compressed_reducers (chapter 08) first")
+    return COMPRESSION
+
+
 def synced_parameters(model: MeshGPT) -> list:
-    """The parameters averaged over dp × cp: this rank's trainable ones but the ep-sharded experts,
-    in `model.parameters()` order."""
-    experts = {id(p) for p in expert_parameters(model)}
-    return [p for p in model.parameters() if p.requires_grad and id(p) not in experts]
+    """The parameters averaged over dp × cp: this rank's trainable ones but those a dimension
+    syncs apart (the ep-sharded experts), in `model.parameters()` order."""
+    apart = {id(p) for d in dimensions(model) for p in d.syncs_apart()}
+    return [p for p in model.parameters() if p.requires_grad and id(p) not in apart]
 
 
 def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0,
@@ -126,11 +144,11 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
     if compressor == "none":
         compressor = None
     if compressor is not None:
-        compressed_reducers.check_compressor(compressor)
+        _compression()["check"](compressor)
         if sync != "flat":
             raise ValueError(f"sync={sync!r} with compressor={compressor!r}: the compressor sends "
                              "its own messages (use sync='flat')")
-        compressed_reducers.compressor_options(compressor, compressor_options)  # checked
+        _compression()["options"](compressor, compressor_options)  # checked
     elif compressor_options:
         raise ValueError(f"compressor_options={compressor_options!r} without a compressor")
     owns_update = ALL_REDUCERS[sync].owns_update
@@ -139,7 +157,7 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
                          "stage's forwards and the tied embedding is summed from gradients "
                          "averaged right after backward, but this reducer's communication ends "
                          "in the next forward (use sync='overlap' or pp=1)")
-    if owns_update and expert_parameters(model):
+    if owns_update and any(d.syncs_apart() for d in dimensions(model)):
         raise ValueError(f"sync={sync!r} with expert weights sharded over ep: they sync and step "
                          "apart, after the dense gradients this reducer leaves in flight (use "
                          "sync='flat')")
@@ -148,8 +166,8 @@ def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 
         return model
     params = synced_parameters(model)
     if compressor is not None:
-        reducer = compressed_reducers.compressed_reducer(
-            compressor, model.data_comm, params, compressor_options, seed, phase=PHASE)
+        reducer = _compression()["build"](compressor, model.data_comm, params,
+                                          compressor_options, seed, phase=PHASE)
     elif owns_update:  # the composed step hands it its optimizer (`own_update`)
         given = {"partition_kb": partition_kb, "credit": credit}
         extra = {k: given[k] for k in ALL_REDUCERS[sync].options}  # its own (priority's)

@@ -1,131 +1,59 @@
-"""Checkpoints of plain data parallelism, in the ZeRO chapter's format (`parlab.zero.checkpoint`).
+"""Checkpoint options of chapter 01's DDP schemes; chapter 02 registers what they do.
 
-Every DDP rank holds the whole model and optimizer state, so a checkpoint needs only 1/N of it
-from each: rank r writes, of each unit's flat vector (its parameters, and each AdamW state
-tensor, concatenated and zero-padded to a multiple of N: `parlab.zero.shard.FlatLayout`), the
-chunk ZeRO's rank r would hold. The step directory is then exactly a ZeRO checkpoint — rank files,
-the manifest with every file's sha256, the run lock, kill-during-save safety, `keep` — and, like
-every one, a `torch.distributed.checkpoint` that a plain process reads with `dcp.load`
-(`parlab.zero.dcp_format`). Resuming (`resume=True`, or `resume_from=` a DCP checkpoint PyTorch
-or parlab wrote) reads the full tensors from the DCP files into the model and the optimizer, at
-any world size. Options as ZeRO's: save_dir, save_every, resume, keep, allow_fresh_start,
-resume_from (fp32 only).
+The checkpoints are ZeRO's (rank files of 1/N of each flat unit, a manifest with sha256, the run
+lock, kill-during-save safety), readable by `torch.distributed.checkpoint`: chapter 02 writes
+them (`parlab.zero.dp_checkpoint`, registered here by `register_checkpoints`), so this chapter
+declares the options and calls the registered functions. Options as ZeRO's: save_dir,
+save_every, resume, keep, allow_fresh_start, resume_from (fp32 only).
 """
 
 from __future__ import annotations
 
-import torch
-
 from parlab.core.checks import Bool, Choice, Int
-from parlab.core.rendezvous import under_torchrun
-from parlab.zero import checkpoint as ckpt_mod
-from parlab.zero import checkpoint_integrity, dcp_format, run_lock
-from parlab.zero.shard import FlatLayout, unit_modules
 
+KEEP = 2  # checkpoints kept by default (ZeRO's `checkpoint.KEEP`; tests hold the two equal)
 OPTIONS = {"save_dir": None, "save_every": Int(0, min=0),  # 0: never
            "resume": Choice(False, (False, True, "must")),
-           "keep": Int(ckpt_mod.KEEP, min=1),
+           "keep": Int(KEEP, min=1),
            "allow_fresh_start": Bool(False),
            "resume_from": None}  # a DCP checkpoint directory (parlab's or PyTorch's)
+SAVER: dict = {}
+
+
+def register_checkpoints(validate, hold, attach) -> None:
+    """Chapter 02's checkpoints: `validate(cfg)` before spawn, `hold(cfg)` the run lock's context
+    around the launch, `attach(ctx, strategy)` the strategy that resumes and saves."""
+    SAVER.update(validate=validate, hold=hold, attach=attach)
+
+
+def _saver():
+    if not SAVER:
+        raise ValueError("save_dir / resume_from: no checkpoint format is registered; import "
+                         "parlab.zero.dp_checkpoint (chapter 02) first")
+    return SAVER
+
+
+def _wanted(cfg) -> bool:
+    o = cfg.options
+    return any(o.get(k) not in (None, False, 0) for k in ("save_dir", "resume", "resume_from"))
 
 
 def validate(cfg) -> None:
-    checkpoint_integrity.check_options(cfg)
+    if _wanted(cfg) or SAVER:
+        _saver()["validate"](cfg)
 
 
 def hold(cfg):
     """The save_dir's run lock, held by `parlab.run` around the launch (as ZeRO's)."""
     from contextlib import nullcontext
 
-    directory = cfg.options.get("save_dir")
-    return run_lock.held(directory) if directory is not None else nullcontext()
-
-
-class _ShardView:
-    """What `checkpoint.save` reads of an optimizer: `.state[shard]` ({key: this rank's chunk of
-    the unit's flat state}) and `.param_groups`."""
-
-    def __init__(self, optimizer, state: dict):
-        self.state, self.param_groups = state, optimizer.param_groups
-
-
-def _flat(tensors: list[torch.Tensor], padded: int) -> torch.Tensor:
-    flat = torch.cat([t.detach().reshape(-1) for t in tensors])  # (Ψ_u,)
-    return torch.cat([flat, flat.new_zeros(padded - flat.numel())])  # (padded,)
-
-
-def _shards(model, optimizer, world: int, rank: int):
-    """(layouts, this rank's param chunk of each unit, the optimizer view of those chunks)."""
-    layouts, shards, state = [], [], {}
-    for name, _, params in unit_modules(model):
-        layout = FlatLayout(name, tuple((n, tuple(p.shape)) for n, p in params))
-        padded, (lo, hi) = layout.padded(world), layout.shard_range(world, rank)
-        shard = _flat([p for _, p in params], padded)[lo:hi].clone()  # (padded/N,)
-        per_param = [optimizer.state.get(p, {}) for _, p in params]
-        keys = set.intersection(*(set(s) for s in per_param)) if per_param else set()
-        own = {}
-        for key in sorted(keys):
-            first = per_param[0][key]
-            own[key] = first.detach().clone() if first.dim() == 0 else \
-                _flat([s[key] for s in per_param], padded)[lo:hi].clone()
-        layouts.append(layout)
-        shards.append(shard)
-        state[shard] = own
-    return layouts, shards, _ShardView(optimizer, state)
-
-
-def _load(path, model, optimizer, rank: int):
-    """Fill the model and the optimizer from the DCP checkpoint in `path`: (steps done, this
-    rank's share of the resumed losses: all of them on rank 0, NaN where not recorded)."""
-    params = dict(model.named_parameters())
-    saved = dcp_format.TorchCheckpoint(path, {n: tuple(p.shape) for n, p in params.items()})
-    full, state, steps, losses = saved.load()
-    with torch.no_grad():
-        for name, p in params.items():
-            p.copy_(full[name])
-            if name in state:
-                optimizer.state[p] = {k: v.clone() for k, v in state[name].items()}
-    known = losses if losses is not None else [float("nan")] * steps
-    return steps, [x if rank == 0 else 0.0 for x in known]
+    return _saver()["hold"](cfg) if SAVER else nullcontext()
 
 
 def attach(ctx, strategy):
-    """Give a DDP `strategy` the checkpoint options: resume before the first step, save after
-    every `save_every`-th; the strategy, unchanged without them."""
-    o, comm = ctx.cfg.options, ctx.comm
-    if o.get("save_dir") is None and o.get("resume_from") is None:
+    """The strategy with the checkpoint options applied (unchanged without them)."""
+    if not SAVER:
+        if _wanted(ctx.cfg):
+            _saver()
         return strategy
-    model, optimizer = strategy.model, strategy.optimizers[0]
-    locks = o["save_dir"] is not None and comm.rank == 0 and under_torchrun()
-    if locks:
-        run_lock.lock(o["save_dir"])
-    path = o["resume_from"]
-    if o["resume"]:  # the checkpoint the parent verified before spawn (`check_resume`)
-        path = checkpoint_integrity.latest(o["save_dir"], deep=True)
-    if path is not None:
-        strategy.first_step, strategy.initial_losses = _load(path, model, optimizer, comm.rank)
-    shares = list(strategy.initial_losses)
-    forward_backward, after_step, finish = (strategy.forward_backward, strategy.after_step,
-                                            strategy.finish)
-
-    def counted_forward_backward(step, batch):
-        share = forward_backward(step, batch)
-        shares.append(share)
-        return share
-
-    def saving_after_step(step):
-        after_step(step)
-        if o["save_every"] and (step + 1) % o["save_every"] == 0:
-            with ctx.span("checkpoint"):
-                layouts, shards, view = _shards(model, optimizer, comm.size, comm.rank)
-                ckpt_mod.save(o["save_dir"], comm, step + 1, layouts, shards, view, shares,
-                              ctx.cfg.scheme, model)
-
-    def unlocking_finish():
-        finish()
-        if locks:
-            run_lock.unlock(o["save_dir"])
-
-    strategy.forward_backward, strategy.after_step = counted_forward_backward, saving_after_step
-    strategy.finish = unlocking_finish
-    return strategy
+    return _saver()["attach"](ctx, strategy)

@@ -49,6 +49,10 @@ class Dimension:
         """Reset the gradients if they are this dimension's to reset; True when it did."""
         return False
 
+    def syncs_apart(self) -> list:
+        """Parameters this dimension averages itself, which data parallelism must leave out."""
+        return []
+
     def trainable(self) -> list | None:
         """The tensors the optimizer steps, when not the model's parameters (ZeRO's shards)."""
         return None

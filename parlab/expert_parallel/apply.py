@@ -31,6 +31,9 @@ class ExpertParallel(Dimension):
     def __init__(self, model, expert_comm, replicas: int):
         self.model, self.expert_comm, self.replicas = model, expert_comm, replicas
 
+    def syncs_apart(self) -> list:
+        return expert_parameters(self.model)
+
     def after_sync(self) -> None:
         sharded = expert_parameters(self.model)
         if not sharded:  # ep = 1: the experts are whole here, dp averaged them with the rest

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from parlab.core.rank_process import one_thread
 from parlab.engine.loop import build_model, make_optimizer, state_of, step_batch
 from parlab.subnet.ownership import Ownership, find_blocks, find_ffns
 
@@ -106,18 +107,6 @@ def _grads(params: dict, loss: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def _flat(grads: dict) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])  # (Ψ,)
-
-
-@contextlib.contextmanager
-def one_thread():
-    """One intra-op thread, as every rank runs: the tiny model's kernels gain nothing from more, and
-    on a machine whose cores are shared, two threads measured ~25× slower here."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def emulate(cfg, ownership: Ownership, mask: str) -> Emulation:

@@ -40,6 +40,7 @@ import shutil
 
 import torch
 
+from parlab.data_parallel.checkpointing import KEEP  # kept when the run does not say (keep=)
 from parlab.zero import dcp_format
 from parlab.zero.shard import FlatLayout, assemble_state
 
@@ -48,7 +49,6 @@ def step_dir(directory, steps_done: int) -> pathlib.Path:
     return pathlib.Path(directory) / f"step_{steps_done:06d}"
 
 
-KEEP = 2  # checkpoints kept when the run does not say (option keep=)
 _TMP = re.compile(r"\.tmp\d*$")  # ours (.tmp<pid>) and DCP's (.metadata.tmp)
 
 

@@ -46,7 +46,12 @@ from parlab.engine.dimension import dimension
 from parlab.engine.loop import Strategy, build_model, make_optimizer, to_compute_dtype
 from parlab.engine.runner import register
 from parlab.zero import checkpoint as ckpt_mod
-from parlab.zero import checkpoint_integrity, dcp_format, run_lock
+from parlab.zero import (
+    checkpoint_integrity,
+    dcp_format,
+    dp_checkpoint,  # noqa: F401  (registers chapter 01's DDP checkpoints)
+    run_lock,
+)
 from parlab.zero.apply import apply_zero
 from parlab.zero.cost import predict
 from parlab.zero.shard import FlatLayout, assemble_state

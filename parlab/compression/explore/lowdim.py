@@ -20,9 +20,9 @@ from parlab.compression import cost, lowdim
 from parlab.compression.schemes_lowdim import network_of
 from parlab.core import clock as clocks
 from parlab.core import pacer as pacers
+from parlab.core.rank_process import one_thread  # tiny tensors: one intra-op thread, as every rank
 from parlab.engine.runner import make_config
 from parlab.models.data import global_batch, spirals
-from parlab.subnet.emulate import one_thread  # tiny tensors: one intra-op thread, as every rank
 
 # the paper's deep matrix completion at CI size (the authors' code uses d = 100, r = 5)
 TASK = {"target_rank": 2, "depth": 3, "observed": 0.5, "init_scale": 0.1, "alpha": 4.0}
