@@ -139,6 +139,7 @@ CHAPTERS: dict[str, dict] = {
     "11_heterogeneous": {
         "world_size": world_sizes(2, 4), "steps": steps(4), "batch_size": Int(12, min=1, max=1024),
         "tp_width": Int(256, min=8, max=1024), "clock": CLOCK,
+        "hap_layers": Int(2, min=1, max=48),  # GPT-2 XL's blocks, shapes-only (explore.hap_real)
         "rules": [Rule(lambda p: p["batch_size"] >= p["world_size"],
                        "batch_size={batch_size} must give every one of world_size={world_size} "
                        "ranks a row"),
@@ -159,6 +160,8 @@ CHAPTERS: dict[str, dict] = {
         "planner_ranks": Items(item=Choice(4, REAL_RANKS[1:]), min_len=0, max_len=len(REAL_RANKS) - 1),
         "planner_runs": Int(3, min=1, max=16),
         "planner_batch": Int(8, min=1, max=1024),
+        # MAD-Max's what-ifs (parlab.planner.whatif): gpt2-xl's blocks, even (its plans hold pp=2)
+        "whatif_layers": Choice(2, (2, 4, 8, 16, 24, 48)),
     },
 }
 

@@ -12,9 +12,9 @@ from parlab.engine.runner import make_config
 from parlab.heterogeneous import cost, hap_time, program_search
 from parlab.heterogeneous import programs as pg
 
-# the GPT the timing runs on, small enough for a few paced steps in seconds. Chosen when compute
-# was priced on a CPU-like reference; on an A100 it is still launch-bound (every operator's 4 µs
-# outweighs its FLOPs), so every program of the space costs within ~0.2% of the others
+# the GPT the timing runs on, small enough for a few paced steps in seconds. On an A100 it is
+# launch-bound (every operator's 4 µs outweighs its FLOPs), so the programs of the space are near
+# ties; `explore.hap_real` runs the search at GPT-2 XL's width, where the choice matters
 WIDE = {"n_embd": 256, "n_head": 8, "n_layer": 2}
 WIDE_BATCH = 4
 
@@ -51,23 +51,6 @@ def show_search(world_size: int, speeds, clock: str = "A100", link="NVLink"):
           f"of the {every.expanded} programs: {every.program.code!r} {1e3 * every.cost:.4g} ms — "
           + ("the same optimum" if same else "they DIFFER"))
     return found
-
-
-def other_clocks(world_size: int, speeds, link="NVLink", clocks=("V100", "A100", "H100")) -> dict:
-    """The searched program on faster and slower accelerators, "NVLink" being each one's own
-    generation (V100: NVLink 2, A100: 3, H100: 4; parlab.core.link): the faster the compute beside
-    its link (F/β grows from V100 to H100), the fewer collectives the cheapest program keeps."""
-    from parlab.core.link import ACCELERATORS, REAL, nvlink_for
-
-    out = {}
-    for clock in clocks:
-        found = program_search.synthesise(config(world_size, speeds, clock, link))
-        out[clock] = found.program
-        real = nvlink_for(link, clock) if isinstance(link, str) else None
-        ratio = (f", F/β = {ACCELERATORS[clock].flops / REAL[real][1]:,.0f} FLOP/B on {real}"
-                 if real in REAL else "")
-        print(f"{clock}: {found.program.code!r}  ({1e3 * found.cost:.4g} {clock} ms a step{ratio})")
-    return out
 
 
 # ----------------------------------------------------------------------------- 2. exact, bytes

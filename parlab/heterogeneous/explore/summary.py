@@ -2,14 +2,12 @@
 from this run's results (the sharding measurement of `explore.measure_shardings`, the backup sweep
 of `explore.backup_sweep`, the two-node run of `explore.measure_topology`, the hetero-tp and HAP
 step times of `explore.tp.measure_tp_shardings` and `explore.hap.measure_against_fixed`, the
-searched programs per accelerator of `explore.hap.other_clocks`), each with its verdict computed
-from the same run, never typed into markdown. The thresholds: HAP's LP (Zhang et al., EuroSys 2024)
-with this run's f and speeds (`shares.solve_lp`), and F/β of each accelerator on its NVLink
-(`parlab.core.link`)."""
+searched program at GPT-2 XL's width and at the tiny one of `explore.hap_real`), each with its
+verdict computed from the same run, never typed into markdown. The threshold: HAP's LP (Zhang et
+al., EuroSys 2024) with this run's f and speeds (`shares.solve_lp`)."""
 
 from __future__ import annotations
 
-from parlab.core.link import ACCELERATORS, REAL, nvlink_for
 from parlab.heterogeneous import explore as ex
 from parlab.heterogeneous import shares
 
@@ -97,15 +95,12 @@ def link_bullet(two: list[dict]) -> str | None:
             f"across the slow link (chapter 08) rather than re-shard")
 
 
-def sharded_operators(program) -> int:
-    """How many of a HAP program's operators are sharded (any choice but 'rep', replicated)."""
-    return sum(choice != "rep" for choice in str(program).split())
-
-
-def tensor_bullet(tp_rows: list[dict], hap_rows: list[dict], programs: dict) -> str:
+def tensor_bullet(tp_rows: list[dict], hap_rows: list[dict], real: dict | None = None,
+                  tiny: dict | None = None, why: dict | None = None) -> str:
     """Tensor parallelism on unequal devices: hetero-tp's LP over even shares and the searched
-    program over the fixed one (measured, direction computed), and how many operators the cheapest
-    program shards per accelerator, beside its F/β on its own NVLink."""
+    program over the fixed one (measured, direction computed), and the searched program's gain
+    over replicating everything at GPT-2 XL's width and at the tiny one (`explore.hap_real.gain`),
+    with the operators it kept replicated and why (`explore.hap_real.reasons`)."""
     tp = {r["shard"]: r for r in tp_rows}
     hap, fixed = hap_rows
     searched = fixed["step_ms"] / hap["step_ms"]
@@ -114,26 +109,29 @@ def tensor_bullet(tp_rows: list[dict], hap_rows: list[dict], programs: dict) -> 
             f"{shared}, NOT faster in this run (section 6's diagnosis says why)")
     line = (f"- in tensor parallelism, {lead}; HAP's searched program ran {searched:.2f}× as fast as the "
             f"fixed Megatron block ({'the search paid' if searched > 1 else 'the search did NOT pay here'})")
-    if programs:
-        nvlink = {clock: REAL[nvlink_for("NVLink", clock)][1] for clock in programs}
-        ratios = {clock: ACCELERATORS[clock].flops / nvlink[clock] for clock in programs}
-        order = sorted(programs, key=ratios.get)
-        counts = [sharded_operators(programs[clock]) for clock in order]
-        fewer = all(b <= a for a, b in zip(counts, counts[1:])) and counts[-1] < counts[0]
-        line += ("; operators the cheapest program shards, by F/β on each accelerator's NVLink: "
-                 + ", ".join(f"{clock} (F/β = {ratios[clock]:,.0f} FLOP/B) {n} of "
-                             f"{len(str(programs[clock]).split())}" for clock, n in zip(order, counts))
-                 + (" — the more compute outgrows the link, the less sharding pays" if fewer else
-                    " — NOT falling with F/β in this run"))
+    if real is not None and tiny is not None:
+        pays = real["gain"] > 1.1 and tiny["gain"] < 1.1
+        line += (f"; at GPT-2 XL's width on an A100 + V100 the search sharded {real['sharded']} of 7 "
+                 f"operators ({real['program']!r}, the V100's share {real['slow_share']:.2f}), "
+                 f"{real['gain']:.2f}× over replicating everything, on the tiny GPT "
+                 f"{tiny['gain']:.2f}× (the V100's share {tiny['slow_share']:.2f}) — "
+                 + ("search the program where matmuls' FLOPs, not launches, set the time" if pays else
+                    "NOT the contrast expected in this run"))
+        kept = [r for r in (why or {}).get("ops", []) if r["choice"] == "rep"]
+        if kept:
+            line += "; kept replicated there: " + ", ".join(
+                f"{r['op']} ({r['alternative']} would save {r['would_save_ms']:.1f} ms of compute and "
+                f"add {r['would_add_ms']:.1f} ms of communication)" for r in kept)
     return line
 
 
 def when_to_use(measured: list[dict], speeds, sweep: list[dict], two: list[dict], tp_rows: list[dict],
-                hap_rows: list[dict], programs: dict) -> None:
+                hap_rows: list[dict], real: dict | None = None, tiny: dict | None = None,
+                why: dict | None = None) -> None:
     """Print "When to use it (from this run):" — shares by speed, backup workers, the slow link,
     tensor parallelism's shares and program — each with its threshold from this run."""
     print("When to use it (from this run):")
     for line in (shares_bullet(measured, speeds), backup_bullet(measured, sweep), link_bullet(two),
-                 tensor_bullet(tp_rows, hap_rows, programs)):
+                 tensor_bullet(tp_rows, hap_rows, real, tiny, why)):
         if line:
             print(line)
