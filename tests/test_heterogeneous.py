@@ -256,7 +256,6 @@ def test_a_slow_rank_stretches_the_data_parallel_forward_too(monkeypatch):
 
 def test_when_to_use_follows_this_runs_numbers(capsys):
     from parlab.heterogeneous.explore import summary
-    from parlab.heterogeneous.programs import parse
 
     # HAP's LP on the fast device alone: T* = f + B = 40 row-times, so below f/T* = 0.7 a device gets no rows
     assert abs(summary.no_rows_below([1.0, 0.25], 12, 28.0) - 0.7) < 1e-6
@@ -277,8 +276,11 @@ def test_when_to_use_follows_this_runs_numbers(capsys):
             "step_ms": 400.0, "rows": [11, 1]}]
     tp = [{"shard": "even", "speedup": 1.0}, {"shard": "lp", "speedup": 1.4}]
     hap = [{"step_ms": 100.0}, {"step_ms": 120.0}]
-    programs = {"H100": parse("rep rep rep rep rep rep rep"), "V100": parse("rep col col row col col row")}
-    summary.when_to_use(dp(2.7), [1.0, 0.25], backup(2.1, 4.04), two, tp, hap, programs)
+    real = {"program": "rep col col row col col row", "sharded": 6, "slow_share": 0.22, "gain": 1.32}
+    tiny = {"program": "rep row dp rep col col row", "sharded": 5, "slow_share": 0.01, "gain": 1.05}
+    why = {"ops": [{"op": "stream", "choice": "rep", "alternative": "dp", "would_save_ms": 13.0,
+                    "would_add_ms": 26.3}, {"op": "c_fc", "choice": "col"}]}
+    summary.when_to_use(dp(2.7), [1.0, 0.25], backup(2.1, 4.04), two, tp, hap, real, tiny, why)
     out = capsys.readouterr().out
     assert out.startswith("When to use it (from this run):")
     assert "stepped 2.70× as fast as even shares (faster)" in out
@@ -289,13 +291,15 @@ def test_when_to_use_follows_this_runs_numbers(capsys):
     assert "was 50% of the step (one node: 0%), the step 2.00× one node's" in out
     assert "cut every layer by speed too: hetero-tp's LP shares stepped 1.40×" in out
     assert "ran 1.20× as fast as the fixed Megatron block (the search paid)" in out
-    assert "FLOP/B) 6 of 7, H100 (F/β = " in out and "FLOP/B) 0 of 7" in out
-    assert out.index("V100 (F/β") < out.index("H100 (F/β") and "the less sharding pays" in out
+    assert "the search sharded 6 of 7 operators ('rep col col row col col row', the V100's share " \
+           "0.22), 1.32× over replicating everything, on the tiny GPT 1.05×" in out
+    assert "where matmuls' FLOPs, not launches, set the time" in out
+    assert "kept replicated there: stream (dp would save 13.0 ms of compute and add 26.3 ms" in out
     # the numbers flip, the verdicts flip
     summary.when_to_use(dp(0.9, rows=(8, 4)), [1.0, 0.9], backup(2.1, 4.0), two,
-                        [tp[0], dict(tp[1], speedup=0.9)], hap[::-1],
-                        {"V100": programs["H100"], "H100": programs["V100"]})
+                        [tp[0], dict(tp[1], speedup=0.9)], hap[::-1], dict(real, gain=1.02), tiny)
     out = capsys.readouterr().out
     assert "(NOT faster here: see the verdict above)" in out and "at 0.90×, is not below it and got 4" in out
     assert "backup workers won" in out and "the search did NOT pay here" in out
-    assert "0.90× as fast as even ones, NOT faster in this run" in out and "NOT falling with F/β" in out
+    assert "0.90× as fast as even ones, NOT faster in this run" in out
+    assert "NOT the contrast expected in this run" in out and "kept replicated" not in out
