@@ -27,6 +27,7 @@ from parlab.engine.runner import register
 from parlab.heterogeneous import cost
 from parlab.heterogeneous.backup import BackupWorkers
 from parlab.heterogeneous.shares import SHARDINGS, even
+from parlab.heterogeneous.tp_layers import uneven_linears
 from parlab.heterogeneous.tp_shares import VARIANTS, problems
 from parlab.heterogeneous.tp_shares import split as tp_split
 from parlab.heterogeneous.weighted import WeightedShards
@@ -102,7 +103,7 @@ class UnevenTensorParallel(Strategy):
         self.split = cost.tp_split(cfg)
         mesh = Mesh(ctx.comm, [("tp", ctx.world_size)])
         model = apply_tp(gpt_on_mesh(build_model(cfg)), mesh, shares=self.split,
-                         collective=cfg.options["collective"])
+                         collective=cfg.options["collective"], uneven=uneven_linears)
         self.mine = model.positions  # (t_r,) this rank's positions
         self.share = len(self.mine) / cfg.model_config.block_size
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg), holds_state=True)

@@ -9,10 +9,10 @@ sums are reduce-scattered back to (B, t_r, C). Only the sizes differ from chapte
 t_r come from `parlab.heterogeneous.tp_shares`, so the all-gathers and reduce-scatters are uneven
 (`parlab.heterogeneous.uneven`: padded or exact).
 
-These are the two linears only: chapter 03's `apply_tp(model, mesh, shares=split)`
-(`parlab.tensor_parallel.apply`) cuts the one GPT's attention and MLP by the split and plugs
-them in; the parameter names stay the reference's, so chapter 03's `assemble_state` glues the
-uneven shards back (it concatenates whatever sizes it is given).
+These are the two linears only: chapter 03's `apply_tp(model, mesh, shares=split,
+uneven=uneven_linears)` (`parlab.tensor_parallel.apply`) cuts the one GPT's attention and MLP by the
+split and plugs them in; the parameter names stay the reference's, so chapter 03's `assemble_state`
+glues the uneven shards back (it concatenates whatever sizes it is given).
 """
 
 from __future__ import annotations

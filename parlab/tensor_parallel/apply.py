@@ -11,8 +11,9 @@ projections row-parallel (g after them); the slices are cut from the reference's
 - `vocab_parallel`: the tied embedding / head cut by vocabulary rows
   (`parlab.tensor_parallel.vocab`), its loss the model's `criterion`;
 - `shares` (chapter 11, Zhang et al., "HAP", EuroSys 2024): heads, MLP columns and positions per
-  rank, uneven (a split like heads [3, 1]), with the uneven sequence-parallel collectives
-  (`parlab.heterogeneous.tp_layers`, `collective`: padded or exact).
+  rank, uneven (a split like heads [3, 1]), with the uneven sequence-parallel collectives that
+  chapter passes in (`uneven=`: `parlab.heterogeneous.tp_layers.uneven_linears`, `collective`:
+  padded or exact).
 
 The chapter's schemes (`tp`, `tp-sp`, chapter 11's `hetero-tp`) and the planner
 (`parlab.planner.compose`) all build their model with this call.
@@ -22,9 +23,8 @@ from __future__ import annotations
 
 import torch
 
+from parlab.core.cost import chunk_bounds as bounds
 from parlab.core.mesh import Mesh
-from parlab.heterogeneous.shares import bounds
-from parlab.heterogeneous.tp_layers import uneven_linears
 from parlab.models.gpt_moe import MoE
 from parlab.models.llama_parts import SwiGLU
 from parlab.models.mesh_gpt import MeshGPT
@@ -65,10 +65,15 @@ def even_shares(config, tp: int) -> dict[str, list[int]]:
 
 def apply_tp(model: MeshGPT, mesh: Mesh, sequence_parallel: bool = False, regather: bool = True,
              vocab_parallel: bool = False, algo: str = "gloo", shares: dict | None = None,
-             collective: str = "exact") -> MeshGPT:
+             collective: str = "exact", uneven=None) -> MeshGPT:
     """Every block's attention and dense MLP over mesh["tp"]: this rank's heads and hidden
     columns (nh/tp and 4C/tp, or `shares`); nothing to do when the mesh has no tp dimension.
-    `shares` implies sequence parallelism over its uneven positions."""
+    `shares` implies sequence parallelism over its uneven positions, by the linears
+    `uneven(comm, tokens, collective)` makes (chapter 11 hands its own:
+    `parlab.heterogeneous.tp_layers.uneven_linears`; this chapter never imports a later one)."""
+    if shares is not None and uneven is None:
+        raise ValueError(f"shares={shares!r} needs uneven= (the uneven sequence-parallel "
+                         "linears, e.g. parlab.heterogeneous.tp_layers.uneven_linears)")
     tp = mesh.degree("tp")
     if tp == 1:
         return model
@@ -80,7 +85,7 @@ def apply_tp(model: MeshGPT, mesh: Mesh, sequence_parallel: bool = False, regath
         column, row = even_linears(comm, sequence_parallel, regather)
     else:
         sequence_parallel = True
-        column, row = uneven_linears(comm, shares["tokens"], collective)
+        column, row = uneven(comm, shares["tokens"], collective)
     heads, columns = bounds(shares["heads"])[rank], bounds(shares["columns"])[rank]
     for block in model.blocks:
         attend = block.attn.attend  # keep a ring attention already set by apply_cp
