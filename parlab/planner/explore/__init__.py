@@ -1,7 +1,7 @@
 """What notebook 13 runs: every plan of a world size measured beside its prediction, the exactness
 of every plan, the planner under a memory cap, the widget.
 
-The cost model (`costmodel`, MAD-Max's recipe: Hsia et al., ISCA 2024) predicts every plan's step
+The cost model (`costmodel`: a blocking α-β model; MAD-Max's replay across plans is `whatif`) predicts every plan's step
 in *virtual* time on a named accelerator (`parlab.run(..., clock="A100")`, `parlab.core.clock`):
 compute from the kernels of a block counted once (`paced.profile`: a paced span lasts exactly
 Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)), `Clock.price`), communication from the real link's α-β. What
