@@ -1,15 +1,16 @@
 """What notebook 13 runs: every plan of a world size measured beside its prediction, the exactness
 of every plan, the planner under a memory cap, the widget.
 
-The cost model (`costmodel`: a blocking α-β model; MAD-Max's replay across plans is `whatif`) predicts every plan's step
-in *virtual* time on a named accelerator (`parlab.run(..., clock="A100")`, `parlab.core.clock`):
-compute from the kernels of a block counted once (`paced.profile`: a paced span lasts exactly
-Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)), `Clock.price`), communication from the real link's α-β. What
-is not closed form (how the schedule overlaps, the operators the composed layers add) is
-calibrated *leave one out* (`search.leave_one_out`): each plan is predicted by a calibration
-fitted on the other plans of the sweep, so no prediction is scored against the run it was fitted
-on. Predictions and measurements are in the accelerator's seconds ("A100 ms"), and a paced
-measurement is bit-reproducible: one run of a plan is its measurement.
+The cost model (`costmodel`: a blocking α-β model; MAD-Max's replay across plans is `whatif`)
+predicts every plan's step in *virtual* time on a named accelerator (`parlab.run(...,
+clock="A100")`, `parlab.core.clock`): compute from the kernels of a block counted once
+(`paced.profile`: a paced span lasts exactly Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)),
+`Clock.price`), communication from the real link's α-β. What is not closed form (how the schedule
+overlaps, the operators the composed layers add) is calibrated *leave one out*
+(`search.leave_one_out`): each plan is predicted by a calibration fitted on the other plans of the
+sweep, so no prediction is scored against the run it was fitted on. Predictions and measurements are
+in the accelerator's seconds ("A100 ms"), and a paced measurement is bit-reproducible: one run of a
+plan is its measurement.
 
 A sweep runs each plan once with the scheme `nd` and keeps its `RunResult`, so exactness against
 `single`, bytes against the closed forms, memory against the closed forms and step time against
