@@ -115,11 +115,14 @@ def _bench(args) -> int:
         return importlib.import_module("parlab.engine.bench_clock").main(args.rest) or 0
     if args.name == "scale":  # 1 to 16 ranks on paced A100 time beside the model (issue 34)
         return importlib.import_module("parlab.planner.bench_scale").main(args.rest) or 0
+    if args.name == "whatif":  # MAD-Max's what-ifs across plans at a real size (issue 49)
+        return importlib.import_module("parlab.planner.whatif").main(args.rest) or 0
     name = BENCH_ALIASES.get(args.name, args.name)
     if name not in benchmarks():
         raise SystemExit(f"unknown benchmark {args.name!r}; available: {', '.join(benchmarks())} "
                          f"(aliases: {', '.join(f'{a}={n}' for a, n in BENCH_ALIASES.items())}; "
-                         "all: every chapter's headline; clock: paced time on a busy machine)")
+                         "all: every chapter's headline; clock: paced time on a busy machine; "
+                         "scale: strong/weak scaling; whatif: MAD-Max's what-ifs across plans)")
     return importlib.import_module(f"parlab.{name}.bench").main(args.rest) or 0
 
 

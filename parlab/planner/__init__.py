@@ -24,8 +24,8 @@ Reading order:
   `Mesh`; `cost`: every dimension's closed-form bytes composed (the chapters' `cost.py`).
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
 - `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
-  wall clock, counted in virtual time), the predicted step time (A100 seconds on `clock="A100"`)
-  and peak memory of any plan, the planner, and its judge (calibrated leave one out).
+  wall clock, counted in virtual time), the predicted step time (a blocking α-β model, A100
+  seconds on `clock="A100"`) and peak memory of any plan, the planner, and its judge (calibrated leave one out).
 - `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_1f1b`: operator-level
   placement of a branchy graph (the model `parlab.models.op_graph`) under memory per rank, solved
   exactly (MILP, checked by exhaustive search) and by the paper's merge-then-place decomposition,
@@ -33,6 +33,10 @@ Reading order:
   (the executor: `parlab.pipeline.placed`) and equals `parlab.run("single", model="op-graph")`
   (`placement_costs`: what the planner knows of a graph, memory included);
   `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory.
+- `trace_replay`, `whatif`: MAD-Max's replay (Hsia et al. 2024) — a run's trace replayed with
+  compute and communication on their own streams, and each plan of a real-size model traced once
+  (shapes-only) and replayed under what-ifs (2× FLOP/s, 2× bandwidth, ½ α, an H100 system),
+  checked against shapes-only runs under the same change (`python -m parlab bench whatif`).
 - `energy`: the RAPL energy counter, where the machine exposes one.
 - `extrapolate`: the same model on real hardware and 1B–70B models.
 - `explore` (with `explore.guide`: the mesh drawn and which scheme when, `explore.placement`
