@@ -25,7 +25,8 @@ Reading order:
 - `schemes`: the scheme `nd` (dp=, tp=, pp=, cp=, ep=, zero=, microbatches=, schedule=).
 - `profile`, `paced`, `costmodel`, `plan_memory`, `search`: the compute profile (timed on the
   wall clock, counted in virtual time), the predicted step time (a blocking α-β model, A100
-  seconds on `clock="A100"`) and peak memory of any plan, the planner, and its judge (calibrated leave one out).
+  seconds on `clock="A100"`) and peak memory of any plan, the planner, and its judge
+  (calibrated leave one out).
 - `graph`, `placement`, `placement_milp`, `placement_bilevel`, `placement_1f1b`: operator-level
   placement of a branchy graph (the model `parlab.models.op_graph`) under memory per rank, solved
   exactly (MILP, checked by exhaustive search) and by the paper's merge-then-place decomposition,
