@@ -170,10 +170,14 @@ def verdict(rows: list[dict]) -> list[str]:
         if name in by:
             r = by[name]
             ratio = r["bubble"] / dual["bubble"] if dual["bubble"] > 0 else float("nan")
+            found = _found(ratio)
+            if not r["status"].startswith("optimal") and "optimal all the same" not in r["status"]:
+                found = found.replace("does not hold here", "is not shown here (a stopped solve)")
             out.append(f"this run, {name} ({what}): bubble {r['bubble']:.1%} vs DualPipe "
-                       f"{dual['bubble']:.1%} = {ratio:.2f}×: {_found(ratio)}"
+                       f"{dual['bubble']:.1%} = {ratio:.2f}×: {found}"
                        + ("" if r["status"].startswith("optimal") else f" ({r['status']})"))
-            if r["bubble"] > dual["bubble"] and not r["status"].startswith("optimal"):
+            if r["bubble"] > dual["bubble"] and not r["status"].startswith("optimal") \
+                    and "optimal all the same" not in r["status"]:
                 out.append(f"  ({name} stopped before proving its plan optimal: a longer solve "
                            "could lower its bubble; the ratio is an upper bound)")
     if "MILP×2" in by:
