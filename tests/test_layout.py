@@ -163,6 +163,42 @@ def test_no_import_goes_up_the_layers_or_into_another_chapters_schemes():
     assert layer_violations(import_graph()) == []
 
 
+def chapter_order() -> dict[str, int]:
+    """{chapter folder: its notebook's number}, read from notebooks/NN_<folder>.ipynb (00: core)."""
+    order = {}
+    for path in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"):
+        number, slug = path.stem.split("_", 1)
+        order["core" if number == "00" else slug] = int(number)
+    return order
+
+
+def later_chapter_imports(graph: dict[str, set[str]], order: dict[str, int]) -> list[str]:
+    """Each import of a later chapter (by notebook number) by an earlier one's module: a chapter
+    reads with only `core`, `engine`, `models` and the chapters before it; a later chapter extends
+    an earlier one by registering with it (issue 48)."""
+    problems = []
+    for module, targets in sorted(graph.items()):
+        mine = chapter_of(module)
+        for target in sorted(targets):
+            theirs = chapter_of(target)
+            if mine in order and theirs in order and order[theirs] > order[mine]:
+                problems.append(f"{module} (chapter {order[mine]:02d}) imports {target} "
+                                f"(chapter {order[theirs]:02d})")
+    return problems
+
+
+def test_later_chapter_imports_checker_catches_one():
+    order = {"core": 0, "data_parallel": 1, "compression": 8}
+    graph = {"parlab.data_parallel.apply": {"parlab.compression.sync", "parlab.core.comm"},
+             "parlab.compression.sync": {"parlab.data_parallel.flat"}}
+    assert later_chapter_imports(graph, order) == [
+        "parlab.data_parallel.apply (chapter 01) imports parlab.compression.sync (chapter 08)"]
+
+
+def test_no_chapter_imports_a_later_one():
+    assert later_chapter_imports(import_graph(), chapter_order()) == []
+
+
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
 

@@ -11,10 +11,10 @@ import torch
 
 from parlab.core.link import Link
 from parlab.engine.run_config import make_config
-from parlab.pipeline.placed import messages
-from parlab.pipeline.placed_cost import message_bytes
 from parlab.planner.explore import placement_run as placed_run
 from parlab.planner.graph import Graph, demo_graph, profile, with_times
+from parlab.planner.placed import messages
+from parlab.planner.placed_cost import message_bytes
 from parlab.planner.placement import (
     PlacementPlan,
     Task,

@@ -118,7 +118,7 @@ def test_mixed_precision_prediction_equals_the_ledger(scheme, world_size, option
     test_prediction_equals_the_ledger(scheme, world_size, options)
 
 
-# chapter 13's operator placement (parlab/pipeline/placed_cost.py): 2·m·bytes(u) per cross-rank edge
+# chapter 13's operator placement (parlab/planner/placed_cost.py): 2·m·bytes(u) per cross-rank edge
 def _placed_options() -> dict:
     from parlab.planner.graph import Graph, with_times
     from parlab.planner.placement_1f1b import pipeline_plan

@@ -32,10 +32,6 @@ Reading order:
 - `lamp`: LAMP's automated partition of the U-Net (its code's `balance_by_size` / `_by_time`):
   each layer's activation and parameter bytes (or time) profiled once, then the exact min-max
   contiguous split; `partition="lamp"` (by memory) or `"balanced"` (by time).
-- `placed`, `placed_cost`: an operator graph (`parlab.models.op_graph`) placed and ordered by
-  chapter 13's planner (a `parlab.planner.placement.PlacementPlan`) run as a training step: the
-  messages derived from the plan, their closed-form bytes; its scheme `placed` is in
-  `schemes_placed`.
 - `draw`: Gantt charts of ideal and measured timelines.
 - `schemes` (with `schemes_reshard`: `pp-reshard`, stages on meshes of replicas), `torch_pp`:
   the registered schemes; `explore` (with `explore.stages`, `explore.eager`, `explore.dualpipe`,

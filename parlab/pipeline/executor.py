@@ -34,7 +34,7 @@ around F and B — the default is the transformer pipeline's. The U-Net's skips
 (`parlab.local_learning.stash.WeightStashing`, a never-flushing 1F1B run in one slice of the
 list per step) and interlocking's truncated routes (`parlab.local_learning.interlock.Interlocking`,
 a lowered list with the messages no loss needs dropped) and the placed operator graph
-(`parlab.pipeline.placed.PlacedOps`: stages placed op by op, `Schedule.placement`, with no main
+(`parlab.planner.placed.PlacedOps`: stages placed op by op, `Schedule.placement`, with no main
 path — every message is an edge of the graph, `Schedule.main_path`) are strategies, not executors
 of their own.
 

@@ -31,9 +31,12 @@ Reading order:
   placement of a branchy graph (the model `parlab.models.op_graph`) under memory per rank, solved
   exactly (MILP, checked by exhaustive search) and by the paper's merge-then-place decomposition,
   beside a 1F1B pipeline of the same graph; a plan runs through `parlab.run("placed", plan=...)`
-  (the executor: `parlab.pipeline.placed`) and equals `parlab.run("single", model="op-graph")`
+  (the executor: `parlab.planner.placed`) and equals `parlab.run("single", model="op-graph")`
   (`placement_costs`: what the planner knows of a graph, memory included);
-  `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory.
+  `placement_dualpipe`, `placement_compare`: the planner against DualPipe and 1F1B at equal memory;
+  `placed`, `placed_cost`, `schemes_placed`: the placed runtime (chapter 04's executor, op by op)
+  and its scheme `placed`; `layer_graph`, `placement_layers`: the same question on real gpt2-xl
+  layers (attention and MLP, backward split into B and W) against DualPipe at its memory.
 - `trace_replay`, `whatif`: MAD-Max's replay (Hsia et al. 2024) — a run's trace replayed with
   compute and communication on their own streams, and each plan of a real-size model traced once
   (shapes-only) and replayed under what-ifs (2× FLOP/s, 2× bandwidth, ½ α, an H100 system),

@@ -34,7 +34,7 @@ placement, an upper bound. The mixed-integer program and `solve`, which picks ei
 `parlab.planner.placement_bilevel`; the MILP, the decomposition and the exhaustive search are
 checked against each other. The answer is DATA, a `PlacementPlan` (per-rank lists of tasks, like
 `parlab.pipeline.schedules`), timed by `evaluate`, run by the "placed" scheme
-(`parlab.pipeline.placed`), drawn by `parlab.planner.explore.placement`: one source. Any graph
+(`parlab.planner.placed`), drawn by `parlab.planner.explore.placement`: one source. Any graph
 with `names`, `edges()`, `microbatches` and `times()` can be planned: the chapter's branchy model
 (`parlab.planner.graph.Graph`) or an `OpGraph` of given costs (tests, and the decomposition's merged graphs).
 """

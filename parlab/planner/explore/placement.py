@@ -11,7 +11,7 @@ report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same m
   (`parlab.planner.placement_bilevel.bilevel`) and a 1F1B pipeline of the same graph cut into
   stages (`parlab.planner.placement_1f1b.pipeline_plan`), each predicted from measured op times
   and the α-β link and each run for real (`parlab.run("placed", plan=...)`, the executor
-  `parlab.pipeline.placed`), checked against `parlab.run("single", model="op-graph")`, memory
+  `parlab.planner.placed`), checked against `parlab.run("single", model="op-graph")`, memory
   predicted and measured;
 - the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_compare`):
   the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
@@ -45,7 +45,6 @@ import statistics
 
 from parlab.core.link import Link, resolve
 from parlab.pipeline.cost import theory_bubble
-from parlab.pipeline.placed_cost import message_bytes
 from parlab.planner.explore.placement_run import (
     bubble,
     later,
@@ -58,6 +57,7 @@ from parlab.planner.explore.placement_run import (
     tasks_of,
 )
 from parlab.planner.graph import Graph, demo_graph
+from parlab.planner.placed_cost import message_bytes
 from parlab.planner.placement import PlacementPlan, evaluate, measure_memory, peak_memory
 from parlab.planner.placement_1f1b import pipeline_plan
 from parlab.planner.placement_bilevel import bilevel

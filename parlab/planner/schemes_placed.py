@@ -1,6 +1,6 @@
 """The "placed" scheme: a `parlab.planner.placement.PlacementPlan` (op → rank, and per rank the
 ordered F/B tasks; She et al., 2025, arXiv 2503.09357) run as training steps of the one loop by
-`parlab.pipeline.placed.PlacedStrategy`, on the operator graph model ("op-graph",
+`parlab.planner.placed.PlacedStrategy`, on the operator graph model ("op-graph",
 `parlab.models.op_graph`). Exact: it equals `parlab.run("single", model="op-graph")`.
 
     parlab.run("placed", world_size=plan.ranks, plan=plan, microbatches=2, **graph.run_options())
@@ -12,8 +12,8 @@ from parlab.core.checks import Int
 from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.models.op_graph import OpGraphSplit
-from parlab.pipeline.placed import PlacedStrategy
-from parlab.pipeline.placed_cost import placed_prediction
+from parlab.planner.placed import PlacedStrategy
+from parlab.planner.placed_cost import placed_prediction
 from parlab.planner.placement import PlacementPlan, evaluate
 from parlab.planner.placement_costs import op_graph
 

@@ -3,7 +3,7 @@ gradients cross ranks as send/recv through `parlab.core.comm.Comm` (every byte i
 
 She et al. (2025, arXiv 2503.09357, §3) place and order operators; this makes a
 `parlab.planner.placement.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
-registered as "placed" in `parlab.pipeline.schemes_placed`), run by the one pipeline executor
+registered as "placed" in `parlab.planner.schemes_placed`), run by the one pipeline executor
 (`parlab.pipeline.executor.PipelineExecutor`): the plan is a `Schedule` whose stages are the ops,
 placed op by op, with the rank's tasks as its F/B actions (`schedule_of`), and what an op does
 around F and B is a `StageStrategy` (`PlacedOps`). A 1F1B pipeline of the same graph
