@@ -163,6 +163,8 @@ CHAPTERS: dict[str, dict] = {
         "planner_batch": Int(8, min=1, max=1024),
         # MAD-Max's what-ifs (parlab.planner.whatif): gpt2-xl's blocks, even (its plans hold pp=2)
         "whatif_layers": Choice(2, (2, 4, 8, 16, 24, 48)),
+        # She et al. on real layers (parlab.planner.placement_layers): seconds per MILP solve
+        "placement_time_limit": Float(3.0, min=0.1, strict=True, max=3600),
     },
 }
 
