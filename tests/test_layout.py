@@ -438,31 +438,13 @@ REFERENCES = ("single", "ddp-naive")
 # (file, scheme name): why that file may still compare with or key a table by that name.
 _NO_COST = "registers no cost= (its closed form needs what PyTorch chose: buckets, hooks)"
 SCHEME_NAMES_ALLOWED = {
-    ("parlab/compression/bench.py", "torch-powersgd"):
-        "a note printed when the user's --schemes holds PyTorch's hook (a user option value)",
     ("parlab/compression/explore/__init__.py", "torch-powersgd"): "torch-powersgd " + _NO_COST,
-    ("parlab/data_parallel/bench.py", "torch-ddp"):
-        "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
-    ("parlab/data_parallel/explore/measure.py", "torch-ddp"):
-        "torch-ddp " + _NO_COST + "; its step is modelled as ddp-overlap's",
     ("parlab/data_parallel/explore/__init__.py", "ddp-overlap"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
     ("parlab/data_parallel/explore/__init__.py", "dear"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
-    ("parlab/context_parallel/bench.py", "cp-ring"):
-        "the ring's rows name its layout option; cp-ring and cp-ulysses register no cost= yet",
-    ("parlab/context_parallel/explore/__init__.py", "cp-ring"):
-        "cp-ring and cp-ulysses register no cost= yet: ring_bytes or ulysses_bytes is picked here",
     ("parlab/tensor_parallel/explore/__init__.py", "tp-sp"):
         "tp-sp is tp with sequence parallelism, which its runs do not report (activation_bytes' flag)",
-    ("parlab/local_learning/explore/__init__.py", "pipedream"):
-        "weight versions (PipeDream's vs 2BW's closed form): the registered cost= carries bytes only",
-    ("parlab/local_learning/explore/__init__.py", "local"):
-        "the widget prints the ledger report only for the two schemes that send per boundary",
-    ("parlab/local_learning/explore/__init__.py", "interlocking"):
-        "the widget prints the ledger report only for the two schemes that send per boundary",
-    ("parlab/pipeline/explore/__init__.py", "torch-pp"):
-        "pp and torch-pp take the schedule as an option, the pp-* schemes carry it in their name",
     ("parlab/pipeline/explore/__init__.py", "pp-naive"):
         "the one-micro-batch schedule is this table's baseline",
     ("parlab/subnet/bench.py", "sdp"): "the memory and bytes rows are sdp's, beside its baseline's step",

@@ -107,6 +107,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
     import parlab
     from parlab.core.link import resolve
     from parlab.data_parallel import cost as dp_cost
+    from parlab.engine.registry import get_scheme
 
     emulated = emulated_link(link, world_size, args)
     if emulated is not None and not isinstance(emulated, str):
@@ -119,7 +120,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
     for _ in range(args.repeats):
         for variant in VARIANTS:
             options = {}
-            if variant == "torch-ddp":
+            if "comm" in get_scheme(variant).options:  # PyTorch's own all-reduce or ours
                 options["comm"] = "torch" if link == "loopback" else "parlab"
             result = parlab.run(variant, **common, **options)
             samples[variant].append(result.step_time(warmup=args.warmup))
@@ -135,7 +136,7 @@ def measure(world_size: int, link: str, args) -> list[dict]:
     step = {v: statistics.median(s) for v, s in samples.items()}
     rows = []
     for variant in VARIANTS:
-        kind = "ddp-overlap" if variant == "torch-ddp" else variant
+        kind = get_scheme(variant).modelled_as or variant
         predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
                                               floor)
         label = f"{link}@{args.accelerator}" if args.accelerator and link != "loopback" else link

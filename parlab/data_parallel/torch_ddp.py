@@ -139,6 +139,7 @@ class TorchDDP(GradSync):
 
 @register("torch-ddp", summary="PyTorch DistributedDataParallel (comm hook through parlab.core.comm)",
           exact=True, options={"bucket_mb": BUCKET, "comm": Choice("parlab", COMMS),
-                               "accum_steps": ACCUM}, validate=_validate, precisions=MIXED)
+                               "accum_steps": ACCUM}, validate=_validate, precisions=MIXED,
+          modelled_as="ddp-overlap")
 def torch_ddp(ctx):
     return train(ctx, TorchDDP(ctx, build_model(ctx.cfg)))

@@ -31,6 +31,10 @@ class Scheme:
     shapes: bool | Callable = False  # runs shapes-only (parlab.core.shapes): tested equal to its
     # real run; a callable(cfg) -> why a configuration cannot (None: it can)
     hold: Callable | None = None
+    modelled_as: str | None = None  # the scheme whose closed-form step this one's is modelled as
+    torch_collectives: bool = False  # its collectives are PyTorch's own: no link delays them
+    baseline: str | None = None  # the scheme its chapter measures it against
+    forms: dict = field(default_factory=dict)  # {name: closed form} its chapter's tables read
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,9 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
              validate: Callable | None = None, assemble: Callable | None = None,
              models: tuple = ("gpt", "mlp"), cost: Callable | None = None,
              precisions: tuple = ("fp32",), shapes: bool | Callable = False,
-             hold: Callable | None = None):
+             hold: Callable | None = None, modelled_as: str | None = None,
+             torch_collectives: bool = False, baseline: str | None = None,
+             forms: dict | None = None):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -68,10 +74,15 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     hold(cfg): a context manager `parlab.run` holds in the launching process from before the
     ranks start until they end (ZeRO: the save_dir's run lock, `parlab.zero.run_lock.held`), so
     that of two runs started at once the second is refused before spawn, not inside a rank.
+    Facts its chapter's tables read instead of its name: modelled_as (a PyTorch reference whose
+    step the closed forms model as that scheme's), torch_collectives (PyTorch's own gloo calls,
+    not delayed by an emulated link nor paced), baseline (the scheme it is measured against),
+    forms ({name: closed form}, e.g. the attention bytes of context parallelism's method).
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
-                                 assemble, tuple(models), cost, tuple(precisions), shapes, hold)
+                                 assemble, tuple(models), cost, tuple(precisions), shapes, hold,
+                                 modelled_as, torch_collectives, baseline, dict(forms or {}))
         return worker
     return decorate
 

@@ -16,6 +16,7 @@ from parlab.core.progress import progress
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
 from parlab.data_parallel.buckets import plan_buckets
+from parlab.engine.registry import get_scheme
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 OWN = VARIANTS[:5]
@@ -193,7 +194,7 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
           f"per-message overhead {overhead_s * 1e3:.2f} ms (measured)")
     out = {}
     for variant, result in results.items():
-        kind = "ddp-overlap" if variant == "torch-ddp" else variant
+        kind = get_scheme(variant).modelled_as or variant
         predicted = dp_cost.predict_step_time(kind, numels, world_size, t_f, t_b, t_o, alpha, beta,
                                               floor, overhead_s=overhead_s,
                                               **result.config.options)["step_s"]
