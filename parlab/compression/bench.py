@@ -14,6 +14,7 @@ import json
 
 import parlab
 from parlab.core.progress import progress
+from parlab.engine.registry import get_scheme
 
 SCHEMES = ["ddp-bucketed", "topk", "randomk", "qsgd", "signsgd", "powersgd", "torch-powersgd",
            "local-sgd", "diloco"]  # torch-powersgd: PyTorch's hook, its gloo not link-delayed
@@ -53,9 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['scheme']:<13} {r['bytes_per_step']:>11,.0f} {r['bytes_ratio']:>6.1f}× "
               f"{r['final_loss']:>8.4f} {r['loss_ratio']:>9.3f} {r['step_ms']:>8.1f} {r['speedup']:>7.2f}×")
     print("median step after the first; the machine is shared and noisy — compare within a run")
-    if "torch-powersgd" in args.schemes and args.link != "loopback":
-        print(f"torch-powersgd's gloo all-reduces are PyTorch's: {args.link} does not delay them "
-              "(nominal bytes); compare its step time on loopback")
+    for scheme in args.schemes:
+        if get_scheme(scheme).torch_collectives and args.link != "loopback":
+            print(f"{scheme}'s gloo all-reduces are PyTorch's: {args.link} does not delay them "
+                  "(nominal bytes); compare its step time on loopback")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -164,6 +164,6 @@ def _validate(cfg) -> None:
                                 "min_compression_rate": Float(2.0, min=0),
                                 "error_feedback": Bool(True), "warm_start": Bool(True),
                                 "bucket_mb": Float(25.0, min=0, unit="MiB")},
-          validate=_validate)
+          validate=_validate, torch_collectives=True)
 def torch_powersgd(ctx):
     return train(ctx, TorchPowerSGD(ctx, build_model(ctx.cfg)))
