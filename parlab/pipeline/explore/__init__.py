@@ -126,8 +126,8 @@ def ledger_report(result) -> None:
 def _resolved_microbatches(result) -> int:
     from parlab.pipeline.schemes import resolve
     name = result.config.scheme
-    schedule = result.config.options.get("schedule") if name in ("pp", "torch-pp") else \
-        name.removeprefix("pp-")
+    schedule = result.config.options["schedule"] if "schedule" in result.config.options else \
+        name.removeprefix("pp-")  # pp and torch-pp take it as an option, pp-* carry it in the name
     return resolve(result.config, schedule).microbatches
 
 
