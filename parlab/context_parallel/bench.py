@@ -38,9 +38,11 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
         rows.append({"T": T, "scheme": "no CP (single)", "cp": 1, "step_ms": base_time * 1e3,
                      "time_ratio": 1.0, "attn_bytes": 0, "grad_bytes": 0,
                      "activations": base_mem, "mem_ratio": 1.0})
-        for scheme, layout, extra in (("cp-ring", "zigzag", {}), ("cp-ring", "contiguous", {}),
-                                      ("cp-ring", "zigzag", {"recompute": True}),
-                                      ("cp-ulysses", "contiguous", {})):
+        for scheme, layout, extra, name in (  # the ring's rows name its layout
+                ("cp-ring", "zigzag", {}, "cp-ring (zigzag)"),
+                ("cp-ring", "contiguous", {}, "cp-ring (contiguous)"),
+                ("cp-ring", "zigzag", {"recompute": True}, "cp-ring (zigzag, recompute)"),
+                ("cp-ulysses", "contiguous", {}, "cp-ulysses")):
             for cp in cps:
                 r = parlab.run(scheme, world_size=cp, cp=cp, steps=steps, model_config=config,
                                batch_size=batch_size, layout=layout, **extra)
@@ -48,8 +50,6 @@ def train_rows(seq_lens, cps, steps, batch_size) -> list[dict]:
                 attn = max(a + b for a, b in zip(r.bytes_per_rank(phase="cp-forward"),
                                                  r.bytes_per_rank(phase="cp-backward"))) / steps
                 mem = max(m["activations"] for m in r.memory)
-                name = f"{scheme} ({layout}{', recompute' if extra else ''})" \
-                    if scheme == "cp-ring" else scheme
                 rows.append({"T": T, "scheme": name, "cp": cp, "step_ms": t * 1e3,
                              "time_ratio": t / base_time, "attn_bytes": attn,
                              "grad_bytes": max(r.bytes_per_rank(phase="grad-sync")) / steps,

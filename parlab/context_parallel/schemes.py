@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from parlab.context_parallel import cost
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.apply import apply_cp
 from parlab.core.checks import Bool, Choice, Int
@@ -113,13 +114,15 @@ class ContextParallel(Strategy):
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
           shapes=True, exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS),
                                        "recompute": Bool(False)},
-          validate=partial(_validate, method="ring"), models=("gpt",))
+          validate=partial(_validate, method="ring"), models=("gpt",),
+          forms={"attention_bytes": cost.ring_bytes})
 def cp_ring(ctx):
     return train(ctx, ContextParallel(ctx, "ring"))
 
 
 @register("cp-ulysses", summary="context parallel: Ulysses all-to-all (sequence ↔ heads), dp × cp",
           shapes=True, exact=True, options={"cp": CP, "layout": Choice("contiguous", ring.LAYOUTS)},
-          validate=partial(_validate, method="ulysses"), models=("gpt",))
+          validate=partial(_validate, method="ulysses"), models=("gpt",),
+          forms={"attention_bytes": cost.ulysses_bytes})
 def cp_ulysses(ctx):
     return train(ctx, ContextParallel(ctx, "ulysses"))

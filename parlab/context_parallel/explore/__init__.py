@@ -14,7 +14,6 @@ import functools
 import torch
 
 import parlab
-from parlab.context_parallel import cost
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.cost import critical_path, lp_bytes, lp_compute_fraction, sp_bytes  # noqa: F401
 from parlab.context_parallel.latent_parallel import relative_error, serve
@@ -24,6 +23,7 @@ from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.comm import Comm
 from parlab.core.launch import launch
 from parlab.core.memory import ActivationMeter
+from parlab.engine.registry import get_scheme
 from parlab.models.gpt import attention
 
 SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses"}
@@ -114,7 +114,7 @@ def ledger_vs_formula(result) -> list[dict]:
     to the closed form; `equal` compares the run's totals to the byte."""
     cfg, g = result.config, result.config.model_config
     dims = result.outputs[0].extras["degrees"]
-    form = cost.ring_bytes if cfg.scheme == "cp-ring" else cost.ulysses_bytes
+    form = get_scheme(cfg.scheme).forms["attention_bytes"]
     expect = form(cfg.batch_size // dims["dp"], g.n_head, g.block_size, g.head_dim, dims["cp"],
                   g.n_layer)
     rows = []
