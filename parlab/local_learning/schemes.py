@@ -131,7 +131,8 @@ def _validate(cfg):
           "crosses a boundary (Belilovsky et al. 2020)", exact=False,
           options={"pp": Int(None, min=1, none=True), "microbatches": Int(None, min=1, none=True)},
           validate=_validate, assemble=assemble,
-          cost=lambda cfg: cost.predict(cfg, depth=0, aux_weight=1.0))
+          cost=lambda cfg: cost.predict(cfg, depth=0, aux_weight=1.0),
+          forms={"boundary_bytes": cost.boundary_table})
 def local(ctx):
     return train(ctx, LocalLearning(ctx, depth=0, aux_weight=1.0))
 
@@ -141,7 +142,8 @@ def local(ctx):
           options={"pp": Int(None, min=1, none=True), "microbatches": Int(None, min=1, none=True),
                    "depth": Int(1, min=0), "aux_weight": Float(1.0, min=0)},
           validate=_validate, assemble=assemble,
-          cost=lambda cfg: cost.predict(cfg, cfg.options["depth"], cfg.options["aux_weight"]))
+          cost=lambda cfg: cost.predict(cfg, cfg.options["depth"], cfg.options["aux_weight"]),
+          forms={"boundary_bytes": cost.boundary_table})
 def interlocking(ctx):
     o = ctx.cfg.options
     return train(ctx, LocalLearning(ctx, depth=o["depth"], aux_weight=o["aux_weight"]))
@@ -193,7 +195,7 @@ PIPE_OPTIONS = {"pp": Int(None, min=1, none=True), "microbatches": Int(None, min
 @register("pipedream", summary="PipeDream: 1F1B without flushes, an update per micro-batch, "
           "weight stashing (Narayanan et al. 2019); microbatches=1 is exact", exact=False,
           options=PIPE_OPTIONS, validate=_validate_pipe, assemble=assemble,
-          cost=lambda cfg: cost.predict_pipe(cfg))
+          cost=lambda cfg: cost.predict_pipe(cfg), forms={"versions": cost.pipedream_versions})
 def pipedream(ctx):
     return train(ctx, StalePipeline(ctx, two_buffers=False))
 
@@ -201,6 +203,6 @@ def pipedream(ctx):
 @register("pipedream-2bw", summary="PipeDream-2BW: 1F1B without flushes, one update per m "
           "micro-batches, two weight versions (Narayanan et al. 2021)", exact=False,
           options=PIPE_OPTIONS, validate=_validate_pipe, assemble=assemble,
-          cost=lambda cfg: cost.predict_pipe(cfg))
+          cost=lambda cfg: cost.predict_pipe(cfg), forms={"versions": cost.twobw_versions})
 def pipedream_2bw(ctx):
     return train(ctx, StalePipeline(ctx, two_buffers=True))

@@ -8,6 +8,7 @@ SOSP 2019; PipeDream-2BW, ICML 2021)."""
 from __future__ import annotations
 
 import parlab
+from parlab.engine.registry import get_scheme
 from parlab.engine.runner import make_config
 from parlab.engine.verify import compare_states
 from parlab.local_learning import cost
@@ -72,7 +73,7 @@ def ledger_report(result) -> None:
     route = Route.of(layout.pp, cfg.options.get("depth", 0), cfg.options.get("aux_weight", 1.0))
     print(f"{cfg.scheme} (depth {route.depth}, aux_weight {route.aux_weight:g}), pp={layout.pp}, "
           f"{layout.rows} rows per step")
-    for row in cost.boundary_table(route, cfg.model_config, layout.rows):
+    for row in get_scheme(cfg.scheme).forms["boundary_bytes"](route, cfg.model_config, layout.rows):
         j = row["boundary"]
         up = result.bytes_per_rank(phase="pp-fwd")[j] // cfg.steps
         down = result.bytes_per_rank(phase="pp-bwd")[j + 1] // cfg.steps
@@ -159,8 +160,7 @@ def stash_report(world_size: int, microbatches: int = 4, steps: int = 3) -> None
         print(f"{scheme}, p={world_size}, m={microbatches}:")
         for out in r.outputs:
             s, x = out.extras["stage"], out.extras
-            formula = (cost.pipedream_versions(world_size, microbatches, s) if scheme == "pipedream"
-                       else cost.twobw_versions(world_size, microbatches, s))
+            formula = get_scheme(scheme).forms["versions"](world_size, microbatches, s)
             used_own = all(fwd == used for _, fwd, used, _ in x["versions"])
             stale = max(live - fwd for _, fwd, _, live in x["versions"])
             print(f"  stage {s}: {x['peak_versions']} versions (closed form {formula}) = "
@@ -185,7 +185,7 @@ def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1
     rows = tm.compare_schemes(world_size, steps=3, model_config=tm.TIMING_MODEL,
                               batch_size=tm.TIMING_BATCH, link=tm.TIMING_LINK,
                               schemes=(("pp-1f1b", {}), (scheme, options)))
-    if scheme in ("local", "interlocking"):
+    if "boundary_bytes" in get_scheme(scheme).forms:  # the schemes that send per boundary
         ledger_report(rows[1]["result"])
     tm.gantt(rows)
     plt.show()
