@@ -443,13 +443,8 @@ SCHEME_NAMES_ALLOWED = {
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
     ("parlab/data_parallel/explore/__init__.py", "dear"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
-    ("parlab/tensor_parallel/explore/__init__.py", "tp-sp"):
-        "tp-sp is tp with sequence parallelism, which its runs do not report (activation_bytes' flag)",
     ("parlab/pipeline/explore/__init__.py", "pp-naive"):
         "the one-micro-batch schedule is this table's baseline",
-    ("parlab/subnet/bench.py", "sdp"): "the memory and bytes rows are sdp's, beside its baseline's step",
-    ("parlab/subnet/explore/__init__.py", "sdp"): "sdp measured against its ddp-bucketed baseline",
-    ("parlab/subnet/explore/__init__.py", "ddp-bucketed"): "sdp measured against its ddp-bucketed baseline",
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
     ("parlab/planner/scaling_model.py", "ddp-overlap"):

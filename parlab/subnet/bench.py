@@ -36,7 +36,7 @@ def measure(world_size: int, args) -> list[dict]:
                                 steps=args.steps + 1, link=args.link, **options)
             key = (scheme, k, mask, granularity)
             samples.setdefault(key, []).append(1e3 * result.step_time(warmup=1))
-            if scheme == "sdp" and key not in rows:
+            if k is not None and key not in rows:  # an sdp row (owners k)
                 row = memory_row(result)
                 row.update(bytes_row(result))
                 rows[key] = row

@@ -46,7 +46,7 @@ def assemble_state(outputs: list, cfg) -> dict:
 
 @register("sdp", summary="Subnetwork DP: each unit owned by k of N ranks, averaged among owners",
           exact=False, options=OPTIONS, validate=validate, assemble=assemble_state,
-          cost=subnet_cost.sdp_prediction)
+          cost=subnet_cost.sdp_prediction, baseline="ddp-bucketed")
 def sdp(ctx):
     o = ctx.cfg.options
     owners = o["owners"] if o["owners"] is not None else subnet_cost.default_owners(ctx.world_size)

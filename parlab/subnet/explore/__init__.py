@@ -15,6 +15,7 @@ import pandas as pd
 import parlab
 from parlab.core.progress import progress
 from parlab.engine.loop import build_model
+from parlab.engine.registry import get_scheme
 from parlab.engine.runner import make_config
 from parlab.subnet import cost as subnet_cost
 from parlab.subnet.emulate import emulate
@@ -221,7 +222,8 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
     does it take less time than ddp-bucketed, as its fewer bytes and its smaller subnetwork say it
     should, and where not, whether its messages or its own operators cost the difference?"""
     rows = []
-    runs = [("ddp-naive", {}), ("ddp-bucketed", {})] + [
+    baseline = get_scheme("sdp").baseline  # ddp-bucketed
+    runs = [("ddp-naive", {}), (baseline, {})] + [
         ("sdp", {"owners": owners, "mask": "forward", "granularity": g}) for g in ("block", "neuron")] + [
         ("sdp", {"owners": owners, "mask": "backward", "granularity": "block"})]
     base = bucketed = None
@@ -234,10 +236,10 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
         ran = result.config.link  # rank 0's messages priced on it: α-β, per step
         link_ms = 1e3 * sum(ran.cost(r["bytes_sent"], r["rounds"]) for r in result.ledger
                             if r["rank"] == 0) / steps if ran is not None else 0.0
-        if scheme == "ddp-bucketed":
+        if scheme == baseline:
             bucketed = (ms, sent, link_ms)
         verdict = ""
-        if scheme == "sdp" and bucketed:
+        if get_scheme(scheme).baseline == baseline and bucketed:
             fewer, faster = sent < bucketed[1], ms < bucketed[0]
             saved, saved_link = bucketed[0] - ms, bucketed[2] - link_ms  # per step, ms
             verdict = (("faster than ddp-bucketed, as its fewer bytes say (most of the time saved is "
