@@ -35,6 +35,7 @@ class Scheme:
     torch_collectives: bool = False  # its collectives are PyTorch's own: no link delays them
     baseline: str | None = None  # the scheme its chapter measures it against
     forms: dict = field(default_factory=dict)  # {name: closed form} its chapter's tables read
+    sequence_parallel: bool = False  # activations sharded along the sequence between tp regions
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
              precisions: tuple = ("fp32",), shapes: bool | Callable = False,
              hold: Callable | None = None, modelled_as: str | None = None,
              torch_collectives: bool = False, baseline: str | None = None,
-             forms: dict | None = None):
+             forms: dict | None = None, sequence_parallel: bool = False):
     """Decorator: register `worker(ctx) -> RankResult` as scheme `name`.
 
     options: the scheme's own keyword options: typed (`parlab.core.checks.Int(1, min=1)`, checked
@@ -77,12 +78,15 @@ def register(name: str, *, summary: str, exact: bool, options: dict | None = Non
     Facts its chapter's tables read instead of its name: modelled_as (a PyTorch reference whose
     step the closed forms model as that scheme's), torch_collectives (PyTorch's own gloo calls,
     not delayed by an emulated link nor paced), baseline (the scheme it is measured against),
-    forms ({name: closed form}, e.g. the attention bytes of context parallelism's method).
+    forms ({name: closed form}, e.g. the attention bytes of context parallelism's method),
+    sequence_parallel (tensor parallelism's activations sharded along the sequence outside its
+    regions, Korthikanti et al. 2022).
     """
     def decorate(worker):
         _REGISTRY[name] = Scheme(name, summary, exact, worker, dict(options or {}), validate,
                                  assemble, tuple(models), cost, tuple(precisions), shapes, hold,
-                                 modelled_as, torch_collectives, baseline, dict(forms or {}))
+                                 modelled_as, torch_collectives, baseline, dict(forms or {}),
+                                 sequence_parallel)
         return worker
     return decorate
 

@@ -158,7 +158,7 @@ def tp_scheme(ctx):
 @register("tp-sp", shapes=True, summary="tensor + sequence parallelism (all-gather / reduce-scatter)",
           exact=True, options={"tp": TP, "regather": Bool(True), "async_tp": Bool(False),
                                "algo": Choice("gloo", ("gloo", "ring"))},
-          validate=_validator(True),
+          validate=_validator(True), sequence_parallel=True,
           assemble=_assemble, models=("gpt",), precisions=tuple(PRECISIONS))
 def tp_sp_scheme(ctx):
     return train(ctx, TensorParallel(ctx, sequence_parallel=True))

@@ -155,6 +155,7 @@ def memory_rows(world_size: int) -> list[dict]:
     """Measured activation bytes per rank (one step) beside `parlab.tensor_parallel.cost.activation_bytes`,
     each row with its `sequence_parallel` and `regather` flags (what the run's options were)."""
     import parlab
+    from parlab.engine.registry import get_scheme
     from parlab.tensor_parallel.cost import activation_bytes
 
     rows = []
@@ -163,12 +164,13 @@ def memory_rows(world_size: int) -> list[dict]:
         n = 1 if scheme == "single" else world_size
         result = parlab.run(scheme, world_size=n, steps=1, **options)
         tp = result.outputs[0].extras.get("tp", 1)
+        sp = get_scheme(scheme).sequence_parallel
         formula = activation_bytes(result.config.model_config, result.config.batch_size
-                                   // result.outputs[0].extras.get("dp", 1), tp, scheme == "tp-sp",
+                                   // result.outputs[0].extras.get("dp", 1), tp, sp,
                                    options.get("regather", True))
         label = scheme + ("" if options.get("regather", True) else " (keep gathered)")
         rows.append({"scheme": label, "tp": tp, "measured_bytes": result.memory[0]["activations"],
-                     "formula_bytes": formula, "sequence_parallel": scheme == "tp-sp",
+                     "formula_bytes": formula, "sequence_parallel": sp,
                      "regather": options.get("regather", True)})
     return rows
 
