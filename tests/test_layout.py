@@ -438,13 +438,10 @@ REFERENCES = ("single", "ddp-naive")
 # (file, scheme name): why that file may still compare with or key a table by that name.
 _NO_COST = "registers no cost= (its closed form needs what PyTorch chose: buckets, hooks)"
 SCHEME_NAMES_ALLOWED = {
-    ("parlab/compression/explore/__init__.py", "torch-powersgd"): "torch-powersgd " + _NO_COST,
     ("parlab/data_parallel/explore/__init__.py", "ddp-overlap"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
     ("parlab/data_parallel/explore/__init__.py", "dear"):
         "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
-    ("parlab/pipeline/explore/__init__.py", "pp-naive"):
-        "the one-micro-batch schedule is this table's baseline",
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
     ("parlab/planner/scaling_model.py", "ddp-overlap"):

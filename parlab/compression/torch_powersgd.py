@@ -44,7 +44,7 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as torch_psgd
 from torch.nn.parallel import DistributedDataParallel
 
-from parlab.compression.cost import torch_powersgd_elements
+from parlab.compression.cost import torch_powersgd_bytes, torch_powersgd_elements
 from parlab.core.checks import Bool, Float, Int
 from parlab.data_parallel.sync import GradSync
 from parlab.engine.loop import LossModule, build_model, train
@@ -164,6 +164,7 @@ def _validate(cfg) -> None:
                                 "min_compression_rate": Float(2.0, min=0),
                                 "error_feedback": Bool(True), "warm_start": Bool(True),
                                 "bucket_mb": Float(25.0, min=0, unit="MiB")},
-          validate=_validate, torch_collectives=True)
+          validate=_validate, torch_collectives=True,
+          forms={"bucket_bytes": torch_powersgd_bytes})  # summed over the buckets DDP made
 def torch_powersgd(ctx):
     return train(ctx, TorchPowerSGD(ctx, build_model(ctx.cfg)))

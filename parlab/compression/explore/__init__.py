@@ -19,6 +19,7 @@ from parlab.compression import cost
 from parlab.compression.compressors import QSGD, Sign, TopK
 from parlab.compression.powersgd import orthonormalize
 from parlab.compression.sync import ErrorFeedback
+from parlab.engine.registry import get_scheme
 
 SCHEMES = ["topk", "randomk", "qsgd", "signsgd", "powersgd", "local-sgd", "diloco"]
 LOSSLESS = [("topk", {"ratio": 1.0}, "adamw"), ("powersgd", {"rank": 1024}, "adamw"),
@@ -155,18 +156,19 @@ def ledger_table(runs: dict) -> None:
             continue
         n, steps = result.config.world_size, result.config.steps
         shapes = [tuple(t.shape) for t in result.state.values()]
-        formula = torch_powersgd_total(result) if scheme == "torch-powersgd" else \
+        formula = torch_powersgd_total(result) if "bucket_bytes" in get_scheme(scheme).forms else \
             cost.total_bytes(scheme, shapes, n, steps, **result.config.options)
         measured = result.bytes_per_rank()[0]
         print(f"{scheme:<14} {measured:>13,} {formula:>12,}  {measured == formula}")
 
 
 def torch_powersgd_total(result, rank: int = 0) -> int:
-    """`cost.torch_powersgd_bytes` summed over the run, on the buckets DDP made (rank's extras)."""
+    """`cost.torch_powersgd_bytes` (its registered bucket_bytes) summed over the run, on the
+    buckets DDP made (rank's extras)."""
     o, n = result.config.options, result.config.world_size
-    return sum(cost.torch_powersgd_bytes([shapes for _, shapes in buckets], n, rank,
-                                         step >= o["start_iter"], o["rank"],
-                                         o["min_compression_rate"])
+    bucket_bytes = get_scheme(result.config.scheme).forms["bucket_bytes"]
+    return sum(bucket_bytes([shapes for _, shapes in buckets], n, rank, step >= o["start_iter"],
+                            o["rank"], o["min_compression_rate"])
                for step, buckets in enumerate(result.outputs[rank].extras["buckets"]))
 
 
