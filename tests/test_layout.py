@@ -438,10 +438,6 @@ REFERENCES = ("single", "ddp-naive")
 # (file, scheme name): why that file may still compare with or key a table by that name.
 _NO_COST = "registers no cost= (its closed form needs what PyTorch chose: buckets, hooks)"
 SCHEME_NAMES_ALLOWED = {
-    ("parlab/data_parallel/explore/__init__.py", "ddp-overlap"):
-        "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
-    ("parlab/data_parallel/explore/__init__.py", "dear"):
-        "the exposed-communication table shows exactly naive, WFBP and DeAR side by side",
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
     ("parlab/planner/scaling_model.py", "ddp-overlap"):
