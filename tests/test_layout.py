@@ -436,7 +436,6 @@ MESH_DIMS = ("dp", "tp", "pp", "cp", "ep")
 # their runs by name to take ratios against them (cost code and building blocks never do).
 REFERENCES = ("single", "ddp-naive")
 # (file, scheme name): why that file may still compare with or key a table by that name.
-_NO_COST = "registers no cost= (its closed form needs what PyTorch chose: buckets, hooks)"
 SCHEME_NAMES_ALLOWED = {
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
