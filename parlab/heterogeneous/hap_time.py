@@ -30,7 +30,7 @@ from parlab.core.clock import Work
 from parlab.core.pacer import count_work
 from parlab.heterogeneous import cost
 from parlab.heterogeneous import programs as pg
-from parlab.models.gpt import multi_head, split_qkv
+from parlab.models.gpt import multi_head, split_qkv, tied_head
 
 PHASES = ("fwd", "bwd", "opt")
 
@@ -82,7 +82,7 @@ def _ends_harness(rows: int, m, batch: int):
 
     def run():
         x = wte(idx) + wpe(torch.arange(m.block_size))  # (rows, T, C)
-        logits = ln_f(x) @ wte.weight.t()  # (rows, T, V)
+        logits = tied_head(ln_f, wte, x)  # (rows, T, V)
         return (F.cross_entropy(logits.reshape(-1, m.vocab_size), idx.reshape(-1), reduction="sum")
                 / (batch * m.block_size),)
     return run, [*wte.parameters(), *wpe.parameters(), *ln_f.parameters()]

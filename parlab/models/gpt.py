@@ -93,6 +93,33 @@ def maybe_checkpoint(fn, enabled: bool, *args):
     return fn(*args)
 
 
+def run_blocks(blocks, x, checkpoint: bool = False):
+    """x through each block in order, each checkpointed when `checkpoint`: (B, T, C) -> (B, T, C)."""
+    for block in blocks:
+        x = maybe_checkpoint(block, checkpoint, x)  # (B, T, C)
+    return x
+
+
+def tied_head(ln_f: nn.Module, wte: nn.Embedding, x):
+    """The head tied to the token embedding (Press & Wolf 2017, "Using the Output Embedding to
+    Improve Language Models"; GPT-2's, nanoGPT's): ln_f(x) @ wteᵀ, (B, T, C) -> (B, T, vocab)."""
+    return ln_f(x) @ wte.weight.t()  # (B, T, vocab)
+
+
+def head_logits(model, x):
+    """A GPT-shaped model's head on the last block's output: `lm_head(ln_f(x))` with an own head
+    (tie_head=False), else the tied head: (B, T, C) -> (B, T, vocab)."""
+    if not model.config.tie_head:
+        return model.lm_head(model.ln_f(x))  # (B, T, vocab), its own weights
+    return tied_head(model.ln_f, model.wte, x)  # (B, T, vocab), tied to the embedding
+
+
+def mean_token_loss(logits, targets):
+    """Mean next-token cross-entropy, in fp32 also in mixed precision: (B, T, vocab), (B, T) -> ()."""
+    logits = logits.float()  # (B, T, vocab)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
 def _init_linear(linear: nn.Linear, generator: torch.Generator, std: float = 0.02) -> None:
     with torch.no_grad():
         linear.weight.normal_(0.0, std, generator=generator)
@@ -255,19 +282,14 @@ class GPT(ConfiguredModel):
         return self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
 
     def head(self, x):
-        if not self.config.tie_head:
-            return self.lm_head(self.ln_f(x))  # (B, T, vocab), its own weights
-        return self.ln_f(x) @ self.wte.weight.t()  # (B, T, vocab), tied to the embedding
+        return head_logits(self, x)  # (B, T, vocab)
 
     def forward(self, idx):
-        x = self.embed(idx)  # (B, T, C)
-        for block in self.blocks:
-            x = maybe_checkpoint(block, self.activation_checkpointing, x)  # (B, T, C)
+        x = run_blocks(self.blocks, self.embed(idx), self.activation_checkpointing)  # (B, T, C)
         return self.head(x)  # (B, T, vocab)
 
     def loss(self, idx, targets):
-        logits = self(idx).float()  # (B, T, vocab) the loss in fp32 also in mixed precision
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+        return mean_token_loss(self(idx), targets)
 
 
 # ----------------------------------------------------------------------------- counts, registration

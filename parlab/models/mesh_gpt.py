@@ -21,9 +21,15 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-from parlab.models.gpt import Block, CausalSelfAttention, maybe_checkpoint
+from parlab.models.gpt import (
+    Block,
+    CausalSelfAttention,
+    head_logits,
+    maybe_checkpoint,
+    mean_token_loss,
+    run_blocks,
+)
 from parlab.models.gpt_moe import MoE
 
 
@@ -75,14 +81,10 @@ class MeshGPT(nn.Module):
         return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions
 
     def head(self, x):
-        if not self.config.tie_head:
-            return self.lm_head(self.ln_f(x))  # (B, T/cp, vocab), its own weights
-        return self.ln_f(x) @ self.wte.weight.t()  # (B, T/cp, vocab), tied to the embedding
+        return head_logits(self, x)  # (B, T/cp, vocab)
 
     def forward(self, idx):
-        x = self.embed(idx)  # (B, T/cp, C)
-        for block in self.blocks:
-            x = block(x)  # (B, T/cp, C)
+        x = run_blocks(self.blocks, self.embed(idx))  # (B, T/cp, C); MeshBlock checkpoints itself
         if self.criterion is not None:
             return x  # (B, T/cp, C): the criterion's head takes it
         return self.head(x)  # (B, T/cp, vocab)
@@ -96,8 +98,7 @@ class MeshGPT(nn.Module):
         if self.criterion is not None:
             loss = self.criterion(self, out, targets)
         else:
-            logits = out.float()  # (B, T/cp, vocab)
-            loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+            loss = mean_token_loss(out, targets)
         for block in self.blocks:  # mixture-of-experts: + the load-balancing terms (gpt-moe)
             if isinstance(block.mlp, MoE) and block.mlp.aux is not None:
                 loss = loss + block.mlp.aux

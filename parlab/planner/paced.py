@@ -26,7 +26,7 @@ import torch
 
 from parlab.core import clock as clocks
 from parlab.core import pacer as pacers
-from parlab.planner.profile import Line, Profile, block_flops, outside_flops
+from parlab.planner.profile import Line, Profile, block_flops, outside_flops, outside_loss
 
 _CACHE: dict = {}
 
@@ -73,17 +73,12 @@ def profile(model_config, clock: clocks.Clock, rows: int = 12) -> Profile:
         return fwd, bwd
 
     def outside_work(b):
-        import torch.nn.functional as F
-        vocab = model.wte.weight.shape[0]
-        ids = torch.randint(0, vocab, (b, T))  # (B, T)
+        ids = torch.randint(0, model.wte.weight.shape[0], (b, T))  # (B, T)
         x = torch.randn(b, T, C, requires_grad=True)  # (B, T, C): the last block's output
         holder = {}
 
         def forward():
-            emb = model.wte(ids) + model.wpe(torch.arange(T))  # (B, T, C)
-            logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
-                model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
-            holder["loss"] = emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
+            holder["loss"] = outside_loss(model, ids, x)
         model.zero_grad(set_to_none=True)  # gradients assigned, as in a step, not accumulated
         fwd = pacers.count_work(forward)
         bwd = pacers.count_work(lambda: holder["loss"].backward())

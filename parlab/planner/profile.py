@@ -102,17 +102,25 @@ def _block_times(block, rows: int, seq: int, n_embd: int, repeats: int) -> tuple
     return fwd, max(total - fwd, 1e-9)
 
 
-def _outside_times(model, rows: int, seq: int, repeats: int) -> tuple[float, float]:
+def outside_loss(model, ids, x):
+    """The GPT's work outside its blocks: the embeddings of ids (B, T), the head on the last
+    block's output x (B, T, C) and the cross-entropy, summed into one scalar so that one backward
+    runs all three (the profile's stand-in; the embeddings' value does not matter)."""
     import torch.nn.functional as F
+
+    from parlab.models.gpt import head_logits
+    emb = model.wte(ids) + model.wpe(torch.arange(ids.size(1)))  # (B, T, C)
+    logits = head_logits(model, x)  # (B, T, V)
+    return emb.sum() + F.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))
+
+
+def _outside_times(model, rows: int, seq: int, repeats: int) -> tuple[float, float]:
     vocab, C = model.wte.weight.shape
     ids = torch.randint(0, vocab, (rows, seq))  # (B, T)
     x = torch.randn(rows, seq, C, requires_grad=True)  # (B, T, C): the last block's output
 
     def forward():
-        emb = model.wte(ids) + model.wpe(torch.arange(seq))  # (B, T, C)
-        logits = model.lm_head(model.ln_f(x)) if hasattr(model, "lm_head") else \
-            model.ln_f(x) @ model.wte.weight.t()  # (B, T, V)
-        return emb.sum() + F.cross_entropy(logits.view(-1, vocab), ids.view(-1))
+        return outside_loss(model, ids, x)
     fwd = _fastest_time(forward, repeats)
     total = _fastest_time(lambda: forward().backward(), repeats)
     return fwd, max(total - fwd, 1e-9)

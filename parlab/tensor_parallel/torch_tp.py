@@ -35,7 +35,7 @@ from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.mesh import Mesh
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.gpt import maybe_checkpoint, multi_head
+from parlab.models.gpt import multi_head, run_blocks, tied_head
 from parlab.tensor_parallel.schemes import TP, check_fits, resolve_tp
 
 
@@ -85,16 +85,15 @@ def shard_hidden(model, idx, positions: slice):
     backward keeps only these."""
     tokens = idx[:, positions].clone()  # (B, t)
     x = model.wte(tokens) + model.wpe(torch.arange(positions.start, positions.stop))  # (B, t, C)
-    for block in model.blocks:  # checkpointed blocks redo their forward comm in backward
-        x = maybe_checkpoint(block, model.activation_checkpointing, x)  # (B, t, C)
-    return x
+    # checkpointed blocks redo their forward comm in backward
+    return run_blocks(model.blocks, x, model.activation_checkpointing)  # (B, t, C)
 
 
 def shard_loss(model, x, targets, positions: slice):
     """The tied head and the *summed* cross-entropy of the shard's tokens, divided by all B·T
     tokens: the ranks' losses add up to the mean loss of the single process."""
     B, T = targets.shape
-    logits = model.ln_f(x) @ model.wte.weight.t()  # (B, t, vocab) tied head
+    logits = tied_head(model.ln_f, model.wte, x)  # (B, t, vocab)
     losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
                              targets[:, positions].reshape(-1).clone(), reduction="sum")
     return losses / (B * T)
