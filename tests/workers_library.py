@@ -3,8 +3,12 @@
 
 import torch
 
-from parlab.models.user_loop import ROWS, batch  # noqa: F401  (the chapters' demo)
-from parlab.models.user_loop import TiedNet as BlockNet  # a tied head, a frozen layer
+from parlab.models.user_loop import (  # noqa: F401  (the chapters' demo)
+    ROWS,
+    batch,
+    train_whole_batch,  # a tied head, a frozen layer
+)
+from parlab.models.user_loop import TiedNet as BlockNet
 
 
 def adamw(params):
@@ -24,13 +28,7 @@ def single(steps: int) -> dict:
     out = {}
     for name, make in (("sgd", sgd), ("adamw", adamw)):
         model = BlockNet(0)
-        optimizer = make(trainable(model))
-        for step in range(steps):
-            x, y = batch(step)
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-        out[name] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        out[name] = train_whole_batch(model, make(trainable(model)), steps)
     return out
 
 

@@ -55,7 +55,11 @@ def trainable(model):
 def single_process_state(steps: int) -> dict:
     """Plain PyTorch in one process on the whole batch, from rank 0's initial weights."""
     model = TiedNet(0)
-    optimizer = make_optimizer(trainable(model))
+    return train_whole_batch(model, make_optimizer(trainable(model)), steps)
+
+
+def train_whole_batch(model, optimizer, steps: int) -> dict:
+    """`steps` steps of the user's loop on the whole batch in one process: the final parameters."""
     for step in range(steps):
         x, y = batch(step)
         torch.nn.functional.cross_entropy(model(x), y).backward()
