@@ -29,7 +29,8 @@ import torch.nn.functional as F
 from parlab.heterogeneous import programs as pg
 from parlab.heterogeneous import uneven
 from parlab.heterogeneous.tp_shares import bounds
-from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock, run_blocks, tied_head
+from parlab.models.gpt import Block, CausalSelfAttention, MLPBlock
+from parlab.models.gpt_trunk import embed_tokens, run_blocks, tied_head
 
 FORWARD, BACKWARD = "hap-forward", "hap-backward"
 
@@ -195,7 +196,7 @@ class HapGPT(nn.Module):
     def loss(self, idx, targets):
         B, T = targets.shape
         mine = slice(*self.rows)
-        x = self.wte(idx[mine]) + self.wpe(torch.arange(T))  # (b_r, T, C) this rank's rows, or all
+        x = embed_tokens(self, idx[mine])  # (b_r, T, C) this rank's rows, or all
         logits = tied_head(self.ln_f, self.wte, run_blocks(self.blocks, x))  # (b_r, T, vocab)
         losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
                                  targets[mine].reshape(-1), reduction="sum")

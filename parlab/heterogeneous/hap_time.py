@@ -30,7 +30,8 @@ from parlab.core.clock import Work
 from parlab.core.pacer import count_work
 from parlab.heterogeneous import cost
 from parlab.heterogeneous import programs as pg
-from parlab.models.gpt import multi_head, split_qkv, tied_head
+from parlab.models.gpt import multi_head, split_qkv
+from parlab.models.gpt_trunk import tied_head
 
 PHASES = ("fwd", "bwd", "opt")
 

@@ -15,6 +15,9 @@ are nanoGPT's, exactly.
 
 Parameters are created in a fixed order from `torch.Generator().manual_seed(seed)`, so every
 rank of every scheme starts from the same weights as the reference.
+
+The embedding, the blocks' loop, the tied head and the loss are `parlab.models.gpt_trunk`'s, which
+every parallel copy of this GPT calls too.
 """
 
 from __future__ import annotations
@@ -25,10 +28,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint as _checkpoint
 
 from parlab.models.base import ConfiguredModel
 from parlab.models.data import VOCAB, text_batch, text_max_seq_len
+from parlab.models.gpt_trunk import (
+    embed_tokens,
+    head_logits,
+    maybe_checkpoint,  # noqa: F401 (chapter 02 prints it from here)
+    mean_token_loss,
+    run_blocks,
+)
 from parlab.models.llama_parts import RMSNorm, SwiGLU, grouped_heads, validate_options
 from parlab.models.spec import ModelSpec, register_model
 
@@ -82,42 +91,6 @@ class GPTConfig:
 
 
 _INT_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd")
-
-
-def maybe_checkpoint(fn, enabled: bool, *args):
-    """fn(*args); with `enabled` (and grad on), activation checkpointing: keep only the inputs,
-    recompute fn's activations in backward (Chen et al. 2016, "Training Deep Nets with Sublinear
-    Memory Cost"), non-reentrant so it composes with hooks and saved-tensor hooks."""
-    if enabled and torch.is_grad_enabled():
-        return _checkpoint(fn, *args, use_reentrant=False)
-    return fn(*args)
-
-
-def run_blocks(blocks, x, checkpoint: bool = False):
-    """x through each block in order, each checkpointed when `checkpoint`: (B, T, C) -> (B, T, C)."""
-    for block in blocks:
-        x = maybe_checkpoint(block, checkpoint, x)  # (B, T, C)
-    return x
-
-
-def tied_head(ln_f: nn.Module, wte: nn.Embedding, x):
-    """The head tied to the token embedding (Press & Wolf 2017, "Using the Output Embedding to
-    Improve Language Models"; GPT-2's, nanoGPT's): ln_f(x) @ wteᵀ, (B, T, C) -> (B, T, vocab)."""
-    return ln_f(x) @ wte.weight.t()  # (B, T, vocab)
-
-
-def head_logits(model, x):
-    """A GPT-shaped model's head on the last block's output: `lm_head(ln_f(x))` with an own head
-    (tie_head=False), else the tied head: (B, T, C) -> (B, T, vocab)."""
-    if not model.config.tie_head:
-        return model.lm_head(model.ln_f(x))  # (B, T, vocab), its own weights
-    return tied_head(model.ln_f, model.wte, x)  # (B, T, vocab), tied to the embedding
-
-
-def mean_token_loss(logits, targets):
-    """Mean next-token cross-entropy, in fp32 also in mixed precision: (B, T, vocab), (B, T) -> ()."""
-    logits = logits.float()  # (B, T, vocab)
-    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
 def _init_linear(linear: nn.Linear, generator: torch.Generator, std: float = 0.02) -> None:
@@ -276,10 +249,7 @@ class GPT(ConfiguredModel):
         _init_linear(mlp.c_proj, g, proj_std)
 
     def embed(self, idx):
-        if self.config.positions == "rope":  # positions enter inside attention (q, k rotated)
-            return self.wte(idx)  # (B, T, C)
-        T = idx.size(1)
-        return self.wte(idx) + self.wpe(torch.arange(T))  # (B, T, C)
+        return embed_tokens(self, idx)  # (B, T, C)
 
     def head(self, x):
         return head_logits(self, x)  # (B, T, vocab)

@@ -22,15 +22,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from parlab.models.gpt import (
-    Block,
-    CausalSelfAttention,
-    head_logits,
-    maybe_checkpoint,
-    mean_token_loss,
-    run_blocks,
-)
+from parlab.models.gpt import Block, CausalSelfAttention
 from parlab.models.gpt_moe import MoE
+from parlab.models.gpt_trunk import embed_tokens, head_logits, maybe_checkpoint, mean_token_loss, run_blocks
 
 
 class MeshBlock(Block):
@@ -76,9 +70,7 @@ class MeshGPT(nn.Module):
         # `parlab.engine.dimension.dimensions(model)`
 
     def embed(self, idx):
-        if self.config.positions == "rope":  # positions enter inside attention
-            return self.wte(idx)  # (B, T, C)
-        return self.wte(idx) + self.wpe(self.positions)  # (B, T/cp, C) at the tokens' positions
+        return embed_tokens(self, idx, self.positions)  # (B, T/cp, C) at the tokens' positions
 
     def head(self, x):
         return head_logits(self, x)  # (B, T/cp, vocab)

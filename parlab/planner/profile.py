@@ -108,7 +108,7 @@ def outside_loss(model, ids, x):
     runs all three (the profile's stand-in; the embeddings' value does not matter)."""
     import torch.nn.functional as F
 
-    from parlab.models.gpt import head_logits
+    from parlab.models.gpt_trunk import head_logits
     emb = model.wte(ids) + model.wpe(torch.arange(ids.size(1)))  # (B, T, C)
     logits = head_logits(model, x)  # (B, T, V)
     return emb.sum() + F.cross_entropy(logits.view(-1, logits.size(-1)), ids.view(-1))

@@ -35,7 +35,8 @@ from parlab.core.memory import ActivationMeter, model_memory
 from parlab.core.mesh import Mesh
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.gpt import multi_head, run_blocks, tied_head
+from parlab.models.gpt import multi_head
+from parlab.models.gpt_trunk import run_blocks, tied_head
 from parlab.tensor_parallel.schemes import TP, check_fits, resolve_tp
 
 
