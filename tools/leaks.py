@@ -34,6 +34,8 @@ COINCIDENCES = {
     ("05_local_learning", "pipedream-versions", 8.0):
         "layer-wise merge's modelled step of 8.000 A100 ms (k=2 × dp=2, the merge table), not a "
         "count of PipeDream's weight versions",
+    ("11_heterogeneous", "proportional-rows", 1024.0):
+        "GPT-2 XL's 1024 tokens per sequence (HAP at a real width), not rank 1's share of rows",
 }
 
 # a number as people write it: 24,576 · 1.25 · 6.00 · 9.6e+10 · 462422016.0 (not part of a word)

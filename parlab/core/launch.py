@@ -126,7 +126,9 @@ def launch(
     ctx = mp.get_context(start_method)
     if start_method == "forkserver":
         ctx.set_forkserver_preload(PRELOAD)
-    store = rendezvous.LoopbackStore(world_size, timeout)
+    # bound and listening now, served once every rank is started (`LoopbackStore`: no rank is
+    # forked while the store's server thread runs)
+    store = rendezvous.LoopbackStore(world_size, timeout, serve=False)
     board_path = board.create(world_size)
     processes, readers = [], []
     try:
@@ -143,6 +145,7 @@ def launch(
                 writer.close()
                 processes.append(proc)
                 readers.append(reader)
+        store.serve()
         return _collect(processes, readers, timeout, progress,
                         _forkserver_pid() if start_method == "forkserver" else None)
     finally:

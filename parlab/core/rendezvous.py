@@ -49,16 +49,34 @@ import torch.distributed as dist
 
 # ----------------------------------------------------------------------------- the parent's store
 class LoopbackStore:
-    """The rendezvous TCPStore of one launch, listening on 127.0.0.1 only (`.port`, `.close()`)."""
+    """The rendezvous TCPStore of one launch, listening on 127.0.0.1 only (`.port`, `.close()`).
 
-    def __init__(self, world_size: int, timeout: float):
+    With `serve=False` only the socket is bound and listening (its port known, clients queue in
+    its backlog); `serve()` then starts the store's server thread. The launcher starts its ranks
+    in between, so none is forked while that thread runs: a child forked while a thread holds a
+    lock inherits the lock held forever. Seen once before this order (CI proof, start method
+    fork): the last rank hung in `TCPStore(...)` for the whole timeout while its peers, forked
+    earlier, waited in `init_process_group`."""
+
+    def __init__(self, world_size: int, timeout: float, serve: bool = True):
+        self.world_size, self.timeout, self.store = world_size, timeout, None
         self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             self.socket.bind(("127.0.0.1", 0))
             self.socket.listen(max(128, world_size))
             self.port = self.socket.getsockname()[1]
-            self.store = dist.TCPStore("127.0.0.1", self.port, world_size, is_master=True,
-                                       wait_for_workers=False, timeout=timedelta(seconds=timeout),
+        except BaseException:
+            self.socket.close()
+            raise
+        if serve:
+            self.serve()
+
+    def serve(self) -> None:
+        """Start the store's server on the bound socket (which it then owns and closes)."""
+        try:
+            self.store = dist.TCPStore("127.0.0.1", self.port, self.world_size, is_master=True,
+                                       wait_for_workers=False,
+                                       timeout=timedelta(seconds=self.timeout),
                                        master_listen_fd=self.socket.fileno())
         except BaseException:
             self.socket.close()
@@ -66,6 +84,8 @@ class LoopbackStore:
         self.socket.detach()  # the store owns the descriptor now and closes it with itself
 
     def close(self) -> None:
+        if self.store is None:
+            self.socket.close()  # never served: the socket is still ours
         self.store = None
 
 
