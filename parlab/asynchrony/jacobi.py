@@ -1,45 +1,17 @@
 """Asynchronous iterations: block-Jacobi on ranks: synchronous, totally asynchronous, flexible.
 
 The problem: −Δu + σu = 1 on the unit square, zero on the boundary, an n×n interior grid with the
-5-point stencil (h = 1/(n+1)). One Jacobi sweep sets every unknown to
+5-point stencil (h = 1/(n+1)); one sweep is a max-norm contraction with γ = 4/(4 + σh²) < 1.
+Rank r owns a strip of rows and needs one halo row from each neighbour.
+"sync" waits for both halos every sweep; "async" never waits (Chazan & Miranker 1969; Baudet,
+JACM 1978; Bertsekas & Tsitsiklis 1989); "flexible" also sends partial updates (Miellou, El Baz &
+Spiteri, "A new class of asynchronous iterative algorithms with order intervals", Math. Comp.
+1998). A block of macroiteration generation g has ‖u − u*‖∞ ≤ γ^g·‖u₀ − u*‖∞ (Bertsekas &
+Tsitsiklis's asynchronous convergence theorem: tested per sweep).
 
-    u[i, j] ← (h²·1 + u[i−1, j] + u[i+1, j] + u[i, j−1] + u[i, j+1]) / (4 + σh²)
-
-an iteration x ← Mx + c with M ≥ 0 and row sums of M at most γ = 4/(4 + σh²) < 1: a contraction
-in the max norm. Rank r owns a strip of rows and needs one halo row from each neighbour.
-
-- "sync": every sweep waits for both halos of the previous sweep (isend/irecv, then wait).
-- "async" (Chazan & Miranker 1969; Baudet 1978; Bertsekas & Tsitsiklis 1989): never wait. Per
-  neighbour a receiver thread keeps the newest halo that has arrived (by sweep stamp: an older
-  message arriving late is dropped) and a sender thread sends the newest boundary whenever the
-  link is free (an unsent older one is replaced, so a fast rank never floods a slow one); every
-  sweep uses whatever halo is there. Injected delays: each message waits an exponentially
-  distributed time (seeded, unbounded) before it leaves. The run ends when the last rank has done
-  `sweeps` sweeps; the others keep sweeping until they hear so (a `final` flag on the halos).
-
-- "flexible" (flexible communication: Miellou, El Baz & Spiteri, "A new class of asynchronous
-  iterative algorithms with order intervals", Math. Comp. 1998): asynchronous, and a rank sends
-  partial updates: the values of an update still under way. An update is `inner` relaxations of
-  the strip with its halos frozen (a two-stage block method); "sync" and "async" send after the
-  last of them, "flexible" after every one (inner = 1: the same as "async"). For M ≥ 0 and u₀ = 0
-  every value only grows toward u*, so every partial value lies in the order interval
-  [u₀, u*] the theory asks for, and the max-norm contraction bound below still holds.
-
-Every sweep (relaxation) costs `work_ms` (an emulated larger strip), `straggler`× that on the last
-rank; `sweeps` counts relaxations.
-
-Macroiterations. Every block value carries a generation: 1 + the smallest generation among the
-values its sweep read (its own previous block and both halos); the initial guess has generation
-0. Generation m means a chain of m complete rounds of updates lies behind the value. For a
-max-norm contraction every round shrinks the error by γ, whatever the delays, so a block of
-generation g has ‖u − u*‖∞ ≤ γ^g·‖u₀ − u*‖∞ (Bertsekas & Tsitsiklis's asynchronous convergence
-theorem: tested per sweep). Synchronous sweeps have generation = sweep count; asynchronous ones
-count sweeps faster than generations.
-
-The ranks (`jacobi_solver`: `solve`, each rank's strip, the receiver and sender threads of the wall
-clock) and the virtual clock's timetable (`jacobi_virtual`) are the next files; here are the
-problem, its configuration and what a run's logs say (`JacobiRun`: residuals by time and by
-macroiteration).
+Here: the problem, its configuration and a run's logs (`JacobiRun`); the ranks are in
+`jacobi_solver`, the virtual timetable in `jacobi_virtual`. The sweep, the three modes and the
+generation argument: docs/asynchrony.md, `parlab.asynchrony.jacobi`.
 """
 
 from __future__ import annotations

@@ -1,46 +1,18 @@
 """A parameter server and its workers as strategies of the one training loop.
 
-Ranks 0..k−1 serve (k = `servers`): the flat parameter vector (Ψ,) is cut into k contiguous
-shards (`parlab.core.cost.shard_sizes`), server i holds shard i and an optimizer over it alone
-(Li et al., "Scaling Distributed Machine Learning with the Parameter Server", OSDI 2014: key ranges
-over server nodes). Ranks k..k+W−1 work: they pull every shard, compute a gradient, push each
-shard of it to its server (Dean et al., DistBelief / Downpour SGD, 2012). Every message goes
-through `Comm` (so every byte is in the ledger), one header and one flat tensor each way:
+Ranks 0..k−1 serve shards of the flat parameter vector, each with its own optimizer (Li et al.,
+"Scaling Distributed Machine Learning with the Parameter Server", OSDI 2014: key ranges over
+server nodes); ranks k..k+W−1 pull every shard, compute a gradient and push each shard of it
+(Dean et al., "Large Scale Distributed Deep Networks", NeurIPS 2012: Downpour SGD). Every
+message goes through `Comm`, a header and one flat tensor each way:
 
     server i -> worker ("pull"): header (2,) int64 [version_i, job], then shard i (Ψ_i,) float32
     worker -> server i ("push"): header (2,) int64 [version_i, job], then grad shard i (Ψ_i,)
 
-Books: the worker ids of `parlab.asynchrony.versions.Book` are 1..W; worker w is world rank
-k − 1 + w. Every server runs its own book over the same pushes, so under "ssp" (clocks fixed by the
-worker) all k agree; each logs the version of its own shard every gradient was computed on.
-Under "asp" server 0 (the leader) is the task scheduler: its book decides each worker's next job
-and its STOP; a follower (i > 0) applies every push on arrival and answers each push with its
-shard (header job ignored), and a worker told STOP by the leader drains that last shard and
-sends each follower a STOP header (2,) so it can stop listening.
-
-Which message a server takes next: with `delays="seeded"` the one the delay schedule's clock says
-(`parlab.asynchrony.delays.VirtualClock`: blocking recv from that worker, a reproducible run on
-any clock; every server's schedule clock is the same, so followers mirror the leader); otherwise
-the one that arrives first. A header irecv is posted for every worker computing (every worker
-that will still send: one blocked by SSP, or told STOP, has none). On the wall clock each is
-waited in a thread and the first to complete is served (ties: the lowest rank). On a paced clock
-(virtual time, `parlab.core.clock`) the server takes the least virtual (arrival, rank) of them
-(`Handle.arrival`, blocking in real time only until every such worker has posted its send on the
-board: conservative synchronisation, Chandy & Misra 1979), so the order, the staleness and the
-times follow from virtual time alone and a run repeats to the bit on a busy machine. With k > 1
-servers a worker issues its pushes to servers 0..k−1 at once, queued on one link, so every server
-sees the pushes in the same virtual order, and a worker waiting on one server's reply has pushed
-to all of them: no server waits on it for ever. (A `Topology` that gave two workers different
-links to two servers could order them differently at each, and two servers could then wait on
-each other's workers; the board names the worker after the launch's timeout.) `received` and
-`update_times` are virtual seconds on a paced clock.
-
-The loop's hooks by role. Server: `sync(step)` serves messages until update `step` is applied (so
-its step time is the time per update); `update` only observes memory. Worker: `forward_backward`
-is one pull-compute-push, or nothing once stopped. "The loss of step i" is the loss of step i's
-global batch at the parameters its gradient(s) were computed on (ssp: the mean over the W shards,
-each at its own version; asp: the whole batch at the version its worker pulled), which is
-single's loss when nothing is stale. Workers report it by job, not by loop iteration.
+On a paced clock the server takes the least virtual (arrival, rank) message (conservative
+synchronisation, Chandy & Misra 1979), so a run repeats to the bit. The books, which message a
+server takes next, the leader under "asp" and the loop's hooks by role: docs/asynchrony.md,
+`parlab.asynchrony.server`.
 """
 
 from __future__ import annotations

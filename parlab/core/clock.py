@@ -1,59 +1,20 @@
 """Virtual time: every timing lesson on a named accelerator's clock, and no rank ever sleeps.
 
-Every chapter is about time, but a few shared CPU cores make a poor clock: four ranks of a tiny
-model contend with each other, with gloo's threads and with whatever else runs, so a bubble or an
-overlap shows one run and hides the next. `parlab.run(..., clock="A100")` keeps time the way
-simulators of real MPI programs do (SimGrid's SMPI: Degomme et al., "Simulating MPI applications:
-the SMPI approach", IEEE TPDS 2017): the real code runs as fast as this CPU allows, and each rank's
-time is a number it *computes*, never a clock it reads or sleeps on. `clock="wall"` (the default)
-keeps the raw machine, for lessons about this CPU itself.
+`parlab.run(..., clock="A100")` keeps time the way simulators of real MPI programs do (SimGrid's
+SMPI: Degomme et al., "Simulating MPI applications: the SMPI approach", IEEE TPDS 2017): the real
+code runs as fast as this CPU allows, and each rank's time is a number it *computes*. Compute
+spans cost the roofline price of the aten kernels they run (Williams, Waterman & Patterson,
+"Roofline", CACM 2009):
 
-How a rank keeps virtual time (`parlab.core.pacer.Pacer`, one per rank)
-- **Compute** (`Timeline.span(kind="compute")`: every forward, backward, optimizer and pipeline
-  F/B/W span): a dispatch mode counts the aten operators the span executes, each one's FLOPs
-  (`torch.utils.flop_counter`'s formulas: matmuls, convolutions, attention) and the bytes it reads
-  and writes (`torch.utils._runtime_estimation.get_num_bytes`: every input and output once), and
-  the rank's time advances by the roofline price of its kernels (Williams, Waterman & Patterson,
-  "Roofline", CACM 2009):
+    seconds = Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM_acc)) / speed
 
-      seconds = Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM_acc)) / speed
+and a message or collective completes at the α-β time of its link after its last peer posted
+(`parlab.core.board`, `parlab.core.comm`). Between spans the clock stands still. Results never
+change, only time; runs are bit-reproducible (`tests/test_clock.py`). `clock="wall"` (the
+default) keeps the raw machine.
 
-  on the named accelerator (`parlab.core.link.ACCELERATORS`): `launch_s` its fixed cost per kernel
-  (a launch, ~4 µs), F_acc the FLOP/s it sustains in training, HBM_acc its memory's bandwidth
-  (datasheet), each with its source in `parlab.core.link` and docs/accelerators.md; a view or an
-  empty allocation launches no kernel and is free; `speeds=` (chapter 11's stragglers) divides. A
-  matmul at a real model's size is compute-bound; a layer norm, a softmax or the optimizer's
-  element-wise update is memory-bound (`parlab.core.roofline` compares these prices with PyTorch's
-  own estimator). The count is a function of the operators and shapes alone, so a span lasts the
-  same on an idle laptop, a busy CI machine, or beside two CPU-burning processes — to the last bit.
-- **Issuing** an asynchronous op is free. **A message or collective** completes at a computed time
-  (`parlab.core.comm`, `parlab.core.board`): every rank posts, when it issues an op, the virtual
-  time its link could start it — max(issue time, when the link direction it uses is free: messages
-  sharing a direction are serialised, so contention is modelled) — on a board the ranks of a launch
-  share. A collective starts when the last participant could (max of their posts) and takes the
-  link's α-β time (`parlab.core.link.Link.cost`: k·α + bytes/β); a send completes when its bytes
-  have left (eager, as a buffered send); a receive when they have arrived (the sender's post + α +
-  n/β) or when it is posted, if later. A rank really blocks until its peers have posted (that costs
-  no virtual time), and `wait()` advances it to max(now, completion). With no emulated link
-  (`link=None`) communication is free and an op completes at its peers' posts.
-- Between spans the clock stands still: the host's bookkeeping (slicing a batch, flattening
-  gradients, a process the machine descheduled) is no device time, as a GPU's stream waits for
-  nothing while the host that launches its work asynchronously does its bookkeeping ("CUDA
-  semantics: asynchronous execution", PyTorch docs). Work the meter cannot see (PyTorch's own DDP
-  reducer, an emulated wire) is priced by its code and added with `Pacer.advance`.
-
-Results (losses, parameters, bytes) never change: only time does, and paced results are in the
-accelerator's own seconds ("A100 ms"). Runs are bit-reproducible: the same configuration gives
-the same timeline, every span and every message, whatever the machine does meanwhile
-(`tests/test_clock.py`).
-
-Simplifications, stated: every kernel costs the same launch time, its FLOPs run at the accelerator's
-sustained rate and its bytes at the datasheet bandwidth, with no fusion (each aten operator is one
-kernel, as in eager PyTorch) and no cache (every tensor crosses HBM); a rank's incoming messages
-from several senders are not serialised against each other (each message occupies its sender's
-outgoing direction; a collective both directions of every participant); a collective's participants
-share one start. Without a board (a launch by torchrun across machines) a rank prices each op from
-its own post alone.
+Simplifications (no fusion, no cache, one launch cost, receives from several senders not
+serialised, one start per collective) and how a rank keeps time: docs/core.md, `parlab.core.clock`.
 """
 
 from __future__ import annotations

@@ -2,47 +2,18 @@
 and this link by A*, alternating with the sharding-ratio LP until the program stops changing.
 
 Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
-Synthesis" (EuroSys 2024, §4–§6) synthesise a distributed program instruction by instruction with
-A* (a program's cost: for every instruction, its slowest device's computation plus its slowest
-device's communication, summed), solve a linear program for the sharding ratios of that program,
-and alternate the two until the cost stops improving (their released synthesiser starts from
-ratios proportional to device FLOPS).
-
-Cost of a program at ratios w (seconds, `program_cost`), HAP's form on our closed forms:
+Synthesis" (EuroSys 2024, §4–§6): a program's cost is, per instruction, its slowest device's
+computation plus its slowest device's communication, summed (`program_cost`):
 
     Σ_op [max_r fwd_op,r + max_r bwd_op,r + max_r opt_op,r]·L  +  Σ_edge [comm fwd + comm bwd]·L
     + the all-reduce of the partial gradients
 
-- compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
-  its parameters' AdamW step are counted once with the clock's meter (`count_work`: each
-  kernel's FLOPs and bytes) at two sizes of its share, so a rank holding u units (heads, hidden
-  columns or batch rows) computes a(u)/s_r, a(u) the clock's roofline price, affine in u between
-  the two counts (the kernel count does not shrink with the share) (`parlab.heterogeneous.hap_time`);
-- communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes
-  from `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings; N−1 rounds, 2(N−1) for an
-  all-reduce);
-- L = n_layer: every block runs the same program. The stream's cost holds the embedding and the
-  tied head (once a step) besides the blocks' LayerNorms and residuals.
+`a_star` finds the cheapest program with an admissible heuristic (the first complete program
+popped is optimal; `exhaustive` checks all 4608); `solve_ratios` is HAP's LP for one program.
 
-A* (`a_star`) builds the program operator by operator in `programs.OPS` order: a node is a
-prefix of choices, g its operators' and its decided edges' cost (and the gradient all-reduce
-once complete). The heuristic h = Σ over the operators still to choose of min over their choices
-of the operator's compute is *admissible* (every completion pays at least that compute, and
-communication and the all-reduce cost ≥ 0) and consistent, so the first complete program popped
-is optimal; `exhaustive` evaluates all 4608 programs, and the tests hold the two equal.
-
-The ratio LP (`solve_ratios`) is HAP's for one program: every term above is affine in w once a
-share is taken as continuous units U·w_r (exact all-gather: S − S_{r+1}; reduce-scatter: S − S_r),
-so minimise Σ_k t_k with t_k ≥ term_k,r(w) for every rank, Σ_r w_r = 1, w_r ≥ W_MIN.
-
-What ours simplifies, stated: one program for every block (HAP: one choice per operator of the
-whole graph, thousands of instructions); one ratio vector for every sharded dimension (HAP: one
-per segment of the graph); seven operators with 2–4 choices each, small enough to check by
-enumeration; collectives are exact-size rings and an all-reduce (no all-to-all: F ↔ D goes through
-an all-gather; no grouped broadcast, no sufficient-factor broadcasting); the local copies and
-slices of a resharding are not priced; and the per-operator max (HAP's own cost) charges every
-operator its slowest rank, as if each ended in a barrier — `hap_time.step_seconds` is the sharper model
-of the run (ranks wait only at collectives) that the notebook prints beside the measurement.
+The cost terms, the heuristic's argument, the LP and what ours simplifies (one program for every
+block, one ratio vector, exact-size rings, per-operator max): docs/heterogeneous.md,
+`parlab.heterogeneous.program_search`.
 """
 
 from __future__ import annotations

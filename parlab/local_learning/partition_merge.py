@@ -1,57 +1,18 @@
 """Layer-wise partitioning and merging: cut the model after every layer, then merge neighbouring
 partitions wherever a boundary costs more in messages than it buys in parallel compute — the
-stage count, the layers per stage and the data-parallel replicas the freed devices become, chosen
-by one step-time model of compute and communication.
+stage count, the layers per stage and the data-parallel replicas the freed devices become,
+chosen by one step-time model of compute and communication.
 
 Paper: Akintoye, Han, Lloyd, Zhang, Dancey, Chen, Zhang, "Layer-wise partitioning and merging for
 efficient and scalable deep learning", Future Generation Computer Systems 149 (2023) 432–444,
-arXiv 2207.11019. What the paper contributes, in its own words (abstract and highlights): (1) a
-layer-wise partition and merging model that minimises the communication overhead between devices
-*without the memory cost of existing strategies* — the weight versions PipeDream stashes
-(`stash`) are that cost; (2) a forward-pass and backward-pass parallelisation against the
-update-locking problem that minimises the total training cost; almost linear speedup *without
-compromising the accuracy of the non-parallel approach*.
+arXiv 2207.11019: cut communication without the memory of weight stashing, and parallelise
+forward and backward against update locking.
 
-parlab's rendering — simplifications, stated here where they are made:
-
-- Source. Only the paper's abstract, highlights and the start of its introduction were available
-  to this implementation; its cost model and algorithm are not copied from its method section.
-  What follows realises the two claims above in the most literal synchronous way, and every
-  choice below is parlab's.
-- Partition. The layer-wise partition puts each layer (a GPT block, an MLP linear) on its own
-  partition; the first also holds the embedding, the last the head and the loss (`unit_work`).
-  A merge removes a boundary. For k stages the merge kept is the contiguous grouping minimising
-  the slowest stage's per-micro-batch cost — its compute plus one message per micro-batch from
-  each neighbour (an end stage receives one, a middle stage two) — exactly, by chapter 04's
-  min-max dynamic programme (`parlab.pipeline.partition.min_max_split`). Every boundary of these
-  models carries the same r·T·C·4 bytes, so *where* to cut is a compute question and *how many*
-  cuts a communication question.
-- Devices freed by merging become data-parallel replicas: k stages × dp = world_size/k replicas
-  (the paper's index terms name data and model parallelism). Each replica's stage averages its
-  gradients over dp in one flat bucket (`parlab.data_parallel.flat.all_reduce_flat`: 2(dp−1)
-  rounds a step, not per tensor).
-- Compute is *counted*, not timed: each partition's forward + backward and its optimizer step run
-  once here under the paced clock's own work meter (`parlab.core.pacer.count_work`) and are priced
-  by the run's clock (`Clock.seconds`: the accelerator's seconds; on the wall clock the A100's,
-  `pricing_clock`, so the plan never depends on this machine's speed). The count is a function of
-  operators and shapes alone, so every rank and the parent compute the same plan from the
-  configuration, with no broadcast.
-- Messages are priced on the run's link (α + bytes/β each; a `Topology` by its slowest pair; no
-  link: free). A merge's step is its pipeline, simulated — chapter 04's 1F1B action lists run by
-  `parlab.pipeline.validate.simulate` with each stage's counted F and B and each message charged
-  as the run's link charges it (virtual time: α + bytes/β after its send, a wire,
-  `parlab.core.virtual_link`; the wall clock's emulated link: from the receive's post) — then the
-  slowest
-  stage's gradient sync (the tie's ring of two, the flat dp ring: α-β closed forms) and update
-  (`cost.merge_step_time`). The cut for k stages minimises the slowest stage's pace, F + B + the
-  messages it receives per micro-batch, which sets the steady state; the step time then ranks
-  the k. The model is checked against paced runs (notebook 05, `tests/test_local_learning_merge.py`).
-- The forward/backward parallelisation is 1F1B with a flush (`parlab.pipeline.schedules`): the
-  forward of micro-batch i+1 beside the backward of micro-batch i on neighbouring stages; each
-  stage updates as soon as its own last backward and its sync are done, with no barrier across
-  stages, on the one weight version it holds. Synchronous, so the scheme equals `single`; the
-  update lock that remains is the flush, the price of holding no stashed version
-  (notebook 05 measures it beside PipeDream's).
+Ours (every choice is parlab's: only the paper's abstract and highlights were available): for k
+stages, chapter 04's min-max split (`parlab.pipeline.partition.min_max_split`) of counted
+per-layer work; k × dp = world_size; each merge's step simulated as 1F1B with a flush on the
+run's link (`cost.merge_step_time`), the fastest k kept. Synchronous, so it equals `single`.
+Each simplification, stated: docs/local_learning.md, `parlab.local_learning.partition_merge`.
 """
 
 from __future__ import annotations

@@ -1,48 +1,16 @@
 """DualPipe: the bidirectional pipeline schedule of DeepSeek-V3 (DeepSeek-AI, "DeepSeek-V3
-Technical Report", arXiv 2412.19437, §3.2.1, Fig. 5 and Table 2), as data like every schedule.
+Technical Report", arXiv 2412.19437, 2024, §3.2.1, Fig. 5 and Table 2), as data like every schedule.
 
-What the report does, and what this module builds of it:
-- **Two directions.** The m micro-batches are fed from both ends: the first m/2 enter at rank 0
-  and flow to rank p−1 (direction 0), the other m/2 enter at rank p−1 and flow to rank 0
-  (direction 1). Each direction is a whole pipeline of the p stages, so rank r holds two chunks:
-  stage r of direction 0 and stage p−1−r of direction 1 — 2× the parameters of 1F1B. Ranks r and
-  p−1−r hold the same two stages; their gradients are summed before the update (the two copies
-  of the model are two data-parallel replicas laid out mirrored), so the update is the
-  single-process one. Actions carry their direction (`Action.dir`), `Schedule.rank_of(stage,
-  direction)` places them, `validate` checks and simulates both directions, and the executor
-  runs them — one schedule, two flows.
-- **Backward split** into B (input gradient) and W (weight gradient) as in zero bubble (Qi et al.,
-  ICLR 2024); DualPipe defers W only where it fills a bubble (its steps 3, 6 and 7: "use zero
-  bubble"); elsewhere a full backward, which here is a B immediately followed by its W (the same
-  products, `parlab.pipeline.executor`).
-- **Forward and backward chunks overlapped.** In the steady state each rank runs pairs "F of one
-  direction & B of the other" (F&B); the report overlaps their computation with their
-  communication (all-to-all and PP sends) by splitting each chunk into components and
-  interleaving them on the GPU (§3.2.1, Fig. 4). `Schedule.pairs` marks those pairs.
+The m micro-batches enter from both ends (`Action.dir`): rank r holds stage r of direction 0 and
+stage p−1−r of direction 1 (2× the parameters of 1F1B; mirrored ranks sum their gradients).
+The backward splits into B and W as in zero bubble (Qi et al., ICLR 2024) where W fills a bubble,
+and the steady state runs "F of one direction & B of the other" pairs (`Schedule.pairs`). The
+order of actions per rank follows the eight steps of the reference implementation
+(deepseek-ai/DualPipe, `DualPipe.step`). Requires p even, m even and m >= 2p (ValueError).
 
-The order of actions on each rank follows the reference implementation's eight steps
-(deepseek-ai/DualPipe, `DualPipe.step`; read to learn, written here from its structure): with
-H = p/2, h = m/2, rank r at half-rank k = min(r, p−1−r), "phase 0" the direction that reaches the
-rank first (direction 0 on ranks r < H, direction 1 on the others), "phase 1" the other:
-
-  1. 2(H−k−1) × F0                      5. H−k−1 × (B1 W1, F1 & B0 W0)
-  2. k+1 × (F0, F1)                     6. k+1 × (B1, B0), W deferred from the middle on
-  3. H−k−1 × (B1 W1, F1)                7. H−k−1 × (W, B0) with B0's W deferred
-  4. h−p+k+1 × (F0 & B1 W1, F1 & B0 W0) 8. k+1 × W (the deferred W's, oldest first)
-
-Requirements, as the reference asserts: p even, m even and m >= 2p (ValueError otherwise).
-
-Closed forms (`parlab.pipeline.cost`): bubble (p/2−1)(F&B + B − 3W) with B the full backward
-(the report's Table 2), 1F1B's (p−1)(F+B) and ZB1P's (p−1)(F+B−2W) beside it; activations p+1
-micro-batch chunks on the busiest rank where 1F1B holds p; parameters 2×.
-
-Simplification, stated: our ranks cannot truly overlap a forward and a backward chunk's compute
-(one CPU thread per rank; the paced clock charges the two computations one after the other), so
-F&B = F + B here and the schedule's compute-compute overlap is not modelled. What the overlap buys
-in the report — the pair's communication hidden behind its computation — shows here as the pair's
-B input (the gradient from the neighbour) being asked for when the pair's F starts, so on an
-emulated link its transfer runs behind F's compute (`Schedule.pairs`, `executor._Receives`);
-1F1B and ZB-H1 ask for each input only when they need it.
+Simplification, stated: F&B = F + B here (one CPU thread per rank: no compute-compute overlap);
+only the pair's B input is asked for when its F starts. The eight steps, the closed forms and the
+simplification: docs/pipeline.md, `parlab.pipeline.dualpipe`.
 """
 
 from __future__ import annotations

@@ -2,47 +2,15 @@
 contiguous stages so that the largest stage is as small as it can be (Zhu et al., "LAMP: Large
 Deep Nets with Automated Model Parallelism for Image Segmentation", MICCAI 2020).
 
-The paper's method employs GPipe as the backend of its automated model parallelism (its
-"automated model parallelism" part; we cite no section number, not having checked one); its
-released code (MONAI research-contributions,
-`lamp-automated-model-parallelism/train.py`) does this with torchgpipe's `balance_by_size(
-partitions, model, x)`: run the model once layer by layer, take each layer's memory as the CUDA
-bytes its forward allocated on one sample, scaled by batch / chunks (LAMP's call passes no
-chunks: the whole batch, though its GPipe runs chunks=4), plus `param_scale` (default 2: the
-parameters and their gradients) × its parameter bytes, and split the sequence so the stages'
-sums are balanced. `balance_by_time` is the same with each layer's measured time. Ours:
+As its released code's torchgpipe `balance_by_size` (memory) / `balance_by_time`: a layer's
+activation bytes from `parlab.core.memory.ActivationMeter` on one micro-batch (`layer_sizes`) plus
+`param_scale` copies of its parameters; for 1F1B each stage weighted by its in-flight count (an
+extension, equal to LAMP's under GPipe); then the exact min-max contiguous split by dynamic
+programming (`min_max_split`, O(p·L²); torchgpipe uses a heuristic).
 
-- memory (`layer_sizes`): a layer's activation bytes are what `parlab.core.memory.ActivationMeter`
-  sees autograd save during its forward on one micro-batch (the meter the run's memory ledger
-  uses, so the estimate and the measurement count the same tensors), counted cumulatively over
-  one forward so a tensor two layers save counts once, in the first — except in a stage's first
-  layer, which saves its own copy of the tensor it received, so that layer is also profiled
-  alone; the loss (cross-entropy on the head's output) is part of the last layer.
-  *Simplification*: not the allocator's peak (torchgpipe's measure, CUDA only): transient buffers
-  freed inside a layer are not counted, nor is the main path's output until a layer saves it.
-  Under GPipe the estimate equals each rank's measured activations + parameter memory byte for
-  byte (tested); under 1F1B the later stages measure more than min(p − s, m) micro-batches'
-  worth, so there the estimate is low.
-- parameters: `param_scale` copies of each layer's parameter bytes; by default the copies this
-  run's optimizer keeps (parameters + gradients + AdamW's two moments = 4, SGD 2), where
-  `balance_by_size` takes the caller's scale (LAMP's code leaves the default 2 with RMSprop).
-- stages hold micro-batches: GPipe (LAMP's schedule) keeps every one of the m micro-batches'
-  activations, the same factor on every stage, so `balance_by_size`'s one scale (batch / chunks)
-  suffices; for 1F1B stage s holds only min(p − s, m) (`pipeline.cost.in_flight_peak`), so we
-  weight each stage's activations by its own in-flight count — *an extension*, which reduces to
-  theirs under GPipe.
-- the split: exact min-max by dynamic programming over contiguous splits (`min_max_split`,
-  O(p·L²)); torchgpipe solves the same contiguous problem with a block-partition heuristic
-  (Bárány et al.), which is not guaranteed to reach the minimum.
-- checkpointing: LAMP's code runs `GPipe(model, balance, chunks=4, checkpoint="always")`. Ours is
-  the run's `checkpoint=True` (every U-Net layer recomputed in backward), off unless asked: it
-  is a run-wide option of the one loop, not the partition's. The profile is taken on the model
-  as the run builds it, so with checkpointing a layer's bytes are what the checkpoint keeps (its
-  inputs) and the split changes with it; the estimate is still the measurement under GPipe.
-- the network: ours is the flat layer list of `parlab.models.unet3d` with skips sent straight
-  between stages (`unet_stages`) — the torchgpipe skip "portals" of LAMP's released code; the
-  paper's Fig. 3 instead restructures the U-Net so each stage passes its encoder outputs on,
-  which we do not do.
+Simplifications (saved tensors, not the allocator's peak; skips sent straight between stages, not
+the paper's restructured U-Net) and the comparison with LAMP's code: docs/pipeline.md,
+`parlab.pipeline.lamp`.
 """
 
 from __future__ import annotations
