@@ -2,37 +2,19 @@
 Compression of Overparameterized Deep Models through Low-Dimensional Learning Dynamics" (AISTATS
 2024, arXiv 2311.05061).
 
-The observation (the paper's method for deep linear networks, after Yaras et al. 2023): train a
-depth-L, width-d deep linear network (DLN) W_L ⋯ W_1 by gradient descent from a small orthogonal
-initialisation W_l(0) = ε·O_l on a rank-r recovery problem, and each update ΔW_l(t) = W_l(t) −
-W_l(0) stays in a fixed subspace of dimension about 2r: all but ~2r singular values of ΔW_l stay
-at zero, the others are fitted one after another (incremental learning). So the network can be
-compressed to width r̂ (the paper takes r̂ = 2r) before training:
+A deep linear network trained by gradient descent from a small orthogonal initialisation updates
+each layer in a subspace of dimension about 2r (after Yaras et al. 2023), so it can be compressed
+to width r̂ = 2r before training:
 
     W_1 = ε·V̂ᵀ (r̂×d),   W_l = ε·I_r̂ (l = 2..L−1),   W_L = ε·Û (d×r̂)     (the compressed DLN)
 
-with 2dr̂ + (L−2)r̂² parameters instead of L·d² (`parlab.compression.cost.dln_params`). Û, V̂ are
-the top-r̂ singular vectors of the surrogate (1/p)·P_Ω(M) of the observed entries (spectral
-initialisation); the outer factors W_1, W_L learn α times faster than the inner ones (the paper's
-discrepant learning rate α; `param_groups`). The paper's theory (deep matrix factorisation) and
-experiments (matrix completion and sensing) find the compressed network converges in fewer
-iterations to a smaller recovery error; its deep nonlinear experiments carry the idea on by
-replacing wide layers with compressed factor chains (`LowRankLinear`, `compress_mlp`). The
-construction follows the authors' released code (soominkwon/comp-deep-nets: `network.py`'s
-`kwon_compress_network` with grad_rank = 2r, `solver.py`'s `dlr` scaling the first and last
-factors' updates).
-
-The task here is deep matrix completion (one of the paper's recovery experiments): a d×d matrix M
-of rank r, a fraction p of its entries observed (Ω), loss ½·mean over Ω of ((W_L⋯W_1)_ij − M_ij)².
-A batch is a tensor of (i, j) index pairs and their values, so data parallelism shards the
-observed entries as it shards any batch. Where this departs from the authors' code: float32, not
-float64; full-batch GD (or AdamW) in the lab's loop; the target's singular values are
-√d·(1 … ½) (ours); the MLP's compressed layers start from orthonormal factors and keep a bias,
-with no nonlinearity inside a chain (ours: their nonlinear experiment draws them at random).
+with 2dr̂ + (L−2)r̂² parameters instead of L·d² (`parlab.compression.cost.dln_params`), Û, V̂
+from a spectral initialisation and the outer factors trained α times faster (`param_groups`).
+The task is deep matrix completion. Where this departs from the authors' code
+(soominkwon/comp-deep-nets) and the derivation: docs/compression.md, `parlab.compression.lowdim`.
 
 Reading order: `completion_task`, `DeepLinear`, `original_init` / `spectral_init`,
-`param_groups`, `fit` (the in-process reference), `update_spectrum` and `outside_share`,
-`LowRankLinear`.
+`param_groups`, `fit`, `update_spectrum` and `outside_share`, `LowRankLinear`.
 """
 
 from __future__ import annotations

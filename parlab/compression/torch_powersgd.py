@@ -1,38 +1,16 @@
 """`torch-powersgd`: PyTorch's own PowerSGD communication hook on torch DDP, beside our `powersgd`.
 
-PyTorch's `powerSGD_hook` (torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook, after Vogels
-et al., "PowerSGD", NeurIPS 2019) runs once per DDP bucket. For the first `start_iter` steps it
-is a plain all-reduce of the bucket; afterwards each gradient of the bucket, viewed as a matrix
-(shape[0], -1), is compressed to rank r = min(n, m, rank) only if (n + m)·r·min_compression_rate
-< n·m (`_should_compress`); every other tensor (biases, norms, small matrices) is all-reduced
-whole. A compressed step sends three all-reduces per bucket: the uncompressed tensors, every P
-(n·r), every Q (m·r) — `parlab.compression.cost.torch_powersgd_elements`. Differences from ours:
-Q starts orthogonalized and is re-orthogonalized on warm start, the random seed comes from a
-numpy generator, error feedback is kept per bucket, and the first `start_iter` steps are exact.
+PyTorch's `powerSGD_hook` (after Vogels et al., "PowerSGD", NeurIPS 2019) runs once per DDP
+bucket: plain all-reduce for `start_iter` steps, then each matrix gradient with
+(n + m)·r·min_compression_rate < n·m compressed to rank r (three all-reduces per bucket:
+uncompressed tensors, every P, every Q — `parlab.compression.cost.torch_powersgd_elements`).
+Its collectives bypass `Comm`, so the ledger holds nominal records (`Comm.record_nominal`).
 
-Its collectives go through torch.distributed directly, so the ledger holds nominal records
-(`Comm.record_nominal`, ring bytes) computed from the same rule, bucket by bucket.
-
-Two traps, both in how the hook meets gloo, both handled here:
-
-1. Collective order. The hook issues its P and Q all-reduces from `Future.then` callbacks, which on
-   gloo run on the process group's worker threads, while the autograd thread goes on issuing the
-   next buckets' first all-reduce. Gloo pairs collectives by the order each rank issues them, and
-   that order then differs between ranks: rank 0's P all-reduce (128 floats) meets rank 1's
-   uncompressed one (64 floats) and gloo aborts ("op.preamble.length <= op.nbytes. 128 vs 64"),
-   or, when sizes coincide, mixes tensors or hangs. It takes two or more buckets (chapter 01's
-   0.05 MiB; one bucket is one chain), with or without error feedback and warm start. The
-   wrapper waits for the previous bucket's future before starting the next bucket's hook, so
-   every rank issues the same collectives in the same order (losing overlap between buckets).
-2. Teardown. The callbacks hold the process group, and a worker frees them only after it has
-   set the future DDP waits for — and after taking the GIL. A rank that meanwhile finished and
-   destroyed the group leaves the last reference to the worker, which runs the group's
-   destructor, joins its own thread, and C++ aborts the rank with "Resource deadlock avoided"
-   (seen by faulthandler: a thread with no Python frame, the main thread already past
-   `destroy_process_group`). Three of four full test runs aborted so; `finish` now waits until
-   the callbacks are gone (none of four since).
-
-Default `bucket_mb`=25 (PyTorch's): one bucket for the models here.
+Two traps where the hook meets gloo, both handled: the wrapper waits for the previous bucket's
+future before the next bucket's hook (else ranks issue collectives in different orders and gloo
+aborts), and `finish` waits until the callbacks are gone (else a rank aborts in teardown with
+"Resource deadlock avoided"). How they were found and how ours differs from the hook:
+docs/compression.md, `parlab.compression.torch_powersgd`. Default `bucket_mb`=25 (PyTorch's).
 """
 
 from __future__ import annotations

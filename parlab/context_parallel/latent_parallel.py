@@ -6,34 +6,14 @@ dimension every denoising step, give each part an overlapping halo; up to 97% le
 at comparable quality. Sequence parallelism is ring attention (Liu et al. 2023) or Ulysses
 (Jacobs et al. 2023) applied to the patch tokens.
 
-* "sp": the T·H·W tokens are split over the ranks for the whole run; every attention layer of
-  every step communicates (K/V round the ring, or four all-to-alls of the hidden states), and the
-  result equals the single process.
-* "lp": at step s the latent is cut along axis s mod 3 (T, H, W); rank r runs the *whole* model,
-  with no communication inside, on its slab plus `halo` patches on each side, and keeps the
-  updated slab. Between steps only latent patches move (C channels, not the model's hidden D,
-  once per step, not per layer): rank r sends rank j the part of its slab that lies in j's next
-  slab-plus-halo (one all-to-all). Attention sees only the slab plus halo, so the output is an
-  approximation that improves with the halo and is exact once the halo covers the latent.
+* "sp": tokens split for the whole run; every attention layer communicates; exact.
+* "lp": at step s the latent is cut along axis s mod 3; each rank runs the whole model on its slab
+  plus `halo` patches, with no communication inside; between steps one all-to-all of latent
+  patches. Approximate; exact once the halo covers the latent.
 
-Reconstruction (`reconstruction=`), how the overlapping parts become one latent after each step:
-
-* "crop": each rank keeps only its slab and drops the halo it computed (hard cut at the slab
-  border); the exchange sends slab parts only.
-* "blend" (the paper's position-aware latent reconstruction, the last of the three stages of
-  each LP timestep after the rotating partition and the parallel denoising, as far as we could
-  read it; the name "blend" is ours): every
-  patch that two or more ranks computed is the weighted mean of their values, each rank's weight
-  falling off linearly toward the *cut* borders of its region (`blend_weights`): halo+1 over the
-  slab, h+1−d at the d-th patch into a halo (d = 1..h). The weights form a partition of unity, so
-  the mean is exact wherever the values agree; at halo 0 it is "crop". The paper's abstract and
-  summaries name the mechanism (position-aware reconstruction for smooth stitching of the
-  overlapping, patch-aligned partitions) but its exact weighting function was not in what we could
-  read: the linear ramp (a tent, as in tiled-diffusion blending) is our assumption. What moves:
-  the sender pre-multiplies its *whole region* (slab and halos) by its weights and sends each rank
-  the part in that rank's next region, so each overlap patch travels from both ranks that computed
-  it (both ways), and the receiver sums. After the last step one more exchange brings every halo
-  back to the slab owner (the output's layout: slabs along the last axis).
+Reconstruction: "crop" (keep the slab) or "blend" (the paper's position-aware reconstruction; the
+linear-ramp weights are our assumption, its exact function was not in what we could read):
+docs/context_parallel.md, `parlab.context_parallel.latent_parallel`.
 """
 
 from __future__ import annotations

@@ -2,43 +2,16 @@
 choice gives its input and output, and the resharding between two operators that disagree.
 
 Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
-Synthesis" (EuroSys 2024, §4) describe a distributed program by the *properties* of its tensors on
-each device: Identity (every device holds the whole tensor), Gather(d) (the devices hold slices
-along dimension d, by the sharding ratios), Reduce (each holds a partial sum). An instruction
-(an operator's sharded form, or a collective) turns properties into properties, and the program
-is a sequence of them. Here the operators are the block's seven, and each picks one form:
-
-    operator   choices                          in → out (layouts)
-    stream     replicate | data                 R → R | D → D      (LayerNorms, residuals, and
-                                                                    the embedding and head)
-    c_attn     replicate | rows | columns | data    R → R | F → P | R → F | D → D
-    core       replicate | columns | data           R → R | F → F | D → D   (attention; columns =
-                                                                              by heads)
-    attn_proj  replicate | rows | columns | data    (as c_attn)
-    c_fc       replicate | rows | columns | data
-    gelu       replicate | columns | data           R → R | F → F | D → D
-    mlp_proj   replicate | rows | columns | data
-
-Layouts: R (replicated: HAP's Identity), F (split along the features: whole heads of a C- or
-3C-wide tensor, columns of the 4C hidden; Gather(-1)), D (split along the batch rows; Gather(0)),
-P (partial sums: Reduce). "rows" and "columns" are the weight's, Megatron's names (Shoeybi et al.
-2019, §3): y = x·A with A split by columns gives each rank some output features (input whole, R);
-split by rows, each rank multiplies its input features (F) and holds a partial sum (P).
-
-Between two operators the producer's output layout is converted to the consumer's input layout,
-and in backward the consumer's input gradient to what the producer needs (`resharding`):
-
-    forward      R→F, R→D: slice (free)      F→R, D→R: all-gather      P→R: all-reduce
-                 P→F, P→D: reduce-scatter    F→D, D→F: all-gather, then slice
-    gradients    a column-parallel consumer hands back a partial gradient (P) of its whole input;
-                 a producer of partial sums (P) needs the whole gradient (R); otherwise the
-                 gradient has its tensor's layout
-
-so Megatron's f and g (chapter 03) and sequence parallelism's all-gather / reduce-scatter pairs
-are four of these conversions. A program is one choice per operator (`Program`), used by every
-block; "dp col col row col col row" is Megatron's tensor + sequence parallel block (with the
-residual stream split by batch rows here, not positions), "dp dp dp dp dp dp dp" is data
-parallelism. What it simplifies from HAP: `parlab.heterogeneous.program_search`.
+Synthesis" (EuroSys 2024, §4) describe a program by the *properties* of its tensors on each
+device: Identity (R here), Gather(d) (F: features, D: batch rows), Reduce (P: partial sums).
+Each of the block's seven operators (stream, c_attn, core, attn_proj, c_fc, gelu, mlp_proj) picks
+replicate, rows, columns (Megatron's names: Shoeybi et al. 2019, §3) or data; `resharding`
+converts a producer's layout to its consumer's (slice, all-gather, all-reduce, reduce-scatter),
+and the gradients back. A `Program` is one choice per operator, used by every block:
+"dp col col row col col row" is Megatron's tensor + sequence parallel block, "dp dp dp dp dp dp
+dp" data parallelism. The table of choices and layouts and the resharding rules:
+docs/heterogeneous.md, `parlab.heterogeneous.programs`; what it simplifies from HAP:
+`parlab.heterogeneous.program_search`.
 """
 
 from __future__ import annotations

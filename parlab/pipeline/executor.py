@@ -1,45 +1,16 @@
 """Run one rank's lowered action list for one training step: forwards, backwards, weight
 gradients, and the activations and gradients that cross ranks through `parlab.core.comm.Comm`.
 
-The executor is a loop over the list that `Schedule.lowered()` produced — the same list the
-validator simulated and `cost` drew — so what runs is what was checked. Receives block (that wait
-*is* the pipeline bubble, visible in the timeline); sends are non-blocking and waited at the end of
-the step, which is what makes the lowered lists deadlock-free (`validate.simulate` proves it for
-each schedule). Activations travel on one communicator and gradients on another, so each kind is a
-FIFO channel between two ranks, matched in order.
-
-Receives are posted ahead (`RECEIVES_AHEAD` of them, in the list's order, so each channel stays
-FIFO): gloo's tcp transport hands a message over only once both sides have posted it, so a receive
-posted just in time costs a round trip through the sender's progress thread, which on a busy CPU
-waits for a core (1–3 ms per message measured here against ~1 ms of compute per micro-batch of the
-tiny GPT). Posted ahead, the receiver has already announced its buffer when the sender sends and
-the bytes move at once. Only on plain communicators without an emulated link: an emulated link
-charges a receive from its post (`parlab.core.comm`), so there it is posted when it is needed.
-
-Activation memory is metered on the first step this executor runs: a step's schedule and shapes
-are the same every step, so its peak is every step's, and the saved-tensor hooks (a Python call
-per tensor autograd saves, 61 per micro-batch forward of a tiny-GPT stage) cost 26% of that
-stage's compute here: paid on every step they would slow what the step times compare.
-
-Two directions (DualPipe, `parlab.pipeline.dualpipe`): every action carries its direction, and
-`Schedule.rank_of(stage, direction)` names the neighbour it talks to, so the same loop runs
-micro-batches fed at rank 0 and at rank p−1; each direction's messages between two ranks use
-their own (kind, src, dst) channel, FIFO as before. An F&B pair (`Schedule.pairs`) posts its B's
-receive when its F starts (`_Receives.post_pair`), on emulated links too.
-
-Per-stage behaviour (`StageStrategy`): the executor owns the list, the messages of the main
-path, the spans and the meter; a strategy object says what a stage does besides, through hooks
-around F and B — the default is the transformer pipeline's. The U-Net's skips
-(`parlab.pipeline.unet_executor.UNetSkips`), PipeDream's weight stashing
-(`parlab.local_learning.stash.WeightStashing`, a never-flushing 1F1B run in one slice of the
-list per step) and interlocking's truncated routes (`parlab.local_learning.interlock.Interlocking`,
-a lowered list with the messages no loss needs dropped) and the placed operator graph
-(`parlab.planner.placed.PlacedOps`: stages placed op by op, `Schedule.placement`, with no main
-path — every message is an edge of the graph, `Schedule.main_path`) are strategies, not executors
-of their own.
-
-Split backward (zero bubble: Qi et al., ICLR 2024, §2): B gives the stage input's gradient and
-stashes what W turns into weight gradients (`parlab.pipeline.zb_backward`).
+The executor loops over the list `Schedule.lowered()` produced — the list the validator simulated
+and `cost` drew — so what runs is what was checked. Receives block (that wait *is* the bubble);
+sends are non-blocking and waited at the end of the step (deadlock-free: `validate.simulate`).
+Activations and gradients use two communicators, each a FIFO channel per (kind, src, dst, direction).
+Receives are posted ahead (`RECEIVES_AHEAD`) on plain communicators; activation memory is metered
+on the first step only. Split backward (zero bubble: Qi et al., ICLR 2024, §2): B gives the input
+gradient, W the weight gradients (`parlab.pipeline.zb_backward`); two directions: DualPipe.
+What a stage does besides (U-Net skips, weight stashing, interlocking, placed operators) is a
+`StageStrategy`. Why receives are posted ahead, what metering costs and the strategies:
+docs/pipeline.md, `parlab.pipeline.executor`.
 """
 
 from __future__ import annotations

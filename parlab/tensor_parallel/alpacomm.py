@@ -2,38 +2,15 @@
 searched send order so concurrent transfers do not collide on one host's NIC.
 
 Zhuang et al., "On Optimizing the Communication of Model Parallelism" (MLSys 2023, arXiv
-2211.05322), §3, cross-mesh resharding, its load-balance and scheduling step. A resharding is a set
-of *tasks*, one per tile (the cells of `parlab.tensor_parallel.reshard.plan`): a tile held by one
-or more source ranks must reach every destination rank that needs it, by one broadcast. The paper
-solves two problems in turn, and so do we:
+2211.05322), §3: (1) sender selection (`assign_senders`): each tile goes whole to the holder with
+the least bytes assigned so far; (2) send order (`search_order`): the paper's depth-first search
+with pruning, past `budget` nodes the best order found (from `earliest_start_order`); the
+paper's randomized greedy for large problems is not implemented. The NIC model (`makespan`):
+a task holds its sender's out-NIC and its receivers' in-NICs for its whole duration.
 
-1. **Sender selection** (`assign_senders`): each tile goes *whole* to the holder with the least
-   bytes assigned so far (greedy, tiles in plan order). No tile is cut: a tile with three holders
-   and one needer is sent by one of them.
-2. **Send order** (`search_order`): every host runs its tasks one after another, and a task
-   starts only when its sender's outgoing NIC and each receiver's incoming NIC are free; the order
-   decides how long hosts wait on each other. We implement the paper's **depth-first search with
-   pruning** (its exact method for small problems; the paper switches to a randomized greedy for
-   large ones, which we do not implement: past `budget` search nodes we keep the best order found,
-   which starts from a greedy earliest-start list order, `earliest_start_order`).
-
-Against the authors' released code (Alpa, `alpa/pipeline_parallel/cross_mesh_resharding.py`): its
-DFS (`LoadBalancingTaskSolverSearchAlgo`) branches on the sender *and* the order together and
-stops after one second of wall time; ours fixes the senders first (step 1, which is its
-`LoadBalancingOverSizeTaskSolver`) and searches the order only, and stops after a number of search
-nodes, because every rank plans independently and a time limit would let ranks disagree on the
-plan. Its worker is a host that does one task at a time, sending or receiving; ours separates a
-host's out- and in-NIC, which only differs when a host sends in one task and receives in another
-(never between two disjoint meshes, the only case here).
-
-The NIC model (`makespan`): resources are ("out", host) and ("in", host) — a full-duplex NIC,
-as `parlab.core.link` models a rank's link — and a task holds its sender's out-NIC and its
-receivers' in-NICs (and a chain's forwarders' out-NICs) for its whole duration. Concurrent
-transfers out of one host therefore *share* its NIC: serialising them on it gives the same
-finish time as splitting its bandwidth fairly, and is what the paper's schedule assumes.
-Simplifications, stated here: a task's duration is α + bytes/β of one message (a broadcast chain's
-pipeline fill is ignored); a task holds all its NICs from start to end (no partial overlap); hosts
-default to one per rank — with `topology.nodes` (`host_map`) ranks of one machine share one NIC.
+Simplifications (α + bytes/β per task, no partial overlap, one host per rank unless
+`topology.nodes`) and how ours differs from Alpa's released code (a node budget, not one second
+of wall time, so every rank plans alike): docs/tensor_parallel.md, `parlab.tensor_parallel.alpacomm`.
 """
 
 from __future__ import annotations

@@ -3,37 +3,15 @@ group sharded another way (between pipeline stages whose layouts differ).
 
 Zhuang et al., "On Optimizing the Communication of Model Parallelism" (AlpaComm, MLSys 2023,
 arXiv 2211.05322, §3): cut the tensor into the *cells* (the paper's tiles) where a source rank's
-region meets a destination rank's region; every cell is held by one or more source ranks
-(replicas) and needed by one or more destination ranks. Four ways to move the cells, all through
-`parlab.core.comm.Comm` send / recv:
+region meets a destination rank's; four ways to move them through `Comm` send / recv:
+"send-recv" (each destination from the first holder), "broadcast" (one chunked chain per cell),
+"even-split" (ours: a cell cut across its holders; "balanced" is its old name) and "alpacomm" (the
+paper's load-balanced broadcast in a searched order, `parlab.tensor_parallel.alpacomm`).
+`predicted_seconds` is the α-β model of a plan, `scheduled_seconds` the plan on AlpaComm's
+per-host NIC model; `ordered=True` runs transfers one at a time (Alpa's runtime).
 
-* "send-recv" — each destination receives each cell it needs from the first source that holds
-  it: a cell needed by k destinations leaves its source k times;
-* "broadcast" — each cell leaves its source once and travels down a chain of the destinations
-  that need it, cut into `chunks` pieces so the hops overlap (the pipelined chain NCCL's
-  broadcast uses): the source sends a cell once, however many ranks need it;
-* "even-split" — ours, not the paper's: a cell held by several sources is cut into one piece
-  per holder, and each piece goes (chained, as above) from the holder with the least bytes
-  assigned so far, so replicas share even a single cell. ("balanced" is its old name, accepted.)
-* "alpacomm" — the paper's load-balanced broadcast (`parlab.tensor_parallel.alpacomm`): each cell
-  goes *whole* (chained, as above) from the holder with the least bytes assigned so far, and the
-  transfers run in the order a depth-first search with pruning finds shortest on the per-host NIC
-  model (a sender's out-NIC, a receiver's in-NIC, one task at a time each). With one replicated
-  cell (replicated → replicated) it is broadcast; it shares the sending only across cells.
-
-Each rank sends on one Comm and receives on another over the same group, so an emulated link
-(`parlab.core.link`) is full duplex like a real NIC. `predicted_seconds` is the α-β model of a plan:
-the slowest rank's messages·α + bytes/β in its busier direction, plus the chain's pipeline fill;
-`scheduled_seconds` is the plan run in its order on AlpaComm's per-host NIC model.
-
-Two runtimes. By default every receive is posted and every send issued at once and each rank's
-link queues them, so the order of a plan changes nothing (the links never couple two ranks).
-`ordered=True` runs each rank's transfers one at a time in plan order, a hop starting only when
-both its ends reach it (a 1-element "ready" handshake) — Alpa's runtime, the setting in which the
-paper searches the order; there two sources that reach one destination together wait for each
-other. Simplification: NIC sharing is per rank (each process is its own host); ranks of one
-machine sharing one NIC are modelled (`alpacomm.host_map`, `scheduled_seconds(hosts=)`) but not
-emulated — that would couple the processes' links (a core change we did not make).
+Simplification: NIC sharing is per rank (each process its own host). Details of the methods and
+the two runtimes: docs/tensor_parallel.md, `parlab.tensor_parallel.reshard`.
 """
 
 from __future__ import annotations
