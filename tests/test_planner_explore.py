@@ -127,3 +127,16 @@ def test_when_to_use_prints_thresholds_from_the_run(capsys):
     assert s.describe().startswith(f"{len(rows)} plans at world size 4 (scheme nd), each run 2 steps")
     ex_guide.hardware_ratios(table, extrapolate.megatron_table("H100"))
     assert "H100 vs A100: compute ×" in capsys.readouterr().out
+
+
+def test_panel_offers_only_degrees_that_divide_the_world_size():
+    """World size 1 offers tp, pp and cp of 1 alone (a 2 or 4 that cannot apply drops to 1), and
+    the panel prints what changed from its previous setting."""
+    follow = explore.panel_follow({"world_size": 1, "dp": 4, "tp": 4, "pp": 2, "cp": 1})
+    assert {k: follow[k] for k in ("tp", "pp", "cp", "dp")} == {
+        "tp": ([1], 1), "pp": ([1], 1), "cp": ([1], 1), "dp": ([1], 1)}
+    follow = explore.panel_follow({"world_size": 2, "dp": 1, "tp": 4, "pp": 1, "cp": 1})
+    assert follow["tp"] == ([1, 2], 2) and follow["dp"] == ([1], 1)
+    explore.panel_changes({})
+    explore.panel_changes({"world_size": 4, "tp": 2})
+    assert explore.panel_changes({"world_size": 1, "tp": 1}) == "changed: world_size 4 → 1, tp 2 → 1"

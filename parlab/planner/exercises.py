@@ -8,7 +8,6 @@ from __future__ import annotations
 from parlab.core.cost import ring_all_reduce
 from parlab.exercises import Exercise, find, numeric
 from parlab.planner import costmodel, extrapolate
-from parlab.planner.energy import EnergyReading
 from parlab.planner.placement import PlacementPlan, Task, memory_of, peak_memory
 from parlab.planner.plan import Plan
 
@@ -55,20 +54,12 @@ def _held_peak_mb() -> float:
     return max(peak_memory(plan, memory_of({"a": 1, "b": 1}, {"a": 3, "b": 2})))
 
 
-def _rapl_joules_per_step() -> float:
-    span = 262_143_328_850
-    before = EnergyReading((("intel-rapl:0", 262_000_000_000),), (("intel-rapl:0", span),),
-                           (("intel-rapl:0", "package-0"),), 0.0)
-    after = EnergyReading((("intel-rapl:0", 1_856_671_150),), (("intel-rapl:0", span),),
-                          (("intel-rapl:0", "package-0"),), 1.0)
-    return after.joules_since(before) / 4
-
-
 EXERCISES = [
     Exercise("bubble", "A 1F1B pipeline of 4 stages runs 4 micro-batches with equal stages. What "
              "fraction of each rank's step is bubble?", numeric(3 / 7, rtol=0.01),
              "Slots per step: m + p − 1; busy slots: m.",
-             "(p−1)/(m+p−1) = 3/7 ≈ 0.43 (Narayanan et al. 2021 §2.2.1)."),
+             "(p−1)/(m+p−1) = 3/7 ≈ 0.43 of the step. Narayanan et al. (SC 2021, §2.2.1) state "
+             "the same bubble relative to the ideal compute time instead: (p−1)/m = 3/4."),
     Exercise("tp-bytes", "Plan dp8·tp8 of a GPT with 48 blocks (T = 2,048, C = 8,192), global batch "
              "64 sequences, bf16 activations: bytes one GPU sends over tp per step?",
              numeric(_tp_bytes(), rtol=0.001),
@@ -96,12 +87,6 @@ EXERCISES = [
              "Weights all step; add an op's activations when its F starts, free them when its B "
              "ends; the peak is at some F.",
              "2 MB of weights + after F:a.1 three forwards are held: 3 + 2 + 3 = 8 → 10 MB."),
-    Exercise("rapl-wrap", "A RAPL package counter (intel-rapl:0/energy_uj) reads 262,000,000,000 "
-             "before a 4-step run and 1,856,671,150 after; its max_energy_range_uj is "
-             "262,143,328,850. Joules per step?", numeric(_rapl_joules_per_step(), rtol=0.001),
-             "The counter wrapped: add the range to the negative difference; µJ → J.",
-             "(262,143,328,850 − 262,000,000,000 + 1,856,671,150) µJ = 2,000 J over 4 steps = "
-             "500 J per step."),
 ]
 
 

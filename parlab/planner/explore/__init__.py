@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from parlab.core.progress import progress
 from parlab.planner import costmodel, paced, profile, search
-from parlab.planner.plan import DEGREES, Plan
+from parlab.planner.plan import DEGREES
 
 _CALIBRATIONS: dict = {}  # (world_size, link name, clock name) -> the last sweep's Calibration
 LINK = "NVLink"  # the paced sweeps' link: the real NVLink of the clock's accelerator
@@ -215,55 +215,6 @@ def planner_table(s: Sweep, caps_mb: list[float]):
     return pd.DataFrame(rows)
 
 
-def panel_follow(values: dict) -> dict:
-    """The panel's dp button follows the other knobs (`widgets.experiment_panel`'s `follow`): dp
-    takes the ranks tp·pp·cp leave, so the one dp that exists at this world size is the only choice
-    offered, and it is the dp `panel` runs (1 where tp·pp·cp does not divide the world size: no
-    plan exists, and `panel` says why)."""
-    rest = values["tp"] * values["pp"] * values["cp"]
-    dp = values["world_size"] // rest if values["world_size"] % rest == 0 else 1
-    return {"dp": ([dp], dp)}
-
-
-def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int, link: str,
-          memory_cap_mb: int, measure: str = "no", clock: str = "A100") -> None:
-    """Widget callback: the plan's predicted step (the accelerator's ms on `clock`), memory and bytes; a
-    measured run on demand."""
-    cfg = model_config()
-    rest = tp * pp * cp
-    if dp * rest != world_size and world_size % rest == 0:  # dp takes the ranks left over
-        print(f"dp={dp} → {world_size // rest}: dp takes the ranks tp·pp·cp leave")
-        dp = world_size // rest
-    plan = Plan(dp=dp, tp=tp, pp=pp, cp=cp, microbatches=microbatches if pp > 1 else 1)
-    problems = plan.problems(world_size, cfg, 12)
-    if problems:
-        print(f"plan {plan.describe()} does not fit world size {world_size}: " + "; ".join(problems))
-        return
-    link = None if link == "loopback" else link
-    calibration = (_CALIBRATIONS.get((world_size, link, clock))
-                   or _CALIBRATIONS.get((world_size, LINK, clock)))
-    if clock == "wall":
-        clk, prof, fit, unit = None, profile.measure(cfg), profile.calibrate_comm(world_size), \
-            "ms, this CPU, raw"
-    else:
-        clk = paced.clock_for(clock, world_size)
-        prof, fit, unit = paced.profile(cfg, clk), None, clk.unit
-    p = costmodel.predict(plan, cfg, prof, fit, link, 12, calibration, clk)
-    cap = memory_cap_mb * 1e6
-    print("(calibrated by this world size's sweep)" if calibration else
-          "(the raw model: no sweep of this world size and clock has run yet)")
-    print(f"{plan.describe()}: predicted step {1e3 * p.step_s:.3f} {unit} (compute "
-          f"{1e3 * p.compute_s:.3f}, exposed communication {1e3 * p.exposed_comm_s:.3f}, fraction "
-          f"{p.exposed_fraction:.0%}, bubble {p.bubble_fraction:.0%})")
-    print(f"peak memory per rank {p.memory['total'] / 1e6:.2f} MB "
-          f"({'fits' if p.memory['total'] <= cap else 'over'} the {memory_cap_mb} MB cap); "
-          f"bytes per step by dimension {p.bytes_per_dim or 'none: one rank sends nothing'}")
-    if measure == "yes":
-        got = search.measure_plan(plan, 3, link, clock=clock)
-        print(f"measured step {1e3 * got['step_s']:.3f} {unit}, peak "
-              f"{got['peak_bytes'] / 1e6:.2f} MB, bytes per step {got['bytes']:,}")
-
-
 def closed_form_table(world_size: int, batch_size: int = 12, plans=None):
     """Every plan's bytes per step of its busiest rank (`plans`, default every candidate of the
     search): the time model's message list (`costmodel.message_bytes`, what each message it
@@ -304,3 +255,6 @@ def headline(s: Sweep) -> None:
     missed = [k for k, ok in j.goals().items() if not ok]
     print("verdict: the cost model agrees with this run on all three goals" if not missed else
           f"verdict: MISSED {', '.join(missed)} — {diagnose(s)}")
+
+
+from parlab.planner.explore.panel import panel, panel_changes, panel_follow  # noqa: E402,F401

@@ -209,9 +209,11 @@ def print_report(rows: list[dict]) -> None:
         if r["plan"].startswith("1F1B") and r["ranks"] > 1:
             p, m = r["ranks"], r["microbatches"]
             mean = sum(r["predicted_bubble"]) / p
-            print(f"1F1B closed form (p−1)/(m+p−1) = {theory_bubble('1f1b', p, m):.0%} for equal "
-                  f"stages with F = B (Narayanan et al., ICML 2021); with these unequal stages the "
-                  f"model gives {mean:.0%} on average, the run {sum(r['measured_bubble']) / p:.0%}")
+            print(f"1F1B closed form for equal stages with F = B: bubble (p−1)/(m+p−1) = "
+                  f"{theory_bubble('1f1b', p, m):.0%} of the step, i.e. (p−1)/m = {(p - 1) / m:.0%} "
+                  f"of the ideal compute time as Narayanan et al. (SC 2021, §2.2.1) state it; with "
+                  f"these unequal stages the model gives {mean:.0%} of the step on average, the run "
+                  f"{sum(r['measured_bubble']) / p:.0%}")
     if rows and rows[0]["ranks"] > (os.cpu_count() or 1):
         print(f"note: {rows[0]['ranks']} ranks share {os.cpu_count()} cores here, so branches the "
               "plan runs at once cannot all compute at once: measured times exceed the model")
