@@ -32,12 +32,17 @@ from parlab.compression.compressors import QSGD, RandomK, Sign, TopK
 from parlab.compression.local_sgd import sync_steps
 from parlab.compression.powersgd import factor_rank
 from parlab.core import cost
+from parlab.core.messages import Message, bytes_by
 from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 
 FLOAT_BYTES = 4
-RING = {"all_reduce": cost.ring_all_reduce, "all_gather": cost.ring_all_gather,
-        "reduce_scatter": cost.ring_reduce_scatter}  # op -> (sent, recv, rounds) of rank r of n
+
+
+def as_messages(triples, n: int, dim: str = "dp", phase: str = "dp-grad-sync") -> list[Message]:
+    """A compressor's (op, elements, bytes per element) triples as `Message`s over `n` ranks."""
+    return [Message(dim, op, n, elements, element_bytes=width, phase=phase)
+            for op, elements, width in triples]
 
 
 class CompressionCost:
@@ -47,10 +52,7 @@ class CompressionCost:
     def step_bytes(self, shapes, n: int, sender: int = 0, step: int = 0, steps: int = 1,
                    **options) -> dict[str, int]:
         """{op: bytes} of `messages`, ring-counted for rank `sender` of `n`."""
-        out: dict[str, int] = {}
-        for op, elements, width in self.messages(shapes, n, **options):
-            out[op] = out.get(op, 0) + width * RING[op](elements, n, sender)[0]
-        return out
+        return bytes_by(as_messages(self.messages(shapes, n, **options), n), "op", rank=sender)
 
     def messages(self, shapes, n: int, **options) -> list[tuple[str, int, int]]:
         """(op, elements, bytes per element) of every collective one step issues, in order: what

@@ -18,36 +18,62 @@ from __future__ import annotations
 from parlab.context_parallel.latent_parallel import axis_sizes, core, region, split_axis
 from parlab.context_parallel.ring_attention import _causal_relation, layout_chunks
 from parlab.context_parallel.video_denoiser import VideoConfig
+from parlab.core.messages import Message, bytes_by
 
 
 # ----------------------------------------------------------------------------- training: attention
+def ring_messages(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
+                  itemsize: int = 4, recompute: str = "none", pipelined: bool = False) -> list:
+    """The ring's point-to-point messages one rank sends per step (Liu et al. 2023, §3): each
+    layer passes its K and V block, 2·B·nh·(T/cp)·hs elements, cp−1 times forward and dK, dV
+    cp−1 times backward. recompute "checkpoint": a checkpointed block's recomputed forward sends
+    K, V round the ring again; "ring": the paper's recomputing backward sends K, V cp−1 times
+    and dK, dV cp times."""
+    if recompute not in ("none", "checkpoint", "ring"):
+        raise ValueError(f"recompute={recompute!r} must be none, checkpoint or ring")
+    if cp == 1:
+        return []
+    block = 2 * batch * n_head * (seq_len // cp) * head_dim
+    forward = (cp - 1) * n_layer * (2 if recompute == "checkpoint" else 1)
+    backward = (2 * cp - 1 if recompute == "ring" else cp - 1) * n_layer
+    return [Message("cp", "p2p", cp, block, forward, pipelined, itemsize, "cp-forward"),
+            Message("cp", "p2p", cp, block, backward, pipelined, itemsize, "cp-backward")]
+
+
+def ulysses_messages(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int,
+                     n_layer: int, itemsize: int = 4, pipelined: bool = False) -> list:
+    """Ulysses' all-to-alls one rank issues per step (Jacobs et al. 2023, §3.1): 4 per layer
+    forward (q, k, v, out) and 4 backward, each sending (cp−1)/cp of a (B, nh, T/cp, hs) shard."""
+    if cp == 1:
+        return []
+    leaves = batch * n_head * (seq_len // cp) * head_dim * (cp - 1) // cp
+    return [Message("cp", "all_to_all", cp, leaves, 4 * n_layer, pipelined, itemsize, phase)
+            for phase in ("cp-forward", "cp-backward")]
+
+
+def _phases(msgs) -> dict:
+    return {"cp-forward": 0, "cp-backward": 0, **bytes_by(msgs)}
+
+
 def ring_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
                itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step for attention: each layer passes its K and V block
-    (2·B·nh·(T/cp)·hs elements) cp−1 times forward, and dK, dV cp−1 times backward
-    (Liu et al. 2023, §3: the ring's send/recv per block)."""
-    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
-    per_pass = (cp - 1) * block * n_layer
-    return {"cp-forward": per_pass, "cp-backward": per_pass, "messages_per_layer": 2 * (cp - 1)}
+    """Bytes one rank sends per training step for attention: `ring_messages` summed."""
+    return {**_phases(ring_messages(batch, n_head, seq_len, head_dim, cp, n_layer, itemsize)),
+            "messages_per_layer": 2 * (cp - 1)}
 
 
 def ring_recompute_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int,
                          n_layer: int, itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step: forward K, V cp−1 times per layer; backward K, V
-    cp−1 times and dK, dV cp times (each 2·B·nh·(T/cp)·hs elements)."""
-    block = 2 * batch * n_head * (seq_len // cp) * head_dim * itemsize
-    return {"cp-forward": (cp - 1) * block * n_layer,
-            "cp-backward": (2 * cp - 1) * block * n_layer if cp > 1 else 0}
+    """Bytes one rank sends per training step with the paper's recomputing backward:
+    `ring_messages(recompute="ring")` summed."""
+    return _phases(ring_messages(batch, n_head, seq_len, head_dim, cp, n_layer, itemsize, "ring"))
 
 
 def ulysses_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
                   itemsize: int = 4) -> dict:
-    """Bytes one rank sends per training step: 4 all-to-alls per layer forward (q, k, v, out),
-    4 backward, each sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (Jacobs et al. 2023, §3.1)."""
-    shard = batch * n_head * (seq_len // cp) * head_dim
-    per_all_to_all = shard * (cp - 1) // cp * itemsize
-    per_pass = 4 * per_all_to_all * n_layer
-    return {"cp-forward": per_pass, "cp-backward": per_pass, "all_to_alls_per_layer": 8}
+    """Bytes one rank sends per training step: `ulysses_messages` summed."""
+    return {**_phases(ulysses_messages(batch, n_head, seq_len, head_dim, cp, n_layer, itemsize)),
+            "all_to_alls_per_layer": 8}
 
 
 def causal_work(layout: str, cp: int) -> list[list[int]]:

@@ -1,38 +1,17 @@
 """Launching ranks: run one function in `world_size` gloo processes and bring the results home.
 
-The idea is the one behind `torch.multiprocessing.spawn` and `torchrun`, built so that a Jupyter
-kernel can use it a hundred times an hour without ever hanging or leaking a process:
-
-* Rendezvous goes through a TCPStore that the *parent* opens on 127.0.0.1, port 0 (the kernel
-  picks a free port) and that listens on loopback only (`parlab.core.rendezvous.LoopbackStore`);
-  the children join it with `store=`. Two launches at the same time get two different ports, so
-  the silent cross-talk of a shared MASTER_PORT cannot happen.
-* Each child reports through its own pipe: progress messages, then one final message that holds
-  either its return value or its exception and formatted traceback. The parent waits on the pipes
-  *and* on the process sentinels at once, so a rank that dies without a word (killed, segfault)
-  is noticed as fast as one that raises. On the first failure every other rank is killed.
-* Every rank also sends a heartbeat every `HEARTBEAT_S` seconds from a thread: where its main
-  thread is (file, line, function) and the collective it waits in, if any. When the launch times
-  out, the error names the stuck rank: one that went silent (a stopped or frozen process: no
-  heartbeat for `SILENT_S`), else the one furthest behind in its reported steps that is *not*
-  waiting in a collective while the others are (a rank sleeping or spinning in its own code),
-  with its last reported step and where it was; `RankError.rank` is that rank.
-* Workers are started by `forkserver` with torch and parlab preloaded: after the first launch a
-  4-rank launch costs ~0.1-0.3 s instead of ~5 s for `spawn` (measured on 2 cores). `spawn` and
-  `fork` are available too.
-* Every rank dies with the launching process, whatever signal ends it (kill -9, SIGTERM, a kernel
-  restart): `parlab.core.rendezvous.die_with_launcher`. No orphans, no forkserver left behind.
-  A rank also dies with the forkserver that forked it; a launch whose forkserver died says so
-  (`forkserver_death`), not "rank 0 exited with code 255", and the next launch starts a new one.
-* Under `torchrun` (RANK, WORLD_SIZE, MASTER_ADDR in the environment) `launch` runs `fn` in this
-  very process with env:// rendezvous (nccl when CUDA is available, gloo otherwise), each launch in
-  its own namespace of the store, and returns every rank's result, gathered with
-  `all_gather_object`. A launch of world_size=1 there (the `single` reference) runs locally in a
-  child of this process, on every torchrun rank.
+The idea of `torch.multiprocessing.spawn` and `torchrun`, built so that a Jupyter kernel can use
+it a hundred times an hour without hanging or leaking a process: rendezvous on a loopback
+TCPStore at port 0 (`parlab.core.rendezvous`); one pipe per child for progress and its result or
+traceback, waited on with the process sentinels, so a silent death is noticed at once and the
+first failure kills the rest; a heartbeat per rank, so a timeout names the stuck rank
+(`parlab.core.stuck`); `forkserver` workers with torch preloaded (~0.1-0.3 s a launch after the
+first, measured on 2 cores); ranks that die with the launcher. Under `torchrun` `launch` runs
+`fn` in this process with env:// rendezvous.
 
 Here is the parent's side: check the arguments, start the ranks, collect their results and raise
-the first failure as a `RankError`. Inside a rank: `parlab.core.rank_process` (`current`,
-`report_progress`, the heartbeat); naming the stuck rank: `parlab.core.stuck`.
+the first failure as a `RankError`. Inside a rank: `parlab.core.rank_process`. Each mechanism in
+detail: docs/core.md, `parlab.core.launch`.
 """
 
 from __future__ import annotations

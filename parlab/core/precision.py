@@ -3,33 +3,14 @@ optimizer state, and dynamic loss scaling for fp16 (Micikevicius et al., "Mixed 
 Training", ICLR 2018; the 2 + 2 + 12 bytes per parameter of Rajbhandari et al., "ZeRO", SC 2020,
 §3.1; bf16: Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training", 2019).
 
-`parlab.run(..., precision="bf16-mixed")` (a common option) makes the one training loop
-(`parlab.engine.loop.Strategy`) do, for every scheme that declares the precision:
-
-* the model's parameters *are* the compute copy: cast to bf16/fp16 in place (same Parameter
-  objects, so a scheme's references stay valid), so forward and backward run in 16 bits, the
-  activations saved for backward take 2 bytes an element, and every gradient is 16-bit — every
-  gradient collective moves half the bytes of fp32, through `Comm`, whose ledger counts the dtype;
-* `MasterWeights` points the optimizer at fp32 master copies of its parameters (so Adam's moments
-  are created and kept in fp32) and wraps its `step`: each master gets an fp32, unscaled copy of
-  the 16-bit gradient, the real step runs, and the master is rounded back into the 16-bit
-  parameter. Master weights count as optimizer state (K = 4 + 4 + 4 = 12 bytes per parameter
-  with Adam, as in the paper); the fp32 gradient copies live only inside the step;
-* a 16-bit average divides before it sums (`parlab.core.comm.predivide`, as PyTorch DDP's
-  all-reduce hook), so N fp16 gradients cannot overflow in the sum where their mean would not;
-* fp16 only (5 exponent bits: gradients below 2^-24 flush to zero): `LossScaler` multiplies the
-  gradient of the loss by S (`ScaleGrad`, identity in forward), the step divides by S, and a
-  step whose gradients hold inf/NaN on *any* rank is skipped on every rank (one 1-element
-  all-reduce (max) through `Comm`, the only extra bytes mixed precision sends), S halves; after
-  `GROWTH_INTERVAL` clean steps S doubles (PyTorch's `torch.amp.GradScaler` policy and defaults).
-  S stays in [MIN_SCALE, MAX_SCALE] = [2^-14, 2^24], what fp16 can use: below 2^-14 (fp16's
-  smallest normal) the scaled gradients of a unit loss are subnormal or zero, above 2^24 a
-  gradient of 2^-8 already overflows (65504 < 2^16). `loss_scale=` outside it is refused before
-  any process starts; a run whose S must fall below 2^-14 (its gradients overflow at every usable
-  scale: it diverged) stops with `FloatingPointError`, and `consecutive_skips` lets the run warn
-  after SKIP_WARN skipped steps in a row (`parlab.run` does).
-
-`fp32` changes nothing: no cast, no wrapper, bit for bit the loop of before.
+`parlab.run(..., precision="bf16-mixed")`: the parameters *are* the 16-bit compute copy (cast in
+place), so activations and every gradient collective take 2 bytes an element; `MasterWeights`
+steps fp32 masters and rounds them back (K = 12 bytes per parameter with Adam); a 16-bit average
+divides before it sums (`parlab.core.comm.predivide`); for fp16, `LossScaler` scales the loss by
+S in [2^-14, 2^24], skips a step whose gradients hold inf/NaN on any rank (one 1-element
+all-reduce) and halves S, doubling it after `GROWTH_INTERVAL` clean steps (PyTorch's GradScaler
+policy). `fp32` changes nothing. The bounds on S and what a diverged run raises:
+docs/core.md, `parlab.core.precision`.
 """
 
 from __future__ import annotations

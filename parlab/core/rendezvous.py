@@ -1,25 +1,12 @@
 """Rendezvous and liveness: a store only this machine can reach, ranks that die with their launcher,
 and a fresh namespace for every run under torchrun.
 
-* `loopback_store` opens the parent's TCPStore on a socket *we* bind to 127.0.0.1, port 0, and hand
-  to c10d as `master_listen_fd`. Left to itself, TCPStore listens on every interface (`*:PORT`, IPv4
-  and IPv6) with no authentication, so another machine could read the ranks' addresses or set and
-  delete keys mid-run. Port 0 makes two concurrent launches use two different ports: a shared
-  MASTER_PORT lets a rank join the wrong job, whose all-reduce then returns a wrong value without
-  error (measured: 4 of 4 tries with two jobs started at once on one port).
-* `die_with_launcher` runs first thing in every rank. A forkserver rank is a child of the
-  forkserver, not of the launching process, so its PR_SET_PDEATHSIG watches the wrong process; and
-  Python's forkserver hands every child a copy of the launcher's liveness pipe, so the forkserver
-  never sees the EOF that would end it (measured: after `kill -9` of the launcher, both ranks, the
-  forkserver and the resource tracker kept running until the run ended). So each rank (1) closes
-  its copy of that pipe, so the forkserver exits as soon as the launcher dies and the kernel kills
-  the ranks through PR_SET_PDEATHSIG, and (2) watches the launcher itself through a pidfd
-  (`pidfd_open(2)`, Linux ≥ 5.3; polling `kill(pid, 0)` elsewhere) and kills itself when it exits,
-  whatever signal ended it.
-* `torchrun_launch`: under torchrun every `parlab.run` in a process joins the same env:// store;
-  without a namespace per run a later run reads the previous run's rank addresses (it hung or failed
-  in 5 of 8 tries). Each run gets its own `PrefixStore("parlab/attempt<a>/run<k>/", store)`, k
-  counted per process (every rank runs the same sequence of runs), a the elastic restart attempt.
+* `loopback_store`: the parent's TCPStore on a socket bound to 127.0.0.1, port 0 (TCPStore alone
+  listens on every interface, unauthenticated; a shared MASTER_PORT lets a rank join the wrong job).
+* `die_with_launcher`: each rank closes its copy of the forkserver's liveness pipe and watches the
+  launcher through a pidfd, so no rank outlives it, whatever signal ended it.
+* `torchrun_launch`: each run gets its own `PrefixStore("parlab/attempt<a>/run<k>/", store)`.
+Why each is needed (measured failures): docs/core.md, `parlab.core.rendezvous`.
 
 Trust boundary (docs/security.md): the store has no authentication. Loopback keeps other machines
 out, not other local processes: while a run is in flight any local process (any user of this

@@ -21,6 +21,7 @@ import heapq
 import math
 
 from parlab.core import cost
+from parlab.core.messages import Message, bytes_by
 from parlab.data_parallel.buckets import padded, plan_buckets
 from parlab.data_parallel.priority import partition
 from parlab.engine.prediction import Prediction, param_numels
@@ -147,23 +148,23 @@ def messages(variant: str, numels: list[int], n: int, **options) -> list[tuple[s
                                                    "element_size": options.get("element_size", 4)})
 
 
-def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
-                   **options) -> dict[str, int]:
-    """{op: bytes sent by `rank` in one step} — what the ledger must show (ring counts).
-    `variant`: a scheme name or a messages closed form."""
-    totals: dict[str, int] = {}
-    options = {**options, "element_size": element_size}  # buckets are cut by bytes
+def dp_messages(variant, numels: list[int], n: int, element_size: int = 4, dim: str = "dp",
+                phase: str = "dp-grad-sync", **options) -> list[Message]:
+    """The reducer's collectives in one step as `Message`s (Li et al., PyTorch DDP, VLDB 2020,
+    §3.2; DeAR's all-gather as its full tensor). `variant`: a scheme name or a messages closed
+    form (`REDUCER_MESSAGES`); `options`: the scheme's (buckets are cut by bytes)."""
+    options = {**options, "element_size": element_size}
     issued = (messages(variant, numels, n, **options) if isinstance(variant, str)
               else variant(numels, n, options))
-    for op, size in issued:
-        if op == "all_reduce":
-            sent = cost.ring_all_reduce(size, n, rank)[0]
-        elif op == "reduce_scatter":
-            sent = cost.ring_reduce_scatter(size, n, rank)[0]
-        else:  # all_gather of a shard of `size`: the full tensor is n·size
-            sent = cost.ring_all_gather(size * n, n, rank)[0]
-        totals[op] = totals.get(op, 0) + sent * element_size
-    return totals
+    return [Message(dim, op, n, size * (n if op == "all_gather" else 1),
+                    element_bytes=element_size, phase=phase) for op, size in issued]
+
+
+def bytes_per_step(variant, numels: list[int], n: int, rank: int = 0, element_size: int = 4,
+                   **options) -> dict[str, int]:
+    """{op: bytes sent by `rank` in one step} — what the ledger must show: `dp_messages` summed.
+    `variant`: a scheme name or a messages closed form."""
+    return bytes_by(dp_messages(variant, numels, n, element_size, **options), "op", rank=rank)
 
 
 def message_time(op: str, elements: int, n: int, alpha: float, beta: float,

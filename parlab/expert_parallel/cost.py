@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from parlab.core import cost
 from parlab.core.cost import FP32_BYTES
+from parlab.core.messages import Message, bytes_by, total_bytes
 
 INT64_BYTES = 8
 A2A_PHASES = ("counts", "dispatch", "combine", "dispatch-backward", "combine-backward")
@@ -51,18 +52,33 @@ def all_to_all_rows(kept: list[list[int]], rank: int, group: list[int]) -> tuple
     return out, into
 
 
+def counts_messages(world_size: int, top_k: int, n_experts: int, count: int = 1) -> list[Message]:
+    """The all-gather of every rank's (k, E) int64 routing counts (GShard, Lepikhin et al. 2020,
+    §3.2: the dispatch needs every rank's counts), `count` times a step."""
+    return [Message("ep", "all_gather", world_size, world_size * top_k * n_experts, count,
+                    element_bytes=INT64_BYTES, phase="counts")]
+
+
 def counts_bytes(world_size: int, rank: int, top_k: int, n_experts: int) -> int:
     """Bytes one rank sends in the all-gather of every rank's (k, E) int64 counts."""
-    return cost.ring_all_gather(world_size * top_k * n_experts, world_size, rank)[0] * INT64_BYTES
+    return total_bytes(counts_messages(world_size, top_k, n_experts), rank=rank)
+
+
+def all_to_all_messages(kept, rank: int, group: list[int], n_embd: int, top_k: int) -> list:
+    """One MoE layer's messages of `rank` in one step (GShard §3.2): the counts' all-gather, then
+    the all-to-alls of rows of C float32 — dispatch and combine-backward its own tokens' rows
+    away, combine and dispatch-backward the rows it computed for others back."""
+    out, into = all_to_all_rows(kept, rank, group)
+    return counts_messages(len(kept), top_k, len(kept[0])) + [
+        Message("ep", "all_to_all", len(group), rows * n_embd, phase=phase)
+        for phase, rows in (("dispatch", out), ("combine", into), ("dispatch-backward", into),
+                            ("combine-backward", out))]
 
 
 def all_to_all_layer_bytes(kept, rank: int, group: list[int], n_embd: int, top_k: int) -> dict:
-    """Bytes one rank sends for one MoE layer and step of `ep`, by ledger phase."""
-    out, into = all_to_all_rows(kept, rank, group)
-    row = n_embd * FP32_BYTES
-    return {"counts": counts_bytes(len(kept), rank, top_k, len(kept[0])),
-            "dispatch": out * row, "combine": into * row,
-            "dispatch-backward": into * row, "combine-backward": out * row}
+    """Bytes one rank sends for one MoE layer and step of `ep`, by ledger phase:
+    `all_to_all_messages` summed."""
+    return bytes_by(all_to_all_messages(kept, rank, group, n_embd, top_k), rank=rank)
 
 
 def all_gather_layer_bytes(tokens_per_rank: int, ep: int, ep_rank: int, world_size: int, rank: int,

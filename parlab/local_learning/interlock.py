@@ -1,33 +1,16 @@
 """One rank's training step of `local` and `interlocking` on the pipeline's one executor:
 activations go up, gradient components come down, none further than `depth` boundaries.
 
-The order a stage works in is a schedule (`route_schedule`: `Route.order`, warm-up forwards then
-one forward / one backward, as data) run by `parlab.pipeline.executor.PipelineExecutor`; what
-routes truncate is in the lowered list (`route_actions`) and the stage strategy (`Interlocking`):
+The order is a schedule (`route_schedule`) run by `parlab.pipeline.executor.PipelineExecutor`;
+what routes truncate is in the lowered list (`route_actions`) and the strategy (`Interlocking`).
+F sends its activation up (and, "early", its own loss's input gradient down at once); B receives
+the (k, mb, T, C) gradient components still within reach and sends on those with depth left.
+Depth 0 (`local`, Belilovsky et al., ICML 2020) sends nothing down; Gomez et al., "Interlocking
+Backpropagation" (JMLR 2022) is depth ≥ 1. Spans are named F, B, W as in chapter 04.
 
-- F i: receive micro-batch i's activation from stage r−1 (or take the input), run the stage and
-  its loss — the true loss on the last stage, w·(auxiliary loss) elsewhere — and send the
-  activation up. If the message down carries only this loss ("early"), differentiate it now and
-  send the input gradient down at once (the SEND_B sits right after the F): the stage below waits
-  one forward, not a pipeline.
-- B i: receive the gradient components micro-batch i's output got from above (one per loss still
-  within reach: RECV_B only where a loss reaches down, of shape (k, mb, T, C)), then backward:
-  every component trains this stage; those with depth left are differentiated with respect to the
-  input, one by one, and sent down stacked (SEND_B only where a loss goes further).
-
-Depth 0 (`local`, Belilovsky et al., ICML 2020) sends nothing down: no stage ever waits for the
-stages above it, only for its input. Activations and gradients travel on two communicators, so
-each is a FIFO channel between neighbours, matched in micro-batch order; sends are asynchronous
-and waited at the end of the step, which bounds how far a stage runs ahead of the one above
-(one step of activations in flight). Compute spans are named F, B (a pass that produces a
-gradient to send) and W (a pass that only trains this stage), as in chapter 04, so its timeline
-tools apply.
-
-Simplifications, stated here: the truncated lists are derived from `Schedule.lowered()` by
-dropping the messages no loss needs and moving an early SEND_B after its F; `validate.check`
-simulates the untruncated lowering, so the routes' deadlock freedom rests on `Route.warmup`'s
-argument (`routes`), not on the simulator. Activation memory is metered on the first step only,
-as the executor does for every schedule.
+Simplification: the truncated lists drop messages from `Schedule.lowered()`, so deadlock freedom
+rests on `Route.warmup`'s argument (`routes`), not on the simulator. The step in detail:
+docs/local_learning.md, `parlab.local_learning.interlock`.
 """
 
 from __future__ import annotations

@@ -1,33 +1,13 @@
 """Which losses train which stages: the gradient routes of local and interlocking learning.
 
-p stages, stage m < p−1 with an auxiliary loss L_m of weight w (`aux_weight`), the last stage
-with the true loss L_{p−1} (weight 1). At depth d the gradient of L_m reaches the stages
-m−d, …, m: it crosses at most d boundaries (boundary j lies between stage j and stage j+1), so
-stage j learns from the losses m ∈ [j, j+d] (Gomez et al., "Interlocking Backpropagation",
-JMLR 2022, §3: depth 1 in the paper's experiments; d = 0 is decoupled greedy learning,
-Belilovsky et al., ICML 2020; d = p−1 with w = 0 is global backprop).
-
-Backward through a stage is linear in the gradient it receives, but truncation is per loss: the
-gradient boundary j carries must keep every loss apart, because the next stage down drops the
-one that has travelled d boundaries and passes on the rest. So boundary j carries one tensor of
-the activation's shape per loss m ∈ [j+1, min(j+d, p−1)] with a nonzero weight — `crossing(j)`,
-the closed form of the gradient bytes (`cost.py`).
-
-When each message can leave decides the order a stage works in (`order`): a message that carries
-only the sender's own loss leaves right after its forward ("early": the stage below waits one
-stage's forward); a message carrying losses from further up leaves after the sender's backward,
-which waits for the stage above ("late", as in 1F1B). A stage runs `warmup` forwards before its
-first backward — 0 if nothing comes down to it, 1 for an early message, one more than the stage
-above for a late one — then alternates forward and backward. For d = p−1 and w = 0 this is 1F1B
-itself (Narayanan et al., PipeDream-Flush); for d = 0 every stage runs F, B, F, B without waiting.
-The order is deadlock-free because warm-ups never increase with the stage index: a stage's
-backward of micro-batch i waits at most for work the stage above does once it has micro-batch
-i + warmup, which this stage has already sent.
-
-The GPT's head is tied to its embedding, held by the first and the last stage. Summing the two
-copies' gradients every step locks the first stage to the last; that costs nothing when backprop
-already locks them (d >= p−1), so the tie is kept exactly then (`tied`); otherwise each end trains
-its own copy (the state reports the head's).
+At depth d the gradient of stage m's loss (auxiliary, weight w; the last stage's true loss,
+weight 1) reaches stages m−d, …, m, so stage j learns from the losses m ∈ [j, j+d] (Gomez et al.,
+"Interlocking Backpropagation", JMLR 2022, §3; d = 0 is decoupled greedy learning, Belilovsky et
+al., ICML 2020; d = p−1 with w = 0 is global backprop). Boundary j carries one tensor per loss
+m ∈ [j+1, min(j+d, p−1)] with nonzero weight (`crossing(j)`, the closed form of the bytes).
+A stage runs `warmup` forwards, then alternates (`order`; d = p−1, w = 0 is 1F1B); the tied
+embedding stays tied only when d >= p−1 (`tied`). Why the losses travel apart, early and late
+messages and the deadlock-freedom argument: docs/local_learning.md, `parlab.local_learning.routes`.
 """
 
 from __future__ import annotations

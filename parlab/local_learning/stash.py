@@ -2,33 +2,15 @@
 whose backwards use the weights their forwards saw.
 
 PipeDream (Harlap et al. / Narayanan et al., SOSP 2019, §3.3) runs 1F1B without a flush and
-updates a stage after every micro-batch's backward, so the weights move while micro-batches are
-in flight. A backward on different weights than its forward would compute a gradient of no
-function at all; *weight stashing* keeps, per micro-batch in flight, the version its forward
-used, and runs the backward with it. Stage s holds min(p−s, m) versions (`cost`).
+updates after every micro-batch, keeping per micro-batch in flight the weight version its forward
+used (stage s: min(p−s, m) versions). PipeDream-2BW (Narayanan et al., "Memory-Efficient
+Pipeline-Parallel DNN Training", ICML 2021, §3.1) makes one version per m micro-batches: two
+versions suffice. The stream's 1F1B schedule (`stream_schedule`) runs on the pipeline's one
+executor in slices; `WeightStashing` is the stage strategy, and every backward records the
+versions it used, so stashing is verified, not assumed.
 
-PipeDream-2BW (Narayanan et al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021,
-§3.1) accumulates the gradients of m micro-batches and makes one new version per m: with the
-in-flight micro-batches never spanning more than two groups, two versions suffice — the one new
-forwards use and the one older backwards still need.
-
-Micro-batches form one stream over the run (g = step·m + i), and the stream's schedule is data:
-`stream_schedule` is 1F1B (`parlab.pipeline.schedules`) over all steps·m micro-batches, with
-min(p−1−s, m−1) warm-up forwards on stage s — the in-flight count capped at m, so m = 1 is plain
-model parallelism with an update per batch: exactly the single process (for m >= p the cap does
-nothing and it is `schedules.one_f_one_b(p, steps·m)` itself). It runs on the pipeline's one
-executor (`parlab.pipeline.executor.PipelineExecutor`) in slices: a step runs the forwards of its
-own micro-batches and the backwards 1F1B puts beside them; the last warm-up backwards of the run
-drain in `drain`. What the stage does differently is its strategy, `WeightStashing`: F runs on
-the version it stashes, B differentiates that version and accumulates into the live weights, and a
-finished backward (its input gradient sent) counts towards the next update. Every backward records
-(micro-batch, version its forward used, version it used, live version at that moment): stashing
-is verified from this record, not assumed.
-
-Simplifications, stated where they are made: the schedule is built for the run's `steps` up
-front (`stream_schedule`), so a run cannot be extended after it starts; the executor meters
-activation memory on the first step only (`parlab.pipeline.executor`), which for this stream holds
-the warm-up and so the steady state's in-flight count.
+Simplifications (the schedule is built for `steps` up front; memory metered on the first step):
+docs/local_learning.md, `parlab.local_learning.stash`.
 """
 
 from __future__ import annotations

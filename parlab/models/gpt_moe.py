@@ -1,33 +1,17 @@
 """The tiny GPT with mixture-of-experts MLPs (`model="gpt-moe"`), deterministic from a seed.
 
 Shazeer et al., "Outrageously Large Neural Networks: The Sparsely-Gated Mixture-of-Experts
-Layer" (2017): a router picks, per token, k of E expert MLPs, so parameters grow with E while the
-FLOPs per token grow only with k. GShard (Lepikhin et al. 2020) bounds each expert's work by a
-*capacity* C = ⌈capacity_factor · N·k / E⌉ token slots per batch and *drops* what overflows
-(the token keeps only its residual path), first choices before second choices. Switch
-Transformer (Fedus et al., JMLR 2022) adds the load-balancing loss α·E·Σ_e f_e·P_e (f_e: the
-fraction of assignments routed to e, P_e: the mean router probability of e; α at perfect
-balance). DeepSeek-MoE (Dai et al. 2024) adds an always-on *shared* expert; DeepSeek-V3 (2024)
-balances without an auxiliary loss: a per-expert bias b_e is added to the scores *only to choose*
-the experts, and after every step b_e += γ·sign(mean load − load_e).
+Layer" (2017): a router picks k of E experts per token. GShard (Lepikhin et al. 2020): capacity
+C = ⌈capacity_factor · N·k / E⌉ per expert, overflow dropped, first choices first. Switch
+(Fedus et al., JMLR 2022): the load-balancing loss α·E·Σ_e f_e·P_e. DeepSeek-MoE (Dai et al.
+2024): a shared expert; DeepSeek-V3 (2024): a bias b_e used only to choose, b_e += γ·sign(mean
+load − load_e).
 
-The routing rule here is global, so that the same model trained on any number of ranks routes
-and drops exactly as the single process does: an expert's queue is ordered by slot (all first
-choices, then all second choices, ...) and within a slot by the token's place in the *global*
-batch. `MoE.exchange_counts` is the one hook a distributed layer overrides: it returns every
-rank's (slot, expert) counts in global token order; from them each rank knows where its own
-assignments stand in every queue (`RoutingPlan`, in `parlab.models.moe_routing` with `EvenPlan`).
-One process: its own counts only.
-
-The rest is the tiny GPT of `parlab.models.gpt` (same embeddings, attention, LayerNorms, tied
-head, same initialisation order); `moe_every=2` puts an MoE in every other block (GShard).
-
-Even routing (`model_config={"routing": "even"}`): token i (its place in its rank's rows) takes
-the experts (i + j·⌊E/k⌋) mod E, j < k, whatever its scores — every expert the same number of
-tokens, the routing plan known as Python integers before any score exists (`EvenPlan`). The
-router still runs and its gates still weigh the experts' outputs. A shapes-only run
-(`parlab.core.shapes`) has no scores to route by, so it runs gpt-moe only with even routing (the
-default, "topk", is refused naming why); a real run routed evenly is its twin, step for step.
+Routing is global (queues ordered by slot, then by place in the *global* batch), so any number of
+ranks routes and drops exactly as one process; `MoE.exchange_counts` is the hook a distributed
+layer overrides (`parlab.models.moe_routing`). The rest is `parlab.models.gpt`; `moe_every=2`
+puts an MoE in every other block. Even routing and shapes-only runs: docs/models.md,
+`parlab.models.gpt_moe`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ import math
 import statistics
 
 from parlab.core import cost as comm_cost
+from parlab.core.messages import Message, total_bytes
 from parlab.pipeline.schedules import Schedule
 from parlab.pipeline.validate import simulate
 
@@ -149,10 +150,29 @@ def p2p_messages_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int)
     return (2 * chunks - (pp_rank == 0) - (pp_rank == pp - 1)) * microbatches
 
 
+def p2p_messages(pp: int, chunks: int, pp_rank: int, boundary_numel: int, itemsize: int = 4,
+                 pipelined: bool = True) -> list[Message]:
+    """One micro-batch's sends of pipeline rank `pp_rank` (Narayanan et al. 2021, §2.2): per chunk
+    its activation down (not from the last stage) and its gradient back (not from the first)."""
+    if pp == 1:
+        return []
+    down, back = chunks - (pp_rank == pp - 1), chunks - (pp_rank == 0)
+    return [Message("pp", "p2p", 2, boundary_numel, count, pipelined, itemsize, phase)
+            for count, phase in ((down, "pp-fwd"), (back, "pp-bwd")) if count]
+
+
+def tie_messages(vocab_size: int, n_embd: int, pp: int, pp_rank: int) -> list[Message]:
+    """The tied embedding's gradient all-reduce, (V, C) fp32 over the first and last stage, once
+    per step (Press & Wolf 2017's tie across a pipeline: `parlab.pipeline.split.EmbeddingTie`)."""
+    if pp == 1 or pp_rank not in (0, pp - 1):
+        return []
+    return [Message("tie", "all_reduce", 2, vocab_size * n_embd, phase="embed-tie")]
+
+
 def p2p_bytes_per_step(pp: int, chunks: int, microbatches: int, pp_rank: int,
                        boundary_numel: int, itemsize: int = 4) -> int:
-    """Bytes one pipeline rank sends per step: messages × one boundary activation."""
-    return p2p_messages_per_step(pp, chunks, microbatches, pp_rank) * boundary_numel * itemsize
+    """Bytes one pipeline rank sends per step: `p2p_messages` of m micro-batches summed."""
+    return total_bytes(p2p_messages(pp, chunks, pp_rank, boundary_numel, itemsize), microbatches)
 
 
 def ideal_from_measured(schedule: Schedule, timeline: list[dict], latency: float = 0.0,

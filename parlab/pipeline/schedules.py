@@ -1,35 +1,19 @@
 """Pipeline schedules as data: for each rank, the ordered list of what it computes.
 
-An `Action` is (op, stage, micro-batch): F (forward), B (backward; the input gradient only when
-the schedule splits the backward), W (the weight gradient of a split backward). Communication is
-derived, not hand-written: `Schedule.lowered()` inserts a RECV before every action whose input
-comes from another rank and a SEND after every action whose output goes to another rank, so the
-list that is executed (`parlab.pipeline.executor`), drawn and costed (`parlab.pipeline.cost`) and
-checked (`parlab.pipeline.validate`) is one and the same.
+An `Action` is (op, stage, micro-batch): F, B (the input gradient only when the backward is
+split), W (the weight gradient). `Schedule.lowered()` derives the communication (a RECV before
+every action whose input is remote, a SEND after every action whose output is), so the list that
+is executed (`executor`), drawn and costed (`cost`) and checked (`validate`) is one and the same.
+With `chunks` = v, stage s lives on rank s mod p as its chunk s // p (Narayanan et al., SC 2021, §2.2).
 
-Stages are virtual: with `chunks` = v model chunks per rank (interleaving), stage s lives on rank
-s mod p as its chunk s // p (Narayanan et al., "Efficient Large-Scale Language Model Training on
-GPU Clusters Using Megatron-LM", SC 2021, §2.2).
-
-Generators (p ranks, m micro-batches):
-- `naive`: plain model parallelism — one micro-batch goes down and back; stages idle in turn.
-- `gpipe`: all forwards, then all backwards (Huang et al., "GPipe", NeurIPS 2019). Holds m
-  micro-batches of activations.
-- `1f1b`: p−s−1 warm-up forwards, then one forward / one backward (PipeDream-Flush: Narayanan et
-  al., "Memory-Efficient Pipeline-Parallel DNN Training", ICML 2021; PipeDream, SOSP 2019). Holds
-  at most p−s micro-batches; same bubble as GPipe.
-- `interleaved`: Megatron-LM's interleaved 1F1B over v chunks; bubble (p−1)/(v·m+p−1); needs
-  m to be a multiple of p (Megatron's own requirement).
-- `zb`: ZB-H1 (Qi, Wan, Huang, Lin, "Zero Bubble Pipeline Parallelism", ICLR 2024): backward split
-  into B (input gradient, on the critical path) and W (weight gradient, off it); W is deferred into
-  the bubbles while in-flight micro-batches stay within 1F1B's p−s.
-- `dualpipe`: DeepSeek-V3's bidirectional DualPipe (DeepSeek-AI, arXiv 2412.19437, §3.2.1):
-  micro-batches fed from both ends (`Action.dir`), two stages per rank, F&B pairs
-  (`Schedule.pairs`); `parlab.pipeline.dualpipe`.
-- `eager-1f1b`: AlpaComm's eager 1F1B (Zhuang et al., "On Optimizing the Communication of Model
-  Parallelism", MLSys 2023, §4): 2(p−s−1) warm-up forwards instead of p−s−1, so each activation is
-  sent one forward before the next stage needs it and its transfer overlaps compute; holds at most
-  2(p−s)−1 micro-batches (p−s−1 more than 1F1B), same ideal bubble as 1F1B when messages are free.
+Generators (p ranks, m micro-batches): `naive` (plain model parallelism); `gpipe` (Huang et al.,
+NeurIPS 2019: all F, then all B); `1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021; PipeDream,
+SOSP 2019: p−s−1 warm-up forwards, holds ≤ p−s); `interleaved` (Megatron-LM, SC 2021: bubble
+(p−1)/(v·m+p−1), m a multiple of p); `zb` (ZB-H1: Qi et al., "Zero Bubble Pipeline Parallelism",
+ICLR 2024: W deferred into the bubbles); `dualpipe` (DeepSeek-V3, arXiv 2412.19437, §3.2.1:
+`parlab.pipeline.dualpipe`); `eager-1f1b` (AlpaComm: Zhuang et al., MLSys 2023, §4: 2(p−s−1)
+warm-up forwards so each send overlaps compute; holds ≤ 2(p−s)−1). Each generator's contract in
+full: docs/pipeline.md, `parlab.pipeline.schedules`.
 """
 
 from __future__ import annotations

@@ -16,54 +16,61 @@ from __future__ import annotations
 
 from parlab.core import cost
 from parlab.core.cost import FP32_BYTES
+from parlab.core.messages import Message, bytes_by
 
 FP32 = FP32_BYTES
+
+
+def tp_messages(cfg_model, batch_rows: int, tp: int, steps: int = 1,
+                sequence_parallel: bool = False, regather: bool = True,
+                vocab_parallel: bool = False, checkpoint: bool = False,
+                element_size: int = FP32, pipelined: bool = False) -> list[Message]:
+    """The collectives one tp rank issues in `steps` steps (Shoeybi et al. 2019, §3; sequence
+    parallel: Korthikanti et al. 2023, §4.2.2), S = batch_rows·T·C elements each.
+
+    tp: per block 2 all-reduces forward (g), 2 backward (f). tp-sp: per block 2 all-gathers and
+    2 reduce-scatters forward, in backward 2 reduce-scatters and 2 all-gathers, + 2 all-gathers
+    that rebuild the column inputs when `regather`, and one all-reduce of the replicated
+    parameters' gradients in one bucket. vocab_parallel (tp only): + 1 all-reduce of S and 3 of
+    B·T (the fp32 loss) forward, + 1 of S backward. checkpoint: backward recomputes each block's
+    forward collectives but the last (PyTorch's non-reentrant checkpoint stops early).
+    pipelined: the messages are a micro-batch's (the planner's time model)."""
+    if tp == 1:
+        return []
+    S = batch_rows * cfg_model.block_size * cfg_model.n_embd
+    L, c = steps * cfg_model.n_layer, 1 if checkpoint else 0
+
+    def msg(op, count, phase, elements=S, width=element_size):
+        return Message("tp", op, tp, elements, count, pipelined, width, phase)
+
+    if not sequence_parallel:
+        out = [msg("all_reduce", L * (2 + c), "tp-forward"),
+               msg("all_reduce", L * 2, "tp-backward")]
+        if vocab_parallel:
+            out += [msg("all_reduce", steps, "tp-forward"),
+                    msg("all_reduce", 3 * steps, "tp-forward", batch_rows * cfg_model.block_size,
+                        FP32),  # fp32 loss
+                    msg("all_reduce", steps, "tp-backward")]
+        return out
+    return [msg("all_gather", L * (2 + 2 * c), "tp-forward"),
+            msg("reduce_scatter", L * (2 + c), "tp-forward"),  # all but the MLP's recomputed
+            msg("reduce_scatter", L * 2, "tp-backward"),
+            msg("all_gather", L * (4 if regather else 2), "tp-backward"),
+            msg("all_reduce", steps, "sp-grad-sync", sum(replicated_numels(cfg_model)))]
 
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,
                       sequence_parallel: bool, regather: bool = True,
                       vocab_parallel: bool = False, checkpoint: bool = False,
                       element_size: int = FP32) -> dict[str, int]:
-    """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only).
-
-    S = batch_rows·T·C elements per activation message (batch_rows = batch / dp).
-    tp: per block 2 ring all-reduces forward and 2 backward.
-    tp-sp: per block 2 all-gathers + 2 reduce-scatters forward; in backward 2 reduce-scatters
-    (of the gathers) + 2 all-gathers (of the reduce-scatters), + 2 all-gathers that rebuild the
-    column inputs when `regather`; and one all-reduce of the replicated parameters' gradients,
-    flattened into one bucket.
-    vocab_parallel (tp only): + 1 all-reduce of S for the embedding and 3 of B·T for the
-    cross-entropy in forward, + 1 all-reduce of S (f before the head) in backward.
-    checkpoint (activation checkpointing of each block): backward recomputes the block's forward
-    and with it its collectives (labelled tp-forward) — all but the last one, because PyTorch's
-    non-reentrant checkpoint stops recomputing once every saved tensor is back ("early stop"),
-    and nothing saved depends on the MLP's closing all-reduce / reduce-scatter.
-    element_size: bytes of an activation / gradient element, 4 in fp32, 2 in bf16-mixed and
-    fp16-mixed (`parlab.core.cost.element_bytes`; the 16-bit activations move half the bytes,
-    the vocab-parallel cross-entropy's three all-reduces stay fp32: the loss is computed in fp32).
-    """
-    zero = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
-    if tp == 1:
-        return zero
-    S = batch_rows * cfg_model.block_size * cfg_model.n_embd
-    per_block = steps * cfg_model.n_layer * element_size
-    ar = cost.ring_all_reduce(S, tp, tp_rank)[0]
-    ag = cost.ring_all_gather(S, tp, tp_rank)[0]
-    rs = cost.ring_reduce_scatter(S, tp, tp_rank)[0]
-    if not sequence_parallel:
-        recompute = per_block * ar if checkpoint else 0  # the attention's g again
-        out = {**zero, "tp-forward": per_block * 2 * ar + recompute,
-               "tp-backward": per_block * 2 * ar}
-        if vocab_parallel:
-            tokens = cost.ring_all_reduce(batch_rows * cfg_model.block_size, tp, tp_rank)[0]
-            out["tp-forward"] += steps * (element_size * ar + FP32 * 3 * tokens)  # fp32 loss
-            out["tp-backward"] += steps * element_size * ar
-        return out
-    sync = cost.ring_all_reduce(sum(replicated_numels(cfg_model)), tp, tp_rank)[0]  # one bucket
-    recompute = per_block * (2 * ag + rs) if checkpoint else 0  # all but the MLP's reduce-scatter
-    return {"tp-forward": per_block * 2 * (ag + rs) + recompute,
-            "tp-backward": per_block * (2 * (ag + rs) + (2 * ag if regather else 0)),
-            "sp-grad-sync": steps * element_size * sync}
+    """Exact bytes one tp rank sends in `steps` steps, by ledger phase (tp comm only): the ring
+    counts of `tp_messages` summed. element_size: 4 in fp32, 2 in bf16-/fp16-mixed
+    (`parlab.core.cost.element_bytes`; the vocab-parallel loss's all-reduces stay fp32)."""
+    out = {"tp-forward": 0, "tp-backward": 0, "sp-grad-sync": 0}
+    msgs = tp_messages(cfg_model, batch_rows, tp, steps, sequence_parallel, regather,
+                       vocab_parallel, checkpoint, element_size)
+    out.update(bytes_by(msgs, "phase", rank=tp_rank))
+    return out
 
 
 def replicated_numels(cfg_model) -> list[int]:

@@ -12,22 +12,10 @@ al., ZeRO, SC 2020; Zhao et al., PyTorch FSDP, VLDB 2023):
         zero.step()                  # average the gradients, step this rank's shard, gather
     state = zero.full_state()        # collective: every parameter whole, e.g. to save it
 
-- `optimizer`: a factory `params -> Optimizer` (called once, on this rank's flat shards), or an
-  optimizer you built over the model's parameters: it is rebuilt over the shards with its class
-  and its hyperparameters (`optimizer.defaults` and its one group's values; several groups with
-  different values cannot share a flat unit and are refused, naming them). Either way the state
-  the optimizer keeps (Adam's moments) is 1/N per rank: `zero.optimizer` is the one that steps.
-- The initial weights: `init="broadcast"` (default) copies rank 0's parameters and buffers into
-  every rank before sharding, `init="verify"` raises naming the first tensor that differs,
-  `init="none"` trusts the caller (`parlab.data_parallel.api`, the same as `DataParallel`).
-- Frozen parameters (`requires_grad=False`) stay whole on every rank, outside the flat units: no
-  optimizer state, no bytes. A tied parameter is one parameter (it belongs to the root unit).
-- Units: each block of `model.blocks` or `model.layers` is one unit, everything else the root unit
-  (`parlab.zero.shard.unit_modules`); a model without either is one unit. Stage 3 gathers a unit
-  in its forward pre-hook, so it needs the model (its forward must return a tensor per unit);
-  a parameter list is wrapped in a container module and supports stages 1 and 2.
-- One forward and backward per `step()` (no gradient accumulation), and every rank must use the
-  same parameters in every step (`ZeroEngine.end_backward`); the step is collective.
+`optimizer` is a factory or a built optimizer (rebuilt over the shards); `init=` "broadcast",
+"verify" or "none"; frozen parameters stay whole; units are `model.blocks` / `model.layers`.
+One forward and backward per `step()`, collective. Each option in detail: docs/zero.md,
+`parlab.zero.api`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ them, `predict` is the schemes' registered `cost=`.
 from __future__ import annotations
 
 from parlab.core.cost import element_bytes, overflow_check_bytes, round_up
+from parlab.core.messages import Message, bytes_by
 from parlab.engine.loop import build_model
 from parlab.engine.prediction import Prediction
 from parlab.zero.shard import unit_modules
@@ -56,24 +57,34 @@ def predict(stage: int, cfg) -> Prediction:
                       f"parlab.zero.cost.step_bytes(stage={stage}), ZeRO paper §7.2.2")
 
 
-def step_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> int:
-    """Bytes each rank sends per step (gloo ring accounting, padded units).
+def zero_messages(stage: int, unit_numels: list[int], world: int, bytes_per=4,
+                  dim: str = "dp") -> list[Message]:
+    """ZeRO's collectives per step (Rajbhandari et al., SC 2020, §7.2.2), per padded flat unit P
+    (`parlab.zero.shard`): a reduce-scatter of its gradients ("grad-reduce-scatter") and the
+    parameters' all-gather ("param-all-gather"; stage 3 one before forward, "param-gather-fwd",
+    and one before backward, "param-gather-bwd"), each (N-1)/N·P per rank."""
+    if stage not in (1, 2, 3):
+        raise ValueError(f"stage={stage!r} must be 1, 2 or 3")
+    gathers = ("param-gather-fwd", "param-gather-bwd") if stage == 3 else ("param-all-gather",)
+    out = []
+    for numel in unit_numels:
+        if numel:
+            padded = round_up(numel, world)
+            out += [Message(dim, "reduce_scatter", world, padded, element_bytes=bytes_per,
+                            phase="grad-reduce-scatter")]
+            out += [Message(dim, "all_gather", world, padded, element_bytes=bytes_per, phase=g)
+                    for g in gathers]
+    return out
 
-    Reduce-scatter and all-gather of a padded unit P each send (N-1)/N·P. ZeRO-1 and -2:
-    reduce-scatter the gradients, all-gather the updated parameters: 2(N-1)/N·ΣP, what DDP's
-    all-reduce sends. ZeRO-3: all-gather before forward, again before backward, reduce-scatter
-    the gradients: 3(N-1)/N·ΣP = 1.5 × DDP (ZeRO paper §7.2.2).
-    """
+
+def step_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> int:
+    """Bytes each rank sends per step: `zero_messages` summed — ZeRO-1 and -2 2(N-1)/N·ΣP,
+    what DDP's all-reduce sends; ZeRO-3 3(N-1)/N·ΣP = 1.5 × DDP (ZeRO paper §7.2.2)."""
     return sum(phase_bytes(stage, unit_numels, world, bytes_per).values())
 
 
 def phase_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> dict[str, int]:
-    """{ledger phase: bytes each rank sends per step}: one reduce-scatter of the padded gradients
-    ("grad-reduce-scatter"), and the parameters' all-gather ("param-all-gather"; ZeRO-3: one
-    before forward, "param-gather-fwd", one before backward, "param-gather-bwd"), each
-    (N-1)/N·ΣP."""
-    if stage not in (1, 2, 3):
-        raise ValueError(f"stage={stage!r} must be 1, 2 or 3")
-    one = sum(p - p // world for p in (round_up(n, world) for n in unit_numels)) * bytes_per
+    """{ledger phase: bytes each rank sends per step}: `zero_messages` summed by phase."""
+    msgs = zero_messages(stage, unit_numels, world, bytes_per)
     gathers = ("param-gather-fwd", "param-gather-bwd") if stage == 3 else ("param-all-gather",)
-    return {"grad-reduce-scatter": one, **dict.fromkeys(gathers, one)}
+    return {**dict.fromkeys(("grad-reduce-scatter", *gathers), 0), **bytes_by(msgs, rank=0)}

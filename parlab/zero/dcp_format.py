@@ -1,37 +1,17 @@
 """Checkpoints PyTorch reads, and PyTorch's checkpoints parlab resumes: the DCP layout.
 
 Every committed `step_<k>/` of a `save_dir` is also a `torch.distributed.checkpoint` (DCP)
-checkpoint: beside parlab's own rank files it holds DCP's `.metadata` and `__0_0.distcp`, written
-by rank 0 with `dcp.save(..., no_dist=True)` after every rank's shard is on disk. Its keys are the
-ones PyTorch's own tools use, so one plain Python process (no process group) reads it back:
+checkpoint (`.metadata` and `__0_0.distcp`, written by rank 0 with `no_dist=True`), keyed as
+PyTorch's own tools key it, so one plain process reads it back:
 
     model = GPT(config)                       # freshly built
     sd = model.state_dict()
     dcp.load(sd, checkpoint_id="runs/a/step_000004")
     model.load_state_dict(sd)                 # the trained weights (= r.state)
 
-- the model's parameters at the top level, under their names in `model.state_dict()` (as
-  torchtitan flattens its model);
-- `"optimizer"`: the optimizer state as `torch.distributed.checkpoint.state_dict.
-  get_optimizer_state_dict` lays it out (`{"state": {param name: {"step", "exp_avg",
-  "exp_avg_sq"}}, "param_groups": [...]}`), so `get_state_dict(model, optimizer)` + `dcp.load` +
-  `set_state_dict` restore an AdamW mid-training;
-- `"step"` (steps done) and `"losses"` (the global loss of each of them), both tensors.
-
-The price of the simplest design: rank 0 holds the whole model and optimizer state while it
-writes (it reads the other ranks' files back; fine at the lab's sizes, where a real system has
-every rank write its own chunks). The manifest `meta.pt`, written after the DCP files, carries
-their sha256 (`dcp_checksums`), so a damaged `.distcp` is refused like a damaged rank file;
-`.metadata` is removed before a save starts and written last (DCP writes it to a temporary name
-and renames it), so a save killed midway is no DCP checkpoint either.
-
-Resuming a checkpoint PyTorch wrote (`resume_from=<dir>`, e.g. after `fully_shard` + `dcp.save`,
-or `dcp.save` of a plain model and optimizer in one process): `TorchCheckpoint` finds the model's
-parameters at the top level or under `"model."`, the optimizer state under `"optimizer."` or
-`"optim."` (absent: the optimizer starts fresh), the steps done in a tensor `"step"` or else in
-AdamW's own `step`; every rank reads the full tensors and keeps its flat range (resharding to
-any world size). Only tensors are read (`weights_only=True`): DCP unpickles its non-tensor
-entries with `weights_only=False`, which would run code from the file, so those are skipped.
+`TorchCheckpoint` resumes a checkpoint PyTorch wrote, resharding to any world size; only tensors
+are read (`weights_only=True`). The keys, the checksums, why rank 0 holds the whole state while
+it writes, and what resuming accepts: docs/zero.md, `parlab.zero.dcp_format`.
 """
 
 from __future__ import annotations

@@ -1,36 +1,16 @@
 """Sparse against dense at equal *active* parameters: `ep`, `ep-allgather` and the tiny GPT.
 
-Shazeer et al. 2017: an MoE layer adds parameters, not FLOPs per token. The fair dense baseline
-therefore has exactly the parameters each token uses in the MoE: per MoE block the router (C·E)
-and k experts of width h (k·2·C·h, no biases), against the dense GPT's MLP of width 4C (2·C·4C).
-They are equal when
+Shazeer et al. 2017: an MoE layer adds parameters, not FLOPs per token, so the fair dense
+baseline has the parameters each token uses: router C·E plus k experts of width h against the
+dense MLP's 2·C·4C, equal when
 
     C·E + 2·C·k·h = 8·C²   ⇔   h = (8C − E) / (2k)      (C = 32, E = 4: h = 63 at k = 2, 126 at k = 1)
 
-so the dense model is the tiny GPT itself (`model="gpt"`, same embeddings, attention, norms) and
-the MoE takes experts of width h; both counts are computed from the built models and printed.
-Equal active parameters mean equal FLOPs per token (Kaplan et al. 2020: ≈ 6 per parameter per
-token in training), so the cost model predicts the same compute for the three runs — the dense GPT's
-measured loopback step — plus each one's communication: on a link of latency α and bandwidth β,
-Σ (rounds·α + bytes/β) over rank 0's collectives (`parlab.core.link.Link.cost`; bytes from the
-ledger, which the tests hold equal to `parlab.expert_parallel.cost`). On loopback it predicts
-three equal step times; what the measurement adds is what the model leaves out (routing, the
-all-to-all's index work, gloo's per-op overhead), printed as the diagnosis.
-The dense GPT trains with `ddp-bucketed` in one bucket: one flat all-reduce, as `ep` syncs its
-dense weights.
-
-Clock: virtual time by default (`clock="A100"`, parlab.core.clock): compute spans last what their
-operators cost on the A100 (a kernel launch each, ~4 µs, and their FLOPs) and the link is the real
-one, undilated, so the step times are A100 ms and bit-reproducible on any machine. The "loopback"
-row has no emulated link: communication is free there, so it shows compute alone. The regime where
-the all-to-all wins (GShard, Switch): k < ep, and messages of the order of the link's α·β or
-larger, so that bytes — of which all-gather moves about ep/k times as many — weigh as much as
-latency in the exchange, and the link's time as much as the compute. The tiny GPT's step is
-kernel launches (~4 A100 ms), which an A100's NVLink 3 (α·β = 1 µs × 300 GB/s = 300 KB) or
-100Gb-IB moves every message of in a fraction of: there all-gather's extra bytes cost nothing
-measurable (measured 0.95× and 0.99× at `TIMING_BATCH`). On the real 10GbE (α·β = 20 µs ×
-1.25 GB/s = 25 KB) a dispatch of thousands of tokens per rank is many α·β and its transfer
-comparable to the step: `TIMING_LINK`.
+Equal active parameters mean equal FLOPs per token (Kaplan et al. 2020), so the cost model
+predicts equal compute plus each run's α-β communication (`parlab.core.link.Link.cost`, bytes
+from the ledger); the measurement adds what it leaves out. Virtual time (`clock="A100"`) by
+default. When the all-to-all beats all-gather (GShard, Switch) and why `TIMING_LINK` is the real
+10GbE: docs/expert_parallel.md, `parlab.expert_parallel.explore.dense`.
 """
 
 from __future__ import annotations
