@@ -40,9 +40,17 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 from parlab.compression.compressed_reducers import step_messages
-from parlab.compression.cost import RING
-from parlab.core.cost import FP32_BYTES, round_up, shard_sizes
-from parlab.data_parallel.cost import REDUCER_ISSUE, REDUCER_MESSAGES
+from parlab.compression.cost import as_messages
+from parlab.context_parallel.cost import ring_messages
+from parlab.core.cost import FP32_BYTES, shard_sizes
+from parlab.core.messages import (  # noqa: F401  (re-exported: costmodel.Message, ...)
+    Message,
+    bytes_per_dim,
+    merged,
+    message_time,
+)
+from parlab.data_parallel.cost import REDUCER_ISSUE, REDUCER_MESSAGES, dp_messages
+from parlab.pipeline.cost import p2p_messages, tie_messages
 from parlab.planner.calibration import Calibration, fit_calibration  # noqa: F401  (re-exported)
 from parlab.planner.cost import DIMENSION, dp_param_numels, dp_param_shapes, rank_bytes
 from parlab.planner.plan_memory import (  # noqa: F401  (re-exported: costmodel.memory, ...)
@@ -53,35 +61,10 @@ from parlab.planner.plan_memory import (  # noqa: F401  (re-exported: costmodel.
     stage_numels,
     state_memory,
 )
+from parlab.tensor_parallel.cost import tp_messages
+from parlab.zero.cost import zero_messages
 
 FP32 = FP32_BYTES
-
-
-@dataclass(frozen=True)
-class Message:
-    """`count` messages of one kind per rank and step: op over a group of `n` of `elements` fp32."""
-
-    dim: str  # "dp", "tp", "pp", "cp", "tie"
-    op: str  # all_reduce, reduce_scatter (full tensor given), all_gather (full tensor), p2p
-    n: int
-    elements: int
-    count: float
-    pipelined: bool  # inside the pipeline's slots (per micro-batch) or once per step
-    element_bytes: int = FP32  # 1: a compressor's packed bytes
-
-    def sent(self) -> int:
-        """Bytes the busiest rank of the ring sends per message (ring counts, `parlab.core.cost`:
-        with uneven chunks a rank sends all but the chunk it receives last, so the rank before
-        the smallest chunk's owner sends most — the same rank for every message)."""
-        if self.op == "p2p":
-            return self.elements * self.element_bytes
-        return max(RING[self.op](self.elements, self.n, r)[0]
-                   for r in range(self.n)) * self.element_bytes
-
-    def rounds(self) -> int:
-        if self.op == "p2p":
-            return 1
-        return 2 * (self.n - 1) if self.op == "all_reduce" else self.n - 1
 
 
 @dataclass
@@ -113,78 +96,39 @@ class PlanPrediction:
 
 # ----------------------------------------------------------------------------- layout
 def messages(m, plan, batch_size: int, stage: int = 0) -> list[Message]:
-    """What a rank of pipeline `stage` sends per step, per dimension (the chapters' closed
-    forms): tp 4 all-reduces per block (Megatron, Shoeybi et al. 2019 §3; one more recomputed
-    with checkpointing), cp the ring's K/V and dK/dV passes (Liu et al. 2023 §3), pp one
-    activation down and one gradient back per micro-batch and boundary (Narayanan et al. 2021
-    §2.2), the tied embedding summed over first and last stage, and dp × cp the plan's reducer's
-    messages (chapter 01), its compressor's (chapter 08) or ZeRO's collectives per unit
-    (Rajbhandari et al. SC 2020 §7.2.2)."""
-    out = []
+    """What a rank of pipeline `stage` sends per step: each dimension's chapter's message list on
+    the slice that dimension sees (Narayanan et al. 2021, §3) — tp `tp_messages` (Shoeybi et al.
+    2019 §3), cp `ring_messages` (Liu et al. 2023 §3), pp `p2p_messages` (Narayanan et al. 2021
+    §2.2) and the tied embedding's `tie_messages`, and over dp × cp the plan's ZeRO collectives
+    (`zero_messages`, Rajbhandari et al. SC 2020 §7.2.2), compressor's (chapter 08) or reducer's
+    (chapter 01, `dp_messages`). The busiest stage's block count is every stage's (the time
+    model's critical path)."""
     rows = batch_size // (plan.dp * plan.microbatches)
     seq = m.block_size // plan.cp
     blocks = max(shard_sizes(m.n_layer, plan.pp))
     act = rows * seq * m.n_embd  # (b, T/cp, C) elements
-    if plan.tp > 1:  # Megatron: 2 all-reduces forward, 2 backward per block (+1 recomputed)
-        per_mb = blocks * (4 + (1 if plan.checkpoint else 0))
-        out.append(Message("tp", "all_reduce", plan.tp, act, per_mb, True))
-    if plan.cp > 1:  # ring attention: K, V cp−1 times forward, dK, dV cp−1 times back
-        kv = 2 * act // plan.tp
-        passes = 2 * (plan.cp - 1) * (1.5 if plan.checkpoint else 1)
-        out.append(Message("cp", "p2p", plan.cp, kv, blocks * passes, True))
-    first, last = stage == 0, stage == plan.pp - 1
-    if plan.pp > 1:  # an activation down and a gradient back per micro-batch and boundary
-        out.append(Message("pp", "p2p", 2, act, 2 - first - last, True))
-        if first or last:
-            out.append(Message("tie", "all_reduce", 2, m.vocab_size * m.n_embd, 1, False))
+    stage_slice = SimpleNamespace(n_layer=blocks, block_size=seq, n_embd=m.n_embd)
+    out = merged(tp_messages(stage_slice, rows, plan.tp, checkpoint=plan.checkpoint,
+                             pipelined=True))
+    out += merged(ring_messages(rows, m.n_head // plan.tp, m.block_size, m.head_dim, plan.cp,
+                                blocks, recompute="checkpoint" if plan.checkpoint else "none",
+                                pipelined=True))
+    out += merged(p2p_messages(plan.pp, 1, stage, act))
+    out += tie_messages(m.vocab_size, m.n_embd, plan.pp, stage)
     group = plan.dp * plan.cp  # every rank holding the same slice (dp × cp)
     if group > 1:
-        units = stage_numels(m, plan, stage)
-        if plan.zero:  # ZeRO per unit: reduce-scatter, all-gather (×2 at stage 3), §7.2.2
-            for unit in units.values():
-                if unit:
-                    padded = round_up(sum(unit), group)
-                    out.append(Message("dp", "reduce_scatter", group, padded, 1, False))
-                    out.append(Message("dp", "all_gather", group, padded,
-                                       2 if plan.zero == 3 else 1, False))
-        elif plan.dp_compressor != "none":  # chapter 08's messages for this compressor
+        if plan.zero:
+            units = [sum(u) for u in stage_numels(m, plan, stage).values()]
+            out += merged(zero_messages(plan.zero, units, group))
+        elif plan.dp_compressor != "none":
             shapes = dp_param_shapes(plan, m, stage)
-            out += [Message("dp", op, group, elements, 1, False, width) for op, elements, width
-                    in step_messages(plan.dp_compressor, shapes, group, plan.compressor_options())
-                    if elements]
-        else:  # chapter 01's reducer: one flat bucket, one message per tensor or per bucket
-            sync = REDUCER_MESSAGES[plan.dp_sync]  # an all-gather's message is its full tensor
-            out += [Message("dp", op, group, elements * (group if op == "all_gather" else 1), 1,
-                            False) for op, elements in
-                    sync(dp_param_numels(plan, m, stage), group, plan.reducer_options())]
+            out += as_messages([t for t in step_messages(plan.dp_compressor, shapes, group,
+                                                         plan.compressor_options()) if t[1]],
+                               group)
+        else:
+            out += dp_messages(REDUCER_MESSAGES[plan.dp_sync], dp_param_numels(plan, m, stage),
+                               group, **plan.reducer_options())
     return out
-
-
-def bytes_per_dim(msgs: list[Message], microbatches: int) -> dict:
-    """{dim: bytes sent per step} of one rank's messages."""
-    out: dict = {}
-    for x in msgs:
-        out[x.dim] = out.get(x.dim, 0) + int(x.sent() * x.count *
-                                             (microbatches if x.pipelined else 1))
-    return out
-
-
-def message_time(msg: Message, fit, link) -> float:
-    """max(gloo here, emulated link) of one message: k·α + bytes/β each (Thakur et al. 2005)."""
-    if msg.n == 1:
-        return 0.0
-    if fit is None:  # virtual time: the real link alone, gloo's real time is no virtual time
-        here = 0.0
-    elif msg.op == "p2p" and msg.dim == "cp":  # posted async round the ring
-        here = fit.ring_alpha + msg.sent() / fit.ring_beta
-    elif msg.op == "p2p":
-        here = fit.p2p_alpha + msg.sent() / fit.p2p_beta
-    else:
-        ab = fit.all_reduce.get(msg.n) or fit.all_reduce[max(fit.all_reduce)]
-        scale = 0.5 if msg.op != "all_reduce" else 1.0  # RS / AG: half a ring all-reduce
-        here = scale * ab.predict(msg.elements * msg.element_bytes)
-    emulated = link.cost(msg.sent(), msg.rounds()) if link is not None else 0.0
-    return max(here, emulated)
 
 
 # ----------------------------------------------------------------------------- time
