@@ -4,28 +4,16 @@ Papers. Online softmax: Milakov & Gimelshein, "Online normalizer calculation for
 arXiv 1805.02867), the rule FlashAttention (Dao et al., NeurIPS 2022) computes blockwise with.
 Ring attention: Liu, Zaharia & Abbeel, "Ring Attention with Blockwise Transformers for
 Near-Infinite Context" (ICLR 2024, arXiv 2310.01889). Zig-zag split for causal balance: Brandon et
-al., "Striped Attention" (2023, arXiv 2311.09431) and the Llama 3 paper (Dubey et al. 2024,
-§3.3.2: "split the sequence into 2×CP chunks, rank i holds chunks i and 2×CP−1−i").
+al., "Striped Attention" (2023, arXiv 2311.09431) and the Llama 3 paper (Dubey et al. 2024, §3.3.2).
 
-The idea. Attention of a query block over the keys is a softmax-weighted mean of values. Split the
-keys into blocks: each block gives a partial output o_b (normalised within the block) and its
-log-sum-exp l_b = log Σ exp(scores). Two partials merge exactly:
+Two partial outputs over key blocks merge exactly by their log-sum-exps:
 
     l = log(e^{l_a} + e^{l_b}),   o = e^{l_a − l}·o_a + e^{l_b − l}·o_b
 
-so a rank that holds T/cp queries can see the whole sequence one K/V block at a time: at each of
-cp steps it attends to the block it holds, merges, and passes the block to the next rank
-(`RingPass`), the transfer overlapping the block's compute. The working set is one score block
-of (T/2cp)² instead of T². Here autograd does the backward: it keeps the score blocks this rank
-computed (≈ T²/2cp with zig-zag) and the received K/V blocks, and the gradients of K and V travel
-the ring the other way, so per layer each rank sends K and V cp−1 times forward and dK, dV cp−1
-times backward (`parlab.context_parallel.cost.ring_bytes`). `parlab.context_parallel.ring_recompute` is
-the paper's memory-lean variant.
-
-Causal masking leaves the upper triangle empty. Sharding contiguously gives rank 0 one block of
-work and rank cp−1 all of them; every ring step waits for the busiest rank. With 2·cp chunks and
-rank r holding chunks r and 2cp−1−r ("zigzag"), every rank has the same work
-(`parlab.context_parallel.cost.causal_work`).
+so each rank attends to one K/V block at a time and passes it on (`RingPass`); dK, dV travel
+back (`parlab.context_parallel.cost.ring_bytes`); zig-zag chunks balance the causal work
+(`cost.causal_work`). The derivation, memory and the balance: docs/context_parallel.md,
+`parlab.context_parallel.ring_attention`.
 """
 
 from __future__ import annotations

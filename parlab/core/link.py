@@ -1,31 +1,16 @@
 """Emulated links: make one machine's loopback behave like 1GbE, InfiniBand or NVLink.
 
-The α-β (latency-bandwidth, "Hockney") model prices a message of n bytes at α + n/β. A collective
-algorithm that runs in k sequential rounds and puts b bytes on a rank's busiest direction costs
-k·α + b/β (Thakur, Rabenseifner & Gropp, "Optimization of Collective Communication Operations in
-MPICH", IJHPCA 2005). With a `Link` set, `parlab.core.comm` runs the real operation and then waits
-until that much wall time has passed since the link became free, so a slow link shows in step
-times and timelines while the results stay exact. The link is full duplex: sends queue behind
-sends and receives behind receives, in issue order, so a send and a receive in flight together
-overlap. Async ops stay async: only `wait()` sleeps.
+The α-β (latency-bandwidth, "Hockney") model: k sequential rounds putting b bytes on a rank's
+busiest direction cost k·α + b/β (Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005). With a `Link` set, `parlab.core.comm` runs the
+real operation, then waits until that much wall time has passed since the (full-duplex) link was
+free: results stay exact. Presets (`PRESETS`) are real links with bandwidth ÷ `PRESET_SCALE`;
+a *faithful* link dilates α and β by N = F_acc / F_cpu, so compute and communication keep the
+accelerator's ratio. Bytes never change.
 
-Two kinds of link. The *presets* (`PRESETS`: "1GbE", "10GbE", ...) are fixed teaching links: the
-real bandwidth divided by `PRESET_SCALE` = 100, the real latency kept. A *faithful* link
-(`faithful`) is exact about what matters instead: this machine computes F_cpu FLOP/s on the model
-(measured), an accelerator computes F_acc (`ACCELERATORS`, docs/accelerators.md); dilating the
-real link's α and β by N = F_acc / F_cpu (α·N, β/N) makes every communication time N times longer,
-exactly as every compute time is N times longer here, so the ratio of compute to communication on
-this CPU is that of the accelerator on the real link ("1GbE as an A100 sees it, time ×N"). Bytes do
-not change, so every closed form of bytes holds on either kind.
-
-The hardware constants live here and only here (docs/accelerators.md, with sources): each
-accelerator's sustained rate, its NVLink generation and its memory. NVLink per direction, from
-NVIDIA's datasheets: NVLink 2 (V100 SXM2, Tesla V100 datasheet: 300 GB/s total = 6 links × 25 GB/s
-each way) 150 GB/s; NVLink 3 (A100 SXM, A100 Tensor Core GPU datasheet: 600 GB/s total = 12 links ×
-25 GB/s) 300 GB/s; NVLink 4 (H100 SXM, H100 Tensor Core GPU datasheet: 900 GB/s total = 18 links ×
-25 GB/s) 450 GB/s. "NVLink", the name users type, is the A100's NVLink 3 (the default
-accelerator); under a paced clock it is the clock's accelerator's own generation
-(`parlab.core.clock.pace_link`, `nvlink_for`).
+The hardware constants live here and only here (sources: docs/accelerators.md), NVLink per
+direction from NVIDIA's datasheets: NVLink 2 (V100) 150 GB/s, NVLink 3 (A100) 300 GB/s, NVLink 4
+(H100) 450 GB/s. The two kinds of link and the datasheet arithmetic: docs/core.md, `parlab.core.link`.
 """
 
 from __future__ import annotations

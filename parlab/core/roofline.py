@@ -1,30 +1,13 @@
 """Per-operator prices three ways: FLOPs alone, the paced clock's roofline, and PyTorch's own estimator.
 
-At the tiny GPT's size a kernel's launch decides its time; at a real model's size the operators
-that compute little and move much (layer norms, softmax, GeLU, the optimizer's element-wise
-updates) are limited by memory bandwidth, which FLOPs alone do not see. The roofline model
-(Williams, Waterman & Patterson, "Roofline: An Insightful Visual Performance Model for Multicore
-Architectures", CACM 2009) prices an operator at the larger of its FLOPs ÷ compute rate and its
-bytes read and written ÷ memory bandwidth; the paced clock (`parlab.core.clock`) charges every
-kernel its launch plus that.
-
-`compare(fn)` runs `fn` (a preset's forward and backward:
-`parlab.planner.megatron_runs.preset_step`) on fake tensors (`parlab.core.shapes`) under a
-dispatch mode that prices each aten operator:
-
-- **FLOPs**: launch + FLOPs / F on every aten operator, views included (what the paced clock
-  charged before it priced bytes);
-- **roofline**: what the paced clock charges, `Clock.price` of the operator's kernel (launch +
-  max(FLOPs / F, bytes / HBM bandwidth), `parlab.core.pacer.operator_work`; views and empty
-  allocations free), F the same sustained rate;
-- **torch**: `torch.distributed._tools.runtime_estimator.RuntimeEstimator`'s roofline mode, its
-  own code (`torch.utils._runtime_estimation.get_compute_time` / `get_transfer_time`) with the
-  accelerator's datasheet peak and bandwidth in place of the CUDA device it would query: no
-  launch, view and creation operators free, and compute as its code does it, (FLOPs / 2) ÷
-  (0.75 · peak).
-
-Bytes are PyTorch's count in both rooflines (`get_num_bytes`: every input and output tensor once,
-a broadcast dimension of stride 0 not counted); FLOPs are `torch.utils.flop_counter`'s.
+The roofline model (Williams, Waterman & Patterson, "Roofline: An Insightful Visual Performance
+Model for Multicore Architectures", CACM 2009) prices an operator at the larger of its FLOPs ÷
+compute rate and its bytes ÷ memory bandwidth; at a real model's size layer norms, softmax and
+element-wise updates are memory-bound, which FLOPs alone do not see. `compare(fn)` runs `fn` on
+fake tensors (`parlab.core.shapes`) and prices each aten operator as **FLOPs** (launch + FLOPs/F),
+**roofline** (the paced clock's `Clock.price`) and **torch** (`RuntimeEstimator`'s roofline
+mode: no launch, (FLOPs / 2) ÷ (0.75 · peak)). Bytes are PyTorch's `get_num_bytes`, FLOPs
+`torch.utils.flop_counter`'s. The three in detail: docs/core.md, `parlab.core.roofline`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """Backup workers: the step uses the first N−b gradients to arrive and drops the stragglers'.
 
 Chen, Pan, Monga, Bengio & Jozefowicz, "Revisiting Distributed Synchronous SGD" (2016): with b
-backup workers a synchronous step waits for the fastest N−b of N gradients instead of all N, so
-the tail of slow workers stops setting the pace; the dropped workers abandon their work and start
-the next step with everyone.
+backup workers a synchronous step waits for the fastest N−b of N gradients, so the tail of slow
+workers stops setting the pace. The update, (1/(N−b)) Σ_{r used} ∇L_r, is an unbiased gradient of
+a smaller batch (rows are i.i.d.): not `single`'s, so the scheme is not exact; b = 0 equals `single`.
 
-What the update is. Every rank takes B/N rows of the step's batch (even shards); the step applies
-the mean of the used ranks' gradients, (1/(N−b)) Σ_{r used} ∇L_r: the gradient of a batch of
-B(N−b)/N rows. The rows of a step are drawn i.i.d. (`parlab.models.data.global_batch`), and which
-rank straggles does not depend on its rows, so this is an unbiased estimate of the full-data
-gradient with a smaller batch: more variance, no bias (that is the paper's argument; it breaks if
-each worker owned a fixed, non-i.i.d. part of the data). It is not `single`'s update, so the
-scheme is not exact; b = 0 is plain synchronous data parallelism and equals `single`.
-
-How arrival is emulated. Slowness here is `speeds=` (parlab.core.speeds). Each rank runs its real
-forward and backward and would finish them at a_r = start + c/s_r on its device: on the wall clock
-c is the work's CPU seconds on this machine; on a paced clock (virtual time, `parlab.core.clock`)
-it is the work's price on the accelerator (its counted operators and FLOPs), so a_r is a virtual
-time and a run repeats to the bit on a busy machine. The ranks all-gather these N arrival times
-(one fp64 each, in the ledger) — every rank then knows every gradient's arrival before it picks,
-which is conservative synchronisation (Chandy & Misra 1979) done by one collective — and every
-rank picks the same N−b earliest (ties: lower rank): the first N−b in arrival order. The used ones
-are busy until their own a_r, the dropped ones until the (N−b)-th arrival, when their work is
-abandoned (wall clock: they sleep until then; paced: their virtual time moves there,
-`Timeline.wait_until`, nothing sleeps). Then one all-reduce (op=sum) of the weighted gradients
-(zeros from the dropped ranks: all-reduce moves the same bytes; a parameter server would receive
-N−b messages instead of N).
+Arrival is emulated from `speeds=` (parlab.core.speeds): a_r = start + c/s_r, c the work's CPU
+seconds (wall clock) or its accelerator price (paced clock); the ranks all-gather the N arrival
+times (conservative synchronisation, Chandy & Misra 1979) and all pick the same N−b earliest,
+then one all-reduce (op=sum) of the weighted gradients. The argument and the emulation in full:
+docs/heterogeneous.md, `parlab.heterogeneous.backup`.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """Real model shapes by name: `parlab.run(..., model="gpt2-xl", shapes_only=True, clock="A100")`.
 
-A preset is the package's one GPT (`parlab.models.gpt`: nanoGPT's blocks, no biases, a head tied
-to the token embedding) at the shapes of a published model, so every scheme that trains the tiny
-GPT runs a real model's shapes through the same code. A laptop cannot compute a 1.5B-parameter
-model, but it can run it shapes-only (`parlab.core.shapes`) on its virtual clock; the tiny GPT
-stays the default for everything that needs numbers. `model_config=` overrides a preset's fields
-(e.g. `{"n_layer": 4}`); the run's `model` is then "gpt" at those shapes (`RunConfig.preset` keeps
-the name).
+A preset is the package's one GPT (`parlab.models.gpt`) at the shapes of a published model, run
+shapes-only (`parlab.core.shapes`) on the virtual clock; `model_config=` overrides its fields.
+Sources: GPT-2 (Radford et al., 2019, Table 2; small, medium, large, XL); Megatron-LM (Narayanan
+et al., SC 2021, Table 1; 1.7B … 76.1B); Llama 3 8B (Meta, "The Llama 3 Herd of Models", 2024,
+Table 3: grouped-query attention, SwiGLU, RMSNorm, rotary positions, an untied head;
+8,030,261,248 parameters, the released 8.03B; schemes `LLAMA_SCHEMES`).
 
-Sources:
-- GPT-2 (Radford et al., "Language Models are Unsupervised Multitask Learners", 2019, Table 2;
-  the released configurations, e.g. Hugging Face's `gpt2-xl/config.json`): context 1024, vocabulary
-  50,257; small 12 layers × 768 (12 heads), medium 24 × 1024 (16), large 36 × 1280 (20), XL
-  48 × 1600 (25). GPT-2 XL's 25 heads admit tensor-parallel degrees 1, 5 and 25 only.
-- Megatron-LM (Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters
-  Using Megatron-LM", SC 2021, Table 1): sequence 2048, vocabulary 51,200; 1.7B 24 layers × 2304
-  (24 heads), 3.6B 30 × 3072 (32), 7.5B 36 × 4096 (32), 18.4B 40 × 6144 (48), 39.1B 48 × 8192
-  (64), 76.1B 60 × 10240 (80). Their heads divide by 2, 4 and 8: the tensor-parallel presets.
-- Llama 3 8B (Meta, "The Llama 3 Herd of Models", 2024, Table 3; the released `config.json`):
-  32 layers × 4096, 32 query heads sharing 8 key/value heads (grouped-query attention, Ainslie et
-  al. 2023), a SwiGLU MLP of width 14,336 (Shazeer 2020), RMSNorm with eps 1e-5 (Zhang & Sennrich
-  2019), rotary positions with base 500,000 (Su et al. 2021), vocabulary 128,256, context 8192,
-  an untied output head, no biases: the GPT's Llama-style options (`parlab.models.llama_parts`),
-  8,030,261,248 parameters, the released model's 8.03B. It runs on the schemes `LLAMA_SCHEMES`
-  of `parlab.engine.run_config` (tp must divide its 8 key/value heads; no context parallelism).
 Simplification, stated (the GPT-2 and Megatron presets): no biases and a tied head (this
 package's GPT), so a preset's parameter count is within 1% of the published one, not equal.
+Every preset's shapes with their sources: docs/models.md, `parlab.models.presets`.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """ZeRO-1, ZeRO-2, ZeRO-3: data parallelism without the redundant copies (Rajbhandari et al., SC 2020).
 
 Each rank trains on its rows of the global batch exactly as DDP does, so the losses and the final
-parameters equal the single process's; what changes is what a rank *keeps* (`parlab.zero.zero_engine`):
-1/N of the Adam moments (zero1), also 1/N of the gradients (zero2), also 1/N of the parameters
-between uses (zero3). Memory per rank is measured from the tensors each rank holds: `params`,
-`grads`, `optimizer` (padding included), `activations` (peak saved for backward), and two extras:
-`gathered_peak` (zero3: the most gathered parameter bytes alive at once — the root unit plus one
-block, plus the next block with prefetch: `parlab.zero.zero_engine.gathered_peak_bytes`) and `padding`
-(bytes of the zero padding of the flat units). zero3's `prefetch` (default False): FSDP's prefetch
-of the next unit's all-gather and asynchronous gradient reduce-scatter, same bytes, same result.
+parameters equal the single process's; what changes is what a rank *keeps*
+(`parlab.zero.zero_engine`): 1/N of the Adam moments (zero1), also 1/N of the gradients (zero2),
+also 1/N of the parameters between uses (zero3). Memory per rank is measured from the tensors
+each rank holds (`params`, `grads`, `optimizer`, `activations`, and zero3's `gathered_peak`,
+`padding`). zero3's `prefetch`: FSDP's prefetch, same bytes, same result.
 
-Options shared by the three stages:
-  save_dir, save_every — write a sharded checkpoint (`parlab.zero.checkpoint`) every k steps;
-  resume=True — continue from the latest committed checkpoint in save_dir, at any world size and
-  ZeRO stage (a checkpoint of another run is refused, naming each differing field; no checkpoint:
-  a warning, and resume="must" refuses; only damaged checkpoints: refused, unless
-  allow_fresh_start=True); keep — the number of checkpoints kept (default 2); a run with a
-  save_dir holds its lock from before spawn (`hold`; a second run on it is refused before spawn,
-  naming the first one's pid); every checkpoint is also a `torch.distributed.checkpoint` that a
-  plain process reads with `dcp.load` (`parlab.zero.dcp_format`);
-  resume_from — a DCP checkpoint directory (one of parlab's step dirs, or one PyTorch's `dcp.save`
-  wrote: `fully_shard` + `dcp.save`, or a plain model's and optimizer's state in one process) to
-  continue from, resharded to this world size; checked before spawn (a missing parameter, a
-  shape, a damaged or truncated file is named);
-  fail_at_step, fail_rank — fault injection: that rank kills itself (SIGKILL) as the step begins,
-  and the launcher reports the dead rank (no hang, no orphans);
-  algo — "gloo" (default) or "ring": the all-gathers and reduce-scatters on gloo's own collectives
-  or on the pipelined ring of `parlab.core.collectives` (the same bytes).
+Shared options: `save_dir`, `save_every`, `resume`, `keep`, `resume_from` (sharded and DCP
+checkpoints: `parlab.zero.checkpoint`, `parlab.zero.dcp_format`), `fail_at_step`, `fail_rank`
+(fault injection) and `algo` ("gloo" or "ring"). What each accepts and refuses:
+docs/zero.md, `parlab.zero.schemes`.
 """
 
 from __future__ import annotations

@@ -2,31 +2,14 @@
 
 Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models",
 SC 2020, §5: stage 1 (P_os) shards the optimizer state, stage 2 (P_os+g) also the gradients,
-stage 3 (P_os+g+p) also the parameters. With units cut as in `parlab.zero.shard`:
-
-* stage 1: full parameters and a full flat gradient buffer (the parameters' `.grad` are views of
-  it, as DDP's `gradient_as_bucket_view`); after backward each unit's gradient is
-  reduce-scattered, the optimizer updates this rank's shard, the shards are all-gathered.
-* stage 2: as soon as a unit's gradients are complete (post-accumulate-grad hooks), they are
-  reduce-scattered into the rank's gradient shard and the full gradients are dropped.
-* stage 3: only the shard lives between uses. A forward pre-hook all-gathers a unit's
-  parameters, the forward hook frees them and wraps the unit's output in `GatherForBackward`,
-  which gathers them again when backward reaches the unit; after the unit's gradients are
-  reduce-scattered they are freed again (the order of FSDP, Zhao et al. VLDB 2023, Fig. 4).
-  The root unit (embeddings, final norm, tied head) wraps the blocks, so it stays gathered for the
-  whole forward and, gathered again at the start of backward, for the whole backward.
-
-With `prefetch=True` (stage 3; FSDP's forward and backward prefetch and its asynchronous
-reduce-scatter, Zhao et al. VLDB 2023, §3.3.2-§3.3.3): when a unit starts, the all-gather of the
-unit that runs next is issued asynchronously, so it travels while this unit computes — in forward
-the order recorded in the first step (FSDP records it the same way), in backward the reverse of
-this forward's post-forward order — and each unit's gradient reduce-scatter is issued
-asynchronously and waited for only at the end of backward. The same collectives with the same
-bytes, issued earlier: the result is unchanged. The price is memory: the next unit is gathered
-while the current one is alive, so `gathered_peak` holds the root and two consecutive units
-(`gathered_peak_bytes`).
-
-Activation checkpointing composes: a recomputed block finds its parameters already gathered.
+stage 3 (P_os+g+p) also the parameters. Units are cut as in `parlab.zero.shard`; stage 1
+reduce-scatters a full flat gradient buffer after backward, stage 2 each unit's gradients as soon
+as they are complete, stage 3 gathers a unit's parameters around its forward and again in its
+backward (`GatherForBackward`; the order of FSDP, Zhao et al. VLDB 2023, Fig. 4). `prefetch=True`
+(FSDP's prefetch, §3.3.2-§3.3.3) issues the next unit's all-gather and each reduce-scatter early:
+the same bytes, the result unchanged, the next unit alive at once (`gathered_peak_bytes`).
+Activation checkpointing composes. Each stage step by step: docs/zero.md,
+`parlab.zero.zero_engine`.
 """
 
 from __future__ import annotations
