@@ -47,12 +47,12 @@ import math
 
 from parlab.compression.compressed_reducers import step_bytes as compressed_bytes
 from parlab.context_parallel.cost import ring_bytes
-from parlab.core import cost
 from parlab.core.cost import FP32_BYTES
-from parlab.data_parallel.cost import REDUCER_MESSAGES, bytes_per_step
+from parlab.core.messages import bytes_by, total_bytes
+from parlab.data_parallel.cost import REDUCER_MESSAGES, bytes_per_step, dp_messages, flat_messages
 from parlab.engine.prediction import Prediction
 from parlab.expert_parallel.cost import all_to_all_layer_bytes, counts_bytes
-from parlab.pipeline.cost import p2p_bytes_per_step
+from parlab.pipeline.cost import p2p_messages, tie_messages
 from parlab.pipeline.stages import even_partition
 from parlab.tensor_parallel.cost import closed_form_bytes as tp_bytes
 from parlab.zero.cost import phase_bytes as zero_phase_bytes
@@ -166,12 +166,11 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
     # pp: boundary activations forward, gradients back, the tied embedding's all-reduce
     if plan.pp > 1:
         boundary = rows * T_local * mc.n_embd  # (B/(dp·m), T/cp, C)
-        total = p2p_bytes_per_step(plan.pp, 1, m, c["pp"], boundary)
-        out["pp-fwd"] = steps * (m * boundary * FP32_BYTES if c["pp"] < plan.pp - 1 else 0)
-        out["pp-bwd"] = steps * total - out["pp-fwd"]
-        if c["pp"] in (0, plan.pp - 1):
-            tie = cost.ring_all_reduce(mc.vocab_size * mc.n_embd, 2, int(c["pp"] > 0))[0]
-            out["embed-tie"] = steps * tie * FP32_BYTES
+        for phase, sent in bytes_by(p2p_messages(plan.pp, 1, c["pp"], boundary), "phase",
+                                    m).items():
+            out[phase] = steps * sent
+        out["embed-tie"] = steps * total_bytes(tie_messages(mc.vocab_size, mc.n_embd, plan.pp,
+                                                            c["pp"]), rank=int(c["pp"] > 0))
     # dp × cp: the gradients of one slice averaged, or ZeRO's collectives
     n = plan.dp * plan.cp
     if n > 1:
@@ -190,15 +189,13 @@ def rank_bytes(plan, cfg, rank: int, steps: int) -> dict[str, int]:
         elif plan.zero == 0:
             experts = sum(block_dense_expert_numels(plan, mc, i)[1] for i in range(lo, lo + layers)) \
                 if plan.ep > 1 else 0  # the stage's sharded experts sync apart
-            flat = bytes_per_step(lambda numels, n, options: [("all_reduce", sum(numels))],
-                                  units, n, data_rank)
-            out["dp-grad-sync"] = steps * (flat["all_reduce"] if not experts else FP32_BYTES
-                                           * cost.ring_all_reduce(sum(units) - experts, n,
-                                                                  data_rank)[0])
+            dense = dp_messages(flat_messages, [sum(units) - experts], n)
+            out["dp-grad-sync"] = steps * total_bytes(dense, rank=data_rank)
             replicas = plan.dp * plan.cp // plan.ep  # the same experts: d mod ep, any cp shard
             if experts and replicas > 1:  # summed over them (world-rank order: dp, then cp)
-                out["expert-grad-sync"] = steps * FP32_BYTES * cost.ring_all_reduce(
-                    experts, replicas, c["dp"] // plan.ep * plan.cp + c["cp"])[0]
+                sync = dp_messages(flat_messages, [experts], replicas, phase="expert-grad-sync")
+                out["expert-grad-sync"] = steps * total_bytes(
+                    sync, rank=c["dp"] // plan.ep * plan.cp + c["cp"])
         else:  # ZeRO's reduce-scatter and all-gathers of the padded flat units
             for phase, sent in zero_phase_bytes(plan.zero, units, n, FP32_BYTES).items():
                 out[phase] = steps * sent
