@@ -1,27 +1,14 @@
 """Collective algorithms written from point-to-point messages: ring, tree, naive, pairwise.
 
 What NCCL and gloo do inside, spelled out so the bytes can be counted and the algorithms
-compared (Thakur, Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009):
-
-* ring reduce-scatter: N-1 rounds; in round k rank r passes its partial sum of chunk r-k-1 to
-  r+1 and adds what r-1 sends (chunk r-k-2). After N-1 rounds rank r holds chunk r, fully summed.
-* ring all-gather: N-1 rounds; in round k rank r forwards chunk r-k to r+1.
-* ring all-reduce = ring reduce-scatter + ring all-gather: 2(N-1)/N·S per rank, bandwidth-optimal.
-* pipelined: each chunk travels as segments of about SEGMENT_BYTES, every segment its own
-  isend/irecv with its own tag, receives posted before the peer sends, so several segments are in
-  flight, the reduction of one overlaps the transfer of the next, and the all-reduce's all-gather
-  starts on a segment the moment the reduce-scatter finished it (Patarasuk & Yuan 2009, §4, the
-  pipelined ring). Bytes are unchanged; a step's segments are in flight together, so it stays one
-  round of the ledger and the closed forms' N-1 rounds per phase hold.
-* tree all-reduce: reduce up a binary tree (children of i are 2i+1, 2i+2), broadcast down:
-  2·log2(N) rounds, the latency-optimal shape for small messages.
-* naive all-reduce: everyone sends to rank 0, which reduces and sends the sum back: rank 0's
-  link carries (N-1)·S each way, the bottleneck the ring removes.
-* pairwise all-to-all: in round k rank r sends to r+k and receives from r-k.
-
-Chunks follow `parlab.core.cost.shard_sizes`, so every length works, not only multiples of N. Each
-function fills the `Traffic` of its one ledger record with the elements it really sent.
-Called only through `parlab.core.comm.Comm` (algo="ring", ...), which records and times them.
+compared (Thakur, Rabenseifner & Gropp, IJHPCA 2005; Patarasuk & Yuan, JPDC 2009): ring
+reduce-scatter and all-gather (N-1 rounds each; their sum is the bandwidth-optimal all-reduce,
+2(N-1)/N·S per rank), pipelined in segments of about SEGMENT_BYTES (Patarasuk & Yuan 2009, §4),
+tree all-reduce (2·log2(N) rounds), naive all-reduce through rank 0, pairwise all-to-all.
+Chunks follow `parlab.core.cost.shard_sizes`, so every length works. Each function fills the
+`Traffic` of its one ledger record with the elements it really sent. Called only through
+`parlab.core.comm.Comm` (algo="ring", ...), which records and times them. Each algorithm round
+by round: docs/core.md, `parlab.core.collectives`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """`python -m parlab bench all`: every chapter's headline comparison, quickly, in one table and a JSON.
 
-Each row is a ratio measured in this run, never a constant: the two sides of a comparison run
-interleaved (A, B, A, B, ...) `--repeats` times so the shared machine's load falls on both alike,
-and the row gives the median of the per-repeat ratios with their range. Rows:
-
-* collectives: the hand-written pipelined ring (parlab.core.collectives; Patarasuk & Yuan, JPDC
-  2009) vs gloo's own, bus bandwidth (nccl-tests' definition) at 16 MB and 64 MB, world size 2
-  and 4, for all-reduce, reduce-scatter and all-gather (> 1: ours is faster), with both
-  algorithms' share of the pace of the bare ring steps and how busy the CPUs were;
-* step-time ratios of scheme pairs (> 1: the first is faster): ZeRO-3 with FSDP's prefetch vs
-  without (Zhao et al., VLDB 2023) on loopback and on an emulated link, ours vs torch-fsdp;
-* WFBP vs all-reduce after backward, DeAR vs WFBP, ZeRO-3 prefetch vs none and async TP vs
-  tp-sp, each in the regime where its overlap pays most, chosen from the measured forward and
-  backward, beside its ideal ceiling (`parlab.engine.bench_regimes`);
-* the overlap fraction of ring attention (Liu et al., ICLR 2024), forward and backward, measured
-  from the timeline on an emulated link: the share of the K/V messages' link time that passed
-  while the rank computed, before it waited (`overlap_fraction`);
-* the pipeline's rows (`parlab.pipeline.bench.headline_rows`, passed in by `python -m parlab`):
-  GPipe's and 1F1B's measured bubble above the closed form, and interleaved's and ZB's
-  throughput over 1F1B's beside what their closed forms promise, and our GPipe's and 1F1B's
-  over torch.distributed.pipelining's on the same stages.
+Each row is a ratio measured in this run, never a constant: the two sides run interleaved
+(A, B, A, B, ...) `--repeats` times, and the row gives the median of the per-repeat ratios with
+their range. Rows: our pipelined ring against gloo's collectives (Patarasuk & Yuan, JPDC 2009;
+bus bandwidth as nccl-tests defines it); step-time ratios of scheme pairs (ZeRO-3 prefetch, Zhao
+et al., VLDB 2023; ours vs torch-fsdp); overlaps in the regime where each pays most
+(`parlab.engine.bench_regimes`); ring attention's overlap fraction (Liu et al., ICLR 2024); the
+pipeline's rows (`parlab.pipeline.bench.headline_rows`). Each row in full: docs/engine.md,
+`parlab.engine.bench_all`.
 
 This module sits in the engine layer: it reaches the chapters only by scheme name (`run`).
 """

@@ -2,28 +2,15 @@
 MLP columns and sequence positions.
 
 Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
-Synthesis" (EuroSys 2024) give device r a sharding ratio w_r (Σ w_r = 1) and cut every sharded
-tensor of the program by those ratios; a linear program picks w from the device speeds and the
-link bandwidths. Here the program is Megatron's tensor + sequence parallel block
-(`parlab.heterogeneous.tp_layers`), and every sharded dimension follows the same w:
-
-    heads h_r ≈ w_r·n_head,   MLP columns c_r ≈ w_r·4C,   sequence positions t_r ≈ w_r·T
-
-(largest remainders, at least one unit each: `cut`), so rank r's compute is about
-(f + w_r)·W/s_r: W the whole step's sharded work at speed 1 and f the work every rank does
-whatever its share (the replicated parameters' update, each kernel's fixed cost), as a fraction
-of W. The collectives between the blocks (`parlab.heterogeneous.uneven`) move bytes that also
-follow w, so the link enters the LP too. With κ = the collectives' seconds per step on the link
-for a whole (B, T, C) message per collective, divided by W:
-
-    padded:   every rank sends (N−1)·max_k w_k of each message   → comm = κ·(N−1)·M,  M ≥ w_k
-    exact:    the ring's slowest rank sends (1 − min_k w_k) of it → comm = κ·(1 − m),  m ≤ w_k
+Synthesis" (EuroSys 2024) give device r a sharding ratio w_r (Σ w_r = 1) chosen by a linear
+program from the device speeds and the link. Here every sharded dimension of Megatron's
+tensor + sequence parallel block follows the same w (`cut`: largest remainders, ≥ 1 unit), and
 
     minimise T  subject to  (f + w_r)/s_r + comm ≤ T for every r,   Σ_r w_r = 1,   w_r ≥ 0
 
-solved with `scipy.optimize.linprog` (HiGHS). With κ = 0 it is `shares.solve_lp` on one unit of
-work. Padding pulls the shares towards even (it pays for the largest); the exact ring pulls the
-smallest share up (its slowest sender lacks only that one).
+with comm = κ·(N−1)·M (padded, M ≥ w_k) or κ·(1 − m) (exact ring, m ≤ w_k), solved with
+`scipy.optimize.linprog` (HiGHS); κ = 0 is `shares.solve_lp`. The terms f and κ and what each
+collective does to the shares: docs/heterogeneous.md, `parlab.heterogeneous.tp_shares`.
 """
 
 from __future__ import annotations

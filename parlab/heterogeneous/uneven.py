@@ -1,28 +1,15 @@
 """Uneven all-gather and reduce-scatter: padded to the largest shard, or of exactly each rank's size.
 
 When shards follow device speeds (Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU
-Clusters with Automated Program Synthesis", EuroSys 2024, §5: heterogeneity-aware collectives),
-rank r holds S_r of the S = Σ_r S_r rows of a tensor and the collectives are uneven. NCCL's (and
-gloo's single-tensor) all-gather and reduce-scatter need equal chunks; two ways around it:
-
-- padded: pad every shard to M = max_r S_r rows, run the even collective on N·M rows, drop the
-  padding. Every rank sends (N−1)·M rows (ring); the zeros cost bandwidth, the most when one
-  shard is much larger than the rest.
-- exact: a ring whose chunks are exactly the shards. All-gather: rank r forwards every chunk but
-  r+1's, S − S_{r+1} rows (`Comm.all_gather(sizes=, algo="ring")`). Reduce-scatter: rank r sends
-  every partial chunk but its own, S − S_r rows (`ring_reduce_scatter` below, from `Comm`'s
-  point-to-point messages: `Comm.reduce_scatter` cuts only near-even chunks). Σ_r sends = (N−1)·S
-  either way, against N(N−1)·M padded.
-
-Time. A pipelined ring (segments in flight on every hop at once, as `parlab.core.collectives`
-streams them) lasts about as long as its busiest sender needs: (N−1)·M rows padded, S − min_r S_r
-exact. Exact is faster when one shard is much larger than the rest (shards [6, 2, 2, 2]: 10 rows
-against 18), and no faster when a single shard is the small one, the usual heterogeneous case
-(one slow device, [3, 3, 3, 1]: 9 rows either way): it saves bytes, not the critical path.
-
-Both variants use the hand-written ring (`Comm`'s algo="ring" for the even collectives), so a
-difference in time is the padding's alone. Bytes: `parlab.heterogeneous.cost.uneven_bytes`.
-Every message goes through `Comm` and lands in the ledger.
+Clusters with Automated Program Synthesis", EuroSys 2024, §5), rank r holds S_r of S = Σ_r S_r
+rows. padded: every shard padded to M = max_r S_r, the even collective on N·M rows, (N−1)·M rows
+sent per rank. exact: a ring whose chunks are the shards — all-gather S − S_{r+1} rows
+(`Comm.all_gather(sizes=, algo="ring")`), reduce-scatter S − S_r (`ring_reduce_scatter`).
+A pipelined ring lasts about as long as its busiest sender: exact is faster when one shard is
+much larger ([6, 2, 2, 2]: 10 rows against 18), no faster with one small shard ([3, 3, 3, 1]: 9
+either way). Both use the hand-written ring, so a difference in time is the padding's alone.
+Bytes: `parlab.heterogeneous.cost.uneven_bytes`. In full: docs/heterogeneous.md,
+`parlab.heterogeneous.uneven`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,19 @@
 """Which cross-device transfers to keep, searched against the link: relaxed gates with the link's
 α-β time in the loss.
 
-Lin & Wang ("Communication-Efficient Separable Neural Network for Distributed Inference on Edge
-Devices", 2021) split a ResNeXt-style network by its groups over edge devices and search the
-*transmission policy* — which features each device sends the others — with neural architecture
-search (their keywords: reinforcement learning), balancing communication latency, computation
-latency and accuracy; their best policy sends 86.6% less data than sending everything, with little
-accuracy lost. Ours keeps the question and the latency-aware objective and changes the optimiser
-(a simplification, named here): instead of a controller that samples policies and learns from
-their reward, every transfer gets a gate trained by gradient together with the weights, as in
-differentiable, latency-aware NAS (ProxylessNAS, Cai et al. 2019; FBNet, Wu et al. 2019).
-
-A transfer is one channel j of group s sent to device r ≠ the device of s, before block b's mix
-(the unit `masks.send_channels` sends and the ledger counts). Its gate z ∈ {0, 1} is drawn from a
-relaxed Bernoulli with P(z = 1) = σ(θ) (binary concrete: z = [θ + logistic noise > 0]; forward
-with the hard z, gradient through the sigmoid at temperature τ: a straight-through estimator).
-Transfers between groups on one device are free and always kept. The loss is
+Lin & Wang, "Communication-Efficient Separable Neural Network for Distributed Inference on Edge
+Devices" (2021) search the *transmission policy* of a grouped network split over edge devices by
+neural architecture search, with latency in the objective. Ours keeps the question and the
+objective and changes the optimiser (a simplification, named here): every transfer (channel j of
+group s to device r, before block b's mix) gets a gate trained by gradient with the weights, as
+in differentiable, latency-aware NAS (ProxylessNAS, Cai et al. 2019; FBNet, Wu et al. 2019):
 
     cross-entropy  +  λ · E[t_comm],    E[t_comm] = Σ_b (N-1)·α·P(block b sends anything)
                                                     + max_a E[bytes sent by device a] / β
 
-— the closed form `cost.edge_comm_seconds` (rounds·α + busiest bytes/β of a one-image request)
-with every gate replaced by its probability; λ is the price of a millisecond, in nats. A slower
-link makes every byte and every round dearer, so fewer gates survive. After the search the gates
-are thresholded (θ > 0) into masks, and the network is fine-tuned with them (`masks.finetune`),
-as our saliency baseline (`masks.search`) is.
+(`cost.edge_comm_seconds` with every gate replaced by its probability; λ in nats per ms). The
+gates (binary concrete, straight-through) are thresholded into masks and fine-tuned
+(`masks.finetune`). In full: docs/serving.md, `parlab.serving.edge_search`.
 """
 
 from __future__ import annotations

@@ -2,27 +2,13 @@
 et al. 2023) against PyTorch's parallelize_module, and cross-mesh resharding methods (AlpaComm,
 Zhuang et al., MLSys 2023), each measured side by side in one run.
 
-Part 1 — tp, tp-sp, torch-tp and torch-tp with sp=True at each degree (world_size = tp): the
-step time is the median over steps after warm-up of forward start to optimizer end (slowest
-rank), median over `--repeats` round-robin rounds; `vs_tp` is the ratio to `tp` at the same
-degree, from the same rounds. Bytes are the tp activation traffic per step of rank 0 (torch-tp:
-DTensor's collectives at nominal ring bytes). Loopback only: DTensor talks to gloo directly, so
-an emulated link could not delay it. The optimizer is SGD by default: AdamW divides each gradient
-by its own running RMS, so the few weights whose gradient is ~1e-9 (a sum that cancels) turn
-float-rounding differences of the split matmuls into visible update differences (~1e-5) at this
-larger width; SGD keeps the `match` column a check of the gradients themselves.
-
-Part 2 — async TP (Wang et al., ASPLOS 2023): tp-sp against tp-sp with `async_tp=True` (the
-all-gathers and dx's reduce-scatter cut into ring steps overlapped with the matmuls) at tp = 2 on
-NVLink as an A100 sees it (`parlab.core.link.faithful`, dilated by this machine's measured rate)
-with a wider model (C = 256, T = 128), where a chunk's matmul and its transfer are comparable.
-
-Part 3 — resharding a (rows, cols) fp32 tensor from ranks [0, N/2) to [N/2, N) for four layout
-pairs with send-recv, chained broadcast, our even split and AlpaComm's load-balanced broadcast
-(whole tiles, searched order), on loopback and on emulated links, beside the α-β prediction of
-each plan; `speedup` is over send-recv on the same pair. `--reshard-ordered` runs every rank's
-transfers one at a time in plan order (`reshard.reshard(ordered=True)`), where the send order
-AlpaComm searches shows.
+Part 1: tp, tp-sp, torch-tp (with and without sp) at each degree on loopback, median step times
+over interleaved rounds, `vs_tp` the ratio to `tp`; SGD by default. Part 2: async TP (Wang et
+al., ASPLOS 2023) against tp-sp on NVLink as an A100 sees it (`parlab.core.link.faithful`).
+Part 3: resharding a tensor between two meshes with send-recv, broadcast, even split and
+AlpaComm, beside each plan's α-β prediction; `--reshard-ordered` runs transfers in plan order.
+How each part measures and why (loopback only for DTensor, SGD not AdamW): docs/tensor_parallel.md,
+`parlab.tensor_parallel.bench`.
 """
 
 from __future__ import annotations

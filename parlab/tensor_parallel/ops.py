@@ -1,28 +1,17 @@
 """The communication operators of tensor and sequence parallelism, as autograd Functions.
 
 Megatron-LM (Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models
-Using Model Parallelism", 2019, §3 and Fig. 3) splits a transformer block's two matmuls so that
-a block needs only two conjugate operators:
-
-* f — identity in forward, all-reduce in backward: in front of a column-parallel linear, whose
-  input every rank holds whole and whose input gradient each rank holds only a part of;
-* g — all-reduce in forward, identity in backward: behind a row-parallel linear, whose output
-  each rank holds a partial sum of.
-
+Using Model Parallelism", 2019, §3 and Fig. 3): f (identity forward, all-reduce backward; before
+a column-parallel linear) and g (all-reduce forward, identity backward; after a row-parallel one).
 Sequence parallelism (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
-Models", MLSys 2023, §4.2.2 and Fig. 6) keeps the activations between the blocks sharded along
-the sequence and replaces f and g by their conjugates ḡ and g̅:
-
-* all-gather along the sequence in forward, reduce-scatter in backward (before a column linear);
-* reduce-scatter along the sequence in forward, all-gather in backward (after a row linear).
-
-A ring all-reduce *is* a reduce-scatter followed by an all-gather, so SP moves the same bytes as
-TP and holds 1/tp of the LayerNorm-region activations. `GatheredColumnMatmul` is Megatron's SP
-column linear that saves only the sequence shard of its input and all-gathers it again in
-backward (one more all-gather, 1/tp of the saved input).
+Models", MLSys 2023, §4.2.2 and Fig. 6) replaces them by all-gather / reduce-scatter along the
+sequence and their conjugates: the same bytes as TP (a ring all-reduce *is* a reduce-scatter
+then an all-gather), 1/tp of the LayerNorm-region activations. `GatheredColumnMatmul` saves only
+its input's sequence shard and all-gathers it again in backward.
 
 Every Function takes the tensor-parallel `Comm` as an argument: nothing global. Ops are labelled
-phase "tp-forward" / "tp-backward" in the ledger.
+phase "tp-forward" / "tp-backward" in the ledger. In full: docs/tensor_parallel.md,
+`parlab.tensor_parallel.ops`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,15 @@
 """Distributed checkpoints: every rank writes its own shard; any world size can read them back.
 
-The idea of PyTorch's `torch.distributed.checkpoint` (DCP) and of DeepSpeed's universal
-checkpoints, in a format small enough to read: a checkpoint is a directory `step_<k>/` holding
-`rank<r>.pt` per rank (this rank's flat shard of every unit: parameters and each optimizer-state
-tensor, plus its loss contributions) and `meta.pt` (world size, steps done, every unit's layout),
-which rank 0 writes last, after a barrier: a directory without `meta.pt` is an interrupted save
-and is ignored. Files are written to a temporary name and renamed, so a rank killed mid-write
-leaves no half file under the real name. Everything is loaded with `torch.load(weights_only=True)`
-(tensors, numbers, strings, lists and dicts only: no pickled code runs).
-
-`meta.pt` is a manifest: everything that defines the run (`run_fields`: scheme family, model and
-its config, seed, optimizer, lr, global batch size — the data position is `steps_done`, since step
-k's batch is a function of the seed and k) with their sha256, the sha256 of every rank file, and
-`manifest_sha256`, the sha256 of its own content (canonical JSON of every other field). What is
-checked against it before a run trusts a checkpoint (`problems`, `verify`, `latest`,
-`check_resume`) is `parlab.zero.checkpoint_integrity`; one run per save_dir, `parlab.zero.run_lock`.
-Only the last `keep` checkpoints are kept (option `keep=`, default 2); temporary files and step
-directories of interrupted saves are removed at the next commit.
-
-Resharding (4 → 2, 2 → 4, any N → M) needs no all-to-all: a unit's flat vector is the same at every
-world size but for the zero padding at its end, so the new rank r' reads, from the old files whose
-chunks overlap its range [r'·P'/M, (r'+1)·P'/M), exactly the elements it needs (Ψ_u of them in
-total over all new ranks) and zero-fills the new padding. (Rajbhandari et al., ZeRO, SC 2020 and
-Zhao et al., PyTorch FSDP, VLDB 2023, for the flat sharding; Wang et al., "Gemini: Fast Failure
-Recovery in Distributed Training with In-Memory Checkpoints", SOSP 2023, for why checkpoints are the
-recovery path.)
+The idea of PyTorch's `torch.distributed.checkpoint` (DCP) and DeepSpeed's universal checkpoints,
+small enough to read: `step_<k>/` holds `rank<r>.pt` per rank (its flat shard of every unit and
+its optimizer state) and `meta.pt`, the manifest rank 0 writes last (without it a directory is an
+interrupted save). Files are renamed into place; everything loads with `weights_only=True`; the
+last `keep` checkpoints are kept. Checks before a run trusts one: `parlab.zero.checkpoint_integrity`.
+Resharding (any N → M) needs no all-to-all: a unit's flat vector is the same at every world size
+but for its end padding, so each new rank reads exactly its range from the overlapping old files
+(Rajbhandari et al., ZeRO, SC 2020 and Zhao et al., PyTorch FSDP, VLDB 2023, for the flat
+sharding; Wang et al., "Gemini", SOSP 2023, for why checkpoints are the recovery path).
+The layout and the manifest in full: docs/zero.md, `parlab.zero.checkpoint`.
 """
 
 from __future__ import annotations

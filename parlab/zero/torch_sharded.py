@@ -1,30 +1,16 @@
 """PyTorch's own sharded data parallelism, on the same model and batches, to compare with ours.
 
-* `torch-zero`: `DistributedDataParallel` + `ZeroRedundancyOptimizer` (ZeRO-1: each rank keeps the
-  Adam moments of a subset of *whole* parameters and broadcasts them after its step; Rajbhandari
-  et al. SC 2020; PyTorch docs "Shard Optimizer States with ZeroRedundancyOptimizer").
-* `torch-fsdp`: FSDP2 `torch.distributed.fsdp.fully_shard` on every block and on the root (ZeRO-3;
-  Zhao et al., "PyTorch FSDP", VLDB 2023), parameters as DTensors sharded on dim 0. With
-  `precision="bf16-mixed"` FSDP2 does the mixed precision itself (`MixedPrecisionPolicy`:
-  parameters gathered and computed in bf16, gradients reduce-scattered in `reduce_dtype` —
-  "compute" (bf16) or "fp32"); its sharded fp32 parameters are the master weights and it casts
-  the reduced gradients back to fp32, so a rank holds 4 + 4 + 8 bytes per parameter ÷ N (our
-  zero3: 2 + 2 + 12 ÷ N): the same 16Ψ/N, split differently. No fp16 (it would need FSDP's
-  sharded grad scaler). `torch-zero` in bf16-mixed runs its forward under `torch.autocast`:
-  16-bit matrix products from fp32 parameters, so the parameters, the gradients DDP all-reduces
-  and their bytes stay fp32 (4 + 4 + 8Ψ/N): autocast saves activations and time, not model
-  states or bytes. PyTorch's tensor parallel (`torch-tp`: DTensor parameters) stays fp32.
+* `torch-zero`: `DistributedDataParallel` + `ZeroRedundancyOptimizer` (ZeRO-1 over whole
+  parameters; Rajbhandari et al. SC 2020).
+* `torch-fsdp`: FSDP2 `fully_shard` on every block and on the root (ZeRO-3; Zhao et al.,
+  "PyTorch FSDP", VLDB 2023); with `precision="bf16-mixed"` FSDP2's `MixedPrecisionPolicy`
+  (4 + 4 + 8 bytes per parameter ÷ N against our zero3's 2 + 2 + 12: the same 16Ψ/N). `dcp_dir=`
+  saves with PyTorch's `dcp.save`, which parlab resumes (`parlab.zero.dcp_format`).
 
-Their communication goes through torch.distributed directly, so their bytes cannot be observed:
-the ledger holds one nominal record per collective a ZeRO stage performs per step
-(`nominal=True`: what our engines send for the same stage); compare their memory and step time
-with ours.
-Memory is measured from the live local tensors, as for every scheme.
-
-`torch-fsdp`'s `dcp_dir=`: after the last step every rank calls PyTorch's own
-`dcp.save({"model", "optimizer", "step"}, checkpoint_id=dcp_dir)` on the FSDP2 state
-(`get_state_dict`: DTensor shards, written by their owners), as torchtitan checkpoints; parlab
-resumes it with `resume_from=dcp_dir` (`parlab.zero.dcp_format`), at any world size.
+Their communication bypasses `Comm`: the ledger holds one nominal record per collective a ZeRO
+stage performs (`nominal=True`). Memory is measured from the live local tensors. Mixed precision
+of each (and why `torch-zero` under autocast keeps fp32 bytes): docs/zero.md,
+`parlab.zero.torch_sharded`.
 """
 
 from __future__ import annotations
