@@ -114,7 +114,7 @@ def _bench(args) -> int:
     if args.name == "clock":  # paced time on an idle and a busy machine (parlab.core.clock)
         return importlib.import_module("parlab.engine.bench_clock").main(args.rest) or 0
     if args.name == "scale":  # 1 to 16 ranks on paced A100 time beside the model (issue 34)
-        return importlib.import_module("parlab.planner.bench_scale").main(args.rest) or 0
+        return importlib.import_module("parlab.planner.scaling.bench_scale").main(args.rest) or 0
     if args.name == "whatif":  # MAD-Max's what-ifs across plans at a real size (issue 49)
         return importlib.import_module("parlab.planner.whatif").main(args.rest) or 0
     name = BENCH_ALIASES.get(args.name, args.name)

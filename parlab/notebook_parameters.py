@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from parlab.core.checks import Bool, Choice, Float, Int, Option
 from parlab.core.link import ACCELERATORS, PRESETS
-from parlab.planner.scaling import DIMENSIONS
+from parlab.planner.scaling.points import DIMENSIONS
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ CLOCK = Choice("A100", ("wall", *ACCELERATORS))  # paced on an accelerator, or t
 LINK = Choice("NVLink", tuple(PRESETS))  # parlab.core.link's presets (each a real link's name)
 LINK_10GBE = Choice("10GbE", tuple(PRESETS))  # the same, where the chapter times on the real 10GbE
 SCALE_RANKS = (1, 2, 4, 8, 16)  # `python -m parlab bench scale` goes to 16
-REAL_RANKS = (1, 2, 4, 8, 16, 32, 64)  # a real preset shapes-only (parlab.planner.real_scale)
+REAL_RANKS = (1, 2, 4, 8, 16, 32, 64)  # a real preset shapes-only (parlab.planner.scaling.real_scale)
 GLOBAL_BATCH = 12  # chapter 01's rows per step (parlab.engine.run_config's default batch_size)
 
 CHAPTERS: dict[str, dict] = {
@@ -163,7 +163,7 @@ CHAPTERS: dict[str, dict] = {
         "planner_batch": Int(8, min=1, max=1024),
         # MAD-Max's what-ifs (parlab.planner.whatif): gpt2-xl's blocks, even (its plans hold pp=2)
         "whatif_layers": Choice(2, (2, 4, 8, 16, 24, 48)),
-        # She et al. on real layers (parlab.planner.placement_layers): seconds per MILP solve
+        # She et al. on real layers (parlab.planner.placement.real_layers): seconds per MILP solve
         "placement_time_limit": Float(3.0, min=0.1, strict=True, max=3600),
     },
 }

@@ -128,15 +128,15 @@ def stacked_bars(rows: dict[str, dict[str, float]], ax=None, ylabel="bytes", tit
 
 
 def scaling_curves(rows: list[dict], mode: str = "strong"):
-    """`python -m parlab bench scale`'s sweep (`parlab.planner.bench_scale.sweep` rows): throughput and
-    efficiency vs ranks, measured (solid) beside the model (dashed), one line per
+    """`python -m parlab bench scale`'s sweep (`parlab.planner.scaling.bench_scale.sweep` rows):
+    throughput and efficiency vs ranks, measured (solid) beside the model (dashed), one line per
     dimension; the node boundary marked. Returns the matplotlib figure."""
     import matplotlib.pyplot as plt
 
-    from parlab.planner import scaling
+    from parlab.planner.scaling import points
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for i, dim in enumerate(scaling.DIMENSIONS):
+    for i, dim in enumerate(points.DIMENSIONS):
         pts = sorted((r for r in rows if r["dim"] == dim and r["mode"] == mode), key=lambda r: r["n"])
         if not pts:
             continue
@@ -148,13 +148,13 @@ def scaling_curves(rows: list[dict], mode: str = "strong"):
         ax2.plot(ns, [r["pred_eff"] for r in pts], "--", color=color)
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
-        ax.axvline(scaling.NODE, color="grey", lw=0.8, ls=":")
+        ax.axvline(points.NODE, color="grey", lw=0.8, ls=":")
         ax.set_xlabel("ranks (A100s)")
     ax1.set_yscale("log")
     ax1.set_ylabel("samples / A100-second")
     ax2.set_ylabel("scaling efficiency")
     ax1.legend(fontsize=8)
     ax1.set_title(f"{mode} scaling: measured (o-) vs model (--)", fontsize=9)
-    ax2.set_title(f"node of {scaling.NODE} | beyond: the inter-node link", fontsize=9)
+    ax2.set_title(f"node of {points.NODE} | beyond: the inter-node link", fontsize=9)
     fig.tight_layout()
     return fig

@@ -6,16 +6,16 @@ import pytest
 
 from parlab.engine.runner import make_config
 from parlab.heterogeneous import explore
-from parlab.heterogeneous.paced import paced_rates
+from parlab.heterogeneous.paced_model import paced_rates
 
 
 def test_paced_rates_are_deterministic_and_the_fixed_work_is_many_rows():
     cfg = make_config("hetero-dp", world_size=2, clock="A100", speeds=[1, 0.25])
-    from parlab.heterogeneous import paced
+    from parlab.heterogeneous import paced_model
 
-    paced._CACHE.clear()
+    paced_model._CACHE.clear()
     first = paced_rates(cfg)
-    paced._CACHE.clear()
+    paced_model._CACHE.clear()
     assert paced_rates(cfg) == first  # a count of operators and FLOPs, not a clock reading
     row_s, fixed_rows, optimizer_rows = first
     assert row_s > 0 and fixed_rows > 1 and 0 < optimizer_rows < fixed_rows

@@ -439,9 +439,9 @@ REFERENCES = ("single", "ddp-naive")
 SCHEME_NAMES_ALLOWED = {
     ("parlab/engine/bench_regimes.py", "ddp-naive"): "the baseline's own per-message overhead, noted",
     ("parlab/engine/many_ranks.py", "single"): "the reference is not scaled",
-    ("parlab/planner/scaling_model.py", "ddp-overlap"):
+    ("parlab/planner/scaling/step_model.py", "ddp-overlap"):
         "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
-    ("parlab/planner/scaling.py", "zero3"):
+    ("parlab/planner/scaling/points.py", "zero3"):
         "the scaling model's four dimensions (dp = ddp-overlap, zero3, tp, pp) are named like them",
 }
 

@@ -1,4 +1,4 @@
-"""Megatron-LM's Table 1 rows run shapes-only (parlab.planner.megatron_runs): the achieved rate is
+"""Megatron-LM's Table 1 rows run shapes-only (parlab.planner.scaling.megatron_runs): the achieved rate is
 Megatron's eq. 3 FLOPs ÷ (paced step · GPUs), computed from the run; the topology is nodes of 8
 (parlab.core.topology.nodes). The rows themselves (32 and 64 ranks) run in `python -m parlab bench
 scale --megatron`, not here; a 2-rank cut of the 1.7B row checks the arithmetic."""
@@ -6,8 +6,8 @@ scale --megatron`, not here; a 2-rank cut of the 1.7B row checks the arithmetic.
 import pytest
 
 from parlab.core.topology import nodes
-from parlab.planner import megatron_runs
-from parlab.planner.extrapolate import HARDWARE, MEGATRON, HwPlan, iteration_flops, predict
+from parlab.planner.scaling import megatron_runs
+from parlab.planner.scaling.extrapolate import HARDWARE, MEGATRON, HwPlan, iteration_flops, predict
 
 
 def test_nodes_of_eight_link_inside_and_between():

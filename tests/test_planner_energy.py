@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from parlab.planner.energy import (
+from parlab.planner.explore.energy import characterization, print_characterization
+from parlab.planner.plan import Plan
+from parlab.planner.scaling.energy import (
     EnergyReading,
     counter_status,
     energy_per_step,
     read_energy_counter,
 )
-from parlab.planner.explore.energy import characterization, print_characterization
-from parlab.planner.plan import Plan
 
 
 def _zone(root, name, energy, span=262143328850, label=None):

@@ -99,8 +99,8 @@ def test_score_counts_held_out_plans_only(capsys):
 def test_when_to_use_prints_thresholds_from_the_run(capsys):
     """The decision guide's closing lines come from the sweep, the scaling points, the replayed
     traces and the Megatron table given to it: change the sweep and the numbers change."""
-    from parlab.planner import extrapolate
     from parlab.planner.explore import guide as ex_guide
+    from parlab.planner.scaling import extrapolate
     preds, measured = _predictions()
     rows, j = explore.score(preds, measured, set())
     s = explore.Sweep(4, None, rows, j, costmodel.Calibration(), {}, preds, measured, "0", None,

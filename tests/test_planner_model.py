@@ -8,9 +8,10 @@ import math
 import pytest
 
 from parlab.core.cost import AlphaBeta
-from parlab.planner import costmodel, exercises, extrapolate, search
+from parlab.planner import costmodel, exercises, search
 from parlab.planner.plan import Plan
 from parlab.planner.profile import CommFit, Line, Profile
+from parlab.planner.scaling import extrapolate
 
 KINDS = ("params", "grads", "optimizer", "activations")
 

@@ -10,7 +10,7 @@ each plan equals `single`; the paced profile is counted, so its line is exact on
 import pytest
 
 import parlab
-from parlab.planner import bench, costmodel, explore, paced, search
+from parlab.planner import bench, costmodel, counted_profile, explore, search
 from parlab.planner.cost import nd_closed_form_bytes
 from parlab.planner.plan import Plan
 from tests.helpers import ledger_by_phase
@@ -102,10 +102,11 @@ def test_paced_profile_is_counted_and_exact():
     rows = {r["block"]: r for r in bench.check_scaling(clock="A100", world_size=4)}
     assert rows["full"]["error"] == 0.0 and abs(rows["rows/2 (m=2)"]["error"]) < 1e-12, rows
     assert all(abs(r["error"]) < 0.01 for r in rows.values()), rows
-    clock = paced.clock_for("A100", 4)
-    assert paced.profile(explore.model_config(), clock) is paced.profile(explore.model_config(), clock)
+    clock = counted_profile.clock_for("A100", 4)
+    assert counted_profile.profile(explore.model_config(), clock) is \
+        counted_profile.profile(explore.model_config(), clock)
     with pytest.raises(ValueError, match="clock='wall'"):
-        paced.clock_for("wall", 4)
+        counted_profile.clock_for("wall", 4)
 
 
 def test_paced_prediction_is_in_accelerator_seconds():
@@ -115,8 +116,8 @@ def test_paced_prediction_is_in_accelerator_seconds():
     cfg = explore.model_config()
     got = {}
     for acc, ws in (("A100", 4), ("A100", 8), ("H100", 4)):
-        clock = paced.clock_for(acc, ws)
-        got[acc, ws] = costmodel.predict(Plan(dp=2, pp=2), cfg, paced.profile(cfg, clock), None,
+        clock = counted_profile.clock_for(acc, ws)
+        got[acc, ws] = costmodel.predict(Plan(dp=2, pp=2), cfg, counted_profile.profile(cfg, clock), None,
                                          "NVLink", 12, None, clock)
     assert got["A100", 8].step_s == got["A100", 4].step_s
     assert got["H100", 4].raw_compute_s < got["A100", 4].raw_compute_s

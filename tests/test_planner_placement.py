@@ -12,22 +12,14 @@ import torch
 from parlab.core.link import Link
 from parlab.engine.run_config import make_config
 from parlab.planner.explore import placement_run as placed_run
-from parlab.planner.graph import Graph, demo_graph, profile, with_times
-from parlab.planner.placed import messages
-from parlab.planner.placed_cost import message_bytes
-from parlab.planner.placement import (
-    PlacementPlan,
-    Task,
-    evaluate,
-    exhaustive,
-    greedy,
-    measure_memory,
-    peak_memory,
-    precedences,
-    tasks,
-)
-from parlab.planner.placement_1f1b import pipeline_plan
-from parlab.planner.placement_milp import build_milp, solve
+from parlab.planner.placement.exhaustive import exhaustive, greedy
+from parlab.planner.placement.measured_graph import Graph, demo_graph, profile, with_times
+from parlab.planner.placement.milp import build_milp, solve
+from parlab.planner.placement.op_costs import measure_memory, peak_memory
+from parlab.planner.placement.pipeline_1f1b import pipeline_plan
+from parlab.planner.placement.placed import messages
+from parlab.planner.placement.placed_cost import message_bytes
+from parlab.planner.placement.tasks import PlacementPlan, Task, evaluate, precedences, tasks
 
 FWD = {"stem": 1e-3, "mlp_up": 3e-3, "mlp_down": 3e-3, "attn": 4e-3, "conv": 2e-3,
        "merge": 1e-3, "head": 1e-3}

@@ -12,8 +12,8 @@ from parlab.pipeline import cost as pp_cost
 from parlab.pipeline.actions import Schedule
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import ScheduleError, check
-from parlab.planner.placement_compare import compare, verdicts
-from parlab.planner.placement_dualpipe import (
+from parlab.planner.placement.compare import compare, verdicts
+from parlab.planner.placement.schedule_mip import (
     Units,
     makespan,
     peak_chunks,

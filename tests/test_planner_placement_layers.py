@@ -7,9 +7,10 @@ import pytest
 
 from parlab.core.clock import resolve
 from parlab.models.presets import PRESETS
-from parlab.planner.layer_graph import KERNELS, dual_graph, layer_graph, op_costs
-from parlab.planner.placement import evaluate, peak_memory, tasks
-from parlab.planner.placement_layers import compare_layers, stages, verdict
+from parlab.planner.placement.layer_graph import KERNELS, dual_graph, layer_graph, op_costs
+from parlab.planner.placement.op_costs import peak_memory
+from parlab.planner.placement.real_layers import compare_layers, stages, verdict
+from parlab.planner.placement.tasks import evaluate, tasks
 from parlab.planner.profile import block_flops
 
 XL = PRESETS["gpt2-xl"]

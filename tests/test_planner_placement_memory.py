@@ -7,19 +7,18 @@ from functools import cache
 
 import pytest
 
-from parlab.planner.graph import Graph, with_times
-from parlab.planner.placement import (
+from parlab.planner.placement.bilevel import bilevel, coarsen, expand, merge_ops
+from parlab.planner.placement.exhaustive import exhaustive, greedy
+from parlab.planner.placement.measured_graph import Graph, with_times
+from parlab.planner.placement.milp import milp_plan, solve
+from parlab.planner.placement.op_costs import (
     Memory,
-    evaluate,
-    exhaustive,
-    greedy,
     measure_memory,
     memory_of,
     op_graph,
     peak_memory,
 )
-from parlab.planner.placement_bilevel import bilevel, coarsen, expand, merge_ops
-from parlab.planner.placement_milp import milp_plan, solve
+from parlab.planner.placement.tasks import evaluate
 from tests.test_planner_placement import BWD, FWD, TINY  # the branchy graph's op times and shapes
 
 # A triangle a → b → c, a → c: with two micro-batches 12 tasks, small enough to enumerate at

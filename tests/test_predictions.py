@@ -118,10 +118,10 @@ def test_mixed_precision_prediction_equals_the_ledger(scheme, world_size, option
     test_prediction_equals_the_ledger(scheme, world_size, options)
 
 
-# chapter 13's operator placement (parlab/planner/placed_cost.py): 2·m·bytes(u) per cross-rank edge
+# chapter 13's operator placement (parlab/planner/placement/placed_cost.py): 2·m·bytes(u) per cross-rank edge
 def _placed_options() -> dict:
-    from parlab.planner.graph import Graph, with_times
-    from parlab.planner.placement_1f1b import pipeline_plan
+    from parlab.planner.placement.measured_graph import Graph, with_times
+    from parlab.planner.placement.pipeline_1f1b import pipeline_plan
     g = Graph(batch=4, seq=8, width=16, heads=2, kernel=3, microbatches=2)
     g = with_times(g, dict.fromkeys(g.names, 1e-3), dict.fromkeys(g.names, 2e-3))
     options = {k: v for k, v in g.run_options().items() if k != "steps"}

@@ -1,9 +1,9 @@
-"""parlab.planner.real_scale: a real preset's scaling and the planner scored against its runs,
+"""parlab.planner.scaling.real_scale: a real preset's scaling and the planner scored against its runs,
 shapes-only on paced A100 time (every assertion on paced seconds, none on a raw clock)."""
 
 import pytest
 
-from parlab.planner import real_scale as rs
+from parlab.planner.scaling import real_scale as rs
 
 
 def test_a_bad_preset_is_named_before_any_process_starts():
@@ -13,7 +13,7 @@ def test_a_bad_preset_is_named_before_any_process_starts():
                  lambda: rs.show("nope")):
         with pytest.raises(ValueError, match=r"preset='nope' must be one of \["):
             call()
-    from parlab.planner import bench_scale
+    from parlab.planner.scaling import bench_scale
     with pytest.raises(ValueError, match=r"preset='gpt9' must be one of"):
         bench_scale.main(["--real", "gpt9", "--no-sweep"])
 

@@ -8,7 +8,7 @@ import torch
 
 from parlab.core import roofline
 from parlab.core.link import ACCELERATORS
-from parlab.planner import megatron_runs
+from parlab.planner.scaling import megatron_runs
 
 A100 = ACCELERATORS["A100"]
 N = 256

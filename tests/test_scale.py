@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import parlab
-from parlab.planner import scaling
+from parlab.planner.scaling import points
 
 STEPS, BATCH = 2, 16
 
@@ -70,7 +70,7 @@ def test_model_predicts_the_paced_16_rank_step(paced16):
     compute) predicts the paced step within 10%, and the waiting it predicts is what the
     timeline shows within 10% of the step."""
     r = paced16[0]
-    pred = scaling.predict_step(r, step=1)
+    pred = points.predict_step(r, step=1)
     measured = r.step_times[1]
     assert abs(pred["step_s"] / measured - 1) <= 0.10, (pred["step_s"], measured)
     assert abs(pred["wait_s"] - pred["measured_wait_s"]) <= 0.10 * measured
@@ -78,32 +78,32 @@ def test_model_predicts_the_paced_16_rank_step(paced16):
 
 def test_point_config_limits():
     """Degrees the default GPT allows; bad input named."""
-    assert scaling.point_config("tp", 8) is None  # 4 heads
-    assert scaling.point_config("pp", 8) is None  # 4 layers
-    assert scaling.point_config("3d", 16)["degrees"] == (4, 2, 2)
-    assert scaling.point_config("dp", 16, "weak")["batch_size"] == 16 * scaling.WEAK_ROWS
+    assert points.point_config("tp", 8) is None  # 4 heads
+    assert points.point_config("pp", 8) is None  # 4 layers
+    assert points.point_config("3d", 16)["degrees"] == (4, 2, 2)
+    assert points.point_config("dp", 16, "weak")["batch_size"] == 16 * points.WEAK_ROWS
     with pytest.raises(ValueError, match="mode="):
-        scaling.point_config("dp", 2, "medium")
+        points.point_config("dp", 2, "medium")
     with pytest.raises(ValueError, match="dimension"):
-        scaling.point_config("fsdp", 2)
+        points.point_config("fsdp", 2)
 
 
 def test_point_config_at_a_real_presets_shapes():
     """A preset (shapes-only) allows the degrees its heads and layers divide, tp inside a node."""
-    spec = scaling.point_config("3d", 64, preset="megatron-1.7b")  # 24 heads, 24 layers
+    spec = points.point_config("3d", 64, preset="megatron-1.7b")  # 24 heads, 24 layers
     assert spec["degrees"] == (2, 8, 4)
     assert spec["options"]["model"] == "megatron-1.7b" and spec["options"]["shapes_only"]
-    assert scaling.point_config("tp", 16, preset="megatron-1.7b") is None  # beyond a node of 8
-    assert scaling.point_config("pp", 16, preset="megatron-1.7b") is None  # 24 layers ÷ 16
-    assert scaling.point_config("tp", 8, preset="megatron-1.7b")["degrees"] == (1, 8, 1)
+    assert points.point_config("tp", 16, preset="megatron-1.7b") is None  # beyond a node of 8
+    assert points.point_config("pp", 16, preset="megatron-1.7b") is None  # 24 layers ÷ 16
+    assert points.point_config("tp", 8, preset="megatron-1.7b")["degrees"] == (1, 8, 1)
     with pytest.raises(ValueError, match="preset='gpt5'"):
-        scaling.point_config("dp", 2, preset="gpt5")
+        points.point_config("dp", 2, preset="gpt5")
 
 
 def test_a_real_scale_point_beside_its_model():
     """GPT-2 small's shapes, 16 sequences of 1024 tokens on 2 ranks, shapes-only: the model of the
     step (counted compute + α-β of the ledger, WFBP overlap) and the state's closed form."""
-    row = scaling.measure_point("dp", 2, "strong", preset="gpt2")
+    row = points.measure_point("dp", 2, "strong", preset="gpt2")
     assert abs(row["error"]) < 0.01 and row["step_us"] > 10_000  # tens of A100 ms, not µs
     assert row["state_B"] == row["pred_state_B"]  # 16 bytes per parameter of a 124M model
 
@@ -147,7 +147,7 @@ def test_pipeline_model_is_the_schedule_simulated():
     """With free hops the simulated 1F1B lasts (m + p − 1)(F + B) (Narayanan et al. 2021's
     bubble); every hop's latency can only add to it."""
     from parlab.pipeline.schedules import make_schedule
-    from parlab.planner.scaling_model import pipeline_makespan
+    from parlab.planner.scaling.step_model import pipeline_makespan
 
     for p, m in ((2, 4), (4, 8)):
         schedule = make_schedule("1f1b", p, m)

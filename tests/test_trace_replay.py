@@ -4,7 +4,7 @@ and the what-ifs move it the way the α-β model says. No raw clock: virtual (A1
 import pytest
 
 import parlab
-from parlab.planner.scaling_model import rank_step
+from parlab.planner.scaling.step_model import rank_step
 from parlab.planner.trace_replay import Op, Trace, replay
 
 TOLERANCE = 0.10  # issue 31: the replay within 10% of the run it replays

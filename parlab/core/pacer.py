@@ -93,8 +93,8 @@ def work_meter():
 
 def count_work(fn) -> Work:
     """The `Work` that `fn()` runs, as a paced compute span counts it: what the paced planner's
-    profile (`parlab.planner.paced`) and the heterogeneous chapter's paced rates
-    (`parlab.heterogeneous.paced`) price with `Clock.price` instead of timing."""
+    profile (`parlab.planner.counted_profile`) and the heterogeneous chapter's paced rates
+    (`parlab.heterogeneous.paced_model`) price with `Clock.price` instead of timing."""
     meter = work_meter()
     with meter:
         fn()

@@ -14,8 +14,9 @@ module holds the checks of issue 34 that do not depend on a timing model:
   each rank's memory (RSS, and what it does not share with its siblings: USS/PSS from
   /proc/PID/smaps_rollup) while it waits.
 
-The timing sweep (strong and weak scaling beside a model) is chapter 13's: `parlab.planner.scaling`
-(the points), `parlab.planner.scaling_model` (the model), `parlab.planner.bench_scale` (the bench).
+The timing sweep (strong and weak scaling beside a model) is chapter 13's:
+`parlab.planner.scaling.points` (the points), `parlab.planner.scaling.step_model` (the model),
+`parlab.planner.scaling.bench_scale` (the bench).
 """
 
 from __future__ import annotations

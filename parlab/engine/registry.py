@@ -9,6 +9,7 @@ validates a configuration against the registered options and runs it.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,11 +101,16 @@ def chapter_packages() -> list[str]:
 
 def scheme_modules() -> list[str]:
     """The modules that register schemes: the reference, and each chapter's `schemes` (or
-    `schemes_*`, where one file would grow too long) and `torch_*` baselines."""
+    `schemes_*`, where one file would grow too long) and `torch_*` baselines, in the chapter's
+    folder or one of its subpackages (chapter 13's `planner.placement.schemes`)."""
     found = ["parlab.engine.reference"]
     for package in chapter_packages():
         path = importlib.import_module(f"parlab.{package}").__path__
-        found += [f"parlab.{package}.{info.name}" for info in pkgutil.iter_modules(path)
+        folders = [(f"parlab.{package}", path)] + [
+            (f"parlab.{package}.{info.name}", [os.path.join(path[0], info.name)])
+            for info in pkgutil.iter_modules(path) if info.ispkg and info.name != "explore"]
+        found += [f"{prefix}.{info.name}" for prefix, where in folders
+                  for info in pkgutil.iter_modules(where)
                   if info.name == "schemes" or info.name.startswith(("schemes_", "torch_"))]
     return found
 

@@ -4,7 +4,7 @@ shares on a cluster with one slow device, on one node and on two; backup workers
 The issue's goal (Zhang et al., "HAP", EuroSys 2024, report up to 2.41× on heterogeneous clusters):
 at speeds 1:1:1:0.25 the LP's shares step ≥ 1.5× faster than even shares. `hetero-dp` and backup
 workers run on the paced clock (`--clock A100`, the default: speeds are the ratios, the LP gets the
-paced clock's fixed work f, `parlab.heterogeneous.paced`); with `--clock wall` every device runs at
+paced clock's fixed work f, `parlab.heterogeneous.paced_model`); with `--clock wall` every device runs at
 `--scale` of one core here (parlab.heterogeneous.explore.SCALE: the ranks share 2 cores), so the
 emulated speeds, not the neighbours' compute, set the pace. Each row: the rows per rank, the median
 step after the first (measured), the model's step (`parlab.heterogeneous.cost.step_time`), the LP's

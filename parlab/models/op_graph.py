@@ -14,7 +14,8 @@ three branches of different cost (an MLP, self-attention, a 1-D convolution over
 model (`parlab.models.build_model("op-graph", cfg, seed)`), so `parlab.run("single",
 model="op-graph")` is the reference every placement reproduces. `OpStructure` is the graph's
 structure at one batch split (inputs, consumers, per-micro-batch shapes and bytes), shared by
-the executor (`parlab.planner.placed`) and the planner's costed graph (`parlab.planner.graph`).
+the executor (`parlab.planner.placement.placed`) and the planner's costed graph
+(`parlab.planner.placement.measured_graph`).
 Data: x (B, T, D_IN) and a regression target y (B, T, D_OUT), seeded per step
 (`parlab.models.data.global_batch`).
 """

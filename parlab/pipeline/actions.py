@@ -38,7 +38,7 @@ class Schedule:
     # when F starts, so its transfer hides behind F's compute (`parlab.pipeline.executor`)
     pairs: tuple = ()
     # stage -> rank, where stages are not a pipeline's loop over the ranks (a placed operator
-    # graph: `parlab.planner.placed`); empty: stage s on rank s mod p
+    # graph: `parlab.planner.placement.placed`); empty: stage s on rank s mod p
     placement: tuple = ()
     # False: stages are not a chain — no stage takes its input from the one before; every message
     # is the stage strategy's (the placed graph's producer → consumer edges)

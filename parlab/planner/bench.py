@@ -30,11 +30,11 @@ def check_scaling(model_config=None, clock: str = "A100", world_size: int = 4) -
     import torch
 
     from parlab.models.gpt import Block
-    from parlab.planner import paced, profile
+    from parlab.planner import counted_profile, profile
     from parlab.planner.explore import model_config as default_config
     cfg = model_config or default_config()
-    clk = None if clock == "wall" else paced.clock_for(clock, world_size)
-    prof = profile.measure(cfg) if clk is None else paced.profile(cfg, clk)
+    clk = None if clock == "wall" else counted_profile.clock_for(clock, world_size)
+    prof = profile.measure(cfg) if clk is None else counted_profile.profile(cfg, clk)
     rows = []
     cases = {"full": (cfg, 12), "rows/2 (m=2)": (cfg, 6),
              "tokens/2 (cp=2)": (dataclasses.replace(cfg, block_size=cfg.block_size // 2), 12),

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from parlab.core.cost import ring_all_reduce
 from parlab.exercises import Exercise, find, numeric
-from parlab.planner import costmodel, extrapolate
-from parlab.planner.placement import PlacementPlan, Task, memory_of, peak_memory
+from parlab.planner import costmodel
+from parlab.planner.placement.op_costs import memory_of, peak_memory
+from parlab.planner.placement.tasks import PlacementPlan, Task
 from parlab.planner.plan import Plan
+from parlab.planner.scaling import extrapolate
 
 
 def _config():

@@ -20,7 +20,7 @@ an op completes). `Trace.from_run` turns one step of it into per-rank action lis
 — and `replay` runs them with the paced clock's own link arithmetic (`parlab.core.virtual_link`):
 each communicator's ops queue on the rank's outgoing and incoming directions (a send holds the
 outgoing one, a collective both, a receive neither); a collective ends one α-β
-(`scaling_model.op_seconds`, on the group's slowest link) after its last member is ready, a send
+(`step_model.op_seconds`, on the group's slowest link) after its last member is ready, a send
 one α-β after it is ready (eager), a receive when the send's bytes have arrived or when it is
 posted, if later. What-ifs: `flops=2` (every compute span twice as fast), `bandwidth=2` (β
 halved), `latency=2` (α halved); on a trace whose clock kept its kernels (`Clock(acc,
@@ -39,7 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from parlab.planner.scaling_model import op_seconds
+from parlab.planner.scaling.step_model import op_seconds
 
 
 @dataclass(eq=False)

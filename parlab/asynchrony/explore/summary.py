@@ -17,7 +17,7 @@ from parlab.asynchrony import cost
 from parlab.asynchrony import explore as ex
 from parlab.asynchrony.explore import dualbatch as ex_dualbatch
 from parlab.asynchrony.explore.jacobi import jacobi_speedups
-from parlab.core.verdict import when_to_use
+from parlab.core.when_to_use import when_to_use
 
 _HELDOUT: dict = {}
 

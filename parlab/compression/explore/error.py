@@ -25,7 +25,7 @@ from parlab import models
 from parlab.compression import cost
 from parlab.compression.explore import low_rank, options_of
 from parlab.compression.powersgd import factor_rank
-from parlab.core.verdict import when_to_use
+from parlab.core.when_to_use import when_to_use
 
 COMPRESSORS = ["topk", "randomk", "qsgd", "signsgd", "powersgd"]
 

@@ -123,9 +123,9 @@ def speeds_for(world_size: int, clock: str = "A100", pattern: str = "one slow") 
 def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_size: int = 12,
                       fixed_rows: float = FIXED_ROWS, clock: str = "A100") -> list[dict]:
     """Step time of `hetero-dp` under each sharding, measured in one run each, beside the model.
-    On a paced clock the model's t and f are the clock's own (`parlab.heterogeneous.paced`), and
+    On a paced clock the model's t and f are the clock's own (`parlab.heterogeneous.paced_model`), and
     the LP is given that f."""
-    from parlab.heterogeneous.paced import paced_rates
+    from parlab.heterogeneous.paced_model import paced_rates
 
     probe = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link,
                         batch_size=batch_size, clock=clock)

@@ -4,7 +4,7 @@ of every plan, the planner under a memory cap, the widget.
 The cost model (`costmodel`: a blocking α-β model; MAD-Max's replay across plans is `whatif`)
 predicts every plan's step in *virtual* time on a named accelerator (`parlab.run(...,
 clock="A100")`, `parlab.core.clock`): compute from the kernels of a block counted once
-(`paced.profile`: a paced span lasts exactly Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)),
+(`counted_profile.profile`: a paced span lasts exactly Σ(launch_s + max(FLOPs/F_acc, bytes/HBM)),
 `Clock.price`), communication from the real link's α-β. What is not closed form (how the schedule
 overlaps, the operators the composed layers add) is calibrated *leave one out*
 (`search.leave_one_out`): each plan is predicted by a calibration fitted on the other plans of the
@@ -24,7 +24,7 @@ import statistics
 from dataclasses import dataclass
 
 from parlab.core.progress import progress
-from parlab.planner import costmodel, paced, profile, search
+from parlab.planner import costmodel, counted_profile, profile, search
 from parlab.planner.plan import DEGREES
 
 _CALIBRATIONS: dict = {}  # (world_size, link name, clock name) -> the last sweep's Calibration
@@ -99,8 +99,8 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
         preds = [costmodel.predict(p, cfg, prof, fit, link, batch_size, calibration) for p in plans]
         base, method = set(search.pure_plans(plans)), "fitted on the one-dimensional plans"
     else:
-        clk = paced.clock_for(clock, world_size)
-        prof, fit = paced.profile(cfg, clk), None
+        clk = counted_profile.clock_for(clock, world_size)
+        prof, fit = counted_profile.profile(cfg, clk), None
         preds, calibration = search.leave_one_out(plans, cfg, prof, fit, link, batch_size,
                                                   measured, clk)
         base, method = set(), "leave one out"

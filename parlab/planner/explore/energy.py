@@ -4,7 +4,7 @@ what it cannot.
 Go et al., "Characterizing the Efficiency of Distributed Training: A Power, Performance, and
 Thermal Perspective" (2025, arXiv 2509.10371) sweep tensor, pipeline, data and expert parallelism
 and micro-batch sizes on H100, H200 and MI250 clusters and report throughput and utilisation
-beside power draw and temperature (`parlab.planner.energy`). The chapter's sweep
+beside power draw and temperature (`parlab.planner.scaling.energy`). The chapter's sweep
 (`parlab.planner.explore.sweep`: every dp × tp × pp × cp plan of the world size, ZeRO 0/1, 1 or 2
 micro-batches, run with `nd` on the paced clock) is the performance half of that: each plan's step
 time, throughput, bytes and the model's exposed-communication share. The power and thermal half
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from parlab.planner.energy import POWERCAP, counter_status, energy_per_step
+from parlab.planner.scaling.energy import POWERCAP, counter_status, energy_per_step
 
 
 def characterization(sweep, batch_size: int = 12, steps: int = 2, root: str = POWERCAP,

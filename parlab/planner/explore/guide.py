@@ -111,7 +111,7 @@ def guide_markdown() -> str:
 def hardware_ratios(table_a100: list[dict], table_h100: list[dict]) -> None:
     """H100 against A100 from `extrapolate.HARDWARE` (sustained FLOP/s, NVLink and InfiniBand β per
     GPU), and what the two Megatron tables say happens to the exposed-communication fraction."""
-    from parlab.planner.extrapolate import HARDWARE
+    from parlab.planner.scaling.extrapolate import HARDWARE
     a, h = HARDWARE["A100"], HARDWARE["H100"]
     flops, nvlink, ib = h.flops / a.flops, h.intra[1] / a.intra[1], h.inter[1] / a.inter[1]
     print(f"H100 vs A100: compute ×{flops:.2f} (sustained FLOP/s), NVLink ×{nvlink:.2f}, "
@@ -130,8 +130,8 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
     the model's ranking is to be trusted, what the memory cap costs, which dimension costs most
     here, where dp and pp stop paying, which investment pays, and how far the model follows
     Megatron-LM's published choices."""
-    from parlab.planner import scaling
     from parlab.planner.explore.replay import WHAT_IFS
+    from parlab.planner.scaling import points
     rows = sorted(s.rows, key=lambda r: r["measured_ms"])
     fast, slow, j = rows[0], rows[-1], s.judgement
     print("When to use it (from this run):")
@@ -169,7 +169,7 @@ def when_to_use(s, scale_rows: list[dict], replay_rows: list[dict], megatron: li
         print(f"- on {s.link or 'loopback'} at this model size, {worst} costs most: its best plan "
               f"exposes {exposed[worst]:.0%} of the step as communication (least exposed of the "
               f"plans using each dimension: {each})")
-    for line in scaling.stops_paying(scale_rows):
+    for line in points.stops_paying(scale_rows):
         print(f"- scaling, {line.strip()}")
     for name in WHAT_IFS:
         gains = [r["plan"] for r in replay_rows if min(WHAT_IFS, key=lambda n: r[n]) == name]

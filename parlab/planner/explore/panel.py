@@ -4,7 +4,7 @@ others leave), and each run prints what changed from the previous setting (`pane
 
 from __future__ import annotations
 
-from parlab.planner import costmodel, paced, profile, search
+from parlab.planner import costmodel, counted_profile, profile, search
 from parlab.planner.plan import Plan
 
 
@@ -67,8 +67,8 @@ def panel(world_size: int, dp: int, tp: int, pp: int, cp: int, microbatches: int
         clk, prof, fit, unit = None, profile.measure(cfg), profile.calibrate_comm(world_size), \
             "ms, this CPU, raw"
     else:
-        clk = paced.clock_for(clock, world_size)
-        prof, fit, unit = paced.profile(cfg, clk), None, clk.unit
+        clk = counted_profile.clock_for(clock, world_size)
+        prof, fit, unit = counted_profile.profile(cfg, clk), None, clk.unit
     p = costmodel.predict(plan, cfg, prof, fit, link, 12, calibration, clk)
     cap = memory_cap_mb * 1e6
     print("(calibrated by this world size's sweep)" if calibration else

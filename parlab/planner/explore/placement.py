@@ -6,17 +6,18 @@ Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) pose planning as a 
 with memory constraints, solve it with a bi-level framework (operators merged, then the MIP), and
 report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same memory. Here:
 
-- one small branchy graph (`parlab.planner.graph`), op times and memory measured here: the exact
-  plan (`parlab.planner.placement_milp.solve`) under a memory cap, beside the decomposition
-  (`parlab.planner.placement_bilevel.bilevel`) and a 1F1B pipeline of the same graph cut into
-  stages (`parlab.planner.placement_1f1b.pipeline_plan`), each predicted from measured op times
-  and the α-β link and each run for real (`parlab.run("placed", plan=...)`, the executor
-  `parlab.planner.placed`), checked against `parlab.run("single", model="op-graph")`, memory
+- one small branchy graph (`parlab.planner.placement.measured_graph`), op times and memory
+  measured here: the exact plan (`parlab.planner.placement.milp.solve`) under a memory cap,
+  beside the decomposition (`parlab.planner.placement.bilevel.bilevel`) and a 1F1B pipeline of
+  the same graph cut into stages (`parlab.planner.placement.pipeline_1f1b.pipeline_plan`), each
+  predicted from measured op times and the α-β link and each run for real
+  (`parlab.run("placed", plan=...)`, the executor
+  `parlab.planner.placement.placed`), checked against `parlab.run("single", model="op-graph")`, memory
   predicted and measured;
-- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement_compare`):
+- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement.compare`):
   the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
   simulator, with the verdict on "about half" computed from the rows;
-- the same question on real layers (`parlab.planner.placement_layers`): gpt2-xl's attention and
+- the same question on real layers (`parlab.planner.placement.real_layers`): gpt2-xl's attention and
   MLP ops, F, B and W priced at an accelerator, placed by the operator MILP (one copy, or
   DualPipe's two) and the decomposition at DualPipe's memory, beside DualPipe and 1F1B.
 
@@ -56,15 +57,16 @@ from parlab.planner.explore.placement_run import (
     task_seconds,
     tasks_of,
 )
-from parlab.planner.graph import Graph, demo_graph
-from parlab.planner.placed_cost import message_bytes
-from parlab.planner.placement import PlacementPlan, evaluate, measure_memory, peak_memory
-from parlab.planner.placement_1f1b import pipeline_plan
-from parlab.planner.placement_bilevel import bilevel
-from parlab.planner.placement_compare import compare, verdicts
-from parlab.planner.placement_dualpipe import Units
-from parlab.planner.placement_layers import compare_layers, verdict
-from parlab.planner.placement_milp import solve
+from parlab.planner.placement.bilevel import bilevel
+from parlab.planner.placement.compare import compare, verdicts
+from parlab.planner.placement.measured_graph import Graph, demo_graph
+from parlab.planner.placement.milp import solve
+from parlab.planner.placement.op_costs import measure_memory, peak_memory
+from parlab.planner.placement.pipeline_1f1b import pipeline_plan
+from parlab.planner.placement.placed_cost import message_bytes
+from parlab.planner.placement.real_layers import compare_layers, verdict
+from parlab.planner.placement.schedule_mip import Units
+from parlab.planner.placement.tasks import PlacementPlan, evaluate
 
 __all__ = ["demo_graph", "solve", "draw", "draw_run", "placement_report", "print_report",
            "run_both", "pipeline_cap", "memory_table", "print_memory_table",
@@ -305,7 +307,7 @@ def print_memory_table(rows: list[dict]) -> None:
 def dualpipe_comparison(p: int = 4, m: int = 8, latencies: tuple = (0, 1),
                         with_1f1b: tuple = (0,), units: Units | None = None,
                         show: bool = True) -> list[list[dict]]:
-    """The paper's comparison (`placement_dualpipe.compare`) at each message latency (ticks):
+    """The paper's comparison (`schedule_mip.compare`) at each message latency (ticks):
     DualPipe and the planner at its memory at every latency, 1F1B and the planner at its memory
     at the latencies in `with_1f1b`; printed with the verdicts. Returns the rows per latency."""
     units = Units() if units is None else units
@@ -335,7 +337,7 @@ def print_dualpipe(rows: list[dict]) -> None:
 def layers_comparison(preset: str = "gpt2-xl", layers: int = 2, settings: tuple = ((2, 4), (4, 8)),
                       accelerator: str = "H100", time_limit: float = 10.0,
                       show: bool = True) -> list[list[dict]]:
-    """She et al.'s question on real layers (`placement_layers.compare_layers`) for each (p, m)
+    """She et al.'s question on real layers (`real_layers.compare_layers`) for each (p, m)
     of `settings`: 1F1B, DualPipe, the MILP and the decomposition at DualPipe's memory, printed
     with the verdict. Returns the rows per setting."""
     out = []

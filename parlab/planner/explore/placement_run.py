@@ -2,7 +2,7 @@
 reference through `parlab.run("single")`, and what a run says about the plan.
 
 She et al. (2025, arXiv 2503.09357) place and order operators; the executor is
-`parlab.planner.placed` (scheme "placed"), the model `parlab.models.op_graph`. Here: `run_plan`
+`parlab.planner.placement.placed` (scheme "placed"), the model `parlab.models.op_graph`. Here: `run_plan`
 (a `PlacementPlan` for `steps` SGD steps), `reference` (the single process, cached), and views of
 a RunResult in the plan's terms — per-step makespan (first rank's start to the last rank's last
 task), idle fraction per rank, each task's measured seconds (for replaying the timing model),
@@ -16,8 +16,8 @@ import statistics
 
 import parlab
 from parlab.core.link import Link
-from parlab.planner.graph import Graph
-from parlab.planner.placement import PlacementPlan, Task
+from parlab.planner.placement.measured_graph import Graph
+from parlab.planner.placement.tasks import PlacementPlan, Task
 
 __all__ = ["run_plan", "reference", "tasks_of", "makespans", "later", "bubble", "task_seconds",
            "sent_bytes", "step_memory"]

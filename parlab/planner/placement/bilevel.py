@@ -6,7 +6,7 @@ framework balancing optimality with computational efficiency" (abstract): a heur
 operators into larger ones ("operation merging"), so the MIP is solved on a smaller graph. Only
 the structure is followed here — the paper's own merging rule is not reproduced (the rule below is
 ours). On the same problem as the monolithic MILP (`parlab.planner.placement`,
-`parlab.planner.placement_milp`):
+`parlab.planner.placement.milp`):
 
 1. Upper level, merging (`merge_ops`, our heuristic in the paper's spirit, stated as ours): while
    there are more groups than `groups`, contract the edge between two groups whose message costs
@@ -20,7 +20,7 @@ ours). On the same problem as the monolithic MILP (`parlab.planner.placement`,
 2. The MILP on the merged graph (fewer ops, fewer tasks, far fewer ordering binaries): its
    placement, each op on its group's rank (`expand`), is the decomposition's placement.
 3. Lower level (our addition, stated as such): the MILP again on the unmerged graph with that
-   placement fixed (`placement_milp.build_milp(..., fixed=...)`): only tasks on one rank are
+   placement fixed (`milp.build_milp(..., fixed=...)`): only tasks on one rank are
    ordered, the merged plan's makespan is the big-M. The merged plan, expanded, is a feasible
    point of it (every member's activations are held inside its group's interval), so the answer
    is never worse than step 2's.
@@ -37,21 +37,17 @@ import time
 from dataclasses import dataclass
 
 from parlab.core.link import Link, resolve
-from parlab.planner.graph import Graph
-from parlab.planner.placement import (
-    Memory,
-    OpGraph,
+from parlab.planner.placement.measured_graph import Graph
+from parlab.planner.placement.milp import milp_plan
+from parlab.planner.placement.op_costs import Memory, OpGraph, measure_memory, memory_of, op_graph
+from parlab.planner.placement.tasks import (
     PlacementPlan,
     Task,
     evaluate,
-    measure_memory,
-    memory_of,
     message_seconds,
-    op_graph,
     split_backward,
     wire_of,
 )
-from parlab.planner.placement_milp import milp_plan
 
 
 def _group_edges(graph, group_of: dict) -> dict:

@@ -3,11 +3,11 @@
 She et al. (2025, arXiv 2503.09357) report, against DeepSeek's DualPipe, "comparable or superior
 performance, reducing computational bubbles by half under the same memory constraints" (abstract).
 `compare` asks it of the pipeline chapter's schedules: 1F1B and DualPipe as
-chapter 04 builds them, each beside the planner (`parlab.planner.placement_dualpipe.plan`) on its
+chapter 04 builds them, each beside the planner (`parlab.planner.placement.schedule_mip.plan`) on its
 task set, placement and memory, all timed by one simulator; `verdicts` says, from the rows, where
 the paper's "about half" holds here and where not, against DualPipe's own action lists (unit
 ticks; the same question on real layers priced at an accelerator, with operators free to move:
-`parlab.planner.placement_layers`). The report's Table 2 formula (`report_fraction`) is kept
+`parlab.planner.placement.real_layers`). The report's Table 2 formula (`report_fraction`) is kept
 beside the rows, not compared with the planner: it charges DualPipe more idle time than its own
 lists have, so a ratio to it would measure the formula, not a planner.
 """
@@ -15,7 +15,7 @@ lists have, so a ratio to it would measure the formula, not a planner.
 from __future__ import annotations
 
 from parlab.pipeline import cost as pp_cost
-from parlab.planner.placement_dualpipe import (
+from parlab.planner.placement.schedule_mip import (
     Units,
     makespan,
     peak_chunks,

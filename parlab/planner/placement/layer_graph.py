@@ -26,7 +26,7 @@ from __future__ import annotations
 from parlab.core.clock import real_link
 from parlab.core.clock import resolve as resolve_clock
 from parlab.models.presets import PRESETS
-from parlab.planner.placement_costs import Memory, OpGraph, memory_of, op_graph
+from parlab.planner.placement.op_costs import Memory, OpGraph, memory_of, op_graph
 from parlab.planner.profile import block_flops
 from parlab.zero.cost import mixed_precision_formula
 

@@ -90,7 +90,8 @@ class Graph(OpStructure):
     def times(self) -> tuple[dict[str, float], dict[str, float]]:
         """(forward seconds, backward seconds) per op and micro-batch; `profile` first."""
         if not self.profiled:
-            raise ValueError("the graph has no measured op times: call parlab.planner.graph.profile")
+            raise ValueError("the graph has no measured op times: call "
+                             "parlab.planner.placement.measured_graph.profile")
         return dict(self.fwd_s), dict(self.bwd_s)
 
 

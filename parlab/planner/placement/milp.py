@@ -17,7 +17,7 @@ bracket a y, a constant where precedence already orders the pair, or z[o,o'] ≥
 − 1 — must fit the cap (big-M on x[o, r]); where the backward is split (B, then W), an op's
 activations are held until its W ends. With `fixed` a placement, x is fixed and only pairs on
 one rank are ordered: the lower level of the bi-level decomposition
-(`parlab.planner.placement_bilevel`).
+(`parlab.planner.placement.bilevel`).
 
 `scipy.optimize.milp` (HiGHS) solves it; the answer is a `PlacementPlan` like the exhaustive
 search's, and the two must agree (`tests/test_planner_placement.py`,
@@ -31,21 +31,18 @@ import time
 import numpy as np
 
 from parlab.core.link import Link
-from parlab.planner.graph import Graph
-from parlab.planner.placement import (
-    Memory,
+from parlab.planner.placement.exhaustive import exhaustive, greedy, serial_bound
+from parlab.planner.placement.measured_graph import Graph
+from parlab.planner.placement.op_costs import Memory, measure_memory
+from parlab.planner.placement.tasks import (
     PlacementPlan,
     Task,
     durations,
-    exhaustive,
-    greedy,
-    measure_memory,
     message_seconds,
     micro_of,
     plan_from_starts,
     precedences,
     release,
-    serial_bound,
     tasks,
     wire_of,
 )

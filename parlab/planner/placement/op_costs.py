@@ -6,21 +6,21 @@ must fit. `OpGraph` is a graph given by those costs alone (tests; the bi-level d
 merged graphs); `Memory` the bytes of each op — weights (parameters and gradients, all step) and
 what one micro-batch's forward holds until its backward (its W where the backward is split) —
 measured on the chapter's graph by `measure_memory`; `peak_memory` the most a rank holds along a
-plan's order, the quantity the MILP's memory constraint bounds (`parlab.planner.placement_milp`).
+plan's order, the quantity the MILP's memory constraint bounds (`parlab.planner.placement.milp`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from parlab.planner.graph import Graph
+from parlab.planner.placement.measured_graph import Graph
 
 
 @dataclass(frozen=True)
 class OpGraph:
     """A graph of operators given by its costs alone: ops in topological order, edges with the
     bytes of one micro-batch's activation, forward / backward seconds per op. What the planner
-    needs of `parlab.planner.graph.Graph`, without the modules (tests; merged graphs)."""
+    needs of `parlab.planner.placement.measured_graph.Graph`, without the modules (tests; merged graphs)."""
 
     ops: tuple  # names, topological order
     edge_list: tuple  # ((u, v, bytes), ...)
@@ -115,7 +115,8 @@ def measure_memory(graph: Graph) -> Memory:
     output that its consumer saves as input) counts for both: an upper bound of what a rank holds."""
     from torch.autograd.graph import saved_tensors_hooks
 
-    from parlab.planner.graph import DATA, first_micro_values
+    from parlab.models.op_graph import DATA
+    from parlab.planner.placement.measured_graph import first_micro_values
     modules, values = first_micro_values(graph)
     weights, acts = {}, {}
     for op in graph.ops:

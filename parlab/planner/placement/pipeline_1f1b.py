@@ -4,16 +4,16 @@ She et al. (2025, arXiv 2503.09357, §5) judge an operator-level plan against a 
 of the same model; here the baseline is a 1F1B pipeline of the same graph (ops cut into contiguous
 stages in topological order — PipeDream-Flush: Narayanan et al., "Memory-Efficient
 Pipeline-Parallel DNN Training", ICML 2021) written as a `PlacementPlan`, so the timing model, the
-executor ("placed", `parlab.planner.placed`) and the drawings run it like any plan and the two
+executor ("placed", `parlab.planner.placement.placed`) and the drawings run it like any plan and the two
 differ only in placement and order.
 """
 
 from __future__ import annotations
 
 from parlab.pipeline.schedules import one_f_one_b
-from parlab.planner.graph import Graph
-from parlab.planner.placed_cost import message_bytes
-from parlab.planner.placement import PlacementPlan, Task
+from parlab.planner.placement.measured_graph import Graph
+from parlab.planner.placement.placed_cost import message_bytes
+from parlab.planner.placement.tasks import PlacementPlan, Task
 
 
 def pipeline_plan(graph: Graph, ranks: int) -> PlacementPlan:

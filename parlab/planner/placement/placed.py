@@ -2,12 +2,12 @@
 gradients cross ranks as send/recv through `parlab.core.comm.Comm` (every byte in the ledger).
 
 She et al. (2025, arXiv 2503.09357, §3) place and order operators; this makes a
-`parlab.planner.placement.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
-registered as "placed" in `parlab.planner.schemes_placed`), run by the one pipeline executor
+`parlab.planner.placement.tasks.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
+registered as "placed" in `parlab.planner.placement.schemes`), run by the one pipeline executor
 (`parlab.pipeline.executor.PipelineExecutor`): the plan is a `Schedule` whose stages are the ops,
 placed op by op, with the rank's tasks as its F/B actions (`schedule_of`), and what an op does
 around F and B is a `StageStrategy` (`PlacedOps`). A 1F1B pipeline of the same graph
-(`parlab.planner.placement_1f1b.pipeline_plan`) is a plan too, run the same way, so the two differ
+(`parlab.planner.placement.pipeline_1f1b.pipeline_plan`) is a plan too, run the same way, so the two differ
 only in placement and order.
 
 Messages are derived from the plan, not written by hand (`messages`): after F(u, k) its activation
@@ -17,7 +17,7 @@ goes back to u's rank. Each receiver posts all its receives at the start of the 
 sender's send order, and waits on one just before the task that needs it. An emulated `link` is
 the run's own (`Comm`: a message is charged α + n/β when it is waited on).
 
-Memory, beside the planner's model (`parlab.planner.placement.peak_memory`): each forward runs
+Memory, beside the planner's model (`parlab.planner.placement.op_costs.peak_memory`): each forward runs
 under a saved-tensors hook that notes every tensor autograd saves (parameters left out) and its
 output; after each forward the rank's live set — the union over forwards whose backward has not
 run, each buffer once — is summed, and the step's peak plus the weights (parameters and
@@ -39,7 +39,8 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer
 from parlab.models.op_graph import DATA, OpGraphSplit
 from parlab.pipeline.actions import Action, Schedule
 from parlab.pipeline.executor import PipelineExecutor, StageStrategy
-from parlab.planner.placement import PlacementPlan, Task, tensor_key
+from parlab.planner.placement.op_costs import tensor_key
+from parlab.planner.placement.tasks import PlacementPlan, Task
 
 
 class Message(NamedTuple):

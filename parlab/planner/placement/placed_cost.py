@@ -15,7 +15,7 @@ from parlab.models.op_graph import OpGraphSplit
 
 def message_bytes(graph, plan) -> list[int]:
     """Bytes each rank sends per step (`graph`: an `parlab.models.op_graph.OpStructure`, `plan`: a
-    `parlab.planner.placement.PlacementPlan`)."""
+    `parlab.planner.placement.tasks.PlacementPlan`)."""
     place, sent = plan.placement, [0] * plan.ranks
     for u in graph.names:
         for d in {place[v] for v in graph.consumers(u)} - {place[u]}:

@@ -4,19 +4,19 @@ equal memory, all three timed by one model.
 She et al. (2025, arXiv 2503.09357, abstract) report "reducing computational bubbles by half under
 the same memory constraints" against DeepSeek-V3's DualPipe (arXiv 2412.19437, §3.2.1). Here the
 graph is real transformer layers at a preset's size, priced on an accelerator
-(`parlab.planner.layer_graph`), and three plans of one step (p ranks, m micro-batches) are
+(`parlab.planner.placement.layer_graph`), and three plans of one step (p ranks, m micro-batches) are
 `PlacementPlan`s timed by the same `placement.evaluate` (F, B, W tasks; α + n/β messages over
 the accelerator's NVLink) and sized by the same `peak_memory` (weights + activations held F→W):
 - 1F1B: the ops cut into p equal contiguous stages, chapter 04's `one_f_one_b` lists, each
   backward a B then its W per op (a full backward);
 - DualPipe: the same stages, two model copies (`layer_graph.dual_graph`: stage s of direction 0
   on rank s, of direction 1 on rank p−1−s), chapter 04's `dualpipe` lists as they are;
-- the MILP (`placement_milp.milp_plan`: any op on any rank, any order) under DualPipe's peak
+- the MILP (`milp.milp_plan`: any op on any rank, any order) under DualPipe's peak
   memory per rank, started from the better of the 1F1B plan and the greedy plan (so never worse
   than the 1F1B plan it can express); the same MILP on DualPipe's two copies ("MILP×2", micro-
   batches routed as DualPipe routes them, any copy on any rank), started from DualPipe's lists
   (or the greedy plan, where better and at most `MAX_GREEDY_PLACEMENTS` placements to try);
-  and the bi-level decomposition (`placement_bilevel`).
+  and the bi-level decomposition (`bilevel`).
 Bubble = 1 − busy / (p × makespan), the ranks' mean idle share; every plan runs the same tasks,
 so the busy time is the same. `verdict` prints the paper's claim beside the rows' ratio.
 Simplifications, stated: DualPipe's F&B pairs cost F + B (no compute overlap, as in chapter 04);
@@ -26,17 +26,12 @@ the two copies' gradient sum after the step is not in the makespan of either Dua
 from __future__ import annotations
 
 from parlab.pipeline.schedules import make_schedule
-from parlab.planner.layer_graph import REVERSE, dual_graph, layer_graph
-from parlab.planner.placement import (
-    PlacementPlan,
-    Task,
-    _placements,
-    evaluate,
-    greedy,
-    peak_memory,
-)
-from parlab.planner.placement_bilevel import bilevel
-from parlab.planner.placement_milp import milp_plan
+from parlab.planner.placement.bilevel import bilevel
+from parlab.planner.placement.exhaustive import _placements, greedy
+from parlab.planner.placement.layer_graph import REVERSE, dual_graph, layer_graph
+from parlab.planner.placement.milp import milp_plan
+from parlab.planner.placement.op_costs import peak_memory
+from parlab.planner.placement.tasks import PlacementPlan, Task, evaluate
 
 MAX_GREEDY_PLACEMENTS = 500  # the greedy start of the two-copy MILP tries each placement: few
 CLAIM = "about half of DualPipe's bubble at equal memory (She et al. 2025, abstract)"

@@ -26,7 +26,7 @@ DualPipe's two mirrored copies, or 1F1B's one stage per rank):
   placement;
 - objective: the makespan C ≥ every task's end.
 
-The comparison itself (rows and verdicts) is `parlab.planner.placement_compare`. The solution is
+The comparison itself (rows and verdicts) is `parlab.planner.placement.compare`. The solution is
 returned as a `Schedule` (per rank, its actions by start tick), checked by
 `parlab.pipeline.validate.check` and timed by the same simulator as DualPipe and 1F1B
 (`validate.simulate`), so all three bubbles come from one definition (`cost.bubble_of`).

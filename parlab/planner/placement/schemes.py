@@ -1,6 +1,6 @@
-"""The "placed" scheme: a `parlab.planner.placement.PlacementPlan` (op → rank, and per rank the
+"""The "placed" scheme: a `parlab.planner.placement.tasks.PlacementPlan` (op → rank, and per rank the
 ordered F/B tasks; She et al., 2025, arXiv 2503.09357) run as training steps of the one loop by
-`parlab.planner.placed.PlacedStrategy`, on the operator graph model ("op-graph",
+`parlab.planner.placement.placed.PlacedStrategy`, on the operator graph model ("op-graph",
 `parlab.models.op_graph`). Exact: it equals `parlab.run("single", model="op-graph")`.
 
     parlab.run("placed", world_size=plan.ranks, plan=plan, microbatches=2, **graph.run_options())
@@ -12,10 +12,10 @@ from parlab.core.checks import Int
 from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.models.op_graph import OpGraphSplit
-from parlab.planner.placed import PlacedStrategy
-from parlab.planner.placed_cost import placed_prediction
-from parlab.planner.placement import PlacementPlan, evaluate
-from parlab.planner.placement_costs import op_graph
+from parlab.planner.placement.op_costs import op_graph
+from parlab.planner.placement.placed import PlacedStrategy
+from parlab.planner.placement.placed_cost import placed_prediction
+from parlab.planner.placement.tasks import PlacementPlan, evaluate
 
 
 def validate(cfg) -> None:
@@ -23,7 +23,7 @@ def validate(cfg) -> None:
     every task once on its op's rank, an order that does not deadlock, the micro-batch split."""
     plan, m = cfg.options["plan"], cfg.options["microbatches"]
     if not isinstance(plan, PlacementPlan):
-        raise ValueError(f"plan={plan!r} must be a parlab.planner.placement.PlacementPlan "
+        raise ValueError(f"plan={plan!r} must be a parlab.planner.placement.tasks.PlacementPlan "
                          "(solve(graph, ranks), pipeline_plan(graph, ranks))")
     if plan.ranks != cfg.world_size:
         raise ValueError(f"plan {plan.name!r} has ranks={plan.ranks}, but world_size="

@@ -4,9 +4,10 @@ Strong and weak scaling of DP (ddp-overlap), ZeRO-3, TP, PP (pp-1f1b) and a 3-D 
 dp·tp·pp) from 1 to 16 ranks, on `clock="A100"` with NVLink inside a node of 8 and 100Gb
 InfiniBand between two nodes (`parlab.core.topology.two_nodes`). Each point prints its step time,
 throughput and scaling efficiency, the time it waits per step (exposed communication, and the
-bubble) and the model state per rank, each beside the model of `parlab.planner.scaling_model.predict_step`
-(α-β communication from the ledger's bytes and rounds, overlap, bubble; compute as the clock's
-operator meter counted it) and the prediction error; then where each dimension stops paying.
+bubble) and the model state per rank, each beside the model of
+`parlab.planner.scaling.step_model.predict_step` (α-β communication from the ledger's bytes and
+rounds, overlap, bubble; compute as the clock's operator meter counted it) and the prediction
+error; then where each dimension stops paying.
 Optionally: a second run of every point (virtual time is bit-reproducible: the two must be
 identical), the launch and memory of 16 ranks (this CPU, raw), and exactness of every scheme at 8
 and 16 ranks.
@@ -19,12 +20,12 @@ and 16 ranks.
     python -m parlab bench scale --preset megatron-1.7b --ranks 1 8 16 32 64 --dims dp 3d
                                                         # the sweep at a real model's shapes
     python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
-                                                        # 64 ranks, shapes-only (parlab.planner.megatron_runs)
+                                                        # 64 ranks, shapes-only (scaling.megatron_runs)
     python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
     python -m parlab bench scale --roofline --no-sweep  # per-operator prices: clock, roofline, torch
     python -m parlab bench scale --real --no-sweep      # megatron-1.7b shapes-only: scaling per
                                                         # dimension 1-64 ranks, the planner scored
-                                                        # at 8-64 (parlab.planner.real_scale; ~45
+                                                        # at 8-64 (parlab.planner.scaling.real_scale; ~45
                                                         # min on 2 cores: --planner-ranks with no
                                                         # value or --real-ranks with none skip a part)
 """
@@ -36,7 +37,7 @@ import time
 
 from parlab.core.progress import progress as bar
 from parlab.engine import many_ranks
-from parlab.planner import scaling
+from parlab.planner.scaling import points
 
 # points left out of the default sweep for their wall time on this CPU (ZeRO-3 at 16 ranks: many
 # small collectives, each a real gloo op among 16 processes on 2 cores): --full runs them
@@ -54,7 +55,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
             for n in bar(ranks, desc=f"{mode} {dim}"):
                 if (dim, n) in SLOW and not full:
                     continue
-                if scaling.point_config(dim, n, mode, preset=preset) is None:
+                if points.point_config(dim, n, mode, preset=preset) is None:
                     continue
                 if n == 1 and base is not None:  # every dimension shares one 1-rank run
                     rows.append({**base, "dim": dim})
@@ -62,7 +63,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
                 runs = []
                 t0 = time.perf_counter()
                 for _ in range(repeats):
-                    runs.append(scaling.measure_point(dim, n, mode, intra=intra, inter=inter,
+                    runs.append(points.measure_point(dim, n, mode, intra=intra, inter=inter,
                                                       steps=steps, preset=preset))
                 row = runs[0]
                 if repeats > 1:
@@ -75,7 +76,7 @@ def sweep(dims, modes, ranks, intra="NVLink", inter="100Gb-IB", full=False, repe
                 if progress:
                     progress(f"  {mode} {dim} n={n}: {row['step_us']:.1f} µs/step measured, "
                              f"{row['pred_us']:.1f} model ({time.perf_counter() - t0:.0f} s)")
-    return scaling.with_efficiency(rows), spreads
+    return points.with_efficiency(rows), spreads
 
 
 def report(rows, spreads, tolerance=0.10) -> list[str]:
@@ -101,8 +102,8 @@ def report(rows, spreads, tolerance=0.10) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m parlab bench scale",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--dims", nargs="+", default=list(scaling.DIMENSIONS),
-                        choices=scaling.DIMENSIONS)
+    parser.add_argument("--dims", nargs="+", default=list(points.DIMENSIONS),
+                        choices=points.DIMENSIONS)
     parser.add_argument("--modes", nargs="+", default=["strong", "weak"], choices=["strong", "weak"])
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--intra", default="NVLink", help="the link inside a node of 8")
@@ -126,17 +127,17 @@ def main(argv=None) -> int:
     parser.add_argument("--real", metavar="PRESET", nargs="?", const="megatron-1.7b",
                         help="PRESET shapes-only on nodes of 8: strong and weak scaling of "
                              "--real-dims over --real-ranks, then the planner's model scored "
-                             "against runs at --planner-ranks (parlab.planner.real_scale)")
+                             "against runs at --planner-ranks (parlab.planner.scaling.real_scale)")
     parser.add_argument("--real-ranks", nargs="*", type=int, default=[1, 2, 4, 8, 16, 32, 64])
     parser.add_argument("--real-dims", nargs="+", default=["dp", "tp", "pp", "3d"],
-                        choices=scaling.DIMENSIONS)
+                        choices=points.DIMENSIONS)
     parser.add_argument("--planner-ranks", nargs="*", type=int, default=[8, 16, 32, 64])
     parser.add_argument("--planner-runs", type=int, default=3,
                         help="plans run per world size: the pick and a spread of others")
     parser.add_argument("--planner-batch", type=int, default=16, help="global batch (sequences)")
     args = parser.parse_args(argv)
     if args.real is not None:  # every bad value named before any process starts
-        from parlab.planner import real_scale
+        from parlab.planner.scaling import real_scale
         real_scale.check_preset(args.real)
         bad = [n for n in args.real_ranks + args.planner_ranks if not 1 <= n <= 64]
         if bad or args.planner_runs < 1 or args.planner_batch < 1:
@@ -149,7 +150,7 @@ def main(argv=None) -> int:
         raise SystemExit(f"--ranks {bad} must be in [1, {most}] (64 with --preset); "
                          f"--repeats={args.repeats} must be >= 1")
     if args.preset is not None:
-        scaling.point_config("dp", 1, preset=args.preset)  # an unknown preset: named, at once
+        points.point_config("dp", 1, preset=args.preset)  # an unknown preset: named, at once
     t0 = time.perf_counter()
     if args.launch:
         print(many_ranks.format_launch(many_ranks.launch_cost(16)))
@@ -158,36 +159,36 @@ def main(argv=None) -> int:
               "same on every clock)")
         many_ranks.exactness((8, 16))
     if not args.no_sweep:
-        print(f"scaling on A100 time: {args.intra} inside a node of {scaling.NODE}, {args.inter} "
-              f"between nodes; strong: global batch {scaling.STRONG_BATCH}, weak: "
-              f"{scaling.WEAK_ROWS} rows per data-parallel rank; "
+        print(f"scaling on A100 time: {args.intra} inside a node of {points.NODE}, {args.inter} "
+              f"between nodes; strong: global batch {points.STRONG_BATCH}, weak: "
+              f"{points.WEAK_ROWS} rows per data-parallel rank; "
               + (f"{args.preset}, shapes-only" if args.preset else "tiny GPT (4 layers, 4 heads)"))
         rows, spreads = sweep(args.dims, args.modes, sorted(set(args.ranks)), args.intra,
                               args.inter, args.full, args.repeats, preset=args.preset)
-        print(scaling.format_table(rows))
-        print("model (parlab.planner.scaling_model.predict_step): counted compute + α-β of the ledger's "
+        print(points.format_table(rows))
+        print("model (parlab.planner.scaling.step_model.predict_step): counted compute + α-β of the ledger's "
               "bytes and rounds on each op's link; WFBP overlap for DP; the run's pipeline schedule "
               "simulated for PP")
-        for line in scaling.stops_paying(rows):
+        for line in points.stops_paying(rows):
             print(line)
         for line in report(rows, spreads):
             print(line)
     if args.megatron:
-        from parlab.planner import megatron_runs
+        from parlab.planner.scaling import megatron_runs
         print("Megatron-LM's Table 1 (Narayanan et al., SC 2021) on paced A100s, shapes-only: nodes "
               "of 8, NVLink inside, HDR InfiniBand between; activation recomputation on")
         megatron_runs.table(args.max_ranks)
     if args.roofline:
         from parlab.core import roofline
-        from parlab.planner import megatron_runs
+        from parlab.planner.scaling import megatron_runs
         setup, step = megatron_runs.preset_step(args.roofline, batch=1, layers=2)
         print(f"{args.roofline}, 2 blocks, one sequence, fp32 (parlab.core.roofline):")
         print(roofline.format_comparison(roofline.compare(step, setup=setup), top=10))
     if args.big:
-        from parlab.planner import megatron_runs
+        from parlab.planner.scaling import megatron_runs
         print(megatron_runs.big_run())
     if args.real is not None:
-        from parlab.planner import real_scale
+        from parlab.planner.scaling import real_scale
         real_scale.show(args.real, args.real_ranks, args.real_dims, args.modes, args.planner_ranks,
                         args.planner_runs, args.planner_batch, progress=print)
     print(f"({time.perf_counter() - t0:.0f} s, this CPU, raw)")
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
 def explore_point(dim: str = "dp", ranks: int = 8, inter: str = "100Gb-IB",
                   mode: str = "strong") -> dict | None:
     """The widget's callback: one point on paced A100 time beside the model, with its verdict."""
-    row = scaling.measure_point(dim, ranks, mode, inter=inter)
+    row = points.measure_point(dim, ranks, mode, inter=inter)
     if row is None:
         print(f"{dim} cannot be cut {ranks} ways on the tiny GPT (4 heads, 4 layers)")
         return None

@@ -8,9 +8,9 @@ runs here as `parlab.run("nd", ..., shapes_only=True, clock="A100")` with that r
 (`parlab.models.presets`), tensor / pipeline / data degrees, global batch and activation
 recomputation, on a topology of nodes of 8 (`parlab.core.topology.nodes`). The run's achieved
 rate is Megatron's own count of FLOPs per iteration (eq. 3, with recomputation,
-`parlab.planner.extrapolate.iteration_flops`) ÷ (paced step time · GPUs), the quantity Table 1
+`parlab.planner.scaling.extrapolate.iteration_flops`) ÷ (paced step time · GPUs), the quantity Table 1
 reports, printed beside the published rate and beside the analytic model of the same plan
-(`parlab.planner.extrapolate.predict`): the paper against the run, the run against the formula.
+(`parlab.planner.scaling.extrapolate.predict`): the paper against the run, the run against the formula.
 
 Simplifications, named:
 - Megatron trains in fp16 mixed precision with loss scaling; the rows run in bf16 mixed
@@ -31,7 +31,7 @@ import time
 import parlab
 from parlab.core.link import ACCELERATORS
 from parlab.core.topology import nodes
-from parlab.planner.extrapolate import HARDWARE, MEGATRON, HwPlan, iteration_flops, predict
+from parlab.planner.scaling.extrapolate import HARDWARE, MEGATRON, HwPlan, iteration_flops, predict
 
 GPUS_PER_NODE = 8  # a DGX A100
 

@@ -4,14 +4,14 @@ The points: each dimension (dp as WFBP's ddp-overlap, ZeRO-3, tp, pp as 1F1B, a 
 ways on the tiny GPT, strong (global batch fixed) or weak (rows per data-parallel rank fixed), on
 paced A100 time with NVLink inside a node of 8 and a second link between two nodes
 (`parlab.core.topology.two_nodes`, chapter 11). Each point's measured step is printed beside the
-model of `parlab.planner.scaling_model.predict_step`, and the state one rank holds beside its
+model of `parlab.planner.scaling.step_model.predict_step`, and the state one rank holds beside its
 closed form; `stops_paying` says where a dimension stops paying and why. The sweep and its report
-are `parlab.planner.bench_scale` (`python -m parlab bench scale`).
+are `parlab.planner.scaling.bench_scale` (`python -m parlab bench scale`).
 """
 
 from __future__ import annotations
 
-from parlab.planner.scaling_model import predict_step
+from parlab.planner.scaling.step_model import predict_step
 
 # ----------------------------------------------------------------------------- the scaling sweep
 # One point of a sweep: a dimension at n ranks. Strong scaling keeps the global batch (STRONG_BATCH)

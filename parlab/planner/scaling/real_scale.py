@@ -9,13 +9,13 @@ tensors: every operator, message and byte of the real shapes, no numbers compute
 Language Model Training on GPU Clusters Using Megatron-LM", SC 2021).
 
 - `scaling_rows`: strong (global batch fixed) and weak (rows per data-parallel rank fixed) scaling
-  one dimension at a time (`parlab.planner.scaling.point_config`: dp as WFBP's ddp-overlap, ZeRO-3,
-  tp, pp as 1F1B, a 3-D plan), each point beside `scaling_model.predict_step`, with efficiency and
-  where the dimension stops paying computed from the run (`scaling.with_efficiency`,
-  `scaling.stops_paying`).
+  one dimension at a time (`parlab.planner.scaling.points.point_config`: dp as WFBP's ddp-overlap, ZeRO-3,
+  tp, pp as 1F1B, a 3-D plan), each point beside `step_model.predict_step`, with efficiency and
+  where the dimension stops paying computed from the run (`points.with_efficiency`,
+  `points.stops_paying`).
 - `planner_at_scale`: the plan space of Narayanan et al. §3 (dp · tp · pp = N, tp inside a node and
   dividing the heads, pp dividing the layers, micro-batch sizes dividing the batch), every plan
-  priced by the real-hardware model `parlab.planner.extrapolate.predict` (eq. 3 FLOPs ÷ the A100's
+  priced by the real-hardware model `parlab.planner.scaling.extrapolate.predict` (eq. 3 FLOPs ÷ the A100's
   sustained rate, ring α-β on NVLink / InfiniBand, 1F1B's m + p − 1 slots, recomputation), the
   pick (fastest predicted that fits 80 GB) and a spread of others run shapes-only (`max_runs`), and
   the model scored against the runs: error per plan, Spearman's rank correlation and the pick's
@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import time
 
-from parlab.planner import scaling
+from parlab.planner.scaling import points
 
 PRESET = "megatron-1.7b"
 GPUS_PER_NODE = 8  # a DGX A100: NVLink inside, InfiniBand between
 INTRA, INTER = "NVLink", "HDR-IB"
 REAL_DIMS = ("dp", "tp", "pp", "3d")
-SOURCE = ("parlab.planner.extrapolate.predict: Narayanan et al. 2021 eq. 3 FLOPs ÷ A100 sustained "
+SOURCE = ("parlab.planner.scaling.extrapolate.predict: Narayanan et al. 2021 eq. 3 FLOPs ÷ A100 sustained "
           "rate, ring α-β on NVLink / HDR-IB, 1F1B slots m + p − 1, recomputation")
 
 
@@ -60,12 +60,12 @@ def cluster(n: int):
 # ----------------------------------------------------------------------------- scaling
 def measure(dim: str, n: int, mode: str, preset: str = PRESET, steps: int = 1,
             bucket_mb: float = 25.0) -> dict | None:
-    """One point of `scaling.point_config` at the preset's shapes on nodes of 8, beside
-    `scaling_model.predict_step` (None where the dimension cannot be cut n ways)."""
+    """One point of `points.point_config` at the preset's shapes on nodes of 8, beside
+    `step_model.predict_step` (None where the dimension cannot be cut n ways)."""
     import parlab
-    from parlab.planner.scaling_model import predict_step
+    from parlab.planner.scaling.step_model import predict_step
 
-    spec = scaling.point_config(dim, n, mode, bucket_mb, preset)
+    spec = points.point_config(dim, n, mode, bucket_mb, preset)
     if spec is None:
         return None
     t0 = time.perf_counter()
@@ -79,20 +79,20 @@ def measure(dim: str, n: int, mode: str, preset: str = PRESET, steps: int = 1,
             "step_us": measured * 1e6, "pred_us": pred["step_s"] * 1e6,
             "error": pred["step_s"] / measured - 1, "model": pred["model"],
             "wait_us": pred["measured_wait_s"] * 1e6, "pred_wait_us": pred["wait_s"] * 1e6,
-            "state_B": scaling.state_bytes(r),
-            "pred_state_B": scaling.predicted_state_bytes(dim, spec["degrees"], n, preset),
+            "state_B": points.state_bytes(r),
+            "pred_state_B": points.predicted_state_bytes(dim, spec["degrees"], n, preset),
             "clock": r.clock.label, "wall_s": time.perf_counter() - t0}
 
 
 def scaling_rows(preset: str = PRESET, dims=REAL_DIMS, ranks=(1, 2, 4, 8, 16, 32, 64),
                  modes=("strong", "weak"), steps: int = 1, progress=None) -> list[dict]:
     """Every point of dims × ranks × modes the preset allows, with efficiency against the one
-    shared 1-rank run per mode (strong: `scaling.STRONG_BATCH` sequences; weak:
-    `scaling.WEAK_ROWS` per data-parallel rank)."""
+    shared 1-rank run per mode (strong: `points.STRONG_BATCH` sequences; weak:
+    `points.WEAK_ROWS` per data-parallel rank)."""
     check_preset(preset)
-    bad = [d for d in dims if d not in scaling.DIMENSIONS]
+    bad = [d for d in dims if d not in points.DIMENSIONS]
     if bad:
-        raise ValueError(f"dims {bad} must be among {scaling.DIMENSIONS}")
+        raise ValueError(f"dims {bad} must be among {points.DIMENSIONS}")
     bad = [m for m in modes if m not in ("strong", "weak")]
     if bad:
         raise ValueError(f"modes {bad} must be 'strong' or 'weak'")
@@ -115,13 +115,13 @@ def scaling_rows(preset: str = PRESET, dims=REAL_DIMS, ranks=(1, 2, 4, 8, 16, 32
                 if progress:
                     progress(f"  {mode} {dim} n={n}: {row['step_us'] / 1e3:.1f} A100 ms "
                              f"({row['wall_s']:.0f} s of this CPU)")
-    return scaling.with_efficiency(rows)
+    return points.with_efficiency(rows)
 
 
 # ----------------------------------------------------------------------------- the planner
 def shape_of(preset: str):
     """The preset as `extrapolate.Shape` (layers, hidden, heads, sequence, vocabulary)."""
-    from parlab.planner.extrapolate import Shape
+    from parlab.planner.scaling.extrapolate import Shape
 
     c = check_preset(preset)
     return Shape(preset, c["n_layer"], c["n_embd"], c["n_head"], c["block_size"], c["vocab_size"])
@@ -137,7 +137,7 @@ def enumerate_plans(preset: str, world_size: int, batch: int, micro=(1, 2, 4)):
     why each other degree or plan was left out. With pp = 1 a data-parallel rank runs its share as
     one batch (micro = batch / dp)."""
     from parlab.engine.run_config import make_config
-    from parlab.planner.extrapolate import HARDWARE, HwPlan, predict
+    from parlab.planner.scaling.extrapolate import HARDWARE, HwPlan, predict
 
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size={world_size!r} must be an int >= 1")
@@ -316,11 +316,11 @@ def show(preset: str = PRESET, ranks=(1, 2, 4), dims=("dp", "tp", "pp"),
     if ranks:
         rows = scaling_rows(preset, dims, ranks, modes, steps, progress)
         print(f"{preset}, shapes-only, A100 time, nodes of {GPUS_PER_NODE} ({INTRA} inside, "
-              f"{INTER} between); strong: {scaling.STRONG_BATCH} sequences, weak: "
-              f"{scaling.WEAK_ROWS} per data-parallel rank; model: "
-              "parlab.planner.scaling_model.predict_step")
+              f"{INTER} between); strong: {points.STRONG_BATCH} sequences, weak: "
+              f"{points.WEAK_ROWS} per data-parallel rank; model: "
+              "parlab.planner.scaling.step_model.predict_step")
         print(format_scaling(rows))
-        for line in scaling.stops_paying(rows):
+        for line in points.stops_paying(rows):
             print(line)
     if planner_ranks:
         results = planner_at_scale(preset, planner_ranks, batch, max_runs, steps=steps,

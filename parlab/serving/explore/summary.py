@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from parlab.core.verdict import when_to_use
+from parlab.core.when_to_use import when_to_use
 from parlab.serving import cost
 from parlab.serving import explore as ex
 from parlab.serving.explore import search as ex_search
