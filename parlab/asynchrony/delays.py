@@ -1,26 +1,14 @@
 """A seeded delay schedule: asynchrony that can be replayed.
 
-Real asynchrony depends on the operating system's timing, so no two runs agree and no test can
-say what "the" result is. Here every computation of worker w (its k-th gradient) takes
-`slowdown(w, k)` = factor_w · (1 + jitter · U_{w,k}) units of a virtual clock, U_{w,k} uniform in
-[0, 1) drawn from (seed, w, k) alone; factor_w is the straggler's factor on the last worker, 1
-elsewhere. With `delays="seeded"` the server serves workers in the order of their arrival times
-on this schedule's clock (`VirtualClock`: one unit per plain computation, no communication),
-never in the order the operating system delivered the messages, so a run is a pure function of
-its configuration on any clock — and the order is exactly what `parlab.asynchrony.versions.simulate`
+Every computation of worker w (its k-th gradient) takes `slowdown(w, k)` = factor_w · (1 + jitter
+· U_{w,k}) units of a virtual clock, U_{w,k} uniform in [0, 1) drawn from (seed, w, k) alone.
+With `delays="seeded"` the server serves workers in arrival order on this clock (`VirtualClock`),
+so a run is a pure function of its configuration — the order `parlab.asynchrony.versions.simulate`
 and the closed forms (`parlab.asynchrony.cost`) replay. Workers also take (slowdown − 1) × their
-compute's time longer: on the wall clock they sleep it, on a paced clock it is virtual time
-(`Timeline.advance`), so the timings see the same straggler and jitter as the schedule's order.
-
-Why the schedule's clock is kept beside the paced one (`clock="A100"`, virtual time): a paced run
-without seeded delays is reproducible too — its server takes pushes in virtual arrival order
-(`parlab.asynchrony.server`) — but that order also depends on what each computation and message
-costs on the accelerator and the link; the schedule's order depends on the seed alone, so the
-pure-Python replay above predicts it exactly, on any clock.
-
-This is how Ho et al. (SSP, NeurIPS 2013) and Dean et al. (Downpour, 2012) can be tested: the
-properties (staleness ≤ s, every gradient applied once) must hold for every order; a seeded order
-is one of them, chosen so that the straggler really lags.
+compute's time longer (slept on the wall clock, virtual on a paced one). This is how Ho et al.
+(SSP, NeurIPS 2013) and Dean et al. (Downpour, NeurIPS 2012) can be tested: their properties must
+hold for every order, and a seeded order is one of them. Why this clock is kept beside the paced
+one: docs/asynchrony.md, `parlab.asynchrony.delays`.
 """
 
 from __future__ import annotations

@@ -2,25 +2,14 @@
 
 The iteration is `parlab.asynchrony.jacobi`'s (Chazan & Miranker 1969; Baudet 1978; Bertsekas &
 Tsitsiklis 1989; flexible communication: Miellou, El Baz & Spiteri, Math. Comp. 1998). The virtual
-clock is ours, not a paper's: it makes an asynchronous run repeatable on any machine.
-
-Clocks. `clock="virtual"` (the default): time is a virtual clock, so a run is a pure function of
-its configuration, repeatable on any machine. A sweep lasts `work_ms` virtual milliseconds
-(`straggler`× that on the last rank) and never sleeps; a message leaves when its sender's link is
-free and arrives after its seeded exponential delay. Every rank computes the same timetable
-(`virtual_schedule`: which boundaries are sent, when each arrives, how many sweeps each rank does)
-and each sweep reads, per neighbour, the newest message that has arrived by its virtual start; the
-values themselves still travel between the rank processes through `Comm`, a rank blocking only
-until the message the timetable says it holds is there (causality: it was sent at an earlier
-virtual time). Synchronous sweeps carry their virtual time in the message and start at the later
-of their own and their neighbours'. Every ledger record of a message holds virtual times too
-(`virtual_times`): from when its sender put it (the end of the sweep it carries) to when it
-reaches the receiver, so a run's ledger repeats to the bit like its sweeps. `clock="wall"`:
-receiver and sender threads and real sleeps (`parlab.asynchrony.jacobi_solver`): the order
-depends on this CPU's scheduling (raw).
+clock is ours, not a paper's: every rank computes the same timetable (`virtual_schedule`: sweeps
+of `work_ms`, messages leaving when the link is free and arriving after a seeded exponential
+delay), and each sweep reads the newest message arrived by its virtual start; the values still
+travel through `Comm`. Ledger records hold virtual times too (`virtual_times`). `clock="wall"`
+uses threads and real sleeps instead (`parlab.asynchrony.jacobi_solver`).
 
 Every message: (4 + n,) float64 [stamp, generation, final, virtual send time] + the boundary row,
-through `Comm`.
+through `Comm`. The timetable's rules: docs/asynchrony.md, `parlab.asynchrony.jacobi_virtual`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The parameter server's bookkeeping: versions, staleness control, who computes what.
 
 Pure Python, no processes: the live server (`parlab.asynchrony.server`) and the closed forms
-(`simulate`, used by `cost` and the tests) drive the same `Book`, so what a seeded run does can be
-predicted exactly.
-
-The version of the parameters is the number of updates the server has applied. Every gradient
-arrives with the version it was computed on; its staleness is the version it is applied at minus
-that one (Ho et al., SSP, NeurIPS 2013). Two consistency models:
-
-- "ssp" (stale synchronous parallel, staleness s): worker w computes, for clock c = 0, 1, ...,
-  its shard w of step c's global batch; update c is the mean of the W shard gradients of clock c,
-  applied once all W have arrived (version c → c+1). A worker may start clock c only when the
-  version is ≥ c − s: it sees every update of clocks < c − s, so staleness = c − version ≤ s.
-  s = 0 is bulk synchronous (BSP, `ps-sync`): every worker computes clock c on version c, the
-  update is single's.
-- "asp" (asynchronous, Downpour SGD, Dean et al. 2012): job j is step j's whole global batch;
-  jobs go out in order to whichever worker asks, and every arriving gradient is applied at once as
-  its own update. Nothing bounds the staleness; with one worker it is 0 and the run is single's.
-
-Either way `steps` updates of one global batch each: the three schemes see the same data, the
-same number of updates, and differ only in which version each gradient was computed on.
+(`simulate`) drive the same `Book`, so a seeded run is predicted exactly. A gradient's staleness
+is the version it is applied at minus the one it was computed on (Ho et al., SSP, NeurIPS 2013).
+"ssp" (staleness s): worker w computes its shard of step c's batch once the version is ≥ c − s;
+update c is the mean of the W shards (s = 0: `ps-sync`, single's update). "asp" (Downpour SGD,
+Dean et al. 2012): job j is step j's whole batch, applied on arrival, staleness unbounded.
+Either way `steps` updates of one global batch each. The two models in full:
+docs/asynchrony.md, `parlab.asynchrony.versions`.
 """
 
 from __future__ import annotations

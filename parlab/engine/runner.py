@@ -2,26 +2,17 @@
 
     r = parlab.run("ddp-naive", world_size=4, model="gpt", steps=5, seed=0, link=None, **options)
 
-A scheme is a worker function registered with `@register(...)` (`parlab.engine.registry`) in
-a chapter's `schemes.py` or `torch_*.py` (found automatically). The worker runs on every rank and receives a
-`RankContext`: its rank, the world `Comm`, the ledger and timeline, and the validated `RunConfig`.
-It builds a strategy and returns `parlab.engine.loop.train(ctx, strategy)`: a `RankResult` with
-`losses` (this rank's *share* of each step's global loss — e.g. local mean loss / dp for a
-data-parallel rank, or None if it reports nothing), `state` (the parameters it holds, or None),
-`memory` (measured bytes), its step clock and scheme extras. The parent sums the loss shares,
-assembles the full state (the scheme's `assemble`, by default the first rank's state), and
-returns a `RunResult`.
+A scheme is a worker function registered with `@register(...)` (`parlab.engine.registry`). It
+runs on every rank with a `RankContext` (rank, world `Comm`, ledger, timeline, `RunConfig`) and
+returns `parlab.engine.loop.train(ctx, strategy)`: a `RankResult` (this rank's loss shares,
+state, measured memory, step clock). The parent sums the loss shares, assembles the full state
+and returns a `RunResult`. Everything (scheme, options, world size, predicted memory) is
+validated before a process starts, with a ValueError naming the bad value; a run that diverges
+stops naming the step, rank and tensor unless `on_nonfinite="record"`.
 
-Everything is validated before a process starts: the scheme, every option and the world size, with
-a ValueError that names the offending value; so is the memory the run needs (`predicted_memory`,
-a stated estimate compared with what this machine has free): a config that cannot fit is refused
-with both numbers instead of waking the out-of-memory killer. A run that diverges (a NaN or an
-infinity in a loss or the final parameters) stops with an error naming the step, the rank and the
-tensor (`parlab.engine.loop`), unless `on_nonfinite="record"`.
-
-Here: the worker's side (`RankContext`, what each rank runs) and `run`, which launches the ranks
-and assembles their results; the configuration and its checks are `parlab.engine.run_config`,
-the result `parlab.engine.run_result`.
+Here: the worker's side (`RankContext`) and `run`; the configuration and its checks are
+`parlab.engine.run_config`, the result `parlab.engine.run_result`. The contract in full:
+docs/engine.md, `parlab.engine.runner`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """How many rows of the global batch each rank takes: even, proportional to speed, or HAP's LP.
 
-On a cluster of unequal devices a synchronous step lasts as long as its slowest rank. With rank r
-at speed s_r taking b_r of the B rows, its compute lasts (f + b_r)·t/s_r, where t is one row's
-compute at speed 1 and f the per-step work that does not grow with the batch (the optimizer step
-over every parameter, each kernel's fixed cost), in rows' worth. Three ways to pick b:
+Rank r at speed s_r taking b_r of B rows computes for (f + b_r)·t/s_r (f: the per-step work that
+does not grow with the batch, in rows' worth). `even`: b_r = B/N. `proportional`: b_r ∝ s_r
+(largest remainders; still the slow rank pays f/s_r). `lp`: Zhang et al., "HAP: SPMD DNN
+Training on Heterogeneous GPU Clusters with Automated Program Synthesis" (EuroSys 2024) choose
+sharding ratios by linear programming; here, c the all-reduce's seconds in rows' worth:
 
-- `even`: b_r = B/N. The slow rank sets the pace; the fast ones idle (the straggler).
-- `proportional`: b_r ∝ s_r (largest remainders). Right when f = 0; with f > 0 the slow rank
-  still pays f/s_r on top, so it is still the last.
-- `lp`: Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program
-  Synthesis" (EuroSys 2024) choose sharding ratios by linear programming over device speeds and
-  link bandwidths. Here, with c the all-reduce's seconds on the run's link (in rows' worth):
+    minimise T  subject to  (f + b_r)/s_r + c ≤ T  for every rank r,   Σ_r b_r = B,   b_r ≥ 0
 
-      minimise T  subject to  (f + b_r)/s_r + c ≤ T  for every rank r,   Σ_r b_r = B,   b_r ≥ 0
-
-  solved with `scipy.optimize.linprog` (HiGHS). Its T* is the ideal step for this model (no
-  integer sharding beats it); whole rows are then handed out one at a time to the rank that
-  would finish first (greedy, optimal for a max of increasing per-rank costs). A device so slow
-  that f/s_r ≥ T* gets no rows at all, yet still holds the model and joins the all-reduce.
-
-In data parallelism the all-reduce is synchronous and costs every rank the same c, so the link
-moves T*, not the shares; in HAP's tensor-sharded programs the bytes a device moves also follow
-its share, and bandwidths do move the shares.
+solved with `scipy.optimize.linprog` (HiGHS), then whole rows handed out greedily to the rank that
+would finish first. In data parallelism the link moves T*, not the shares. In full:
+docs/heterogeneous.md, `parlab.heterogeneous.shares`.
 """
 
 from __future__ import annotations

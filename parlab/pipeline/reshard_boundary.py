@@ -1,25 +1,13 @@
 """A pipeline stage boundary that is a cross-mesh resharding (AlpaComm: Zhuang et al., "On Optimizing
 the Communication of Model Parallelism", MLSys 2023, §3–4).
 
-Each stage runs on a mesh of w ranks (w may differ per stage: `widths`, e.g. [2, 1] for a tp=2
-stage feeding a tp=1 stage) that hold its activation replicated — the layout a Megatron
-tensor-parallel block leaves after its all-reduce — so crossing a boundary moves a tensor from w
-holders to w needers: chapter 03's `parlab.tensor_parallel.reshard` with "send-recv" (the first
-holder sends it to every needer), "broadcast" (sent once, chained through the needers),
-"even-split" (ours, formerly "balanced": each holder sends 1/w of it, chained) or "alpacomm" (the
-paper's load-balanced broadcast: whole tiles to the least-loaded holder, in a searched order —
-here the activation is one replicated tile, so it is sent whole by the first holder, as broadcast).
-
-`Boundary` has the two methods the executor (`parlab.pipeline.executor`) calls on its channels,
-`isend(tensor, peer, phase)` and `recv(buf, peer, phase)` with pipeline ranks as peers, so a
-schedule runs unchanged over resharding boundaries. The source side runs on a background thread
-(the executor waits its handles at the end of the step), so a send overlaps the next compute.
-
-The emulated link is applied where a wire applies it, at the sender: a message leaves when the
-rank's outgoing link is free and arrives α + n/β later (`SenderLink`). The runtime's own emulation
-(`parlab.core.comm`) charges a receive from the moment it is posted, which cannot tell a message
-sent early — eager 1F1B's point — from one sent just in time; here the boundary's communicators
-carry no link of their own and the delay is the sender's.
+Each stage runs on a mesh of w ranks (`widths`, e.g. [2, 1]) holding its activation replicated,
+so a boundary moves a tensor from w holders to w needers with chapter 03's
+`parlab.tensor_parallel.reshard` ("send-recv", "broadcast", "even-split", "alpacomm"). `Boundary`
+offers the executor's `isend` / `recv`, so a schedule runs unchanged; its sends run on a
+background thread. The emulated link is applied at the sender (`SenderLink`: α + n/β after the
+link is free), so a message sent early — eager 1F1B's point — arrives early. Why the runtime's
+own emulation could not show that: docs/pipeline.md, `parlab.pipeline.reshard_boundary`.
 """
 
 from __future__ import annotations

@@ -1,25 +1,13 @@
 """The U-Net's skip connections as a stage strategy of the one pipeline executor: a skip travels
 from an early stage straight to a late one (Zhu et al., LAMP, MICCAI 2020).
 
-`parlab.pipeline.executor.PipelineExecutor` runs the same action lists as for any model
-(validated, drawn and costed by the same code); `UNetSkips` says what else crosses ranks. The main
-path still travels s → s+1 on RECV_F / SEND_F (and its gradient back on RECV_B / SEND_B), with
-the shape of the layer that ends the previous stage (`recv_shape`). A skip k produced by F(s, i)
-is sent at once (non-blocking) to the rank of its consumer stage t > s on the "pp-skip" channel,
-and received there just before F(t, i) (a blocking receive: its wait is on the timeline); in
-backward, B(t, i) sends ∂L/∂skip back on "pp-skip-bwd" and B(s, i) receives it before its own
-backward, where it is a further root beside the main path's output (autograd adds it to the
-gradient that flows back through the pooled main path). Every skip message is one Comm send/recv,
-so the ledger counts its bytes (`unet_cost.skip_bytes_per_step`).
-
-Why it cannot deadlock: sends never block; F(t, i) depends on F(s, i) through the main path anyway
-(t > s), and B(s, i) on B(t, i); every schedule the U-Net runs (`UNetStaged.schedules`) has one
-stage per rank with forwards and backwards in micro-batch order, so each (sender, receiver) pair's
-skip messages are received in the order they were sent (skips of one micro-batch by level).
-
-`UNetStaged` is what the U-Net gives the pipeline schemes (`parlab.pipeline.stages.StagedModel`,
-registered as "unet3d"): its 2·levels layers, its stages (`unet_stages`), LAMP's splits by time
-and by memory (`lamp`), the schedules above, and this strategy with its two skip channels.
+`parlab.pipeline.executor.PipelineExecutor` runs the same action lists as for any model;
+`UNetSkips` sends each skip produced by F(s, i) at once to its consumer stage t > s ("pp-skip",
+received just before F(t, i)) and its gradient back ("pp-skip-bwd", a further backward root at
+B(s, i)). Every skip is one `Comm` send/recv (`unet_cost.skip_bytes_per_step`). Deadlock-free
+because sends never block and the main path already orders F(s, i) before F(t, i). `UNetStaged`
+is what the U-Net gives the pipeline schemes (registered as "unet3d"). The argument in full:
+docs/pipeline.md, `parlab.pipeline.unet_executor`.
 """
 
 from __future__ import annotations

@@ -2,25 +2,14 @@
 ring steps, each overlapped with the matmul of the chunk already at hand.
 
 Wang et al., "Overlap Communication with Dependent Computation via Decomposition in Large Deep
-Learning Models" (ASPLOS 2023, §3): a collective followed by a matmul that consumes it is
-decomposed into tp point-to-point steps; step s computes on the chunk that arrived at step s−1
-while the next chunk travels. PyTorch's "async TP" (torch.distributed._symmetric_memory's
-fused all-gather-matmul and matmul-reduce-scatter) is the same micro-pipelining.
-
-Sequence parallelism's column linear (`parlab.tensor_parallel.ops.GatheredColumnMatmul`) does, per
-rank r of tp ranks, with x_r its (B, T/tp, C) sequence shard:
-
-* forward  y = all_gather(x)·Wᵀ: ring step s holds x_{r−s}, sends it to r+1, receives x_{r−s−1}
-  from r−1, and meanwhile computes y[:, chunk r−s] = x_{r−s}·Wᵀ;
-* backward dW = Σ_c dy[:, c]ᵀ·x_c: the shards circulate again (regathered, as Megatron's SP
-  saves only the shard) and each step adds one chunk's product;
-  dx_r = Σ_q (dy_q·W_q)[:, chunk r] over the tp ranks q: a ring reduce-scatter whose accumulator
-  for chunk c starts at rank c+1 and gains each rank's partial on its way to rank c; a rank
-  computes its partial for the next chunk while the accumulator it just sent travels.
-
-Bytes are exactly those of the ring all-gather / reduce-scatter they replace — (tp−1) shards of
-B·T/tp·C floats per rank per collective — now as tp−1 sends and receives each, labelled with
-the same phases, so chapter 03's closed forms hold unchanged (`tests/test_tensor_parallel.py`).
+Learning Models" (ASPLOS 2023, §3): a collective followed by a matmul that consumes it becomes
+tp point-to-point steps; step s computes on the chunk that arrived at step s−1 while the next
+travels (PyTorch's "async TP" is the same micro-pipelining). Applied to SP's column linear
+(`parlab.tensor_parallel.ops.GatheredColumnMatmul`): forward y = all_gather(x)·Wᵀ, backward dW
+with the shards regathered and dx as a ring reduce-scatter. Bytes are exactly those of the ring
+collectives they replace — (tp−1) shards of B·T/tp·C floats per rank per collective — with the
+same phases, so chapter 03's closed forms hold (`tests/test_tensor_parallel.py`). Each ring step:
+docs/tensor_parallel.md, `parlab.tensor_parallel.async_ops`.
 """
 
 from __future__ import annotations
