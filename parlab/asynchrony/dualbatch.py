@@ -1,24 +1,13 @@
 """Dual-batch workers and cyclic progressive learning on the asynchronous parameter server.
 
 Lu, Hong, Liu, Wu, "Hybrid Dual-Batch and Cyclic Progressive Learning for Efficient Distributed
-Training" (2025, arXiv 2509.26092). Large batches use the hardware well but generalise worse;
-small batches the other way round. Their parameter server runs both at once, asynchronously (so
-neither kind waits for the other): most workers compute `large_batch` rows per gradient, the last
-`small_workers` compute `small_batch` rows. A gradient of b rows is applied with the learning rate
-scaled by b / large_batch (the linear scaling rule of Goyal et al., "Accurate, Large Minibatch SGD",
-2017: a step's size proportional to the rows behind it), so a small-batch update moves the
-parameters less. Cyclic progressive learning cuts the time the extra small-batch work costs: the
-input size grows from small to full within each of `cycles` cycles (the paper: image resolution;
-here the GPT's sequence length, `min_seq` up to the model's block size), and starts small again.
-
-What is exactly true, and tested: every job (step j's data stream, `large_batch` or `small_batch`
-rows of it at the cycle's sequence length) is computed once and its gradient applied once, each
-logged with the version it was computed on and its batch size; with large_batch = small_batch =
-batch_size and no cycles it is `ps-async` of the same settings, update for update.
-
-Seeded delays: the virtual clock (`parlab.asynchrony.delays`) takes a small-batch gradient as
-small_batch / large_batch of a large one (the paper's per-batch time a·x + b with b = 0), times
-the straggler factor; the workers' real compute is what it is, slowed only by straggler/jitter.
+Training" (2025, arXiv 2509.26092): most workers compute `large_batch` rows per gradient, the last
+`small_workers` compute `small_batch` rows, asynchronously; a gradient of b rows is applied with
+the learning rate scaled by b / large_batch (Goyal et al., "Accurate, Large Minibatch SGD",
+2017); the input size (here the GPT's sequence length, `min_seq` up to the block size) grows
+within each of `cycles` cycles. Tested: every job is computed and applied once, logged with its
+version and batch size; with equal batches and no cycles it is `ps-async`, update for update.
+The seeded clock's per-batch time and the rest: docs/asynchrony.md, `parlab.asynchrony.dualbatch`.
 """
 
 from __future__ import annotations

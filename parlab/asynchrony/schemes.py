@@ -1,23 +1,15 @@
 """Chapter 09's schemes: a parameter server on rank 0 (or `servers` ranks 0..k−1, the parameters
 sharded over them: Li et al., OSDI 2014), workers on the other W = world_size − k ranks.
 
-- `ps-sync`: bulk synchronous (BSP): every worker computes its shard of step c's batch on
-  version c; the server applies the mean once all W arrived. Equals `single` (exact).
-- `ps-ssp`: stale synchronous parallel with staleness s (Ho et al., NeurIPS 2013): a worker may
-  run up to s clocks ahead of the slowest; s = 0 is `ps-sync`, message for message.
-- `ps-async`: asynchronous (Downpour SGD, Dean et al. 2012): every gradient (of a whole step's
-  batch) is applied on arrival; jobs go to whichever worker is free. With one worker: `single`.
+- `ps-sync`: bulk synchronous (BSP); equals `single` (exact).
+- `ps-ssp`: stale synchronous parallel with staleness s (Ho et al., NeurIPS 2013); s = 0 is `ps-sync`.
+- `ps-async`: asynchronous (Downpour SGD, Dean et al. 2012); with one worker, `single`.
+- `ps-dualbatch`: `ps-async` with large- and small-batch workers and cyclic sequence lengths (Lu
+  et al. 2025; `parlab.asynchrony.dualbatch`).
 
-Options shared by all three: `delays` ("none": arrival order — real on the wall clock, virtual
-and reproducible on a paced clock; "seeded": the delay schedule's, reproducible on any clock),
-`straggler` (the last worker's compute is that many times slower: a sleep on the wall clock,
-virtual time on a paced one), `jitter` (every computation up to (1 + jitter)× slower, seeded),
-`servers` (k server ranks, each holding a contiguous slice of the flat parameters; exact wherever
-k = 1 is). The protocol: `parlab.asynchrony.server`; the bookkeeping: `parlab.asynchrony.versions`.
-
-- `ps-dualbatch`: `ps-async` with the last `small_workers` workers computing `small_batch` rows and
-  the others `large_batch`, learning rate ∝ rows, sequence length growing in `cycles` (Lu et al.
-  2025; `parlab.asynchrony.dualbatch`). With equal batches and no cycles: `ps-async`, exactly.
+Options shared: `delays` ("none" or "seeded"), `straggler`, `jitter`, `servers`. The protocol:
+`parlab.asynchrony.server`; the bookkeeping: `parlab.asynchrony.versions`. Each scheme and option
+in full: docs/asynchrony.md, `parlab.asynchrony.schemes`.
 """
 
 from parlab.asynchrony.cost import PSCost, async_bytes, async_jobs, schedule_of

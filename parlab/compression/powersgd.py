@@ -8,17 +8,10 @@ P·Qᵀ with P (n×r), Q (m×r), by one step of subspace iteration shared across
     Q = Mᵀ·P           all-reduce(Q) average → M̄ᵀ·P
     M̄ ≈ P·Qᵀ
 
-Because P and Q are linear in M, all-reduce works (unlike top-k or sign): 2(N-1)/N·(n + m)·r·4
-bytes per matrix instead of 2(N-1)/N·n·m·4. Vectors (biases, norms) are all-reduced as they are.
-Warm start: Q carries over to the next step (the power iteration continues across steps).
-Error feedback: each rank keeps e = (M + e) - P·Qᵀ for the next step.
-
-The sync is a reducer (`PowerSGDReducer`, chapter 01's `GradientReducer` interface): this
-chapter's `PowerSGDSync` runs one over the world, `parlab.data_parallel.apply.apply_dp(...,
-compressor="powersgd")` the same one over a composed model's dp × cp group.
-
-Full rank (r = min(n, m)): P spans M̄'s column space (or all of Rⁿ), so P·Pᵀ·M̄ = M̄ and the sync
-equals the plain all-reduce up to float rounding — tested against `single`.
+2(N-1)/N·(n + m)·r·4 bytes per matrix instead of 2(N-1)/N·n·m·4; vectors are all-reduced whole;
+Q warm-starts the next step; error feedback keeps e = (M + e) - P·Qᵀ. At full rank it equals the
+plain all-reduce up to rounding (tested against `single`). The reducer (`PowerSGDReducer`) also
+serves `apply_dp(..., compressor="powersgd")`: docs/compression.md, `parlab.compression.powersgd`.
 """
 
 from __future__ import annotations

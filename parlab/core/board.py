@@ -1,23 +1,14 @@
 """The board: each rank's virtual ready time of every op, shared by the ranks of a launch.
 
-On a paced clock (`parlab.core.clock`) a rank's time is a number it computes. An op that involves
-peers completes at a time that depends on theirs: a collective starts when its last participant
-could start it, a receive when its sender's bytes have left. So every rank posts, when it issues
-an op, the virtual time its link could start it (`ready`: its issue time, or later if the link
-direction is still busy with an earlier op) under the op's key — a collective's key is (group,
-how many collectives this Comm issued before), a message's is (sender, receiver, how many messages
-before on that pair) — and when it waits for the op reads the posts it needs: a collective every
-peer's, a broadcast's receivers the source's, a receive its sender's; a send none (it completes
-when its bytes have left). A rank really blocks until those posts are there: every rank posts
-before it hands the op to gloo, so once it is posted the wait ends; the block costs no virtual
-time. This is conservative synchronisation, as parallel discrete-event simulators do it (Chandy &
-Misra, "Distributed Simulation: A Case Study in Design and Verification of Distributed
-Programs", IEEE TSE 1979): a rank never uses a peer's time before the peer has fixed it.
-
-The board lives in one shared-memory file per launch (`create`, made and removed by the
-launcher), read and written with `mmap` and `struct` — not with tensors, which the paced meter
-would count as compute. Layout: REGIONS × DEPTH × world slots of (key, virtual seconds) float64.
-A launch without a board (torchrun across machines) prices each op from the rank's own post.
+On a paced clock (`parlab.core.clock`) an op with peers completes at a time that depends on
+theirs, so every rank posts, when it issues an op, the virtual time its link could start it
+under the op's key, and when it waits reads the posts it needs (a collective every peer's, a
+receive its sender's). A rank really blocks until those posts are there, at no virtual cost:
+conservative synchronisation (Chandy & Misra, "Distributed Simulation: A Case Study in Design and
+Verification of Distributed Programs", IEEE TSE 1979). One shared-memory file per launch
+(`create`), read with `mmap` and `struct` so the paced meter counts nothing; REGIONS × DEPTH ×
+world slots of (key, virtual seconds) float64. Without a board (torchrun across machines) a rank
+prices each op from its own post. The keys and the waits: docs/core.md, `parlab.core.board`.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Shapes-only execution: a scheme's own code on tensors that have shapes, dtypes and strides but
 no data, so a laptop can run a step of a model of billions of parameters on its virtual clock.
 
-PyTorch's `FakeTensorMode` (torch._subclasses.fake_tensor) runs every operator's meta kernel:
-forward, backward, autograd hooks and optimizers produce fake tensors of the right shapes, and the
-paced clock's meter (`parlab.core.pacer.WorkMeter`, above it in the mode stack) counts the same
-operators and FLOPs it counts on real tensors. What needs a value has none, so `shapes()` stacks
-one more mode above the fake one, `NoValues`:
-
-- reading a scalar (`.item()`, `bool(t)`, the loop's loss share and finiteness checks) gives a
-  placeholder: 1 for numbers (a step count, a divisor: never a division by zero), True for
-  booleans. Results that depend on values (losses, final
-  parameters) are therefore not results: `parlab.run(..., shapes_only=True)` returns none
-  (`RunResult.losses` is None) and says why;
-- a communication never enters gloo (`parlab.core.comm.Comm` skips the transport for a fake
-  tensor): each rank posts its op on the board as always (`parlab.core.board`), its completion
-  is priced from its peers' posts and its real byte count, and the ledger records those bytes.
-
-What cannot run on shapes refuses before any process starts (`parlab.engine.run_config`): a
-scheme must declare `shapes=True` when it registers, once a test holds its shapes-only run equal
-to its real paced run (same ledger, same step times, same memory).
+PyTorch's `FakeTensorMode` runs every operator's meta kernel, and the paced clock's meter
+(`parlab.core.pacer.WorkMeter`) counts the same operators and FLOPs as on real tensors. `NoValues`
+answers what needs a value with a placeholder (1 for numbers, True for booleans), so a
+shapes-only run returns no losses (`RunResult.losses` is None, and says why); a communication
+skips gloo but posts on the board and is priced and recorded with its real bytes. A scheme
+declares `shapes=True` when it registers, once a test holds its shapes-only run equal to its real
+paced run (same ledger, step times, memory). In full: docs/core.md, `parlab.core.shapes`.
 """
 
 from __future__ import annotations

@@ -9,16 +9,10 @@ Manner", 2021):
     b = JobSpec("B", model="mlp", batch_size=8192)
     r = run_jobs([a, b], world_size=2, schedule="crossover", steps=4, link="1GbE", clock="A100")
     r.jobs["A"].compare(parlab.run("single", steps=4, **a.single_options()))   # match: True
-    r.jobs["A"].bytes_per_rank()      # job A's own ledger; r.throughput(): job-steps per second
 
-Each rank builds one process group per job (`jobs.job_comm`, each with its own ledger and
-timeline) on one shared emulated link (`jobs.share_link`: one NIC per rank), then runs the
-schedule's threads (`parlab.serving.schedules`): one thread for `sequential` and `crossover`, one
-per job for `concurrent`. Ranks start together after a barrier on a separate clock group; the run
-lasts from the earliest start to the latest end on any rank (`wall_s`). Everything runs through
-`parlab.core.launch` (finite timeout, no orphans); bad input is a ValueError before any process
-starts. This is not a registered scheme: a scheme is one model with one loss curve and one
-ledger, and two jobs have two of each; each job's result is a `RunResult` of its own.
+Each rank builds one process group per job on one shared emulated link and runs the schedule's
+threads (`parlab.serving.schedules`). Not a registered scheme: two jobs have two loss curves and
+two ledgers. How a run is timed and launched: docs/serving.md, `parlab.serving.sharing`.
 """
 
 from __future__ import annotations

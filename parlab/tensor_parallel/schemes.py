@@ -1,25 +1,15 @@
 """Schemes `tp` and `tp-sp`: Megatron tensor parallelism (Shoeybi et al. 2019), with sequence
 parallelism (Korthikanti et al., MLSys 2023), and data parallelism over what is left (2D dp × tp).
 
-The world is a mesh dp × tp (`parlab.core.mesh.Mesh`, tp innermost). A tp group holds one replica of
-the model, each rank a 1/tp slice of every block: the one GPT (`parlab.models.mesh_gpt`) cut by
-`apply_tp` (`parlab.tensor_parallel.apply`), as the planner's plans cut it; the dp groups train
-replicas on separate rows of the batch and average every gradient, like `ddp-naive`. With SP the
-replicated parameters (embeddings, LayerNorms) see only their rank's tokens, so their gradients
-are first summed over tp, in one flat bucket (one all-reduce, not one per tensor). `tp=None`
-picks the largest degree that fits. `tp` with `vocab_parallel=True` also cuts the tied
-embedding / head by vocabulary rows (`parlab.tensor_parallel.vocab`).
-
-Communication per step of each rank, per block (B = batch / dp rows, T tokens, C = n_embd):
-tp — 2 all-reduces of B·T·C in forward (g) and 2 in backward (f); tp-sp — 2 all-gathers + 2
-reduce-scatters forward, the same backward, plus (regather=True) 2 all-gathers that rebuild the
-saved inputs; `async_tp=True` runs those all-gathers and the input gradient's reduce-scatter as
-ring steps overlapped with the matmuls (`parlab.tensor_parallel.async_ops`), same bytes.
-`algo="ring"` runs tp-sp's all-gathers and reduce-scatters as chapter 00's pipelined ring
-instead of gloo's (same bytes; gloo's all-gather moves ~0.3 GB/s here against the ring's ~1 GB/s,
-`python -m parlab bench all`), the fair synchronous baseline for async TP's point-to-point steps.
-`parlab.tensor_parallel.cost.closed_form_bytes` gives the exact per-rank numbers the
-tests check.
+The world is a mesh dp × tp (`parlab.core.mesh.Mesh`, tp innermost): each tp group holds one
+replica, the one GPT cut by `apply_tp` (`parlab.tensor_parallel.apply`); dp groups average every
+gradient, like `ddp-naive`. Options: `tp=None` (the largest degree that fits), `vocab_parallel`
+(`parlab.tensor_parallel.vocab`), `async_tp` (`parlab.tensor_parallel.async_ops`, same bytes),
+`algo="ring"` (chapter 00's pipelined ring instead of gloo's). Per block and step: tp — 2
+all-reduces of B·T·C forward (g), 2 backward (f); tp-sp — 2 all-gathers + 2 reduce-scatters each
+way (+ 2 all-gathers with `regather=True`). `parlab.tensor_parallel.cost.closed_form_bytes` gives
+the exact per-rank numbers the tests check. In full: docs/tensor_parallel.md,
+`parlab.tensor_parallel.schemes`.
 """
 
 from __future__ import annotations

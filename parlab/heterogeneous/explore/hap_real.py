@@ -1,24 +1,14 @@
 """HAP's program search at a real width (Zhang et al., "HAP: SPMD DNN Training on Heterogeneous GPU
 Clusters with Automated Program Synthesis", EuroSys 2024, §4–§6), shapes-only: GPT-2 XL's block
-(width 1600, 25 heads, 1024 positions, vocabulary 50,257: `parlab.models.presets`) on an A100 and a
-V100 joined by EDR InfiniBand (100 Gbit/s), where a matmul's FLOPs, not its launch, set its time.
+(`parlab.models.presets`) on an A100 and a V100 joined by EDR InfiniBand (100 Gbit/s), where a
+matmul's FLOPs, not its launch, set its time.
 
-- the devices: the A100's paced clock (`parlab.core.clock`), the V100 as a rank at the ratio of
-  their sustained FLOP/s (50 / 150 TFLOP/s, `parlab.core.link.ACCELERATORS`). Simplification,
-  stated: one speed divides every kernel's price, so the V100's memory-bound kernels run at 1/3
-  of the A100's, not at its HBM ratio 900 / 2039 = 0.44 (the matmuls, compute-bound, dominate);
-- `reasons`: HAP's cost split by operator and tensor (`program_search.CostTable`): each operator's
-  compute replicated and as chosen (the per-operator max over the devices), each resharding's
-  communication — compute saved − communication added is the gain over replicating everything —
-  and, for an operator kept replicated, its cheapest sharded form with the rest fixed;
-- `measure`: the searched program run shapes-only in paced time (`parlab.core.shapes`) beside
-  `hap_time.step_seconds`, within `tolerance`: what the model leaves out, priced on the slowest
-  device — each communicating resharding's local copy (a clone or a gather's buffer: its tensor
-  read and written once, one launch) and one pass over a vocabulary × width fp32 tensor (the tied
-  embedding's gradient: the model's embedding-and-head harness moves it once more than the GPT's
-  backward does — 0.16 A100 ms at GPT-2 XL's width, its whole gap on the replicated program);
-- `contrast`: the searched program's gain over replicating everything at this width and at the
-  chapter's tiny one, where every operator costs its launches and no sharding shrinks them.
+`reasons`: HAP's cost split by operator and tensor; `measure`: the searched program run
+shapes-only in paced time beside `hap_time.step_seconds`, within `tolerance`; `contrast`: its gain
+at this width and at the chapter's tiny one. Simplification, stated: the V100 is the A100's clock
+at their FLOP/s ratio (50 / 150 TFLOP/s), so its memory-bound kernels run at 1/3 of the A100's,
+not at its HBM ratio 0.44. What the model leaves out and its price: docs/heterogeneous.md,
+`parlab.heterogeneous.explore.hap_real`.
 """
 
 from __future__ import annotations
