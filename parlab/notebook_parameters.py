@@ -1,23 +1,16 @@
 """A chapter's parameters, checked in the cell right after its `parameters` cell.
 
 Every chapter opens with a cell of typed literals tagged `parameters` (papermill sweeps them, a
-reader edits them). A bad value used to surface late and unnamed: `world_size="four"` as "'str'
-object cannot be interpreted as an integer" in the next cell, `steps`, `link` or `clock` only at
-code cell 15 after 25 s, `steps=10**12` never (the cell ran until its timeout), and
-`accelerator="Z100"` not at all. The cell after the parameters now calls
+reader edits them). The cell after it calls
 
     check_parameters("01_data_parallel", globals())
 
-which checks each of the chapter's parameters against `CHAPTERS` (its type and range, with the
-typed options schemes use, `parlab.core.checks`) and then the rules that tie several together (a
-global batch of 12 rows must divide into world_size × accum_steps), raising a ValueError that
-names the chapter, the parameter, its value and what it may be, before anything runs.
-
-The ranges are what each chapter is written and tested for: its world sizes are those its panel
-and CI run it at, its step counts are bounded where a larger value would only run for hours, its
-names (links, clocks, accelerators, models) are the keys the package knows. A chapter whose
-parameters cell gains a parameter must give it a range here (tests/test_notebook_parameters.py
-holds every chapter's parameters cell against this table).
+which checks each parameter against `CHAPTERS` (type and range, `parlab.core.checks`) and the
+rules that tie several together, raising a ValueError naming the chapter, the parameter, its value
+and what it may be, before anything runs. The ranges are what each chapter is written and tested
+for. A chapter whose parameters cell gains a parameter must give it a range here
+(tests/test_notebook_parameters.py). Why (the late, unnamed errors it replaced): docs/notebooks.md,
+`parlab.notebook_parameters`.
 """
 
 from __future__ import annotations

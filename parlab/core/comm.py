@@ -1,23 +1,14 @@
 """The one place where bytes cross ranks: instrumented collectives and point-to-point messages.
 
 A `Comm` wraps one process group, one `Ledger` and one `Timeline`, and is passed explicitly to
-whatever code communicates (no global state: a rank may hold several, one per mesh dimension,
-sharing the ledger). Every call appends one record to the ledger: the op, the algorithm, the
-elements and bytes this rank sent and received, the sequential rounds, the group and its peers,
-the phase label, and start / end times. With a `Link` (parlab.core.link) each op also takes at least
-k·α + bytes/β of wall time.
-
-`algo="gloo"` uses torch.distributed's own collective; its byte counts are the ring algorithm's
-(`parlab.core.cost`): nominal, since gloo's internals are not observable. `algo="ring" | "tree" |
-"naive" | "pairwise"` run the hand-written algorithms of `parlab.core.collectives`, whose bytes are
-counted from the tensors actually sent. Async ops (`async_op=True`) return a `Handle`; the
-hand-written ones run on one background thread per Comm, so they stay in issue order.
-
-On the wall clock an emulated link makes each op take at least k·α + bytes/β of real time (each
-rank charges it from its own issue time: a rank that waited in the real op for a late peer is
-undercharged by up to that wait). On a paced clock nothing sleeps: an op completes at a virtual
-time computed from the ranks' posts on a board they share (`parlab.core.virtual_link`,
-`parlab.core.board`, the rules in `parlab.core.clock`), the same on every machine, to the bit.
+whatever code communicates (no global state). Every call appends one ledger record: op,
+algorithm, elements and bytes sent and received, sequential rounds, group, phase, start and end.
+`algo="gloo"` uses torch.distributed's collective with the ring's nominal bytes
+(`parlab.core.cost`); `algo="ring" | "tree" | "naive" | "pairwise"` run `parlab.core.collectives`
+with bytes counted from the tensors sent. Async ops return a `Handle`. With a `Link`
+(`parlab.core.link`) an op takes at least k·α + bytes/β of wall time (charged from the rank's own
+issue time); on a paced clock it completes at a virtual time computed from the ranks' posts
+(`parlab.core.virtual_link`, `parlab.core.board`). In full: docs/core.md, `parlab.core.comm`.
 """
 
 from __future__ import annotations

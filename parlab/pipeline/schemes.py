@@ -1,23 +1,15 @@
 """Pipeline parallelism: the model's layers cut into stages on p ranks, micro-batches flowing through.
 
-One scheme per schedule — `pp-naive` (plain model parallelism), `pp-gpipe` (Huang et al.,
-NeurIPS 2019), `pp-1f1b` (PipeDream-Flush: Narayanan et al., ICML 2021), `pp-interleaved`
-(Megatron-LM: Narayanan et al., SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024), `pp-eager-1f1b`
-(AlpaComm: Zhuang et al., "On Optimizing the Communication of Model Parallelism", MLSys 2023)
-— and `pp` with `schedule=` to pick any of them (`pp-reshard`, whose stages are meshes of
-replicas: `parlab.pipeline.schemes_reshard`; `pp-dualpipe`, DeepSeek-V3's bidirectional
-schedule with two stages per rank: `parlab.pipeline.schemes_dualpipe`). The schedule is data
-(`parlab.pipeline.schedules`), validated before it runs and executed action by action
-(`parlab.pipeline.executor`). What differs between models — the layers they cut, how their
-stages are built and split, the schedules they run, what their stages send besides the main path
-(the U-Net's skips) — is the model's `StagedModel` (`parlab.pipeline.stages.staged_model`), looked
-up by the run's model, never branched on here.
-
-With world_size = dp × pp the pipeline is replicated dp times (mesh ("dp", "pp"), pp innermost);
-each replica trains on its rows of the global batch, cut into m equal micro-batches. The last
-stage's loss is the mean over micro-batches, so gradients equal the reference's; the tied
-embedding's two copies (first and last stage) are summed ("embed-tie"), then every gradient is
-averaged over dp ("grad-sync"), then each rank steps the optimizer on its own parameters.
+One scheme per schedule — `pp-naive`, `pp-gpipe` (Huang et al., NeurIPS 2019), `pp-1f1b`
+(PipeDream-Flush: Narayanan et al., ICML 2021), `pp-interleaved` (Megatron-LM: Narayanan et al.,
+SC 2021), `pp-zb` (ZB-H1: Qi et al., ICLR 2024), `pp-eager-1f1b` (AlpaComm: Zhuang et al., MLSys
+2023) — and `pp` with `schedule=` (also `pp-reshard`: `schemes_reshard`; `pp-dualpipe`:
+`schemes_dualpipe`). The schedule is data (`parlab.pipeline.schedules`), validated, then executed
+(`parlab.pipeline.executor`); what differs between models is their `StagedModel`
+(`parlab.pipeline.stages.staged_model`), never branched on here. With world_size = dp × pp each
+replica's last stage averages its loss over micro-batches (gradients equal the reference's), the
+tied embedding's two copies are summed ("embed-tie"), then every gradient is averaged over dp
+("grad-sync"). In full: docs/pipeline.md, `parlab.pipeline.schemes`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Distributed inference on edge devices: the grouped network split by groups over ranks, the model
 parallelism of Lin & Wang ("Communication-Efficient Separable Neural Network for Distributed
-Inference on Edge Devices", 2021: a ResNeXt split by its groups over edge devices, which features
-travel chosen by a search; the groups are ResNeXt's, Xie et al., CVPR 2017).
+Inference on Edge Devices", 2021; the groups are ResNeXt's, Xie et al., CVPR 2017).
 
-Rank r of N holds G/N consecutive groups: their rows of the stem, of every block's 1×1 mix and
-grouped 3×3 conv, and their columns of the head. Every device sees the input image (one camera
-read by all), or with `GroupedConfig(sensors=G)` reads only its groups' own sensors. Features
-cross devices in two places only:
-
-- before each block's mix, `ExchangeChannels`: rank a sends rank b exactly the channels of a's
-  groups that one of b's groups reads (`masks.send_channels`; all of them with the dense mask) in
-  one uneven all-to-all; the receiver places them among its own, zeros elsewhere, and applies its
-  rows of the masked mix weight — the same arithmetic as one process, so the result is the same
-  (a block whose mask sends nothing across devices skips the exchange: no message, no round);
-- at the head, each rank's partial logits (its channels' share of the linear layer) go to rank 0,
-  which adds them and the bias: B × classes floats from every other rank.
-
-`run_edge(net, images, world_size, link=)` runs this through `parlab.core.launch` and returns rank 0's
-logits, the ledger and the measured latency of each request.
+Rank r of N holds G/N consecutive groups (stem rows, every block's mix rows and grouped conv,
+head columns). Features cross devices only before each block's mix (`ExchangeChannels`: one uneven
+all-to-all of exactly the channels the mask sends, `masks.send_channels`; the same arithmetic as
+one process) and at the head (partial logits summed on rank 0). `run_edge(net, images,
+world_size, link=)` runs it through `parlab.core.launch` and returns rank 0's logits, the ledger
+and each request's latency. In full: docs/serving.md, `parlab.serving.edge`.
 """
 
 from __future__ import annotations

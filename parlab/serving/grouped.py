@@ -3,21 +3,12 @@
 "Communication-Efficient Separable Neural Network for Distributed Inference on Edge Devices",
 2021, split such a network by groups over edge devices; this one is a tiny version of ours).
 
-    image (B, S, 16, 16)                                        S = 1 camera read by all, or G sensors
-    stem    3×3 conv S → G·c, ReLU, 2×2 max-pool               (B, G·c, 8, 8)   each group alone
-            (S = G: grouped, group g reads sensor g only)
-    block × n_blocks:
-      mix   1×1 conv G·c → G·c (dense), ReLU                    every group reads every group
-      conv  3×3 conv, groups=G, ReLU; added to the block input  each group alone
-      2×2 average pool
-    head    global average pool, linear G·c → classes           a sum over groups
-
-G groups of c channels. Only the dense 1×1 `mix` (and the head's sum) crosses groups: put the
-groups on different devices and those are the only places features must travel. A mask per block,
-`masks[b][s, d, j]` (G, G, c) bool, says whether channel j of group s reaches group d's mix; a
-group always reads itself. The mask is part of the model — `mix` uses weight · mask — so the same
-masked network runs in one process or split over devices, with the same result. All ones: the
-dense network (every feature exchanged).
+G groups of c channels: a stem, `n_blocks` blocks of a dense 1×1 `mix` then a grouped 3×3 conv,
+and a linear head. Only `mix` (and the head's sum) crosses groups, so those are the only places
+features travel once groups sit on different devices. A mask per block, `masks[b][s, d, j]`
+(G, G, c) bool, says whether channel j of group s reaches group d's mix; `mix` uses weight · mask,
+so the masked network gives the same result in one process or split. All ones: the dense network.
+The layer table with shapes: docs/serving.md, `parlab.serving.grouped`.
 """
 
 from __future__ import annotations

@@ -2,22 +2,13 @@
 "CrossoverScheduler: Overlapping Multiple Distributed Training Applications in a Crossover
 Manner", 2021).
 
-A schedule is a tuple of *threads*; a thread is a list of actions `(job, hook, step)` with hook
-one of `parlab.serving.jobs.HOOKS`: compute (forward + backward), start (issue the gradient
-all-reduce), wait (wait for it), update (optimizer step). Every rank runs the same schedule.
-
-- `sequential`: one thread, job A's every step, then job B's: the cluster is lent to one job
-  at a time. Each job's link sits idle while it computes and its processor idles while it syncs.
-- `concurrent`: one thread per job, each free-running its own steps: the jobs share processor
-  and link as the operating system and the link's queue happen to interleave them.
-- `crossover`: one thread that alternates the jobs so that each one's communication runs while
-  the other computes: compute A₀, start A₀, compute B₀, start B₀, then for every later step s
-  wait A, update A, compute Aₛ, start Aₛ, wait B, update B, compute Bₛ, start Bₛ, and the last
-  waits and updates. With compute P and communication C per step of each job, a pair of steps
-  takes 2(P + C) sequentially and about max(2P, 2C) crossed over (`parlab.serving.cost`).
-
-`validate(schedule, jobs, steps)` proves a schedule runs every job's steps in order, each hook
-once, and a job on one thread only (so its collectives are issued in one order on every rank).
+A schedule is a tuple of threads, each a list of actions `(job, hook, step)` with hook one of
+`parlab.serving.jobs.HOOKS` (compute, start, wait, update). `sequential`: one job's steps, then
+the other's. `concurrent`: one free-running thread per job. `crossover`: one thread alternating
+the jobs so each one's communication runs while the other computes: a pair of steps takes about
+max(2P, 2C) instead of 2(P + C) (`parlab.serving.cost`). `validate(schedule, jobs, steps)` proves
+every job's steps run in order, each hook once, a job on one thread only. The crossover order in
+full: docs/serving.md, `parlab.serving.schedules`.
 """
 
 from __future__ import annotations

@@ -5,17 +5,11 @@ Paper: Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Da
 the batch; no activation ever crosses ranks; each parameter is owned by k of the N ranks and its
 gradient is averaged among its owners only. Backward masking runs the full model forward and
 masks the gradient (an unbiased estimate from fewer rows); forward masking runs the subnetwork
-alone (less compute and memory, a biased gradient). Subnetworks are cut per neuron (the hidden
-units of each feed-forward layer) or per block (whole residual blocks, which the paper finds
-better and explains by gradient alignment).
+alone (less compute and memory, a biased gradient). Subnetworks are cut per neuron or per block
+(the paper finds blocks better and explains it by gradient alignment).
 
-Reading order:
-  ownership.py  which ranks own which parameter slices (units, k of N, neuron or block level)
-  masking.py    a rank's model: only its slices (forward masking) or all, frozen where not owned
-  sync.py       owner-group gradient averaging, the parameter refresh, the Strategy
-  emulate.py    the same training in one process by masked sum ÷ owner count; gradient alignment
-  cost.py       memory per rank and bytes per rank, closed forms
-  schemes.py    `sdp` (owners=, mask=, granularity=)
-  explore.py    what notebooks/10_subnet.ipynb runs; exercises.py: its exercises
-  bench.py      `python -m parlab bench subnet`
+Reading order: `ownership` (who owns which slices), `masking` (a rank's model), `sync`
+(owner-group averaging, the Strategy), `emulate` (one process; gradient alignment), `cost`,
+`schemes` (`sdp`), `explore`, `exercises`, `bench` (notebook 10). Each module in a line:
+docs/subnet.md, `parlab.subnet`.
 """

@@ -1,23 +1,18 @@
 """Chapter 02, §6½: FSDP's prefetch on the link where it can pay, measured beside its ideal.
 
 Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" (VLDB 2023, §3.4):
-ZeRO-3 gathers each unit's parameters just before the unit runs, so without prefetch every
-all-gather is waited for in full. Prefetch issues the next unit's all-gather while the current one
-computes, forward and backward, and lets the gradient reduce-scatter travel while backward goes
-on. It can hide at most the compute: where the gathers are nearly free there is nothing to hide,
-and where they take many times the compute most stays exposed. So the chapter picks the link
-where the forward's all-gathers last as long as the forward computes. The link is chosen from the
-measured compute — in virtual time (`clock="A100"`, the default: the A100's own seconds,
-bit-reproducible on any machine; the link then is one made for the lesson, α a tenth of NVLink's
-and the bandwidth that gives A_f = F, not a real one) — and the ledger's bytes
-(`parlab.engine.bench_regimes.zero3_regime`). It then runs zero3 with and without
-`prefetch=True` on that link and prints each step time beside its ideal-overlap estimate:
+prefetch issues the next unit's all-gather while the current one computes and lets the gradient
+reduce-scatter travel during backward, hiding at most the compute. So the chapter picks the link
+where the forward's all-gathers last as long as the forward computes (`A_f = F`, from measured
+compute and ledger bytes: `parlab.engine.bench_regimes.zero3_regime`; in virtual time a link made
+for the lesson, not a real one), runs zero3 with and without `prefetch=True`, and prints each
+step time beside its ideal-overlap estimate:
 
     without prefetch  F + B + A_f + A_b + R
     with prefetch     max(F, A_f) + max(B, A_b + R)
 
-with forward F and backward B measured, and the forward/backward all-gathers A_f, A_b and the
-reduce-scatter R priced on the link from their ledger bytes.
+F, B measured; A_f, A_b, R priced on the link from their ledger bytes. In full: docs/zero.md,
+`parlab.zero.explore.prefetch`.
 """
 
 from __future__ import annotations
