@@ -17,9 +17,16 @@ are there:
     clear_grads(opt)       the gradients' reset, when it is its own (ZeRO's flat shards)
 
 and what the run reports: the tensors the optimizer steps (`trainable`), `memory`, `extras`.
+The parent glues the ranks' states into the reference-named one by the same objects
+(`assemble_pieces`): each dimension, the last applied first, joins the pieces that differ only in
+its mesh `axes` (ZeRO's shards, the pipeline's stages, ep's experts, tp's slices).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+
+KINDS: dict[str, type] = {}  # every Dimension subclass by its name: what the parent assembles by
 
 
 class Dimension:
@@ -29,6 +36,16 @@ class Dimension:
     owns_update = False  # True: it steps the optimizer itself (DeAR, P3: `own_update`, `flush`)
     during_backward = False  # True: its messages start inside backward (an overlapped reducer)
     holds_full_slice = True  # False: the rank keeps only a shard of its slice (ZeRO)
+    axes: tuple = ()  # the mesh coordinates its ranks' pieces of the state differ in
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        KINDS[cls.name] = cls
+
+    @staticmethod
+    def assemble(pieces: list) -> dict:
+        """One state from `pieces` (Piece), the ones differing only in `axes`, in their order."""
+        return pieces[0].state
 
     def start_step(self) -> None:
         pass
@@ -80,3 +97,33 @@ def dimensions(model) -> list:
 def dimension(model, name: str) -> Dimension | None:
     """The model's dimension called `name`, None when it has none."""
     return next((d for d in dimensions(model) if d.name == name), None)
+
+
+@dataclass
+class Piece:
+    """What one rank (or an assembled group of ranks) holds of the full state."""
+
+    coords: dict  # mesh coordinate -> value, for the axes not yet assembled
+    state: dict | None  # {reference name: tensor}; None where `extras` carries it (ZeRO)
+    extras: dict  # the rank's `extras` (its dimensions' own)
+
+
+def assemble_pieces(pieces: list[Piece], names: list[str]) -> dict:
+    """The full state from the ranks' `pieces` of a model whose dimensions `names` were applied in
+    that order: the last applied first, each dimension's pieces that differ only in its `axes`
+    (sorted by those still there: ZeRO may have glued dp already) glued into one by its
+    `assemble`."""
+    for kind in reversed([KINDS[name] for name in names]):
+        if not kind.axes:
+            continue
+        groups: dict[tuple, list[Piece]] = {}
+        for piece in pieces:
+            rest = tuple((a, v) for a, v in piece.coords.items() if a not in kind.axes)
+            groups.setdefault(rest, []).append(piece)
+        pieces = [Piece(dict(rest), kind.assemble(sorted(group, key=lambda p: [
+            p.coords[a] for a in kind.axes if a in p.coords])), group[0].extras)
+            for rest, group in groups.items()]
+    if len(pieces) != 1:
+        raise ValueError(f"{len(pieces)} pieces left after assembling {names}: "
+                         f"{[p.coords for p in pieces]}")
+    return pieces[0].state

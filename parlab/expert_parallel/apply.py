@@ -16,7 +16,7 @@ import torch.nn as nn
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.dimension import Dimension, add_dimension
-from parlab.expert_parallel.layer import METHODS, ShardedMoE
+from parlab.expert_parallel.layer import METHODS, ShardedMoE, assemble_state
 from parlab.models.gpt_moe import MoE
 from parlab.models.mesh_gpt import MeshGPT
 
@@ -27,6 +27,14 @@ class ExpertParallel(Dimension):
     no other rank does) and divided by the dp × cp ranks whose token means it saw."""
 
     name = "ep"
+    axes = ("dp", "ep")  # ep borrows its ranks from dp: the holders' dp coordinate is their ep one
+    weights = (".mlp.w_in", ".mlp.w_out")  # the expert weights' names (`expert_parameters`)
+
+    @staticmethod
+    def assemble(pieces: list) -> dict:
+        """The experts concatenated over the ep ranks (in ep order), the rest as they are."""
+        names = [n for n in pieces[0].state if n.endswith(ExpertParallel.weights)]
+        return assemble_state([p.state for p in pieces], names)
 
     def __init__(self, model, expert_comm, replicas: int):
         self.model, self.expert_comm, self.replicas = model, expert_comm, replicas

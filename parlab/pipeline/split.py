@@ -62,14 +62,22 @@ class EmbeddingTie(Dimension):
     """The pipeline as the step sees it: the tied embedding's two gradients (first and last
     stage) summed over `tie_comm` after backward — before the data-parallel average, or after it
     when that average already started inside backward (Σ of the averages = the average of the
-    sums). Ledger phase "embed-tie"."""
+    sums); none when `tie_comm` is None (an untied head, or one rank holding both). Ledger phase
+    "embed-tie". The parent unites the stages' parameters (the tied copies are equal)."""
 
     name = "pp"
+    axes = ("pp",)
 
     def __init__(self, model, tie_comm):
         self.model, self.tie_comm = model, tie_comm
 
+    @staticmethod
+    def assemble(pieces: list) -> dict:
+        return {name: t for piece in pieces for name, t in piece.state.items()}
+
     def _sum(self) -> None:
+        if self.tie_comm is None:
+            return
         self.tie_comm.all_reduce(self.model.wte.weight.grad, op="sum",
                                  phase="embed-tie")  # (vocab, C) first + last stage
 
@@ -134,6 +142,5 @@ def split_pp(model, mesh: Mesh, schedule: str | Schedule = "1f1b", microbatches:
     model.pipeline = PipelineParts(stage_ids, list(counts), stages, schedule, comm_f, comm_b,
                                    tie_comm)
     tied = hasattr(model, "wte") and getattr(getattr(model, "config", None), "tie_head", False)
-    if tied and tie_comm.size > 1:  # an untied head (tie_head=False): nothing to sum
-        add_dimension(model, EmbeddingTie(model, tie_comm))
-    return model
+    summed = tie_comm if tied and tie_comm.size > 1 else None  # untied head: nothing to sum
+    return add_dimension(model, EmbeddingTie(model, summed))

@@ -32,16 +32,12 @@ from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.data_parallel.apply import ALL_REDUCERS
 from parlab.data_parallel.sync import ComputeSpan
-from parlab.engine.dimension import dimensions
+from parlab.engine.dimension import Piece, assemble_pieces, dimensions
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register
-from parlab.expert_parallel.layer import assemble_state as ep_assemble
 from parlab.planner import compose
 from parlab.planner.cost import nd_prediction
 from parlab.planner.plan import COMPRESSOR_FIELDS, DEGREES, DP_SYNCS, SCHEDULES, ZERO_STAGES, Plan
-from parlab.tensor_parallel.layers import assemble_state as tp_assemble
-from parlab.zero.shard import FlatLayout
-from parlab.zero.shard import assemble_state as zero_assemble
 
 OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES),
            "microbatches": Int(1, min=1), "schedule": Choice("1f1b", SCHEDULES),
@@ -51,6 +47,7 @@ OPTIONS = {**{d: Int(1, min=1) for d in DEGREES}, "zero": Choice(0, ZERO_STAGES)
            # chapter 08's compressor and its options: checked by Plan.problems (the choices are
            # the registered compressor schemes, known once the registry is)
            "dp_compressor": "none", **dict.fromkeys(COMPRESSOR_FIELDS)}
+COORDS = ("pp", "dp", "cp", "tp", "ep")  # a rank's mesh coordinates (ep borrowed from dp)
 
 
 def plan_of(cfg) -> Plan:
@@ -87,7 +84,7 @@ class ND(Strategy):
         trainable = [t for d in dims for t in (d.trainable() or [])]
         params = trainable or list(model.parameters())
         meter.exclude(list(model.parameters()) + trainable)
-        self.coords = {name: mesh.coord(name) for name in ("pp", "dp", "cp", "tp")}
+        self.coords = {name: mesh.coord(name) for name in COORDS if name != "ep"}
         self.coords["ep"] = self.coords["dp"] % plan.ep  # ep borrows its ranks from dp
         self.replicas = plan.dp * plan.cp  # ranks averaging one parameter slice's gradients
         parts = model.pipeline
@@ -180,8 +177,8 @@ class ND(Strategy):
 
     def extras(self) -> dict:
         out = {**self.coords, "plan": self.plan.options(),
-               "expert_names": [n for n, p in self.model.named_parameters()
-                                if any(p is q for q in compose.expert_parameters(self.model))]}
+               "dimensions": [d.name for d in self.dims],
+               "holds_piece": self.holds_state or not all(d.holds_full_slice for d in self.dims)}
         moes = [b.mlp for b in self.model.blocks if hasattr(b, "mlp") and hasattr(b.mlp, "log")]
         if moes:
             out["routing"] = [moe.log for moe in moes]
@@ -191,30 +188,11 @@ class ND(Strategy):
 
 
 def assemble(outputs, cfg) -> dict:
-    """The reference-named full state: ZeRO shards glued over dp × cp, experts over ep, tp
-    slices over tp, the stages' parameters united over pp (the tied copies are equal)."""
-    plan = plan_of(cfg)
-    slices: dict[tuple, dict] = {}  # (pp, tp) -> this slice's full parameters
-    sharded: dict[tuple, list] = {}
-    by_ep: dict[tuple, list] = {}
-    for out in outputs:
-        e = out.extras
-        key = (e["pp"], e["tp"])
-        if "shards" in e:
-            sharded.setdefault(key, []).append(e)
-        elif out.state is not None:
-            by_ep.setdefault(key, []).append((e["ep"], out.state, e["expert_names"]))
-    for key, states in by_ep.items():
-        states.sort(key=lambda t: t[0])
-        slices[key] = ep_assemble([s for _, s, _ in states], states[0][2])
-    for key, group in sharded.items():
-        group.sort(key=lambda e: e["data_rank"])
-        layouts = [FlatLayout.from_meta(m) for m in group[0]["layouts"]]
-        slices[key] = zero_assemble(layouts, [e["shards"] for e in group])
-    full = {}
-    for stage in range(plan.pp):
-        full.update(tp_assemble([slices[(stage, t)] for t in range(plan.tp)]))
-    return full
+    """The reference-named full state: every rank holding a piece (its slice, or its ZeRO shards)
+    gives it, and the dimensions glue them, the last applied first (`assemble_pieces`)."""
+    pieces = [Piece({a: out.extras[a] for a in COORDS}, out.state, out.extras)
+              for out in outputs if out.extras["holds_piece"]]
+    return assemble_pieces(pieces, outputs[0].extras["dimensions"])
 
 
 @register("nd", shapes=True, summary="any plan dp × tp × pp × cp on one mesh (ZeRO stage, micro-batches, "

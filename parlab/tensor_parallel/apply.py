@@ -25,6 +25,7 @@ import torch
 
 from parlab.core.cost import chunk_bounds as bounds
 from parlab.core.mesh import Mesh
+from parlab.engine.dimension import Dimension, add_dimension
 from parlab.models.gpt_moe import MoE
 from parlab.models.llama_parts import SwiGLU
 from parlab.models.mesh_gpt import MeshGPT
@@ -32,10 +33,29 @@ from parlab.tensor_parallel.layers import (
     ParallelAttention,
     ParallelMLP,
     ParallelSwiGLU,
+    assemble_state,
     even_linears,
     shard_weight,
 )
 from parlab.tensor_parallel.vocab import VocabParallelEmbedding, vocab_parallel_loss
+
+
+class TensorParallel(Dimension):
+    """Tensor parallelism as the step sees it: nothing to do (its messages run inside forward and
+    backward); the parent glues its ranks' slices (`parlab.tensor_parallel.layers.assemble_state`)."""
+
+    name = "tp"
+    axes = ("tp",)
+
+    def __init__(self, vocab_parallel: bool):
+        self.vocab_parallel = vocab_parallel
+
+    @staticmethod
+    def assemble(pieces: list) -> dict:
+        return assemble_state([p.state for p in pieces], pieces[0].extras["vocab_parallel"])
+
+    def extras(self) -> dict:
+        return {"vocab_parallel": self.vocab_parallel}
 
 
 class CollectivesBy:
@@ -102,4 +122,4 @@ def apply_tp(model: MeshGPT, mesh: Mesh, sequence_parallel: bool = False, regath
         model.wte = VocabParallelEmbedding(shard_weight(model.wte.weight.detach(), 0, rank, tp),
                                            comm, start)  # (V/tp, C)
         model.criterion = vocab_parallel_loss
-    return model
+    return add_dimension(model, TensorParallel(vocab_parallel))

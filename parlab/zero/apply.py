@@ -15,6 +15,7 @@ import torch.nn as nn
 
 from parlab.core.mesh import Mesh
 from parlab.engine.dimension import Dimension, add_dimension
+from parlab.zero.shard import FlatLayout, assemble_state
 from parlab.zero.zero_engine import ZeroEngine
 
 M = TypeVar("M", bound=nn.Module)
@@ -26,6 +27,14 @@ class ZeroDimension(Dimension):
 
     name = "zero"
     holds_full_slice = False
+    axes = ("dp", "cp")
+
+    @staticmethod
+    def assemble(pieces: list) -> dict:
+        """The slice's parameters from every dp × cp rank's flat shards."""
+        pieces = sorted(pieces, key=lambda p: p.extras["data_rank"])
+        layouts = [FlatLayout.from_meta(m) for m in pieces[0].extras["layouts"]]
+        return assemble_state(layouts, [p.extras["shards"] for p in pieces])
 
     def __init__(self, engine: ZeroEngine):
         self.engine = engine
