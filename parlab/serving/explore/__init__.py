@@ -158,7 +158,8 @@ def bytes_formula() -> None:
             print(f"N={n} job {spec.name} ({spec.model}): Ψ = {sum(buckets):,} in {len(buckets)} "
                   f"bucket(s), {sent:,} bytes per step from rank 0 (2(N-1)/N·Ψ·4 = {even:,.0f}"
                   + (")" if sent == round(even) else f" when N divides every bucket; here the ring's "
-                     f"chunks differ by one element, so rank 0 sends {sent - even:+,.0f} B)"))
+                     f"chunks differ by one element, so rank 0 sends {abs(sent - even):,.0f} B "
+                     f"{'fewer' if sent < even else 'more'})"))
 
 
 # ----------------------------------------------------------------------------- 4. correctness

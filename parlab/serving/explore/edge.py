@@ -167,9 +167,14 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
                  for b in betas]
         line = ax.plot(betas, model, "--", label=f"density {density}: model (α = {alpha * 1e3:g} ms)")[0]
         star = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, alpha)
-        where = f"{star / 1e6:.2f} MB/s" if math.isfinite(star) else "never"
         info["break_even"][density] = star
-        print(f"density {density}: busiest device sends {nbytes:,} B; break-even β* = {where}")
+        print(f"density {density}: busiest device sends {nbytes:,} B; break-even β* at α = "
+              f"{alpha * 1e3:g} ms: " + (f"{star / 1e6:.2f} MB/s" if math.isfinite(star) else
+                                         _why_never(alone, rounds, world_size, alpha)))
+        free = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, 0.0)
+        info.setdefault("break_even_free", {})[density] = free
+        if not math.isfinite(star):  # the line drawn is the α = 0 one: where it would lie
+            print(f"   with α = 0 (the rounds free) β* = {free / 1e6:.2f} MB/s (vertical line)")
         for name in links:
             link = edge.EDGE_LINKS[name]
             measured = edge.run_edge(net, x, world_size, link=link, repeats=repeats).latency
@@ -179,16 +184,27 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
             ax.plot(beta, measured * 1e3, "o", color=line.get_color())
             print(f"   {name:<9} measured {measured * 1e3:7.1f} ms  model {predicted * 1e3:7.1f} ms  "
                   f"({'faster' if measured < alone else 'slower'} than one device)")
-        if math.isfinite(star):
-            ax.axvline(star, color=line.get_color(), lw=0.8)
+        shown, how = (star, "-") if math.isfinite(star) else (free, ":")
+        ax.axvline(shown, color=line.get_color(), lw=0.8, ls=how,
+                   label=f"density {density}: β* " + ("" if how == "-" else "if α = 0 ")
+                   + f"{shown / 1e6:.2f} MB/s")
     ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 3 GB/s)",
            ylabel="latency per request (ms, this CPU, raw)", ylim=(alone * 1e3 / 4, None))
-    ax.set_title("the split beats one device above β*: " + ", ".join(
+    ax.set_title(f"the split beats one device above β* (α = {alpha * 1e3:g} ms): " + ", ".join(
         f"density {d}: " + (f"{b / 1e6:.2f} MB/s" if math.isfinite(b) else "never")
         for d, b in info["break_even"].items()), fontsize=9)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig, info
+
+
+def _why_never(alone: float, rounds: int, world_size: int, alpha: float) -> str:
+    """Why no bandwidth makes the split pay: its rounds' latency k·α alone is at least the
+    compute it saves, P(1 − 1/N) (`cost.break_even_bandwidth`)."""
+    saved = alone * (1 - 1 / world_size)
+    return (f"none — its {rounds} rounds' latency k·α = {rounds * alpha * 1e3:.1f} ms alone is "
+            f"≥ the compute the split saves, P(1 − 1/N) = {saved * 1e3:.1f} ms; a β* exists only "
+            f"for α < {saved / rounds * 1e3:.2f} ms")
 
 
 def _link_of(alpha: float, beta: float):
