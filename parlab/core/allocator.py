@@ -1,22 +1,12 @@
 """Keep freed memory in the process, as a GPU framework's caching allocator does.
 
-On a GPU, PyTorch's caching allocator keeps every freed block and hands it to the next tensor of
-a similar size, so a training step allocates no new device memory after the first. On CPU,
-PyTorch asks the C library's `malloc`, and glibc does the opposite for large tensors: a block
-over its mmap threshold (128 KB at start) comes from fresh pages the kernel maps on first
-touch, 4 KB at a time, and a freed block at the top of the heap over the trim threshold goes
-back to the kernel. A tensor that lives past the op that made it (an activation saved for
-backward, a stashed gradient) makes the next one of its size take fresh pages again, so the op
-that writes it pays page faults that its FLOPs do not explain.
-
-Measured here (a pipeline stage of the wide GPT, 8 rows of 64 tokens, one thread): zero-bubble's
-split backward, which stashes ∂L/∂Y of every linear until W, cost 1.15× the plain backward, with
-`gelu_backward` twice as slow, all of it first-touch page faults; with freed memory kept, 1.02×.
-
-`keep_freed_memory()` sets glibc's `mallopt` so large blocks come from the heap and freed ones
-stay there: each rank's resident memory stays at its peak, as a GPU's reserved memory does. Every
-rank that `parlab.core.launch` starts calls it first, so both sides of every comparison run
-alike; under torchrun the process is the user's, and its allocator is left as it is.
+On a GPU, PyTorch's caching allocator reuses freed blocks, so a step allocates no new device
+memory after the first. On CPU glibc's `malloc` maps large blocks from fresh pages and returns
+freed ones to the kernel, so an op writing a tensor that outlives it pays first-touch page faults
+its FLOPs do not explain (measured: zero-bubble's split backward 1.15× the plain one, 1.02× with
+freed memory kept). `keep_freed_memory()` sets glibc's `mallopt` so large blocks come from the
+heap and stay there; every rank `parlab.core.launch` starts calls it first (under torchrun the
+allocator is left as it is). The measurement in full: docs/core.md, `parlab.core.allocator`.
 """
 
 from __future__ import annotations

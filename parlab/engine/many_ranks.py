@@ -1,22 +1,12 @@
 """Many ranks on a laptop: which schemes run at 8, 16 and 32 ranks, what a launch and a rank cost.
 
-Virtual time (`parlab.core.clock`) makes more ranks than cores honest: a rank's time is a number
-it computes from the operators it ran and the messages it exchanged, never a clock it reads, so
-16 ranks sharing 2 cores keep the same timeline as 16 accelerators would, to the last bit. This
-module holds the checks of issue 34 that do not depend on a timing model:
-
-- `exactness(world_sizes)`: every registered scheme at each world size (batch_size divisible by
-  it), exact vs `single` where the scheme is exact (`RunResult.compare(ref).match`), and the
-  ledger's bytes per rank against the scheme's registered closed form
-  (`parlab.schemes()[name].cost(cfg).bytes_sent`) where it has one. A scheme whose default degrees
-  do not fit the default GPT (4 layers, 4 heads) is run on a wider one (`WIDE`).
-- `launch_cost(world_size)`: cold and warm launch of an empty function on `world_size` ranks, and
-  each rank's memory (RSS, and what it does not share with its siblings: USS/PSS from
-  /proc/PID/smaps_rollup) while it waits.
-
-The timing sweep (strong and weak scaling beside a model) is chapter 13's:
-`parlab.planner.scaling.points` (the points), `parlab.planner.scaling.step_model` (the model),
-`parlab.planner.scaling.bench_scale` (the bench).
+Virtual time (`parlab.core.clock`) makes more ranks than cores honest: 16 ranks sharing 2 cores
+keep the timeline 16 accelerators would. The checks of issue 34 that need no timing model:
+`exactness(world_sizes)` (every registered scheme against `single` where exact, and its ledger
+against its registered closed form; `WIDE` where the default GPT is too small) and
+`launch_cost(world_size)` (cold and warm launch, each rank's RSS and USS/PSS). The timing sweep is
+chapter 13's (`parlab.planner.scaling.points`, `step_model`, `bench_scale`). In full:
+docs/engine.md, `parlab.engine.many_ranks`.
 """
 
 from __future__ import annotations

@@ -2,21 +2,12 @@
 
 Two runs match when every step's loss and every final parameter agree within `rtol` (default
 1e-4, fp32): |a - b| <= rtol·max(|b|, 1) for losses, and max|a - b| <= rtol·max(max|b|, 1e-3)
-per parameter tensor — relative to the tensor's scale, so that entries near zero do not demand
-more than float32 can give.
-
-Mixed precision (`precision="bf16-mixed" | "fp16-mixed"`, `parlab.core.precision`): a scheme is
-compared with `single` *of the same precision*, within the format's unit round-off u = 2^-p
-(p significand bits: bf16 8, u = 2^-8 ≈ 3.9e-3; fp16 11, u = 2^-11 ≈ 4.9e-4):
-  losses |a - b| <= u·max(|b|, 1): one 16-bit rounding of the loss, and
-  the whole parameter vector ‖θ - θ_ref‖₂ <= u·‖θ_ref‖₂: less than rounding every weight once.
-Why not per element: a scheme sums the 16-bit gradients in another order (per-rank partial
-gradients rounded to 16 bits, then an all-reduce that rounds each addition), so an element
-whose gradient cancels to round-off size gets a different small gradient, and Adam, which
-divides by √v, turns it into an update of up to ±lr either way — the same effect as fp32's, 2^16
-times larger (16 fewer significand bits), on the elements whose gradients cancel. The norm
-bound still fails for a wrong scheme: a lost or doubled micro-batch, a stale or unsynchronised
-gradient moves every weight by ~lr, far above u·‖θ‖ (`tests/test_precision.py` checks both).
+per parameter tensor. Mixed precision (`parlab.core.precision`) compares with `single` of the
+same precision within the format's unit round-off u = 2^-p (bf16 u = 2^-8, fp16 u = 2^-11):
+losses |a - b| <= u·max(|b|, 1), and the whole parameter vector ‖θ - θ_ref‖₂ <= u·‖θ_ref‖₂ —
+not per element, because Adam turns a differently rounded cancelling gradient into an update of
+up to ±lr; a wrong scheme still moves every weight by ~lr (`tests/test_precision.py`). The
+argument in full: docs/engine.md, `parlab.engine.verify`.
 """
 
 from __future__ import annotations

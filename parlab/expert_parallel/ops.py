@@ -1,22 +1,12 @@
 """The communication of expert parallelism, as autograd Functions (GShard, Lepikhin et al. 2020, §2.2).
 
-With E experts sharded over an ep group, a token's hidden state must travel to the rank that holds
-its expert and the expert's output must travel back:
-
-* Dispatch — forward: each rank sends, to every ep peer, the rows (tokens) routed to that peer's
-  experts, an all-to-all with *uneven* splits (counts known in advance from the routing plan);
-  backward: the reverse all-to-all carries the gradients of those rows home.
-* Combine — forward: the experts' output rows go back to the ranks their tokens came from (the
-  reverse all-to-all); backward: the gradients of the outputs travel to the experts again.
-
-The naive alternative moves every token everywhere:
-
-* GatherTokens — forward: all-gather of the ep group's tokens (each rank then runs its experts on
-  all of them); backward: reduce-scatter (each rank's token gradients summed over the experts).
-* ScatterOutputs — forward: reduce-scatter of the partial outputs (each rank's experts
-  contributed a part); backward: all-gather of the output gradients.
-
-Every Function takes its `Comm`; nothing global. Ledger phases name the pattern and direction.
+With E experts sharded over an ep group: Dispatch (forward: an all-to-all with uneven splits,
+known in advance from the routing plan, sends each rank's tokens to their experts' ranks;
+backward: the reverse) and Combine (the experts' outputs back home; backward: the reverse). The
+naive alternative moves every token everywhere: GatherTokens (all-gather forward, reduce-scatter
+backward) and ScatterOutputs (reduce-scatter forward, all-gather backward). Every Function takes
+its `Comm`; nothing global. Ledger phases name the pattern and direction. Each Function's
+directions: docs/expert_parallel.md, `parlab.expert_parallel.ops`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,14 @@
 """Chapter 11's schemes: data parallelism on unequal devices.
 
-- `hetero-dp`: rank r takes b_r rows of the global batch, `shard="even"` (B/N each),
-  `"proportional"` (∝ its speed) or `"lp"` (HAP's linear program; Zhang et al., EuroSys 2024;
-  `parlab.heterogeneous.shares`); gradients weighted by b_r/B and summed, so it equals `single`
-  for every sharding (`parlab.heterogeneous.weighted`).
-- `backup-workers`: even shards, each step uses the first N−b gradients to arrive (Chen et al.,
-  "Revisiting Distributed Synchronous SGD", 2016; `parlab.heterogeneous.backup`). Not exact: an
-  unbiased gradient of a smaller batch; b = 0 equals `single`.
-
-- `hetero-tp`: Megatron tensor + sequence parallelism on the tiny GPT with uneven shards: each
-  rank's heads, MLP columns and sequence positions follow one sharding ratio, even, ∝ speed or by
-  HAP's LP over speeds and the link (`parlab.heterogeneous.tp_shares`); uneven all-gathers and
-  reduce-scatters padded or exact (`parlab.heterogeneous.uneven`, option `collective=`). Exact:
-  equals `single` for every split. The GPT, not the MLP, because it is the model chapter 03 cuts
-  (heads and columns, positions between the blocks), so the uneven collectives are Megatron's own.
-
-All run under any `speeds=` (parlab.core.speeds) and any link or two-node topology
-(parlab.core.topology).
+- `hetero-dp`: rank r takes b_r rows, `shard="even"`, `"proportional"` or `"lp"` (HAP's linear
+  program; Zhang et al., EuroSys 2024; `parlab.heterogeneous.shares`); gradients weighted by b_r/B,
+  so it equals `single` for every sharding.
+- `backup-workers`: the first N−b gradients of each step (Chen et al., "Revisiting Distributed
+  Synchronous SGD", 2016; `parlab.heterogeneous.backup`); not exact, b = 0 equals `single`.
+- `hetero-tp`: Megatron tensor + sequence parallelism with uneven shards by one ratio per rank
+  (`parlab.heterogeneous.tp_shares`), uneven collectives padded or exact (`collective=`); exact.
+All run under any `speeds=` and link or two-node topology. In full: docs/heterogeneous.md,
+`parlab.heterogeneous.schemes`.
 """
 
 from parlab.core.checks import Choice, Float, Int

@@ -2,21 +2,15 @@
 at 2 and 4 stages, with ratios to pp-gpipe and torch-pp measured in the same run; and even vs
 balanced stages on a model with a heavy head.
 
-Stage compute is made to dominate a message honestly: a wider model (C=128, T=64) and a global
-batch of 64 (16 rows per micro-batch at m=4: a stage computes for 13–50 ms per action while its
-512 KB activation crosses loopback in ~0.2 ms, and each action costs ~0.2–0.4 ms in sends,
-receives and bookkeeping), and no emulated link. At 4 stages, 4 ranks share this machine's 2
-cores, so each rank computes at about half speed and waits for a core as well as for its
-neighbour: the 4-stage bubble is measured, not clean.
-
     python -m parlab bench pp                      # the full table (~2–4 min on 2 cores)
     python -m parlab bench pp --quick              # pp=2, m in {2, 4}
     python -m parlab bench pp --json out.json      # raw numbers
-    python -m parlab bench pp --eager              # 1F1B vs eager 1F1B (AlpaComm) over resharding
-                                                   # boundaries, each method, on an emulated link
-    python -m parlab bench pp --unet               # the pipelined 3-D U-Net (LAMP): GPipe vs 1F1B,
-                                                   # memory per stage vs model and input size,
-                                                   # whole-volume vs sliding-window inference
+    python -m parlab bench pp --eager              # 1F1B vs eager 1F1B (AlpaComm) on an emulated link
+    python -m parlab bench pp --unet               # the pipelined 3-D U-Net (LAMP)
+
+A wider model (C=128, T=64) makes stage compute dominate a message; at 4 stages 4 ranks share 2
+cores, so the 4-stage bubble is measured, not clean. The sizes and options in full:
+docs/pipeline.md, `parlab.pipeline.bench`.
 """
 
 from __future__ import annotations

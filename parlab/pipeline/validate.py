@@ -1,22 +1,13 @@
 """Is a schedule runnable and complete? The checker and the list-scheduling simulator.
 
-`check(schedule)` raises `ScheduleError` (a ValueError) unless:
-- every (stage, micro-batch) has exactly one F and one B, on the rank that owns the stage, and
-  one W exactly when the schedule splits the backward;
-- on its rank every F comes before its B, and every B before its W;
-- in a bidirectional schedule (DualPipe) every action goes the direction of its micro-batch
-  (`Schedule.direction_of`) on the rank that holds its stage in that direction, and every F&B
-  pair (`Schedule.pairs`) is an F directly followed by a B on one rank;
-- executing the lowered lists (`Schedule.lowered()`) with blocking receives and non-blocking
-  sends terminates: each message is received in the order it was sent on its channel (one FIFO
-  channel per (kind, src, dst), as the executor's two communicators give), and no rank waits for
-  a message or a result that never comes (deadlock).
-
-`simulate(schedule, duration, latency)` is the same execution with time: every rank runs its list
-in order, an action starts when the rank is free and its inputs are there, and a message arrives
-`latency` after its send. It returns trace events (`parlab.core.trace` format), from which
-`parlab.pipeline.cost` draws the ideal Gantt chart and computes bubbles. This is the list-scheduling
-view of pipelines of Qi et al. ("Zero Bubble Pipeline Parallelism", ICLR 2024, §3).
+`check(schedule)` raises `ScheduleError` (a ValueError) unless every (stage, micro-batch) has one
+F, one B (and one W when split) on its stage's rank, in order; bidirectional actions (DualPipe)
+go their micro-batch's direction and F&B pairs are adjacent; and the lowered lists, with blocking
+receives, non-blocking sends and one FIFO channel per (kind, src, dst), terminate (no deadlock).
+`simulate(schedule, duration, latency)` is the same execution with time, returning trace events
+(`parlab.core.trace`) from which `parlab.pipeline.cost` draws the ideal Gantt chart and bubbles:
+the list-scheduling view of Qi et al. ("Zero Bubble Pipeline Parallelism", ICLR 2024, §3). Every
+rule in full: docs/pipeline.md, `parlab.pipeline.validate`.
 """
 
 from __future__ import annotations

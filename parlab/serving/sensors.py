@@ -2,21 +2,15 @@
 transfer search (ours, built for it; Lin & Wang, "Communication-Efficient Separable Neural Network
 for Distributed Inference on Edge Devices", 2021, classify CIFAR images that every device reads).
 
-With one camera read by every device (`images`), each group can recompute from the image what the
-other groups would send it, so dropping every cross-device transfer costs little accuracy. Here
-each group reads its own sensor (`GroupedConfig(sensors=4)`), and the label depends on two of them:
-
     sensor 0   the shape at door A        (one of the ten shapes)
     sensor 1   the shape at door B
     sensor 2   which door is open:  horizontal bars → A,  vertical bars → B
     sensor 3   a distractor shape          (irrelevant)
     label      the shape at the open door
 
-Split over 2 devices (groups 0-1 | 2-3) or 4, the doors and the selector sit on different devices,
-and the label is not a sum of a function of the doors and a function of the selector (the head's
-sum of partial logits can only add), so without a transfer a device can only guess the door: about
-half right. One bit crossing — which door — is enough in principle; which transfers carry it is
-what the search finds. Scenes are drawn from `images` (the same noisy pixels) with a fixed seed.
+Split over 2 or 4 devices, the doors and the selector sit apart and the head can only add partial
+logits, so without a transfer a device guesses the door (about half right); one bit is enough.
+Why one camera read by all would not do: docs/serving.md, `parlab.serving.sensors`.
 """
 
 from __future__ import annotations

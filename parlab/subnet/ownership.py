@@ -1,22 +1,12 @@
 """Who owns what: the ownership assignment of Subnetwork Data Parallelism.
 
 Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data Parallelism" (2025):
-the model's parameters are cut into *units*, and each unit is owned by k of the N ranks, so that
-every parameter is represented equally often across the ranks. A rank's subnetwork is the units it
-owns plus the *shared* parameters that no unit covers (embeddings, norms, the head: owned by all N).
-
-Two granularities, found on any `nn.Module` the way DDP takes any module:
-
-- block: the longest run of structurally identical members of the model's longest `nn.ModuleList`
-  (the transformer blocks of the GPT; the hidden d→d layers of the spirals MLP). Identical
-  consecutive members map a shape to the same shape, so a block can be skipped.
-- neuron: the hidden units of every feed-forward submodule — a module whose only `nn.Linear`
-  children are `up` (d→h) then `down` (h→d), taken to compute down(σ(up(x))) with an elementwise σ.
-  Unit s of such a layer is the slice s of N of its h hidden neurons: rows of `up.weight` and
-  `up.bias`, columns of `down.weight` (`down.bias` stays shared).
-
-Unit u is owned by ranks (u·k + j) mod N, j < k: over N consecutive units every rank appears
-exactly k times, and at most N distinct owner sets exist (one process group each, `sync.py`).
+the parameters are cut into *units*, each owned by k of the N ranks; a rank's subnetwork is its
+units plus the shared parameters no unit covers (owned by all N). Granularities, found on any
+`nn.Module`: block (the longest run of structurally identical members of the longest
+`nn.ModuleList`) and neuron (slice s of N of the hidden units of every `up` (d→h) / `down` (h→d)
+feed-forward). Unit u is owned by ranks (u·k + j) mod N, j < k: every rank exactly k times over N
+units, at most N owner sets. The rules in full: docs/subnet.md, `parlab.subnet.ownership`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """Whether a checkpoint can be trusted and resumed: every check before a rank loads one.
 
-A checkpoint (`parlab.zero.checkpoint`) can only go wrong silently if it is resumed into a run it
-does not belong to, or if its bytes changed on disk; so its `meta.pt` is a manifest, and this
-module checks it. `check_resume(cfg)` compares a run's configuration with the checkpoints under
-its save_dir before any process starts and names each differing field (`differences`); only the
-world size, the ZeRO stage within zero1/2/3 and the number of steps may change. A rank file whose
-checksum does not match is named (`problems`), and `latest` falls back to the previous complete
-checkpoint with a warning (the reason to keep more than one: Wang et al., "Gemini: Fast Failure
-Recovery in Distributed Training with In-Memory Checkpoints", SOSP 2023, keeps two for the same
-purpose).
-
-`meta.pt` is covered too: it carries `manifest_sha256`, the sha256 of its own content, so a
-flipped bit that changes what it says is caught like a damaged shard, before any rank loads. A
-consistent rewrite (a valid manifest saying `steps_done=3` in `step_000004/`, its hash
-recomputed) is caught by `verify`: the steps done must match the directory's name and every rank
-file's losses, the world size its rank files. With `resume=True` and only damaged checkpoints the
-run is refused (`allow_fresh_start=True` starts at step 0 instead, with a warning). The manifest
-and these checks are ours, not a paper's.
+`meta.pt` (`parlab.zero.checkpoint`) is a manifest, checked here: `check_resume(cfg)` names each
+field that differs from the run's configuration before any process starts (only world size,
+ZeRO stage and steps may change); `problems` names a rank file whose checksum fails, and `latest`
+falls back to the previous complete checkpoint with a warning (Wang et al., "Gemini", SOSP 2023,
+keeps two for the same purpose); `manifest_sha256` covers the manifest itself and `verify` catches
+a consistent rewrite. Only damaged checkpoints with `resume=True`: refused unless
+`allow_fresh_start=True`. The manifest and these checks are ours, not a paper's. In full:
+docs/zero.md, `parlab.zero.checkpoint_integrity`.
 """
 
 from __future__ import annotations
