@@ -1,20 +1,13 @@
 """Compressed gradient sync: encode, all-gather the messages, decode and average; error feedback.
 
-Each rank encodes its gradient tensor by tensor (`parlab.compression.compressors`), the messages
-side by side in one uint8 buffer of fixed length P, and one all-gather hands every rank all N
-buffers: (N-1)·P bytes sent per rank (ring), against 2(N-1)/N·Ψ·4 for the all-reduce of
-`ddp-naive`. A sparse or quantized message cannot be summed on the wire, hence the all-gather
-(Lin et al., DGC 2018; Alistarh et al., QSGD 2017): every rank decodes the N messages in rank
-order and averages them, so the replicas stay identical.
-
-Error feedback (Seide et al. 2014; Stich et al. 2018; Karimireddy et al., "Error Feedback Fixes
-SignSGD", ICML 2019): each rank keeps what compression dropped, e ← (g + e) - C(g + e), and adds
-it to the next gradient, so nothing is lost, only delayed: Σ sent + e = Σ g.
-
-The sync itself is a reducer (`CompressedReducer`, chapter 01's `GradientReducer` interface: no
-loop): this chapter's `CompressedSync` strategy runs one over the world, and
-`parlab.data_parallel.apply.apply_dp(..., compressor=)` attaches the same one over a composed
-model's dp × cp group.
+Each rank encodes its gradient (`parlab.compression.compressors`) into one uint8 buffer of fixed
+length P, and one all-gather hands every rank all N buffers: (N-1)·P bytes sent per rank (ring),
+against 2(N-1)/N·Ψ·4 for `ddp-naive`'s all-reduce. A sparse or quantized message cannot be summed
+on the wire, hence the all-gather (Lin et al., DGC 2018; Alistarh et al., QSGD 2017); every rank
+decodes in rank order, so replicas stay identical. Error feedback (Seide et al. 2014; Stich et
+al. 2018; Karimireddy et al., "Error Feedback Fixes SignSGD", ICML 2019): e ← (g + e) - C(g + e),
+so Σ sent + e = Σ g. The reducer (`CompressedReducer`) also serves `apply_dp(..., compressor=)`:
+docs/compression.md, `parlab.compression.sync`.
 """
 
 from __future__ import annotations

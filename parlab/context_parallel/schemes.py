@@ -2,20 +2,13 @@
 
 Ring attention (Liu et al., ICLR 2024, arXiv 2310.01889) and DeepSpeed-Ulysses (Jacobs et al.
 2023, arXiv 2309.14509); the mesh and the loss bookkeeping follow the Llama 3 paper's context
-parallelism (Dubey et al. 2024, §3.3.2) and torchtitan.
-
-Ranks form a dp × cp mesh. A cp group shares a slice of the batch and holds T/cp of its tokens
-each (zig-zag or contiguous chunks, `parlab.context_parallel.ring_attention.layout_chunks`). Everything but
-attention is per token, so each rank runs embeddings (at its tokens' *true* positions), layer
-norms, MLPs and the head on its own tokens; attention reaches the other ranks' tokens through
-`ring_attention` (K/V round the ring; `recompute=True`: `ring_attention_recompute`, which saves
-O(T/cp) for backward and sends K/V round again) or `ulysses_attention` (all-to-all to a head
-split). The model is the one every composed plan uses: `apply_cp` (`parlab.context_parallel.apply`)
-on the GPT of `parlab.models.mesh_gpt`.
-Each rank's loss is its tokens' summed cross-entropy / the global token count, so the ranks'
-losses add up to the global mean, and their parameter gradients add up to its gradient: one
-sum all-reduce of the gradients over all dp × cp ranks, and every replica takes the same step as
-the single process.
+parallelism (Dubey et al. 2024, §3.3.2) and torchtitan. Ranks form a dp × cp mesh; each cp rank
+holds T/cp tokens (zig-zag or contiguous, `ring_attention.layout_chunks`) and runs everything
+but attention on them; attention reaches the others through `ring_attention` (`recompute=True`:
+`ring_attention_recompute`) or `ulysses_attention`. The model is `apply_cp`
+(`parlab.context_parallel.apply`) on the one GPT. Each rank's loss is its tokens' summed
+cross-entropy / the global token count, so one sum all-reduce over dp × cp gives the single
+process's step. In full: docs/context_parallel.md, `parlab.context_parallel.schemes`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """A tiny video denoiser: a transformer over the patches of a T×H×W latent, and its sampler.
 
 The setting of Wu et al., "Communication-Efficient Serving for Video Diffusion Models with Latent
-Parallelism" (2025, arXiv 2512.07350): a diffusion transformer (Peebles & Xie, "Scalable Diffusion
-Models with Transformers", ICCV 2023) denoises a video latent of T frames × H × W patches, each
-patch a token, with full 3D attention — T·H·W tokens, so attention cost grows with their square.
-
-The model is untrained but deterministic from a seed, which is all serving experiments need: the
-question is whether a parallel run computes the *same function*. Trained video transformers attend
-mostly to nearby patches; this one gets that locality from an ALiBi-style bias (Press et al.,
-"Train Short, Test Long", ICLR 2022) extended to 3D: head i subtracts slope_i · (|Δt| + |Δh| +
-|Δw|) from its scores. That is what makes latent parallelism's halo meaningful: patches far
-outside the halo matter little, but not nothing.
-
-Sampling is a plain Euler integration of the model's velocity from noise level 1 to 0 over
-`denoise_steps` steps (the rectified-flow sampler: Liu et al., ICLR 2023).
-Tokens are flattened in (t, h, w) order: token id = (t·H + h)·W + w.
+Parallelism" (2025, arXiv 2512.07350): a diffusion transformer (Peebles & Xie, ICCV 2023)
+denoising a video latent with full 3D attention over T·H·W patch tokens. Untrained but
+deterministic from a seed (the question is whether a parallel run computes the same function);
+locality from an ALiBi-style bias (Press et al., "Train Short, Test Long", ICLR 2022) in 3D: head
+i subtracts slope_i · (|Δt| + |Δh| + |Δw|), which makes latent parallelism's halo meaningful.
+Sampling: Euler steps of the velocity from noise level 1 to 0 over `denoise_steps` (rectified
+flow: Liu et al., ICLR 2023). Tokens in (t, h, w) order: id = (t·H + h)·W + w. In full:
+docs/context_parallel.md, `parlab.context_parallel.video_denoiser`.
 """
 
 from __future__ import annotations

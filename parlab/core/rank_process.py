@@ -1,20 +1,12 @@
 """Inside a launched rank: what the launcher tells it, and what it tells the launcher.
 
-The child side of `parlab.core.launch` (the idea of `torch.multiprocessing.spawn` and `torchrun`'s
-workers): `child_main` joins the parent's loopback store, runs the function and sends home one
-final message through its own pipe, its return value or its exception with the formatted
-traceback. Meanwhile a thread sends a heartbeat every `HEARTBEAT_S` seconds: where the main thread
-is (file, line, function) and the collective it waits in, if any (`where`), so that a timeout can
-name the stuck rank (`parlab.core.stuck`). `current()` is the `LaunchInfo` of this process
-(rank, world size, link, the launch's arguments); `report_progress` tells the parent how far this
-rank is. Under `torchrun` this very process is the rank (`run_in_torchrun`).
-
-Teardown: a rank that finished waits until every rank has (`leave_together`), frees what its
-function left behind (gc), destroys its process group and ends with `os._exit(0)`; a rank that
-failed sends its error first and ends with `os._exit(1)` at once, its process group left to the
-kernel (destroying it would wait for collectives its peers may never join). Neither runs
-interpreter finalisation, where a gloo thread still holding work and tensors can abort the
-process (SIGABRT, "terminate called without an active exception"), whatever the start method.
+The child side of `parlab.core.launch`: `child_main` joins the parent's loopback store, runs the
+function and sends home one final message (its result, or its exception with the traceback); a
+heartbeat thread reports where the main thread is (`where`) so a timeout can name the stuck rank
+(`parlab.core.stuck`). `current()` is this process's `LaunchInfo`; `report_progress` tells the
+parent how far it is; under `torchrun` this process is the rank (`run_in_torchrun`). Teardown
+ends with `os._exit` and never runs interpreter finalisation, where a gloo thread can abort the
+process. Why each teardown step: docs/core.md, `parlab.core.rank_process`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """When an op completes in virtual time: one rank's link, its queues, and the board.
 
 `parlab.core.clock` states the rules; this is their arithmetic for one op of one rank
-(`parlab.core.comm.Comm` makes a `VirtualOp` for every op on a paced clock, and `Handle.wait`
-asks it for the completion):
+(`Comm` makes a `VirtualOp` for every op on a paced clock; `Handle.wait` asks it for the end):
 
     ready      = max(issue, free[d] for each direction d the op occupies)   posted on the board
     collective : end = max(ready, every needed peer's ready) + k·α + n/β
     send       : end = ready + α + n/β                       (eager: done when its bytes have left)
     receive    : end = max(issue, the sender's ready + α + n/β)        (arrived, or posted later)
 
-A send occupies the rank's outgoing direction, a collective both directions; a receive occupies
-neither (its bytes are on the sender's outgoing direction), so a rank's incoming messages from
-several senders are not serialised against each other — stated in `parlab.core.clock`. Each
-direction is free again at the end of the op that occupies it (set at issue from the rank's own
-ready time, raised at the wait to the end the peers' posts gave it). The cost is the link's α-β
-time (`parlab.core.link.Link.cost`) for the bytes on the op's busier direction; no link, no cost.
+A send occupies the outgoing direction, a collective both, a receive neither (so incoming
+messages are not serialised against each other, a simplification stated in `parlab.core.clock`).
+The cost is `parlab.core.link.Link.cost`. In full: docs/core.md, `parlab.core.virtual_link`.
 """
 
 from __future__ import annotations

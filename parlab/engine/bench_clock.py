@@ -1,20 +1,14 @@
 """`python -m parlab bench clock`: is virtual time the same on a busy machine? (parlab.core.clock)
 
 The acceptance measurement of virtual time (issue 46): `ddp-overlap` against `ddp-naive` at world
-size 4 on the real 1 GbE link, where the tiny GPT's gradient all-reduce takes about as long as its
-compute on an A100 (~215 KB of gradients: ~3 A100 ms each), run on an idle machine and again beside
-two CPU-burning processes that this bench starts itself. A paced run is bit-reproducible: the busy
-runs' timelines (every span, every message's issue and completion, every step) must be identical
-to the idle runs' — equality, not a tolerance. The same comparison on the raw clock
-(`clock="wall"`, on a link slowed so that communication ≈ compute on this CPU) is printed beside,
-to show what virtual time removes: its step times move with the machine's load.
-
-Wall time (this CPU, raw): a paced run sleeps nothing — it costs its real compute, the counting of
-its operators and the board its ranks post on — while a raw run spends its emulated link's time
-for real. The bench prints the wall time per run of both (after one warm-up launch, so the
-forkserver's start is in neither) and what virtual time costs or saves against the raw clock.
+size 4 on the real 1 GbE link, on an idle machine and again beside two CPU-burning processes this
+bench starts. A paced run is bit-reproducible: the busy runs' timelines must be identical to the
+idle runs' — equality, not a tolerance. The raw clock's comparison is printed beside (its step
+times move with the load), with each clock's wall time per run.
 
     python -m parlab bench clock [--repeats 2] [--steps 4] [--world-size 4]
+
+In full: docs/engine.md, `parlab.engine.bench_clock`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Schemes `ep` and `ep-allgather`: a mixture-of-experts GPT with its experts sharded over ep ranks
 (GShard, Lepikhin et al. 2020; Switch, Fedus et al. 2022), data parallel over what is left.
 
-The world is a mesh dp × ep (`parlab.core.mesh.Mesh`, ep innermost). Every rank trains on its own
-rows of the global batch (B/W rows, like `ddp-naive`); each ep group holds the E experts once,
-E/ep per rank, and the dp groups hold replicas of them. The dense weights (attention, embeddings,
-LayerNorms, routers, shared experts) are on every rank and averaged over the world; an expert's
-gradient already sums every token of its ep group that reached it, so its dp replicas sum theirs
-and divide by W. Routing and dropping follow the single process's global rule
+The world is a mesh dp × ep (ep innermost): each ep group holds the E experts once, E/ep per
+rank; dense weights are averaged over the world, each expert's gradient over its dp replicas.
+Routing and dropping follow the single process's global rule
 (`parlab.models.gpt_moe.RoutingPlan`), so both schemes equal `single` on `model="gpt-moe"`.
-
-`ep=None` picks the largest divisor of world_size that divides n_experts.
-
-Shapes-only (`shapes_only=True`): `ep` and `ep-allgather` run with even routing only
-(`model_config={"routing": "even"}`, `parlab.models.moe_routing.EvenPlan`): every expert gets the
-same number of tokens, by their places, since fake tensors have no scores to route by; a real run
-routed evenly is the same run.
+`ep=None` picks the largest divisor of world_size that divides n_experts. Shapes-only runs need
+even routing (`model_config={"routing": "even"}`, `parlab.models.moe_routing.EvenPlan`). In full:
+docs/expert_parallel.md, `parlab.expert_parallel.schemes`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """`python -m parlab bench heterogeneous`: step time of `hetero-dp` with even, proportional and LP
 shares on a cluster with one slow device, on one node and on two; backup workers vs b.
 
-The issue's goal (Zhang et al., "HAP", EuroSys 2024, report up to 2.41× on heterogeneous clusters):
-at speeds 1:1:1:0.25 the LP's shares step ≥ 1.5× faster than even shares. `hetero-dp` and backup
-workers run on the paced clock (`--clock A100`, the default: speeds are the ratios, the LP gets the
-paced clock's fixed work f, `parlab.heterogeneous.paced_model`); with `--clock wall` every device runs at
-`--scale` of one core here (parlab.heterogeneous.explore.SCALE: the ranks share 2 cores), so the
-emulated speeds, not the neighbours' compute, set the pace. Each row: the rows per rank, the median
-step after the first (measured), the model's step (`parlab.heterogeneous.cost.step_time`), the LP's
-bound T*, the speedup over even (measured and modelled, in one run each), and each rank's time
-blocked in communication per step (the straggler's victims).
-
-`hetero-tp` (`--tp-ratios`, default 1:1:1:0.5): step time of uneven tensor + sequence parallelism with
-even, proportional and LP shares beside `cost.tp_step_time`, and the diagnosis where the measured
-ordering disagrees; then the uneven collectives, padded vs exact: bytes per rank (ledger = closed
-form) and time, on the loopback and on an emulated link, for the LP's positions and a skewed split.
-`--part dp|tp|all` picks what runs.
+The issue's goal (Zhang et al., "HAP", EuroSys 2024, report up to 2.41× on heterogeneous
+clusters): at speeds 1:1:1:0.25 the LP's shares step ≥ 1.5× faster than even shares. Runs on the
+paced clock by default (`--clock A100`; `--clock wall` scales each device to `--scale` of a
+core). Each row: rows per rank, measured and modelled step (`cost.step_time`), the LP's bound T*,
+speedups over even, time blocked in communication. `hetero-tp` (`--tp-ratios`) and the uneven
+collectives, padded vs exact, follow; `--part dp|tp|all` picks what runs. In full:
+docs/heterogeneous.md, `parlab.heterogeneous.bench`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """SDP in one process, by masked sum ÷ owner count, and the gradient alignment it makes visible.
 
 Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data Parallelism" (2025)
-explain why block-level subnetworks train better than neuron-level ones by *gradient alignment*:
-the update SDP applies, ĝ, points closer to the full model's gradient g when the subnetworks keep
-whole residual blocks. To see ĝ and g side by side one process runs every rank's subnetwork on its
-rows with the full model (forward masking: the blocks a rank does not own are skipped, the hidden
-neurons it does not own are zeroed before the down projection, which removes them exactly), and
+explain why block-level subnetworks train better than neuron-level ones by *gradient alignment*.
+One process runs every rank's subnetwork (forward masking) on its rows and forms
 
     ĝ = Σ_r m_r ⊙ g_r ÷ c        (m_r: rank r's 0/1 ownership mask, c = Σ_r m_r: owners per element)
 
-— the "masked sum ÷ owner count" form of the owners' average that `sync.py` computes with one
-process group per owner set. The emulation steps the same optimizer with ĝ, so its trajectory is
-the distributed run's (tested equal within 1e-4), and at every step it also measures the full
-model's loss on the global batch and cos(ĝ, g) — over the whole vector, and per unit
-(`unit_cosines`): the shared parameters (embeddings, the tied head; at neuron level also attention),
-averaged over all N, hold most of the gradient's norm in the tiny GPT and would dominate the
-whole-vector cosine, so each unit's own alignment is reported beside it.
+the owners' average `sync.py` computes with one process group per owner set; stepping with ĝ
+follows the distributed run (tested equal within 1e-4). Each step it also measures the full
+model's loss and cos(ĝ, g), whole and per unit (`unit_cosines`). Why per unit: docs/subnet.md,
+`parlab.subnet.emulate`.
 """
 
 from __future__ import annotations
