@@ -2,18 +2,12 @@
 
 The iteration, its modes and its convergence bound are `parlab.asynchrony.jacobi`'s (Chazan &
 Miranker 1969; Baudet 1978; Bertsekas & Tsitsiklis 1989; flexible communication: Miellou, El Baz
-& Spiteri, "A new class of asynchronous iterative algorithms with order intervals", Math. Comp.
-1998). Rank r owns a strip of rows and needs one halo row from each neighbour. "sync" sends and
-receives both halos every update (isend/irecv, then wait). "async" and "flexible" never wait: per
-neighbour a receiver thread keeps the newest halo that has arrived (`Halo`: by sweep stamp, an older
-message arriving late is dropped) and a sender thread sends the newest boundary whenever the link
-is free (`Outbox`: an unsent older one is replaced, so a fast rank never floods a slow one). On the
-virtual clock (the default) the asynchronous modes follow `parlab.asynchrony.jacobi_virtual`'s
-timetable instead of threads; `clock="wall"` uses the threads and real sleeps, and the order
-depends on this CPU's scheduling (raw).
-
-Every message: (4 + n,) float64 [stamp, generation, final, virtual send time] + the boundary row,
-through `Comm`.
+& Spiteri, Math. Comp. 1998). "sync" exchanges both halos every update; "async" and "flexible"
+never wait: per neighbour a receiver thread keeps the newest halo (`Halo`) and a sender thread
+sends the newest boundary when the link is free (`Outbox`). On the virtual clock (the default)
+they follow `parlab.asynchrony.jacobi_virtual`'s timetable instead; `clock="wall"` uses the
+threads (raw). Every message: (4 + n,) float64 [stamp, generation, final, virtual send time] +
+the boundary row, through `Comm`. In full: docs/asynchrony.md, `parlab.asynchrony.jacobi_solver`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """`lowdim`: data parallelism of Kwon et al.'s compressed deep linear network (AISTATS 2024,
 arXiv 2311.05061; `parlab.compression.lowdim`) — compress the model, and the all-reduce shrinks.
 
-Every rank builds the same network from the run's seed (the compressed one's spectral
-initialisation reads every observed entry: each rank can, as each rank of the lab can compute
-the whole global batch) and takes rows [r·m/N, (r+1)·m/N) of the m observed entries; every step
-is full-batch gradient descent (the paper's), the gradients averaged by one flat all-reduce of
-2dr̂ + (L−2)r̂² floats (`cost.LOWDIM`), or, with `powersgd_rank`, compressed by the chapter's
-PowerSGD (`PowerSGDSync`, error feedback and warm start on) — the gradient compressed instead.
-
-The network and its data are the scheme's own (options `d`, `depth`, `target_rank`, `width`,
-`observed`): `model=` only satisfies the runner, and `batch_size` is not read (the batch is every
-observed entry). `single` cannot train this network, so the scheme registers `exact=False` for the
-registry's meaning (equal to `single`); what it does hold — the all-reduce path equals the
-single-process reference of the same network, `lowdim.fit`, within 1e-4 at world sizes 1, 2, 4 —
-is tested in tests/test_compression_lowdim.py.
+Every rank builds the same network from the seed and takes its rows of the observed entries;
+each step is full-batch gradient descent, averaged by one flat all-reduce of 2dr̂ + (L−2)r̂²
+floats (`cost.LOWDIM`), or with `powersgd_rank` by the chapter's PowerSGD. Options `d`, `depth`,
+`target_rank`, `width`, `observed`; `batch_size` is not read. Registered `exact=False` (`single`
+cannot train this network); it equals `lowdim.fit` within 1e-4 at world sizes 1, 2, 4
+(tests/test_compression_lowdim.py). In full: docs/compression.md, `parlab.compression.schemes_lowdim`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Emulated heterogeneous devices: every rank computes at its own speed.
 
 A heterogeneous cluster mixes devices of different compute rates (Zhang et al., "HAP: SPMD DNN
-Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys 2024). One CPU
-has one rate, so a slow device is emulated: `parlab.run(..., speeds=[1, 1, 0.5, 0.25])` gives rank r
-the speed s_r, and each of its compute spans (`RankContext.span(kind="compute")`: forward,
-backward, optimizer, pipeline F/B/W, ...) first does the real work, which costs c CPU seconds on
-the rank's thread, then waits until the span has lasted c/s_r: the time a device s_r times as fast
-as this CPU needs for it. The wait is real wall time inside the span, so the slow rank's bars are
-longer on the timeline, its step clock is slower, and every rank that synchronises with it waits
-for it, as on a real cluster. Results do not change: only the time does.
-
-CPU time rather than wall time, because several ranks share this machine's cores: wall time
-would count the moments the rank was descheduled in favour of another rank (and multiply them by
-1/s_r), and the moments it was blocked on communication inside the span (a tensor-parallel
-all-reduce inside forward); neither is the device's compute.
+Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys 2024).
+`parlab.run(..., speeds=[1, 1, 0.5, 0.25])` gives rank r the speed s_r: each compute span does
+its real work (c CPU seconds of the rank's thread), then waits until it has lasted c/s_r, so the
+slow rank's bars are longer and every rank that synchronises with it waits. Results do not
+change: only the time does. Why CPU time, not wall time (ranks share cores): docs/core.md,
+`parlab.core.speeds`.
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 Clusters with Automated Program Synthesis", EuroSys 2024, §5: a program's cost from each device's
 computation and communication): what `parlab.heterogeneous.program_search` adds up.
 
-- compute: the paced clock's own model (`parlab.core.clock`): an operator's forward, backward and
-  its parameters' AdamW step are counted once with the clock's meter (`count_work`: each kernel's
-  FLOPs and bytes) at two sizes of its share, so a rank holding u units (heads, hidden columns or
-  batch rows) computes a(u)/s_r accelerator seconds, a(u) the clock's roofline price of the kernels
-  — affine in u between the two counts (FLOPs and bytes are; the kernel count does not shrink with
-  the share), the line through them (exact while no kernel crosses its ridge point) (`Profile`,
-  `profile`);
-- communication: each resharding step's busiest sender on the run's link, k·α + bytes/β, bytes from
-  `parlab.heterogeneous.cost.hap_step_bytes` (exact-size rings: N−1 rounds, 2(N−1) for an
-  all-reduce; `steps_seconds`), and the flat all-reduce of the partial gradients (`sync_seconds`);
-- `step_seconds`: a step as the run keeps time — each rank computes its operators in order and waits
-  only at collectives — the sharper model the notebook prints beside the measurement (HAP's own
-  cost, which the search minimises, charges every operator its slowest rank).
+Compute: the paced clock's own price, counted at two share sizes, so a rank holding u units
+computes a(u)/s_r, affine in u (`Profile`, `profile`). Communication: each resharding step's
+busiest sender, k·α + bytes/β with `parlab.heterogeneous.cost.hap_step_bytes` (`steps_seconds`),
+plus the partial gradients' all-reduce (`sync_seconds`). `step_seconds`: a step as the run keeps
+time (ranks wait only at collectives), sharper than HAP's per-operator max. In full:
+docs/heterogeneous.md, `parlab.heterogeneous.hap_time`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """Owner-group gradient averaging and the parameter refresh: the communication of SDP.
 
 Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data Parallelism" (2025):
-a parameter's gradient is averaged among the k ranks that own it, never over all N.
-
-Two ways to compute that average. (1) A masked sum ÷ owner count: every rank all-reduces a
-full-size gradient in which what it does not own is zero, then divides each element by its number
-of owners — simple, one collective, but every rank sends the whole model's bytes (DDP's traffic)
-and needs full-size gradient buffers, which is the memory SDP exists to save. (2) One process group
-per owner set: the gradients of the units owned by exactly the set S are laid end to end and
-all-reduced (average) inside S only. Only owned parameters move, and a rank allocates nothing for
-what it does not own. This file does (2); `emulate.py` does (1) in one process, and the tests hold
-the two equal. The owner sets of `ownership.owners_of` number at most N, so at most N groups.
-
-Backward masking runs the full model forward, so a rank must also see the new values of what it does
-not own: after the update, one owner of each such unit publishes it, and one all-gather over
-all ranks delivers every published unit to every rank (`SubnetSync.refresh`).
+a parameter's gradient is averaged among the k ranks that own it, never over all N. This file
+uses one process group per owner set (at most N): the gradients of the units owned by exactly S
+are laid end to end and all-reduced inside S, so only owned parameters move and nothing is
+allocated for the rest; `emulate.py` computes the same average as a masked sum ÷ owner count, and
+the tests hold the two equal. Under backward masking `SubnetSync.refresh` all-gathers every
+updated unit to every rank. Why not the masked all-reduce: docs/subnet.md, `parlab.subnet.sync`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """Megatron tensor parallelism for the tiny GPT: column- and row-parallel linears, split heads.
 
-Shoeybi et al., "Megatron-LM" (2019), §3: in the MLP, Y = GeLU(X·A) with A split by *columns*
-(A = [A₁ … A_tp]) lets every rank apply GeLU to its own Y_i = X·A_i with no communication; the
-second matmul Z = Y·B with B split by *rows* gives each rank a partial sum Y_i·B_i, all-reduced
-once (operator g). Attention splits the same way, by heads: the q, k, v projections are
-column-parallel (rank i owns heads [i·nh/tp, (i+1)·nh/tp)), attention runs per head locally, and
-the output projection is row-parallel. Per block: 2 all-reduces of (B, T, C) forward (g after
-attention and MLP) and 2 backward (f before them). Korthikanti et al. (MLSys 2023) add sequence
-parallelism: LayerNorms and residuals work on (B, T/tp, C), the all-reduces become all-gather /
-reduce-scatter pairs (`parlab.tensor_parallel.ops`).
-
-The parallel parts are cut from *the reference model's weights* (`rows`: a rank's heads or
-columns, even or uneven), so they compute exactly what the single process does; `apply_tp`
-(`parlab.tensor_parallel.apply`) plugs them into the one GPT. `SHARDING` says how every parameter
-is cut, and `assemble_state` glues the shards back into the reference's parameter names and
-shapes.
+Shoeybi et al., "Megatron-LM" (2019), §3: the MLP's first matmul split by *columns* (GeLU needs
+no communication), the second by *rows* (partial sums, all-reduced once: g); attention split by
+heads (q, k, v column-parallel, the output projection row-parallel). Per block: 2 all-reduces of
+(B, T, C) forward and 2 backward. Korthikanti et al. (MLSys 2023) add sequence parallelism
+(`parlab.tensor_parallel.ops`). The parts are cut from *the reference model's weights* (`rows`:
+even or uneven), so they compute exactly what the single process does; `apply_tp` plugs them
+into the one GPT, `SHARDING` says how every parameter is cut and `assemble_state` glues the
+shards back. In full: docs/tensor_parallel.md, `parlab.tensor_parallel.layers`.
 """
 
 from __future__ import annotations
