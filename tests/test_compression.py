@@ -165,3 +165,22 @@ def test_error_feedback_carries_the_residual(encoder):
 def test_bad_options_raise_before_launch(scheme, options, named):
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
         parlab.run(scheme, world_size=4, **options)
+
+
+def test_times_fewer_has_no_ratio_when_nothing_was_sent():
+    """No "inf× fewer": a periodic scheme whose period outlasts the run sent nothing, and says so."""
+    from parlab.compression.explore import times_fewer
+    assert times_fewer(861_184, 17_792, 0) == "48× fewer"
+    assert times_fewer(861_184, 0) == "no ratio: it sent nothing"
+    assert times_fewer(0, 0) == "no ratio: neither sent anything"
+
+
+def test_error_feedback_bit_for_bit_says_why(capsys):
+    """Sign's "bit for bit: False" is expected (its sent values are not copies of g + e) and the
+    line says so, with the difference within float32 rounding; top-k's True likewise."""
+    from parlab.compression import explore
+    explore.check_properties(trials=10)
+    out = capsys.readouterr().out
+    assert "top-k 25%: sent + residual == g + previous residual bit for bit: True (as expected" in out
+    assert "sign: sent + residual == g + previous residual bit for bit: False (as expected" in out
+    assert "NOT as expected" not in out and "within float32 rounding" in out

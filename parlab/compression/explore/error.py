@@ -23,7 +23,7 @@ import torch
 
 from parlab import models
 from parlab.compression import cost
-from parlab.compression.explore import low_rank, options_of
+from parlab.compression.explore import low_rank, options_of, times_fewer
 from parlab.compression.powersgd import factor_rank
 from parlab.core.when_to_use import when_to_use
 
@@ -91,7 +91,7 @@ def error_map(runs: dict, model: str = "gpt"):
     for scheme, e in errors.items():
         mean = sum(e["per_tensor"]) / len(names)
         print(f"{scheme:<10} {str(e['options'] or '-'):<14} {mean:>17.3f} {e['whole']:>14.3f} "
-              f"{sent[scheme]:>15,.0f} {naive / sent[scheme]:>5.1f}×")
+              f"{sent[scheme]:>15,.0f} " + (f"{naive / sent[scheme]:>5.1f}×" if sent[scheme] else "  n/a"))
     exact = min(errors, key=lambda s: errors[s]["whole"])
     cheap = min(errors, key=lambda s: sent[s])
     front = [s for s in errors if not any(errors[o]["whole"] <= errors[s]["whole"] and sent[o] <= sent[s]
@@ -131,11 +131,12 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
     _, errors = relative_errors(model)
     per_step = {s: r.bytes_per_rank()[0] / steps for s, r in runs.items() if s != "single"}
     rounds = {s: r.bytes_per_rank("rounds")[0] / steps for s, r in runs.items() if s != "single"}
-    fewer = {s: per_step["ddp-naive"] / max(b, 1e-9) for s, b in per_step.items()}  # × fewer bytes
+
+    def fewer(s: str, digits: int = 1) -> str:  # "k× fewer bytes", guarded: nothing sent, no ratio
+        return times_fewer(per_step["ddp-naive"], per_step[s], digits) + " bytes"
     loss = {s: r.losses[-1] / ref for s, r in runs.items()}  # final loss ÷ single's
     topk, link = runs["topk"], naive.config.link
     speed = _median_ms(naive) / _median_ms(topk)
-    round_ratio = rounds["ddp-naive"] / max(rounds["topk"], 1e-9)
     alpha_ms = 0.0 if link is None else 1e3 * rounds["ddp-naive"] * link.latency_s  # rounds × α
     beta_ms = 0.0 if link is None else 1e3 * per_step["ddp-naive"] / link.bandwidth_Bps  # bytes / β
     lines = [f"compress when the link bounds the step ({getattr(link, 'name', 'loopback')}): top-k's step "
@@ -143,7 +144,8 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
              + (f"{speed:.1f}× shorter" if speed >= 1 else
                 f"{1 / speed:.1f}× LONGER: its encoding and decoding operators cost more than the "
                 "link time it saved")
-             + f"), with {fewer['topk']:.0f}× fewer bytes and {round_ratio:.0f}× fewer rounds; "
+             + f"), with {fewer('topk', 0)} and {times_fewer(rounds['ddp-naive'], rounds['topk'], 0)} "
+             "rounds; "
              f"ddp-naive's link time per step is {alpha_ms:.4g} ms of latency ({rounds['ddp-naive']:.0f} "
              f"rounds × α: one all-reduce per tensor) and {beta_ms:.4g} ms of bytes (bytes/β) — "
              + ("its rounds, not its bytes, set it: bucket the all-reduce (chapter 01) before compressing"
@@ -154,19 +156,19 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
                  f"{_median_ms(runs[best]):.4g} ms ("
                  + (f"{ratio:.2f}× shorter than ddp-naive's: it pays on this link" if ratio > 1 else
                     f"{1 / ratio:.2f}× LONGER than ddp-naive's: none pays on this link")
-                 + f", {fewer[best]:.1f}× fewer bytes, final loss {loss[best]:.3f}× single)")
+                 + f", {fewer(best)}, final loss {loss[best]:.3f}× single)")
     exact = min(errors, key=lambda s: errors[s]["whole"])
     lines.append(f"{exact} when accuracy per step matters: the most exact here (relative error "
-                 f"{errors[exact]['whole']:.2f}, {fewer[exact]:.1f}× fewer bytes, final loss "
+                 f"{errors[exact]['whole']:.2f}, {fewer(exact)}, final loss "
                  f"{loss[exact]:.3f}× single)"
                  + ("; its factors all-reduce, so its bytes do not grow with N"
                     if not isinstance(cost.cost_of(exact), cost.Gathered) else ""))
     cheap = min(("topk", "randomk", "signsgd", "qsgd"), key=lambda s: per_step[s])
     lines.append(f"top-k, random-k, sign with error feedback when bytes matter most on few ranks (their "
-                 f"all-gather grows with N): {cheap} sent {fewer[cheap]:.0f}× fewer bytes at final loss "
+                 f"all-gather grows with N): {cheap} sent {fewer(cheap, 0)} at final loss "
                  f"{loss[cheap]:.3f}× single after {steps} steps")
     periodic = min(("local-sgd", "diloco"), key=lambda s: loss[s])
     lines.append(f"Local SGD / DiLoCo when every message is too many: {periodic} averaged every "
-                 f"{runs[periodic].config.options['sync_every']} steps, {fewer[periodic]:.1f}× fewer bytes, "
+                 f"{runs[periodic].config.options['sync_every']} steps, {fewer(periodic)}, "
                  f"final loss {loss[periodic]:.3f}× single")
     return when_to_use(lines)

@@ -17,6 +17,7 @@ import torch
 import parlab
 from parlab import models
 from parlab.compression import cost, lowdim
+from parlab.compression.explore import times_fewer
 from parlab.compression.schemes_lowdim import network_of
 from parlab.core import clock as clocks
 from parlab.core import pacer as pacers
@@ -251,7 +252,7 @@ def model_vs_gradient(world_size: int, iters: int, d: int = 32) -> dict:
     (b_p, _, e_p), (b_c, _, e_c) = rows[f"original, PowerSGD r={r2}"], rows["compressed, all-reduce"]
     better = b_c < b_p and e_c < e_p
     print(f"compress the model (r̂ = {r2}) vs compress its gradient (PowerSGD r = {r2}): "
-          f"{b_p / b_c:.1f}× fewer bytes per step, recovery error {e_c:.1e} vs {e_p:.1e} → "
+          f"{times_fewer(b_p, b_c)} bytes per step, recovery error {e_c:.1e} vs {e_p:.1e} → "
           + ("the compressed model wins on both" if better else
              "the compressed model does not win on both here"))
     return rows
