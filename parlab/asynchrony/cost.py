@@ -2,38 +2,17 @@
 asynchronous iterations.
 
 Every job moves one header and one flat tensor each way (`parlab.asynchrony.server`): a message
-of M = 16 + 4Ψ bytes (two int64, Ψ float32). Over a run of S updates with W workers:
+of M = 16 + 4Ψ bytes (two int64, Ψ float32). Per update the server's link carries W·M each way
+under ssp / sync but only M under async: a server's bandwidth grows with W under synchronous
+schemes, which is why Li et al. (OSDI 2014) shard the parameters over several servers (k servers
+cut the busiest link by k). The bytes of every role, sharded or not: docs/messages.md.
 
-    ssp / sync   server sends S·W·M          each worker sends S·M
-    async        server sends S·M + 16·W     worker w sends J_w·M,  Σ J_w = S
-
-(async: one job per update, and one STOP header per worker at the end). Per update the server's
-link carries W·M in and W·M out under ssp (one gradient from every worker, the parameters back to
-every worker) but only M each way under async: a server's bandwidth grows with W under
-synchronous schemes, which is why Li et al. (OSDI 2014) shard the parameters over several servers.
-
-Sharded over k servers (server i holds Ψ_i elements, `shard_sizes(Ψ, k)`; M_i = 16 + 4Ψ_i):
-
-    ssp / sync   server i sends S·W·M_i      each worker sends S·Σ_i M_i = S·(16k + 4Ψ)
-    async        server 0 sends S·M_0 + 16·W;  follower i sends (S + W)·M_i;
-                 worker w sends J_w·Σ_i M_i + 16·(k − 1)
-
-(async: server 0 schedules the jobs; a follower answers every push, the last one drained, and
-hears each worker's STOP header). Server i's link carries W·M_i each way per ssp update: k servers
-cut the busiest link by k.
-
-`ps-dualbatch` (Lu et al. 2025) moves the same messages as ps-async (a small batch's gradient is
-still Ψ floats): `async_bytes` with the job counts of its own seeded schedule
-(`async_jobs(cfg, parlab.asynchrony.dualbatch.dual_schedule(cfg))`).
-
-Which worker does how many async jobs depends on timing; with `delays="seeded"` it is the seeded
-schedule's, computed here exactly by running the server's book without processes
-(`parlab.asynchrony.versions.simulate`). Without it, the prediction splits the jobs evenly, which
-only the sum is sure to match.
+Async job counts depend on timing: with `delays="seeded"` they are the seeded schedule's
+(`parlab.asynchrony.versions.simulate`), else split evenly (only their sum is sure to match).
+`ps-dualbatch` (Lu et al. 2025) moves ps-async's messages with its own schedule's job counts.
 
 Asynchronous iterations x ← Mx + c converge for every pattern of bounded delays iff ρ(|M|) < 1
-(Chazan & Miranker 1969; Baudet 1978: the condition suffices for unbounded, out-of-order delays too);
-synchronous ones iff ρ(M) < 1 (`contraction`). The exercises' closed forms close the file.
+(Chazan & Miranker 1969; Baudet 1978); synchronous ones iff ρ(M) < 1 (`contraction`).
 """
 
 from __future__ import annotations

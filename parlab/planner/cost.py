@@ -4,39 +4,14 @@ form applied to the slice it sees.
 Narayanan et al. (SC 2021, §3) reason about PTD-P traffic dimension by dimension: each
 dimension's communication is its own chapter's formula evaluated on the part of the problem that
 dimension sees after the others have cut it. For one rank at coordinates (pp, dp, cp, tp) of a
-plan (`parlab.planner.plan.Plan`), with B the global batch, m micro-batches, T the sequence,
-C the width, L_s the layers of its stage:
-
-* tp ("tp-forward", "tp-backward"): Megatron's 2 + 2 all-reduces per block of one micro-batch's
-  activations (B/(dp·m), T/cp, C) over tp, for the L_s local blocks, m times a step —
-  `parlab.tensor_parallel.cost.closed_form_bytes` (activation checkpointing included); an MoE
-  block (gpt-moe) splits only its attention: 1 + 1;
-* cp ("cp-forward", "cp-backward"): ring attention sends each local layer's K/V block of the
-  rank's nh/tp heads cp−1 times forward and dK/dV cp−1 times back —
-  `parlab.context_parallel.cost.ring_bytes`; with activation checkpointing the
-  recomputed attention passes K/V round the ring again (forward phase);
-* pp ("pp-fwd", "pp-bwd", "embed-tie"): every micro-batch's (B/(dp·m), T/cp, C) activation
-  crosses each stage boundary forward and its gradient back — `parlab.pipeline.cost.p2p_bytes_per_step`
-  — and the tied embedding's two gradients (V, C) are all-reduced by the first and last stage;
-* dp × cp ("dp-grad-sync"): one flat all-reduce of every local gradient element (tp-sliced,
-  stage-local) over the dp·cp ranks that hold the same slice — a ring all-reduce,
-  `parlab.data_parallel.cost.bytes_per_step`; with `Plan.dp_sync` "naive", "bucketed",
-  "overlap", "dear" or "priority", chapter 01's per-tensor, per-bucket or per-partition form of
-  the same gradients (DeAR: a reduce-scatter and an all-gather of each padded bucket) (`dp_param_numels`,
-  `parlab.data_parallel.cost.REDUCER_MESSAGES`); with `Plan.dp_compressor`,
-  chapter 08's closed form of that compressor on those parameters' shapes (`dp_param_shapes`,
-  `parlab.compression.cost`: an all-gather of every rank's message, or PowerSGD's two
-  all-reduces of its factors); or with ZeRO ("grad-reduce-scatter",
-  "param-all-gather"; stage 3 "param-gather-fwd", "param-gather-bwd") the reduce-scatter and
-  all-gathers of the padded flat units, `parlab.zero.cost.phase_bytes` (the chapter's phases);
-* ep (gpt-moe, ep ⊂ dp): each MoE layer of the stage all-gathers the dp ranks' routing counts
-  in every micro-batch ("counts", `parlab.expert_parallel.cost.counts_bytes`); the stage's expert
-  weights, E/ep per rank, are summed over their dp·cp/ep replicas ("expert-grad-sync") instead of
-  joining "dp-grad-sync"; the all-to-all's
-  rows depend on the routing, so `nd_routing_bytes` counts them from the run's routing log.
-
-Ring counts per rank are `parlab.core.cost`'s (exact for uneven chunks); every number here is
-tested equal to the ledger of a real run (tests/test_planner_compose.py).
+plan (`parlab.planner.plan.Plan`): tp `parlab.tensor_parallel.cost.closed_form_bytes`, cp
+`parlab.context_parallel.cost.ring_bytes`, pp `parlab.pipeline.cost.p2p_messages` and
+`tie_messages`, dp × cp the plan's reducer (`parlab.data_parallel.cost.dp_messages`),
+compressor (`parlab.compression.cost`) or ZeRO (`parlab.zero.cost.phase_bytes`), ep the
+routing counts' all-gather and the experts' own gradient sync — each a sum of its chapter's
+message list (`parlab.core.messages`). Which slice each dimension sees, phase by phase:
+docs/messages.md. Every number here is tested equal to the ledger of a real run
+(tests/test_planner_compose.py).
 """
 
 from __future__ import annotations

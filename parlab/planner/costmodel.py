@@ -1,36 +1,20 @@
 """Predicted step time, peak memory per rank and bytes per dimension of any `Plan`.
 
-A blocking α-β model, not MAD-Max's replay: measured per-layer compute (`profile`), a message
-model per collective (chapter 00's α-β fit, Thakur et al. 2005) and each chapter's closed forms
-for what moves, composed on one step's critical path. MAD-Max (Hsia et al., ISCA 2024, §4) instead
-replays a traced iteration with compute and communication on their own streams:
+A blocking α-β model, not MAD-Max's replay: measured per-layer compute (`profile`), each
+chapter's message list composed (`messages`, `parlab.core.messages`: bytes their sum, time α-β
+over the same list: Thakur et al. 2005), on one step's critical path. MAD-Max (Hsia et al., ISCA
+2024, §4) instead replays a traced iteration with compute and communication on their own streams:
 `parlab.planner.trace_replay`, across plans `parlab.planner.whatif`. The step is
 
     step = slots · (compute per micro-batch + tp, cp and pp messages per micro-batch)
            + dp / ZeRO gradient and parameter collectives + optimizer,
 
-where the dp messages are the plan's own reducer's (chapter 01's `REDUCER_MESSAGES`: one flat
-bucket, one per tensor or one per bucket, each paying its α; the overlapped one hidden behind the
-last micro-batch's backward up to its last bucket) or its compressor's (chapter 08's
-`step_messages`: an all-gather of packed bytes, PowerSGD's two all-reduces; the encoding's compute
-is not priced). Every message list here is a chapter's, so its bytes are the composed closed forms
-(`message_bytes` = `predict_bytes`, tested for every plan).
-
-with slots = m + pp − 1 for GPipe and 1F1B (equal stages: Huang et al., NeurIPS 2019, §2.3;
-Narayanan et al., SC 2021, §2.2.1), so the bubble is (pp − 1)/(m + pp − 1) of the pipelined part.
-Every message here is blocking (the schemes wait for it), so the exposed communication is all of
-it; MAD-Max's exposed-communication fraction is exposed seconds / step seconds.
-
-In paced time (`clock=` a paced `parlab.core.clock.Clock`, the chapter's default "A100"), compute
-comes from `parlab.planner.paced.profile` (operators and FLOPs counted, priced as the paced clock
-prices a span) and a message costs what the real link takes (`pace_link`): every time is the
-accelerator's seconds. On the wall clock a message costs the larger of
-what gloo takes on this machine (the fit) and what the emulated link takes (`parlab.core.link`:
-it only ever slows a message down; `parlab.data_parallel.cost.message_time` takes the same max),
-and compute is stretched when more ranks compute than there are cores: every rank is a process
-on this machine.
-
-Memory per rank: `parlab.planner.plan_memory` (re-exported here).
+with slots = m + pp − 1 for GPipe and 1F1B (Huang et al., NeurIPS 2019, §2.3; Narayanan et al.,
+SC 2021, §2.2.1). The dp messages are the plan's reducer's, compressor's or ZeRO's; an
+overlapped reducer's hide behind backward (`dp_exposed`). Every other message is blocking, so
+MAD-Max's exposed-communication fraction is exposed seconds / step seconds. Paced and wall-clock
+pricing of a message and compute: docs/messages.md. Memory per rank: `parlab.planner.plan_memory`
+(re-exported here).
 """
 
 from __future__ import annotations
