@@ -50,6 +50,13 @@ class Message:
         ranks = range(self.n) if rank is None else (rank,)
         return max(RING[self.op](self.elements, self.n, r)[0] for r in ranks) * self.element_bytes
 
+    def received(self, rank: int | None = None) -> int:
+        """Bytes rank `rank` (None: the busiest) receives per message (p2p, all-to-all: as sent)."""
+        if self.op in ("p2p", "all_to_all"):
+            return self.sent(rank)
+        ranks = range(self.n) if rank is None else (rank,)
+        return max(RING[self.op](self.elements, self.n, r)[1] for r in ranks) * self.element_bytes
+
     def rounds(self) -> int:
         """Sequential rounds of one message (ring: 2(n−1) for all-reduce, n−1 else)."""
         if self.op == "p2p":

@@ -180,13 +180,8 @@ def message_time(op: str, elements: int, n: int, alpha: float, beta: float,
     if floor is not None:
         return max(message_time(op, elements, n, alpha, beta),
                    message_time(op, elements, n, *floor))
-    if op == "all_reduce":
-        sent, recv, rounds = cost.ring_all_reduce(elements, n, 0)
-    elif op == "reduce_scatter":
-        sent, recv, rounds = cost.ring_reduce_scatter(elements, n, 0)
-    else:
-        sent, recv, rounds = cost.ring_all_gather(elements * n, n, 0)
-    return rounds * alpha + max(sent, recv) * 4 / beta
+    msg = Message("dp", op, n, elements * (n if op == "all_gather" else 1))  # a shard gathered
+    return msg.rounds() * alpha + max(msg.sent(0), msg.received(0)) / beta
 
 
 def predict_step_time(variant: str, numels: list[int], n: int, t_forward: float,
