@@ -7,7 +7,7 @@ this chapter removes the locks themselves.
 
 Papers: Belilovsky, Eickenberg, Oyallon, "Decoupled Greedy Learning of CNNs" (ICML 2020);
 Gomez, Key, Perlin, Gou, Frosst, Dean, Gal, "Interlocking Backpropagation: Improving depthwise
-model-parallelism" (JMLR 2022); Harlap et al. / Narayanan et al., "PipeDream: Generalized Pipeline
+model-parallelism" (JMLR 2022); Narayanan et al., "PipeDream: Generalized Pipeline
 Parallelism for DNN Training" (SOSP 2019: 1F1B with weight stashing); Narayanan et al.,
 "Memory-Efficient Pipeline-Parallel DNN Training" (PipeDream-2BW, ICML 2021); Akintoye, Han,
 Lloyd, Zhang, Dancey, Chen, Zhang, "Layer-wise partitioning and merging for efficient and scalable

@@ -1,7 +1,7 @@
 """PipeDream's weight stashing and PipeDream-2BW's double buffer: a pipeline that never flushes,
 whose backwards use the weights their forwards saw.
 
-PipeDream (Harlap et al. / Narayanan et al., SOSP 2019, §3.3) runs 1F1B without a flush and
+PipeDream (Narayanan et al., SOSP 2019, §3.3) runs 1F1B without a flush and
 updates after every micro-batch, keeping per micro-batch in flight the weight version its forward
 used (stage s: min(p−s, m) versions). PipeDream-2BW (Narayanan et al., "Memory-Efficient
 Pipeline-Parallel DNN Training", ICML 2021, §3.1) makes one version per m micro-batches: two

@@ -89,8 +89,12 @@ def summary(lesson: dict, losses: dict) -> None:
     print(f"- interlocking depth 1: {lesson['interlocking']:.2f}× (model "
           f"{lesson['model_interlocking']:.2f}×); between global and local: "
           f"{verdict(lesson['interlocking_holds'])}")
+    spread = (f" (seeds {losses['seeds']}: local − interlocking {losses['gap_mean']:+.4f} ± "
+              f"{losses['gap_sd']:.4f} sd)" if "seeds" in losses else " (one seed)")
     print(f"- spirals MLP: interlocking's final loss {losses['interlocking']:.4f} against local's "
-          f"{losses['local']:.4f}; lower: {verdict(losses['holds'])}")
+          f"{losses['local']:.4f}{spread}; lower beyond the seed spread: "
+          + (verdict(losses["holds"]) if "seeds" in losses or losses["holds"] else
+             "within noise: one seed"))
 
 
 def _faster(ratio: float) -> str:
@@ -175,17 +179,16 @@ def stash_report(world_size: int, microbatches: int = 4, steps: int = 3) -> None
              "p, m ≥ 3)" if ratio <= 1 else ""))
 
 
-def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1) -> None:
-    """The panel's callback: one scheme against pp-1f1b, timelines and the bytes per boundary."""
-    import matplotlib.pyplot as plt
-
+def widget_run(world_size: int = 2, scheme: str = "interlocking", depth: int = 1,
+               microbatches: int = 2) -> None:
+    """The panel's callback: one scheme against pp-1f1b at `microbatches` per step, timelines and
+    the bytes per boundary (the figure is left open: the panel draws it in its own output)."""
     options = {"depth": min(depth, world_size - 1)} if "depth" in parlab.schemes()[scheme].options \
         else {}
     tm = ex_timing
     rows = tm.compare_schemes(world_size, steps=3, model_config=tm.TIMING_MODEL,
                               batch_size=tm.TIMING_BATCH, link=tm.TIMING_LINK,
-                              schemes=(("pp-1f1b", {}), (scheme, options)))
+                              microbatches=microbatches, schemes=(("pp-1f1b", {}), (scheme, options)))
     if "boundary_bytes" in get_scheme(scheme).forms:  # the schemes that send per boundary
         ledger_report(rows[1]["result"])
     tm.gantt(rows)
-    plt.show()
