@@ -81,19 +81,28 @@ def all_to_all_layer_bytes(kept, rank: int, group: list[int], n_embd: int, top_k
     return bytes_by(all_to_all_messages(kept, rank, group, n_embd, top_k), rank=rank)
 
 
+def all_gather_messages(tokens_per_rank: int, ep: int, world_size: int, n_embd: int, top_k: int,
+                        n_experts: int) -> list[Message]:
+    """One MoE layer's messages of `ep-allgather` in one step (N = ep·tokens_per_rank tokens in
+    the group; Fedus et al. 2022, §2.2 trade): tokens and gates, expert ids all-gathered, outputs
+    reduce-scattered, and the conjugates in backward."""
+    N = ep * tokens_per_rank
+    return counts_messages(world_size, top_k, n_experts) + [
+        Message("ep", op, ep, elements, element_bytes=width, phase=phase)
+        for phase, op, elements, width in (
+            ("gather", "all_gather", N * (n_embd + top_k), FP32_BYTES),
+            ("routing", "all_gather", N * top_k, INT64_BYTES),
+            ("scatter", "reduce_scatter", N * n_embd, FP32_BYTES),
+            ("gather-backward", "reduce_scatter", N * (n_embd + top_k), FP32_BYTES),
+            ("scatter-backward", "all_gather", N * n_embd, FP32_BYTES))]
+
+
 def all_gather_layer_bytes(tokens_per_rank: int, ep: int, ep_rank: int, world_size: int, rank: int,
                            n_embd: int, top_k: int, n_experts: int) -> dict:
-    """Bytes one rank sends for one MoE layer and step of `ep-allgather`, by ledger phase
-    (N = ep·tokens_per_rank tokens in the group)."""
-    N = ep * tokens_per_rank
-    ag = lambda numel: cost.ring_all_gather(numel, ep, ep_rank)[0]  # noqa: E731
-    rs = lambda numel: cost.ring_reduce_scatter(numel, ep, ep_rank)[0]  # noqa: E731
-    return {"counts": counts_bytes(world_size, rank, top_k, n_experts),
-            "gather": ag(N * (n_embd + top_k)) * FP32_BYTES,
-            "routing": ag(N * top_k) * INT64_BYTES,
-            "scatter": rs(N * n_embd) * FP32_BYTES,
-            "gather-backward": rs(N * (n_embd + top_k)) * FP32_BYTES,
-            "scatter-backward": ag(N * n_embd) * FP32_BYTES}
+    """Bytes one rank sends for one MoE layer and step of `ep-allgather`, by ledger phase:
+    `all_gather_messages` summed (the counts at world rank `rank`, the rest at `ep_rank`)."""
+    msgs = all_gather_messages(tokens_per_rank, ep, world_size, n_embd, top_k, n_experts)
+    return {"counts": total_bytes(msgs[:1], rank=rank), **bytes_by(msgs[1:], rank=ep_rank)}
 
 
 def sync_bytes(dense_numel: int, expert_numel_local: int, world_size: int, rank: int, dp: int,

@@ -304,17 +304,23 @@ def held_peak(schedule: Schedule, rank: int, stage_bytes: dict) -> int:
     return peak
 
 
+def dualpipe_p2p_messages(pp: int, microbatches: int, pp_rank: int, boundary_numel: int,
+                          itemsize: int = 4) -> list[Message]:
+    """A DualPipe rank's sends in one step (DeepSeek-V3 report 2024, §3.2.1): in each direction
+    m/2 activations onward (unless it holds that direction's last stage) and m/2 gradients back
+    (unless its first) — 1F1B's m(2 − [r = 0] − [r = p−1]) messages, half of them the other way."""
+    h = microbatches // 2
+    out = []
+    for stage in (pp_rank, pp - 1 - pp_rank):  # direction 0, direction 1
+        out += [Message("pp", "p2p", 2, boundary_numel, h, element_bytes=itemsize, phase=phase)
+                for phase, sends in (("pp-fwd", stage < pp - 1), ("pp-bwd", stage > 0)) if sends]
+    return out
+
+
 def dualpipe_p2p_bytes_per_step(pp: int, microbatches: int, pp_rank: int, boundary_numel: int,
                                 itemsize: int = 4) -> int:
-    """Bytes a DualPipe rank sends per step: in each direction m/2 activations onward (unless it
-    holds that direction's last stage) and m/2 gradients back (unless its first):
-    m(2 − [r = 0] − [r = p−1]) messages — 1F1B's count (`p2p_messages_per_step`), the same
-    m micro-batches crossing the same p−1 boundaries, half of them the other way."""
-    h = microbatches // 2
-    messages = 0
-    for stage in (pp_rank, pp - 1 - pp_rank):  # direction 0, direction 1
-        messages += h * ((stage < pp - 1) + (stage > 0))
-    return messages * boundary_numel * itemsize
+    """Bytes a DualPipe rank sends per step: `dualpipe_p2p_messages` summed."""
+    return total_bytes(dualpipe_p2p_messages(pp, microbatches, pp_rank, boundary_numel, itemsize))
 
 
 def mirror_sync_bytes(param_numels: list[int], group: int, index: int, itemsize: int = 4) -> int:
