@@ -32,9 +32,13 @@ from parlab.data_parallel.explore.measure import (  # noqa: F401 (the notebook c
     per_message_overhead,
     plot_timelines,
     predicted_vs_measured,
-    ratio_sweep,
     run_variants,
     sweep_buckets,
+)
+from parlab.data_parallel.explore.ratios import (  # noqa: F401 (the notebook calls ex.*)
+    bucket_attribution,
+    comm_ratios,
+    ratio_sweep,
 )
 
 

@@ -3,7 +3,7 @@ link (`clock="A100"`, `parlab.core.clock`: compute spans priced on the accelerat
 undilated, times in its own seconds; or, with `clock="wall"`, on this CPU raw with the link dilated
 by this CPU's measured rate,
 `parlab.core.link.faithful`), exposed communication, the alpha-beta prediction beside each
-measured step with the diagnosis when they disagree, the ratio sweep and the bucket sweep
+measured step with the diagnosis when they disagree and the bucket sweep (the ratio sweep: `ratios`)
 (DeAR, Zhang et al., ICDCS 2023; MAD-Max, Hsia et al., ISCA 2024, for the exposed fraction).
 """
 
@@ -204,70 +204,6 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
                 f"{predicted * 1e3:7.3g} {unit}   " + diagnosis(result, measured, predicted))
         print(line)
     return out
-
-
-def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
-                variants=("ddp-naive", "ddp-overlap", "ddp-priority", "dear"), floor=None,
-                overhead_s: float = 0.0):
-    """Step time ÷ compute time against communication ÷ compute (x: the link's busy time for one
-    step's gradient buckets, the same for every variant). Lines: the pure α-β model, the link's time
-    scaled from ×0.01 to ×20 (faster or slower accelerators, slower or faster links); points: the
-    measured runs on loopback (○) and on the link (□: the real link in virtual time, the faithful
-    one on the wall clock). y = 1: all communication hidden;
-    dotted: 1 + x, nothing hidden."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    naive = regime["faithful"]["ddp-naive"]
-    profile = compute_profile(naive, warmup)  # the lines: the link's runs' own compute
-    compute = sum(profile)
-    numels = [v.numel() for v in naive.state.values()]
-    link, options = regime["link"], regime["options"]
-    if floor is None:
-        gloo = measure_alpha_beta(world_size)
-        floor = (gloo.alpha, gloo.beta)
-    paced = regime.get("clock") is not None and regime["clock"].paced
-    raw_profile = compute_profile(regime["loopback"]["ddp-naive"], warmup)
-
-    def predict(variant, alpha, beta, prof=profile):
-        return dp_cost.predict_step_time(variant, numels, world_size, *prof, alpha, beta,
-                                         **options)
-
-    def ratio(alpha, beta, prof=profile):  # one step's buckets on the link, ÷ compute
-        return predict("ddp-bucketed", alpha, beta, prof)["comm_s"] / sum(prof)
-
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    scales = np.logspace(-2, 1.3, 40)
-    xs = [ratio(link.latency_s * f, link.bandwidth_Bps / f) for f in scales]
-    ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="nothing hidden (1 + x)")
-    ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
-    points = {"loopback": (regime["loopback"], floor, raw_profile, floor, overhead_s),
-              "real link" if paced else "faithful": (
-                  regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
-                  (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
-    rows = []
-    for variant in variants:
-        ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
-              for f in scales]
-        line = ax.plot(xs, ys, "-", label=variant)[0]
-        for where, (runs, (alpha, beta), prof, low, extra) in points.items():
-            if variant in runs:
-                x, y = ratio(alpha, beta, prof), runs[variant].step_time(warmup) / sum(prof)
-                ax.plot([x], [y], "o" if where == "loopback" else "s", color=line.get_color())
-                model = dp_cost.predict_step_time(variant, numels, world_size, *prof, alpha,
-                                                  beta, low, overhead_s=extra, **options)
-                why = diagnosis(runs[variant], runs[variant].step_time(warmup), model["step_s"])
-                rows.append((f"{where} ({runs[variant].clock.label})", variant, x, y,
-                             model["step_s"] / sum(prof), why))
-    ax.set(xscale="log", yscale="log", xlabel="communication ÷ compute (one step's buckets on the link)",
-           ylabel="step time ÷ compute time",
-           title=f"where hiding communication pays, N={world_size} (lines: α-β model; "
-                 f"○ loopback, □ {link.name.split(',')[0]})")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    for where, variant, x, y, model, why in sorted(rows):
-        print(f"  {variant:<13} {where:<28} comm/compute {x:5.2f}   step/compute: measured {y:5.2f}, "
-              f"model {model:5.2f}  {why}")
-    return fig
 
 
 def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01, 0.05, 1.0),
