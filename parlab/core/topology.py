@@ -1,19 +1,12 @@
 """Per-pair links: a cluster whose ranks are not all equally far apart.
 
-A heterogeneous cluster is also heterogeneous in its network: GPUs inside a server talk over
-NVLink, servers over Ethernet or InfiniBand, one to two orders of magnitude slower (Zhang et al.,
+Inside a server GPUs talk over NVLink, between servers over Ethernet or InfiniBand (Zhang et al.,
 "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys
-2024, models each device pair's bandwidth). A `Topology` holds the `parlab.core.link.Link` of every
-pair of ranks; pass it as `link=` to `parlab.run` and `parlab.core.comm.Comm` charges each op on
-the link it crosses:
-
-- a point-to-point message: the link between the two ranks;
-- a collective: the slowest link among the group's ranks (largest α, smallest β), because its
-  rounds are synchronous — a ring all-reduce that crosses the node boundary once runs at the pace
-  of that one hop on every rank.
-
-`two_nodes(4, intra="NVLink", inter="1GbE")` is the common case: ranks [0, 1] and [2, 3] on two
-machines. A sub-communicator wholly inside one node (`Comm.split`) only pays the intra-node link.
+2024, models each device pair's bandwidth). A `Topology` holds the `parlab.core.link.Link` of
+every pair; passed as `link=`, `Comm` charges a message on its pair's link and a collective on the
+slowest link of its group (its rounds are synchronous). `two_nodes(4, intra="NVLink",
+inter="1GbE")`: ranks [0, 1] and [2, 3] on two machines; a sub-communicator inside one node pays
+the intra-node link only. In full: docs/core.md, `parlab.core.topology`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Divergence: a NaN or an infinity named where it was born, before a collective spreads it.
 
-Every step each rank (`parlab.engine.loop.train`) checks the loss share it already holds (a float: no extra
-collective), its own gradients before `sync` sends them anywhere, the gradients `sync` leaves
-(one local pass over each gradient, no collective: a NaN born in one rank's backward is named
-there, at its step, before the all-reduce spreads it to every rank), and at the end the
-parameters it holds; a NaN or an infinity raises `NonFiniteError` naming the step, the rank and
-the first non-finite tensor (parameters first, then gradients), so a diverged run never returns
-as a success and the checkpoints written before that step stay. A rank whose own gradients were
-finite but whose synced ones are not received the NaN from a peer: its error says so
-(`parlab.core.launch.CAUSED_BY_PEER`), and the launcher reports the rank where it was born. With
-`on_nonfinite="record"` (a common option, for a chapter that teaches divergence) the run goes on
-and `RankResult.nonfinite` records the first event instead. Gradients are a scheme's to check
-only where they are its own before `sync`: a scheme that communicates inside backward (tensor
-or pipeline parallelism, `torch-ddp`'s hooks) can spread a NaN before the check sees it, and
-fp16's overflowing gradients are the loss scaler's to skip, not an error.
+Every step each rank checks its loss share, its own gradients before `sync` sends them, the
+gradients `sync` leaves and, at the end, its parameters (local passes, no extra collective); a
+non-finite value raises `NonFiniteError` naming the step, the rank and the first tensor, and a
+NaN received from a peer says so (`parlab.core.launch.CAUSED_BY_PEER`). With
+`on_nonfinite="record"` the run goes on and `RankResult.nonfinite` records the first event.
+Schemes that communicate inside backward can spread a NaN before the check; fp16 overflow is the
+loss scaler's. In full: docs/engine.md, `parlab.engine.divergence`.
 """
 
 from __future__ import annotations

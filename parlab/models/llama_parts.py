@@ -1,19 +1,12 @@
 """The parts a Llama-style GPT swaps into the one GPT (`parlab.models.gpt`), each a config option
-that defaults off, so the tiny GPT stays exactly nanoGPT's:
-
-- grouped-query attention (Ainslie et al., "GQA", 2023): `n_kv_head` key/value heads, each shared
-  by n_head / n_kv_head query heads — the k, v projections and the KV cache shrink by that factor;
-- rotary position embeddings (Su et al., "RoFormer", 2021): q and k rotated, pair of channels by
-  pair, by an angle proportional to the position, so q·k depends on the positions' difference;
-  no position table (`positions="rope"`, base `rope_theta`);
-- RMSNorm (Zhang & Sennrich, 2019): LayerNorm without the mean and the bias, x / rms(x) · g;
-- the SwiGLU MLP (Shazeer, "GLU Variants Improve Transformer", 2020): (SiLU(x·W) ⊙ x·V)·W₂, two
-  input projections of width `d_ff` and one output projection.
-
-Llama 3 (Meta, "The Llama 3 Herd of Models", 2024) is all four with an untied head
-(`tie_head=False`); `parlab.models.presets` holds its 8B shapes. Everything here is written out
-in plain operators (no fused kernel) so the paced clock counts the same operators on real and on
-fake tensors (`parlab.core.shapes`).
+that defaults off, so the tiny GPT stays exactly nanoGPT's: grouped-query attention (Ainslie et
+al., "GQA", 2023; `n_kv_head`), rotary position embeddings (Su et al., "RoFormer", 2021;
+`positions="rope"`, `rope_theta`), RMSNorm (Zhang & Sennrich, 2019) and the SwiGLU MLP (Shazeer,
+"GLU Variants Improve Transformer", 2020; (SiLU(x·W) ⊙ x·V)·W₂, width `d_ff`). Llama 3 (Meta,
+"The Llama 3 Herd of Models", 2024) is all four with an untied head (`tie_head=False`;
+`parlab.models.presets`). Written in plain operators (no fused kernel), so the paced clock counts
+the same operators on real and fake tensors. Each part in a line: docs/models.md,
+`parlab.models.llama_parts`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """One model, one spec: everything the package asks of a model by name, in one registry.
 
-A run names its model (`model="gpt"`), and several places need facts about it: its config class
-(`parlab.models.model_config`), how to build it (`build_model`), how many parameters and saved
-activations it has before any tensor exists (`param_count`, `activation_count`: the memory check
-of `parlab.engine.run_config`), every step's global batch and the longest sequence its dataset
-holds (`parlab.models.data.global_batch`, `max_seq_len`), and whether activation checkpointing
-may recompute its blocks (`check_checkpointing`). Each of those answers was once an if-chain on
-the model's name; now each model module registers one `ModelSpec` beside its class
-(`register_model(ModelSpec("gpt", ...))` at the end of `parlab/models/gpt.py`), and the public
-functions look the name up here. Adding a model means registering its spec, never editing a
-branch. The model modules are imported by `parlab.models` itself, so the registry is complete
-whenever any module of the package is in use.
-
-This module imports nothing of the package, so `parlab.models.data` (which the model modules
-import) can look names up here without an import cycle.
+Each model module registers one `ModelSpec` beside its class (`register_model(ModelSpec("gpt",
+...))`): its config class, how to build it, its parameter and activation counts before any tensor
+exists (the memory check of `parlab.engine.run_config`), its batches and longest sequence
+(`parlab.models.data`), whether checkpointing may recompute its blocks. The public functions look
+the name up here, so adding a model means registering its spec, never editing a branch. This
+module imports nothing of the package (no import cycle with `parlab.models.data`). In full:
+docs/models.md, `parlab.models.spec`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """`python -m parlab bench serving`: the chapter's headline numbers, each ratio measured in one run.
 
-Two jobs (Luo et al., "CrossoverScheduler", 2021): aggregate throughput of sequential, concurrent
-and crossover on a link at each world size, on `--clock` (default paced A100 time on the real
-link, `parlab.core.clock`; "wall": this CPU, raw, on the teaching preset), the ratio to sequential
-(goal: crossover ≥ 1.2× on 1GbE in A100 time), the model's prediction from the measured
-compute with its verdict, each job's slowdown. Each schedule runs `--repeats` times, interleaved,
-and the best run of each counts (paced time is bit-reproducible, so repeats only matter on the
-raw clock, where the machine is shared and the best run is the least disturbed).
-
-Edge split (the setting of Lin & Wang, 2021, who search which features cross devices with NAS;
-here our saliency ranking, `masks.search`): bytes per image and test accuracy for each density of
-kept transfers, for the network trained plainly and with the group lasso (our goal, after the
-paper's 86.6% less data at little accuracy lost: ≥ 80% fewer bytes at ≤ 2 points accuracy loss),
-and the request latency on each edge link against one device. The latency-priced search
-(`edge_search`) is the notebook's; it runs in seconds there.
+Two jobs (Luo et al., "CrossoverScheduler", 2021): throughput of sequential, concurrent and
+crossover at each world size on `--clock` (paced A100 by default), the ratio to sequential (goal:
+crossover ≥ 1.2× on 1GbE in A100 time) beside the model's prediction and verdict. Edge split
+(Lin & Wang, 2021; here our saliency ranking, `masks.search`): bytes per image and accuracy per
+density, plain and with the group lasso (goal: ≥ 80% fewer bytes at ≤ 2 points accuracy loss),
+and request latency per edge link. In full: docs/serving.md, `parlab.serving.bench`.
 """
 
 from __future__ import annotations

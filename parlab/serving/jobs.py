@@ -3,17 +3,11 @@ ledger and timeline, its own model and optimizer, and a step cut into four hooks
 can interleave with another job's (Luo et al., "CrossoverScheduler: Overlapping Multiple
 Distributed Training Applications in a Crossover Manner", 2021).
 
-A job's step is the one training loop's step (`parlab.engine.loop`: batch → forward_backward →
-sync → update) with `sync` split in two: `start_sync` packs the gradients into flat buckets and
-issues their all-reduces without waiting; `wait_sync` waits and writes the averages back. Between
-the two, the rank is free to compute another job's step: that gap is what crossover fills. The
-math is that of `ddp-bucketed` (chapter 01): each rank's rows of the global batch, gradients
-averaged over ranks, one optimizer step; so a job equals its own `single` run whatever schedule
-runs it — scheduling changes time, not math.
-
-`JobSpec` says what a job trains; `config(world_size, steps)` is the `ddp-bucketed` configuration
-of the same job run alone (validated by the registry before any process starts), which is also
-what its closed forms and its single-process reference are computed from.
+The step is the one loop's with `sync` split into `start_sync` (issue the bucketed all-reduces)
+and `wait_sync`; between the two the rank may compute another job's step — the gap crossover
+fills. The math is `ddp-bucketed`'s, so a job equals its own `single` run whatever the schedule.
+`JobSpec.config(world_size, steps)` is that configuration, validated by the registry. In full:
+docs/serving.md, `parlab.serving.jobs`.
 """
 
 from __future__ import annotations

@@ -1,19 +1,13 @@
 """Which channels cross devices, by our saliency ranking (a baseline of ours, not the paper's
 method), then fine-tuning with the mask in place. Lin & Wang ("Communication-Efficient Separable
 Neural Network for Distributed Inference on Edge Devices", 2021) instead search the transmission
-policy with neural architecture search, communication latency in the objective; the
-latency-priced search of ours is `edge_search`.
+policy with neural architecture search; the latency-priced search of ours is `edge_search`.
 
-A transfer is one channel j of group s sent to group d ≠ s before block b's 1×1 mix. Its saliency
-is how much group d's mix can feel it: the mean magnitude of the channel over a batch times the
-norm of the mix weights that read it,
+    score[b][s, d, j] = E|h_b[:, s·c + j]| · ‖W_b[d·c:(d+1)·c, s·c + j]‖₂
 
-    score[b][s, d, j] = E|h_b[:, s·c + j]| · ‖W_b[d·c:(d+1)·c, s·c + j]‖₂ ,
-
-and `search` keeps the highest `density` fraction of the transfers of each block (at least one per
-block when density > 0) — blind to the link and to which transfers cross a device. The kept mask
-goes into the network (`GroupedNet.set_masks`); a few steps of training with it (`finetune`) let
-the weights adapt to the channels that no longer arrive.
+(channel j of group s as group d's mix in block b feels it); `search` keeps the highest `density`
+fraction per block, blind to the link; `finetune` adapts the weights to the mask. In full:
+docs/serving.md, `parlab.serving.masks`.
 """
 
 from __future__ import annotations

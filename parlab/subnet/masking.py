@@ -2,18 +2,11 @@
 model runs forward, gradients exist only for what it owns).
 
 Singh, Khalid, Oyallon, Belilovsky, "Model Parallelism With Subnetwork Data Parallelism" (2025).
-
-- Forward masking: a block the rank does not own is replaced by `nn.Identity` (the residual stream
-  passes through); a feed-forward layer keeps only the rank's hidden neurons (a narrower layer).
-  The rank allocates parameters, gradients and optimizer state for its own units only.
-- Backward masking: every parameter is held (the forward is the full model's), but what the rank
-  does not own is frozen (`requires_grad=False`): no gradient, no optimizer state. The frozen
-  values are refreshed from their owners after every update (`sync.py`).
-
-Neuron slices live in `SlicedLinear`: each slice is a tensor of its own and gets its own product,
-so a rank's gradient and Adam state exist per owned slice only. The model is built whole once from
-the seed (every slice starts from the reference's values) and what the rank does not keep is dropped
-before training; a model too large for one device would materialise only its own slices.
+Forward masking replaces an unowned block by `nn.Identity` and keeps only owned hidden neurons;
+backward masking holds everything but freezes what is not owned, refreshed after every update
+(`sync.py`). Neuron slices live in `SlicedLinear` (one tensor per slice, so gradients and Adam
+state exist per owned slice only). The model is built whole from the seed, then what the rank
+does not keep is dropped. In full: docs/subnet.md, `parlab.subnet.masking`.
 """
 
 from __future__ import annotations
