@@ -5,7 +5,7 @@ policy with neural architecture search; the latency-priced search of ours is `ed
 
     score[b][s, d, j] = E|h_b[:, s·c + j]| · ‖W_b[d·c:(d+1)·c, s·c + j]‖₂
 
-(channel j of group s as group d's mix in block b feels it); `search` keeps the highest `density`
+(how much group d's mix in block b can feel channel j of group s); `search` keeps the highest `density`
 fraction per block, blind to the link; `finetune` adapts the weights to the mask. In full:
 docs/serving.md, `parlab.serving.masks`.
 """
