@@ -1,18 +1,11 @@
 """Compress in time: Local SGD (Stich, ICLR 2019) and DiLoCo (Douillard et al., 2023).
 
-Local SGD: every rank trains its own replica on its own rows for H steps with no communication,
-then the replicas are averaged (one all-reduce of the Ψ parameters): 2(N-1)/N·Ψ·4 bytes every H
-steps instead of every step — H× fewer bytes and H× fewer latencies. With H = 1 and plain SGD,
-averaging the parameters after the step equals stepping with the averaged gradient
-(w - lr·mean gᵢ = mean(w - lr·gᵢ)), so `local-sgd` with sync_every=1, optimizer="sgd" equals
-`single`; with AdamW it does not (the update is not linear in the gradient).
-
-DiLoCo: the inner optimizer (AdamW) runs H local steps; then the pseudo-gradient
-Δ = θ_outer - mean θᵢ is all-reduced and an outer Nesterov-momentum SGD steps θ_outer with it
-(paper: outer lr 0.7, momentum 0.9); every replica restarts from the new θ_outer. With outer lr 1
-and no momentum, θ_outer - Δ = mean θᵢ: DiLoCo becomes Local SGD (tested).
-
-Both also average at the last step, so training ends on one model.
+Local SGD: each replica trains H steps alone, then the parameters are averaged (one all-reduce of
+Ψ: H× fewer bytes and latencies); with H = 1 and plain SGD, w - lr·mean gᵢ = mean(w - lr·gᵢ), so
+it equals `single` (not with AdamW). DiLoCo: H inner AdamW steps, then the pseudo-gradient
+Δ = θ_outer - mean θᵢ is all-reduced and an outer Nesterov-momentum SGD steps θ_outer (paper:
+outer lr 0.7, momentum 0.9); with outer lr 1 and no momentum it is Local SGD (tested). Both
+also average at the last step. In full: docs/compression.md, `parlab.compression.local_sgd`.
 """
 
 from __future__ import annotations

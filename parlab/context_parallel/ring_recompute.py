@@ -1,18 +1,14 @@
 """Ring attention with a recomputing backward: O(T/cp) saved per rank, as in the paper.
 
 Liu, Zaharia & Abbeel, "Ring Attention with Blockwise Transformers for Near-Infinite Context"
-(ICLR 2024, arXiv 2310.01889) keep no score block and no received K/V for backward: like
-FlashAttention's backward (Dao et al. 2022; Dao, FlashAttention-2, 2023, Alg. 2) they save only
-the rank's own q, k, v, the output O and the log-sum-exp ℓ, and in backward send K and V round
-the ring *again*, recomputing each block's probabilities P = exp(S − ℓ) from the final ℓ:
+(ICLR 2024, arXiv 2310.01889), like FlashAttention's backward (Dao et al. 2022; Dao,
+FlashAttention-2, 2023, Alg. 2), save only q, k, v, O and the log-sum-exp ℓ, and send K, V round
+the ring again in backward, recomputing P = exp(S − ℓ):
 
     dV_b += Pᵀ·dO,  dP = dO·V_bᵀ,  dS = P ∘ (dP − rowsum(dO ∘ O)),  dQ += dS·K_b/√d,  dK_b += dSᵀ·Q/√d
 
-dK_b and dV_b travel with their block and arrive home after cp hops. Traffic per layer: forward
-K, V cp−1 times (as `parlab.context_parallel.ring_attention`); backward K, V cp−1 times and dK, dV cp times
-(`parlab.context_parallel.cost.ring_recompute_bytes`). The autograd-composed `ring_attention`
-sends less in backward (dK, dV cp−1 times) but keeps every received block and score block alive
-until backward.
+Bytes: `parlab.context_parallel.cost.ring_recompute_bytes`; against the autograd-composed
+`ring_attention`: docs/context_parallel.md, `parlab.context_parallel.ring_recompute`.
 """
 
 from __future__ import annotations

@@ -2,17 +2,11 @@
 sequence positions follow its sharding ratio (Zhang et al., "HAP", EuroSys 2024).
 
 The block is chapter 03's (Shoeybi et al., "Megatron-LM", 2019, §3; Korthikanti et al., MLSys
-2023, §4.2.2 for the sequence-parallel regions): the LayerNorms and residuals work on this rank's
-t_r positions (B, t_r, C); an all-gather along the sequence feeds the column-parallel q, k, v (this
-rank's h_r heads) and MLP input (its c_r columns); the row-parallel output projections' partial
-sums are reduce-scattered back to (B, t_r, C). Only the sizes differ from chapter 03: h_r, c_r,
-t_r come from `parlab.heterogeneous.tp_shares`, so the all-gathers and reduce-scatters are uneven
-(`parlab.heterogeneous.uneven`: padded or exact).
-
+2023, §4.2.2); only the sizes h_r, c_r, t_r differ (`parlab.heterogeneous.tp_shares`), so the
+all-gathers and reduce-scatters are uneven (`parlab.heterogeneous.uneven`: padded or exact).
 These are the two linears only: chapter 03's `apply_tp(model, mesh, shares=split,
-uneven=uneven_linears)` (`parlab.tensor_parallel.apply`) cuts the one GPT's attention and MLP by the
-split and plugs them in; the parameter names stay the reference's, so chapter 03's `assemble_state`
-glues the uneven shards back (it concatenates whatever sizes it is given).
+uneven=uneven_linears)` cuts the one GPT by the split, and its `assemble_state` glues the uneven
+shards back. In full: docs/heterogeneous.md, `parlab.heterogeneous.tp_layers`.
 """
 
 from __future__ import annotations

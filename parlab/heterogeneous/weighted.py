@@ -1,18 +1,14 @@
 """Data parallelism on uneven shares: weight each rank's gradient by its share, and stay exact.
 
-Rank r takes b_r consecutive rows of the global batch of B rows (`parlab.heterogeneous.shares`
-picks b; Zhang et al., "HAP", EuroSys 2024, for why it should follow the device's speed). The
-single-process loss is the mean over all B rows,
+Rank r takes b_r consecutive rows of the global batch of B rows (`parlab.heterogeneous.shares`;
+Zhang et al., "HAP", EuroSys 2024, for why it should follow the device's speed):
 
     L = (1/B) Σ_rows ℓ = Σ_r (b_r/B) · L_r,     L_r = the mean over rank r's rows,
 
-so rank r back-propagates (b_r/B)·L_r and one all-reduce with op=sum of the gradients gives ∇L
-exactly: the `single` run's gradient for any shares, however uneven. Plain averaging (op=avg, as
-DDP does) would be (1/N) Σ_r ∇L_r: the gradient of a reweighted loss in which a slow rank's few
-rows count as much as a fast rank's many.
-
-A rank with no rows (too slow to be worth any) computes nothing, contributes zeros, and still
-joins the all-reduce and the update: it holds the model like every other rank.
+so rank r back-propagates (b_r/B)·L_r and one sum all-reduce gives the `single` run's gradient
+for any shares (DDP's average would reweight the loss). A rank with no rows contributes zeros and
+still joins the all-reduce and the update. In full: docs/heterogeneous.md,
+`parlab.heterogeneous.weighted`.
 """
 
 from __future__ import annotations

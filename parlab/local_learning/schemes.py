@@ -1,18 +1,11 @@
 """The registered schemes of chapter 05: `local`, `interlocking`, `pipedream`, `pipedream-2bw`.
 
-All run on a dp × pp mesh (pp innermost) with stages cut from the reference model
-(`layout`). `local` (Belilovsky et al., ICML 2020) and `interlocking` (Gomez et al., JMLR 2022)
-are one strategy: a route of depth d (`routes`) and one update per step after the replica's
-gradients are averaged over dp. `local` is depth 0; `interlocking` takes `depth=` (clamped to
-pp−1) and `aux_weight=`. Exact where the theory says so: pp = 1 (one stage, the true loss) and
-interlocking with depth = pp−1, aux_weight = 0 (global backprop) equal `single`; every other
-setting equals its one-process emulation (`emulate`), which the tests hold it to.
-
-`pipedream` (Narayanan et al., SOSP 2019) and `pipedream-2bw` (ICML 2021): 1F1B that never
-flushes, over one pipeline (dp = 1), with weight stashing (`stash`); an update after every
-micro-batch (PipeDream) or every m (2BW). Exact with microbatches=1 (one in flight: the single
-process); otherwise the recorded weight versions are the bound the tests hold: every backward
-used its forward's version, and the staleness is the closed form of `cost`.
+All run on a dp × pp mesh (pp innermost) with stages cut from the reference model (`layout`).
+`local` (Belilovsky et al., ICML 2020; depth 0) and `interlocking` (Gomez et al., JMLR 2022;
+`depth=`, `aux_weight=`) are one strategy over a route (`routes`); `pipedream` (Narayanan et al.,
+SOSP 2019) and `pipedream-2bw` (ICML 2021) are 1F1B that never flushes, with weight stashing
+(`stash`). Which settings equal `single` and what the tests hold the others to:
+docs/local_learning.md, `parlab.local_learning.schemes`.
 """
 
 from __future__ import annotations

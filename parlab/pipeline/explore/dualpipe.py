@@ -2,18 +2,10 @@
 its bubble and activation memory beside 1F1B and ZB-H1, in closed form, ideal (the action lists
 simulated with the run's own stage times and link latency) and measured in virtual time
 (`clock="A100"`, a real link), at equal micro-batches and at (nearly) equal activation memory —
-the report's comparison. Every verdict is computed from the run and printed by code.
-
-Ideal bubbles are computed twice: on a wire (a message arrives α + n/β after its send: what
-virtual time's link does, `parlab.core.virtual_link`, so the measurement is held to this one) and
-with messages charged from the receive's post (a rendezvous: the sender waits for the receiver
-to ask): the gap is what eager sends buy. Bubble fractions count busy time, and a split backward
-(ZB-H1, DualPipe) computes a little more than a fused one, so the pipeline span (µs on the
-accelerator) is printed beside them.
-
-The regime: `MODEL` makes a chunk's compute on an A100 (a few hundred µs of kernel launches and
-FLOPs) far longer than one NVLink message (~2 µs), so the schedule shows; on a slow link (1GbE,
-~2 ms a message) the messages show as well.
+the report's comparison. Every verdict is computed from the run and printed by code. Ideal
+bubbles are computed on a wire and with rendezvous messages (the gap is what eager sends buy);
+the pipeline span is printed beside the bubble fractions. Why those two and why `MODEL`'s
+regime: docs/pipeline.md, `parlab.pipeline.explore.dualpipe`.
 """
 
 from __future__ import annotations
