@@ -108,6 +108,16 @@ def test_a_real_scale_point_beside_its_model():
     assert row["state_B"] == row["pred_state_B"]  # 16 bytes per parameter of a 124M model
 
 
+def test_the_state_closed_form_is_the_chapters_own_for_tp_pp_and_zero3():
+    """`predicted_state_bytes` from zero's `memory_formula`, tp's `replicated_numels` and one
+    pipeline stage's blocks: equal to the busiest rank's measured state (pp: the first stage's
+    wte + wpe, not every embedding and ln_f as the 16Ψ form before it counted)."""
+    for dim in ("tp", "pp", "zero3"):
+        r = points.run_point(dim, 2)
+        spec = points.point_config(dim, 2)
+        assert points.state_bytes(r) == points.predicted_state_bytes(dim, spec["degrees"], 2), dim
+
+
 # the 5-D plan: ep borrowed from dp, on a mixture-of-experts GPT whose routing is token-local (no
 # capacity, no balancing loss, no bias step), so pp, cp and micro-batches split its tokens exactly
 MOE_5D = {"model": "gpt-moe", "batch_size": 8,

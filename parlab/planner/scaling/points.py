@@ -11,6 +11,8 @@ are `parlab.planner.scaling.bench_scale` (`python -m parlab bench scale`).
 
 from __future__ import annotations
 
+import math
+
 from parlab.planner.scaling.step_model import predict_step
 
 # ----------------------------------------------------------------------------- the scaling sweep
@@ -96,25 +98,34 @@ def state_bytes(r) -> int:
 
 
 def predicted_state_bytes(dim: str, degrees: tuple, n: int, preset: str | None = None) -> int:
-    """Closed form of the busiest rank's model state, 16 bytes per parameter it holds (fp32 weight,
-    gradient, AdamW's two moments): DP the whole model; ZeRO-3 1/n of it; TP the blocks' matrices
-    / tp beside replicated embeddings and norms; PP one stage's blocks and the (tied) embedding."""
+    """Closed form of the busiest rank's model state from the chapters' own forms: ZeRO-3's
+    `parlab.zero.cost.memory_formula` over the whole model and n ranks; otherwise DDP's (stage 0,
+    16 bytes a parameter: fp32 weight, gradient, AdamW's two moments) over what the rank holds —
+    the parameters `parlab.tensor_parallel.cost.replicated_numels` names whole, the blocks'
+    matrices / tp, and of the pipeline one stage's blocks and its end's embeddings (the first
+    stage's wte + wpe, the last's tied wte + ln_f: the larger; chapter 04's split)."""
+    from fractions import Fraction
+
     from parlab.core.shapes import shapes
     from parlab.engine.loop import build_model
     from parlab.engine.runner import make_config
+    from parlab.tensor_parallel.cost import replicated_numels
+    from parlab.zero.cost import memory_formula
 
     with shapes():  # a real preset's parameters, counted without their bytes
         model = build_model(make_config("single", **({"model": preset, "clock": "A100",
                                                          "shapes_only": True} if preset else {})))
-    emb = sum(p.numel() for name, p in model.named_parameters() if not name.startswith("blocks."))
-    mats = sum(p.numel() for name, p in model.named_parameters()
-               if name.startswith("blocks.") and p.dim() == 2)
-    norms = sum(p.numel() for name, p in model.named_parameters()
-                if name.startswith("blocks.") and p.dim() == 1)
-    dp, tp, pp = degrees
+    cfg, total = model.config, sum(p.numel() for p in model.parameters())
     if dim == "zero3" and n > 1:
-        return -(-16 * (emb + mats + norms) // n)
-    return 16 * (emb + (mats // tp + norms) // pp)
+        return math.ceil(sum(memory_formula(3, Fraction(total), n).values()))
+    dp, tp, pp = degrees
+    layers, replicated = cfg.n_layer, replicated_numels(cfg)
+    wte, wpe, ln_f = replicated[0], replicated[1], sum(replicated[-2:])
+    norms = (sum(replicated) - wte - wpe - ln_f) // layers  # a block's ln_1, ln_2: whole on every rank
+    block = (total - sum(replicated)) // layers // tp + norms  # its matrices / tp
+    ends = wte + wpe + ln_f if pp == 1 else wte + max(wpe, ln_f)
+    held = ends + block * (layers // pp)
+    return int(sum(memory_formula(0, held, 1).values()))
 
 
 def measure_point(dim: str, n: int, mode: str = "strong", **kw) -> dict | None:
