@@ -1,19 +1,15 @@
 """Gradient compressors: each turns one tensor into a uint8 message of a size fixed in advance.
 
-- `TopK` (Lin et al., "Deep Gradient Compression", ICLR 2018): keep the k = ⌈ratio·n⌉ largest
-  magnitudes; send (int32 index, float32 value) pairs: 8k bytes.
-- `RandomK` (Stich et al., "Sparsified SGD with Memory", 2018): keep k coordinates drawn from a
-  generator every rank shares, so only the k float32 values travel: 4k bytes.
-- `QSGD` (Alistarh et al., NeurIPS 2017): v ≈ ‖v‖₂·sign(v)·ξ/s with s = 2^(bits-1) - 1 levels and
-  ξ = ⌊|v|/‖v‖·s + u⌋, u ~ U[0,1): stochastic rounding, so E[decode(encode(v))] = v. One sign bit
-  and bits-1 level bits per element, packed, plus the float32 norm: ⌈n·bits/8⌉ + 4 bytes.
+- `TopK` (Lin et al., "Deep Gradient Compression", ICLR 2018): k = ⌈ratio·n⌉ largest: 8k bytes.
+- `RandomK` (Stich et al., "Sparsified SGD with Memory", NeurIPS 2018): k shared random
+  coordinates: 4k bytes.
+- `QSGD` (Alistarh et al., NeurIPS 2017): stochastic rounding to s = 2^(bits-1) - 1 levels of
+  ‖v‖₂, unbiased: ⌈n·bits/8⌉ + 4 bytes.
 - `Sign` (signSGD, Bernstein et al., ICML 2018, scaled as in EF-signSGD, Karimireddy et al.,
-  ICML 2019): v ≈ (‖v‖₁/n)·sign(v): one bit per element plus the float32 scale: ⌈n/8⌉ + 4 bytes.
+  ICML 2019): (‖v‖₁/n)·sign(v): ⌈n/8⌉ + 4 bytes.
 
-The message size depends only on n, never on the values, so every rank's message has the same
-length and one all-gather carries them all. `decode(encode(v))` is what every rank adds in.
-`seed` names one (step, tensor): random choices shared by every rank (random-k's positions) are
-drawn from it alone, private ones (QSGD's rounding noise) from it and the sender's rank.
+The size depends only on n, so one all-gather carries every rank's message. The formulas and the
+seeds: docs/compression.md, `parlab.compression.compressors`.
 """
 
 from __future__ import annotations

@@ -3,18 +3,11 @@
 GShard (Lepikhin et al., "GShard: Scaling Giant Models with Conditional Computation and Automatic
 Sharding", 2020) bounds each expert's work by a *capacity* C = ⌈capacity_factor · N·k / E⌉ token
 slots per batch and drops what overflows, first choices before second choices. The rule here is
-global, so that the same model on any number of ranks routes and drops exactly as one process:
-an expert's queue is ordered by slot (all first choices, then all second choices, ...), then by
-rank, then by the token's place in its rank's rows.
-
-- `RoutingPlan`: the plan of score-based top-k routing, from every rank's (slot, expert) counts
-  (tensors: the counts exist only once the router has scored the tokens).
-- `EvenPlan`: the plan of even routing (`even_experts`: token i takes the experts
-  (i + j·⌊E/k⌋) mod E, whatever its scores) as Python integers, known before any score exists —
-  what a shapes-only run (`parlab.core.shapes`), which has no scores, routes by.
-
-Both answer the same questions (`kept`, `keep_mask`, `assignments`, `splits`, ...) that the
-expert-parallel layer (`parlab.expert_parallel.layer`) asks. `cfg` is a `GPTMoEConfig`.
+global (an expert's queue ordered by slot, then rank, then the token's place in its rank's
+rows), so any number of ranks routes and drops exactly as one process. `RoutingPlan`: top-k
+routing from every rank's (slot, expert) counts; `EvenPlan`: even routing as Python integers,
+known before any score (what shapes-only runs route by). Both answer the questions
+`parlab.expert_parallel.layer` asks. In full: docs/models.md, `parlab.models.moe_routing`.
 """
 
 from __future__ import annotations

@@ -2,19 +2,15 @@
 `parlab.models.volumes`: the model LAMP pipelines (Zhu et al., "LAMP: Large Deep Nets with
 Automated Model Parallelism for Image Segmentation", MICCAI 2020).
 
-The network is a flat list of `layers`, each a pure `layer(x, skip) -> (x, skip made)`, so a
-pipeline cuts it into contiguous stages as it cuts a transformer (and activation checkpointing can
-recompute any layer) — with one difference a transformer never has: an encoder layer `Down(k)`
-makes a feature map that `run_layers` keeps in `skips[k]`, and the decoder layer `Up(k)`,
-2(L−1−k) layers later, concatenates it. Cut into stages, skip k crosses from the stage of `Down(k)` to the
-stage of `Up(k)`, possibly over several stages in between (`parlab.pipeline.unet_stages`).
+A flat list of `layers`, each `layer(x, skip) -> (x, skip made)`, so a pipeline cuts it into
+contiguous stages; skip k made by `Down(k)` is concatenated by `Up(k)` 2(L−1−k) layers later,
+possibly stages away (`parlab.pipeline.unet_stages`).
 
     Down(0) … Down(L−2)  Bottom  Up(L−2) … Up(0)  Head     (2L layers, L = levels)
     channels base·2^k at level k, side block_size / 2^k
 
-Every operation is per sample (3×3×3 convolutions, ReLU, max-pool, transposed convolution; no
-batch norm, which would couple the samples of a batch and so the micro-batches of a pipeline), so
-any split of the batch computes what the whole batch computes.
+Every operation is per sample (no batch norm), so any split of the batch computes what the whole
+batch computes. In full: docs/models.md, `parlab.models.unet3d`.
 """
 
 from __future__ import annotations
