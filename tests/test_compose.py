@@ -32,7 +32,7 @@ def test_planner_holds_no_parallel_layer():
 
 
 def test_tensor_parallel_schemes_build_the_one_gpt():
-    """Chapters 03 and 11 define no GPT of their own: their schemes build `MeshGPT` with
+    """Chapters 03 and 11 define no GPT of their own: their schemes build the one `GPT` with
     `apply_tp` (even or uneven shares), which is all their layer modules offer."""
     import torch.nn as nn
 
@@ -45,4 +45,4 @@ def test_tensor_parallel_schemes_build_the_one_gpt():
         assert models == [], (module.__name__, models)
     for module in (schemes, hetero):
         assert module.apply_tp.__module__ == "parlab.tensor_parallel.apply"
-        assert module.gpt_on_mesh.__module__ == "parlab.models.mesh_gpt"
+        assert module.gpt_on_mesh.__module__ == "parlab.models.gpt"

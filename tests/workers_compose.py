@@ -8,9 +8,8 @@ from parlab.context_parallel.apply import apply_cp
 from parlab.core.comm import Comm
 from parlab.core.mesh import Mesh
 from parlab.expert_parallel.apply import apply_ep
-from parlab.models.gpt import GPT, GPTConfig
+from parlab.models.gpt import GPT, GPTConfig, gpt_on_mesh
 from parlab.models.gpt_moe import GPTMoE, GPTMoEConfig
-from parlab.models.mesh_gpt import gpt_on_mesh
 from parlab.planner.compose import build_mesh, parallelize
 from parlab.planner.plan import Plan
 from parlab.tensor_parallel.apply import apply_tp

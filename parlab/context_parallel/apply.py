@@ -22,7 +22,7 @@ from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
 from parlab.context_parallel.ulysses import ulysses_attention
 from parlab.core.mesh import Mesh
-from parlab.models.mesh_gpt import MeshGPT
+from parlab.models.gpt import GPT
 
 METHODS = ("ring", "ulysses")
 
@@ -45,8 +45,8 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
     return fn, positions
 
 
-def apply_cp(model: MeshGPT, mesh: Mesh, method: str = "ring", layout: str = "zigzag",
-             recompute: bool = False, work: list | None = None) -> MeshGPT:
+def apply_cp(model: GPT, mesh: Mesh, method: str = "ring", layout: str = "zigzag",
+             recompute: bool = False, work: list | None = None) -> GPT:
     """This rank's tokens (`model.positions`) and `method`'s attention in every block, over
     mesh["cp"]; nothing to do when the mesh has no cp dimension. `work` collects ring
     attention's per-step work, for the chapter's balance plots."""

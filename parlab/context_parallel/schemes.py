@@ -22,7 +22,7 @@ from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
-from parlab.models.mesh_gpt import gpt_on_mesh
+from parlab.models.gpt import gpt_on_mesh
 
 # ----------------------------------------------------------------------------- validation
 CP = Int(None, min=1, none=True)  # None: the largest degree that fits

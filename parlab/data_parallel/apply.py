@@ -61,7 +61,7 @@ from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.priority import PriorityReducer
 from parlab.data_parallel.reducer import REDUCERS, make_reducer
 from parlab.engine.dimension import Dimension, add_dimension, dimensions
-from parlab.models.mesh_gpt import MeshGPT
+from parlab.models.gpt import GPT
 
 # every reducer apply_dp attaches; those that own the update (`owns_update`: it ends in the next
 # forward) are handed the step's optimizer by the caller
@@ -120,16 +120,16 @@ def _compression():
     return COMPRESSION
 
 
-def synced_parameters(model: MeshGPT) -> list:
+def synced_parameters(model: GPT) -> list:
     """The parameters averaged over dp × cp: this rank's trainable ones but those a dimension
     syncs apart (the ep-sharded experts), in `model.parameters()` order."""
     apart = {id(p) for d in dimensions(model) for p in d.syncs_apart()}
     return [p for p in model.parameters() if p.requires_grad and id(p) not in apart]
 
 
-def apply_dp(model: MeshGPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0,
+def apply_dp(model: GPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0,
              compressor: str | None = None, compressor_options: dict | None = None,
-             seed: int = 0, partition_kb: float = 32.0, credit: int = 1) -> MeshGPT:
+             seed: int = 0, partition_kb: float = 32.0, credit: int = 1) -> GPT:
     """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
     reducer `sync` over it — or chapter 08's reducer of `compressor` (None or "none": no
     compression) with `compressor_options` and `seed` — as the model's "dp" dimension (none with one

@@ -17,8 +17,8 @@ from parlab.core.mesh import Mesh
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.dimension import Dimension, add_dimension
 from parlab.expert_parallel.layer import METHODS, ShardedMoE, assemble_state
+from parlab.models.gpt import GPT
 from parlab.models.gpt_moe import MoE
-from parlab.models.mesh_gpt import MeshGPT
 
 
 class ExpertParallel(Dimension):
@@ -52,7 +52,7 @@ class ExpertParallel(Dimension):
             p.grad.div_(self.replicas)
 
 
-def apply_ep(model: MeshGPT, mesh: Mesh, ep: int, method: str = "all_to_all") -> MeshGPT:
+def apply_ep(model: GPT, mesh: Mesh, ep: int, method: str = "all_to_all") -> GPT:
     """Every MoE layer over ep ⊂ dp, dispatching by `method` ("all_to_all", or "all_gather":
     `parlab.expert_parallel.layer.METHODS`). Nothing to do without MoE layers or with one dp
     rank. The tp ranks hold the experts whole (the same routing, the same rows)."""

@@ -21,8 +21,8 @@ from parlab.engine.runner import register
 from parlab.expert_parallel import cost
 from parlab.expert_parallel.apply import apply_ep
 from parlab.expert_parallel.layer import assemble_state, expert_parameter_names
+from parlab.models.gpt import gpt_on_mesh
 from parlab.models.gpt_moe import MoE
-from parlab.models.mesh_gpt import gpt_on_mesh
 
 EP = Int(None, min=1, none=True)  # None: the largest degree that fits
 

@@ -23,7 +23,7 @@ from parlab.heterogeneous.tp_layers import uneven_linears
 from parlab.heterogeneous.tp_shares import VARIANTS, problems
 from parlab.heterogeneous.tp_shares import split as tp_split
 from parlab.heterogeneous.weighted import WeightedShards
-from parlab.models.mesh_gpt import gpt_on_mesh
+from parlab.models.gpt import gpt_on_mesh
 from parlab.tensor_parallel.apply import apply_tp
 from parlab.tensor_parallel.layers import assemble_state, replicated_parameters
 

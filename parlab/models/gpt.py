@@ -17,7 +17,7 @@ Parameters are created in a fixed order from `torch.Generator().manual_seed(seed
 rank of every scheme starts from the same weights as the reference.
 
 The embedding, the blocks' loop, the tied head and the loss are `parlab.models.gpt_trunk`'s, which
-every parallel copy of this GPT calls too.
+HAP's and torch-TP's GPTs call too; the chapters' `apply_*` parallelise this GPT itself.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from parlab.models.data import VOCAB, text_batch, text_max_seq_len
 from parlab.models.gpt_trunk import (
     embed_tokens,
     head_logits,
-    maybe_checkpoint,  # noqa: F401 (chapter 02 prints it from here)
+    maybe_checkpoint,
     mean_token_loss,
     run_blocks,
 )
@@ -193,7 +193,10 @@ def make_norm(cfg: GPTConfig) -> nn.Module:
 
 class Block(nn.Module):
     """Pre-LayerNorm block: x + attn(ln_1(x)), then + mlp(ln_2(x)); the parallel blocks are this
-    one with parallel parts."""
+    one with parallel parts. `checkpoint`: recomputed in backward from inside its own call (what
+    `gpt_on_mesh` sets, so a pipeline stage calling the block directly recomputes it too)."""
+
+    checkpoint = False
 
     def __init__(self, ln_1: nn.Module, attn: nn.Module, ln_2: nn.Module, mlp: nn.Module):
         super().__init__()
@@ -205,6 +208,9 @@ class Block(nn.Module):
                    MLPBlock.for_config(cfg))
 
     def forward(self, x):
+        return maybe_checkpoint(self.residuals, self.checkpoint, x)  # (B, T, C)
+
+    def residuals(self, x):
         x = x + self.attn(self.ln_1(x))  # (B, T, C)
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 
@@ -213,7 +219,18 @@ class GPT(ConfiguredModel):
     """Token and position embeddings, `n_layer` pre-norm blocks, a final LayerNorm and the head
     tied to the token embedding (nanoGPT's model); `loss`: next-token cross-entropy. The
     Llama-style options drop the position table (`positions="rope"`: no `wpe`) and add an own
-    head after `ln_f` (`tie_head=False`: `lm_head`, drawn last so the rest draws as before)."""
+    head after `ln_f` (`tie_head=False`: `lm_head`, drawn last so the rest draws as before).
+
+    Open to every parallel dimension (each chapter's `apply_*` takes and returns it, after
+    `gpt_on_mesh`): `positions` are the sequence positions of the tokens this rank holds (None:
+    all; `apply_cp`, sequence parallelism), `criterion(model, hidden, targets)` replaces the head
+    and the cross-entropy (`apply_tp`'s vocabulary parallelism), `embed` / `head` are what
+    pipeline stages call (`split_pp` sets `pipeline`), `data_comm` is the dp × cp group."""
+
+    positions = None
+    criterion = None
+    pipeline = None
+    data_comm = None
 
     def __init__(self, cfg: GPTConfig, seed: int = 0):
         super().__init__(cfg)
@@ -249,17 +266,36 @@ class GPT(ConfiguredModel):
         _init_linear(mlp.c_proj, g, proj_std)
 
     def embed(self, idx):
-        return embed_tokens(self, idx)  # (B, T, C)
+        return embed_tokens(self, idx, self.positions)  # (B, T_r, C) at the tokens' positions
 
     def head(self, x):
-        return head_logits(self, x)  # (B, T, vocab)
+        return head_logits(self, x)  # (B, T_r, vocab)
 
     def forward(self, idx):
-        x = run_blocks(self.blocks, self.embed(idx), self.activation_checkpointing)  # (B, T, C)
-        return self.head(x)  # (B, T, vocab)
+        x = run_blocks(self.blocks, self.embed(idx), self.activation_checkpointing)  # (B, T_r, C)
+        if self.criterion is not None:
+            return x  # (B, T_r, C): the criterion's head takes it
+        return self.head(x)  # (B, T_r, vocab)
 
     def loss(self, idx, targets):
-        return mean_token_loss(self(idx), targets)
+        """Mean cross-entropy of this rank's tokens, in fp32 also in mixed precision (or the
+        `criterion`'s); through `self(idx)`, so hooks on the model (ZeRO-3's gathers) run."""
+        out = self(idx)  # (B, T_r, vocab), or (B, T_r, C) for the criterion
+        if self.criterion is not None:
+            return self.criterion(self, out, targets)
+        return mean_token_loss(out, targets)
+
+
+def gpt_on_mesh(model: GPT) -> GPT:
+    """`model` (no copy) ready for the chapters' `apply_*`: every position its own (until
+    `apply_cp` or sequence parallelism cut them) and its checkpointing moved inside each block,
+    so a pipeline stage recomputes the blocks it calls, and ZeRO-3's hooks run once per call
+    (`parlab.planner.compose` says why every composed plan is then exact)."""
+    model.positions = torch.arange(model.config.block_size)  # (T,)
+    for block in model.blocks:
+        block.checkpoint = model.activation_checkpointing
+    model.activation_checkpointing = False  # the blocks recompute themselves
+    return model
 
 
 # ----------------------------------------------------------------------------- counts, registration

@@ -1,5 +1,6 @@
-"""The GPT's trunk outside its blocks' insides, written once for every copy of the GPT (the
-reference `parlab.models.gpt.GPT`, `MeshGPT`, HAP's and torch-TP's GPTs, the planner's profiles).
+"""The GPT's trunk outside its blocks' insides, written once for every GPT (the reference
+`parlab.models.gpt.GPT`, also as the chapters parallelise it; HAP's and torch-TP's GPTs; the
+planner's profiles).
 
 nanoGPT's `model.py` (GPT-2, Radford et al. 2019): token (+ learned position) embeddings, the
 blocks in order (each optionally recomputed in backward), a final norm and the head tied to the

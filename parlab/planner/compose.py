@@ -7,7 +7,7 @@ ranks; context parallelism (Liu et al., ring attention, ICLR 2024; Llama 3, Dube
 one reference model, then each chapter's own function, applied in a fixed order, each taking the
 mesh and returning the model:
 
-    model = gpt_on_mesh(build_model(cfg))     # parlab.models.mesh_gpt: the reference's modules
+    model = gpt_on_mesh(build_model(cfg))     # parlab.models.gpt: the reference GPT itself
     model = apply_tp(model, mesh)             # parlab.tensor_parallel.apply   (ch. 03)
     model = apply_cp(model, mesh)             # parlab.context_parallel.apply  (ch. 06)
     model = apply_ep(model, mesh, ep)         # parlab.expert_parallel.apply   (ch. 07)
@@ -35,7 +35,7 @@ from parlab.context_parallel.apply import apply_cp
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.apply import apply_dp
 from parlab.expert_parallel.apply import apply_ep, expert_parameters
-from parlab.models.mesh_gpt import MeshGPT, gpt_on_mesh
+from parlab.models.gpt import GPT, gpt_on_mesh
 from parlab.pipeline.split import split_pp
 from parlab.tensor_parallel.apply import apply_tp
 from parlab.zero.apply import apply_zero
@@ -49,7 +49,7 @@ def build_mesh(comm, plan) -> Mesh:
     return Mesh(comm, [(name, size) for name, size in plan.mesh_dims() if size > 1])
 
 
-def parallelize(model, mesh: Mesh, plan, meter=None, seed: int = 0) -> MeshGPT:
+def parallelize(model, mesh: Mesh, plan, meter=None, seed: int = 0) -> GPT:
     """The reference `model` parallelised along every dimension of `plan`, in the order above;
     `meter` (an ActivationMeter) is handed to ZeRO so gathered parameters are not counted as
     activations; `seed` (the run's) to a compressor's shared draws (`Plan.dp_compressor`)."""

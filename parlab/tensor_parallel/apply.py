@@ -1,6 +1,6 @@
 """`apply_tp(model, mesh)`: Megatron tensor parallelism on the one GPT, even or uneven shares.
 
-Shoeybi et al., "Megatron-LM" (2019), §3, on the GPT of `parlab.models.mesh_gpt`: in every block
+Shoeybi et al., "Megatron-LM" (2019), §3, on the GPT of `parlab.models.gpt`: in every block
 q, k, v and the MLP's first linear become column-parallel (f before them), both output
 projections row-parallel (g after them); the slices are cut from the reference's weights
 (`parlab.tensor_parallel.layers`). Options, each the chapter's own:
@@ -26,9 +26,9 @@ import torch
 from parlab.core.cost import chunk_bounds as bounds
 from parlab.core.mesh import Mesh
 from parlab.engine.dimension import Dimension, add_dimension
+from parlab.models.gpt import GPT
 from parlab.models.gpt_moe import MoE
 from parlab.models.llama_parts import SwiGLU
-from parlab.models.mesh_gpt import MeshGPT
 from parlab.tensor_parallel.layers import (
     ParallelAttention,
     ParallelMLP,
@@ -83,9 +83,9 @@ def even_shares(config, tp: int) -> dict[str, list[int]]:
             "tokens": [config.block_size // tp] * tp}
 
 
-def apply_tp(model: MeshGPT, mesh: Mesh, sequence_parallel: bool = False, regather: bool = True,
+def apply_tp(model: GPT, mesh: Mesh, sequence_parallel: bool = False, regather: bool = True,
              vocab_parallel: bool = False, algo: str = "gloo", shares: dict | None = None,
-             collective: str = "exact", uneven=None) -> MeshGPT:
+             collective: str = "exact", uneven=None) -> GPT:
     """Every block's attention and dense MLP over mesh["tp"]: this rank's heads and hidden
     columns (nh/tp and 4C/tp, or `shares`); nothing to do when the mesh has no tp dimension.
     `shares` implies sequence parallelism over its uneven positions, by the linears

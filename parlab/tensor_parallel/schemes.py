@@ -20,8 +20,8 @@ from parlab.core.precision import PRECISIONS
 from parlab.data_parallel.flat import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
+from parlab.models.gpt import gpt_on_mesh
 from parlab.models.llama_parts import tp_factors
-from parlab.models.mesh_gpt import gpt_on_mesh
 from parlab.tensor_parallel.apply import apply_tp
 from parlab.tensor_parallel.async_ops import apply_async_tp
 from parlab.tensor_parallel.layers import assemble_state, replicated_parameters

@@ -4,7 +4,7 @@ Rajbhandari et al., "ZeRO" (SC 2020): stage 1, 2 or 3 over the dp × cp group, o
 the model this rank holds after tensor and pipeline parallelism — this chapter's engine
 (`parlab.zero.zero_engine.ZeroEngine`). The chapter's own `zero-*` schemes call it on the plain
 GPT with a one-dimensional mesh (`Mesh(comm, [("dp", comm.size)])`, `reuse_world=True`), the
-planner on the composed `MeshGPT` (`parlab.planner.compose.parallelize`).
+planner on the composed GPT (`parlab.planner.compose.parallelize`).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _data_group(mesh: Mesh, reuse_world: bool = False):
 
 def apply_zero(model: M, mesh: Mesh, stage: int, meter=None, *, prefetch: bool = False,
                algo: str = "gloo", reuse_world: bool = False) -> M:
-    """Shard `model` (any nn.Module: a `MeshGPT` slice or a chapter's plain model) over dp × cp
+    """Shard `model` (any nn.Module: a composed GPT's slice or a chapter's plain model) over dp × cp
     at ZeRO `stage`, recorded as `model.data_comm` and registered as the model's "zero"
     dimension (`ZeroDimension`, its `engine` the `ZeroEngine`).
 
