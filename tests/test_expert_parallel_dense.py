@@ -63,3 +63,23 @@ def test_diagnosis_names_the_flip():
     assert len(lines) == 1 and "the link added 260.000 ms to ep" in lines[0]
     link["ep"]["seconds"] = 0.2
     assert ex_dense.diagnose(link, loopback) == []
+
+
+def test_summary_does_not_call_balanced_experts_even(capsys):
+    """The summary prints the measured max/mean and says whether balancing made the experts even
+    enough that none overflows (max/mean ≤ the capacity factor), not that it kept them even."""
+    from types import SimpleNamespace
+
+    from parlab.expert_parallel import explore
+    link = SimpleNamespace(latency_s=2e-5, bandwidth_Bps=1.25e9)
+    row = {"seconds": 1.0, "bytes": 100, "clock": "A100 time", "link": link}
+    out = {"10GbE": {"ep": row, "ep-allgather": {**row, "seconds": 1.2, "bytes": 200},
+                     "dense": {**row, "seconds": 0.5}}}
+    balance = {m: {"imbalance": [v] * 10, "dropped": [0.2] * 10, "loss": [3.0] * 10,
+                   "ceiling": 4.0, "capacity_factor": 1.25}
+               for m, v in (("none", 3.6), ("aux", 2.5), ("bias", 2.8))}
+    explore.summary(out, balance, "10GbE")
+    text = capsys.readouterr().out
+    assert "(aux 2.50 and bias 2.80 below none's 3.60): holds" in text
+    assert "none overflows (max/mean ≤ the capacity factor 1.25): does NOT hold" in text
+    assert "2.50× (aux) and 2.80× (bias)" in text and "evens" not in text

@@ -1,5 +1,5 @@
 """Notebook 07's exercises (`parlab.exercises`), at GPU scale so that the chapter's formulas, not
-its printed numbers, answer them: expert capacity (GShard, Lepikhin et al. 2020; Switch, Fedus et
+its printed numbers, answer them: expert capacity (GShard, Lepikhin et al. 2021; Switch, Fedus et
 al. 2022), the all-to-all's bytes at DeepSeek-V3's scale, all-gather against all-to-all with gates
 and ids, memory per rank, and DeepSeek-V3's (2024) bias rule; each check says right or wrong, never
 the answer.

@@ -1,9 +1,10 @@
 """What notebook 07 runs: sparse vs dense, capacity and dropping drawn, the all-to-all drawn with
-real counts, exactness, the ledger beside the closed forms, memory, load balancing (Switch's
-auxiliary loss vs DeepSeek-V3's bias), step times and the widget callback (the exercises: `exercises`).
+real counts, exactness, the ledger beside the closed forms, memory, load balancing (an auxiliary
+loss in Switch's form vs DeepSeek-V3's bias), step times and the widget callback (`exercises`).
 
-Papers: Shazeer et al. 2017 (top-k experts), GShard (Lepikhin et al. 2020: capacity, all-to-all),
-Switch (Fedus et al. 2022: load-balancing loss), DeepSeek-V3 (2024: auxiliary-loss-free bias).
+Papers: Shazeer et al. 2017 (top-k experts, the first load-balancing losses), GShard (Lepikhin et
+al. 2021: capacity, all-to-all, auxiliary loss), Switch (Fedus et al. 2022: k = 1, the simplified
+auxiliary loss), DeepSeek-V3 (2024: auxiliary-loss-free bias).
 """
 
 from __future__ import annotations
@@ -197,7 +198,8 @@ def balance_runs(steps: int, world_size: int = 1, modes=("none", "aux", "bias"),
                    for steps_ in zip(*logs)]
         m = result.config.model_config
         out[mode] = {"imbalance": imbalance, "dropped": dropped, "loss": result.losses,
-                     "ceiling": m.n_experts / m.top_k, "top_k": m.top_k, "E": m.n_experts}
+                     "ceiling": m.n_experts / m.top_k, "top_k": m.top_k, "E": m.n_experts,
+                     "capacity_factor": m.capacity_factor}
     return out
 
 
@@ -259,9 +261,20 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -
         n = min(last, len(run["loss"]))
         print(f"- balancing {mode}: max/mean expert load {sum(run['imbalance'][-n:]) / n:.2f}, "
               f"dropped {100 * sum(run['dropped'][-n:]) / n:.1f}% over the last {n} steps")
-    none, aux, bias = (sum(balance[m]["imbalance"][-last:]) for m in ("none", "aux", "bias"))
-    print(f"  balancing evens the load (aux and bias below none): "
-          f"{'holds' if max(aux, bias) < none else 'does not hold at this many steps'}")
+    tail = {m: sum(balance[m]["imbalance"][-last:]) / len(balance[m]["imbalance"][-last:])
+            for m in ("none", "aux", "bias")}
+    print(f"  balancing lowers the worst expert's load (aux {tail['aux']:.2f} and bias "
+          f"{tail['bias']:.2f} below none's {tail['none']:.2f}): "
+          + ("holds" if max(tail["aux"], tail["bias"]) < tail["none"] else
+             "does not hold at this many steps"))
+    cf = balance["aux"]["capacity_factor"]
+    if cf is not None:
+        even = max(tail["aux"], tail["bias"]) <= cf
+        print(f"  it keeps the experts even enough that none overflows (max/mean ≤ the capacity "
+              f"factor {cf:g}): " + ("holds" if even else f"does NOT hold — the worst expert "
+                                     f"still carries {tail['aux']:.2f}× (aux) and {tail['bias']:.2f}× "
+                                     f"(bias) the mean load, so overflow is still dropped: "
+                                     f"balancing narrows the spread, it does not remove it here"))
     ran = rows["ep"]["link"]
     ab = ran.latency_s * ran.bandwidth_Bps
     dense = rows["dense"]["seconds"]
@@ -273,8 +286,9 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -
           f"of equal active parameters here: it pays when the experts' memory, not FLOPs, is what "
           f"one rank cannot hold — its parameters per rank fall as 1/ep (section 5)")
     print(f"- train with a balancing term: without one, the worst expert sat at "
-          f"{sum(balance['none']['imbalance'][-last:]) / last:.2f}× the mean load (ceiling "
-          f"{balance['none']['ceiling']:g}) and every overflow beyond the capacity is dropped")
+          f"{tail['none']:.2f}× the mean load (ceiling {balance['none']['ceiling']:g}) and every "
+          f"overflow beyond the capacity is dropped; with one, {tail['aux']:.2f}× (aux) and "
+          f"{tail['bias']:.2f}× (bias): lower, not even")
 
 
 def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):

@@ -9,8 +9,8 @@ dense MLP's 2·C·4C, equal when
 Equal active parameters mean equal FLOPs per token (Kaplan et al. 2020), so the cost model
 predicts equal compute plus each run's α-β communication (`parlab.core.link.Link.cost`, bytes
 from the ledger); the measurement adds what it leaves out. Virtual time (`clock="A100"`) by
-default. When the all-to-all beats all-gather (GShard, Switch) and why `TIMING_LINK` is the real
-10GbE: docs/expert_parallel.md, `parlab.expert_parallel.explore.dense`.
+default. When the all-to-all beats all-gather (this chapter's byte ratio, about ep/k) and why
+`TIMING_LINK` is the real 10GbE: docs/expert_parallel.md, `parlab.expert_parallel.explore.dense`.
 """
 
 from __future__ import annotations
