@@ -33,7 +33,10 @@ def _synthetic():
 # memory and ledger bytes against measured runs: test_planner_paced.py (the paced sweep's runs)
 
 
-def test_bytes_equal_registered_closed_form_for_every_plan():
+def test_time_models_lists_compose_to_the_per_rank_closed_form_for_every_plan():
+    """One source of bytes (tests/test_messages.py: each chapter's list = its ledger): the time
+    model's composition of those lists stage by stage (`costmodel.messages`) carries the
+    busiest rank's bytes of their composition rank by rank (`nd_closed_form_bytes`)."""
     from parlab.planner.explore import closed_form_table
     table = closed_form_table(4)
     assert len(table) >= 20
