@@ -1,37 +1,14 @@
 """Replaying a measured run's trace on other hardware: MAD-Max's trace-driven model.
 
-Hsia et al., "MAD-Max Beyond Single-Node" (ISCA 2024), §4: take one iteration's trace — each
-rank's compute and communication operators in issue order, with their dependencies — and replay it
-with every operator re-priced for another machine: compute by the accelerator's rate, every
-collective and message by α-β on the link it crosses. Compute and communication run on separate
-streams (as CUDA streams do), so the replay finds what overlaps and what is *exposed*: the time a
-rank's compute stream stands waiting for a communication, whose share of the step is the paper's
-central metric (14–32% of production GPU hours, its Fig. 2).
-
-Our trace is the run's own timeline and ledger (`RunResult.timeline`, `.ledger`), on paced time
-(`parlab.core.clock`): per rank, the compute spans (their counted, deterministic durations), every
-communication op at its issue and its completion, and every wait (the compute stream blocked until
-an op completes). `Trace.from_run` turns one step of it into per-rank action lists —
-
-    C(seconds, kernels)  compute on the compute stream (its counted kernels, when kept)
-    I(op)                issue `op` on the rank's communication stream (in issue order)
-    W(op)                the compute stream waits until `op` has completed
-
-— and `replay` runs them with the paced clock's own link arithmetic (`parlab.core.virtual_link`):
-each communicator's ops queue on the rank's outgoing and incoming directions (a send holds the
-outgoing one, a collective both, a receive neither); a collective ends one α-β
-(`step_model.op_seconds`, on the group's slowest link) after its last member is ready, a send
-one α-β after it is ready (eager), a receive when the send's bytes have arrived or when it is
-posted, if later. What-ifs: `flops=2` (every compute span twice as fast), `bandwidth=2` (β
-halved), `latency=2` (α halved); on a trace whose clock kept its kernels (`Clock(acc,
-keep_work=True)`), `clock=` another accelerator — each kernel re-priced on its roofline, as the
-paced clock prices it — and `link=` another real link or topology (MAD-Max's what-ifs, §6).
-
-Simplifications, named (those of the paced clock, `parlab.core.clock`): a rank's incoming
-messages are not serialised against each other; a collective's members share one start; the
-host's bookkeeping between spans is not in the trace, as it is not paced time; time a scheme
-priced itself (`Pacer.advance`) is replayed unchanged under `clock=`; memory does not enter a
-fixed plan's step time (a 2× memory what-if changes which plans fit — `plan_memory` — not this).
+Hsia et al., "MAD-Max Beyond Single-Node" (ISCA 2024), §4: one iteration's trace — each rank's
+compute and communication operators in issue order, with their dependencies — replayed with every
+operator re-priced for another machine, compute and communication on separate streams, so the
+replay finds the *exposed* communication (the paper's central metric, Fig. 2). Our trace is the
+run's own timeline and ledger on paced time: `Trace.from_run` turns one step into per-rank actions
+C(seconds), I(op), W(op), and `replay` runs them with the paced clock's link arithmetic
+(`parlab.core.virtual_link`, `scaling.step_model.op_seconds`). What-ifs (§6): `flops=`,
+`bandwidth=`, `latency=`, `clock=` another accelerator, `link=` another link or topology. The
+replay's rules and its named simplifications: docs/planner.md, `parlab.planner.trace_replay`.
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
 """Operator-level placement in the notebook: solve under a memory cap, decompose, draw, run, and
 ask the paper's question of DualPipe.
 
-She et al., "Automatic Operator-level Parallelism Planning for Distributed Deep Learning — A
-Mixed-Integer Programming Approach" (2025, arXiv 2503.09357) pose planning as a scheduling MIP
-with memory constraints, solve it with a bi-level framework (operators merged, then the MIP), and
-report about half the pipeline bubble of DeepSeek-V3's DualPipe under the same memory. Here:
-
-- one small branchy graph (`parlab.planner.placement.measured_graph`), op times and memory
-  measured here: the exact plan (`parlab.planner.placement.milp.solve`) under a memory cap,
-  beside the decomposition (`parlab.planner.placement.bilevel.bilevel`) and a 1F1B pipeline of
-  the same graph cut into stages (`parlab.planner.placement.pipeline_1f1b.pipeline_plan`), each
-  predicted from measured op times and the α-β link and each run for real
-  (`parlab.run("placed", plan=...)`, the executor
-  `parlab.planner.placement.placed`), checked against `parlab.run("single", model="op-graph")`, memory
-  predicted and measured;
-- the paper's comparison on the pipeline chapter's own schedules (`parlab.planner.placement.compare`):
-  the planner at DualPipe's memory against DualPipe, and at 1F1B's against 1F1B, bubble from one
-  simulator, with the verdict on "about half" computed from the rows;
-- the same question on real layers (`parlab.planner.placement.real_layers`): gpt2-xl's attention and
-  MLP ops, F, B and W priced at an accelerator, placed by the operator MILP (one copy, or
-  DualPipe's two) and the decomposition at DualPipe's memory, beside DualPipe and 1F1B.
-
-API for notebook 13:
-
-    graph = demo_graph(microbatches=2)              # op times measured once, here
-    plan = solve(graph, ranks=2, memory_cap=8e6)     # MILP (scipy.optimize.milp); print(plan.model)
-    draw(graph, plan)                                # the predicted schedule, one row per rank
-    print_memory_table(memory_table(graph, ranks=2)) # monolithic vs bi-level over memory caps
-    rows = placement_report(graph, ranks=2)          # MILP at 1F1B's memory vs 1F1B, run: rows
-    print_report(rows)                               # the table, and a diagnosis where the
-                                                     # measured order of the plans differs from the model
-    dualpipe_comparison(p=4, m=8)                    # planner vs DualPipe vs 1F1B at equal memory
-    layers_comparison("gpt2-xl", settings=((2, 4),)) # the same on real layers, operators free
-    show(ranks=2, microbatches=2, link="loopback")   # all of it for one setting (a widget callback)
-
-`build_milp(graph, ranks)[0].text()` prints the model without solving it; `exhaustive(graph, ranks)`
-(≤ 16 tasks: microbatches=1) is the check the MILP must agree with; `parlab.viz.timeline(run.timeline)`
-draws a run with its communication and waits.
+She et al. (2025, arXiv 2503.09357) pose planning as a scheduling MIP under memory, solve it
+bi-level (operators merged, then the MIP) and report about half of DualPipe's bubble at equal
+memory. Here: one small branchy graph placed exactly (`placement.milp.solve`), by the
+decomposition (`placement.bilevel`) and as a 1F1B pipeline, each predicted and run for real
+(`parlab.run("placed", plan=...)`) against `parlab.run("single", model="op-graph")`; the paper's
+comparison on chapter 04's schedules (`placement.compare`); the same on gpt2-xl's layers
+(`placement.real_layers`). The notebook's API (`demo_graph`, `solve`, `draw`, `memory_table`,
+`placement_report`, `dualpipe_comparison`, `layers_comparison`, `show`): docs/planner.md,
+`parlab.planner.explore.placement`.
 """
 
 from __future__ import annotations

@@ -1,34 +1,14 @@
 """The paper's decomposition beside the monolithic MILP: merge operators, place the merged graph,
 then order every operator with that placement fixed.
 
-She et al. (2025, arXiv 2503.09357) solve their scheduling MIP with "a bi-level solution
-framework balancing optimality with computational efficiency" (abstract): a heuristic merges
-operators into larger ones ("operation merging"), so the MIP is solved on a smaller graph. Only
-the structure is followed here — the paper's own merging rule is not reproduced (the rule below is
-ours). On the same problem as the monolithic MILP (`parlab.planner.placement`,
-`parlab.planner.placement.milp`):
-
-1. Upper level, merging (`merge_ops`, our heuristic in the paper's spirit, stated as ours): while
-   there are more groups than `groups`, contract the edge between two groups whose message costs
-   the most against the work of the group they would make (α + n/β ÷ its forward + backward
-   seconds) — an edge expensive to cut between ops light enough to keep on one rank (of the
-   scores we tried on this graph, the one that lost least to the optimum) — among the edges whose
-   contraction keeps the graph acyclic (no other path between the two groups) and whose merged
-   group still fits the memory cap with one micro-batch in flight. A merged op's F runs its
-   members' forwards in topological order, its B their backwards in reverse; its memory is the
-   sum of theirs, held from its F to its B (`coarsen`).
-2. The MILP on the merged graph (fewer ops, fewer tasks, far fewer ordering binaries): its
-   placement, each op on its group's rank (`expand`), is the decomposition's placement.
-3. Lower level (our addition, stated as such): the MILP again on the unmerged graph with that
-   placement fixed (`milp.build_milp(..., fixed=...)`): only tasks on one rank are
-   ordered, the merged plan's makespan is the big-M. The merged plan, expanded, is a feasible
-   point of it (every member's activations are held inside its group's interval), so the answer
-   is never worse than step 2's.
-
-What it costs: optimality. The merged ops cannot be pipelined across ranks and their placement is
-chosen against merged (coarser) timing, so the answer can be worse than the monolithic optimum;
-the tests check it never beats the exhaustive search, equals it when nothing is merged, and that
-its lower level equals the exhaustive search over orders for its placement.
+She et al. (2025, arXiv 2503.09357, abstract) solve their scheduling MIP with "a bi-level solution
+framework balancing optimality with computational efficiency": operators merged into larger ones,
+the MIP solved on the smaller graph. The structure is followed; the merging rule is ours
+(`merge_ops`: contract the edge whose message costs most against the merged group's work, keeping
+the graph acyclic and the group within the cap; `coarsen`), then the MILP on the merged graph
+(`expand`: its placement), then our lower level: `milp.build_milp(..., fixed=...)` orders every op
+with that placement fixed, never worse than the merged plan. The price is optimality (tests: it
+never beats the exhaustive search). In full: docs/planner.md, `parlab.planner.placement.bilevel`.
 """
 
 from __future__ import annotations

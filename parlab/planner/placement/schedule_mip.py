@@ -1,40 +1,14 @@
 """The planner of the paper's comparison: a time-indexed MIP that orders a pipeline schedule's
 F, B and W tasks under a memory cap, to set beside DualPipe and 1F1B at equal memory.
 
-She et al. (2025, arXiv 2503.09357) report, against DeepSeek's DualPipe, "comparable or superior
-performance, reducing computational bubbles by half under the same memory constraints" (abstract).
-The question is asked here of the pipeline chapter's own schedules
-(`parlab.pipeline`: `one_f_one_b`, `dualpipe`, as data), on the units of the DeepSeek-V3 report's
-Table 2: a forward chunk F, an input-gradient chunk B and a weight-gradient chunk W, integers
-(`Units`; F = B = W = 1 by default, as the report's comparison reads), a message `latency` units.
-
-The planner is a time-indexed mixed-integer program over the tasks F, B, W of every (stage,
-micro-batch) of a schedule's task set, on that schedule's placement (which rank holds which stage:
-DualPipe's two mirrored copies, or 1F1B's one stage per rank):
-
-- x[a, τ] = 1 when task a starts at tick τ, inside its window [earliest, latest] (longest paths
-  through the precedences, and the horizon: the makespan of the schedule it is compared with, so
-  that schedule is a feasible point and the planner can only tie or beat it);
-- precedence: a stage's F after the previous stage's F of the micro-batch, its B after its own F
-  and the next stage's B, its W after its B, each + `latency` where the two sit on different
-  ranks; micro-batches pass each (stage, direction) in order, as in every schedule here (so the
-  planned lists keep each message channel first-in first-out, what `validate.check` asks);
-- one task at a time per rank (capacity 1 per tick);
-- memory: per rank and tick, the chunks whose F has started and whose W has not ended (the
-  activations `cost.held_peak` counts) ≤ the cap — DualPipe's own peak for "at DualPipe's
-  memory", 1F1B's for "at 1F1B's memory"; the weights are the compared schedule's, the same
-  placement;
-- objective: the makespan C ≥ every task's end.
-
-The comparison itself (rows and verdicts) is `parlab.planner.placement.compare`. The solution is
-returned as a `Schedule` (per rank, its actions by start tick), checked by
-`parlab.pipeline.validate.check` and timed by the same simulator as DualPipe and 1F1B
-(`validate.simulate`), so all three bubbles come from one definition (`cost.bubble_of`).
-
-Simplifications, stated: the placement is the compared schedule's (the planner orders, it does not
-move stages: the operator placement question is `parlab.planner.placement`'s, on a branchy graph);
-times are integer ticks (the time-indexed model is exact for them); and as everywhere in chapter 04
-a rank runs one chunk at a time, so DualPipe's F&B pair costs F + B, not the report's overlapped F&B.
+She et al. (2025, arXiv 2503.09357, abstract) report "reducing computational bubbles by half under
+the same memory constraints" against DeepSeek-V3's DualPipe. The question is asked of chapter 04's
+own schedules, in the DeepSeek-V3 report's Table 2 units (`Units`: F, B, W, a message `latency`):
+x[a, τ] = 1 when task a starts at tick τ; precedences, one task per rank and tick, the chunks held
+F→W ≤ the compared schedule's peak, objective the makespan. The answer is a `Schedule`, checked by
+`parlab.pipeline.validate.check` and timed by the same simulator as DualPipe and 1F1B.
+Simplifications (the placement is the compared schedule's, integer ticks, one chunk at a time)
+and the model in full: docs/planner.md, `parlab.planner.placement.schedule_mip`.
 """
 
 from __future__ import annotations

@@ -1,33 +1,15 @@
 """`python -m parlab bench scale`: a 16-rank cluster on a laptop, on paced A100 time (issue 34).
 
-Strong and weak scaling of DP (ddp-overlap), ZeRO-3, TP, PP (pp-1f1b) and a 3-D plan (`nd`,
-dp·tp·pp) from 1 to 16 ranks, on `clock="A100"` with NVLink inside a node of 8 and 100Gb
-InfiniBand between two nodes (`parlab.core.topology.two_nodes`). Each point prints its step time,
-throughput and scaling efficiency, the time it waits per step (exposed communication, and the
-bubble) and the model state per rank, each beside the model of
-`parlab.planner.scaling.step_model.predict_step` (α-β communication from the ledger's bytes and
-rounds, overlap, bubble; compute as the clock's operator meter counted it) and the prediction
-error; then where each dimension stops paying.
-Optionally: a second run of every point (virtual time is bit-reproducible: the two must be
-identical), the launch and memory of 16 ranks (this CPU, raw), and exactness of every scheme at 8
-and 16 ranks.
+Strong and weak scaling of DP (ddp-overlap), ZeRO-3, TP, PP (pp-1f1b) and a 3-D plan (`nd`) from
+1 to 16 ranks on `clock="A100"`, NVLink inside a node of 8 and 100Gb InfiniBand between two nodes
+(`parlab.core.topology.two_nodes`; Narayanan et al., SC 2021, for the cluster's shape). Each point
+prints its step time, throughput, efficiency, waiting and state per rank beside
+`parlab.planner.scaling.step_model.predict_step` and the state's closed form, then where each
+dimension stops paying. Options: `--repeats`, `--full`, `--launch --exact`, `--preset`,
+`--megatron`, `--big`, `--roofline`, `--real` (every command line: docs/planner.md,
+`parlab.planner.scaling.bench_scale`).
 
     python -m parlab bench scale                      # the default sweep (~5 min on 2 cores)
-    python -m parlab bench scale --repeats 2          # and a second run: identical to the first
-    python -m parlab bench scale --full               # also ZeRO-3 at 16 ranks (slow: α × layers)
-    python -m parlab bench scale --launch --exact     # launch/RSS of 16 ranks; every scheme at 8, 16
-    python -m parlab bench scale --dims dp 3d --modes strong --ranks 1 2 4 8 16 --inter 10GbE
-    python -m parlab bench scale --preset megatron-1.7b --ranks 1 8 16 32 64 --dims dp 3d
-                                                        # the sweep at a real model's shapes
-    python -m parlab bench scale --megatron --no-sweep  # Megatron-LM's Table 1 rows that fit in
-                                                        # 64 ranks, shapes-only (scaling.megatron_runs)
-    python -m parlab bench scale --big --no-sweep       # a 7.5B GPT as dp2·tp8·pp4 on 64 ranks
-    python -m parlab bench scale --roofline --no-sweep  # per-operator prices: clock, roofline, torch
-    python -m parlab bench scale --real --no-sweep      # megatron-1.7b shapes-only: scaling per
-                                                        # dimension 1-64 ranks, the planner scored
-                                                        # at 8-64 (parlab.planner.scaling.real_scale; ~45
-                                                        # min on 2 cores: --planner-ranks with no
-                                                        # value or --real-ranks with none skip a part)
 """
 
 from __future__ import annotations
