@@ -77,6 +77,23 @@ def formula_lines(psi: int, world_size: int) -> list[str]:
     return lines
 
 
+def padding_report(world_size: int = 3, steps: int = 1, rank: int = 0) -> dict:
+    """ZeRO-3 at a world size that pads the flat units: the padding of the whole units (all ranks
+    together, `RunResult.memory`'s "padding"), one rank's share of it (1/N: each rank's chunk is
+    1/N of the padded unit), and that rank's parameter bytes beside the formula Ψ·4/N — they differ
+    by exactly that share. Printed and returned."""
+    result = parlab.run("zero3", world_size=world_size, steps=steps)
+    mem = result.memory[rank]
+    form = memory_formula(3, psi_of(result), world_size)["params"]
+    share, over = mem["padding"] / world_size, mem["params"] - form
+    ok = abs(over - share) < 1e-6
+    print(f"N={world_size}: padding of the whole flat units (all ranks together) {mem['padding']} B; "
+          f"per rank (1/N of it) {share:.2f} B")
+    print(f"rank {rank}'s params {mem['params']:,} B against the formula Ψ·4/N = {form:,.2f} B: "
+          f"{over:.2f} B over — {'exactly its share of the padding' if ok else 'NOT its share'}")
+    return {"result": result, "padding": mem["padding"], "per_rank": share, "over": over, "ok": ok}
+
+
 def plot_memory(df, ax=None, kinds=("params", "grads", "optimizer"),
                 title="measured model states per rank (black: the ZeRO formula)"):
     """Stacked bars of measured bytes per scheme and world size, the formula as a black mark."""

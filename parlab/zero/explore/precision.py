@@ -103,7 +103,8 @@ def precision_curves(steps: int = 200, seeds=(0,), precisions=PRECISIONS, window
             if k == 0:
                 out[precision] = {"losses": result.losses, "step_s": result.step_time(warmup),
                                   "skipped": result.skipped_steps, "scales": result.loss_scales,
-                                  "finals": [], "skipped_by_seed": []}
+                                  "finals": [], "skipped_by_seed": [],
+                                  "window": min(window, steps)}
             out[precision]["finals"].append(final)
             out[precision]["skipped_by_seed"].append(result.skipped_steps)
     return out
@@ -148,7 +149,8 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
         gap_early = max(abs(a - b) for a, b in zip(c["losses"][:early], ref["losses"][:early]))
         diffs = [a - b for a, b in zip(c["finals"], ref["finals"])]
         lines.append(f"{precision:10s} first {early} steps within {gap_early:.4f} of fp32 "
-                     f"(u = {unit_roundoff(precision):.1e}); final loss by seed "
+                     f"(u = {unit_roundoff(precision):.1e}); final loss (mean of the last "
+                     f"{c.get('window', 1)} steps) by seed "
                      f"{', '.join(f'{x:.4f}' for x in c['finals'])} (vs fp32 "
                      f"{', '.join(f'{d:+.4f}' for d in diffs)})"
                      + (f"; {_skipped_text(c['skipped_by_seed'])}" if precision == "fp16-mixed"
@@ -194,12 +196,14 @@ def plot_curves(curves: dict, ax=None):
             continue
         diff = [a - b for a, b in zip(c["losses"], ref)]
         ax.plot(diff, label=precision, lw=1)
-        ends.append(f"{precision} {diff[-1]:+.3f}")
+        ends.append(f"{precision} {c['finals'][0] - curves['fp32']['finals'][0]:+.4f}")
         for k, s in enumerate(c["skipped"]):
             ax.axvline(s, color="grey", lw=0.3, label="fp16 step skipped (overflow)" if k == 0 else None)
     ax.set_xlabel("step")
     ax.set_ylabel("loss − fp32's loss (nats)")
-    ax.set_title("16-bit runs against fp32, last step: " + ", ".join(ends), fontsize=9)
+    window = curves["fp32"].get("window", 1)
+    ax.set_title(f"16-bit runs against fp32, mean of the last {window} steps (the summary's final "
+                 "loss): " + ", ".join(ends), fontsize=9)
     ax.legend(fontsize=8)
     ax.figure.tight_layout()
     return ax
