@@ -2,30 +2,14 @@
 
 Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using
 Megatron-LM" (SC 2021) name the dimensions PTD-P: pipeline (pp), tensor (tp) and data (dp)
-parallelism; context parallelism (cp) cuts the sequence (chapter 06), expert parallelism (ep) the
-experts of a mixture-of-experts layer (chapter 07). A `Plan` is the degrees plus the knobs that
-change time and memory without changing the math: ZeRO stage, micro-batches, pipeline schedule,
-activation checkpointing, and how data parallelism syncs gradients (`dp_sync`: chapter 01's
-reducers — "flat" (one flat bucket, the default), "naive", "bucketed", "overlap" (WFBP) or
-"dear" (DeAR: reduce-scatter in backward, all-gather and each bucket's update in the next
-forward; pp = 1 only) or "priority" (P3: partitions of `dp_partition_kb` all-reduced front
-layers first, `dp_credit` per bucket ready in backward, each bucket's update in the next
-forward; pp = 1 only); or `dp_compressor`: chapter 08's compressor, by its scheme's name, with
-`dp_ratio`, `dp_bits`, `dp_rank`, `dp_error_feedback`, `dp_warm_start`).
-
-The mesh order follows torchtitan's `ParallelDims` (pp outermost, then dp, cp, tp innermost): the
-dimension that talks most (tp: four collectives per block) holds neighbouring ranks. Expert
-parallelism borrows its ranks from dp (as DeepSpeed-MoE and Megatron do): an ep group is a
-sub-group of a dp group, so ep must divide dp.
-
-`Plan.problems` names every factor a plan fails, before any process starts — the degrees that do
-not divide the model or the batch, and the combinations the composition (`parlab.planner.compose`)
-cannot run exactly: ZeRO-2/3 with a pipeline or with micro-batches (their gradient hooks fire per
-micro-batch), and on a mixture-of-experts model pp, cp or micro-batches unless its routing is
-token-local (`token_local_routing`: capacity, balancing loss and bias step read the whole batch's
-tokens in one forward), ZeRO with ep, and DeAR with a pipeline (the executor runs the stage's
-forwards; DeAR's updates wait inside the next forward); `enumerate_plans` lists every valid
-plan of a world size, which is what the planner searches.
+parallelism; context (cp, chapter 06) cuts the sequence, expert (ep, chapter 07) the experts. A
+`Plan` is the degrees plus the knobs that change time and memory, not the math: ZeRO stage,
+micro-batches, pipeline schedule, activation checkpointing, how dp syncs gradients (`dp_sync`,
+chapter 01's reducers, or `dp_compressor`, chapter 08's). The mesh order is torchtitan's
+`ParallelDims` (pp outermost, tp innermost); ep borrows its ranks from dp. `Plan.problems` names
+every factor a plan fails before any process starts; `enumerate_plans` lists every valid plan of a
+world size (what the planner searches). Every knob and every refused combination:
+docs/planner.md, `parlab.planner.plan`.
 """
 
 from __future__ import annotations

@@ -2,26 +2,13 @@
 Parallelism Planning for Distributed Deep Learning — A Mixed-Integer Programming Approach", 2025,
 arXiv 2503.09357), and `solve`, the entry point that picks it or the exhaustive search.
 
-The problem is `parlab.planner.placement`'s: a binary x[op, rank] puts each op on one rank; a
-start time s[task] for every F and B task; precedence constraints s[v] ≥ s[u] + d[u] (+ one
-message, α + n/β, where u and v may sit on different ranks); disjunctive no-overlap constraints
-with big-M for every pair of tasks that may share a rank and are not already ordered (a binary
-y[a<b]: a runs first); the makespan C ≥ s + d of every task is minimised. The big-M is the best
-greedy schedule's makespan within the cap (`greedy`), or the serial bound where none fits.
-
-Memory capacity (the paper's memory constraints; `placement.Memory`): memory only grows when a
-forward starts, so it is checked at the start of every F(o, k): the weights of the ops on its
-rank, its own activations, and those of every other (o', k') on that rank whose F started before
-and whose B ends after — h ≥ [F(o',k') first] + [F(o,k) before B(o',k')] + [same rank] − 2, each
-bracket a y, a constant where precedence already orders the pair, or z[o,o'] ≥ x[o,r] + x[o',r]
-− 1 — must fit the cap (big-M on x[o, r]); where the backward is split (B, then W), an op's
-activations are held until its W ends. With `fixed` a placement, x is fixed and only pairs on
-one rank are ordered: the lower level of the bi-level decomposition
-(`parlab.planner.placement.bilevel`).
-
-`scipy.optimize.milp` (HiGHS) solves it; the answer is a `PlacementPlan` like the exhaustive
-search's, and the two must agree (`tests/test_planner_placement.py`,
-`tests/test_planner_placement_memory.py`).
+A binary x[op, rank] puts each op on one rank, a start s[task] for every F and B (and W) task;
+precedence s[v] ≥ s[u] + d[u] (+ one α + n/β message across ranks); no overlap on a rank by
+big-M disjunctions y[a<b]; memory checked where it grows, at the start of every F (the paper's
+memory constraints, `op_costs.Memory`); minimise the makespan C. With `fixed` a placement only
+pairs on one rank are ordered: the lower level of `placement.bilevel`. `scipy.optimize.milp`
+(HiGHS) solves it; the answer is a `PlacementPlan` that must agree with `exhaustive`. The
+constraints in full: docs/planner.md, `parlab.planner.placement.milp`.
 """
 
 from __future__ import annotations

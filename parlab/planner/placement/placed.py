@@ -2,29 +2,14 @@
 gradients cross ranks as send/recv through `parlab.core.comm.Comm` (every byte in the ledger).
 
 She et al. (2025, arXiv 2503.09357, §3) place and order operators; this makes a
-`parlab.planner.placement.tasks.PlacementPlan` a training step of the one loop (`PlacedStrategy`,
-registered as "placed" in `parlab.planner.placement.schemes`), run by the one pipeline executor
-(`parlab.pipeline.executor.PipelineExecutor`): the plan is a `Schedule` whose stages are the ops,
-placed op by op, with the rank's tasks as its F/B actions (`schedule_of`), and what an op does
-around F and B is a `StageStrategy` (`PlacedOps`). A 1F1B pipeline of the same graph
-(`parlab.planner.placement.pipeline_1f1b.pipeline_plan`) is a plan too, run the same way, so the two differ
-only in placement and order.
-
-Messages are derived from the plan, not written by hand (`messages`): after F(u, k) its activation
-(B/m, T, ·) goes once to every other rank that holds a consumer of u; after the last B on a rank
-of u's consumers there, the gradient of u's output (same shape, summed over that rank's consumers)
-goes back to u's rank. Each receiver posts all its receives at the start of the step, in each
-sender's send order, and waits on one just before the task that needs it. An emulated `link` is
-the run's own (`Comm`: a message is charged α + n/β when it is waited on).
-
-Memory, beside the planner's model (`parlab.planner.placement.op_costs.peak_memory`): each forward runs
-under a saved-tensors hook that notes every tensor autograd saves (parameters left out) and its
-output; after each forward the rank's live set — the union over forwards whose backward has not
-run, each buffer once — is summed, and the step's peak plus the weights (parameters and
-gradients) is this rank's `extras["step_memory"]`. The model counts each op's saved tensors on
-their own, so a buffer two ops save (a producer's output its consumer saves as input) counts twice
-there and once here: measured ≤ model. Not counted on either side: the receive buffers this
-executor posts for the whole step and the gradients it accumulates between backwards.
+`placement.tasks.PlacementPlan` a step of the one loop (`PlacedStrategy`, scheme "placed"), run by
+chapter 04's `PipelineExecutor`: the plan is a `Schedule` whose stages are the ops (`schedule_of`),
+and what an op does around F and B is a `StageStrategy` (`PlacedOps`). A 1F1B pipeline of the same
+graph (`placement.pipeline_1f1b`) runs the same way, so the two differ only in placement and
+order. Messages are derived from the plan (`messages`): an activation once to every other rank
+holding a consumer, its gradient back. Memory is measured beside the planner's model
+(`op_costs.peak_memory`: measured ≤ model). The message and memory rules: docs/planner.md,
+`parlab.planner.placement.placed`.
 """
 
 from __future__ import annotations

@@ -3,24 +3,13 @@ equal memory, all three timed by one model.
 
 She et al. (2025, arXiv 2503.09357, abstract) report "reducing computational bubbles by half under
 the same memory constraints" against DeepSeek-V3's DualPipe (arXiv 2412.19437, §3.2.1). Here the
-graph is real transformer layers at a preset's size, priced on an accelerator
-(`parlab.planner.placement.layer_graph`), and three plans of one step (p ranks, m micro-batches) are
-`PlacementPlan`s timed by the same `placement.evaluate` (F, B, W tasks; α + n/β messages over
-the accelerator's NVLink) and sized by the same `peak_memory` (weights + activations held F→W):
-- 1F1B: the ops cut into p equal contiguous stages, chapter 04's `one_f_one_b` lists, each
-  backward a B then its W per op (a full backward);
-- DualPipe: the same stages, two model copies (`layer_graph.dual_graph`: stage s of direction 0
-  on rank s, of direction 1 on rank p−1−s), chapter 04's `dualpipe` lists as they are;
-- the MILP (`milp.milp_plan`: any op on any rank, any order) under DualPipe's peak
-  memory per rank, started from the better of the 1F1B plan and the greedy plan (so never worse
-  than the 1F1B plan it can express); the same MILP on DualPipe's two copies ("MILP×2", micro-
-  batches routed as DualPipe routes them, any copy on any rank), started from DualPipe's lists
-  (or the greedy plan, where better and at most `MAX_GREEDY_PLACEMENTS` placements to try);
-  and the bi-level decomposition (`bilevel`).
-Bubble = 1 − busy / (p × makespan), the ranks' mean idle share; every plan runs the same tasks,
-so the busy time is the same. `verdict` prints the paper's claim beside the rows' ratio.
-Simplifications, stated: DualPipe's F&B pairs cost F + B (no compute overlap, as in chapter 04);
-the two copies' gradient sum after the step is not in the makespan of either DualPipe or the rest.
+graph is a preset's real layers priced on an accelerator (`placement.layer_graph`), and 1F1B,
+DualPipe (two model copies, `layer_graph.dual_graph`), the MILP (one copy, and "MILP×2" on
+DualPipe's two) at DualPipe's peak memory and the bi-level decomposition are `PlacementPlan`s
+timed by the same `tasks.evaluate` and sized by the same `op_costs.peak_memory`. Bubble = 1 −
+busy / (p × makespan); `verdict` prints the paper's claim beside the rows' ratio. The plans'
+construction and the simplifications (F&B cost F + B; the copies' gradient sum not in the
+makespan): docs/planner.md, `parlab.planner.placement.real_layers`.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Megatron-LM's Table 1 on a laptop: the published configurations run shapes-only, in paced time.
 
 Narayanan et al. ("Efficient Large-Scale Language Model Training on GPU Clusters Using
-Megatron-LM", SC 2021, Table 1) report the teraFLOP/s per A100 that GPT models of 1.7 B to 1 T
-parameters achieved on Selene (DGX A100 nodes of 8 GPUs: NVLink 3 inside, 8 × 200 Gb/s HDR
-InfiniBand between). Every row that fits in `max_ranks` ranks (64 here: 1.7 B on 32, 3.6 B on 64)
-runs here as `parlab.run("nd", ..., shapes_only=True, clock="A100")` with that row's model shapes
-(`parlab.models.presets`), tensor / pipeline / data degrees, global batch and activation
-recomputation, on a topology of nodes of 8 (`parlab.core.topology.nodes`). The run's achieved
-rate is Megatron's own count of FLOPs per iteration (eq. 3, with recomputation,
-`parlab.planner.scaling.extrapolate.iteration_flops`) ÷ (paced step time · GPUs), the quantity Table 1
-reports, printed beside the published rate and beside the analytic model of the same plan
-(`parlab.planner.scaling.extrapolate.predict`): the paper against the run, the run against the formula.
-
-Simplifications, named:
-- Megatron trains in fp16 mixed precision with loss scaling; the rows run in bf16 mixed
-  precision (`precision="bf16-mixed"`: the same 2-byte activations, gradients and messages, the
-  same tensor-core rate, fp32 master weights; no loss scale, which needs values). The clock prices
-  every FLOP at the A100's sustained bf16/fp16 rate and every byte at its HBM bandwidth
-  (`parlab.core.clock`: a roofline per kernel, unfused as eager PyTorch runs them — Megatron fuses
-  its bias-GeLU, softmax and layer norm kernels, so its memory-bound operators cost less).
-- Table 1 does not list the micro-batch size; with pp = 1 (the rows that fit) there is no
-  pipeline to fill, and each data-parallel rank runs its share of the batch as one batch.
-- No biases, a tied head (this package's GPT): parameters within 1% of Table 1's.
+Megatron-LM", SC 2021, Table 1) report the teraFLOP/s per A100 of GPT models of 1.7 B to 1 T
+parameters on Selene (DGX A100 nodes). Every row that fits in `max_ranks` ranks runs here as
+`parlab.run("nd", ..., shapes_only=True, clock="A100")` with that row's shapes, degrees, batch
+and recomputation on nodes of 8 (`parlab.core.topology.nodes`); its achieved rate is Megatron's
+eq. 3 FLOPs (`scaling.extrapolate.iteration_flops`) ÷ (paced step · GPUs), printed beside the
+published rate and the analytic model (`scaling.extrapolate.predict`). Simplifications (bf16
+mixed instead of fp16 with loss scaling, unfused kernels, one micro-batch at pp = 1, no biases):
+docs/planner.md, `parlab.planner.scaling.megatron_runs`.
 """
 
 from __future__ import annotations

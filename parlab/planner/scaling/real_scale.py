@@ -1,30 +1,14 @@
 """Scaling and planning at a real model's size, shapes-only on paced A100s in nodes of 8.
 
-Chapter 13's tiny GPT shows how each dimension scales on a model whose operators cost their
-launch more than their FLOPs. The lesson about *scale* lives at a real model's shapes: here a
-preset (`parlab.models.presets`, default Megatron-LM's 1.7 B GPT) runs `shapes_only=True` (fake
-tensors: every operator, message and byte of the real shapes, no numbers computed) on
-`clock="A100"` with NVLink inside a node of 8 and HDR InfiniBand between nodes
-(`parlab.core.topology.nodes`, a DGX A100 cluster as in Narayanan et al., "Efficient Large-Scale
-Language Model Training on GPU Clusters Using Megatron-LM", SC 2021).
-
-- `scaling_rows`: strong (global batch fixed) and weak (rows per data-parallel rank fixed) scaling
-  one dimension at a time (`parlab.planner.scaling.points.point_config`: dp as WFBP's ddp-overlap, ZeRO-3,
-  tp, pp as 1F1B, a 3-D plan), each point beside `step_model.predict_step`, with efficiency and
-  where the dimension stops paying computed from the run (`points.with_efficiency`,
-  `points.stops_paying`).
-- `planner_at_scale`: the plan space of Narayanan et al. §3 (dp · tp · pp = N, tp inside a node and
-  dividing the heads, pp dividing the layers, micro-batch sizes dividing the batch), every plan
-  priced by the real-hardware model `parlab.planner.scaling.extrapolate.predict` (eq. 3 FLOPs ÷ the A100's
-  sustained rate, ring α-β on NVLink / InfiniBand, 1F1B's m + p − 1 slots, recomputation), the
-  pick (fastest predicted that fits 80 GB) and a spread of others run shapes-only (`max_runs`), and
-  the model scored against the runs: error per plan, Spearman's rank correlation and the pick's
-  regret (measured step of the pick ÷ the best measured − 1), as chapter 13's judge does
-  (`parlab.planner.search`, after Alpa and MAD-Max).
-
-Simplifications, named: the runs train in fp32 (`nd`), the formula prices bf16 messages; context
-parallelism is not in the formula's plan space (cp = 1 here); the regret is against the best plan
-*run*, not every plan.
+The lesson about *scale* lives at a real model's shapes: a preset (default Megatron-LM's 1.7 B
+GPT) runs `shapes_only=True` on `clock="A100"`, NVLink inside a node of 8 and HDR InfiniBand
+between (`parlab.core.topology.nodes`, a DGX A100 cluster as in Narayanan et al., SC 2021).
+`scaling_rows`: strong and weak scaling one dimension at a time (`points.point_config`), each
+point beside `step_model.predict_step`. `planner_at_scale`: Narayanan et al.'s plan space (§3),
+every plan priced by `scaling.extrapolate.predict`, the pick and a spread of others run, the model
+scored (error, Spearman, the pick's regret) as chapter 13's judge does (`parlab.planner.search`).
+Simplifications (fp32 runs vs bf16 formula, cp = 1, regret against the plans run): docs/planner.md,
+`parlab.planner.scaling.real_scale`.
 """
 
 from __future__ import annotations
