@@ -1,23 +1,14 @@
 """The planner on virtual time (`parlab.run(..., clock="A100")`, `parlab.core.clock`): a compute
 profile that is *counted*, not timed, and the real links the paced run prices.
 
-A paced compute span lasts exactly Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM)) / speed
-accelerator seconds (`Clock.price`: launch_s the accelerator's cost per kernel, F_acc the FLOP/s it
-sustains, HBM its memory bandwidth), a function of the aten operators it ran and their shapes alone.
-So the planner's profile does not time anything: it runs one GPT block, the embedding + head and
-AdamW once in this process under the same `WorkMeter` the paced clock uses, counts their kernels'
-FLOPs and bytes at two batch sizes, and prices them with the run's clock — the `profile.Profile`
-lines the cost model already reads, in the accelerator's seconds, deterministic on any machine. A
-paced link is the real link (`parlab.core.clock.pace_link`: α and β of `parlab.core.link.REAL`),
-closed form too.
-
-What stays for the calibration (`costmodel.fit_calibration`, fitted on a sweep the model is not
-scored on): how the operators of the composed layers (tensor-parallel all-reduce wrappers, ring
-attention's merges, ZeRO's hooks) differ from the plain block's, and how the schedule overlaps
-links and compute. The host's bookkeeping and gloo's real transfers are no virtual time
-(`parlab.core.clock`), so nothing else is left to fit.
-
-Every prediction made from this profile is in seconds of the accelerator it was counted for.
+A paced span lasts exactly Σ_kernel (launch_s + max(FLOPs / F_acc, bytes / HBM)) / speed
+accelerator seconds (`Clock.price`, a roofline per kernel after Williams et al., CACM 2009), a
+function of the operators run and their shapes alone. So this profile times nothing: it runs one
+GPT block, the embedding + head and AdamW once under the paced clock's `WorkMeter`, counts their
+kernels at two batch sizes and prices them — the `profile.Profile` lines the cost model reads, in
+the accelerator's seconds, deterministic on any machine; a paced link is the real link
+(`parlab.core.clock.pace_link`). What the calibration still fits: docs/planner.md,
+`parlab.planner.counted_profile`.
 """
 
 from __future__ import annotations

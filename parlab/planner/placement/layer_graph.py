@@ -2,23 +2,13 @@
 planner places when it meets DualPipe.
 
 She et al. (2025, arXiv 2503.09357, §3) plan a graph of operators with compute costs, tensor
-sizes and memory. Here each layer of a preset (`parlab.models.presets`, e.g. gpt2-xl) is two ops,
-attention and MLP (each with its LayerNorm and residual), chained; the backward is split into B
-(input gradient) and W (weight gradient) as zero bubble and DualPipe split it (Qi et al., ICLR
-2024). Per op and micro-batch of `rows` sequences of T tokens, width C, a heads (`op_costs`):
-- FLOPs (forward): `parlab.planner.profile.block_flops`'s 2·t·12C² + 4·t·T·C split into attention
-  2·t·4C² + 4·t·T·C and MLP 2·t·8C² (Kaplan et al. 2020); B = every weight matmul's input
-  gradient (its forward's FLOPs) + the attention core's backward, four products (dP, dV, dQ, dK)
-  where its forward has two (2 × 4·t·T·C); W = each weight matmul's forward FLOPs again; so
-  B + W = 2 × forward (Kaplan's 6·N·D).
-- weights: 4C² (attention), 8C² (MLP) parameters + 2C per LayerNorm (the package's GPT has no
-  biases), at 16 bytes each: mixed-precision Adam (ZeRO, `parlab.zero.cost.mixed_precision_formula`).
-- activations held from F to W (Korthikanti et al., MLSys 2023, §4.1, bf16, dropout masks as
-  they count them): attention 11·tC + 5·a·T·t + its LayerNorm's 2·tC bytes, MLP 19·tC + 2·tC.
-- edges: the (rows, T, C) bf16 activation, 2·tC bytes; its gradient the same.
-- seconds: `parlab.core.clock.Clock.seconds` (kernels × launch + FLOPs / sustained FLOP/s) on the
-  accelerator; kernels per task in `KERNELS`; messages over its real NVLink (`real_link`).
-Simplification, stated: every kernel compute-bound (no roofline bytes), messages α + n/β.
+sizes and memory. Here each layer of a preset (e.g. gpt2-xl) is two ops, attention and MLP,
+chained, the backward split into B and W as zero bubble and DualPipe split it (Qi et al., ICLR
+2024). Per op (`op_costs`): FLOPs from `parlab.planner.profile.block_flops` (Kaplan et al. 2020:
+B + W = 2 × forward), weights at 16 bytes a parameter (`parlab.zero.cost.mixed_precision_formula`),
+activations held F→W after Korthikanti et al. (MLSys 2023, §4.1), seconds by
+`parlab.core.clock.Clock.seconds` on the accelerator, messages over its NVLink. Simplification:
+every kernel compute-bound. Each formula: docs/planner.md, `parlab.planner.placement.layer_graph`.
 """
 
 from __future__ import annotations

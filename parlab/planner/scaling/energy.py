@@ -2,22 +2,14 @@
 where it does not.
 
 Go et al., "Characterizing the Efficiency of Distributed Training: A Power, Performance, and
-Thermal Perspective" (2025, arXiv 2509.10371) measure LLM training on H100, H200 and MI250 GPUs
-under tensor, pipeline, data and expert parallelism, with activation recomputation and
-compute-communication overlap: throughput and hardware utilisation beside power draw and
-temperature. Their findings include that tensor with pipeline parallelism under-uses bandwidth
-(inefficient data chunking) and that micro-batches past a certain size make execution bursty,
-with peak-power excursions that worsen thermal throttling. Power and temperature need the GPUs'
-own sensors; what a CPU lab can read at most is the CPU package's energy counter, Intel RAPL
-(Running Average Power Limit) as Linux exposes it under /sys/class/powercap: one zone per package,
-`intel-rapl:N/energy_uj`, a cumulative count in microjoules that wraps at `max_energy_range_uj`.
-
-`read_energy_counter()` reads every package zone, or returns None when there is none (no powercap
-class, no `intel-rapl:N` zone, or a zone the process may not read — since 2020 Linux lets only
-root read it); `counter_status()` says which, in words the notebook prints. `energy_per_step`
-reads the counter around a run of each plan and divides by the steps: the energy of the whole
-package (every process on it, and anything else the machine runs meanwhile) over a raw wall-clock
-run — not accelerator energy, and not a paced run, whose time is computed, not spent.
+Thermal Perspective" (2025, arXiv 2509.10371) measure training under TP/PP/DP/EP on H100, H200
+and MI250 GPUs: throughput beside power draw and temperature. Power and temperature need the
+GPUs' sensors; a CPU lab can read at most the CPU package's energy counter, Intel RAPL under
+/sys/class/powercap (`intel-rapl:N/energy_uj`, microjoules, wrapping at `max_energy_range_uj`).
+`read_energy_counter` reads it or returns None (and `counter_status` says why); `energy_per_step`
+reads it around a run of each plan: the whole package's energy over a raw wall-clock run, not
+accelerator energy. Their findings and what is measured here: docs/planner.md,
+`parlab.planner.scaling.energy`.
 """
 
 from __future__ import annotations
