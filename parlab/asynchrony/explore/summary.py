@@ -44,13 +44,15 @@ def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]
                  f"single" + ("" if asp > 1.05 else " — no gain on this run, so BSP"))
     jit, per = ssp.values()
     top = max(jit)
-    if jit[0] - jit[top] > 0.01:
-        lines.append(f"SSP (s ≥ 1) when step times jitter: the fast workers' waiting fell {jit[0]:.1%} → "
-                     f"{jit[top]:.1%}; not for a persistent straggler ({per[0]:.1%} → {per[top]:.1%}): "
-                     "use ASP or rebalance the work there")
+    if jit[0]["time"] - jit[top]["time"] > 0.01 * jit[0]["time"]:
+        lines.append(f"SSP (s ≥ 1) when step times jitter: the last update came "
+                     f"{1 - jit[top]['time'] / jit[0]['time']:.1%} sooner (waiting "
+                     f"{jit[0]['waiting']:.1%} → {jit[top]['waiting']:.1%}); not for a persistent "
+                     f"straggler (time {per[0]['time']:.2f} → {per[top]['time']:.2f} units: its own "
+                     "work): use ASP or rebalance the work there")
     else:
-        lines.append(f"SSP: no waiting absorbed on this run (jitter {jit[0]:.1%} → {jit[top]:.1%}): "
-                     "BSP suffices")
+        lines.append(f"SSP: no waiting absorbed on this run (jitter {jit[0]['time']:.2f} → "
+                     f"{jit[top]['time']:.2f} units): BSP suffices")
     eff = sharded.get("effects")
     if eff:
         lines.append(f"shard the server (servers = k) when its link is the bottleneck: k = 2 cut the busiest "
@@ -108,10 +110,11 @@ def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: 
     base = ex.last_update(runs["ps-sync"])
     asp, ssp_speed = base / ex.last_update(runs["ps-async"]), base / ex.last_update(runs["ps-ssp"])
     loss = {n: _heldout(runs[n]) / _heldout(runs["single"]) - 1 for n in ex.SCHEMES}
-    workers = runs["ps-sync"].config.world_size - 1
+    workers, model = runs["ps-sync"].config.world_size - 1, ex.race_model(runs)
     print(f"A. parameter server ({runs['ps-sync'].config.clock.label}, {workers} worker(s), the last "
           f"{runs['ps-sync'].config.options['straggler']:g}× slower): ASP reached its last update {asp:.2f}× "
-          f"and SSP {ssp_speed:.2f}× as soon as BSP; held-out loss vs single: BSP {loss['ps-sync']:+.1%}, "
+          f"and SSP {ssp_speed:.2f}× as soon as BSP (the server's book: {model['ps-async']:.2f}× and "
+          f"{model['ps-ssp']:.2f}×); held-out loss vs single: BSP {loss['ps-sync']:+.1%}, "
           f"SSP {loss['ps-ssp']:+.1%}, ASP {loss['ps-async']:+.1%}")
     speed = jacobi_speedups(jruns, tol)
     print(f"C/D. block-Jacobi ({jruns['sync'].cfg.label}; {jruns['sync'].ranks} ranks): to a {tol:.0e} "
