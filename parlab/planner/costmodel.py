@@ -29,6 +29,7 @@ from parlab.context_parallel.cost import ring_messages
 from parlab.core.cost import FP32_BYTES, shard_sizes
 from parlab.core.messages import (  # noqa: F401  (re-exported: costmodel.Message, ...)
     Message,
+    alpha_beta_time,
     bytes_per_dim,
     merged,
     message_time,
@@ -205,10 +206,10 @@ def predict(plan, cfg_model, profile, fit, link=None, batch_size: int = 12,
         elements = elements / (plan.dp * plan.cp)
         tensors = sum(1 for u in units.values() if u)
     opt = profile.optimizer(tensors, elements) * stretch
-    per_mb_comm = sum(message_time(x, fit, link) * x.count for x in msgs
-                      if x.pipelined and x.dim not in ("pp", "cp"))
-    per_step_comm = sum(message_time(x, fit, link) * x.count for x in msgs
-                        if not x.pipelined and x.dim != "dp")
+    per_mb_comm = alpha_beta_time([x for x in msgs if x.pipelined and x.dim not in ("pp", "cp")],
+                                  fit, link)
+    per_step_comm = alpha_beta_time([x for x in msgs if not x.pipelined and x.dim != "dp"],
+                                    fit, link)
     per_step_comm += dp_exposed([x for x in msgs if x.dim == "dp"], plan, bwd * stretch, fit, link,
                                 fwd * stretch)
     raw_compute = slots * (fwd + bwd) * stretch + opt  # the bubble is idle compute slots
