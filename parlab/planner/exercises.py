@@ -50,7 +50,7 @@ def _task(text: str) -> Task:
 
 
 def _held_peak_mb() -> float:
-    """The peak of one rank running HELD_ORDER (`placement.peak_memory`, the planner's own count)."""
+    """The peak of one rank running HELD_ORDER (`placement.op_costs.peak_memory`, the planner's own count)."""
     order = tuple(_task(t) for t in HELD_ORDER)
     plan = PlacementPlan("exercise", 1, (("a", 0), ("b", 0)), (order,))
     return max(peak_memory(plan, memory_of({"a": 1, "b": 1}, {"a": 3, "b": 2})))
