@@ -44,7 +44,7 @@ def loss_over_seeds(curves: list[dict], link=None, seeds=(1, 2),
           + f"; mean {mean:+.4f} ± {sd:.4f} (sd); interlocking lower at {wins} of {len(gaps)} seeds: "
           + ("HOLDS beyond the seed spread" if holds else
              "WITHIN NOISE — the gap between seeds is as large as the effect (a tiny MLP, few steps)"))
-    return {"global": by["pp-1f1b"]["final_loss"] if "pp-1f1b" in by else None,
+    return {"global": by.get("pp-1f1b", {}).get("final_loss"),
             "interlocking": finals["interlocking"][0], "local": finals["local"][0],
             "holds": holds, "seeds": used, "gaps": gaps, "gap_mean": mean, "gap_sd": sd,
             "finals": finals}
