@@ -92,8 +92,10 @@ def bytes_row(result) -> dict:
     closed = [sum(subnet_cost.step_bytes(own, mask, r).values()) for r in range(n)]
     numels = [p.numel() for p in build_model(cfg).parameters()]
     ddp = max(subnet_cost.ddp_step_bytes(numels, n, r) for r in range(n))
+    refresh = [b // steps for b in result.bytes_per_rank(phase="param-refresh")]
     return {"N": n, "k": own.owners, "mask": mask, "granularity": own.granularity,
-            "sent_per_step": max(measured), "closed_form": max(closed),
+            "sent_per_step": max(measured), "refresh_per_step": max(refresh),
+            "closed_form": max(closed),
             "exact": measured == closed, "vs_ddp": max(measured) / ddp if ddp else float("nan")}
 
 
@@ -106,10 +108,30 @@ def sweep(world_size: int = 2, model: str = "gpt", configs=CONFIGS, steps: int =
                                 mask=mask, granularity=granularity)
             row = memory_row(result)
             b = bytes_row(result)
-            row.update(sent_per_step=b["sent_per_step"], bytes_closed_form=b["closed_form"],
+            row.update(sent_per_step=b["sent_per_step"], refresh_per_step=b["refresh_per_step"],
+                       bytes_closed_form=b["closed_form"],
                        bytes_exact=b["exact"], bytes_vs_ddp=b["vs_ddp"])
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def what_crosses(table: pd.DataFrame) -> None:
+    """What crosses ranks, from the ledger of `sweep`'s runs (busiest rank, bytes per step): no
+    activation ever; forward masking sends gradients only; backward masking also sends the updated
+    parameters of owned units to the ranks that do not own them (the refresh all-gather)."""
+    for r in table.itertuples():
+        share = r.refresh_per_step / r.sent_per_step if r.sent_per_step else 0.0
+        print(f"k={r.k} {r.mask:<8} {r.granularity:<6}: {r.sent_per_step:>7,} B per step, of which "
+              f"parameters (refresh) {r.refresh_per_step:>7,} B ({share:.0%})")
+    forward = table[table["mask"] == "forward"]
+    backward = table[table["mask"] == "backward"]
+    print("forward masking sends gradients only (no refresh byte in any forward row): "
+          + ("holds" if (forward.refresh_per_step == 0).all() else "does NOT hold"))
+    if len(backward):
+        most = backward.loc[backward.refresh_per_step.idxmax()]
+        print(f"backward masking sends parameters too: up to {most.refresh_per_step:,} B per step of "
+              f"refresh (k={most.k}, {most.granularity}) — so 'only gradients cross ranks' holds for "
+              "forward masking alone")
 
 
 def plot_memory(df: pd.DataFrame, ax=None):
