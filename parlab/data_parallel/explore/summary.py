@@ -70,8 +70,8 @@ def overlap_line(step: dict, exposed: dict) -> str:
     gain = step["ddp-naive"] / step["ddp-overlap"]
     return (f"- overlap (WFBP) while communication is comparable to compute (the sweep of section 5: "
             f"near 1 it hides most): ddp-naive, which hides nothing, sat blocked {share:.0%} of its "
-            f"step, its blocked time ÷ the rest = {ratio} (every message: α, bytes and waits, not bandwidth "
-            f"only); WFBP ran {gain:.2f}× ddp-naive's speed, "
+            f"step, communication ÷ compute = {ratio} (its blocked time ÷ the rest: every message's α, "
+            f"bytes and waits, not bandwidth only); WFBP ran {gain:.2f}× ddp-naive's speed, "
             f"leaving {exposed['ddp-overlap']:.0%} exposed — "
             + ("overlap paid" if gain > 1 else "no gain here: there was too little to hide"))
 
