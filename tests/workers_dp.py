@@ -3,8 +3,7 @@
 import torch
 
 from parlab.core.comm import Comm
-from parlab.data_parallel.dear import DeARSync
-from parlab.data_parallel.priority import PrioritySync
+from parlab.data_parallel.schemes import deferred
 from parlab.engine.loop import build_model, train
 from parlab.engine.runner import make_config
 
@@ -18,8 +17,9 @@ def schedule_orders(rank, world_size, ctx_args):
     from parlab.engine.runner import RankContext
 
     out = {}
-    for scheme, make in (("dear", lambda c, m: DeARSync(c, m, 0.01)),
-                         ("ddp-priority", lambda c, m: PrioritySync(c, m, 0.01, 4, 1))):
+    for scheme, make in (("dear", lambda c, m: deferred(c, m, "dear", bucket_mb=0.01)),
+                         ("ddp-priority", lambda c, m: deferred(c, m, "priority", bucket_mb=0.01,
+                                                                partition_kb=4, credit=1))):
         cfg = make_config(scheme, world_size=dist.get_world_size(), steps=2, **ctx_args)
         ledger, timeline = Ledger(dist.get_rank()), Timeline(dist.get_rank())
         ctx = RankContext(dist.get_rank(), dist.get_world_size(), cfg,
@@ -29,7 +29,7 @@ def schedule_orders(rank, world_size, ctx_args):
         train(ctx, sync)
         out[scheme] = {"forward_order": sync.forward_order,
                        "applied_order": sync.layerwise.applied_order,
-                       "launch_order": getattr(sync, "launch_order", None),
+                       "launch_order": getattr(sync.reducer, "launch_order", None),
                        "ops": [(r["op"], r["numel"]) for r in ledger.records if r["step"] == 0]}
     return out
 

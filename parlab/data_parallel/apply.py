@@ -59,8 +59,8 @@ from parlab.core.memory import tensor_bytes
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.priority import PriorityReducer
-from parlab.data_parallel.reducer import REDUCERS, make_reducer
-from parlab.engine.dimension import Dimension, add_dimension, dimensions
+from parlab.data_parallel.reducer import REDUCERS, GradientReducer, make_reducer
+from parlab.engine.dimension import Dimension, add_dimension, dimension, dimensions
 from parlab.models.gpt import GPT
 
 # every reducer apply_dp attaches; those that own the update (`owns_update`: it ends in the next
@@ -129,13 +129,19 @@ def synced_parameters(model: GPT) -> list:
 
 def apply_dp(model: GPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0,
              compressor: str | None = None, compressor_options: dict | None = None,
-             seed: int = 0, partition_kb: float = 32.0, credit: int = 1) -> GPT:
+             seed: int = 0, partition_kb: float = 32.0, credit: int = 1, *, algo: str = "gloo",
+             reduce_fp32: bool = False, phase: str | None = PHASE,
+             reuse_world: bool = False) -> GPT:
     """Record the dp × cp group (`model.data_comm`, None when it is one rank) and attach the
     reducer `sync` over it — or chapter 08's reducer of `compressor` (None or "none": no
     compression) with `compressor_options` and `seed` — as the model's "dp" dimension (none with one
-    rank); `partition_kb` and `credit`: "priority"'s. "dear" and "priority" own the update:
-    the caller must hand it the optimizer (the dimension's `own_update`) and call its `flush()`
-    after the last step. Every value is checked first: a ValueError names it and the choices."""
+    rank); `partition_kb` and `credit`: "priority"'s, `reduce_fp32`: "naive"'s and "bucketed"'s,
+    `algo`: the collectives' ("gloo", or chapter 00's "ring", ...). "dear" and "priority" own the
+    update: the caller must hand it the optimizer (the dimension's `own_update`) and call its
+    `flush()` after the last step. `phase`: the ledger phase (None: the run's current label);
+    `reuse_world`: the world's own Comm when dp × cp is the world, and a reducer even on one rank
+    (chapter 01's schemes: `world_reducer`). Every value is checked first: a ValueError names it
+    and the choices."""
     Choice(sync, SYNCS).check("sync", sync)
     Float(bucket_mb, min=0, unit="MiB").check("bucket_mb", bucket_mb)
     Float(partition_kb, min=4 / 1024, unit="KiB: >= one float32").check("partition_kb",
@@ -152,7 +158,8 @@ def apply_dp(model: GPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0
     elif compressor_options:
         raise ValueError(f"compressor_options={compressor_options!r} without a compressor")
     owns_update = ALL_REDUCERS[sync].owns_update
-    if owns_update and model.pipeline is not None:
+    parts = getattr(model, "pipeline", None)  # split_pp: its executor runs every backward
+    if owns_update and parts is not None:
         raise ValueError(f"sync={sync!r} with a pipeline stage (pp > 1): its executor runs the "
                          "stage's forwards and the tied embedding is summed from gradients "
                          "averaged right after backward, but this reducer's communication ends "
@@ -161,21 +168,27 @@ def apply_dp(model: GPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0
         raise ValueError(f"sync={sync!r} with expert weights sharded over ep: they sync and step "
                          "apart, after the dense gradients this reducer leaves in flight (use "
                          "sync='flat')")
-    model.data_comm = mesh.group_over(("dp", "cp"), "dp×cp")
-    if model.data_comm is None or model.data_comm.size == 1:
+    world = reuse_world and mesh.degree("dp") * mesh.degree("cp") == mesh.world.size
+    model.data_comm = mesh.world if world else mesh.group_over(("dp", "cp"), "dp×cp")
+    if model.data_comm is None or (model.data_comm.size == 1 and not world):
         return model
     params = synced_parameters(model)
     if compressor is not None:
         reducer = _compression()["build"](compressor, model.data_comm, params,
-                                          compressor_options, seed, phase=PHASE)
-    elif owns_update:  # the composed step hands it its optimizer (`own_update`)
-        given = {"partition_kb": partition_kb, "credit": credit}
-        extra = {k: given[k] for k in ALL_REDUCERS[sync].options}  # its own (priority's)
-        reducer = ALL_REDUCERS[sync](model.data_comm, params, bucket_mb, phase=PHASE,
-                                     **extra).attach()
-    else:
-        parts = model.pipeline  # split_pp: its executor runs every micro-batch's backward
+                                          compressor_options, seed, phase=phase)
+    else:  # an owner of the update: the step hands it its optimizer (`own_update`)
         backwards = parts.schedule.microbatches if parts is not None else 1
-        reducer = make_reducer(sync, model.data_comm, params, bucket_mb, phase=PHASE,
-                               backwards=backwards)
+        reducer = make_reducer(sync, model.data_comm, params, bucket_mb, phase=phase, algo=algo,
+                               backwards=backwards, reducers=ALL_REDUCERS,
+                               partition_kb=partition_kb, credit=credit,
+                               reduce_fp32=reduce_fp32)
     return add_dimension(model, DataParallel(reducer))
+
+
+def world_reducer(model, comm, sync: str, **options) -> GradientReducer:
+    """Chapter 01's reducer `sync` for its own loop: `apply_dp` over all of `comm` (a mesh of one
+    dimension, its records under the world's name and the run's phase label); `options` as
+    apply_dp's."""
+    apply_dp(model, Mesh(comm, [("dp", comm.size)]), sync, phase=None, reuse_world=True,
+             **options)
+    return dimension(model, "dp").reducer

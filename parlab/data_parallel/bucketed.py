@@ -9,7 +9,7 @@ once per bucket, for the same bytes: ring all-reduce 2(N-1)/N·S·4 bytes per ra
 
 from __future__ import annotations
 
-from parlab.data_parallel.reducer import BucketedReducer, NaiveReducer
+from parlab.data_parallel.apply import world_reducer
 from parlab.data_parallel.sync import GradSync
 
 
@@ -22,7 +22,8 @@ class NaiveSync(GradSync):
     def __init__(self, ctx, model, algo: str = "gloo", reduce_fp32: bool = False, **base):
         super().__init__(ctx, model, **base)
         self.algo, self.reduce_fp32 = algo, reduce_fp32
-        self.reducer = NaiveReducer(self.comm, self.params, algo=algo, reduce_fp32=reduce_fp32)
+        self.reducer = world_reducer(model, self.comm, "naive", algo=algo,
+                                     reduce_fp32=reduce_fp32)
 
     def after_backward(self) -> None:
         self.reducer.after_backward()
@@ -36,8 +37,8 @@ class BucketedSync(GradSync):
                  **base):
         super().__init__(ctx, model, **base)
         self.algo = algo
-        self.reducer = BucketedReducer(self.comm, self.params, bucket_mb, algo=algo,
-                                       reduce_fp32=reduce_fp32)
+        self.reducer = world_reducer(model, self.comm, "bucketed", bucket_mb=bucket_mb, algo=algo,
+                                     reduce_fp32=reduce_fp32)
         self.buckets = self.reducer.buckets
 
     def after_backward(self) -> None:

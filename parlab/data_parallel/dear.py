@@ -17,14 +17,14 @@ bytes): gloo's own reduce-scatter runs at a fraction of its all-reduce's bus ban
 `DeARReducer` is the mechanism on one group of ranks, apart from any loop: the reduce-scatters
 from the gradient hooks, the all-gathers after backward, and the update it owns — one optimizer
 per bucket (`own_update`: the run's, or the loop's own optimizer cut per bucket), stepped in the
-next forward by `parlab.data_parallel.layerwise.LayerwiseUpdate`. Chapter 01's `DeARSync` is the
-loop's strategy around it; `parlab.data_parallel.apply.apply_dp(sync="dear")` attaches it to a
-composed model's dp × cp group.
+next forward by `parlab.data_parallel.layerwise.LayerwiseUpdate`. `apply_dp(sync="dear")` attaches
+it, over the world for chapter 01's `dear` scheme (run by `layerwise.DeferredSync`), over a
+composed model's dp × cp group for the planner.
 """
 
 from __future__ import annotations
 
-from parlab.data_parallel.layerwise import DeferredSync, OwnsUpdate
+from parlab.data_parallel.layerwise import OwnsUpdate
 from parlab.data_parallel.reducer import OverlapReducer
 
 
@@ -36,6 +36,8 @@ class DeARReducer(OwnsUpdate, OverlapReducer):
     It owns the update (`OwnsUpdate`): `own_update` must give it the optimizers before the
     first backward, and the loop must not step its own; `flush()` after the last step applies
     the updates still owed."""
+
+    options = ("bucket_mb", "backwards")
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo: str = "gloo",
                  backwards: int = 1):
@@ -62,13 +64,3 @@ class DeARReducer(OwnsUpdate, OverlapReducer):
     def _prepare(self, g: int) -> None:
         flat = self.gathers.pop(g).wait()  # (S,) the averaged gradients of bucket g
         self.buckets.unpack(self.buckets.buckets[g], flat)
-
-
-class DeARSync(DeferredSync):
-    """Reduce-scatter in backward hooks; all-gather + update per bucket in the next forward —
-    the loop's strategy around `DeARReducer`."""
-
-    def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo"):
-        self.algo = algo
-        super().__init__(ctx, model, lambda comm, params: DeARReducer(comm, params, bucket_mb,
-                                                                      algo=algo))

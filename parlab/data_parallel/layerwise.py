@@ -145,11 +145,12 @@ class OwnsUpdate:
 class DeferredSync(GradSync):
     """The loop's strategy around a reducer that owns the update (`OwnsUpdate`): it hands the
     reducer the run's optimizers per bucket and leaves every step to the next forward.
-    `make_reducer(comm, params)`: the reducer, over the world and the trainable parameters."""
+    `make_reducer(model, comm)`: the reducer, attached, over the world and the trainable
+    parameters (`apply.world_reducer`, bound to its scheme's options)."""
 
     def __init__(self, ctx, model, make_reducer: Callable):
         super().__init__(ctx, model)
-        self.reducer = make_reducer(self.comm, self.params).attach()
+        self.reducer = make_reducer(model, self.comm)
         self.set_optimizers(self.reducer.own_update(ctx, model,
                                                     forward_span=lambda: self.forward_span))
 

@@ -15,20 +15,18 @@ strictly in bucket order: bucket k goes only when buckets 0..k-1 have gone (as D
 
 from __future__ import annotations
 
-from parlab.data_parallel.reducer import OverlapReducer
+from parlab.data_parallel.apply import world_reducer
 from parlab.data_parallel.sync import GradSync
 
 
 class OverlapSync(GradSync):
     """Bucketed async all-reduce launched from gradient hooks; waited on before the update — the
-    loop's strategy around `parlab.data_parallel.reducer.OverlapReducer`. Subclasses (DeAR,
-    priority) override `launch(bucket, flat)`, the reducer calls it."""
+    loop's strategy around `parlab.data_parallel.reducer.OverlapReducer` (`apply_dp`'s)."""
 
     def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", **base):
         super().__init__(ctx, model, **base)
         self.algo = algo
-        self.reducer = OverlapReducer(self.comm, self.params, bucket_mb, algo=algo,
-                                      launch=self.launch).attach()
+        self.reducer = world_reducer(model, self.comm, "overlap", bucket_mb=bucket_mb, algo=algo)
 
     @property
     def buckets(self):
@@ -45,13 +43,6 @@ class OverlapSync(GradSync):
     def before_micro(self, last: bool) -> None:
         super().before_micro(last)
         self.reducer.before_micro(last)
-
-    def _launch_ready(self, force: bool = False) -> None:
-        self.reducer.launch_ready(force)
-
-    def launch(self, bucket, flat) -> None:
-        """Start the bucket's communication (subclasses: reduce-scatter, prioritised chunks)."""
-        self.reducer.all_reduce_bucket(bucket, flat)  # (bucket numel,) in flight
 
     def after_backward(self) -> None:
         self.reducer.after_backward()

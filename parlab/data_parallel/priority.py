@@ -15,9 +15,9 @@ unit of gradients becomes ready in backward (hooks fire in the same order on eve
 is left when backward ends goes out in priority order.
 
 `PriorityReducer` is the mechanism on one group of ranks, apart from any loop; it owns the update
-(`parlab.data_parallel.layerwise.OwnsUpdate`). Chapter 01's `PrioritySync` is the loop's strategy
-around it; `parlab.data_parallel.apply.apply_dp(sync="priority")` attaches it to a composed
-model's dp × cp group.
+(`parlab.data_parallel.layerwise.OwnsUpdate`). `apply_dp(sync="priority")` attaches it, over the
+world for chapter 01's `ddp-priority` (run by `layerwise.DeferredSync`), over a composed model's
+dp × cp group for the planner.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 
 from parlab.core.cost import shard_bounds
-from parlab.data_parallel.layerwise import DeferredSync, OwnsUpdate
+from parlab.data_parallel.layerwise import OwnsUpdate
 from parlab.data_parallel.reducer import OverlapReducer
 
 
@@ -41,7 +41,7 @@ class PriorityReducer(OwnsUpdate, OverlapReducer):
     each bucket's update waits for its own partitions just before its first layer runs in the
     next forward."""
 
-    options = ("partition_kb", "credit")
+    options = ("bucket_mb", "partition_kb", "credit", "backwards")
 
     def __init__(self, comm, params, bucket_mb: float, partition_kb: float = 32.0,
                  credit: int = 1, phase=None, algo: str = "gloo", backwards: int = 1):
@@ -85,16 +85,3 @@ class PriorityReducer(OwnsUpdate, OverlapReducer):
         for handle in self.in_flight.pop(g, []):
             handle.wait()  # (≤ partition,) averaged in place in the bucket buffer
         self.buckets.unpack(self.buckets.buckets[g])
-
-
-class PrioritySync(DeferredSync):
-    """Partitioned gradients all-reduced in priority order (front layers first), updated per unit
-    just before its next forward — the loop's strategy around `PriorityReducer`."""
-
-    def __init__(self, ctx, model, bucket_mb: float, partition_kb: float, credit: int):
-        super().__init__(ctx, model, lambda comm, params: PriorityReducer(
-            comm, params, bucket_mb, partition_kb, credit))
-
-    @property
-    def launch_order(self) -> list[tuple[int, int, int]]:
-        return self.reducer.launch_order

@@ -43,6 +43,7 @@ class GradientReducer:
 
     during_backward = False  # all of its communication happens in `after_backward`
     owns_update = False  # True: it steps the optimizer itself, in the next forward (`own_update`)
+    options: tuple = ()  # the keyword options it takes besides comm, params, phase, algo
 
     def __init__(self, comm, params, phase: str | None = None, algo: str = "gloo"):
         self.comm, self.params, self.phase, self.algo = comm, list(params), phase, algo
@@ -70,6 +71,8 @@ class NaiveReducer(GradientReducer):
     """One blocking all-reduce (average) per gradient tensor, in parameter order. `reduce_fp32`:
     a 16-bit gradient is reduced as an fp32 copy (DDP's / FSDP's `reduce_dtype`)."""
 
+    options = ("reduce_fp32",)
+
     def __init__(self, comm, params, phase=None, algo="gloo", reduce_fp32: bool = False):
         super().__init__(comm, params, phase, algo)
         self.reduce_fp32 = reduce_fp32
@@ -91,6 +94,8 @@ class NaiveReducer(GradientReducer):
 class BucketedReducer(GradientReducer):
     """Gradients packed into flat buckets of `bucket_mb` MiB (`parlab.data_parallel.buckets`),
     one blocking all-reduce per bucket after backward."""
+
+    options = ("bucket_mb", "reduce_fp32")
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo="gloo",
                  reduce_fp32: bool = False):
@@ -122,6 +127,7 @@ class OverlapReducer(GradientReducer):
     equal shards)."""
 
     during_backward = True  # its communication starts inside backward
+    options = ("bucket_mb", "backwards")
 
     def __init__(self, comm, params, bucket_mb: float, phase=None, algo="gloo",
                  launch: Callable | None = None, backwards: int = 1, multiple_of: int = 1):
@@ -191,12 +197,15 @@ BUCKETED = ("bucketed", "overlap")  # the reducers that take `bucket_mb`
 
 
 def make_reducer(sync: str, comm, params, bucket_mb: float = 25.0, phase: str | None = None,
-                 algo: str = "gloo", backwards: int = 1) -> GradientReducer:
-    """The reducer named `sync` ("flat", "naive", "bucketed", "overlap"), attached; `backwards`:
-    see `OverlapReducer`."""
-    if sync not in REDUCERS:
-        raise ValueError(f"sync={sync!r} must be one of {tuple(REDUCERS)}")
-    extra = {"bucket_mb": bucket_mb} if sync in BUCKETED else {}
-    if REDUCERS[sync].during_backward:
-        extra["backwards"] = backwards
-    return REDUCERS[sync](comm, params, phase=phase, algo=algo, **extra).attach()
+                 algo: str = "gloo", backwards: int = 1, reducers: dict | None = None,
+                 **options) -> GradientReducer:
+    """The reducer named `sync` (of `reducers`, default `REDUCERS`: "flat", "naive", "bucketed",
+    "overlap"), attached, given the options it takes (its `options`: `bucket_mb`, `backwards`
+    — see `OverlapReducer` —, `reduce_fp32`, ...)."""
+    reducers = REDUCERS if reducers is None else reducers
+    if sync not in reducers:
+        raise ValueError(f"sync={sync!r} must be one of {tuple(reducers)}")
+    given = {"bucket_mb": bucket_mb, "backwards": backwards, **options}
+    cls = reducers[sync]
+    return cls(comm, params, phase=phase, algo=algo,
+               **{k: given[k] for k in cls.options if k in given}).attach()

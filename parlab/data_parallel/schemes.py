@@ -30,10 +30,10 @@ from parlab.core.checks import Choice, Float, Int
 from parlab.core.precision import PRECISIONS
 from parlab.data_parallel import checkpointing
 from parlab.data_parallel import cost as dp_cost
+from parlab.data_parallel.apply import world_reducer
 from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
-from parlab.data_parallel.dear import DeARSync
+from parlab.data_parallel.layerwise import DeferredSync
 from parlab.data_parallel.overlap import OverlapSync
-from parlab.data_parallel.priority import PrioritySync
 from parlab.engine.loop import build_model, train
 from parlab.engine.runner import register
 
@@ -67,6 +67,12 @@ def _validate_saving(cfg):
     """ddp-naive, ddp-bucketed, ddp-overlap: `_validate`, then the checkpoint options."""
     _validate(cfg)
     checkpointing.validate(cfg)
+
+
+def deferred(ctx, model, sync: str, **options) -> DeferredSync:
+    """The loop's strategy around `sync`, a reducer that owns the update ("dear", "priority"),
+    attached by `apply_dp` over the world with `options`."""
+    return DeferredSync(ctx, model, lambda model, comm: world_reducer(model, comm, sync, **options))
 
 
 def _run(ctx, make_sync):
@@ -109,8 +115,9 @@ def ddp_overlap(ctx):
           cost=dp_cost.PRIORITY, precisions=BF16)
 def ddp_priority(ctx):
     o = ctx.cfg.options
-    return _run(ctx, lambda ctx, model: PrioritySync(ctx, model, o["bucket_mb"],
-                                                     o["partition_kb"], o["credit"]))
+    return _run(ctx, lambda ctx, model: deferred(ctx, model, "priority", bucket_mb=o["bucket_mb"],
+                                                 partition_kb=o["partition_kb"],
+                                                 credit=o["credit"]))
 
 
 @register("dear", shapes=True, summary="DeAR: reduce-scatter in backward, all-gather in the next forward",
@@ -119,4 +126,5 @@ def ddp_priority(ctx):
           cost=dp_cost.DEAR, precisions=BF16)
 def dear(ctx):
     o = ctx.cfg.options
-    return _run(ctx, lambda ctx, model: DeARSync(ctx, model, o["bucket_mb"], o["algo"]))
+    return _run(ctx, lambda ctx, model: deferred(ctx, model, "dear", bucket_mb=o["bucket_mb"],
+                                                 algo=o["algo"]))
