@@ -14,23 +14,8 @@ Experiences on Accelerating Data Parallel Training", VLDB 2020):
     with ddp.no_sync():              # gradient accumulation: backward without communication
         ...
 
-- The initial weights: `init="broadcast"` (the default, as DDP does at construction) copies rank 0's
-  parameters and buffers into every rank (one broadcast per dtype, phase "init-broadcast"), so
-  ranks that seeded differently still train one model; `init="verify"` only compares them (a
-  sha256 per tensor, phase "init-verify") and raises on every rank, naming the first tensor that
-  differs and the ranks where it does; `init="none"` trusts the caller.
-- `optimizer` is not used by the gradient sync (the step is yours) and may be None; `comm` None
-  means a `Comm` over the default process group.
-- Frozen parameters (`requires_grad=False`) are left alone: no hook, no bucket, no bytes.
-- A parameter that gets no gradient in a step (an unused branch) is an error naming it, unless
-  `find_unused_parameters=True` (DDP's flag and semantics): then each rank's missing gradient
-  counts as zeros in the average, and after the average one small all-reduce of a used-map
-  (one float per parameter, phase "unused-map") finds the parameters no rank used, whose `.grad`
-  stays None — as in one process, where the optimizer skips them. The buckets are launched
-  strictly in bucket order on every rank, so a locally unused parameter cannot reorder the
-  collectives.
-- Tied weights are one parameter (`model.parameters()` yields it once): one gradient, one slot.
-- Every byte goes through `Comm` and lands in its ledger; an emulated link applies.
+What the library does about initial weights, frozen, unused and tied parameters is in
+docs/data_parallel.md ("The library").
 
 `sync`: "naive" (one all-reduce per tensor after backward), "bucketed" (flat buckets after
 backward) or "overlap" (WFBP: buckets launched from gradient hooks while backward runs). DeAR and

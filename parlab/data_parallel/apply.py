@@ -1,55 +1,18 @@
 """`apply_dp(model, mesh, sync=...)`: data parallelism as one step of a composed plan.
 
-Every rank that holds the same parameter slice after tensor and pipeline parallelism — the
-dp × cp group (context-parallel ranks hold the same weights and see other tokens) — averages its
-gradients after backward. `apply_dp` attaches one of this chapter's gradient reducers
-(`parlab.data_parallel.reducer`, the building blocks its `GradSync` schemes run) to the model as
-its "dp" dimension (`DataParallel`, `parlab.engine.dimension`), over that group, on the slice's
-own parameters (the stage's, tp-sliced; what another dimension syncs apart — the experts
-sharded over ep, chapter 07 — left out):
+Li et al., "PyTorch Distributed" (VLDB 2020): every rank holding the same parameter slice after
+tensor and pipeline parallelism — the dp × cp group — averages its gradients after backward.
+`apply_dp` attaches one of this chapter's gradient reducers (`parlab.data_parallel.reducer`,
+chosen by name from `ALL_REDUCERS`: "flat", "naive", "bucketed", "overlap" — WFBP —, "dear",
+"priority" — P3) over that group as the model's "dp" dimension (`DataParallel`), on the slice's
+own parameters (what another dimension syncs apart, ep's experts, left out). Chapter 01's own
+schemes attach theirs the same way, over the world (`world_reducer`); chapter 08's compressors
+register themselves here (`register_compression`) and replace the reducer with `compressor=`.
+"dear" and "priority" own the update: the step hands them its optimizer (`own_update`).
 
-    "flat"      one flat bucket after backward (`flat.all_reduce_flat`; the default, the bytes
-                the planner's cost model counts);
-    "naive"     one all-reduce per gradient tensor after backward;
-    "bucketed"  buckets of `bucket_mb` MiB after backward (Li et al., VLDB 2020, §3.2.3);
-    "overlap"   the same buckets launched from gradient hooks while backward runs (WFBP,
-                Zhang et al., Poseidon, ATC 2017): only the last micro-batch's backward
-                communicates — the step says which (`before_micro(last)`), or, in a pipeline,
-                a gradient is ready at its m-th accumulation (m micro-batches per step);
-    "dear"      DeAR (Zhang et al., ICDCS 2023; `dear.DeARReducer`): the same buckets, padded
-                to a multiple of the group, reduce-scattered from the last micro-batch's
-                backward hooks, all-gathered after backward, first layers first; each bucket's
-                update waits for its all-gather just before its first layer runs in the next
-                forward. The reducer owns the update (`owns_update`): the composed step hands
-                it its optimizer (`own_update`), cut per bucket
-                (`layerwise.split_optimizer`, stepped by `layerwise.LayerwiseUpdate`), skips
-                its own step, and flushes the owed updates after the last step;
-    "priority"  P3 (Jayarajan et al., SysML 2019; ByteScheduler, Peng et al., SOSP 2019;
-                `priority.PriorityReducer`): the same buckets cut into partitions of
-                `partition_kb` KiB, all-reduced front layers first — `credit` released per
-                bucket ready in backward, the rest after it — each bucket's update waiting for
-                its own partitions in the next forward; it owns the update as DeAR does.
-
-or, with `compressor=` (chapter 08, `parlab.compression.compressed_reducers`, which registers itself
-here: `register_compression`), that chapter's own reducer in place of these: the compressor named by
-its scheme — "topk", "randomk", "qsgd", "signsgd" (each rank's message with error feedback, one
-all-gather: `compression.sync.CompressedReducer`) or "powersgd" (two all-reduces of the rank-r factors:
-`compression.powersgd.PowerSGDReducer`) — with `compressor_options` over the scheme's registered
-defaults and the run's `seed` for the draws every rank shares. Its bytes are chapter 08's closed
-form (`compression.cost`); it sends its own messages, so `sync` stays "flat" (no buckets).
-
-Ledger phase "dp-grad-sync". The composed step calls the dimension's `before_micro(last)` and
-`after_backward()`, then steps its one optimizer over every parameter of the slice —
-or, with "dear", leaves the step to the reducer.
-
-Refused, with a ValueError naming the value, where "dear" or "priority" (the reducers that own
-the update) cannot be exact: with a pipeline
-(`model.pipeline`, pp > 1: the executor, not the composed step, runs the stage's forwards, and
-the tied embedding's two copies are summed from gradients averaged in `.grad` right after
-backward, which their communication delivers only in the next forward), with a compressor (it
-sends its own messages) and beside expert weights sharded over ep (their own sum,
-"expert-grad-sync", and their own step would need the gradients left in flight); ZeRO
-(`apply_zero`) reduce-scatters its own units instead of calling apply_dp at all.
+Ledger phase "dp-grad-sync" (chapter 01: the run's label). Each reducer, the refusals (a pipeline
+or ep's experts beside an owner of the update, a compressor with buckets) and why are in
+docs/composition.md.
 """
 
 from __future__ import annotations
