@@ -93,7 +93,7 @@ def test_the_plans_dp_syncs_are_apply_dps_reducers():
     update, and those that cut buckets; chapter 01 has a closed form and an issue time for each."""
     from parlab.data_parallel import apply as dp_apply
     from parlab.data_parallel.cost import REDUCER_ISSUE, REDUCER_MESSAGES
-    from parlab.data_parallel.reducer import BucketedReducer, GradientReducer, OverlapReducer
+    from parlab.data_parallel.reducers import BucketedReducer, GradientReducer, OverlapReducer
     from parlab.planner import plan as plan_mod
     reducers = dp_apply.ALL_REDUCERS
     assert plan_mod.DP_SYNCS == dp_apply.SYNCS == tuple(reducers)

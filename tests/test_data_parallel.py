@@ -7,7 +7,7 @@ import pytest
 import parlab
 from parlab.core import cost
 from parlab.data_parallel import cost as dp_cost
-from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.bucket_packing import plan_buckets
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]
 # (world_size, model, optimizer, accum_steps): every world size, both optimizers, both models,

@@ -56,12 +56,11 @@ def _stretch_targets(monkeypatch):
 
 def _a_span_asks(monkeypatch, open_span, cpu_s: float) -> list:
     """The stretches `open_span()` asks for when its body used `cpu_s` CPU seconds."""
-    from parlab.data_parallel import sync
-
+    from parlab.data_parallel import strategy
     asked = _stretch_targets(monkeypatch)
     clocks = _Clocks(cpu_s)
     monkeypatch.setattr(speeds_mod, "time", clocks)
-    monkeypatch.setattr(sync, "time", clocks)
+    monkeypatch.setattr(strategy, "time", clocks)
     with open_span():
         pass
     return asked
@@ -246,7 +245,7 @@ def test_a_slow_rank_stretches_the_data_parallel_forward_too(monkeypatch):
     last its CPU time ÷ speed. Checked from the stretch it asks for on the test's own clocks, as
     the spans above are: the duration a busy machine then gives it is no part of the claim (CI
     read 16.8 ms against a 17.2 ms bound when the span's time was read off the clock)."""
-    from parlab.data_parallel.sync import ComputeSpan
+    from parlab.data_parallel.strategy import ComputeSpan
 
     assert _a_span_asks(monkeypatch, lambda: ComputeSpan(
         _timeline_at_100(), "forward", 0.25, step=0), 0.02) == [100.0 + 0.02 / 0.25]

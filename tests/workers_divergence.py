@@ -8,8 +8,8 @@ import torch
 
 import parlab
 from parlab.core.checks import Choice, Int
-from parlab.data_parallel.bucketed import NaiveSync
-from parlab.data_parallel.overlap import OverlapSync
+from parlab.data_parallel.sync_after_backward import NaiveSync
+from parlab.data_parallel.sync_in_backward import OverlapSync
 from parlab.engine.loop import build_model, train
 
 POISON = {"nan": float("nan"), "inf": float("inf"), "huge": 3e38}  # huge: finite, 2x overflows

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 
 
 def sync_steps(steps: int, sync_every: int) -> list[int]:

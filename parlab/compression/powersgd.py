@@ -20,7 +20,7 @@ import torch
 
 from parlab.compression.compressors import generator
 from parlab.compression.sync import ErrorFeedback, ReducerSync
-from parlab.data_parallel.reducer import GradientReducer
+from parlab.data_parallel.reducers import GradientReducer
 
 
 def factor_rank(shape, rank: int) -> int:

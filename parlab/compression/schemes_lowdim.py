@@ -21,7 +21,7 @@ from parlab.compression.lowdim import (
 )
 from parlab.compression.powersgd import PowerSGDSync
 from parlab.core.checks import Choice, Float, Int
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import Strategy, train
 from parlab.engine.runner import register
 from parlab.models import data

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from parlab.compression.compressors import seed_of
-from parlab.data_parallel.reducer import GradientReducer
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.reducers import GradientReducer
+from parlab.data_parallel.strategy import GradSync
 
 
 class ErrorFeedback:

@@ -24,7 +24,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from parlab.compression.cost import torch_powersgd_bytes, torch_powersgd_elements
 from parlab.core.checks import Bool, Float, Int
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 from parlab.engine.loop import LossModule, build_model, train
 from parlab.engine.runner import register
 

@@ -31,7 +31,7 @@ import hashlib
 import torch
 
 from parlab.core.checks import Bool, Choice, Float
-from parlab.data_parallel.reducer import make_reducer
+from parlab.data_parallel.reducers import make_reducer
 
 SYNCS = ("naive", "bucketed", "overlap")
 ALGOS = ("gloo", "ring", "tree", "naive")
@@ -118,7 +118,7 @@ class DataParallel:
         elif init == "verify":
             verify_initial(model, comm)
         self.optimizer = optimizer  # yours: the sync never steps it
-        # chapter 01's reducer, the one its schemes run (`parlab.data_parallel.reducer`)
+        # chapter 01's reducer, the one its schemes run (`parlab.data_parallel.reducers`)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.reducer = make_reducer(sync, comm, self.params, bucket_mb, algo=algo)
         self.comm, self.find_unused = comm, find_unused_parameters

@@ -2,7 +2,7 @@
 
 Li et al., "PyTorch Distributed" (VLDB 2020): every rank holding the same parameter slice after
 tensor and pipeline parallelism — the dp × cp group — averages its gradients after backward.
-`apply_dp` attaches one of this chapter's gradient reducers (`parlab.data_parallel.reducer`,
+`apply_dp` attaches one of this chapter's gradient reducers (`parlab.data_parallel.reducers`,
 chosen by name from `ALL_REDUCERS`: "flat", "naive", "bucketed", "overlap" — WFBP —, "dear",
 "priority" — P3) over that group as the model's "dp" dimension (`DataParallel`), on the slice's
 own parameters (what another dimension syncs apart, ep's experts, left out). Chapter 01's own
@@ -22,7 +22,7 @@ from parlab.core.memory import tensor_bytes
 from parlab.core.mesh import Mesh
 from parlab.data_parallel.dear import DeARReducer
 from parlab.data_parallel.priority import PriorityReducer
-from parlab.data_parallel.reducer import REDUCERS, GradientReducer, make_reducer
+from parlab.data_parallel.reducers import REDUCERS, GradientReducer, make_reducer
 from parlab.engine.dimension import Dimension, add_dimension, dimension, dimensions
 from parlab.models.gpt import GPT
 

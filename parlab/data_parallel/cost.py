@@ -22,7 +22,7 @@ import math
 
 from parlab.core import cost
 from parlab.core.messages import Message, bytes_by
-from parlab.data_parallel.buckets import padded, plan_buckets
+from parlab.data_parallel.bucket_packing import padded, plan_buckets
 from parlab.data_parallel.priority import partition
 from parlab.engine.prediction import Prediction, param_numels
 
@@ -72,7 +72,7 @@ def dear_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, i
 
 
 def flat_messages(numels: list[int], n: int, options: dict) -> list[tuple[str, int]]:
-    return [("all_reduce", sum(numels))]  # one flat bucket (parlab.data_parallel.flat)
+    return [("all_reduce", sum(numels))]  # one flat bucket (parlab.data_parallel.flat_all_reduce)
 
 
 # the closed form of each reducer `parlab.data_parallel.apply.apply_dp` can attach (its `sync=`)

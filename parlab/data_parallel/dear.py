@@ -25,7 +25,7 @@ composed model's dp × cp group for the planner.
 from __future__ import annotations
 
 from parlab.data_parallel.layerwise import OwnsUpdate
-from parlab.data_parallel.reducer import OverlapReducer
+from parlab.data_parallel.reducers import OverlapReducer
 
 
 class DeARReducer(OwnsUpdate, OverlapReducer):

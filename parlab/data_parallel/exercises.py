@@ -6,7 +6,7 @@ bytes, gradient accumulation); each check says right or wrong, never the answer.
 from __future__ import annotations
 
 from parlab.data_parallel import cost as dp_cost
-from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.bucket_packing import plan_buckets
 from parlab.data_parallel.explore.measure import param_numels
 from parlab.exercises import Exercise, find, numeric
 
@@ -48,7 +48,7 @@ def exercises() -> list:
                  "default GPT? (ex.param_numels() has the sizes.)", numeric(a["bucket-count"], rtol=0),
                  "Pack from the last parameter; close a bucket before it would exceed the cap; a "
                  "tensor larger than the cap is a bucket alone.",
-                 "Run parlab.data_parallel.buckets.plan_buckets(ex.param_numels(), 0.02) and count."),
+                 "Run parlab.data_parallel.bucket_packing.plan_buckets(ex.param_numels(), 0.02) and count."),
         Exercise("dear-bytes", "How many bytes does rank 0 send per step in dear at N=3 (default "
                  "bucket_mb=0.05)?", numeric(a["dear-bytes"], rtol=0),
                  "Buckets are padded to a multiple of N; reduce-scatter and all-gather each send "

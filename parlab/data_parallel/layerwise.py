@@ -26,7 +26,7 @@ from functools import partial
 
 import torch
 
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 from parlab.engine.loop import make_optimizer
 
 

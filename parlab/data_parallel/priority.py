@@ -26,7 +26,7 @@ import heapq
 
 from parlab.core.cost import shard_bounds
 from parlab.data_parallel.layerwise import OwnsUpdate
-from parlab.data_parallel.reducer import OverlapReducer
+from parlab.data_parallel.reducers import OverlapReducer
 
 
 def partition(numel: int, max_elements: int) -> list[tuple[int, int]]:

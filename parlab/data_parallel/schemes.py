@@ -31,9 +31,9 @@ from parlab.core.precision import PRECISIONS
 from parlab.data_parallel import checkpointing
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.apply import world_reducer
-from parlab.data_parallel.bucketed import BucketedSync, NaiveSync
 from parlab.data_parallel.layerwise import DeferredSync
-from parlab.data_parallel.overlap import OverlapSync
+from parlab.data_parallel.sync_after_backward import BucketedSync, NaiveSync
+from parlab.data_parallel.sync_in_backward import OverlapSync
 from parlab.engine.loop import build_model, train
 from parlab.engine.runner import register
 

@@ -28,7 +28,7 @@ from parlab.core.checks import Choice
 from parlab.core.comm import Comm
 from parlab.core.trace import Timeline
 from parlab.data_parallel.schemes import ACCUM, BUCKET, MIXED, _validate
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 from parlab.engine.loop import LossModule, build_model, micro_batches, train
 from parlab.engine.runner import register
 

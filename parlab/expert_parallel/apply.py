@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import torch.nn as nn
 
 from parlab.core.mesh import Mesh
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.dimension import Dimension, add_dimension
 from parlab.expert_parallel.layer import METHODS, ShardedMoE, assemble_state
 from parlab.models.gpt import GPT

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from parlab.core.checks import Int
 from parlab.core.mesh import Mesh
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import Prediction
 from parlab.engine.runner import register

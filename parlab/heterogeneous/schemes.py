@@ -13,7 +13,7 @@ All run under any `speeds=` and link or two-node topology. In full: docs/heterog
 
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.mesh import Mesh
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.heterogeneous import cost

@@ -12,7 +12,7 @@ program and any ratios.
 """
 
 from parlab.core.checks import Choice
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.prediction import Prediction
 from parlab.engine.runner import register

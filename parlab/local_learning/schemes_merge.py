@@ -15,7 +15,7 @@ parameters, 1e-4) at every world size and merge; its bytes are `cost.merge_bytes
 from __future__ import annotations
 
 from parlab.core.checks import Int
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import micro_batches, train
 from parlab.engine.runner import register
 from parlab.local_learning import cost, partition_merge

@@ -31,7 +31,7 @@ from parlab.core import speeds
 from parlab.core.checks import Choice, Float, Int
 from parlab.core.memory import ActivationMeter, model_memory, optimizer_state_tensors, tensor_bytes
 from parlab.data_parallel.apply import ALL_REDUCERS
-from parlab.data_parallel.sync import ComputeSpan
+from parlab.data_parallel.strategy import ComputeSpan
 from parlab.engine.dimension import Piece, assemble_pieces, dimensions
 from parlab.engine.loop import Strategy, build_model, make_optimizer, step_batch, train
 from parlab.engine.runner import register

@@ -20,7 +20,7 @@ from parlab.core.comm import Comm
 from parlab.core.ledger import Ledger
 from parlab.core.memory import tensor_bytes
 from parlab.core.trace import Timeline
-from parlab.data_parallel.buckets import Buckets
+from parlab.data_parallel.bucket_packing import Buckets
 from parlab.engine.loop import Strategy, build_model, make_optimizer
 from parlab.engine.runner import make_config
 

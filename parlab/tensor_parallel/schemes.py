@@ -17,7 +17,7 @@ from __future__ import annotations
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.core.precision import PRECISIONS
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.models.gpt import gpt_on_mesh

@@ -15,7 +15,7 @@ from parlab.core.link import ACCELERATORS, achieved_flops, faithful, resolve
 from parlab.core.progress import progress
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
-from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.bucket_packing import plan_buckets
 from parlab.engine.registry import get_scheme
 
 VARIANTS = ["ddp-naive", "ddp-bucketed", "ddp-overlap", "ddp-priority", "dear", "torch-ddp"]

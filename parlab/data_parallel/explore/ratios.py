@@ -14,7 +14,7 @@ import parlab
 from parlab.core.link import achieved_flops
 from parlab.data_parallel import cost as dp_cost
 from parlab.data_parallel.bench import compute_profile, exposed_fraction, measure_alpha_beta
-from parlab.data_parallel.buckets import plan_buckets
+from parlab.data_parallel.bucket_packing import plan_buckets
 from parlab.data_parallel.explore.measure import COMMON, diagnosis, messages_per_step
 
 TOLERANCE = 0.05  # a point "on" a model line: within 5% (virtual time is exact; the model idealizes waits)

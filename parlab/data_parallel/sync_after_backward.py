@@ -10,12 +10,12 @@ once per bucket, for the same bytes: ring all-reduce 2(N-1)/N·S·4 bytes per ra
 from __future__ import annotations
 
 from parlab.data_parallel.apply import world_reducer
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 
 
 class NaiveSync(GradSync):
     """After backward, one blocking all-reduce (average) per gradient tensor, in parameter order
-    (`parlab.data_parallel.reducer.NaiveReducer`). `reduce_fp32`: in mixed precision, reduce each
+    (`parlab.data_parallel.reducers.NaiveReducer`). `reduce_fp32`: in mixed precision, reduce each
     16-bit gradient as an fp32 copy (twice the bytes, one rounding instead of one per addition:
     DDP's / FSDP's `reduce_dtype`)."""
 
@@ -31,7 +31,7 @@ class NaiveSync(GradSync):
 
 class BucketedSync(GradSync):
     """After backward, pack gradients into flat buckets, one blocking all-reduce per bucket
-    (`parlab.data_parallel.reducer.BucketedReducer`)."""
+    (`parlab.data_parallel.reducers.BucketedReducer`)."""
 
     def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", reduce_fp32: bool = False,
                  **base):

@@ -16,12 +16,12 @@ strictly in bucket order: bucket k goes only when buckets 0..k-1 have gone (as D
 from __future__ import annotations
 
 from parlab.data_parallel.apply import world_reducer
-from parlab.data_parallel.sync import GradSync
+from parlab.data_parallel.strategy import GradSync
 
 
 class OverlapSync(GradSync):
     """Bucketed async all-reduce launched from gradient hooks; waited on before the update — the
-    loop's strategy around `parlab.data_parallel.reducer.OverlapReducer` (`apply_dp`'s)."""
+    loop's strategy around `parlab.data_parallel.reducers.OverlapReducer` (`apply_dp`'s)."""
 
     def __init__(self, ctx, model, bucket_mb: float, algo: str = "gloo", **base):
         super().__init__(ctx, model, **base)

@@ -10,7 +10,7 @@ Minibatch SGD", 2017, for why the global batch is what matters).
 
 *When* gradients move is the whole chapter, so the one training loop (`parlab.engine.loop`) runs
 a `GradSync` strategy whose subclasses differ only in that. The naive, bucketed and overlapped
-ones hand it to a reducer (`parlab.data_parallel.reducer`: the buckets, the hooks, the
+ones hand it to a reducer (`parlab.data_parallel.reducers`: the buckets, the hooks, the
 collectives, no loop), which is also what `parlab.data_parallel.apply.apply_dp` attaches to a
 composed model's dp × cp group.
 """

@@ -16,13 +16,14 @@ A reducer whose communication ends only in the *next* forward (`owns_update`: De
 backward; the loop hands it its optimizer instead (`own_update`), it steps one piece of it per
 bucket before that bucket's first layer runs, and the loop's own optimizer step is skipped.
 
-Chapter 01's `GradSync` strategies (`bucketed.NaiveSync`, `BucketedSync`, `overlap.OverlapSync`)
-are the loop's strategy around one of these; the planner's composed step calls the one
-`apply_dp` attached. The reductions are those of the chapter's papers: one flat bucket or one
-all-reduce per tensor; buckets of `bucket_mb` after backward (Li et al., "PyTorch Distributed",
-VLDB 2020, §3.2.3; Horovod's tensor fusion); the same buckets launched from
-post-accumulate-grad hooks while backward runs (WFBP, Zhang et al., Poseidon, USENIX ATC 2017),
-launched strictly in bucket order so every rank issues the same collectives in the same order.
+Chapter 01's `GradSync` strategies (`sync_after_backward.NaiveSync`, `BucketedSync`,
+`sync_in_backward.OverlapSync`) are the loop's strategy around one of these, attached by
+`apply_dp` (over the world), as the planner's composed step calls the one it attached. The
+reductions are those of the chapter's papers: one flat bucket or one all-reduce per tensor;
+buckets of `bucket_mb` after backward (Li et al., "PyTorch Distributed", VLDB 2020, §3.2.3;
+Horovod's tensor fusion); the same buckets launched from post-accumulate-grad hooks while
+backward runs (WFBP, Zhang et al., Poseidon, USENIX ATC 2017), launched strictly in bucket
+order so every rank issues the same collectives in the same order.
 
 `phase`: the ledger phase every message is recorded under (None: the run's current label).
 """
@@ -33,13 +34,13 @@ from collections.abc import Callable
 
 import torch
 
-from parlab.data_parallel.buckets import Buckets
-from parlab.data_parallel.flat import all_reduce_flat
+from parlab.data_parallel.bucket_packing import Buckets
+from parlab.data_parallel.flat_all_reduce import all_reduce_flat
 
 
 class GradientReducer:
     """Base reducer: one flat bucket of the parameters that have a gradient, all-reduced (average)
-    after backward (`parlab.data_parallel.flat.all_reduce_flat`)."""
+    after backward (`parlab.data_parallel.flat_all_reduce.all_reduce_flat`)."""
 
     during_backward = False  # all of its communication happens in `after_backward`
     owns_update = False  # True: it steps the optimizer itself, in the next forward (`own_update`)
@@ -92,7 +93,7 @@ class NaiveReducer(GradientReducer):
 
 
 class BucketedReducer(GradientReducer):
-    """Gradients packed into flat buckets of `bucket_mb` MiB (`parlab.data_parallel.buckets`),
+    """Gradients packed into flat buckets of `bucket_mb` MiB (`parlab.data_parallel.bucket_packing`),
     one blocking all-reduce per bucket after backward."""
 
     options = ("bucket_mb", "reduce_fp32")

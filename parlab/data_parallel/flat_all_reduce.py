@@ -2,7 +2,7 @@
 
 The simplest bucketing (PyTorch DDP's, Li et al. VLDB 2020, §3.2.2, with one bucket): one
 collective instead of one per tensor, so the α term is paid once. Chapter 01's `GradSync`
-strategies (`parlab.data_parallel.bucketed`, `overlap`) bucket by size and overlap with backward;
+strategies (`parlab.data_parallel.sync_after_backward`, `overlap`) bucket by size and overlap with backward;
 this is the blocking one-bucket form the other chapters use for the gradients they sync after
 backward (tensor parallelism's replicated parameters, expert parallelism's dense and expert
 weights, the planner's dp × cp group).
