@@ -184,6 +184,15 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repe
             ax.plot(beta, measured * 1e3, "o", color=line.get_color())
             print(f"   {name:<9} measured {measured * 1e3:7.1f} ms  model {predicted * 1e3:7.1f} ms  "
                   f"({'faster' if measured < alone else 'slower'} than one device)")
+            if (measured < alone) != (predicted < alone):  # the model is wrong in direction
+                wire = 0.0 if link is None else nbytes / link.bandwidth_Bps
+                per_round = (measured - alone / world_size - wire) / rounds
+                print(f"   {'':<9} the model says {'faster' if predicted < alone else 'slower'}, "
+                      f"the run {'faster' if measured < alone else 'slower'}: beyond compute/N and "
+                      f"bytes/β the run spent {per_round * 1e3:.2f} ms per round ({rounds} rounds) "
+                      f"against the model's α = {(0.0 if link is None else link.latency_s) * 1e3:g} ms "
+                      "— what this CPU's raw clock charges per message (process wake-ups, copies, "
+                      "the devices sharing its cores), which the α-β model leaves out")
         shown, how = (star, "-") if math.isfinite(star) else (free, ":")
         ax.axvline(shown, color=line.get_color(), lw=0.8, ls=how,
                    label=f"density {density}: β* " + ("" if how == "-" else "if α = 0 ")
