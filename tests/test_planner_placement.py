@@ -254,3 +254,20 @@ def test_report_rows_and_drawings(capsys, both2):
     assert out.count("measured ≤ predicted on every rank") == 2 and "fits" in out
     assert draw(g, solve(g, 2)).get_title().startswith("milp predicted")
     assert "measured" in draw_run(runs["1F1B pipeline"][1]).get_title()
+
+
+def test_report_flags_a_model_that_is_off(capsys):
+    """Measured 82 ms against a predicted 26 ms is flagged, and split into what this run's own
+    task times explain (replay 41 ms: 1.58×) and what messages and waits add (82 / 41 = 2.00×)."""
+    from parlab.planner.explore.placement import print_report
+
+    row = {"plan": "1F1B pipeline", "predicted_ms": 26.0, "measured_ms": 82.0, "replay_ms": 41.0,
+           "predicted_bubble": [0.1, 0.2], "measured_bubble": [0.5, 0.6], "bytes_ledger": [1, 1],
+           "bytes_closed_form": [1, 1], "match": True, "measured_memory": [1, 1],
+           "predicted_memory": [2, 2], "ranks": 1, "microbatches": 2}
+    print_report([row])
+    out = capsys.readouterr().out
+    assert "the model is off — measured 3.15× its prediction" in out
+    assert "account for 1.58×" in out and "remaining 2.00×" in out
+    print_report([{**row, "measured_ms": 27.0, "replay_ms": 26.5}])
+    assert "the model is off" not in capsys.readouterr().out

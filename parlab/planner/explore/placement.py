@@ -189,6 +189,14 @@ def print_report(rows: list[dict]) -> None:
                   f"of the ideal compute time as Narayanan et al. (SC 2021, §2.2.1) state it; with "
                   f"these unequal stages the model gives {mean:.0%} of the step on average, the run "
                   f"{sum(r['measured_bubble']) / p:.0%}")
+    for r in rows:
+        off = r["measured_ms"] / r["predicted_ms"]
+        if not 0.8 <= off <= 1.25:  # flagged: the model misses by more than a quarter
+            print(f"{r['plan']}: the model is off — measured {off:.2f}× its prediction; this run's "
+                  f"own task times (replay) account for {r['replay_ms'] / r['predicted_ms']:.2f}× "
+                  f"(compute ran at another speed than profiled: a shared, loaded CPU), messages "
+                  f"and waits beyond the α-β model for the remaining "
+                  f"{r['measured_ms'] / r['replay_ms']:.2f}×")
     if rows and rows[0]["ranks"] > (os.cpu_count() or 1):
         print(f"note: {rows[0]['ranks']} ranks share {os.cpu_count()} cores here, so branches the "
               "plan runs at once cannot all compute at once: measured times exceed the model")
