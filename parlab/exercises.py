@@ -38,6 +38,9 @@ def one_of(*accepted, normalise: Callable = lambda a: str(a).strip().lower()):
     return lambda answer: normalise(answer) in wanted
 
 
+KINDS = ("compute", "design", "predict")
+
+
 @dataclass(frozen=True)
 class Exercise:
     name: str
@@ -45,6 +48,13 @@ class Exercise:
     expect: Callable[[object], bool]  # accepts(answer) -> bool; never reveals the answer
     hint_text: str = ""
     solution_text: str = ""
+    # "compute": work a quantity out; "design": choose a configuration at GPU scale, combining the
+    # chapter's ideas; "predict": predict, then run the cell after the exercise, which measures it
+    kind: str = "compute"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"exercise {self.name!r}: kind={self.kind!r} is not one of {KINDS}")
 
     def check(self, answer) -> bool:
         """Print whether `answer` is right; never the answer itself. `answer = None` (a cell's
