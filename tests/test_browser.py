@@ -23,6 +23,7 @@ import shutil
 import pytest
 
 from tools.browser import chromium, exercise_chapter, golden_mismatches, jupyterlab
+from tools.claims import unbacked_claims
 from tools.leaks import leaked_answers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -92,6 +93,8 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert golden_mismatches(stored, report["executed"]) == [], path.name
     # exercises check, never tell: no accepted answer in the chapter's markdown or outputs
     assert leaked_answers(path, report["executed"]) == [], path.name
+    # no sentence the run contradicts: every measured number the markdown states, an output holds
+    assert unbacked_claims(report["executed"]) == [], path.name
 
     assert report["panels"] >= 1, f"{path.name}: no experiment_panel with a world_size control rendered"
     assert report["before"].startswith("world_size="), report["before"][:200]

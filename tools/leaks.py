@@ -18,6 +18,9 @@ the reader compute it from numbers of its own prompt (the chapter's conventions 
 problems for that reason). Text answers
 ("bias", "backward") are not searched: a chapter names its schemes and options everywhere.
 The exercises' own cells are not read: they print the problem, which holds the numbers it needs.
+A predict-then-run exercise (`kind="predict"`) is followed by the one code cell that measures what
+the reader predicted: that cell shows its answer on purpose, after the prediction, and is not read
+for that exercise.
 """
 
 from __future__ import annotations
@@ -82,14 +85,20 @@ def leaked_answers(notebook: pathlib.Path, executed: dict) -> list[str]:
     exercises = chapter_exercises(notebook)
     names = {e.name for e in exercises}
     leaks = []
+    measured_by = None  # the predict exercise whose measuring cell comes next
     for index, cell in enumerate(executed["cells"]):
         if _is_exercise_cell(cell, names):
+            measured_by = next((e.name for e in exercises if e.kind == "predict"
+                                and f'exercise("{e.name}")' in "".join(cell.get("source", ""))), None)
             continue
+        revealing, measured_by = (measured_by if cell["cell_type"] == "code" else None), \
+            (None if cell["cell_type"] == "code" else measured_by)
         markdown = cell["cell_type"] == "markdown"
         text = "".join(cell.get("source", "")) if markdown else _output_text(cell)
         for number, unit in sorted(telling_numbers(text, 3 if markdown else 4)):
             for exercise in exercises:
-                if (notebook.stem, exercise.name, number) in COINCIDENCES:
+                if (notebook.stem, exercise.name, number) in COINCIDENCES \
+                        or exercise.name == revealing:
                     continue
                 if _accepts(exercise, number) and \
                         abs(number - _accepted_middle(exercise, number)) <= unit / 2:
