@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from parlab.models import gpt
+from parlab.models import gpt, node_limited
 from parlab.models.data import text_batch, text_max_seq_len
 from parlab.models.gpt import GPT, Block, CausalSelfAttention, GPTConfig, MLPBlock, _init_linear
 from parlab.models.moe_routing import (  # noqa: F401  (re-exported: the routing plans' old home)
@@ -52,6 +52,8 @@ class GPTMoEConfig(GPTConfig):
     moe_every: int = 1  # an MoE in blocks moe_every-1, 2·moe_every-1, ...
     expert_hidden: int = 0  # each expert's hidden width; 0: 4·n_embd (the dense MLP's)
     routing: str = "topk"  # "topk": by the router's scores; "even": fixed, balanced (`EvenPlan`)
+    expert_nodes: int = 1  # G nodes of E/G contiguous experts (node-limited routing)
+    node_limit: int = 0  # M: each token's experts on at most M nodes (DeepSeek-V3); 0: off
 
     @property
     def hidden(self) -> int:
@@ -82,6 +84,7 @@ class GPTMoEConfig(GPTConfig):
             raise ValueError(f"expert_hidden={self.expert_hidden!r} must be an int >= 0")
         if self.routing not in ROUTINGS:
             raise ValueError(f"routing={self.routing!r} must be one of {ROUTINGS}")
+        node_limited.check(self.n_experts, self.top_k, self.expert_nodes, self.node_limit)
         if self.moe_every > self.n_layer:
             raise ValueError(f"moe_every={self.moe_every} is more than n_layer={self.n_layer}: "
                              "no block would hold an MoE")
@@ -94,6 +97,7 @@ class Router(nn.Module):
     def __init__(self, cfg: GPTMoEConfig):
         super().__init__()
         self.top_k, self.n_experts, self.routing = cfg.top_k, cfg.n_experts, cfg.routing
+        self.nodes, self.node_limit = cfg.expert_nodes, cfg.node_limit
         self.gate = nn.Linear(cfg.n_embd, cfg.n_experts, bias=False)
         self.register_buffer("bias", torch.zeros(cfg.n_experts))
 
@@ -101,6 +105,9 @@ class Router(nn.Module):
         probs = F.softmax(self.gate(x), dim=-1)  # (N, E)
         if self.routing == "even":
             experts = even_experts(x.size(0), self.n_experts, self.top_k)  # (N, k) by place
+        elif self.node_limit:  # DeepSeek-V3: the top k among the experts of M nodes
+            experts = node_limited.limited_topk(probs.detach() + self.bias, self.top_k,
+                                                self.nodes, self.node_limit)  # (N, k)
         else:
             experts = torch.topk(probs.detach() + self.bias, self.top_k, dim=-1).indices  # (N, k)
         return probs, experts, probs.gather(1, experts)  # (N, E), (N, k), (N, k)
