@@ -7,7 +7,8 @@
 Each knob is a row of ToggleButtons (a click, not a drag: easy for people and for the browser
 test). On every change the output is cleared and `fn(**values)` runs again; the first line it
 shows is always the current values (`world_size=2, size_kb=64`), so a reader — and the browser
-test — can see which experiment the output belongs to. `fn` lives in the package: a notebook
+test — can see which experiment the output belongs to; after a click the second line says what
+changed from the previous setting (`changed: world_size 2 → 4`). `fn` lives in the package: a notebook
 never defines the code it runs. The panel is an extra: every notebook also prints its key
 results in plain cells.
 """
@@ -24,7 +25,15 @@ def header(values: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in ordered)
 
 
-def _capture(fn: Callable, values: dict) -> tuple[str, list[bytes]]:
+def changes(before: dict | None, after: dict) -> str:
+    """The panel's second line after a click: what changed from the previous setting
+    ("changed: world_size 1 → 2"); empty on the first run."""
+    moved = [f"{name} {before[name]} → {value}" for name, value in after.items()
+             if before is not None and before.get(name) != value]
+    return f"changed: {', '.join(moved)}" if moved else ""
+
+
+def _capture(fn: Callable, values: dict, previous: dict | None = None) -> tuple[str, list[bytes]]:
     """Run fn(**values); return what it printed and PNGs of the figures it drew.
 
     The panel fills its Output by setting the output list, not with `with output:`. Capturing
@@ -42,6 +51,8 @@ def _capture(fn: Callable, values: dict) -> tuple[str, list[bytes]]:
     buffer = io.StringIO()
     with plt.ioff(), contextlib.redirect_stdout(buffer):
         print(header(values))
+        if changes(previous, values):
+            print(changes(previous, values))
         try:
             fn(**values)
         except Exception as err:  # noqa: BLE001 - show it in the panel, keep the panel alive
@@ -75,6 +86,7 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
     output = w.Output()
     output.add_class("parlab-output")
     following = []  # non-empty while `follow` sets buttons: their changes do not re-run
+    shown = []  # the values of the experiment the output shows now
 
     def apply_follow():
         if follow is None:
@@ -92,7 +104,8 @@ def experiment_panel(fn: Callable, controls: dict[str, list], run_now: bool = Tr
             return
         apply_follow()
         values = {name: b.value for name, b in buttons.items()}
-        text, images = _capture(fn, values)
+        text, images = _capture(fn, values, shown[-1] if shown else None)
+        shown[:] = [values]
         output.outputs = ()
         output.append_stdout(text)
         for png in images:

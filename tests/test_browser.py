@@ -99,14 +99,19 @@ def test_chapter_runs_in_jupyterlab(lab_and_browser, path):
     assert report["panels"] >= 1, f"{path.name}: no experiment_panel with a world_size control rendered"
     assert report["before"].startswith("world_size="), report["before"][:200]
     assert report["clicked"] is not None, f"{path.name}: the world_size control offers a single value"
+    assert int(report["clicked"]) >= 2, f"{path.name}: clicked world_size={report['clicked']}"
     first_before, _, body_before = report["before"].partition("\n")
     first_after, _, body_after = report["after"].partition("\n")
     assert first_after.startswith(f"world_size={report['clicked']}"), first_after
+    changed, _, body_after = body_after.partition("\n")  # the panel says what the click changed
+    assert changed.startswith("changed: world_size "), f"{path.name}: {changed!r}"
     assert first_after.split(",")[0] != first_before.split(",")[0], (first_before, first_after)
     assert body_after != body_before, f"{path.name}: the panel shows the same result after the click"
     if report["figures_before"]:  # a panel that draws must redraw: a stale figure beside new text
         assert report["figures_after"] and report["figures_after"] != report["figures_before"], \
             f"{path.name}: the panel's figure did not change after the click"
+    assert report["figures_outside"] == 0, \
+        f"{path.name}: {report['figures_outside']} figure(s) in the panel's cell outside the panel"
     assert not _panel_errors(report["before"]) and not _panel_errors(report["after"]), \
         f"{path.name}: the panel's experiment failed: {_panel_errors(report['before'] + report['after'])}"
     assert (SCREENSHOTS / f"{path.stem}.png").stat().st_size > 10_000
@@ -120,8 +125,9 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
     """The checks above can fail, and a plot-only panel works: one notebook (one kernel) for both.
 
     A panel whose experiment only draws a figure is redrawn for the clicked world size (not blank:
-    that is what parlab.widgets guards against); a cell that raises is reported as the error it
-    is, and the cell after it stays unexecuted.
+    that is what parlab.widgets guards against) and says what changed; a figure the cell draws
+    outside the panel is counted (the chapters' test fails on it); a cell that raises is reported
+    as the error it is, and the cell after it stays unexecuted.
     """
     import nbformat
 
@@ -134,7 +140,9 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
                     "import parlab\n"
                     "from parlab.core.explore import draw_ring_schedule\n"
                     "from parlab.widgets import experiment_panel\n"
-                    "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2);"),
+                    "import matplotlib.pyplot as plt\n"
+                    "experiment_panel(draw_ring_schedule, {'world_size': [2, 3, 4]}, world_size=2)\n"
+                    "plt.plot([0, 1]); plt.show()  # drawn outside the panel: stale after a click"),
                 nbformat.v4.new_code_cell("parlab.run('no-such-scheme')"),
                 nbformat.v4.new_code_cell("print('not reached')")]
     nbformat.write(nb, WORK / "notebooks" / "harness.ipynb")
@@ -148,6 +156,8 @@ def test_harness_sees_a_failing_cell_and_a_redrawn_plot(lab_and_browser):
     assert report["panels"] == 1 and report["clicked"] == "3", report
     assert report["after"].startswith("world_size=3") and report["after"] != report["before"]
     assert report["images"] == 1 and report["blank_plots"] == 0, report
+    assert report["after"].splitlines()[1] == "changed: world_size 2 → 3", report["after"]
+    assert report["figures_outside"] == 1, report  # the figure the cell drew outside the panel
 
 
 @FIRST_SHARD

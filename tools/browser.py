@@ -309,11 +309,12 @@ def _open_with_idle_kernel(page, lab: Lab, relpath: str, code_cells: int, timeou
 def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                      run_timeout: float = 450.0, rerun_timeout: float = 120.0) -> dict:
     """Open a notebook, Run All Cells, then move the first panel's world size to the smallest other
-    value.
+    value of 2 or more.
 
     Returns what happened: {"seconds", "errors": [...], "prompts", "panels", "before", "after",
     "clicked", "images" and "blank_plots" (all and flat images in the panel after the click),
     "figures_before" and "figures_after" (digests of the panel's images around the click),
+    "figures_outside" (images in the panel's cell outside the panel, after the click),
     "screenshot"}.
     Raises TimeoutError when the notebook or the panel never settles.
     """
@@ -330,7 +331,7 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
                   and "[*]:" not in s["prompts"] and s, run_timeout, "all cells to run")
     report = {"errors": list(state["errors"]), "prompts": state["prompts"], "panels": 0,
               "before": None, "after": None, "clicked": None, "images": 0, "blank_plots": 0,
-              "figures_before": [], "figures_after": [],
+              "figures_before": [], "figures_after": [], "figures_outside": 0,
               "screenshot": str(screenshot), "executed": None}
     if not report["errors"]:  # save what Run All produced: its golden cells are checked from it
         report["executed"] = _save(page, lab.root_dir / relpath, code_cells)
@@ -346,9 +347,11 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
         output = panel.locator(".parlab-output")
         report["before"] = _panel_text(output)
         report["figures_before"] = image_digests(output)
-        # the smallest other world size: a real re-run with other values, and the cheapest one
-        # (four ranks on two cores can take minutes in a chapter that is light at two)
-        others = sorted((label for label in labels if label != active),
+        # the smallest other world size of 2 or more: a real re-run with other values that shows
+        # several ranks at work (world size 1 sends nothing), and the cheapest such one (four ranks
+        # on two cores can take minutes in a chapter that is light at two)
+        others = sorted((label for label in labels if label != active
+                         and not (label.isdigit() and int(label) < 2)),
                         key=lambda label: (not label.isdigit(), int(label) if label.isdigit() else 0))
         target = others[0] if others else None
         if target is not None:
@@ -368,6 +371,10 @@ def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
             report["images"] = output.locator("img").count()
             report["figures_after"] = image_digests(output)
             report["blank_plots"] = blank_images(output)
+            # a figure drawn outside the panel's output stays behind, stale, after the click
+            report["figures_outside"] = panel.evaluate(
+                """e => [...e.closest('.jp-Cell').querySelectorAll('.jp-OutputArea img')]
+                       .filter(i => !i.closest('.parlab-panel')).length""")
             report["errors"] += page.evaluate(_NOTEBOOK_STATE_JS)["errors"][len(state["errors"]):]
         panel.evaluate("e => e.closest('.jp-Cell').scrollIntoView({block: 'start'})")  # its code, then it
     screenshot.parent.mkdir(parents=True, exist_ok=True)
