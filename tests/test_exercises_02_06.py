@@ -24,9 +24,12 @@ RIGHT = {
     tp_exercises: {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
         "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
-        "sp-bytes-ratio": 1.25,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 40 * 4,     # C = 40
         "balanced-reshard": 4096 * 4096,
+        # C where 72C²/F·(1/8 − 1/16) = 8C·(1.875/β_IB − 1.75/β_NV): NDR 50 GB/s, NVLink 4 450 GB/s
+        "tp-past-node-width": 128 * (1.875 / 50e9 - 1.75 / 450e9) * 400e12 / 72,
+        # comm 4·1.75·2C/β ÷ (72C²/(8F) + comm), C = 8,192, H100: 400 TFLOP/s, 450 GB/s
+        "tp-exposed-mfu": 0.2549 / (1.5099 + 0.2549),
     },
     pp_exercises: {
         "gpipe-bubble-gpu": 15 / 79,                    # (p-1)/(m+p-1), p=16, m=64

@@ -151,11 +151,14 @@ def test_when_to_use_follows_the_numbers_it_is_given():
     """Chapter 03's verdict (explore.summary): each direction flips when its inputs flip."""
     from parlab.tensor_parallel.explore.summary import when_to_use_lines
 
-    def links(best_nvlink):
-        row = lambda best: {"best": best, "base": 1, "best_ms": 1.0, "base_ms": 2.0}  # noqa: E731
-        return {"1GbE ÷100 (teaching preset)": row(1), "NVLink ÷100 (teaching preset)": row(best_nvlink)}
+    def domain(past_ms):
+        rows = [{"tp": 1, "measured_ms": 40.0, "estimate_ms": 40.0},
+                {"tp": 8, "measured_ms": 8.0, "estimate_ms": 7.0},
+                {"tp": 16, "measured_ms": past_ms, "estimate_ms": past_ms}]
+        for row in rows:
+            row["speedup"] = 40.0 / row["measured_ms"]
+        return rows
 
-    shape = {"batch_rows": 2, "seq_len": 4, "n_embd": 8}
     memory = [{"tp": 2, "measured_bytes": 100, "sequence_parallel": False, "regather": True},
               {"tp": 2, "measured_bytes": 80, "sequence_parallel": True, "regather": True}]
     timing = [{"tp": 1, "link": "NVLink", "clock": "A100", "measured_ms": 10.0, "predicted_ms": 10.0,
@@ -163,28 +166,27 @@ def test_when_to_use_follows_the_numbers_it_is_given():
               {"tp": 2, "link": "NVLink", "clock": "A100", "measured_ms": 30.0, "predicted_ms": 25.0,
                "of_which_comm_ms": 20.0}]
     rows = [{"scheme": "tp-sp:algo=ring", "step_ms": 12.0}, {"scheme": "tp-sp:async_tp", "step_ms": 10.0}]
-    lines = when_to_use_lines(1e9, [(shape, links(4))], timing, memory, 1.3, rows, speedup_vs_preset=30.0)
+    lines = when_to_use_lines(domain(16.0), timing, memory, 1.3, rows)
     assert lines[0] == "When to use it (from this run):" and len(lines) == 5
-    assert "pays on NVLink ÷100 (tp=4, 2.0× faster); never on 1GbE ÷100" in lines[1]
+    assert "tp=8 ran 5.00× tp=1's speed" in lines[1] and "tp=16 across nodes took 2.00×" in lines[1]
+    assert "keep tp ≤ the GPUs of one node" in lines[1]
     assert "3.00× tp=1's step — slower" in lines[2] and "80% of the predicted step" in lines[2]
-    assert "30× further ahead" in lines[2]
     assert "0.80× tp's activations (20% less" in lines[3] and "1.30× tp's bytes" in lines[3]
     assert "1.20× its throughput — faster" in lines[4]
 
     timing[1]["measured_ms"] = 5.0
     memory[1]["measured_bytes"] = 120
     rows[1]["step_ms"] = 15.0
-    flipped = when_to_use_lines(1e9, [(shape, links(1))], timing, memory, 1.3, rows)
-    assert "pays on no link; never on 1GbE ÷100, NVLink ÷100" in flipped[1]
+    flipped = when_to_use_lines(domain(5.0), timing, memory, 1.3, rows)
+    assert "tp=16 across nodes took 0.62×" in flipped[1] and "still paid past the node" in flipped[1]
     assert "0.50× tp=1's step — faster" in flipped[2]
     assert "did not pay here: tp-sp held 1.20× tp's activations" in flipped[3]
     assert "0.80× its throughput — not faster" in flipped[4]
     # slower with little communication: the operators every rank runs whole, not the link
     timing[1].update(measured_ms=12.0, of_which_comm_ms=0.5)
-    launch_bound = when_to_use_lines(1e9, [(shape, links(1))], timing, memory, 1.3, rows,
-                                     speedup_vs_preset=30.0)
+    launch_bound = when_to_use_lines(domain(16.0), timing, memory, 1.3, rows)
     assert "1.20× tp=1's step — slower, though the all-reduces are only 2%" in launch_bound[2]
-    assert "not the link" in launch_bound[2] and "further ahead" not in launch_bound[2]
+    assert "not the link" in launch_bound[2]
     # a run at one degree measures no tp step and no sequence-parallel saving: those lines drop
-    one = when_to_use_lines(1e9, [(shape, links(1))], timing[:1], memory[:1], float("nan"), [])
-    assert len(one) == 2
+    one = when_to_use_lines(domain(16.0)[:1], timing[:1], memory[:1], float("nan"), [])
+    assert len(one) == 1

@@ -1,6 +1,8 @@
 """Chapter 03's exercises (`parlab.exercises`): GPU-scale worked problems (Megatron-LM's
-f and g, Korthikanti et al.'s activation count, our even-split resharding) and runs on this
-machine; each check says right or wrong, never the answer.
+f and g, Korthikanti et al.'s activation count, our even-split resharding), two design problems at
+GPU scale (how wide a model must be for TP to pay past the NVLink domain; the MFU that exposed TP
+communication costs) and one predict-then-run (the ledger's bytes); each check says right or
+wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -39,22 +41,15 @@ EXERCISES = [
              "5as/h = 5 · 96 · 2,048 / 12,288 = 80.",
              "sbh = 25.2 M; (34 + 80) / 8 = 14.25; 25.2 M · 14.25 = 358.6 MB (without SP: "
              "sbh(10 + 24/8 + 80/8) = 578.8 MB)."),
-    Exercise("sp-bytes-ratio",
-             "With the re-gathering backward (regather=True) and leaving out the small all-reduce "
-             "of replicated gradients, what is tp-sp's bytes per step divided by tp's, at any tp?",
-             numeric(1.25, rtol=0.005),
-             "Forward: the same bytes. Backward: the same plus 2 all-gathers per block; an "
-             "all-gather sends half of what an all-reduce sends.",
-             "tp: 4 all-reduces = 8 halves per block. tp-sp: 8 halves + 2 all-gathers = 10 halves: "
-             "10/8 = 1.25 (the ledger's 1.27 adds the gradient all-reduce)."),
     Exercise("tp-forward-bytes",
-             "Predict, then measure: how many bytes does rank 0 send in `tp-forward` per step at "
-             "tp = 2 for the GPT of width C = 40 (model_config={'n_embd': 40}; 4 blocks, T = 32) "
-             "and the default batch of 12 rows? Measure it afterwards with parlab.run('tp', "
-             "world_size=2, steps=1, model_config={'n_embd': 40}).bytes_per_rank(phase='tp-forward')[0].",
+             "Predict, then run the next cell, which measures it: how many bytes does rank 0 send "
+             "in `tp-forward` per step at tp = 2 for the GPT of width C = 40 "
+             "(model_config={'n_embd': 40}; 4 blocks, T = 32) and the default batch of 12 rows, "
+             "fp32? (The cell runs parlab.run('tp', world_size=2, steps=1, "
+             "model_config={'n_embd': 40}) and reads its ledger.)",
              numeric(_forward_bytes(2), rtol=0, atol=0.5),
              "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
-             "blocks · 2 · 2(N−1)/N · B·T·C · 4 B."),
+             "blocks · 2 · 2(N−1)/N · B·T·C · 4 B.", kind="predict"),
     Exercise("balanced-reshard",
              "A (4096, 4096) fp32 tensor replicated on 4 source ranks is needed replicated on 4 "
              "destination ranks. With our even split (method='even-split': each replicated cell cut "
@@ -65,6 +60,37 @@ EXERCISES = [
              "replicas split the cells between them.",
              "The 64 MiB tensor leaves the sources once, split over 4 replicas: 16 MiB each "
              "(send-recv: one source sends it to all 4 destinations, 256 MiB)."),
+    Exercise("tp-past-node-width",
+             "Design: DGX H100 nodes of 8 (NVLink 4: 450 GB/s per direction inside a node, NDR "
+             "InfiniBand: 50 GB/s per GPU between nodes), 400 TFLOP/s sustained per GPU, bf16 "
+             "activations (2 B). A GPT block costs 6·B·T·12C² FLOPs per step, split tp ways, and "
+             "4 ring all-reduces of B·T·C elements, each paced by the slowest link its ring "
+             "crosses (ignore α). tp = 8 stays in one node; tp = 16 spans two. From what hidden "
+             "width C on does tp = 16 give the shorter block time? (a number of channels)",
+             numeric(16 * 4 * 2 * (2 * 15 / 16 / 50e9 - 2 * 7 / 8 / 450e9) * 400e12 / 72,
+                     rtol=0.03),
+             "Per token, compute is 72C²/(tp·F) and communication 4 · 2(N−1)/N · C · 2 B / β. "
+             "Set tp = 16's total equal to tp = 8's and solve for C: the C² terms differ by "
+             "72C²/F · (1/8 − 1/16).",
+             "72C²/F · (1/8 − 1/16) = 8C · (1.875/β_IB − 1.75/β_NV)  ⇒  "
+             "C = 16 · 8 · (1.875/50e9 − 1.75/450e9) · 400e12 / 72 ≈ 23,900 channels: wider than "
+             "any model trained so far (Llama 3 405B: 16,384), which is why TP stays inside the "
+             "NVLink domain (Narayanan et al., SC 2021, §3).", kind="design"),
+    Exercise("tp-exposed-mfu",
+             "Design: a GPT block of width C = 8,192 at tp = 8 on one DGX H100 node (NVLink 4: "
+             "450 GB/s per direction, 400 TFLOP/s sustained per GPU, bf16 activations of 2 B). "
+             "Compute is 6·B·T·12C²/tp FLOPs per block and step, and the 4 ring all-reduces of "
+             "B·T·C elements are not overlapped with it (ignore α). What fraction of the block's "
+             "time is exposed communication — the share of MFU it loses? (a fraction, 0 to 1)",
+             numeric((4 * 2 * 7 / 8 * 8192 * 2 / 450e9)
+                     / (72 * 8192 ** 2 / 8 / 400e12 + 4 * 2 * 7 / 8 * 8192 * 2 / 450e9),
+                     rtol=0.02),
+             "Work per token: compute 72C²/(tp·F) seconds, communication 4 · 2(N−1)/N · C · 2 B / β; "
+             "the fraction is comm ÷ (compute + comm).",
+             "compute 72 · 8,192² / 8 / 400e12 = 1.51 µs per token; communication 4 · 1.75 · "
+             "16,384 B / 450e9 = 0.255 µs; 0.255 / 1.765 ≈ 0.144: about a seventh of the MFU, "
+             "which overlapping (async TP, section 7) or sequence parallelism's smaller per-op "
+             "messages try to win back.", kind="design"),
 ]
 
 

@@ -177,7 +177,7 @@ def memory_rows(world_size: int) -> list[dict]:
 
 def panel(world_size: int, link: str, sp: bool, steps: int = 2, clock: str = "A100") -> None:
     """Widget callback: tp or tp-sp on `world_size` ranks over `link`, against single, on `clock`
-    (paced A100 time on the real link by default; "wall": this CPU, raw, the teaching preset)."""
+    (paced time of that accelerator on the real link: "NVLink" is its own generation)."""
     import parlab
 
     scheme = "tp-sp" if sp else "tp"

@@ -1,5 +1,6 @@
 """Figures of chapter 03: the matmul split by columns and by rows (Megatron-LM, Shoeybi et al.
-2019, Fig. 3) and when tensor parallelism pays off (compute ÷ tp against all-reduce time).
+2019, Fig. 3) and section 10's paced steps inside and past the NVLink domain (Narayanan et al.,
+SC 2021, §3).
 """
 
 from __future__ import annotations
@@ -48,59 +49,24 @@ def draw_matmul_splits(tp: int = 2):
     return fig
 
 
-# part 10's two models (the chapter's tiny GPT, then a wider one), read by its when-to-use verdict
-TINY_MODEL = {"batch_rows": 12, "seq_len": 32, "n_embd": 32}
-WIDE_MODEL = {"batch_rows": 8, "seq_len": 1024, "n_embd": 1024}
-TEACHING_LINKS = ("1GbE", "10GbE", "100Gb-IB", "NVLink")
-
-
-def degree_times(batch_rows: int, seq_len: int, n_embd: int, flops_per_s: float,
-                 links=TEACHING_LINKS, degrees=(1, 2, 4, 8)) -> dict[str, dict]:
-    """Per link (the teaching presets, `parlab.core.link.PRESETS`): the predicted ms per block and
-    step at each tp degree (`cost.block_times`: matmul compute ÷ tp plus 4 all-reduces), and the
-    fastest degree. {link name: {"ms": [per degree], "best": degree, "best_ms", "base_ms"}}."""
-    from parlab.core.link import PRESETS
-    from parlab.tensor_parallel.cost import block_times
-
-    out = {}
-    for name in links:
-        link = PRESETS[name]
-        total = [sum(block_times(batch_rows, seq_len, n_embd, t, flops_per_s, link.latency_s,
-                                 link.bandwidth_Bps).values()) * 1e3 for t in degrees]
-        best = min(range(len(degrees)), key=total.__getitem__)
-        out[link.name] = {"ms": total, "best": degrees[best], "best_ms": total[best],
-                          "base_ms": total[0], "base": degrees[0]}
-    return out
-
-
-def when_tp_pays(batch_rows: int = TINY_MODEL["batch_rows"], seq_len: int = TINY_MODEL["seq_len"],
-                 n_embd: int = TINY_MODEL["n_embd"],
-                 links=TEACHING_LINKS, degrees=(1, 2, 4, 8), flops_per_s: float | None = None):
-    """Predicted per-block time: matmul compute ÷ tp plus 4 all-reduces on each link; prints,
-    per link, the fastest degree computed from the same numbers the figure draws."""
+def domain_figure(rows: list[dict]):
+    """Section 10's runs: measured step (bars) and the α-β estimate (black ticks) per tp degree,
+    the bars past one node in red (`explore.nvlink_domain.domain_rows`)."""
     import matplotlib.pyplot as plt
 
-    from parlab.core.link import cpu_flops
-    from parlab.tensor_parallel.cost import block_times
+    from parlab.tensor_parallel.explore.nvlink_domain import PER_NODE, PRESET
 
-    flops = flops_per_s or cpu_flops()  # this machine's rate, measured once per run (parlab.core.link)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    verdicts = []
-    for name, row in degree_times(batch_rows, seq_len, n_embd, flops, links, degrees).items():
-        ax.plot(degrees, row["ms"], "o-", label=f"compute + comm, {name}")
-        verdicts.append(f"{name}: tp={row['best']} fastest ({row['best_ms']:.3g} ms vs "
-                        f"{row['base_ms']:.3g} ms at tp={row['base']})" if row["best"] > row["base"] else
-                        f"{name}: tp>1 never pays (tp={row['base']}: {row['base_ms']:.3g} ms)")
-    print(f"B={batch_rows}, T={seq_len}, C={n_embd} at {flops / 1e9:.1f} GFLOP/s (measured here, "
-          f"this run) — " + "; ".join(verdicts))
-    compute = [block_times(batch_rows, seq_len, n_embd, t, flops, 0, 1)["compute_s"] * 1e3
-               for t in degrees]
-    ax.plot(degrees, compute, "k--", label="compute only (÷ tp)")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("tp degree")
-    ax.set_ylabel("ms per block and step")
-    ax.set_title(f"When TP pays: B={batch_rows}, T={seq_len}, C={n_embd}, "
-                 f"{flops / 1e9:.1f} GFLOP/s measured on this machine this run")
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    xs = range(len(rows))
+    ax.bar(xs, [r["measured_ms"] for r in rows],
+           color=["#C44E52" if r["tp"] > PER_NODE else "#4C72B0" for r in rows],
+           label="measured (paced); red: the ring crosses InfiniBand")
+    ax.plot(xs, [r["estimate_ms"] for r in rows], "k_", markersize=22, mew=2,
+            label="α-β estimate")
+    ax.set_xticks(list(xs), [f"tp={r['tp']}\n{r['nodes']} node{'s' if r['nodes'] > 1 else ''}"
+                             for r in rows])
+    ax.set_ylabel(f"ms per step ({rows[0]['clock']})")
+    ax.set_title(f"{PRESET}, one block: TP inside and past one node of {PER_NODE}")
     ax.legend(fontsize="small")
-    return fig, flops
+    plt.tight_layout()
+    return fig

@@ -14,6 +14,24 @@ PAIRS = [("row", "col"), ("replicated", "row"), ("row", "replicated"),
 
 
 # ----------------------------------------------------------------------------- resharding
+def reshard_link(link):
+    """The link the resharding runs on: a name of `parlab.core.link.REAL` is that real link,
+    undilated (`parlab.core.link.real`: "1GbE" is α = 50 µs, β = 125 MB/s); anything else as
+    `parlab.core.link.resolve` reads it (a Link, None)."""
+    from parlab.core.link import REAL, real, resolve
+
+    return real(link) if isinstance(link, str) and link in REAL else resolve(link)
+
+
+def clock_line(link) -> str:
+    """What clock and link the resharding cells run on, for them to print (chapter 03's one
+    exception to its paced clock)."""
+    link = reshard_link(link)
+    return ("clock: this CPU's wall clock, on purpose (real concurrent sends between processes); "
+            f"link: {link if link else 'loopback, no emulated delay'}"
+            + (", emulated on loopback" if link else ""))
+
+
 def reshard_worker(rank, world_size, shape, pairs, methods, repeats, link, ordered=False):
     """Sources ranks [0, m), destinations [m, N), m = N/2; every pair and method, `repeats`
     times. Returns this rank's seconds and sent / received elements per (pair, method)."""
@@ -62,11 +80,10 @@ def reshard_experiment(world_size: int = 4, shape=(128, 128), link=None, pairs=P
     a time in plan order, a hop starting when both ends reach it (`reshard._run_ordered`: Alpa's
     runtime, where the send order matters); the default issues everything at once."""
     from parlab.core.launch import launch
-    from parlab.core.link import resolve
     from parlab.tensor_parallel import reshard
 
     methods = methods or reshard.METHODS
-    link = resolve(link)
+    link = reshard_link(link)
     outs = launch(reshard_worker, world_size, tuple(shape), list(pairs), list(methods), repeats,
                   link, ordered, link=link)
     m = world_size // 2
@@ -100,10 +117,9 @@ def explain_reshard(rows: list[dict], shape=(128, 128), world_size: int = 4, lin
     and the chain's fill (one chunk per extra hop), each priced at the link's α and β. Where its
     plan is send-recv's own and the two differ by more than 10% either way, why from the repeats
     (`_same_plan_diagnosis`)."""
-    from parlab.core.link import resolve
     from parlab.tensor_parallel import reshard
 
-    link = resolve(link)
+    link = reshard_link(link)
     m = world_size // 2
     src, dst = list(range(m)), list(range(m, world_size))
     for row in rows:

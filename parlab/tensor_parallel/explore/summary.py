@@ -1,7 +1,7 @@
 """Chapter 03's "When to use it (from this run)": when tensor parallelism, sequence parallelism and
 async TP pay, each verdict computed from numbers the notebook's run already made — part 10's
-per-link fastest degree (`explore.figures.degree_times`, `cost.block_times`: Megatron-LM, Shoeybi
-et al. 2019, §3), part 7's paced step at tp = 1 and tp = N, part 6's measured activations beside
+paced runs at Megatron-LM's 7.5B shapes inside and past one node (`explore.nvlink_domain`:
+Narayanan et al., SC 2021, §3), part 7's paced step at tp = 1 and tp = N, part 6's measured activations beside
 the closed-form bytes (sequence parallelism, Korthikanti et al., MLSys 2023), part 7's async TP
 rows (Wang et al., ASPLOS 2023).
 """
@@ -9,45 +9,41 @@ rows (Wang et al., ASPLOS 2023).
 from __future__ import annotations
 
 
-def _short(link_name: str) -> str:
-    """'NVLink ÷100 (teaching preset)' -> 'NVLink ÷100'."""
-    return link_name.split(" (")[0]
+def degree_line(domain: list[dict], tolerance: float = 0.05) -> str | None:
+    """Where TP itself pays, from section 10's runs at a real model's shapes
+    (`explore.nvlink_domain.domain_rows`): the speed-up of the largest degree inside one node over
+    tp = 1, and the first degree past the node against it; None without both."""
+    from parlab.tensor_parallel.explore.nvlink_domain import PER_NODE, verdict
+
+    by_tp = {row["tp"]: row for row in domain}
+    inside = max((tp for tp in by_tp if 1 < tp <= PER_NODE), default=None)
+    if 1 not in by_tp or inside is None:
+        return None
+    v = verdict(domain, tolerance)
+    line = (f"- TP inside the NVLink domain at a real width (section 10, paced): tp={inside} ran "
+            f"{by_tp[inside]['speedup']:.2f}× tp=1's speed in one node")
+    if v["holds"] is None:
+        return line
+    past = min(tp for tp in by_tp if tp > PER_NODE)
+    return line + (f"; tp={past} across nodes took {v['ratio']:.2f}× tp={inside}'s step — "
+                   + ("keep tp ≤ the GPUs of one node, and grow with pipeline or data "
+                      "parallelism past it" if v["holds"] else
+                      "here it still paid past the node: the ring's bytes were small beside "
+                      "compute ÷ tp at this width"))
 
 
-def _shape(shape: dict) -> str:
-    return f"C={shape['n_embd']} (B={shape['batch_rows']}, T={shape['seq_len']})"
-
-
-def degree_line(by_shape: list[tuple[dict, dict]], flops_per_s: float) -> str:
-    """Where TP itself pays, per model shape: the links on which a degree above 1 is fastest (with
-    that degree and its gain) and those on which it never pays. `by_shape`: [(shape, the
-    `explore.figures.degree_times` of that shape)]."""
-    parts = []
-    for shape, links in by_shape:
-        pays = [f"{_short(name)} (tp={row['best']}, {row['base_ms'] / row['best_ms']:.1f}× faster)"
-                for name, row in links.items() if row["best"] > row["base"]]
-        never = [_short(name) for name, row in links.items() if row["best"] <= row["base"]]
-        parts.append(f"{_shape(shape)}: pays on " + (", ".join(pays) if pays else "no link")
-                     + ("; never on " + ", ".join(never) if never else ""))
-    return ("- TP itself while compute ÷ tp saves more than 4 all-reduces of B·T·C per block cost "
-            f"(section 10, this machine's {flops_per_s / 1e9:.1f} GFLOP/s): " + "; ".join(parts)
-            + " — compute grows as C², bytes as C, so a wider model pays on slower links")
-
-
-def measured_line(timing: list[dict], speedup_vs_preset: float | None = None) -> str | None:
+def measured_line(timing: list[dict]) -> str | None:
     """Section 7's paced step at tp = N against tp = 1 on one link: faster or slower, computed; None
-    when the run measured one degree only. `speedup_vs_preset`: the paced accelerator's FLOP/s over
-    this CPU's, divided by the teaching presets' link scale — above 1, the accelerator on the real
-    link is more link-bound than this CPU on a preset, which explains a width that pays in section
-    10 and not here. When the all-reduces are under half the predicted step the link is not why:
-    the line names the operators every rank runs whole (launch-bound on an accelerator)."""
+    when the run measured one degree only. When the all-reduces are under half the predicted step
+    the link is not why: the line names the operators every rank runs whole (launch-bound on an
+    accelerator)."""
     by_tp = {row["tp"]: row for row in timing}
     if len(by_tp) < 2:
         return None
     one, n = by_tp[min(by_tp)], by_tp[max(by_tp)]
     ratio = n["measured_ms"] / one["measured_ms"]
     share = n["of_which_comm_ms"] / n["predicted_ms"] if n["predicted_ms"] else 0.0
-    head = (f"- measured here (section 7, {n['link']}, {n['clock']}): the chapter's GPT at "
+    head = (f"- the chapter's tiny GPT (section 7, {n['link']}, {n['clock']}): "
             f"tp={max(by_tp)} took {ratio:.2f}× tp={min(by_tp)}'s step — ")
     if ratio < 1:
         return head + f"faster: TP pays at this width on this link ({share:.0%} of the model's step is comm)"
@@ -59,12 +55,7 @@ def measured_line(timing: list[dict], speedup_vs_preset: float | None = None) ->
                        "fixed cost (a kernel launch on an accelerator: a model this narrow is "
                        "launch-bound), so dividing the FLOPs by tp does not divide the step; "
                        + advice)
-    why = ""
-    if speedup_vs_preset is not None:
-        why = (f" (the accelerator's compute is {speedup_vs_preset:.0f}× further ahead of this CPU's "
-               "than the real link is of its ÷100 preset: more link-bound than section 10's line)"
-               if speedup_vs_preset > 1 else "")
-    return head + (f"slower: the all-reduces are {share:.0%} of the predicted step{why}, so TP does "
+    return head + (f"slower: the all-reduces are {share:.0%} of the predicted step, so TP does "
                    "not pay for a model this narrow; " + advice)
 
 
@@ -103,30 +94,21 @@ def async_line(async_rows: list[dict]) -> str | None:
             f"{gain:.2f}× its throughput — {verdict}")
 
 
-def when_to_use_lines(flops_per_s: float, by_shape: list[tuple[dict, dict]], timing: list[dict],
-                      memory: list[dict], bytes_ratio: float, async_rows: list[dict],
-                      speedup_vs_preset: float | None = None) -> list[str]:
+def when_to_use_lines(domain: list[dict], timing: list[dict], memory: list[dict],
+                      bytes_ratio: float, async_rows: list[dict]) -> list[str]:
     """The verdict's lines (header first), each from this run's numbers; lines whose numbers the
     run did not make are left out."""
-    lines = [degree_line(by_shape, flops_per_s), measured_line(timing, speedup_vs_preset),
-             sp_line(memory, bytes_ratio), async_line(async_rows)]
+    lines = [degree_line(domain), measured_line(timing), sp_line(memory, bytes_ratio),
+             async_line(async_rows)]
     return ["When to use it (from this run):"] + [line for line in lines if line]
 
 
-def when_to_use(flops_per_s: float, timing: list[dict], memory: list[dict], async_rows: list[dict],
-                world_size: int, clock: str = "A100") -> None:
-    """Print the chapter's "When to use it (from this run)": part 10's fastest degrees for the tiny
-    and the wide model (recomputed from the same closed form at the run's measured FLOP/s), part 7's
-    steps on `clock` (an accelerator's paced time, or "wall"), part 6's activations beside the
-    closed-form bytes ratio, the async TP rows."""
-    from parlab.core.link import ACCELERATORS, PRESET_SCALE
+def when_to_use(domain: list[dict], timing: list[dict], memory: list[dict], async_rows: list[dict],
+                world_size: int) -> None:
+    """Print the chapter's "When to use it (from this run)": section 10's paced real-scale degrees,
+    section 7's steps, section 6's activations beside the closed-form bytes ratio, the async TP
+    rows."""
     from parlab.tensor_parallel.explore import sp_vs_tp_bytes
-    from parlab.tensor_parallel.explore.figures import TINY_MODEL, WIDE_MODEL, degree_times
 
-    by_shape = [(shape, degree_times(**shape, flops_per_s=flops_per_s))
-                for shape in (TINY_MODEL, WIDE_MODEL)]
     ratio = sp_vs_tp_bytes(world_size)["ratio"] if world_size > 1 else float("nan")
-    speedup = (ACCELERATORS[clock].flops / flops_per_s / PRESET_SCALE if clock in ACCELERATORS
-               else None)
-    print("\n".join(when_to_use_lines(flops_per_s, by_shape, timing, memory, ratio, async_rows,
-                                       speedup)))
+    print("\n".join(when_to_use_lines(domain, timing, memory, ratio, async_rows)))
