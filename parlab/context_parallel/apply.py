@@ -8,7 +8,9 @@ composed plans (`parlab.planner.compose`) both call `apply_cp`:
   round the ring in forward, dK/dV back in backward (`ring_attention`); `recompute` keeps no
   remote block and fetches them again in backward (`ring_recompute`);
 - Ulysses (Jacobs et al., "DeepSpeed Ulysses", 2023): all-to-all from sequence shards to head
-  shards and back (`ulysses`).
+  shards and back (`ulysses`);
+- all-gather (Llama 3, Dubey et al. 2024, §3.3.2): gather K and V, attend locally, reduce-scatter
+  dK, dV (`allgather_attention`).
 
 Layouts (`ring_attention.LAYOUTS`): contiguous chunks, or zigzag — chunks r and 2cp−1−r, which
 balances the causal work (Llama 3, Dubey et al. 2024, §3.3.2); the planner uses ring + zigzag.
@@ -19,12 +21,13 @@ from __future__ import annotations
 from functools import partial
 
 from parlab.context_parallel import ring_attention as ring
+from parlab.context_parallel.allgather_attention import allgather_attention
 from parlab.context_parallel.ring_recompute import ring_attention_recompute
 from parlab.context_parallel.ulysses import ulysses_attention
 from parlab.core.mesh import Mesh
 from parlab.models.gpt import GPT
 
-METHODS = ("ring", "ulysses")
+METHODS = ("ring", "ulysses", "allgather")
 
 
 def make_attention(method: str, comm, layout: str, seq_len: int, work: list | None = None,
@@ -40,6 +43,8 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
     elif method == "ring":
         fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work,
                      chunks=chunks)
+    elif method == "allgather":
+        fn = partial(allgather_attention, comm=comm, positions=positions, causal=True)
     else:
         fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
     return fn, positions

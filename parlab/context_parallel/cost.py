@@ -7,7 +7,8 @@ work per ring step, and the latent-parallel serving traffic.
   (`ring_recompute_bytes`). Causal work per rank and ring step, contiguous or zig-zag (Brandon et
   al. 2023; Llama 3 §3.3.2): `causal_work`, `critical_path`.
 * Ulysses (Jacobs et al. 2023, §3.1): 4 all-to-alls per layer forward and 4 backward, each
-  sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (`ulysses_bytes`).
+  sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (`ulysses_bytes`). All-gather (Llama 3 §3.3.2):
+  `allgather_bytes`; Ulysses × ring (USP, Fang & Zhao 2024): `usp_bytes`.
 * Serving the video denoiser (Wu et al. 2025): sequence parallelism's bytes per denoising step
   (`sp_bytes`), latent parallelism's patch exchange with its overlaps cropped or blended
   (`lp_bytes`) and its compute per rank (`lp_compute_fraction`).
@@ -74,6 +75,31 @@ def ulysses_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int,
     """Bytes one rank sends per training step: `ulysses_messages` summed."""
     return {**_phases(ulysses_messages(batch, n_head, seq_len, head_dim, cp, n_layer, itemsize)),
             "all_to_alls_per_layer": 8}
+
+
+def allgather_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, cp: int, n_layer: int,
+                    itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step with Llama 3's all-gather context parallelism
+    (Dubey et al. 2024, §3.3.2): per layer one all-gather of the stacked K/V, (cp−1) shards of
+    2·B·nh·(T/cp)·hs elements, forward, and one reduce-scatter of dK/dV, the same, backward —
+    the ring's bytes, in one collective per layer and direction."""
+    per_layer = 2 * (cp - 1) * batch * n_head * (seq_len // cp) * head_dim * itemsize
+    return {"cp-forward": per_layer * n_layer, "cp-backward": per_layer * n_layer,
+            "collectives_per_layer": 2 if cp > 1 else 0}
+
+
+def usp_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, ulysses: int, ring: int,
+              n_layer: int = 1, itemsize: int = 2) -> dict:
+    """Forward bytes one rank sends per step with USP, Ulysses × ring (Fang & Zhao 2024, arXiv
+    2405.07719): the sequence split over u·r ranks; an all-to-all inside each Ulysses group of u
+    trades tokens for heads (4 per layer: q, k, v, out, each (u−1)/u of a (B, nh, T/(u·r), hs)
+    shard), then a ring of r passes K and V of nh/u heads and T/r tokens r−1 times. u = 1 is the
+    ring, r = 1 is Ulysses. Returns the two parts ("ulysses", "ring") and their sum ("total")."""
+    shard = batch * n_head * (seq_len // (ulysses * ring)) * head_dim  # (B, nh, T/(u·r), hs)
+    a2a = 4 * shard * (ulysses - 1) // ulysses
+    kv = (ring - 1) * 2 * batch * (n_head // ulysses) * (seq_len // ring) * head_dim
+    return {"ulysses": a2a * n_layer * itemsize, "ring": kv * n_layer * itemsize,
+            "total": (a2a + kv) * n_layer * itemsize}
 
 
 def causal_work(layout: str, cp: int) -> list[list[int]]:

@@ -1,8 +1,9 @@
 """Context parallelism: the tiny GPT with its sequence split over cp ranks (× dp data parallel).
 
-Ring attention (Liu et al., ICLR 2024, arXiv 2310.01889) and DeepSpeed-Ulysses (Jacobs et al.
-2023, arXiv 2309.14509); the mesh and the loss bookkeeping follow the Llama 3 paper's context
-parallelism (Dubey et al. 2024, §3.3.2) and torchtitan. Ranks form a dp × cp mesh; each cp rank
+Ring attention (Liu et al., ICLR 2024, arXiv 2310.01889), DeepSpeed-Ulysses (Jacobs et al.
+2023, arXiv 2309.14509) and Llama 3's all-gather of K/V (Dubey et al. 2024, §3.3.2); the mesh
+and the loss bookkeeping follow the Llama 3 paper's context parallelism and torchtitan. Ranks
+form a dp × cp mesh; each cp rank
 holds T/cp tokens (zig-zag or contiguous, `ring_attention.layout_chunks`) and runs everything
 but attention on them; attention reaches the others through `ring_attention` (`recompute=True`:
 `ring_attention_recompute`) or `ulysses_attention`. The model is `apply_cp`
@@ -26,6 +27,7 @@ from parlab.models.gpt import gpt_on_mesh
 
 # ----------------------------------------------------------------------------- validation
 CP = Int(None, min=1, none=True)  # None: the largest degree that fits
+BF16 = ("fp32", "bf16-mixed")  # the ring also runs in bf16 (shapes-only timings at 2 B a value)
 
 
 def _valid_cp(cfg, method: str, cp: int) -> str | None:
@@ -105,8 +107,8 @@ class ContextParallel(Strategy):
 
 
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",
-          shapes=True, exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS),
-                                       "recompute": Bool(False)},
+          shapes=True, exact=True, precisions=BF16,
+          options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS), "recompute": Bool(False)},
           validate=partial(_validate, method="ring"), models=("gpt",),
           forms={"attention_bytes": cost.ring_bytes})
 def cp_ring(ctx):
@@ -119,3 +121,11 @@ def cp_ring(ctx):
           forms={"attention_bytes": cost.ulysses_bytes})
 def cp_ulysses(ctx):
     return train(ctx, ContextParallel(ctx, "ulysses"))
+
+
+@register("cp-allgather", summary="context parallel: Llama 3's all-gather of K/V, local attention, dp × cp",
+          exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS)},
+          validate=partial(_validate, method="allgather"), models=("gpt",),
+          forms={"attention_bytes": cost.allgather_bytes})
+def cp_allgather(ctx):
+    return train(ctx, ContextParallel(ctx, "allgather"))
