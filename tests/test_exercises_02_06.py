@@ -20,6 +20,7 @@ RIGHT = {
         "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
         "zero3-padding": (1734 + 4 * 6454) * 4,         # n_embd=40: Σ ⌈u/3⌉ · 4 B
         "zero2-bytes": 2 * 3 * 82640,                   # n_embd=40: 2 · 3/4 · Ψ · 4 B
+        "llama-microbatch": 33,  # ⌊(80e9 − 16Ψ/16) / (32 · 8192 · 4096 · 2 B)⌋, Ψ = 8.03e9
     },
     tp_exercises: {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
