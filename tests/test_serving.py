@@ -336,9 +336,13 @@ def test_exchange_refuses_backward():
 
 
 # ----------------------------------------------------------------------------- exercises, bench
-RIGHT = {"job-bytes": 2 * 63 / 64 * 1.3e9 * 4, "balanced": 2.0, "compute-bound": 1.2,
-         "edge-bytes": 3 * 16 * (16 * 16 + 8 * 8) * 4 + 10 * 4,
-         "break-even": 40_000 / (0.010 - 0.003), "search-latency": 35.28}
+RIGHT = {"job-bytes": 2 * 63 / 64 * 1.3e9 * 4,
+         # sequential (0.18 + 0.06 + C_A + C_B) ÷ crossover's longest term, job A's P + C_A
+         "crossover-gpu": (0.24 + 4 * 126e-6 + 2 * 63 / 64 * 3.6e9 / 25e9)
+         / (0.18 + 2 * 63 * 2e-6 + 2 * 63 / 64 * 2.6e9 / 25e9),
+         "kv-batch": 283,  # ⌊(4·80e9 − 2·8,030,261,248) / (8192 · 2·32·8·128·2)⌋
+         "break-even": 40_000 / (0.010 - 0.003), "search-latency": 35.28,
+         "edge-total": 3 * (4 * 3 * 8 * (8 * 8 + 4 * 4) + 3 * 10) * 4}
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

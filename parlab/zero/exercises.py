@@ -1,13 +1,15 @@
 """Notebook 02's exercises (`parlab.exercises`): ZeRO's model states per GPU and how many GPUs a
-70B model needs (Rajbhandari et al., SC 2020), ZeRO-3's bytes per step, and on this machine the
-padding of flat units and ZeRO-2's bytes of a wider GPT than the chapter runs (predict, then
-measure with the run the prompt names); each check says right or wrong, never the answer.
+70B model needs (Rajbhandari et al., SC 2020), the largest micro-batch of Llama 3 8B under ZeRO-3
+with full recomputation (Korthikanti et al., MLSys 2023), ZeRO-3's bytes per step, the padding of
+flat units, and ZeRO-2's bytes of a wider GPT than the chapter runs (predict, then the cell after
+it measures); each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
 from parlab.core.cost import FP32_BYTES, round_up
 from parlab.exercises import Exercise, find, numeric
+from parlab.zero import real_scale
 from parlab.zero.cost import step_bytes
 
 WIDER = {"n_embd": 40}  # the exercises' GPT: not the chapter's, so no cell prints their answers
@@ -27,11 +29,18 @@ def _padded_params_bytes(world: int) -> int:
     return sum(round_up(u, world) // world for u in _unit_numels()) * FP32_BYTES
 
 
+def _llama_microbatch() -> int:
+    """Llama 3 8B, ZeRO-3 on N = 16 A100s of 80 GB, sequences of 8,192 tokens, full recomputation:
+    the most sequences per GPU beside 16Ψ/N of model states."""
+    free = 80e9 - 16 * real_scale.psi("llama3-8b") / 16
+    return int(free // real_scale.activation_bytes("llama3-8b", 1, 8192, "full"))
+
+
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
     return {"zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64, "zero3-fit": 14,
             "zero3-bytes-gpu": 3 * 7 / 8 * 7e9 * 2 / 1e9, "zero3-padding": _padded_params_bytes(3),
-            "zero2-bytes": step_bytes(2, _unit_numels(), 4)}
+            "zero2-bytes": step_bytes(2, _unit_numels(), 4), "llama-microbatch": _llama_microbatch()}
 
 
 EXERCISES = [
@@ -49,7 +58,19 @@ EXERCISES = [
              "states fit?",
              numeric(14, atol=0.5, rtol=0),
              "ZeRO-3 shards everything: 16Ψ/N bytes per GPU. Solve 16Ψ/N <= 80e9.",
-             "16 · 70e9 / N <= 80e9  =>  N >= 14. (DDP would need 1.12 TB on every GPU.)"),
+             "16 · 70e9 / N <= 80e9  =>  N >= 14. (DDP would need 1.12 TB on every GPU.)",
+             kind="design"),
+    Exercise("llama-microbatch",
+             "Llama 3 8B (the llama3-8b preset: 8,030,261,248 parameters, 32 layers, hidden size "
+             "4,096) trains with ZeRO-3 in mixed precision with Adam on N = 16 A100s of 80 GB, "
+             "sequences of 8,192 tokens, full activation recomputation (only each layer's 16-bit "
+             "input is kept). What is the largest micro-batch (sequences per GPU) that fits? "
+             "Ignore the embedding's and the logits' activations and every temporary buffer.",
+             numeric(_llama_microbatch(), atol=0.5, rtol=0),
+             "Model states 16Ψ/N; full recomputation keeps s·b·h·2 bytes per layer (Korthikanti "
+             "et al., MLSys 2023, §4): divide what the states leave of 80 GB by one sequence's.",
+             "States 16 · 8.03e9 / 16 = 8.03 GB; one sequence 32 · 8192 · 4096 · 2 B = 2.15 GB; "
+             "⌊(80 − 8.03) / 2.15⌋ sequences.", kind="design"),
     Exercise("zero3-bytes-gpu",
              "ZeRO-3 on N = 8 GPUs for a 7-billion-parameter model whose parameters and gradients "
              "travel in bf16 (2 bytes). How many GB does each GPU send per training step (ring "
@@ -59,10 +80,9 @@ EXERCISES = [
              "reduce-scatter of the gradients, each (N-1)/N of the 2Ψ bytes.",
              "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step: 1.5× DDP's 2 · 7/8 · 14 = 24.5 GB."),
     Exercise("zero3-padding",
-             "Predict, then measure: the GPT with n_embd = 40 has flat units of 5,200 (root) and "
-             "19,360 (each of 4 blocks) parameters. How many bytes of parameters does one rank "
-             "hold under ZeRO-3 at N = 3? Measure it afterwards: parlab.run('zero3', world_size=3, "
-             "steps=1, model_config={'n_embd': 40}).memory[0]['params'].",
+             "The GPT with n_embd = 40 has flat units of 5,200 (root) and 19,360 (each of 4 "
+             "blocks) parameters. How many bytes of parameters does one rank hold under ZeRO-3 at "
+             "N = 3 (fp32)?",
              numeric(_padded_params_bytes(3), rtol=0, atol=0.5),
              "Each unit is padded with zeros to a multiple of N before it is cut into N equal "
              "chunks; a rank holds one chunk of every unit, 4 bytes per element.",
@@ -70,13 +90,13 @@ EXERCISES = [
              "padding."),
     Exercise("zero2-bytes",
              "Predict, then measure: how many bytes does one rank send per step under ZeRO-2 at "
-             "N = 4 for the GPT with n_embd = 40 (units as above)? Measure it afterwards with "
-             "max(parlab.run('zero2', world_size=4, steps=1, model_config={'n_embd': 40})"
-             ".bytes_per_rank()).",
+             "N = 4 for the GPT with n_embd = 40 (units as above, fp32)? The cell after this one "
+             "measures it: parlab.run('zero2', world_size=4, steps=1, model_config={'n_embd': 40}).",
              numeric(step_bytes(2, _unit_numels(), 4), rtol=0, atol=0.5),
              "A reduce-scatter of the gradients and an all-gather of the parameters, each "
              "(N-1)/N of the padded flat units, 4 bytes per element.",
-             "2 · (N−1)/N · Σ (units padded to a multiple of N) · 4 B: what DDP's all-reduce sends."),
+             "2 · (N−1)/N · Σ (units padded to a multiple of N) · 4 B: what DDP's all-reduce sends.",
+             kind="predict"),
 ]
 
 
