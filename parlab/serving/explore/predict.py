@@ -10,9 +10,10 @@ from parlab.serving import cost, edge
 from parlab.serving.explore import edge as ex_edge
 
 
-def edge_total(answer=None, world_size: int = 4, images: int = 3) -> dict:
+def edge_total(prediction=None, world_size: int = 4, images: int = 3) -> dict:
     """Run the split for one request; print the bytes every device sent (ledger), their sum, the
-    closed form and the reader's `answer` with whether it is within the check's tolerance (0.5 B)."""
+    closed form and the reader's `prediction` (the exercise cell's `answer`), within the check's
+    tolerance (0.5 B) or not."""
     _, (xt, _) = ex_edge.data()
     result = edge.run_edge(ex_edge.tuned(1.0), xt[:images], world_size)
     per_device = result.bytes_per_rank(0)
@@ -22,9 +23,9 @@ def edge_total(answer=None, world_size: int = 4, images: int = 3) -> dict:
     print(f"{world_size} devices, every feature, one request of {images} images: ledger bytes per "
           f"device {per_device}, in all {measured:,} B; closed form {formula:,} B; "
           f"equal: {measured == formula}")
-    if answer is None:
+    if prediction is None:
         print("your prediction: none yet (set `answer` in the cell above)")
     else:
-        print(f"your prediction: {answer:,} B — within 0.5 B of the measurement: "
-              f"{abs(answer - measured) <= 0.5}")
+        print(f"your prediction: {prediction:,} B — within 0.5 B of the measurement: "
+              f"{abs(prediction - measured) <= 0.5}")
     return {"measured": measured, "formula": formula}

@@ -18,18 +18,18 @@ def _unit_numels(cfg) -> list[int]:
     return [sum(p.numel() for _, p in params) for _, _, params in unit_modules(build_model(cfg))]
 
 
-def zero2_bytes(answer=None, world_size: int = 4) -> dict:
+def zero2_bytes(prediction=None, world_size: int = 4) -> dict:
     """Run ZeRO-2 for one step; print the busiest rank's ledger bytes, the closed form and the
-    reader's `answer` with whether it is within the check's tolerance (0.5 B)."""
+    reader's `prediction` (the exercise cell's `answer`), within the check's tolerance (0.5 B) or not."""
     run = parlab.run("zero2", world_size=world_size, steps=1, model_config=WIDER)
     measured = max(run.bytes_per_rank())
     formula = step_bytes(2, _unit_numels(run.config), world_size)
     print(f"ZeRO-2, GPT n_embd = {WIDER['n_embd']}, N = {world_size}, one step: the "
           f"ledger's busiest rank sends {measured:,.0f} B; closed form 2(N-1)/N · Σ padded units "
           f"· 4 B = {formula:,} B; equal: {measured == formula}")
-    if answer is None:
+    if prediction is None:
         print("your prediction: none yet (set `answer` in the cell above)")
     else:
-        print(f"your prediction: {answer:,} B — within 0.5 B of the measurement: "
-              f"{abs(answer - measured) <= 0.5}")
+        print(f"your prediction: {prediction:,} B — within 0.5 B of the measurement: "
+              f"{abs(prediction - measured) <= 0.5}")
     return {"measured": measured, "formula": formula}
