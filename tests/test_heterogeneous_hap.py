@@ -144,7 +144,7 @@ def test_exercise_checks_without_telling(capsys):
 
 def test_chapter_lp_breaks_ties_towards_equal_rows_for_equal_devices():
     from parlab.heterogeneous import shares
-    rows, t_star = shares.solve_lp(12, [1, 1, 1, 0.25], 1.5)  # T* = f/s_3: a degenerate optimum
-    assert shares.degenerate(12, [1, 1, 1, 0.25], 1.5) and t_star == pytest.approx(6)
+    rows, t_star = shares.solve_lp(12, [1, 1, 1, 0.25], 1.5)  # every rank's LP: a degenerate optimum
+    assert shares.degenerate(12, [1, 1, 1, 0.25], 1.5) and t_star == pytest.approx(5.5)  # rank 3 idle
     assert rows == pytest.approx([4, 4, 4, 0], abs=1e-6)
     assert not shares.degenerate(12, [1, 0.5], 0.0)

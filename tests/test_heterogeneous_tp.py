@@ -102,18 +102,6 @@ def test_registered_exact():
     assert parlab.schemes()["hetero-tp"].exact
 
 
-RIGHT = {"padded-bytes": 18432, "exact-bytes": 6144, "tp-shares": 1 / 3, "lp-zero": 0}
-
-
-@pytest.mark.parametrize("name,answer", sorted(RIGHT.items()))
-def test_tp_exercises_check_without_telling(name, answer, capsys):
-    from parlab.heterogeneous import exercises
-    exercise = exercises.exercise(name)
-    assert exercise.check(answer)
-    assert not exercise.check(answer + 1)
-    assert str(answer) not in capsys.readouterr().out.replace(name, "")
-
-
 def test_diagnosis_names_a_disagreement_and_fits_f():
     speeds = [1, 1, 1, 0.5]
     base = {"speeds": speeds, "fixed": 0.1}

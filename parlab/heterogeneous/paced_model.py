@@ -6,7 +6,8 @@ FLOP/s it sustains, HBM its memory bandwidth), so one step of b rows costs, at s
 part t (the extra FLOPs and bytes of one more row) and a fixed part (launch_s·kernels + the
 optimizer's work) that does not shrink with the
 batch. `paced_rates` counts both on this machine, in process, with the clock's own operator meter
-(forward + backward of one and of two rows, the optimizer step), so the LP of
+(forward + backward of one and of two rows, the optimizer's steady step: the first also creates
+AdamW's moments), so the LP of
 `parlab.heterogeneous.shares` can be given the clock's f (in rows' worth) and the model predicts
 the accelerator's seconds. On a model as small as the default GPT, f is many rows (~62 on an
 A100): every operator's launch dominates (the clock's stated simplification), which is why giving
@@ -25,8 +26,11 @@ def _count(cfg, rows: int) -> tuple[Work, Work]:
     model = build_model(cfg)
     optimizer = make_optimizer(model.parameters(), cfg)
     x, y = step_batch(cfg, 0)
-    return (count_work(lambda: model.loss(x[:rows], y[:rows]).backward()),
-            count_work(optimizer.step))
+    model.loss(x[:rows], y[:rows]).backward()  # the first step also creates the gradients and
+    optimizer.step()  # AdamW's moments: the step after it is the steady one the run repeats
+    optimizer.zero_grad()
+    work = count_work(lambda: model.loss(x[:rows], y[:rows]).backward())
+    return work, count_work(optimizer.step)
 
 
 _CACHE: dict = {}

@@ -9,7 +9,11 @@ sharding ratios by linear programming; here, c the all-reduce's seconds in rows'
     minimise T  subject to  (f + b_r)/s_r + c ≤ T  for every rank r,   Σ_r b_r = B,   b_r ≥ 0
 
 solved with `scipy.optimize.linprog` (HiGHS), then whole rows handed out greedily to the rank that
-would finish first. In data parallelism the link moves T*, not the shares. In full:
+would finish first. A rank given no rows runs no forward or backward, so it does not pay f: the LP is
+solved on the k fastest ranks for every k (the others idle, at `idle_rows`/s_r: their optimizer
+step, 0 by default) and the shortest T* kept — the slowest device gets rows only when
+s > f / T*_others (with it, its b = s·T − f must be positive at a T below the others' own).
+In data parallelism the link moves T*, not the shares. In full:
 docs/heterogeneous.md, `parlab.heterogeneous.shares`.
 """
 
@@ -41,6 +45,12 @@ def proportional(batch: int, speeds) -> list[int]:
 def rank_time(rows: float, speed: float, fixed_rows: float, comm_rows: float = 0.0) -> float:
     """A rank's step, in seconds of one row's compute at speed 1: (f + b)/s + c."""
     return (fixed_rows + rows) / speed + comm_rows
+
+
+def busy_time(rows: float, speed: float, fixed_rows: float, idle_rows: float = 0.0) -> float:
+    """A rank's step in row-times when a rank with no rows computes only `idle_rows` (no forward,
+    no backward, so none of f): (f + b)/s, or idle/s at b = 0."""
+    return idle_rows / speed if rows == 0 else rank_time(rows, speed, fixed_rows)
 
 
 def _lp_problem(batch: int, speeds, fixed_rows: float, comm_rows: float):
@@ -78,8 +88,8 @@ def degenerate(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0) ->
     return ends[1] - ends[0] > 1e-6
 
 
-def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
-    """HAP's linear program (module docstring): (continuous rows per rank, T*).
+def _solve_all(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
+    """HAP's linear program with every rank taking rows: (continuous rows per rank, T*).
 
     The optimum can be degenerate (a slow rank's f/s_r sets T*, and any b that keeps the others
     under it is optimal; HiGHS returns some vertex, e.g. [4.5, 3, 4.5, 0] for three equal ranks):
@@ -102,13 +112,34 @@ def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0):
     return ([float(v) for v in tied.x[:n]] if tied.success else rows), t_star
 
 
+def solve_lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0, idle_rows: float = 0.0):
+    """HAP's linear program (module docstring): (continuous rows per rank, T*), T* the shortest
+    over the k fastest ranks taking rows (k = N first; fewer only when strictly shorter), a rank
+    without rows at idle_rows/s_r + c."""
+    n = len(speeds)
+    order = sorted(range(n), key=lambda r: (-speeds[r], r))
+    best = None
+    for k in range(n, 0, -1):
+        active = sorted(order[:k])
+        part, t_part = _solve_all(batch, [speeds[r] for r in active], fixed_rows, comm_rows)
+        idle = [idle_rows / speeds[r] + comm_rows for r in order[k:]]
+        t_star = max([t_part] + idle)
+        if best is None or t_star < best[1] - 1e-9 * max(1.0, abs(best[1])):
+            rows = [0.0] * n
+            for r, b in zip(active, part):
+                rows[r] = float(b)
+            best = (rows, t_star)
+    return best
+
+
 def lp(batch: int, speeds, fixed_rows: float, comm_rows: float = 0.0) -> list[int]:
     """Whole rows from the LP: floors of its solution, then each leftover row to the rank that
     would finish first with it (ties: lower rank)."""
     continuous, _ = solve_lp(batch, speeds, fixed_rows, comm_rows)
     rows = [min(batch, math.floor(x + 1e-9)) for x in continuous]
     while sum(rows) > batch:  # round-off: take back from the latest finisher
-        r = max(range(len(rows)), key=lambda i: (rank_time(rows[i], speeds[i], fixed_rows), -i))
+        r = max((i for i in range(len(rows)) if rows[i] > 0),
+                key=lambda i: (rank_time(rows[i], speeds[i], fixed_rows), -i))
         rows[r] -= 1
     while sum(rows) < batch:
         r = min(range(len(rows)), key=lambda i: (rank_time(rows[i] + 1, speeds[i], fixed_rows), i))

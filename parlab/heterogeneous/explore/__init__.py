@@ -63,28 +63,44 @@ def draw_straggler(world_size: int, steps: int = 3, pattern: str = "one slow", c
 
 
 # ----------------------------------------------------------------------------- 2. shares and the LP
-def shares_table(batch: int, speeds, fixed_rows: float = FIXED_ROWS) -> None:
-    """Rows per rank under each sharding, and the model's step time in rows' compute at speed 1."""
+def fixed_rows_for(world_size: int, clock: str = "A100", batch_size: int = 12) -> float:
+    """f in rows' worth for the default GPT: on a paced clock the clock's own count
+    (`paced_model.paced_rates`: its kernels' launches and the optimizer over one row's work),
+    on this CPU's raw clock the recorded `FIXED_ROWS`."""
+    from parlab.heterogeneous.paced_model import paced_rates
+
+    probe = make_config("hetero-dp", world_size=world_size, batch_size=batch_size, clock=clock)
+    return paced_rates(probe)[1] if probe.clock.paced else FIXED_ROWS
+
+
+def shares_table(batch: int, speeds, fixed_rows: float = FIXED_ROWS, source: str = "") -> None:
+    """Rows per rank under each sharding, and the model's step time in rows' compute at speed 1
+    (a rank with no rows computes nothing: `shares.busy_time`)."""
     _, t_star = shares.solve_lp(batch, speeds, fixed_rows)
     times = {}
-    print(f"B={batch}, speeds {list(speeds)}, f={fixed_rows} rows")
+    print(f"B={batch}, speeds {list(speeds)}, f={fixed_rows:.1f} rows" + (f" ({source})" if source else ""))
     for sharding in shares.SHARDINGS:
         rows = shares.shares(sharding, batch, speeds, fixed_rows)
-        times[sharding] = max(shares.rank_time(b, s, fixed_rows) for b, s in zip(rows, speeds))
+        times[sharding] = max(shares.busy_time(b, s, fixed_rows) for b, s in zip(rows, speeds))
         print(f"  {sharding:<13} rows {rows}  step {times[sharding]:.2f} row-times  "
               f"even/this {times['even'] / times[sharding]:.2f}×")
     print(f"  LP bound T* = {t_star:.2f} row-times (no whole-row sharding is faster)")
 
 
 def lp_written_out(batch: int, speeds, fixed_rows: float = FIXED_ROWS) -> None:
-    """The LP of `parlab.heterogeneous.shares` with this cluster's numbers, and its solution."""
+    """The LP of `parlab.heterogeneous.shares` with this cluster's numbers, and its solution: on
+    every rank, and on the fastest ranks alone (a rank with no rows pays nothing)."""
     print(f"minimise T over b_0..b_{len(speeds) - 1} ≥ 0 subject to")
     for r, s in enumerate(speeds):
-        print(f"  ({fixed_rows:g} + b_{r}) / {s:g} ≤ T")
+        print(f"  ({fixed_rows:.1f} + b_{r}) / {s:g} ≤ T   (only if b_{r} > 0: no rows, no work)")
     print(f"  b_0 + ... + b_{len(speeds) - 1} = {batch}")
+    _, t_all = shares._solve_all(batch, speeds, fixed_rows)
     continuous, t_star = shares.solve_lp(batch, speeds, fixed_rows)
-    print("solution: b = [" + ", ".join(f"{b:.2f}" for b in continuous) + f"], T* = {t_star:.2f}")
-    if shares.degenerate(batch, speeds, fixed_rows):
+    print(f"every rank taking rows: T = {t_all:.2f} (the slowest pays f/s = "
+          f"{fixed_rows / min(speeds):.2f} before any row)")
+    print("solution: b = [" + ", ".join(f"{b:.2f}" for b in continuous) + f"], T* = {t_star:.2f}"
+          + (f" — dropping the idle ranks is {t_all / t_star:.2f}× shorter" if t_star < t_all else ""))
+    if shares.degenerate(batch, speeds, fixed_rows) and t_star >= t_all:
         print("the optimum is degenerate (rows can move between ranks without changing T*): of the "
               "optimal b, the one with the fewest rows per unit of speed on its busiest rank")
     print(f"whole rows: {shares.lp(batch, speeds, fixed_rows)}")
@@ -155,16 +171,8 @@ def measure_shardings(world_size: int, speeds, steps: int = 5, link=None, batch_
 
 def ideal_rows(batch: int, speeds, fixed_rows: float, idle_rows: float) -> float:
     """The LP's T* in row-times, where a rank the LP gives no rows pays only its `idle_rows` / s
-    (its optimizer step, not the whole f / s the LP charges every rank): the LP on the ranks that
-    get rows, or every rank's, whichever is shorter."""
-    _, t_all = shares.solve_lp(batch, speeds, fixed_rows)
-    rows = shares.lp(batch, speeds, fixed_rows)
-    busy = [r for r, b in enumerate(rows) if b > 0]
-    if len(busy) == len(rows):
-        return t_all
-    _, t_busy = shares.solve_lp(batch, [speeds[r] for r in busy], fixed_rows)
-    idle = max(idle_rows / speeds[r] for r in range(len(rows)) if r not in busy)
-    return min(t_all, max(t_busy, idle))
+    (its optimizer step, none of f: `shares.solve_lp` drops the slowest ranks when that is shorter)."""
+    return shares.solve_lp(batch, speeds, fixed_rows, idle_rows=idle_rows)[1]
 
 
 def verdict(rows: list[dict]) -> bool:
@@ -210,13 +218,18 @@ def print_measurement(rows: list[dict], title: str = "") -> None:
 
 
 def measure_topology(world_size: int = 4, steps: int = 4, intra: str = "NVLink", inter: str = "1GbE",
-                     pattern: str = "one slow") -> list[dict]:
-    """`hetero-dp` with LP shares on one node and on two nodes (fast inside, slow between)."""
-    speeds = slow_speeds(world_size, pattern)
+                     pattern: str = "one slow", clock: str = "A100") -> list[dict]:
+    """`hetero-dp` with LP shares on one node and on two nodes (fast inside, slow between), on
+    `clock` (paced: the real links; "wall": this CPU and the links' teaching presets)."""
+    speeds = speeds_for(world_size, clock, pattern)
     rows = []
     for name, link in (("one node", intra), ("two nodes", topology.two_nodes(world_size, intra, inter))):
-        cfg = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link)
-        result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link)
+        cfg = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link,
+                          clock=clock)
+        result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speeds, link=link,
+                            clock=clock)
+        if name == "one node":
+            print(f"clock: {cfg.clock.label}")
         rows.append({"cluster": name, "link": str(cost.all_reduce_link(cfg)),
                      "comm_ms": 1e3 * cost.comm_seconds(cfg), "step_ms": 1e3 * result.step_time(1),
                      "rows": result.outputs[0].extras["rows"]})
@@ -249,23 +262,34 @@ def backup_sweep(world_size: int, steps: int = 6, pattern: str = "one slow",
 
 
 # ----------------------------------------------------------------------------- 6. the widget
-def panel(world_size: int, speeds: str, shard: str, cluster: str, steps: int = 3) -> None:
-    """Widget callback: `hetero-dp` at a speed pattern, sharding and cluster; timeline and times."""
+def panel(world_size: int, speeds: str, shard: str, cluster: str, steps: int = 3,
+          clock: str = "A100") -> None:
+    """Widget callback: `hetero-dp` at a speed pattern, sharding and cluster on `clock`; its times
+    beside the model, and one timeline drawn while the panel captures it (no plt.show: the panel
+    saves the open figures into its own output)."""
     import matplotlib.pyplot as plt
 
+    from parlab.heterogeneous.paced_model import paced_rates
     from parlab.viz import timeline
-    speed_list = slow_speeds(world_size, speeds)
+    speed_list = speeds_for(world_size, clock, speeds)
     link = topology.two_nodes(world_size, "NVLink", "1GbE") if cluster == "two nodes" else None
+    probe = make_config("hetero-dp", world_size=world_size, steps=steps, speeds=speed_list, link=link,
+                        clock=clock)
+    row_s, fixed, idle = cost.row_seconds(probe), FIXED_ROWS, FIXED_ROWS
+    if probe.clock.paced:
+        row_s, fixed, idle = paced_rates(probe)
     result = parlab.run("hetero-dp", world_size=world_size, steps=steps, speeds=speed_list,
-                        shard=shard, link=link)
+                        shard=shard, link=link, fixed_rows=fixed, clock=clock)
     cfg = result.config
     rows = result.outputs[0].extras["rows"]
-    model = cost.step_time(rows, speed_list, FIXED_ROWS, cost.row_seconds(cfg), cost.comm_seconds(cfg))
-    print(f"speeds {speed_list}, {shard} → rows {rows}; step {1e3 * result.step_time(1):.1f} ms "
-          f"(model {1e3 * model:.1f} ms, ideal {1e3 * cost.ideal_step_time(cfg):.1f} ms)")
+    model = max(shares.busy_time(b, s, fixed, idle) for b, s in zip(rows, speed_list)) * row_s \
+        + cost.comm_seconds(cfg)
+    ideal = ideal_rows(cfg.batch_size, speed_list, fixed, idle) * row_s + cost.comm_seconds(cfg)
+    print(f"clock: {cfg.clock.label}; f = {fixed:.1f} rows")
+    print(f"speeds {speed_list}, {shard} → rows {rows}; step {1e3 * result.step_time(1):.3f} ms "
+          f"(model {1e3 * model:.3f} ms, LP ideal {1e3 * ideal:.3f} ms)")
     fig, ax = plt.subplots(figsize=(9, 0.6 + 0.45 * world_size))
-    timeline(result.timeline, ax=ax, title=f"{shard}, {speeds}, {cluster}")
-    plt.show()
+    timeline(result.timeline, ax=ax, title=f"{shard}, {speeds}, {cluster} ({cfg.clock.label})")
 
 
 def headline(rows: list[dict]) -> float:

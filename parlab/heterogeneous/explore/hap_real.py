@@ -194,6 +194,11 @@ def contrast(real: dict, tiny: dict) -> bool:
                          "at the tiny width every operator costs its launches, which no share "
                          "shrinks, so the programs are near-ties and the slow device gets the "
                          "least it may" if ok else "NOT the expected contrast in this run"))
+    if real["sharded"] == 0:
+        print(f"diagnosis: at the real width the search replicated all 7 operators — at this clock "
+              f"the slow device's share ({real['slow_share']:.2f}) saves less compute than any "
+              "resharding costs on the link, so this pair teaches nothing about FLOPs against launches; "
+              "the replicated program is no lesson to copy, only the answer for these devices")
     return ok
 
 

@@ -55,10 +55,14 @@ def shares_bullet(measured: list[dict], speeds) -> str:
             f"proportional {prop['speedup']:.2f}×")
     if floor is not None:
         relative = speeds[slowest] / max(speeds)
-        line += (f"; with f = {lp['fixed_rows']:.1f} rows of work that does not shrink with the batch, a "
-                 f"device slower than {floor:.2f}× the fastest gets no rows (f/s ≥ T*): the slowest here, "
-                 f"at {relative:.2f}×, {'is' if relative < floor else 'is not'} below it and got "
-                 f"{lp['rows'][slowest]}")
+        got = lp["rows"][slowest]
+        agrees = (got == 0) == (relative < floor)
+        line += (f"; with f = {lp['fixed_rows']:.1f} rows of work that does not shrink with the batch, "
+                 f"the slowest device helps only if its b = s·T − f > 0 at a T below the others' own "
+                 f"T*_others, i.e. s > f/T*_others = {floor:.2f}× the fastest (this f, batch and "
+                 f"cluster only: the threshold moves with all three): the slowest here, at "
+                 f"{relative:.2f}×, {'is' if relative < floor else 'is not'} below it and got {got} rows "
+                 f"({'as derived' if agrees else 'NOT as derived: whole rows moved it'})")
     return line
 
 
@@ -109,7 +113,10 @@ def tensor_bullet(tp_rows: list[dict], hap_rows: list[dict], real: dict | None =
             f"{shared}, NOT faster in this run (section 6's diagnosis says why)")
     line = (f"- in tensor parallelism, {lead}; HAP's searched program ran {searched:.2f}× as fast as the "
             f"fixed Megatron block ({'the search paid' if searched > 1 else 'the search did NOT pay here'})")
-    if real is not None and tiny is not None:
+    if real is not None and tiny is not None and real["sharded"] == 0:
+        line += ("; at GPT-2 XL's width on this clock the search replicated every operator (no "
+                 "resharding paid for the slow device's share): no program lesson from this pair")
+    elif real is not None and tiny is not None:
         pays = real["gain"] > 1.1 and tiny["gain"] < 1.1
         line += (f"; at GPT-2 XL's width on an A100 + V100 the search sharded {real['sharded']} of 7 "
                  f"operators ({real['program']!r}, the V100's share {real['slow_share']:.2f}), "

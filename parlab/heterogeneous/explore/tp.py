@@ -130,7 +130,9 @@ def print_collective_bytes(rows: list[dict]) -> None:
 
 def print_collective_times(rows: list[dict]) -> None:
     """Measured time (slowest rank, median) beside the α-β model of the busiest sender."""
-    print(f"shards {rows[0]['sizes']} on {rows[0]['link']}:")
+    print(f"shards {rows[0]['sizes']} on {rows[0]['link']} — clock: this CPU, raw, on purpose (not the "
+          "chapter's paced A100): the uneven collectives run for real over an emulated link, whose "
+          "preset divides the real β so that bytes, not this CPU's per-message work, set the time:")
     for r in rows:
         model = "" if r["model_ms"] is None else f"  model {r['model_ms']:.2f} ms"
         print(f"  {r['variant']:<7} {r['ms']:.2f} ms{model}")
@@ -185,6 +187,9 @@ def measure_tp_shardings(world_size: int, ratios, steps: int = 4, scale: float =
 
 def print_tp_measurement(rows: list[dict]) -> None:
     """The table, then a diagnosis computed from the measurement where it disagrees with the model."""
+    print(f"clock: this CPU, raw, on purpose (not the chapter's paced A100): every device at "
+          f"{rows[0]['speeds'][0]:g} of a core × its speed ratio, so the ranks, which share this machine's "
+          "cores, are paced by their emulated speeds; the model prices W at cost.CPU_FLOPS")
     print(f"{'shard':<13} {'MLP columns':<18} {'positions':<14} {'step ms':>8} {'model ms':>9} "
           f"{'vs even':>8} {'model':>7}")
     for r in rows:
