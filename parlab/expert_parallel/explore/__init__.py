@@ -282,9 +282,15 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -
     print(f"- all-to-all (`ep`) over all-gather when k < ep and the dispatch messages reach the "
           f"link's α·β ({ab:,.0f} B on {link}); below about α·β/4 both pay latency alike and the "
           f"all-gather's simpler plan costs nothing")
-    print(f"- expert parallelism itself costs {rows['ep']['seconds'] / dense:.1f}× the dense step "
-          f"of equal active parameters here: it pays when the experts' memory, not FLOPs, is what "
-          f"one rank cannot hold — its parameters per rank fall as 1/ep (section 5)")
+    loop = out["loopback"]
+    exchange = rows["ep"]["seconds"] - loop["ep"]["seconds"]
+    print(f"- the MoE step under `ep` took {rows['ep']['seconds'] / dense:.2f}× the dense step of "
+          f"equal active parameters on {link}; without any link time (loopback) "
+          f"{loop['ep']['seconds'] / loop['dense']['seconds']:.2f}× — the MoE layer's routing and "
+          f"index operators, which the FLOP count leaves out (MoE vs dense) — and the link added "
+          f"{1e3 * exchange:.3f} ms of all-to-all (EP vs experts kept on every rank). EP pays when "
+          f"the experts' memory, not FLOPs, is what one rank cannot hold: parameters per rank fall "
+          f"as 1/ep (section 5)")
     print(f"- train with a balancing term: without one, the worst expert sat at "
           f"{tail['none']:.2f}× the mean load (ceiling {balance['none']['ceiling']:g}) and every "
           f"overflow beyond the capacity is dropped; with one, {tail['aux']:.2f}× (aux) and "

@@ -129,6 +129,31 @@ def diagnose(rows: dict, loopback: dict) -> list[str]:
     return lines
 
 
+def miss_lines(rows: dict, loopback: dict, unit: str, tolerance: float = 0.15) -> list[str]:
+    """Each MoE run's miss on the link (measured − predicted) split into its two measured parts:
+    its own loopback excess over the dense step (operators the FLOP count leaves out) and what the
+    link added beyond the ledger's α-β sum; then the prediction that starts from the run's own
+    loopback step instead of the dense one, with a verdict at `tolerance`."""
+    lines = []
+    dense = loopback["dense"]["seconds"]
+    for name, row in rows.items():
+        if name == "dense":
+            continue
+        miss = row["seconds"] - row["predicted"]
+        excess = loopback[name]["seconds"] - dense
+        beyond = (row["seconds"] - loopback[name]["seconds"]) - row["link_s"]
+        own = loopback[name]["seconds"] + row["link_s"]
+        err = row["seconds"] / own - 1
+        lines.append(f"{name} measured {1e3 * row['seconds']:.3f} vs predicted "
+                     f"{1e3 * row['predicted']:.3f} {unit} ({100 * miss / row['predicted']:+.0f}%) = "
+                     f"{1e3 * excess:+.3f} loopback excess over dense (routing and index operators) "
+                     f"{1e3 * beyond:+.3f} the link beyond the ledger's α-β sum; from its own "
+                     f"loopback step: predicted {1e3 * own:.3f} {unit}, off {100 * err:+.0f}% — "
+                     + (f"within {100 * tolerance:.0f}%: holds" if abs(err) <= tolerance else
+                        f"beyond {100 * tolerance:.0f}%: the α-β sum itself misses"))
+    return lines
+
+
 def print_comparison(world_size: int, link: str = TIMING_LINK, steps: int = 4, top_k: int = 2,
                      clock: str = "A100", batch_size: int | None = None) -> dict:
     """Parameter counts, then each link's step times beside the prediction, ratios, diagnosis,
@@ -163,6 +188,8 @@ def print_comparison(world_size: int, link: str = TIMING_LINK, steps: int = 4, t
                 print("  diagnosis:", line)
             if not lines:
                 print("  measured order = predicted order")
+            for line in miss_lines(rows, out["loopback"], unit):
+                print("  why the model misses:", line)
     verdict(out, link, world_size, top_k)
     return out
 
