@@ -22,8 +22,9 @@ import shutil
 
 import pytest
 
-from tools.browser import chromium, exercise_chapter, golden_mismatches, jupyterlab
+from tools.browser import chromium, jupyterlab
 from tools.claims import unbacked_claims
+from tools.lab_chapter import exercise_chapter, golden_mismatches
 from tools.leaks import leaked_answers
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -181,7 +182,7 @@ def test_a_notebook_that_never_settles_is_reloaded_once_then_reported(lab_and_br
     one code cell where the harness waits for two, so it cannot settle."""
     import nbformat
 
-    from tools.browser import _open_with_idle_kernel
+    from tools.lab_chapter import _open_with_idle_kernel
 
     lab, context = lab_and_browser
     nb = nbformat.v4.new_notebook()
