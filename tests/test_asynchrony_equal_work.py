@@ -1,0 +1,71 @@
+"""Chapter 09 (issue 52): the schedules compared at equal work (a BSP shard costs 1/W of an ASP
+batch on the seeded virtual clock), the straggler's staleness of the predict-then-run exercise
+against the server's book, and the two design exercises against their closed forms."""
+
+import math
+
+import pytest
+
+from parlab.asynchrony import cost
+from parlab.asynchrony import explore as ex
+from parlab.asynchrony import exercises
+from parlab.asynchrony.explore.predict import straggler_closed_form
+from parlab.core.link import ACCELERATORS, REAL
+
+
+def _end(spans):
+    return max(e for _, _, e in spans)
+
+
+@pytest.mark.parametrize("workers,straggler", [(3, 3.0), (4, 2.0)])
+def test_equal_work_charges_a_shard_one_wth_of_a_batch(workers, straggler):
+    steps = 9
+    # BSP: every clock waits for the straggler's shard, straggler/W units
+    _, bsp = ex.schedule("ssp", workers, steps, 0, straggler, equal_work=True)
+    assert _end(bsp) == pytest.approx(steps * straggler / workers)
+    _, unequal = ex.schedule("ssp", workers, steps, 0, straggler)
+    assert _end(unequal) == pytest.approx(steps * straggler)  # the old unit: a shard = a batch
+    # ASP is unchanged: a job is a whole batch either way
+    _, asp = ex.schedule("asp", workers, steps, 0, straggler, equal_work=True)
+    assert asp == ex.schedule("asp", workers, steps, 0, straggler)[1]
+    assert _end(asp) < _end(bsp) < _end(unequal)
+
+
+def test_draw_schedules_says_its_clock_and_who_finishes_first(capsys):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    ex.draw_schedules(3, 9, 3.0)
+    out = capsys.readouterr().out
+    assert "seeded virtual clock" in out and "equal work" in out
+    assert "who finishes first: ASP — ASP at 4.00, BSP at 9.00" in out
+
+
+@pytest.mark.parametrize("workers,straggler", [(5, 3), (4, 2), (3, 4)])
+def test_straggler_staleness_is_r_times_the_other_workers(workers, straggler):
+    book, _ = ex.schedule("asp", workers, 40, 0, float(straggler))
+    late = [g.staleness for g in book.log if g.worker == workers]
+    closed = straggler_closed_form(workers, straggler)
+    # steady state: every gradient but the last, which meets the run's end (fewer jobs left)
+    assert len(late) >= 3 and all(s == closed for s in late[:-1]) and late[-1] <= closed
+    assert max(set(late), key=late.count) == closed  # what the notebook's cell reports
+
+
+def test_design_answers_are_the_boundary():
+    k = exercises.servers_needed()
+    alpha, beta = REAL["NDR-IB"]
+    compute = 6 * exercises.PSI_7B * exercises.TOKENS / ACCELERATORS["H100"].flops
+
+    def receive(k):
+        return alpha + cost.busiest_server_in(exercises.PSI_7B, 64 - k, k) / beta
+    assert receive(k) <= compute < receive(k - 1)
+    b = exercises.small_batch_for()
+    ratio = ACCELERATORS["A100"].flops / ACCELERATORS["H100"].flops
+    assert b / ratio <= exercises.DUAL_BATCH < (b + 1) / ratio
+    assert exercises.answers()["straggler-staleness"] == 12
+    assert math.isfinite(b)
+
+
+def test_every_kind_is_there():
+    kinds = [e.kind for e in exercises.EXERCISES]
+    assert 5 <= len(kinds) <= 6 and kinds.count("design") >= 2 and kinds.count("predict") >= 1
