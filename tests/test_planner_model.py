@@ -176,10 +176,8 @@ def test_extrapolation_sanity():
 
 
 TP_BYTES = 48 * 4 * 2 * 7 / 8 * 8 * 2048 * 8192 * 2  # blocks · all-reduces · ring share · (B/dp)TC · bf16
-RIGHT = {"bubble": 3 / 7, "tp-bytes": TP_BYTES, "zero3-memory": 215296, "exposed": 0.2,
-         "model-parallel": 4}
-WRONG = {"bubble": 3 / 4, "tp-bytes": 2 * TP_BYTES, "zero3-memory": 861184, "exposed": 0.25,
-         "model-parallel": 8}
+RIGHT = {"bubble": 7 / 15, "tp-bytes": TP_BYTES}
+WRONG = {"bubble": 7 / 8, "tp-bytes": 2 * TP_BYTES}
 
 
 @pytest.mark.parametrize("name", sorted(RIGHT))

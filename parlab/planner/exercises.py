@@ -1,5 +1,8 @@
 """Notebook 13's exercises: each `check(answer)` says right or wrong, never the answer
-(`parlab.exercises`). The expected values come from the chapter's own closed forms, so an
+(`parlab.exercises`): the bubble (Narayanan et al., SC 2021), tp bytes and a rank's held memory,
+two design problems at GPU scale (bubble plus exposed communication as lost MFU; the smallest tp
+that makes a plan compute-bound by the scaling-book's bounds) and one predict-then-run (tp bytes,
+measured by the next cell). The expected values come from the chapter's own closed forms, so an
 exercise can never disagree with the model it teaches.
 """
 
@@ -7,11 +10,10 @@ from __future__ import annotations
 
 from parlab.core.cost import ring_all_reduce
 from parlab.exercises import Exercise, find, numeric
-from parlab.planner import costmodel
+from parlab.planner import thresholds
 from parlab.planner.placement.op_costs import memory_of, peak_memory
 from parlab.planner.placement.tasks import PlacementPlan, Task
 from parlab.planner.plan import Plan
-from parlab.planner.scaling import extrapolate
 
 
 def _config():
@@ -24,20 +26,6 @@ def _tp_bytes() -> int:
     batch of 64 sequences, bf16 activations."""
     act = 64 // 8 * 2048 * 8192  # (B/dp, T, C)
     return 4 * 48 * ring_all_reduce(act, 8, 0)[0] * 2
-
-
-def _zero3_states() -> int:
-    s = costmodel.state_memory(_config(), Plan(dp=4, zero=3), 0)
-    return s["params"] + s["grads"] + s["optimizer"]
-
-
-def _min_model_parallel() -> int:
-    shape = extrapolate.MEGATRON[3][0]  # 18.4B
-    need = 16 * shape.params / 80e9  # mixed-precision Adam states over 80 GB
-    k = 1
-    while k < need:
-        k *= 2
-    return k
 
 
 HELD_ORDER = ("F:a.0", "F:b.0", "F:a.1", "B:b.0", "B:a.0", "F:b.1", "B:b.1", "B:a.1")
@@ -56,32 +44,48 @@ def _held_peak_mb() -> float:
     return max(peak_memory(plan, memory_of({"a": 1, "b": 1}, {"a": 3, "b": 2})))
 
 
+def _mfu() -> float:
+    """MFU of a 1F1B step: kernels at 55% MFU, bubble (p−1)/(m+p−1) idle, exposed tp communication
+    12% on top of the compute: 0.55 · m/(m+p−1) / 1.12."""
+    p, m = 8, 24
+    return 0.55 * m / (m + p - 1) / 1.12
+
+
+def _smallest_tp() -> int:
+    """gpt2-xl on 64 H100s (nodes of 8), 128 sequences of 1,024 tokens: the smallest power-of-two
+    tp inside a node for which DP over NDR InfiniBand and TP over NVLink 4 are both compute-bound
+    by the scaling-book's bounds (`parlab.planner.thresholds`)."""
+    from parlab.core.link import ACCELERATORS, REAL
+    f = ACCELERATORS["H100"].flops
+    dp_min = thresholds.dp_min_tokens_per_device(f, REAL["NDR-IB"][1])
+    tp_max = thresholds.tp_max_degree(1600, 6400, f, REAL["NVLink4"][1])
+    for tp in (1, 2, 4, 8):
+        if 128 * 1024 / (64 // tp) > dp_min and tp <= tp_max:
+            return tp
+    raise ValueError("no plan of the exercise is compute-bound")
+
+
+def _tp2_bytes() -> int:
+    """Bytes rank 0 of plan tp2 sends over tp in one step (`cost.nd_closed_form_bytes`)."""
+    from parlab.engine.runner import make_config
+    from parlab.planner.cost import nd_closed_form_bytes
+
+    table = nd_closed_form_bytes(Plan(tp=2), make_config("nd", world_size=2, tp=2, steps=1), steps=1)
+    return table["tp-forward"][0] + table["tp-backward"][0]
+
+
 EXERCISES = [
-    Exercise("bubble", "A 1F1B pipeline of 4 stages runs 4 micro-batches with equal stages. What "
-             "fraction of each rank's step is bubble?", numeric(3 / 7, rtol=0.01),
+    Exercise("bubble", "A 1F1B pipeline of 8 stages runs 8 micro-batches with equal stages. What "
+             "fraction of each rank's step is bubble?", numeric(7 / 15, rtol=0.01),
              "Slots per step: m + p − 1; busy slots: m.",
-             "(p−1)/(m+p−1) = 3/7 ≈ 0.43 of the step. Narayanan et al. (SC 2021, §2.2.1) state "
-             "the same bubble relative to the ideal compute time instead: (p−1)/m = 3/4."),
+             "(p−1)/(m+p−1) = 7/15 ≈ 0.47 of the step. Narayanan et al. (SC 2021, §2.2.1) state "
+             "the same bubble relative to the ideal compute time instead: (p−1)/m = 7/8."),
     Exercise("tp-bytes", "Plan dp8·tp8 of a GPT with 48 blocks (T = 2,048, C = 8,192), global batch "
              "64 sequences, bf16 activations: bytes one GPU sends over tp per step?",
              numeric(_tp_bytes(), rtol=0.001),
              "Four ring all-reduces per block of the (B/dp, T, C) activations; a ring on N ranks "
              "sends 2(N−1)/N of each all-reduce's buffer.",
              "blocks · 4 all-reduces · 2·(N−1)/N · (B/dp)·T·C · 2 B."),
-    Exercise("zero3-memory", "Plan dp4 with ZeRO-3: bytes of parameters + gradients + AdamW "
-             "moments per rank (fp32, each unit padded to a multiple of 4)?",
-             numeric(_zero3_states(), rtol=0.001),
-             "ZeRO-3 divides all 16Ψ bytes by N; pad every block and the root unit first.",
-             "16 · Σ round_up(unit, 4)/4 bytes = 215,296 for Ψ = 53,824 (`costmodel.state_memory`)."),
-    Exercise("exposed", "A step computes 40 ms and then waits 10 ms on blocking all-reduces, "
-             "nothing overlapped. MAD-Max's exposed-communication fraction?",
-             numeric(0.2, rtol=0.01), "Exposed communication ÷ step time.",
-             "10 / (40 + 10) = 0.2."),
-    Exercise("model-parallel", "An 18.4B GPT keeps 16 bytes of mixed-precision Adam state per "
-             "parameter. Smallest power-of-two tp × pp whose slice of that state fits in 80 GB "
-             "(activations aside)?", numeric(_min_model_parallel(), rtol=0.0, atol=0.0),
-             "16Ψ / (tp·pp) ≤ 80 GB.",
-             "16 · 18.4e9 / 80e9 ≈ 3.7 → 4; Megatron ran it at tp8 (Table 1) for speed, not fit."),
     Exercise("held-memory", "One rank holds ops a and b (1 MB of weights each) and runs "
              + " ".join(HELD_ORDER) + ". A forward of a holds 3 MB until its backward ends, one of "
              "b 2 MB. Peak memory of the rank in MB, as the planner's memory constraint counts it?",
@@ -89,6 +93,33 @@ EXERCISES = [
              "Weights all step; add an op's activations when its F starts, free them when its B "
              "ends; the peak is at some F.",
              "2 MB of weights + after F:a.1 three forwards are held: 3 + 2 + 3 = 8 → 10 MB."),
+    Exercise("lost-mfu", "Design check: a 1F1B plan with pp = 8 stages and m = 24 micro-batches; "
+             "inside its kernels the model reaches 55% MFU, and the blocking tensor-parallel "
+             "all-reduces add exposed communication equal to 12% of the compute time. What MFU "
+             "does the whole step reach (a fraction)?", numeric(_mfu(), rtol=0.01),
+             "Two losses multiply: the bubble leaves m of m + p − 1 slots busy, and exposed "
+             "communication stretches each busy slot by 1.12.",
+             "0.55 · 24/31 / 1.12 ≈ 0.38: raise m (or interleave) before buying a faster link.",
+             kind="design"),
+    Exercise("smallest-tp", "Design a plan: GPT-2 XL (d = 1,600, d_ff = 6,400) on 64 H100s in nodes "
+             "of 8 — NVLink 4 (450 GB/s per direction) inside, NDR InfiniBand (50 GB/s per GPU) "
+             "between, 400 TFLOP/s sustained, bf16 — with a global batch of 128 sequences of 1,024 "
+             "tokens. tp stays inside a node and dp = 64/tp replicas cross InfiniBand. By the "
+             "scaling-book's bounds (this chapter's thresholds section), what is the smallest "
+             "tensor-parallel degree (a power of two) that makes both DP and TP compute-bound?",
+             numeric(_smallest_tp(), rtol=0, atol=0),
+             "DP: tokens per replica > (b/2)·F/β on InfiniBand; TP: tp < (2d + d_ff)·β/(b·F) on "
+             "NVLink. Each doubling of tp doubles a replica's tokens.",
+             "F/β_IB = 8,000 tokens per replica; tp = 2 gives 4,096 (not enough), tp = 4 gives "
+             "8,192; TP's bound on NVLink 4 is (3,200 + 6,400)·450e9/(2·400e12) ≈ 5.4 ≥ 4.",
+             kind="design"),
+    Exercise("tp2-bytes", "Predict, then run the next cell: plan tp2 (2 ranks, Megatron's tensor "
+             "parallelism) of the chapter's default GPT — B = 12 sequences, T = 32 positions, "
+             "C = 32, 4 blocks, fp32 activations. How many bytes does rank 0 send over tp in one "
+             "step, forward and backward together?", numeric(_tp2_bytes(), rtol=0, atol=0),
+             "Per block, two all-reduces of the (B, T, C) activations forward (attention's and the "
+             "MLP's outputs) and two backward; a ring of N ranks sends 2(N−1)/N of the buffer.",
+             "4 blocks · 4 all-reduces · 2·1/2 · 12·32·32 · 4 B.", kind="predict"),
 ]
 
 

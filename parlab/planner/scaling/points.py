@@ -207,15 +207,19 @@ def stops_paying(rows: list[dict]) -> list[str]:
     return lines
 
 
-def format_table(rows: list[dict]) -> str:
-    head = (f"{'dim':>5} {'mode':<6} {'n':>3} {'scheme':<12} {'B':>3} {'step µs':>8} {'model':>8} "
-            f"{'err':>6} {'samples/s':>10} {'eff':>5} {'model':>5} {'wait µs':>8} {'model':>8} "
+def format_table(rows: list[dict], unit: str = "µs") -> str:
+    """The sweep's table; times in paced `unit` ("µs" or "ms" of the run's accelerator)."""
+    k = {"µs": 1.0, "ms": 1e-3}[unit]
+    d = 1 if k == 1 else 4  # decimals
+    head = (f"{'dim':>5} {'mode':<6} {'n':>3} {'scheme':<12} {'B':>3} {'step ' + unit:>8} {'model':>8} "
+            f"{'err':>6} {'samples/s':>10} {'eff':>5} {'model':>5} {'wait ' + unit:>8} {'model':>8} "
             f"{'state KiB':>9} {'model':>7}")
     out = [head]
     for r in rows:
         out.append(f"{r['dim']:>5} {r['mode']:<6} {r['n']:>3} {r['scheme']:<12} {r['batch']:>3} "
-                   f"{r['step_us']:8.1f} {r['pred_us']:8.1f} {r['error']:+6.1%} "
+                   f"{k * r['step_us']:8.{d}f} {k * r['pred_us']:8.{d}f} "
+                   f"{r['error']:+6.1%} "
                    f"{r['throughput']:10.3g} {r['eff']:5.0%} {r['pred_eff']:5.0%} "
-                   f"{r['wait_us']:8.1f} {r['pred_wait_us']:8.1f} "
+                   f"{k * r['wait_us']:8.{d}f} {k * r['pred_wait_us']:8.{d}f} "
                    f"{r['state_B'] / 1024:9.0f} {r['pred_state_B'] / 1024:7.0f}")
     return "\n".join(out)
