@@ -1,13 +1,15 @@
-"""Chapter 00's exercises (`parlab.exercises`): a ring all-reduce's bytes and time at GPU scale,
-its limit 2S, a tree's bytes on this machine (checked against a real run's ledger), where
-ring and tree cross (α-β model: Thakur, Rabenseifner & Gropp, IJHPCA 2005) and the faithful
-link's dilation; each check says right or wrong, never the answer.
+"""Chapter 00's exercises (`parlab.exercises`): a ring all-reduce's bytes at GPU scale, a tree's
+bytes on this machine (checked against a real run's ledger), where ring and tree cross (α-β model:
+Thakur, Rabenseifner & Gropp, IJHPCA 2005), two design problems (a bucket size that keeps latency
+under 10% on InfiniBand; the two-level all-reduce's gain on 4 DGX A100 nodes) and one
+predict-then-run on the paced clock; each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
 from parlab.core import cost
 from parlab.core.explore import link_worker
+from parlab.core.explore import real_link as rl
 from parlab.core.launch import launch
 from parlab.core.link import REAL
 
@@ -41,12 +43,17 @@ def answers() -> dict:
     alpha, beta, m = 5e-6, 100e9, 16  # crossover of ring and tree at N = 16
     ring_rounds, tree_rounds = 2 * (m - 1), 2 * cost.tree_depth(m)
     crossover = (ring_rounds - tree_rounds) * alpha * beta / (tree_rounds - 2 * (m - 1) / m)
+    ib_alpha, ib_beta = REAL["HDR-IB"]
     return {"ring-bytes-gpu": ring_bytes,
-            "ring-time-nvlink": ring_bytes / REAL["NVLink4"][1],
-            "ring-limit": 2.0,
             "tree-bytes-here": cost.tree_all_reduce(10_000, 4, 0)[0] * 4,
             "ring-tree-crossover": crossover,
-            "dilation": 150e12 / 40e9}
+            # 2(N−1)α ≤ 10% of 2(N−1)α + 2(N−1)/N·S/β  ⇔  S ≥ 9·N·α·β
+            "bucket-latency-10pct": 9 * 16 * ib_alpha * ib_beta,
+            "two-level-speedup": rl.flat_ring(1e9, 32) / rl.two_level(1e9, 4),
+            "predict-ring-paced-us": rl.priced("ring", 8, PREDICT_BYTES, "NVLink3") * 1e6}
+
+
+PREDICT_BYTES = 16 << 20  # the predict-then-run exercise's all-reduce: 16 MiB of float32
 
 
 def exercises() -> list:
@@ -60,17 +67,6 @@ def exercises() -> list:
                  numeric(a["ring-bytes-gpu"], rtol=0.02),
                  "Reduce-scatter then all-gather: each sends (N−1)/N of the buffer; bf16 is 2 bytes.",
                  "2·(N−1)/N·S with S = 7e9 × 2 B = 14 GB, N = 8: 2·7/8·14 GB = 24.5 GB."),
-        Exercise("ring-time-nvlink", "The same all-reduce over an H100's NVLink 4 at 450 GB/s per "
-                 "direction, latency negligible: how many seconds?",
-                 numeric(a["ring-time-nvlink"], rtol=0.05),
-                 "A rank sends and receives at once; time = bytes on the busiest direction / β.",
-                 "24.5 GB / 450 GB/s ≈ 54 ms."),
-        Exercise("ring-limit", "As N grows, the bytes each rank sends in a ring all-reduce of S bytes "
-                 "tend to what multiple of S?", numeric(a["ring-limit"], rtol=0.001),
-                 "Take the limit of 2(N−1)/N.",
-                 "2(N−1)/N → 2: it grows with N but stays below 2S. The ring is bandwidth-optimal "
-                 "because 2(N−1)/N·S is the lower bound for any all-reduce (Patarasuk & Yuan 2009), "
-                 "not because it is independent of N."),
         Exercise("tree-bytes-here", "How many bytes does rank 0 send in a tree all-reduce of 10,000 "
                  "float32 on 4 ranks? (The check runs it and compares with the run's ledger.)",
                  matches_ledger(10_000, 4, 0, "tree"),
@@ -78,15 +74,35 @@ def exercises() -> list:
                  "in the broadcast down it sends the whole tensor to each child.",
                  "Children 2 × 10,000 × 4 B = 80,000 B (section 3's table: S per child)."),
         Exercise("ring-tree-crossover", "With α = 5 µs per round and β = 100 GB/s, above what message "
-                 "size in bytes does the ring beat the tree on N = 16 ranks?",
-                 numeric(a["ring-tree-crossover"], rtol=0.05),
+                 "size in bytes does the ring beat the tree on N = 16 ranks (Thakur's sequential "
+                 "tree)?", numeric(a["ring-tree-crossover"], rtol=0.05),
                  "Set 2(N−1)α + 2(N−1)/N·S/β equal to 2⌊log₂N⌋(α + S/β) and solve for S.",
                  "30α + 1.875·S/β = 8α + 8·S/β ⇒ S = 22αβ / 6.125 ≈ 1.8 MB."),
-        Exercise("dilation", "Suppose this CPU computes the model at 40 GFLOP/s, an A100 at 150 TFLOP/s. By "
-                 "what factor does parlab.core.link.faithful multiply 1GbE's α (and divide its β)?",
-                 numeric(a["dilation"], rtol=0.01),
-                 "Every compute time is that much longer here; communication must be too.",
-                 "N = F_acc / F_cpu = 150e12 / 40e9 = 3,750."),
+        Exercise("bucket-latency-10pct", "Design: 16 A100s, one per node, all-reduce gradient "
+                 "buckets with the ring over HDR InfiniBand (α = 2 µs, β = 25 GB/s). Choose the "
+                 "smallest bucket, in bytes, whose rounds' latency is at most 10% of its all-reduce "
+                 "time.", numeric(a["bucket-latency-10pct"], rtol=0.05),
+                 "The ring's time is 2(N−1)α + 2(N−1)/N·S/β; ask the first term to be ≤ 0.1 × the sum.",
+                 "0.9·2(N−1)α ≤ 0.1·2(N−1)/N·S/β ⇒ S ≥ 9·N·α·β = 9·16·2 µs·25 GB/s = 7.2 MB: "
+                 "buckets of ~8 MB and up are bandwidth-bound (PyTorch DDP's default is 25 MB).",
+                 kind="design"),
+        Exercise("two-level-speedup", "Design: 4 DGX A100 nodes (32 GPUs; NVLink 3 inside at α = 1 "
+                 "µs, 300 GB/s; HDR InfiniBand between at α = 2 µs, 25 GB/s per GPU) all-reduce 1 GB "
+                 "(1e9 bytes). By what factor is the two-level all-reduce (ring reduce-scatter "
+                 "inside, ring all-reduce across nodes on 8 rails, all-gather inside) faster than one "
+                 "flat ring over all 32 GPUs?", numeric(a["two-level-speedup"], rtol=0.05),
+                 "The flat ring's every round waits for InfiniBand; the two-level one sends only "
+                 "S/8 per GPU across nodes, in 4-rank rings.",
+                 "flat: 2·31·α_IB + 2·31/32·S/β_IB ≈ 77.6 ms; two-level: 2·7·(α_NV + S/8/β_NV) ≈ "
+                 "5.9 ms + 2·3·α_IB + 2·3/4·(S/8)/β_IB ≈ 7.5 ms: ≈ 5.8× faster.",
+                 kind="design"),
+        Exercise("predict-ring-paced-us", "Predict, then run the next cell: how many microseconds "
+                 "does a ring all-reduce of 16 MiB (16·2²⁰ bytes) of float32 take on 8 A100s over "
+                 "NVLink 3 (α = 1 µs, β = 300 GB/s) on the paced clock?",
+                 numeric(a["predict-ring-paced-us"], rtol=0.03),
+                 "Rounds 2(N−1), bytes on the busier direction 2(N−1)/N·S.",
+                 "14·1 µs + 1.75·16,777,216 B / 300 GB/s = 14 + 97.9 ≈ 112 µs; the run measures it.",
+                 kind="predict"),
     ]
 
 

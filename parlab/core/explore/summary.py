@@ -47,14 +47,14 @@ def ring_or_tree(rows: list, fits: dict, world_size: int) -> str:
     if cross is None:
         winner = "tree" if tree.predict(sizes[-1]) < ring.predict(sizes[-1]) else "ring"
         text, contradicts = _largest_size_diagnosis(rows, world_size, sizes[-1])
-        return (f"- ring or tree on N = {world_size}: by this run's fits the {winner} is faster at "
-                f"every size (they do not cross); {measured}" + (f"; {text}" if contradicts else "")
-                + caveat)
+        return (f"- ring or tree on this CPU's loopback, N = {world_size}: by this run's fits the "
+                f"{winner} is faster at every size (they do not cross); {measured}"
+                + (f"; {text}" if contradicts else "") + caveat)
     below = "tree" if tree.predict(cross / 2) < ring.predict(cross / 2) else "ring"
     above = "ring" if below == "tree" else "tree"
     agrees = small == below and (large == above or sizes[-1] < cross)
-    return (f"- ring or tree on N = {world_size}: by this run's fits the {below} is faster below "
-            f"{cross:,.0f} B and the {above} above it; {measured} — "
+    return (f"- ring or tree on this CPU's loopback, N = {world_size}: by this run's fits the "
+            f"{below} is faster below {cross:,.0f} B and the {above} above it; {measured} — "
             + ("agrees with the fits" if agrees else "differs from the fits: "
                + _largest_size_diagnosis(rows, world_size, sizes[-1])[0]) + caveat)
 
