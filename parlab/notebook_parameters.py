@@ -78,7 +78,7 @@ CHAPTERS: dict[str, dict] = {
     "01_data_parallel": {
         "world_size": world_sizes(2, 3, 4), "steps": steps(4), "link": LINK_10GBE,
         "accelerator": Choice("A100", tuple(ACCELERATORS)), "clock": CLOCK,
-        "accum_steps": Int(2, min=1, max=GLOBAL_BATCH),
+        "accum_steps": Int(2, min=1, max=GLOBAL_BATCH), "real_scale_runs": Bool(False),
         "rules": [Rule(lambda p: GLOBAL_BATCH % (p["world_size"] * p["accum_steps"]) == 0,
                        "world_size × accum_steps = {world_size} × {accum_steps} must divide the "
                        f"global batch of {GLOBAL_BATCH} rows")],
