@@ -94,14 +94,15 @@ def test_llama3_8b_runs_a_step_shapes_only_on_two_ranks():
 
 
 @pytest.mark.parametrize("scheme, options, why", [
-    ("tp", {"tp": 4}, r"n_kv_head=2 is not divisible by tp=4"),
+    # tp = 4 > n_kv_head = 2 copies the key/value heads (tests/test_tensor_parallel_scale.py);
+    # nd does not build copies
     ("nd", {"tp": 4}, r"n_kv_head=2 is not divisible by tp=4"),
     ("tp", {"tp": 2, "vocab_parallel": True}, r"vocab_parallel=True"),
     ("nd", {"cp": 2, "dp": 2}, r"nd with cp=2.*RoPE"),
     ("cp-ring", {"cp": 2}, r"scheme 'cp-ring'"),
 ])
 def test_what_does_not_split_them_is_refused_naming_why(scheme, options, why):
-    """A tp degree must divide the key/value heads (a rank holds whole groups); context and
+    """nd's tp degree must divide the key/value heads (a rank holds whole groups); context and
     vocabulary parallelism are not supported with them."""
     with pytest.raises(ValueError, match=why):
         make_config(scheme, world_size=4, model_config=SMALL, **options)

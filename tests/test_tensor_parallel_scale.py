@@ -118,3 +118,62 @@ def test_the_chapter_has_two_design_exercises_and_one_predict():
     kinds = [e.kind for e in exercises.EXERCISES]
     assert kinds.count("design") >= 2 and kinds.count("predict") >= 1
     assert 5 <= len(kinds) <= 6
+
+
+@pytest.mark.parametrize("scheme", ["tp", "tp-sp"])
+def test_replicated_kv_heads_train_exactly_like_one_process(scheme):
+    """tp = 4 > n_kv = 2: each key/value head on 2 ranks, their gradients summed (kv-grad-sync);
+    the same losses and parameters as one process, the sum's bytes equal to the closed form."""
+    import parlab
+    from parlab.tensor_parallel.explore import ledger_vs_formula
+
+    mc = {"n_kv_head": 2}
+    reference = parlab.run("single", steps=2, model_config=mc)
+    result = parlab.run(scheme, world_size=4, tp=4, steps=2, model_config=mc)
+    assert result.compare(reference).match
+    rows = ledger_vs_formula(result)
+    assert all(row["equal"] for row in rows), rows
+    kv = [row for row in rows if row["phase"] == "kv-grad-sync"]
+    # one ring all-reduce per block and step of (n_kv, 2·hs, C) fp32: 2 · 3/4 · 2·2·8·32 · 4 B
+    assert len(kv) == 4 and kv[0]["ledger_bytes"] == 4 * int(1.5 * 2 * 2 * 8 * 32 * 4)
+
+
+def test_no_kv_grad_sync_when_tp_divides_the_kv_heads():
+    from parlab.engine.runner import make_config
+    from parlab.tensor_parallel.cost import closed_form_bytes
+
+    cfg = make_config("tp", world_size=2, model_config={"n_kv_head": 2})
+    assert "kv-grad-sync" not in closed_form_bytes(cfg.model_config, cfg.batch_size, 2, 0, 1, False)
+    assert closed_form_bytes(cfg.model_config, cfg.batch_size, 4, 0, 1, False)["kv-grad-sync"] > 0
+
+
+def test_a_degree_that_splits_a_group_unevenly_is_refused_before_any_process():
+    import parlab
+
+    with pytest.raises(ValueError, match="do not divide one another"):
+        parlab.run("tp", world_size=4, tp=4, steps=1,
+                   model_config={"n_head": 12, "n_embd": 48, "n_kv_head": 6})
+
+
+def test_assembling_replicated_kv_takes_one_copy_of_each_head():
+    import torch
+
+    from parlab.tensor_parallel.layers import unshard_grouped_qkv
+
+    C, hs, tp, n_kv = 8, 2, 4, 2  # 4 query heads of 2, one per rank; 2 key/value heads, 2 copies
+    q, k, v = torch.randn(C, C), torch.randn(n_kv * hs, C), torch.randn(n_kv * hs, C)
+    shards = [torch.cat([q[r * hs:(r + 1) * hs], k[(r // 2) * hs:(r // 2 + 1) * hs],
+                         v[(r // 2) * hs:(r // 2 + 1) * hs]]) for r in range(tp)]
+    assert torch.equal(unshard_grouped_qkv(shards, kv_copies=2), torch.cat([q, k, v]))
+
+
+def test_llama_style_blocks_with_copied_kv_heads_match_one_process():
+    """RoPE, SwiGLU, RMSNorm and an untied head (the Llama 3 parts) at tp = 4 > n_kv_head = 2."""
+    import parlab
+
+    small = {"n_layer": 2, "n_embd": 64, "n_head": 4, "n_kv_head": 2, "mlp": "swiglu",
+             "d_ff": 96, "norm": "rmsnorm", "positions": "rope", "rope_theta": 500000.0,
+             "tie_head": False}
+    reference = parlab.run("single", steps=2, model_config=small)
+    result = parlab.run("tp", world_size=4, tp=4, steps=2, model_config=small)
+    assert result.compare(reference).match

@@ -43,8 +43,9 @@ def tp_messages(cfg_model, batch_rows: int, tp: int, steps: int = 1,
     def msg(op, count, phase, elements=S, width=element_size):
         return Message("tp", op, tp, elements, count, pipelined, width, phase)
 
+    kv = _kv_grad_sync(cfg_model, tp, steps, pipelined)
     if not sequence_parallel:
-        out = [msg("all_reduce", L * (2 + c), "tp-forward"),
+        out = kv + [msg("all_reduce", L * (2 + c), "tp-forward"),
                msg("all_reduce", L * 2, "tp-backward")]
         if vocab_parallel:
             out += [msg("all_reduce", steps, "tp-forward"),
@@ -52,11 +53,23 @@ def tp_messages(cfg_model, batch_rows: int, tp: int, steps: int = 1,
                         FP32),  # fp32 loss
                     msg("all_reduce", steps, "tp-backward")]
         return out
-    return [msg("all_gather", L * (2 + 2 * c), "tp-forward"),
+    return kv + [msg("all_gather", L * (2 + 2 * c), "tp-forward"),
             msg("reduce_scatter", L * (2 + c), "tp-forward"),  # all but the MLP's recomputed
             msg("reduce_scatter", L * 2, "tp-backward"),
             msg("all_gather", L * (4 if regather else 2), "tp-backward"),
             msg("all_reduce", steps, "sp-grad-sync", sum(replicated_numels(cfg_model)))]
+
+
+def _kv_grad_sync(cfg_model, tp: int, steps: int, pipelined: bool) -> list[Message]:
+    """Past tp = n_kv_head: one all-reduce per block and step of a (n_kv, 2·hs, C) fp32 gradient,
+    each key/value head's copies summed (`parlab.tensor_parallel.gqa.sync_replicated_kv`)."""
+    from parlab.tensor_parallel.gqa import copies_of
+
+    if copies_of(cfg_model, tp) == 1:
+        return []
+    hs = cfg_model.n_embd // cfg_model.n_head
+    return [Message("tp", "all_reduce", tp, cfg_model.n_kv_head * 2 * hs * cfg_model.n_embd,
+                    steps * cfg_model.n_layer, pipelined, FP32, "kv-grad-sync")]
 
 
 def closed_form_bytes(cfg_model, batch_rows: int, tp: int, tp_rank: int, steps: int,

@@ -13,8 +13,10 @@ ranks). Ulysses (Jacobs et al., "DeepSpeed Ulysses", 2023) scatters heads over i
 sequence-parallel ranks with an all-to-all, so its degree meets the same bound: past n_kv the
 all-to-all carries copies of key/value heads.
 
-This module is the closed form (the per-rank counts and bytes); `parlab.tensor_parallel.layers`
-refuses a tp that does not divide n_kv (no replication is built).
+This module is the closed form (the per-rank counts and bytes) and the gradient sum of the copies
+(`sync_replicated_kv`); `parlab.tensor_parallel.layers.ParallelAttention` builds the copies.
+Simplification: the sum is one all-reduce over the whole tp group of every head's slot (zeros
+where a rank holds no copy): about n_kv times the bytes of an all-reduce inside each copy group.
 """
 
 from __future__ import annotations
@@ -66,3 +68,28 @@ def stops_shrinking(table: list[dict]) -> int | None:
         if row["kv_all_layers_B"] == prev["kv_all_layers_B"]:
             return prev["tp"]
     return None
+
+
+def copies_of(cfg, tp: int) -> int:
+    """`copies` for a model config object (GPTConfig): 1 for multi-head attention."""
+    n_kv = getattr(cfg, "n_kv_head", None)
+    return 1 if n_kv is None or tp <= n_kv else copies(n_kv, tp)
+
+
+def sync_replicated_kv(attns, comm, tp: int, rank: int, n_kv: int) -> None:
+    """Sum each replicated key/value head's weight gradient over its tp/n_kv copies: every rank
+    writes its k and v rows' gradient into its head's slot of a zero (n_kv, 2·hs, C) tensor, the
+    tp group all-reduces it, and each rank takes its head's slot back (the zeros add nothing)."""
+    import torch
+
+    head = rank * n_kv // tp  # the key/value head this rank holds a copy of
+    for attn in attns:
+        grad = attn.c_attn.weight.grad  # ((h_r + 2)·hs, C): [q_r; k; v] rows
+        if grad is None:
+            continue
+        q_rows = attn.n_head * attn.head_dim
+        slots = torch.zeros((n_kv, grad.size(0) - q_rows, grad.size(1)), dtype=grad.dtype,
+                            device=grad.device)  # (n_kv, 2·hs, C)
+        slots[head] = grad[q_rows:]
+        comm.all_reduce(slots)  # (n_kv, 2·hs, C) summed over tp: slot j over j's copies
+        grad[q_rows:] = slots[head]

@@ -69,27 +69,30 @@ def unshard_weight(shards: list[torch.Tensor], dim: int, groups: int = 1):
     return torch.cat([torch.cat([p[g] for p in per_rank], dim=dim) for g in range(groups)], dim=dim)
 
 
-def assemble_state(states: list[dict], vocab_parallel: bool = False) -> dict:
-    """Full reference-named state from every tp rank's local state (in tp order)."""
+def assemble_state(states: list[dict], vocab_parallel: bool = False, kv_copies: int = 1) -> dict:
+    """Full reference-named state from every tp rank's local state (in tp order); `kv_copies`:
+    how many consecutive ranks hold a copy of each key/value head (tp > n_kv_head)."""
     full = {}
     for name, value in states[0].items():
         spec = shard_spec(name, vocab_parallel)
         shards = [s[name] for s in states]
-        if spec == (0, 3) and sum(w.size(0) for w in shards) != 3 * value.size(1):
-            full[name] = unshard_grouped_qkv(shards)  # grouped-query [q; k; v]: unequal parts
+        if spec == (0, 3) and (kv_copies > 1 or sum(w.size(0) for w in shards) != 3 * value.size(1)):
+            full[name] = unshard_grouped_qkv(shards, kv_copies)  # grouped-query [q; k; v]
             continue
         full[name] = value if spec is None else unshard_weight(shards, *spec)
     return full
 
 
-def unshard_grouped_qkv(shards: list[torch.Tensor]) -> torch.Tensor:
+def unshard_grouped_qkv(shards: list[torch.Tensor], kv_copies: int = 1) -> torch.Tensor:
     """Grouped-query attention's c_attn from every tp rank's [q_r; k_r; v_r] (even shares): the
-    full q is C rows (C = the input width), k and v the rest in halves, each cut in tp."""
+    full q is C rows (C = the input width), k and v the rest in halves, each cut in tp — or, with
+    `kv_copies` ranks holding each key/value head, taken from the first rank of each copy group."""
     tp, C = len(shards), shards[0].size(1)
     q_r = C // tp
     kv_r = (shards[0].size(0) - q_r) // 2
     parts = [s.split([q_r, kv_r, kv_r], dim=0) for s in shards]  # tp × (q_r, kv_r, kv_r rows)
-    return torch.cat([torch.cat([p[g] for p in parts], dim=0) for g in range(3)], dim=0)
+    return torch.cat([torch.cat([p[0] for p in parts], dim=0)]
+                     + [torch.cat([p[g] for p in parts[::kv_copies]], dim=0) for g in (1, 2)], dim=0)
 
 
 class ColumnParallelLinear(nn.Module):
@@ -152,15 +155,18 @@ class ParallelAttention(CausalSelfAttention):
 
     def _grouped(self, attn, heads: tuple[int, int], column, row):
         """Grouped-query attention (Ainslie et al. 2023) over this rank's query heads [h0, h1)
-        and the key/value heads they read, [h0, h1) / (nh / n_kv): whole groups per rank, so the
-        tp degree must divide n_kv_head (checked before any process starts)."""
+        and the key/value heads they read, [h0, h1) / (nh / n_kv): whole groups per rank when tp
+        divides n_kv; past tp = n_kv (tp a multiple of n_kv) the rank's query heads lie inside one
+        group and it holds a copy of that group's key/value head (`parlab.tensor_parallel.gqa`:
+        the copies' gradients are summed by `gqa.sync_replicated_kv`)."""
         hs, nh = attn.head_dim, attn.n_head
         nkv = attn.n_kv_head or nh
         group = nh // nkv
-        if heads[0] % group or heads[1] % group:
+        k0, k1 = heads[0] // group, -(-heads[1] // group)  # this rank's key/value heads
+        whole = heads[0] % group == 0 and heads[1] % group == 0
+        if not whole and not (k1 - k0 == 1 and group % (heads[1] - heads[0]) == 0):
             raise ValueError(f"query heads {heads} split a group of {group} sharing one key/value "
-                             f"head: the tensor-parallel degree must divide n_kv_head={nkv}")
-        k0, k1 = heads[0] // group, heads[1] // group  # this rank's key/value heads
+                             f"head unevenly: tp and n_kv_head={nkv} must divide one another")
         q, k, v = attn.c_attn.weight.detach().split([nh * hs, nkv * hs, nkv * hs], dim=0)
         c_attn = column(torch.cat([q[heads[0] * hs:heads[1] * hs], k[k0 * hs:k1 * hs],
                                    v[k0 * hs:k1 * hs]], dim=0).clone())  # ((h_r + 2·kv_r)·hs, C)

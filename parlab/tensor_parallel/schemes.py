@@ -22,6 +22,7 @@ from parlab.engine.loop import Strategy, build_model, make_optimizer, train
 from parlab.engine.runner import register
 from parlab.models.gpt import gpt_on_mesh
 from parlab.models.llama_parts import tp_factors
+from parlab.tensor_parallel import gqa
 from parlab.tensor_parallel.apply import apply_tp
 from parlab.tensor_parallel.async_ops import apply_async_tp
 from parlab.tensor_parallel.layers import assemble_state, replicated_parameters
@@ -33,7 +34,11 @@ def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
     """Every factor that a tp degree `tp` does not divide, as readable phrases."""
     m = cfg.model_config
     checks = [("n_head", m.n_head), ("n_embd", m.n_embd), ("MLP width 4·n_embd", 4 * m.n_embd)]
-    checks += tp_factors(m)  # grouped key/value heads, SwiGLU's d_ff
+    checks += [(n, v) for n, v in tp_factors(m) if n != "n_kv_head"]  # SwiGLU's d_ff
+    n_kv = getattr(m, "n_kv_head", None)
+    kv_problem = ([f"n_kv_head={n_kv} and tp={tp} do not divide one another (a rank holds whole "
+                   "key/value groups, or a copy of one: parlab.tensor_parallel.gqa)"]
+                  if n_kv is not None and n_kv % tp and tp % n_kv else [])
     if sequence_parallel:
         checks.append(("sequence length block_size", m.block_size))
     if cfg.options.get("async_tp") and not cfg.options.get("regather", True):
@@ -41,7 +46,8 @@ def divisibility_problems(cfg, tp: int, sequence_parallel: bool) -> list[str]:
                 f"regather={cfg.options['regather']}"]
     if cfg.options.get("vocab_parallel"):
         checks.append(("vocab_size", m.vocab_size))
-    problems = [f"{name}={value} is not divisible by tp={tp}" for name, value in checks if value % tp]
+    problems = kv_problem + [f"{name}={value} is not divisible by tp={tp}" for name, value in checks
+                             if value % tp]
     if cfg.world_size % tp:
         problems.append(f"world_size={cfg.world_size} is not divisible by tp={tp}")
     elif cfg.batch_size % (cfg.world_size // tp):
@@ -82,7 +88,8 @@ def check_fits(cfg, sequence_parallel: bool) -> None:
 
 def _assemble(outputs, cfg):
     shards = sorted((o for o in outputs if o.state is not None), key=lambda o: o.extras["tp_rank"])
-    return assemble_state([o.state for o in shards], cfg.options.get("vocab_parallel", False))
+    return assemble_state([o.state for o in shards], cfg.options.get("vocab_parallel", False),
+                          gqa.copies_of(cfg.model_config, len(shards)))
 
 
 class TensorParallel(Strategy):
@@ -110,6 +117,7 @@ class TensorParallel(Strategy):
                          reports_loss=sequence_parallel or tp_rank == 0,
                          holds_state=self.mesh.coords["dp"] == 0)
         self.replicated = replicated_parameters(model, vocab_parallel)
+        self.kv_copies = gqa.copies_of(cfg.model_config, degrees["tp"])  # > 1: tp > n_kv_head
 
     def batch(self, step: int):
         """This rank's tokens (all of them without SP), copied: what the embedding and the loss
@@ -124,6 +132,11 @@ class TensorParallel(Strategy):
 
     def sync(self, step: int) -> None:
         ctx, mesh = self.ctx, self.mesh
+        if self.kv_copies > 1:  # each key/value head's copies saw only their query heads
+            with ctx.ledger.label(phase="kv-grad-sync"):
+                gqa.sync_replicated_kv([b.attn for b in self.model.blocks], mesh["tp"],
+                                       mesh.size("tp"), mesh.coords["tp"],
+                                       self.model.config.n_kv_head)
         if self.sequence_parallel and mesh.size("tp") > 1:
             with ctx.ledger.label(phase="sp-grad-sync"):  # each rank saw T/tp of the tokens
                 all_reduce_flat(mesh["tp"], self.replicated)  # (Σ numel,) summed over tp
