@@ -1,6 +1,6 @@
 """Notebook 07's predict-then-run cell: the all-gather method's forward bytes over the
 all-to-all's, measured by two runs of this chapter's schemes (`ep`, `ep-allgather`) at the
-exercise's setting (`exercises.PREDICT`), beside the reader's answer and the closed form
+exercise's setting (`exercises.PREDICT`), beside the reader's prediction and the closed form
 ep·(2C+3k)/(2kC) (this chapter's section 2; GShard, Lepikhin et al. 2021, for the all-to-all).
 """
 
@@ -12,9 +12,9 @@ from parlab.expert_parallel.exercises import PREDICT
 FORWARD = {"ep": ("dispatch", "combine"), "ep-allgather": ("gather", "routing", "scatter")}
 
 
-def gather_ratio(answer=None) -> float:
+def gather_ratio(predicted=None) -> float:
     """Run `ep` and `ep-allgather` (one step, even routing, no capacity) on ep ranks; print rank
-    0's forward bytes of each from the ledger, their ratio, the closed form and `answer`."""
+    0's forward bytes of each from the ledger, their ratio, the closed form and the reader's `predicted`."""
     ep, C, k = PREDICT["ep"], PREDICT["n_embd"], PREDICT["top_k"]
     config = {"n_embd": C, "top_k": k, "routing": "even", "capacity_factor": None}
     sent = {}
@@ -28,7 +28,7 @@ def gather_ratio(answer=None) -> float:
           f"{sent['ep']:,} B (dispatch + combine), all-gather {sent['ep-allgather']:,} B "
           f"({' + '.join(FORWARD['ep-allgather'])})")
     print(f"measured ratio {measured:.4f}; closed form ep·(2C+3k)/(2kC) = {formula:.4f}; "
-          f"your answer: {answer if answer is not None else '(none yet)'}")
+          f"your answer: {predicted if predicted is not None else '(none yet)'}")
     agree = abs(measured - formula) <= 1e-9 * formula
     print("the ledger equals the closed form: " + ("holds" if agree else "does NOT hold"))
     return measured
