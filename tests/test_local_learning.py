@@ -146,7 +146,7 @@ def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
 
 
 # ----------------------------------------------------------------------------- exercises
-RIGHT = {"interlock-bytes": 98304, "global-depth": 5, "pipedream-versions": 8,
+RIGHT = {"interlock-run": 98304, "pipedream-fit": 5, "scheme-fits": "2bw",
          "decoupled-idle": 3 / 403, "stash-gpu": 15 * 70 / 16 * 2, "merge-bytes": 131072}
 
 
@@ -157,6 +157,8 @@ def test_exercises_check_without_telling(capsys):
     for name, answer in RIGHT.items():
         ex = exercises.exercise(name)
         assert ex.check(answer) and not ex.check(None) and not ex.check("backward")
+    kinds = [e.kind for e in exercises.EXERCISES]
+    assert kinds.count("design") >= 2 and kinds.count("predict") >= 1
     out = capsys.readouterr().out
     assert "98304" not in out and "98,304" not in out and "right" in out
     assert "131072" not in out and "131,072" not in out

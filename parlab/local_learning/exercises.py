@@ -1,14 +1,16 @@
-"""Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes and depth
-(Gomez et al., JMLR 2022), PipeDream's stashed versions (Narayanan et al., SOSP 2019), decoupled
-greedy learning's idle time (Belilovsky et al., ICML 2020), PipeDream's stash at GPU scale, and the
-boundary bytes merging layer-wise partitions saves (Akintoye et al., FGCS 2023); each check says
-right or wrong, never the answer.
+"""Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes, predicted
+then measured by a run (Gomez et al., JMLR 2022; `explore.predict`), decoupled greedy learning's
+idle time (Belilovsky et al., ICML 2020), PipeDream's stash at GPU scale (Narayanan et al., SOSP
+2019), the boundary bytes merging layer-wise partitions saves (Akintoye et al., FGCS 2023), and two
+design problems at GPU scale: the most micro-batches PipeDream may keep in flight on an 80 GB GPU,
+and the scheme (PipeDream, 2BW, 1F1B) with the least idle that fits. Each check says right or
+wrong, never the answer.
 """
 
 from __future__ import annotations
 
 from parlab.engine.runner import make_config
-from parlab.exercises import Exercise, find, numeric
+from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.local_learning import cost
 from parlab.local_learning.routes import Route
 
@@ -24,31 +26,61 @@ def _merged_boundary_bytes() -> int:
     return dp * (k - 1) * 2 * cost.activation_bytes(_gpt_mc(), rows)
 
 
+# predict: interlocking at depth 2 on p = 3 stages, aux_weight 1, the default GPT's 12 rows per step
+PREDICT_P, PREDICT_DEPTH, PREDICT_ROWS = 3, 2, 12
+# design: a 20B model on p = 8 stages of 80 GB; 16 B per parameter live (bf16 weights and
+# gradients, fp32 master weights and AdamW moments), 2 B per parameter per stashed bf16 version,
+# 3 GB of activations per micro-batch in flight on a stage
+GPU_GB, PARAMS, STAGES, LIVE_B, VERSION_B, ACT_GB = 80.0, 20e9, 8, 16, 2, 3.0
+
+
+def interlock_down_bytes() -> int:
+    """Bytes per step down across boundary 0 of the predict exercise (`cost.gradient_bytes`)."""
+    return cost.gradient_bytes(Route.of(PREDICT_P, PREDICT_DEPTH, 1.0), 0, _gpt_mc(), PREDICT_ROWS)
+
+
+def stage0_gb(scheme: str, m: int) -> float:
+    """First stage's memory in GB: live state, activations of its micro-batches in flight
+    (min(p, m)), and the stashed versions beyond the live one (PipeDream min(p, m) − 1, 2BW one,
+    1F1B none)."""
+    in_flight = min(STAGES, m)
+    extra = {"pipedream": cost.pipedream_versions(STAGES, m, 0) - 1,
+             "2bw": cost.twobw_versions(STAGES, m, 0) - 1, "1f1b": 0}[scheme]
+    per_stage = PARAMS / STAGES
+    return (per_stage * LIVE_B + extra * per_stage * VERSION_B) / 1e9 + in_flight * ACT_GB
+
+
+def most_in_flight() -> int:
+    """The largest m whose PipeDream first stage fits on the GPU."""
+    return max(m for m in range(1, 64) if stage0_gb("pipedream", m) <= GPU_GB)
+
+
+def least_idle_fitting(m: int = 8) -> str:
+    """At m micro-batches: PipeDream and 2BW never flush (no bubble), 1F1B idles (p−1)/(m+p−1);
+    the scheme with the least idle that fits, PipeDream before 2BW when both fit (the freshest
+    weights)."""
+    for scheme in ("pipedream", "2bw", "1f1b"):
+        if stage0_gb(scheme, m) <= GPU_GB:
+            return scheme
+    raise ValueError("nothing fits")
+
+
+def answers() -> dict:
+    """The right answers (tests use them; the notebook never prints them)."""
+    return {"interlock-run": interlock_down_bytes(), "pipedream-fit": most_in_flight(),
+            "scheme-fits": least_idle_fitting(),
+            "decoupled-idle": cost.decoupled_idle(4, 4, 100),
+            "stash-gpu": (cost.pipedream_versions(16, 32, 0) - 1) * 70e9 / 16 * 2 / 1e9,
+            "merge-bytes": _merged_boundary_bytes()}
+
+
+_A = answers()
+
 EXERCISES = [
-    Exercise("interlock-bytes",
-             "Interlocking at depth 2 on p = 4 stages, aux_weight 1, default GPT (T = 32, C = 32), "
-             "12 rows per step. How many bytes per step go *down* across boundary 0?",
-             expect=numeric(cost.gradient_bytes(Route.of(4, 2, 1.0), 0, _gpt_mc(), 12), rtol=0),
-             hint_text="Count the losses whose gradient may cross boundary 0 at depth 2; each is one "
-                  "activation-shaped tensor.",
-             solution_text="losses 1 and 2 cross it: 2 × 12·32·32·4 B = 98,304 B"),
-    Exercise("global-depth",
-             "On p = 6 stages, which depth with aux_weight = 0 makes interlocking equal global "
-             "backprop? (An integer.)",
-             expect=numeric(5, rtol=0),
-             hint_text="The true loss sits on the last stage; how many boundaries lie between it and "
-                  "the first stage?",
-             solution_text="p − 1 = 5"),
-    Exercise("pipedream-versions",
-             "PipeDream on p = 8 stages with m = 16 micro-batches in flight: how many weight "
-             "versions does the first stage hold at its peak?",
-             expect=numeric(cost.pipedream_versions(8, 16, 0), rtol=0),
-             hint_text="One version per micro-batch in flight; 1F1B admits p − s on stage s.",
-             solution_text="min(p − 0, m) = 8"),
     Exercise("decoupled-idle",
              "Local learning never flushes: p = 4 stages, m = 4 micro-batches per step, 100 steps, "
              "equal stages. What fraction of the run does a stage idle? (A fraction.)",
-             expect=numeric(cost.decoupled_idle(4, 4, 100), rtol=0.02),
+             expect=numeric(_A["decoupled-idle"], rtol=0.02),
              hint_text="The pipeline fills once per run, not once per step.",
              solution_text="(p−1)/(steps·m + p−1) = 3/403 ≈ 0.0074"),
     Exercise("merge-bytes",
@@ -57,7 +89,7 @@ EXERCISES = [
              "k = 2 stages and makes the freed devices a second replica (dp = 2, 8 rows each). How "
              "many bytes of activations and gradients cross stage boundaries per step after the "
              "merge, summed over both replicas?",
-             expect=numeric(_merged_boundary_bytes(), rtol=0),
+             expect=numeric(_A["merge-bytes"], rtol=0),
              hint_text="Each boundary carries a replica's rows once up (activations) and once down "
                   "(gradients), r·T·C·4 bytes each way; count the boundaries each replica keeps.",
              solution_text="2 replicas × 1 boundary × 2 directions × 8·32·32·4 B = 131,072 B — a third of "
@@ -67,11 +99,41 @@ EXERCISES = [
              "PipeDream at GPU scale: a 70B-parameter model split evenly over p = 16 stages, bf16 "
              "weights (2 bytes each), m = 32 micro-batches in flight. How many GB (10^9 B) of "
              "stashed weight versions does the first stage hold beyond its one live copy?",
-             expect=numeric((cost.pipedream_versions(16, 32, 0) - 1) * 70e9 / 16 * 2 / 1e9,
-                            rtol=0.01),
+             expect=numeric(_A["stash-gpu"], rtol=0.01),
              hint_text="Count the first stage's versions at its peak first; each is one stage's "
                   "weights.",
              solution_text="(min(p, m) − 1) · Ψ/p · 2 B"),
+    Exercise("pipedream-fit",
+             "Design: a 20B-parameter model split evenly over p = 8 PipeDream stages on 80 GB GPUs. "
+             "A stage's live state takes 16 B per parameter (bf16 weights and gradients, fp32 "
+             "master weights and AdamW moments); each stashed weight version beyond the live one "
+             "takes 2 B per parameter (bf16); each micro-batch in flight holds 3 GB of activations "
+             "on the stage. What is the largest number m of micro-batches in flight for which the "
+             "first stage still fits? (An integer.)",
+             expect=numeric(_A["pipedream-fit"], rtol=0, atol=0.5),
+             hint_text="On the first stage every micro-batch in flight (up to p) costs its "
+                  "activations and one more stashed version.",
+             solution_text="Ψ/p·16 B + m·3 GB + (min(p, m) − 1)·Ψ/p·2 B <= 80 GB, the largest m",
+             kind="design"),
+    Exercise("scheme-fits",
+             "Design: the same 20B model, stages and GPUs as pipedream-fit, now with m = 8 "
+             "micro-batches in flight. Of pipedream, 2bw and 1f1b (which flushes every step), which "
+             "idles least and still fits on the first stage?",
+             expect=one_of(_A["scheme-fits"]),
+             hint_text="PipeDream and 2BW never flush; count the stashed versions each keeps on the "
+                  "first stage at m = 8 and add them to the live state and the activations.",
+             solution_text="PipeDream: min(p, m) − 1 extra versions; 2BW: one; 1F1B: none, but "
+                      "it idles (p−1)/(m+p−1). The first that fits in that order wins.",
+             kind="design"),
+    Exercise("interlock-run",
+             "Predict, then run the next cell: interlocking at depth 2 on p = 3 stages, aux_weight "
+             "1, default GPT (T = 32, C = 32, fp32), 12 rows per step. How many bytes per step "
+             "cross boundary 0 downward (gradients)?",
+             expect=numeric(_A["interlock-run"], rtol=0),
+             hint_text="Count the losses whose gradient may cross boundary 0 at depth 2; each is one "
+                  "activation-shaped tensor.",
+             solution_text="losses 1 and 2 cross it: 2 × 12·32·32·4 B (the run's ledger agrees)",
+             kind="predict"),
 ]
 
 

@@ -41,7 +41,7 @@ def theory_bubble(name: str, p: int, m: int, v: int = 1) -> float:
         return (p - 1) / p
     if name in ("gpipe", "1f1b", "eager-1f1b"):
         return (p - 1) / (m + p - 1)
-    if name == "interleaved":
+    if name in ("interleaved", "looped-bfs"):  # looped-bfs: m >= p (Lamy-Poirier 2023)
         return (p - 1) / (v * m + p - 1)
     if name == "zb":
         return (p - 1) / (3 * m + p - 1)

@@ -59,7 +59,7 @@ def resolve(cfg, schedule: str) -> PipelinePlan:
     o, layers, world = cfg.options, n_layers(cfg), cfg.world_size
     if schedule not in GENERATORS:
         raise ValueError(f"schedule={schedule!r} is unknown; choose one of {sorted(GENERATORS)}")
-    chunks = o.get("chunks", 1) if schedule == "interleaved" else 1  # typed by the registry
+    chunks = o.get("chunks", 1) if schedule in CHUNKED else 1  # typed by the registry
     pp = o.get("pp")
     if pp is None:  # the deepest pipeline that fits the layers
         pp = max(d for d in range(1, world + 1) if world % d == 0 and d * chunks <= layers or d == 1)
@@ -211,6 +211,8 @@ def assemble(outputs: list, cfg) -> dict:
     return state
 
 
+CHUNKED = ("interleaved", "looped-bfs")  # the schedules with v chunks per rank (loop placement)
+
 SUMMARIES = {
     "naive": "plain model parallelism: one micro-batch, stages idle in turn",
     "gpipe": "GPipe: all forwards, then all backwards, m micro-batches",
@@ -219,18 +221,20 @@ SUMMARIES = {
     "zb": "zero bubble ZB-H1: backward split into B (input) and W (weight), W fills bubbles",
     "eager-1f1b": "AlpaComm eager 1F1B: 2(p-s-1) warm-up forwards so sends overlap compute; "
                   "<= 2(p-s)-1 micro-batches in flight",
+    "looped-bfs": "looped breadth-first (Lamy-Poirier 2023): v chunks per rank, every micro-batch "
+                  "through one chunk before the next; bubble / v, GPipe's memory",
 }
 
 
-RESHARD_SCHEDULES = tuple(s for s in SUMMARIES if s != "interleaved")  # one stage per mesh
+RESHARD_SCHEDULES = tuple(s for s in SUMMARIES if s not in CHUNKED)  # one stage per mesh
 
 
 def _register(name: str, schedule: str | None) -> None:
     options = {"pp": Int(None, min=1, none=True), "partition": "even"}
     if schedule != "naive":
         options["microbatches"] = Int(None, min=1, none=True)  # None: the fewest that fill it
-    if schedule in ("interleaved", None):
-        options["chunks"] = Int(2, min=1)  # model chunks per rank (interleaved only)
+    if schedule in (*CHUNKED, None):
+        options["chunks"] = Int(2, min=1)  # model chunks per rank (interleaved, looped-bfs)
     if schedule is None:
         options["schedule"] = Choice("1f1b", tuple(SUMMARIES))
 

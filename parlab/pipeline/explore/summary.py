@@ -91,9 +91,10 @@ def summary(world_size: int, curve: list, memory: dict, results: dict, zb: dict,
           f"{cost.theory_bubble('1f1b', world_size, m_zb):.1%} at m={m_zb})")
     gain = part["even"]["step_s"] / part["balanced"]["step_s"]
     if part.get("same"):
+        raw = part.get("head_blocks_raw")
         print(f"- the balanced split is the even split on {part['profiled_on']}: the heavy-vocabulary "
-              f"head costs {part['head_blocks']:.2f} blocks there ({part['head_blocks_raw']:.1f} on "
-              "this CPU, raw)")
+              f"head costs {part['head_blocks']:.2f} blocks there"
+              + ("" if raw is None else f" ({raw:.1f} on this CPU, raw)"))
     else:
         print(f"- the balanced split ran {gain:.2f}× the even split's throughput on the heavy-head "
               "model")
@@ -197,7 +198,9 @@ def when_to_use_lines(n: dict) -> list[str]:
     if n.get("same_split"):
         split = (f"- a balanced partition whenever layers are uneven on the machine you train on: "
                  f"here the profile on {n['profiled_on']} put the large-vocabulary head at "
-                 f"{n['head_blocks']:.2f} blocks (on this CPU, raw: {n['head_blocks_raw']:.1f}), so "
+                 f"{n['head_blocks']:.2f} blocks"
+                 + ("" if n.get("head_blocks_raw") is None else
+                    f" (on this CPU, raw: {n['head_blocks_raw']:.1f})") + ", so "
                  f"the even split was already the balanced one (its stages ran "
                  f"{n['even_spread']:.2f}× apart) — profile on the clock you train on")
     else:
