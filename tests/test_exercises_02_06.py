@@ -33,12 +33,12 @@ RIGHT = {
         "tp-exposed-mfu": 0.2549 / (1.5099 + 0.2549),
     },
     pp_exercises: {
-        "gpipe-bubble-gpu": 15 / 79,                    # (p-1)/(m+p-1), p=16, m=64
-        "microbatches-for-5pct": 133,                   # 7/(m+7) <= 0.05
         "interleaved-bubble": 7 / 71,                   # (p-1)/(v·m+p-1), p=8, m=32, v=2
         "1f1b-memory-gpu": 9 * 3.2,                     # GB: (p - s) · 3.2, p=12, s=3
-        "zb-bubble": 7 / 79,                            # (p-1)/(3m+p-1), p=8, m=24
         "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B
+        "lost-mfu": 0.55 * 24 * 0.12 / (31 * 0.12 + 0.15),  # MFU · m(f+b) / ((m+p-1)(f+b) + exposed)
+        "schedule-fits": "zb",                          # gpipe 57+80, interleaved v=4 57+24.4 > 80
+        "bubble-measured": 1 / 7,                       # (p-1)/(m+p-1), p=2, m=6
     },
     cp_exercises: {
         "score-bytes-gpu": 2 * 131072 ** 2 / 1e9,
