@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from parlab.asynchrony import cost
+from parlab.asynchrony import cost, exercises
 from parlab.asynchrony import explore as ex
-from parlab.asynchrony import exercises
 from parlab.asynchrony.explore.predict import straggler_closed_form
 from parlab.core.link import ACCELERATORS, REAL
 

@@ -103,14 +103,19 @@ def _flat(grads: dict) -> torch.Tensor:
     return torch.cat([g.reshape(-1) for g in grads.values()])  # (Ψ,)
 
 
-def emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
-    """Train `cfg.steps` steps of SDP (`ownership`, `mask`) in this process; see the module doc."""
+def emulate(cfg, ownership: Ownership, mask: str, skips: bool = True) -> Emulation:
+    """Train `cfg.steps` steps of SDP (`ownership`, `mask`) in this process; see the module doc.
+    `skips=False`: the same model with its blocks' residual connections removed (`skips.py`)."""
     with one_thread():
-        return _emulate(cfg, ownership, mask)
+        return _emulate(cfg, ownership, mask, skips)
 
 
-def _emulate(cfg, ownership: Ownership, mask: str) -> Emulation:
+def _emulate(cfg, ownership: Ownership, mask: str, skips: bool = True) -> Emulation:
     model = build_model(cfg)
+    if not skips:
+        from parlab.subnet.skips import remove_skips
+
+        remove_skips(model)
     params = dict(model.named_parameters())
     optimizer = make_optimizer(params.values(), cfg)
     masks = ownership_masks(model, ownership)

@@ -84,14 +84,14 @@ EXERCISES = [
              "Find rank 0's blocks and their owner sets first: how many distinct sets are there?",
              "rank 0 owns 8 blocks, all with owners (0, 1): 2·(1/2)·8·Ψ_block, plus "
              "2·(7/8)·Ψ_shared, times 4 bytes"),
-    Exercise("owners-for-memory", f"Design: {_MODEL}, backward masking, on H100s (80 GB): keep "
+    Exercise("owners-for-memory", f"Design: a{_MODEL[1:]}, backward masking, on H100s (80 GB): keep "
              "20 GB for activations, so model states may take at most 60 GB per GPU. What is the "
              "largest k (owners per block; more owners, more data per block's gradient) that fits?",
              numeric(_A["owners-for-memory"], rtol=0),
              "Backward masking holds all parameters (4Ψ) plus gradients and AdamW state of owned ones; "
              "rank 0 owns 32·k/8 blocks plus the shared parameters.",
              "largest k with 4Ψ + 12·(Ψ_shared + 4k·Ψ_block) ≤ 60 GB", kind="design"),
-    Exercise("owners-for-link", f"Design: {_MODEL}, forward masking, the ranks joined by NDR "
+    Exercise("owners-for-link", f"Design: a{_MODEL[1:]}, forward masking, the ranks joined by NDR "
              "InfiniBand (50 GB/s per GPU). The step's gradient traffic should take at most 0.5 s "
              "(bytes/β, the busiest rank). What is the largest k that meets it?",
              numeric(_A["owners-for-link"], rtol=0),

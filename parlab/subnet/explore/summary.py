@@ -30,7 +30,8 @@ def memory_threshold(table: pd.DataFrame) -> str | None:
             f"{best.bytes_vs_ddp:.2f}× DDP's bytes; k = N is DDP and saves nothing")
 
 
-def quality_threshold(gpt: pd.DataFrame, mlp: pd.DataFrame | None, tolerance: float) -> str:
+def quality_threshold(gpt: pd.DataFrame, mlp: pd.DataFrame | None, tolerance: float,
+                      skips: dict | None = None) -> str:
     """The bullet on quality: forward masking only where the full model's loss stays within
     `tolerance` of DDP's — the worst forward gap of the GPT (skip connections) and of the spirals
     MLP (none), each with its verdict, and backward masking's gap where forward's is too large."""
@@ -41,6 +42,9 @@ def quality_threshold(gpt: pd.DataFrame, mlp: pd.DataFrame | None, tolerance: fl
         return "within" if abs(gap) <= tolerance else "NOT within"
     line = (f"- forward masking only where the full model's loss stays within {tolerance:.0%} of DDP's: "
             f"the tiny GPT (skip connections) {worst(gpt, 'forward'):+.2%} — {within(worst(gpt, 'forward'))}")
+    if skips is not None:  # `explore.skips.skip_ablation`: the same GPT, its skips removed
+        gap = skips[False]["loss_gap"]
+        line += f"; the same GPT with its skips removed {gap:+.1%} vs its own DDP — {within(gap)}"
     if mlp is not None and len(mlp):
         f, b = worst(mlp, "forward"), worst(mlp, "backward")
         line += (f"; the spirals MLP (none) {f:+.1%} — {within(f)}"
@@ -74,11 +78,12 @@ def time_threshold(times: list[dict]) -> str | None:
 
 
 def when_to_use(table: pd.DataFrame, gpt: pd.DataFrame, mlp: pd.DataFrame | None, times: list[dict],
-                tolerance: float = 0.02) -> None:
+                tolerance: float = 0.02, skips: dict | None = None) -> None:
     """Print "When to use it (from this run):" — memory (`explore.sweep`'s table), quality
     (`explore.curve_summary` of the GPT's and the MLP's curves) and time (`explore.step_times`)
     thresholds, each from this run."""
     print("When to use it (from this run):")
-    for line in (memory_threshold(table), quality_threshold(gpt, mlp, tolerance), time_threshold(times)):
+    for line in (memory_threshold(table), quality_threshold(gpt, mlp, tolerance, skips),
+                 time_threshold(times)):
         if line:
             print(line)
