@@ -16,7 +16,7 @@ import torch
 import parlab
 from parlab import models
 from parlab.core import checks
-from parlab.engine import run_config, runner
+from parlab.engine import fits, run_config, runner
 from parlab.engine.runner import make_config
 from parlab.models import data
 
@@ -107,7 +107,7 @@ def test_huge_seeds_train(scheme, world_size, model, seed):
     assert len(r.losses) == 2 and all(math.isfinite(x) for x in r.losses)
     # the same run checks that the memory estimate's activations are generous: at least what
     # each rank measured (ActivationMeter)
-    estimate = run_config.ACTIVATION_BYTES * models.activation_count(
+    estimate = fits.ACTIVATION_BYTES * models.activation_count(
         model, r.config.model_config, r.config.batch_size) / world_size
     assert estimate >= max(m["activations"] for m in r.memory) > 0, (estimate, r.memory)
 
@@ -145,14 +145,14 @@ def test_the_estimate_compares_with_what_is_available(monkeypatch):
     """The refusal is a comparison of two stated numbers, not a size limit: the same default run
     is refused when the machine has less free than the estimate."""
     cfg = make_config("ddp-naive", world_size=2)
-    need = run_config.predicted_memory(cfg)
+    need = fits.predicted_memory(cfg)
     assert need["total"] == need["ranks"] * need["per_rank"] + need["parent"]
     assert need["params"] == sum(p.numel() for p in models.build_model("gpt", cfg.model_config, 0)
                                  .parameters())
-    monkeypatch.setattr(run_config, "available_memory", lambda: need["total"] - 1)
+    monkeypatch.setattr(fits, "available_memory", lambda: need["total"] - 1)
     with pytest.raises(ValueError, match="cannot fit in memory"):
         make_config("ddp-naive", world_size=2)
-    monkeypatch.setattr(run_config, "available_memory", lambda: need["total"])
+    monkeypatch.setattr(fits, "available_memory", lambda: need["total"])
     make_config("ddp-naive", world_size=2)
 
 
