@@ -228,11 +228,12 @@ def test_crossover_and_block_ratio_are_the_closed_forms():
     from parlab.context_parallel.explore import regime
     from parlab.core.link import Link
 
-    assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(2 * 150e12 / 300e9)  # NVLink 3
-    assert regime.crossover_tokens("NVLink", "H100") == pytest.approx(2 * 400e12 / 450e9)  # NVLink 4
+    assert regime.crossover_tokens("NVLink", "A100") == pytest.approx(150e12 / 300e9)  # NVLink 3, bf16
+    assert regime.crossover_tokens("NVLink", "H100") == pytest.approx(400e12 / 450e9)  # NVLink 4, bf16
+    assert regime.crossover_tokens("NVLink", "A100", itemsize=4) == pytest.approx(2 * 150e12 / 300e9)
     link = Link(1e-3, 2e6, "test", dilation=1e4)
     flops = 4 * 8 * 64 ** 2 * 32
-    expected = (flops / 150e12 * 1e4) / (1e-3 + 8 * 8 * 64 * 32 / 2e6)
+    expected = (flops / 150e12 * 1e4) / (1e-3 + 4 * 8 * 64 * 32 / 2e6)  # 2 · 2 B · B·t·C
     assert regime.block_ratio(link, 64, 8, 32, "A100") == pytest.approx(expected)
 
 

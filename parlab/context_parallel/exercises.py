@@ -1,16 +1,19 @@
 """Chapter 06's exercises (`parlab.exercises`): GPU-scale worked problems (ring attention,
-Ulysses, causal balance), closed forms of this chapter, and latent parallelism's blended
-reconstruction (Wu et al. 2025, arXiv 2512.07350); each check says right or wrong, never the
-answer.
+causal balance), two design problems (how far a ring can be cut and still hide its transfers
+under GQA; USP's bytes over InfiniBand, Fang & Zhao 2024), a predict-then-run of Llama 3's
+all-gather (Dubey et al. 2024, §3.3.2) and latent parallelism's blended reconstruction (Wu et
+al. 2025, arXiv 2512.07350); each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
 from parlab.context_parallel import cost
-from parlab.context_parallel.cost import ulysses_bytes
 from parlab.context_parallel.latent_parallel import blend_weights
 from parlab.context_parallel.video_denoiser import VideoConfig
+from parlab.core.link import ACCELERATORS, REAL
 from parlab.exercises import Exercise, find, numeric
+
+PREDICT = {"world_size": 2, "block_size": 128}  # the predict-then-run: cp-allgather, one step
 
 
 def _blend_weight() -> float:
@@ -18,19 +21,27 @@ def _blend_weight() -> float:
     return blend_weights(VideoConfig(width=12), 2, 0, 2, 3)[8].item()
 
 
+def _hiding_cp(T: int = 131072, n_head: int = 32, n_kv: int = 8) -> int:
+    """The largest power-of-two cp whose causal zig-zag ring step (half a block: 2·B·t²·nh·hs
+    flops) outlasts its K/V transfer (2·B·t·n_kv·hs values, 2 bytes) on an H100's NVLink 4."""
+    F, beta = ACCELERATORS["H100"].flops, REAL["NVLink4"][1]
+    t_min = 2 * n_kv * 2 * F / (2 * n_head * beta)  # tokens per rank where compute = transfer
+    cp = 1
+    while T / (2 * cp) >= t_min:
+        cp *= 2
+    return cp
+
+
+def _predict_bytes() -> int:
+    """cp-allgather's forward bytes per rank per step on the tiny GPT (`PREDICT`)."""
+    return cost.allgather_bytes(12, 4, PREDICT["block_size"], 8, PREDICT["world_size"], 4)["cp-forward"]
+
+
 def _contiguous_efficiency(cp: int = 8) -> float:
     return cost.critical_path("contiguous", cp)["efficiency"]
 
 
 EXERCISES = [
-    Exercise("score-bytes-gpu",
-             "A 128k-token sequence (T = 131,072): how many GB (10^9 B) would one head's score "
-             "matrix take in bf16 if it were materialised, as plain attention does for backward?",
-             numeric(2 * 131072 ** 2 / 1e9, rtol=0.01),
-             "T × T scores, 2 bytes each. (FlashAttention never materialises it: it keeps O(T) "
-             "per head and recomputes the blocks in backward.)",
-             "2 · 131,072² B = 34.4 GB for one head of one layer: why long context needs "
-             "FlashAttention and context parallelism."),
     Exercise("ring-bytes-gpu",
              "Ring attention with cp = 16 on a 128k-token sequence, batch 1, 8 key/value heads of "
              "size 128, bf16. How many MB (10^6 B) of K and V does one GPU send per layer in the "
@@ -39,14 +50,6 @@ EXERCISES = [
                      rtol=0.01),
              "Every rank passes on a K and a V block of T/cp tokens cp − 1 times.",
              "(cp − 1) · 2 · B·n_kv·(T/cp)·h_s · 2 B = 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB."),
-    Exercise("ulysses-vs-ring",
-             "From the two closed forms (ulysses_bytes, ring_bytes), what is Ulysses' forward bytes "
-             "per rank divided by ring attention's at cp = 8?",
-             numeric(ulysses_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"]
-                     / cost.ring_bytes(1, 8, 1024, 64, 8, 1)["cp-forward"], rtol=0.01),
-             "Ulysses: 4 all-to-alls of (cp−1)/cp of the rank's q/k/v/out slice; ring: cp − 1 "
-             "sends of K and V.",
-             "4(cp−1)/cp · S / (2(cp−1) · S) = 2/cp = 0.25 at cp = 8 (equal at cp = 2)."),
     Exercise("contiguous-efficiency",
              "Causal ring attention with a contiguous split into 2cp chunks (rank r holds chunks "
              "2r and 2r+1) at cp = 8: what is the efficiency, useful score blocks / (cp × critical "
@@ -56,14 +59,45 @@ EXERCISES = [
              "blocks every step.",
              "critical path 3 + 4(cp−1) = 4cp − 1 = 31 blocks; efficiency cp(2cp+1) / (cp(4cp−1)) "
              "= 17/31 = 0.548 (zig-zag: 1.0)."),
-    Exercise("striped-owner",
-             "Striped Attention (Brandon et al. 2023) balances the causal mask differently from "
-             "zig-zag: it stripes tokens round-robin over the ranks. On cp = 4 ranks, which rank "
-             "holds token 6 (counting tokens and ranks from 0)?",
-             numeric(2, rtol=0, atol=0.1),
-             "Token i goes to rank i mod cp.",
-             "6 mod 4 = 2. (Zig-zag, from Llama 3 and ring-flash-attention, gives rank r the "
-             "contiguous chunks r and 2cp−1−r instead.)"),
+    Exercise("hiding-cp",
+             "Design: Llama 3 8B shapes (32 query heads, 8 key/value heads, grouped-query "
+             "attention: only the 8 K/V heads travel), T = 131,072 tokens, batch 1, bf16, ring "
+             "attention with the zig-zag split on H100s (400 TFLOP/s sustained bf16) over NVLink 4 "
+             "(450 GB/s per direction; ignore α). A causal zig-zag ring step computes half a full "
+             "block. What is the largest cp, a power of two, at which each ring step's attention "
+             "still outlasts its K/V transfer?",
+             numeric(_hiding_cp(), rtol=0, atol=0.5),
+             "Per rank t = T/cp tokens: half of a full block's 4·B·t²·n_h·h_s flops, ÷ F, against "
+             "2·B·t·n_kv·h_s values × 2 B ÷ β; solve for the smallest t, then the largest cp.",
+             "compute 4·B·t²·n_h·h_s/2 ÷ F ≥ 2·B·t·n_kv·h_s·2 ÷ β ⇔ t ≥ 2·n_kv·F/(n_h·β) = "
+             "2·8·400e12/(32·450e9) ≈ 444 tokens; T/cp ≥ 444 ⇔ cp ≤ 295: cp = 256. GQA's 4× "
+             "fewer K/V heads lets the ring go 4× wider than the t* of a multi-head model.",
+             kind="design"),
+    Exercise("usp-ib-bytes",
+             "Design: USP (Fang & Zhao 2024), Ulysses × ring, for Llama 3 8B shapes at T = 131,072 "
+             "on 2 nodes of 8 H100s: Ulysses of degree 8 inside each node (NVLink), a ring of "
+             "degree 2 across the nodes (InfiniBand). After the all-to-all each GPU holds 1 of the "
+             "8 key/value heads (size 128) for T/2 tokens; batch 1, bf16. How many MB (10^6 B) of "
+             "K and V does one GPU send over InfiniBand per layer in the forward pass?",
+             numeric(cost.usp_bytes(1, 8, 131072, 128, ulysses=8, ring=2)["ring"] / 1e6, rtol=0.01),
+             "The ring of degree r passes a K and a V block of (n_kv/u) heads × T/r tokens r − 1 "
+             "times.",
+             "(r − 1) · 2 · B · (n_kv/u) · (T/r) · h_s · 2 B = 1 · 2 · 1 · 1 · 65,536 · 128 · 2 B "
+             "= 33.6 MB; a plain ring of 16 would send 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB per "
+             "GPU, two of its 16 hops over InfiniBand.",
+             kind="design"),
+    Exercise("allgather-bytes",
+             "Predict, then run the next cell: Llama 3's all-gather context parallelism "
+             "(`cp-allgather`) on this chapter's tiny GPT — world_size 2, cp = 2, T = 128 tokens, "
+             "batch 12, 4 heads of size 8, 4 layers, fp32 (4 B), one step. How many bytes does one "
+             "rank send in the forward pass (the K/V all-gathers)?",
+             numeric(_predict_bytes(), rtol=0.001),
+             "Each layer all-gathers the stacked K and V: every rank sends its own shard, of "
+             "2·B·n_h·(T/cp)·h_s values, to the cp − 1 others (a ring all-gather: cp − 1 rounds).",
+             "4 layers · (cp − 1) · 2 · 12 · 4 · 64 · 8 · 4 B = 786,432 B — exactly the ring's "
+             "forward bytes: the same K/V cross the same links, in one collective instead of cp − 1 "
+             "exchanges, and with nothing to overlap them with.",
+             kind="predict"),
     Exercise("blend-weight",
              "Latent parallelism with reconstruction='blend': 2 ranks cut an axis of 12 patches "
              "into slabs [0, 6) and [6, 12), halo 3, so the regions are [0, 9) and [3, 12). A "

@@ -26,7 +26,7 @@ from parlab.core.memory import ActivationMeter
 from parlab.engine.registry import get_scheme
 from parlab.models.gpt import attention
 
-SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses"}
+SCHEMES = {"ring": "cp-ring", "ulysses": "cp-ulysses", "allgather": "cp-allgather"}
 
 
 # ----------------------------------------------------------------------------- one process

@@ -6,7 +6,9 @@ Liu, Zaharia, Abbeel, "Ring Attention with Blockwise Transformers for Near-Infin
 attention on the current one, so the transfer is free once a block's compute outlasts it. A
 block's compute grows as (T/cp)² (scores of T/cp queries against T/cp keys), its transfer as T/cp
 (the keys and values themselves): the longer the sequence, the more of the ring is hidden. The
-paper's condition is a block size above the accelerator's FLOP/s ÷ link bandwidth ratio.
+paper's condition is a block size above the accelerator's FLOP/s ÷ link bandwidth ratio. One dtype
+throughout: bf16 — the FLOP rate is the accelerator's sustained bf16 rate and the runs send K/V
+at 2 bytes a value (`precision="bf16-mixed"`), so t* = F/β.
 
 Measured per rank and step (steps after the first): the link time the ring's transfers cost
 (`Link.cost` of each send; a send and its receive share the full-duplex link), the time the rank
@@ -32,29 +34,31 @@ def regime_link(link: str = "NVLink", accelerator: str = "A100", seq_len: int = 
     """`link` as `accelerator` sees it: dilated by this machine's compute rate, measured on a
     `single` run of the tiny GPT at `seq_len` (α·N, β/N as `parlab.core.link.faithful` does). The
     dilation keeps the crossover block size where it is on the real hardware: a block of t tokens
-    computes 4·B·t²·C flops and sends 2·B·t·C floats, so compute outlasts the transfer from
-    t* = 2·F/β (bytes) tokens on, and F/β is the same here as on the accelerator."""
+    computes 4·B·t²·C flops and sends 2·B·t·C values of s bytes, so compute outlasts the transfer
+    from t* = s·F/(2β) tokens on, and F/β is the same here as on the accelerator."""
     probe = parlab.run("single", steps=3, model_config={"block_size": seq_len})
     real, n = real_link(link, accelerator), dilation(achieved_flops(probe), accelerator)
     return Link(real.latency_s * n, real.bandwidth_Bps / n,
                 f"{real.name} as an {accelerator} sees it, time ×{n:,.0f}", n)
 
 
-def crossover_tokens(link: str = "NVLink", accelerator: str = "A100") -> float:
-    """t* = 2·F/β: the per-rank block (tokens) above which a block's attention (4·B·t²·C flops)
-    outlasts the transfer of its keys and values (2·B·t·C fp32 values, 8·B·t·C bytes), on the
-    real `link` and `accelerator` (`real_link`: an A100's NVLink is 300 GB/s per direction) —
-    and, by construction, on `regime_link(link, accelerator)`."""
-    return 2 * ACCELERATORS[accelerator].flops / real_link(link, accelerator).bandwidth_Bps
+def crossover_tokens(link: str = "NVLink", accelerator: str = "A100", itemsize: int = 2) -> float:
+    """t* = s·F/(2β): the per-rank block (tokens) above which a block's attention (4·B·t²·C flops
+    at the accelerator's sustained bf16 rate F) outlasts the transfer of its keys and values
+    (2·B·t·C values of s bytes) on the real `link` and `accelerator` (`real_link`: an A100's
+    NVLink is 300 GB/s per direction) — and, by construction, on `regime_link(link, accelerator)`.
+    s = 2 (bf16, the default, consistent with F): t* = F/β; s = 4 (fp32 values): 2F/β."""
+    return itemsize * ACCELERATORS[accelerator].flops / (2 * real_link(link, accelerator).bandwidth_Bps)
 
 
-def block_ratio(link, tokens: int, rows: int, n_embd: int, accelerator: str = "A100") -> float:
+def block_ratio(link, tokens: int, rows: int, n_embd: int, accelerator: str = "A100",
+                itemsize: int = 2) -> float:
     """Predicted compute ÷ transfer of one ring step on `link` (a faithful link of `accelerator`):
-    4·B·t²·C flops at the accelerator's rate ÷ (α + 8·B·t·C bytes / β), both on the real
-    hardware's clock (the dilation cancels)."""
+    4·B·t²·C flops at the accelerator's rate ÷ (α + 2·s·B·t·C bytes / β), s bytes a value, both
+    on the real hardware's clock (the dilation cancels)."""
     flops = 4 * rows * tokens ** 2 * n_embd
     compute_s = flops / ACCELERATORS[accelerator].flops * link.dilation
-    return compute_s / link.cost(8 * rows * tokens * n_embd, 1)
+    return compute_s / link.cost(2 * itemsize * rows * tokens * n_embd, 1)
 
 
 def block_seconds(tokens: int, rows: int, n_head: int, head_dim: int, repeats: int = 5) -> float:
@@ -98,7 +102,8 @@ def block_paced_seconds(clock, tokens: int, rows: int, n_head: int, head_dim: in
 
 
 def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), link=None,
-                   steps: int = 3, accelerator: str = "A100", clock: str | None = None) -> list:
+                   steps: int = 3, accelerator: str = "A100", clock: str | None = None,
+                   precision: str = "bf16-mixed") -> list:
     """cp-ring with T = tokens_per_rank × world_size on `link`: per step of rank 0 (medians over
     the steps after the first), the link time of the ring's transfers, the time the rank was
     blocked on them, and the hidden share, beside the block's compute-to-transfer ratio predicted
@@ -108,7 +113,7 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
     "wall": this CPU, raw, on `link` (default
     `regime_link()`, dilated by this CPU's measured rate), the block compute timed here. A link
     already dilated (a `Link` with dilation ≠ 1) and no `clock` means "wall": its caller chose the
-    dilation."""
+    dilation. `precision`: bf16 by default (K/V at 2 bytes a value, as the FLOP rate assumes)."""
     if clock is None:
         clock = "wall" if getattr(link, "dilation", 1.0) != 1.0 else accelerator
     if clock == "wall":
@@ -119,7 +124,8 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
     for t in tokens_per_rank:
         seq_len = t * world_size
         result = parlab.run("cp-ring", world_size=world_size, cp=world_size, steps=steps,
-                            model_config={"block_size": seq_len}, link=link, clock=clock)
+                            model_config={"block_size": seq_len}, link=link, clock=clock,
+                            precision=precision)
         paced = result.clock.paced
         if t == tokens_per_rank[0]:
             print(f"link: {result.config.link}; clock: {result.clock.label}")
@@ -139,12 +145,13 @@ def overlap_regime(world_size: int = 2, tokens_per_rank=(64, 128, 256, 512), lin
         link_s = sum(link_obj.cost(x["bytes_sent"], x["rounds"]) for x in sends) / steps
         blocked_s, busy_s = statistics.median(blocked), statistics.median(busy)
         cfg, g = result.config, result.config.model_config
-        transfer_s = link_obj.cost(8 * cfg.batch_size * t * g.n_embd, 1)
+        itemsize = 4 if precision == "fp32" else 2
+        transfer_s = link_obj.cost(2 * itemsize * cfg.batch_size * t * g.n_embd, 1)
         block_s = (block_paced_seconds(result.clock, t, cfg.batch_size, g.n_head, g.head_dim)
                    if paced else block_seconds(t, cfg.batch_size, g.n_head, g.head_dim))
         rows.append({"tokens/rank": t, "T": seq_len,
                      "predicted block compute/transfer": round(block_ratio(
-                         link_obj, t, cfg.batch_size, g.n_embd, accelerator), 2),
+                         link_obj, t, cfg.batch_size, g.n_embd, accelerator, itemsize), 2),
                      "measured block compute/transfer": round(block_s / transfer_s, 2),
                      "ring link ms/step": float(f"{link_s * 1e3:.3g}"),
                      "blocked ms/step": float(f"{blocked_s * 1e3:.3g}"),
@@ -170,7 +177,7 @@ def explain_regime(rows: list, crossover: float) -> None:
     ordered = sorted(rows, key=lambda r: r["tokens/rank"])
     shares = [r["hidden share"] for r in ordered]
     side = "all below" if ordered[-1]["tokens/rank"] < crossover else "reaching"
-    print(f"The bandwidth crossover t* = 2F/β = {crossover:,.0f} tokens per rank: these sizes are "
+    print(f"The bandwidth crossover t* = F/β (bf16) = {crossover:,.0f} tokens per rank: these sizes are "
           f"{side} it.")
     slow = [(r["tokens/rank"], r["measured block compute/transfer"]
              / max(r["predicted block compute/transfer"], 1e-9)) for r in ordered]

@@ -47,7 +47,7 @@ def ring_vs_ulysses(links: list[dict], cfg) -> str:
 
 
 def ring_overlap(overlap: list[dict], crossover: float) -> str:
-    """The bullet on when the ring hides its transfers: the crossover t* = 2F/β (closed form,
+    """The bullet on when the ring hides its transfers: the crossover t* = F/β (bf16; closed form,
     `explore.regime.crossover_tokens`) beside the hidden share this run measured at its smallest
     and largest block, and whether the share rose with the block."""
     ordered = sorted(overlap, key=lambda r: r["tokens/rank"])
@@ -61,8 +61,9 @@ def ring_overlap(overlap: list[dict], crossover: float) -> str:
              "higher at the largest block, though not rising at every size (section 8's diagnosis)"
              if shares[-1] > shares[0] else "NOT rising with the block in this run (section 8's diagnosis)")
     side = "below" if large["tokens/rank"] < crossover else "at or above"
-    return (f"- ring attention's transfers are free once each rank holds t* = 2F/β = {crossover:,.0f} tokens "
-            f"(A100, NVLink 3); this run's largest block, {large['tokens/rank']} tokens/rank, is {side} t*: "
+    return (f"- ring attention's transfers are free once each rank holds t* = F/β = {crossover:,.0f} "
+            f"tokens (bf16 on an A100, NVLink 3); this run's largest block, {large['tokens/rank']} "
+            f"tokens/rank, is {side} t*: "
             f"hidden share {small['hidden share']:.0%} at {small['tokens/rank']} → "
             f"{large['hidden share']:.0%} at {large['tokens/rank']} tokens/rank, {trend}. By the closed form "
             f"a sequence of T tokens hides the ring on up to T/t* ranks; more ranks cut memory, not time")
