@@ -41,11 +41,11 @@ RIGHT = {
         "bubble-measured": 1 / 7,                       # (p-1)/(m+p-1), p=2, m=6
     },
     cp_exercises: {
-        "score-bytes-gpu": 2 * 131072 ** 2 / 1e9,
         "ring-bytes-gpu": 15 * 2 * 8 * 8192 * 128 * 2 / 1e6,
-        "ulysses-vs-ring": 0.25,
         "contiguous-efficiency": 17 / 31,               # (2cp+1)/(4cp-1)
-        "striped-owner": 2,                              # token 6 mod 4
+        "hiding-cp": 256,                               # t >= 2·n_kv·F/(n_h·β) ≈ 444: cp <= 295
+        "usp-ib-bytes": 2 * 65536 * 128 * 2 / 1e6,      # (r-1)·2·(n_kv/u)·(T/r)·hs·2 B
+        "allgather-bytes": 4 * 1 * 2 * 12 * 4 * 64 * 8 * 4,  # layers·(cp-1)·2·B·nh·(T/cp)·hs·4 B
         "blend-weight": 1 / 5,                           # rank 0: 1, rank 1: min(4, 6) = 4
     },
 }
