@@ -14,11 +14,11 @@ def test_bucketed_baseline_is_the_ring_closed_form():
     shapes = at_scale.gpt2xl_shapes()
     params = sum(math.prod(s) for s in shapes)
     assert params == 1_556_920_000
-    r = at_scale.sync_seconds("ddp-bucketed", shapes, 64)
+    r = at_scale.sync_seconds("ddp-bucketed", shapes, 64, "buckets")
     alpha, beta = REAL["HDR-IB"]
     assert r["bytes"] == pytest.approx(2 * 63 / 64 * 4 * params)
     assert r["seconds"] == pytest.approx(math.ceil(4 * params / 25e6) * 126 * alpha + r["bytes"] / beta)
-    top = at_scale.sync_seconds("topk", shapes, 64, ratio=0.01)
+    top = at_scale.sync_seconds("topk", shapes, 64, "all-gather", ratio=0.01)
     assert top["bytes"] == sum(cost.bytes_per_step("topk", shapes, 64, ratio=0.01).values())
 
 

@@ -31,16 +31,25 @@ def gpt2xl_shapes() -> list[tuple]:
     return [tuple(p.shape) for p in model.parameters()]
 
 
-def sync_seconds(scheme: str, shapes, n: int, bucket_mb: float = 25.0, **options) -> dict:
-    """Bytes per rank and α-β seconds of one step's gradient sync over nodes of 8."""
+# (scheme, its options, its collective): the baseline first
+SCHEMES = (("ddp-bucketed", {}, "buckets"), ("topk", {"ratio": 0.01}, "all-gather"),
+           ("powersgd", {"rank": 4}, "two all-reduces"))
+ROUNDS = {"all-gather": lambda n: n - 1, "two all-reduces": lambda n: 2 * 2 * (n - 1)}
+
+
+def sync_seconds(scheme: str, shapes, n: int, collective: str, bucket_mb: float = 25.0,
+                 **options) -> dict:
+    """Bytes per rank and α-β seconds of one step's gradient sync over nodes of 8: `collective`
+    "buckets" is a ring all-reduce per `bucket_mb` bucket of every fp32 gradient, else the
+    scheme's closed form (`cost.bytes_per_step`) in `ROUNDS[collective](n)` rounds."""
     alpha, beta = REAL["NVLink3" if n <= PER_NODE else "HDR-IB"]
     params = sum(math.prod(s) for s in shapes)
-    if scheme == "ddp-bucketed":
+    if collective == "buckets":
         nbytes = 2 * (n - 1) / n * 4 * params
         rounds = math.ceil(4 * params / (bucket_mb * 1e6)) * 2 * (n - 1)
     else:
         nbytes = sum(cost.bytes_per_step(scheme, shapes, n, **options).values())
-        rounds = (n - 1) if scheme == "topk" else 2 * 2 * (n - 1)
+        rounds = ROUNDS[collective](n)
     return {"bytes": nbytes, "latency_s": rounds * alpha, "bytes_s": nbytes / beta,
             "seconds": rounds * alpha + nbytes / beta}
 
@@ -54,20 +63,20 @@ def step_table(world_sizes=(8, 64), tokens: int = 8192, accelerator: str = "A100
     print(f"gpt2-xl ({params:,} parameters), {tokens:,} tokens per GPU per step: compute "
           f"6·Ψ·tokens at the A100's sustained {ACCELERATORS[accelerator].flops / 1e12:g} TFLOP/s = "
           f"{compute * 1e3:.0f} ms; α-β estimate (not a run), encode/decode operators left out")
-    schemes = {"ddp-bucketed": {}, "topk": {"ratio": 0.01}, "powersgd": {"rank": 4}}
     out = {}
     for n in world_sizes:
         link = "NVLink 3" if n <= PER_NODE else "HDR InfiniBand (between nodes of 8)"
         print(f"\nN = {n}, ring bounded by {link}:")
         print(f"  {'scheme':<13} {'MB sent':>9} {'latency ms':>11} {'bytes/β ms':>11} "
               f"{'step ms':>9} {'vs ddp-bucketed':>16}")
-        rows = {name: sync_seconds(name, shapes, n, **opts) for name, opts in schemes.items()}
-        base = compute + rows["ddp-bucketed"]["seconds"]
+        rows = {name: sync_seconds(name, shapes, n, how, **opts) for name, opts, how in SCHEMES}
+        baseline = SCHEMES[0][0]
+        base = compute + rows[baseline]["seconds"]
         for name, r in rows.items():
             step = compute + r["seconds"]
             print(f"  {name:<13} {r['bytes'] / 1e6:>9,.1f} {r['latency_s'] * 1e3:>11.2f} "
                   f"{r['bytes_s'] * 1e3:>11.1f} {step * 1e3:>9.0f} {base / step:>15.2f}×")
-        b = rows["ddp-bucketed"]
+        b = rows[baseline]
         bound = "bandwidth" if b["bytes_s"] > b["latency_s"] else "latency"
         best = min(rows, key=lambda k: rows[k]["seconds"])
         print(f"  ddp-bucketed is {bound}-bound here (bytes/β {b['bytes_s'] * 1e3:.1f} ms vs "
