@@ -88,3 +88,18 @@ def phase_bytes(stage: int, unit_numels: list[int], world: int, bytes_per=4) -> 
     msgs = zero_messages(stage, unit_numels, world, bytes_per)
     gathers = ("param-gather-fwd", "param-gather-bwd") if stage == 3 else ("param-all-gather",)
     return {**dict.fromkeys(("grad-reduce-scatter", *gathers), 0), **bytes_by(msgs, rank=0)}
+
+
+def hsdp_step_bytes(psi: int, world: int, shard: int, rank: int = 0, bytes_per=4) -> int:
+    """Bytes rank `rank` sends per step under HSDP (Zhao et al., VLDB 2023, §3.2.2) over groups of
+    `shard` ranks: two ring all-gathers and a ring reduce-scatter of Ψ among the G ranks of its
+    shard group, then a ring all-reduce of its ⌈Ψ/G⌉ shard among the N/G replicas
+    (`parlab.zero.torch_hybrid`; nominal, as its ledger records them)."""
+    from parlab.core import cost
+
+    if world % shard:
+        raise ValueError(f"shard={shard!r} must divide world={world!r}")
+    g, r = shard, world // shard
+    sent = 2 * cost.ring_all_gather(psi, g, rank % g)[0] + cost.ring_reduce_scatter(psi, g, rank % g)[0]
+    sent += cost.ring_all_reduce(-(-psi // g), r, rank // g)[0]
+    return sent * bytes_per
