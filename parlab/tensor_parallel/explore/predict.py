@@ -5,10 +5,10 @@ forward, `parlab.tensor_parallel.cost.closed_form_bytes`)."""
 from __future__ import annotations
 
 
-def forward_bytes(answer, tp: int = 2, model_config: dict | None = None) -> dict:
+def forward_bytes(prediction, tp: int = 2, model_config: dict | None = None) -> dict:
     """Run tp on `tp` ranks for one step (the exercise's GPT, width 40), print the bytes rank 0
     sent in tp-forward (measured, from the ledger), the closed form, and the reader's `answer`,
-    each comparison computed (to the byte)."""
+    each comparison computed (to the byte). `prediction`: the exercise cell's `answer`."""
     import parlab
     from parlab.tensor_parallel.cost import closed_form_bytes
     from parlab.tensor_parallel.exercises import WIDER
@@ -20,10 +20,10 @@ def forward_bytes(answer, tp: int = 2, model_config: dict | None = None) -> dict
                                 False)["tp-forward"]
     print(f"measured (ledger, rank 0, one step): {measured:,} B; closed form: {formula:,} B — "
           + ("equal" if measured == formula else "NOT equal"))
-    if answer is None:
+    if prediction is None:
         print("your prediction: none yet (set `answer` in the cell above)")
     else:
-        off = answer / measured - 1 if measured else float("nan")
-        print(f"your prediction: {answer:,} B ({off:+.1%} from the measurement) — "
-              + ("right (to the byte)" if abs(answer - measured) <= 0.5 else "not it"))
-    return {"measured": measured, "formula": formula, "answer": answer}
+        off = prediction / measured - 1 if measured else float("nan")
+        print(f"your prediction: {prediction:,} B ({off:+.1%} from the measurement) — "
+              + ("right (to the byte)" if abs(prediction - measured) <= 0.5 else "not it"))
+    return {"measured": measured, "formula": formula, "prediction": prediction}
