@@ -68,3 +68,20 @@ def test_design_answers_are_the_boundary():
 def test_every_kind_is_there():
     kinds = [e.kind for e in exercises.EXERCISES]
     assert 5 <= len(kinds) <= 6 and kinds.count("design") >= 2 and kinds.count("predict") >= 1
+
+
+def test_server_at_scale_ratio_grows_as_w_squared(capsys):
+    from parlab.asynchrony.explore.real_scale import server_at_scale
+
+    rows = server_at_scale(workers=(7, 14))
+    ratio = [r["one_server_s"] / r["compute_s"] for r in rows]
+    assert ratio[1] / ratio[0] == pytest.approx(4.0, rel=1e-3)  # W doubled: W² = 4×
+    from parlab.asynchrony.explore.real_scale import model_params
+
+    alpha, beta = REAL["HDR-IB"]
+    for r in rows:  # k is the smallest that fits
+
+        def fits(k, r=r):
+            return alpha + cost.busiest_server_in(model_params(), r["workers"], k) / beta <= r["compute_s"]
+        assert fits(r["servers"]) and (r["servers"] == 1 or not fits(r["servers"] - 1))
+    assert "holds within 5%" in capsys.readouterr().out
