@@ -53,7 +53,7 @@ def zb_steps(zb: dict, results: dict, dualpipe_rows: list) -> list[dict]:
                      "vs_1f1b": x["step_us"] / d["pp-1f1b"]["step_us"]})
     z, one = results.get("pp-zb"), results.get("pp-1f1b")
     if z is not None:
-        rows.append({"where": "correctness runs (section 5, 7)", "config": f"p="
+        rows.append({"where": "correctness runs (section 5)", "config": f"p="
                      f"{z.config.world_size}, m={_resolved_microbatches(z)}, "
                      f"{_shape(z.config.model_config)}", "clock": z.clock.label,
                      "step": _step(z)[0],
