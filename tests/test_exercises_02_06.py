@@ -43,7 +43,7 @@ RIGHT = {
     cp_exercises: {
         "ring-bytes-gpu": 15 * 2 * 8 * 8192 * 128 * 2 / 1e6,
         "contiguous-efficiency": 17 / 31,               # (2cp+1)/(4cp-1)
-        "hiding-cp": 256,                               # t >= 2·n_kv·F/(n_h·β) ≈ 444: cp <= 295
+        "hiding-cp": 64,                                # t >= 2·n_kv·F/(n_h·β_NDR) = 2000: cp <= 65
         "usp-ib-bytes": 2 * 65536 * 128 * 2 / 1e6,      # (r-1)·2·(n_kv/u)·(T/r)·hs·2 B
         "allgather-bytes": 4 * 1 * 2 * 12 * 4 * 64 * 8 * 4,  # layers·(cp-1)·2·B·nh·(T/cp)·hs·4 B
         "blend-weight": 1 / 5,                           # rank 0: 1, rank 1: min(4, 6) = 4

@@ -21,10 +21,11 @@ def _blend_weight() -> float:
     return blend_weights(VideoConfig(width=12), 2, 0, 2, 3)[8].item()
 
 
-def _hiding_cp(T: int = 131072, n_head: int = 32, n_kv: int = 8) -> int:
+def _hiding_cp(T: int = 131072, n_head: int = 64, n_kv: int = 8) -> int:
     """The largest power-of-two cp whose causal zig-zag ring step (half a block: 2·B·t²·nh·hs
-    flops) outlasts its K/V transfer (2·B·t·n_kv·hs values, 2 bytes) on an H100's NVLink 4."""
-    F, beta = ACCELERATORS["H100"].flops, REAL["NVLink4"][1]
+    flops) outlasts its K/V transfer (2·B·t·n_kv·hs values, 2 bytes) over NDR InfiniBand, the
+    slowest hop of a ring across nodes of 8 H100s."""
+    F, beta = ACCELERATORS["H100"].flops, REAL["NDR-IB"][1]
     t_min = 2 * n_kv * 2 * F / (2 * n_head * beta)  # tokens per rank where compute = transfer
     cp = 1
     while T / (2 * cp) >= t_min:
@@ -60,18 +61,19 @@ EXERCISES = [
              "critical path 3 + 4(cp−1) = 4cp − 1 = 31 blocks; efficiency cp(2cp+1) / (cp(4cp−1)) "
              "= 17/31 = 0.548 (zig-zag: 1.0)."),
     Exercise("hiding-cp",
-             "Design: Llama 3 8B shapes (32 query heads, 8 key/value heads, grouped-query "
+             "Design: Llama 3 70B shapes (64 query heads, 8 key/value heads, grouped-query "
              "attention: only the 8 K/V heads travel), T = 131,072 tokens, batch 1, bf16, ring "
-             "attention with the zig-zag split on H100s (400 TFLOP/s sustained bf16) over NVLink 4 "
-             "(450 GB/s per direction; ignore α). A causal zig-zag ring step computes half a full "
+             "attention with the zig-zag split on nodes of 8 H100s (400 TFLOP/s sustained bf16); "
+             "the ring spans nodes, so every ring step waits for its InfiniBand hop (NDR, 50 GB/s "
+             "per direction per GPU; ignore α). A causal zig-zag ring step computes half a full "
              "block. What is the largest cp, a power of two, at which each ring step's attention "
              "still outlasts its K/V transfer?",
              numeric(_hiding_cp(), rtol=0, atol=0.5),
              "Per rank t = T/cp tokens: half of a full block's 4·B·t²·n_h·h_s flops, ÷ F, against "
              "2·B·t·n_kv·h_s values × 2 B ÷ β; solve for the smallest t, then the largest cp.",
              "compute 4·B·t²·n_h·h_s/2 ÷ F ≥ 2·B·t·n_kv·h_s·2 ÷ β ⇔ t ≥ 2·n_kv·F/(n_h·β) = "
-             "2·8·400e12/(32·450e9) ≈ 444 tokens; T/cp ≥ 444 ⇔ cp ≤ 295: cp = 256. GQA's 4× "
-             "fewer K/V heads lets the ring go 4× wider than the t* of a multi-head model.",
+             "2·8·400e12/(64·50e9) = 2,000 tokens; T/cp ≥ 2,000 ⇔ cp ≤ 65.5: cp = 64 (8 nodes). "
+             "GQA's 8× fewer K/V heads lets the ring go 8× wider than a multi-head model's would.",
              kind="design"),
     Exercise("usp-ib-bytes",
              "Design: USP (Fang & Zhao 2024), Ulysses × ring, for Llama 3 8B shapes at T = 131,072 "
