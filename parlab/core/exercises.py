@@ -53,7 +53,7 @@ def answers() -> dict:
             "predict-ring-paced-us": rl.priced("ring", 8, PREDICT_BYTES, "NVLink3") * 1e6}
 
 
-PREDICT_BYTES = 16 << 20  # the predict-then-run exercise's all-reduce: 16 MiB of float32
+PREDICT_BYTES = 24 << 20  # the predict-then-run exercise's all-reduce: 24 MiB of float32
 
 
 def exercises() -> list:
@@ -97,11 +97,11 @@ def exercises() -> list:
                  "5.9 ms + 2·3·α_IB + 2·3/4·(S/8)/β_IB ≈ 7.5 ms: ≈ 5.8× faster.",
                  kind="design"),
         Exercise("predict-ring-paced-us", "Predict, then run the next cell: how many microseconds "
-                 "does a ring all-reduce of 16 MiB (16·2²⁰ bytes) of float32 take on 8 A100s over "
+                 "does a ring all-reduce of 24 MiB (24·2²⁰ bytes) of float32 take on 8 A100s over "
                  "NVLink 3 (α = 1 µs, β = 300 GB/s) on the paced clock?",
                  numeric(a["predict-ring-paced-us"], rtol=0.03),
                  "Rounds 2(N−1), bytes on the busier direction 2(N−1)/N·S.",
-                 "14·1 µs + 1.75·16,777,216 B / 300 GB/s = 14 + 97.9 ≈ 112 µs; the run measures it.",
+                 "14·1 µs + 1.75·25,165,824 B / 300 GB/s = 14 + 146.8 ≈ 161 µs; the run measures it.",
                  kind="predict"),
     ]
 

@@ -113,7 +113,7 @@ def two_level_table(sizes=(1 << 20, 64 << 20, GB), nodes: int = 2) -> list[dict]
     return out
 
 
-def measure_prediction(answer, n: int = 8, nbytes: int = 16 << 20, link: str = rl.INTRA) -> float:
+def measure_prediction(answer, n: int = 8, nbytes: int = 24 << 20, link: str = rl.INTRA) -> float:
     """Chapter 00's predict-then-run: one ring all-reduce of `nbytes` on `n` paced A100s over
     `link`, its time printed beside the reader's `answer` (µs) and the closed form."""
     ranks = launch(rl.paced_worker, n, [nbytes], link, ("ring",), timeout=600.0)
