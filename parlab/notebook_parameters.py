@@ -94,7 +94,7 @@ CHAPTERS: dict[str, dict] = {
         "world_size": world_sizes(2, 4), "microbatches": Int(4, min=1, max=32), "steps": steps(2),
         "clock": CLOCK, "unet_steps": steps(60, 2000),
         "unet_side": Choice(32, (32, 64)),  # the U-Net's test volume (64 in the bench)
-        "curriculum_steps": steps(24, 1000),
+        "curriculum_steps": steps(60, 1000),
     },
     "05_local_learning": {
         "world_size": world_sizes(2, 4), "steps": steps(4), "microbatches": Int(4, min=1, max=32),
