@@ -103,6 +103,14 @@ def partition_report(world_size: int = 2, microbatches: int = 4, steps: int = 1,
     print(f"the even split's last stage ({even[-1]} blocks + head) took {ev[-1] / ev[0]:.2f}× its "
           f"first (embedding + {even[0]} blocks) in the run; the profile predicted "
           f"{predicted_ratio(even, profile):.2f}×")
+    theory = cost.theory_bubble("1f1b", world_size, microbatches)
+    gaps = {label: out[label]["bubble"] - theory for label in ("even", "balanced")}
+    print(f"bubble at this width (paced, shapes only) beside (p−1)/(m+p−1) = {theory:.1%}: "
+          + ", ".join(f"{label} split {out[label]['bubble']:.1%} ({gaps[label] * 100:+.1f} points: "
+                      + ("agrees" if abs(gaps[label]) <= 0.05 else "does NOT agree") + ", ±5)"
+                      for label in ("even", "balanced"))
+          + " — the closed form assumes equal stages; the slowest stage sets the pace")
+    out["theory"] = theory
     gain = out["even"]["step_s"] / out["balanced"]["step_s"]
     if out["same"]:
         print(f"balanced / even: the same split ({where}: the head costs {out['head_blocks']:.2f} "
