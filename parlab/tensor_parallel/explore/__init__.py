@@ -45,14 +45,16 @@ def tp_rows(schemes=("tp", "tp-sp", "torch-tp", "torch-tp:sp"), degrees=(2, 4), 
         step = statistics.median(samples[(scheme, tp)])
         base = statistics.median(samples[("tp", tp)]) if ("tp", tp) in samples else step
         tp_bytes = sum(result.bytes_per_rank(phase=p)[0] for p in ("tp-forward", "tp-backward"))
-        rows.append({"scheme": scheme, "tp": tp, "step_ms": step * 1e3, "vs_tp": step / base,
+        rows.append({"scheme": scheme, "tp": tp, "clock": result.clock.label,
+                     "step_ms": step * 1e3, "vs_tp": step / base,
                      "tp_MB_per_step": tp_bytes / (steps + 1) / 1e6,
                      # a run that does not measure activations (torch-tp's DTensor) records 0: n/a
                      "activations_kB": result.memory[0].get("activations") / 1e3
                      if result.memory[0].get("activations") else float("nan"),
                      "match": result.compare(reference).match,
                      "max_param_diff": result.compare(reference).max_param_diff})
-    rows.append({"scheme": "single", "tp": 1, "step_ms": reference.step_time()
+    rows.append({"scheme": "single", "tp": 1, "clock": reference.clock.label,
+                 "step_ms": reference.step_time()
                  * 1e3, "vs_tp": float("nan"), "tp_MB_per_step": 0.0,
                  "activations_kB": reference.memory[0]["activations"] / 1e3, "match": True,
                  "max_param_diff": 0.0})
