@@ -95,11 +95,11 @@ def plot_profile(preset: str = "gpt2-xl", world: int = 8, stages=(1, 2, 3), ax=N
         ax.plot(range(len(prof)), [b / 1e9 for _, b in prof], label=STAGES[stage])
         peak = max(prof, key=lambda e: e[1])
         peaks[stage] = peak
-    labels = [name for name, _ in rs.memory_profile(preset, 1, world)]
-    last = len(rs.units(preset)[1]) - 1
-    ticks = [i for i, name in enumerate(labels)
-             if name in ("rest", "fwd 0", f"fwd {last}", f"bwd {last}", "bwd 0", "step")]
-    ax.set_xticks(ticks, [labels[i] for i in ticks], fontsize=8)
+    layers = len(rs.units(preset)[1])  # phases: rest, L forwards, L backwards, step
+    ax.set_xticks([0, (layers + 1) / 2, layers + (layers + 1) / 2, 2 * layers + 1],
+                  ["rest", f"forward (blocks 0 … {layers - 1})",
+                   f"backward (blocks {layers - 1} … 0)", "step"], fontsize=8)
+    ax.axvline(layers + 0.5, color="grey", lw=0.6, ls=":")
     ax.set_ylabel("GB held by one rank")
     ax.set_title(f"{preset}, N = {world}, one step: forward, backward, optimizer (closed forms)")
     ax.legend()
