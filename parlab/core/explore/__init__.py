@@ -291,6 +291,8 @@ def show_all_reduce(world_size: int, size_kb: int = 64, algo: str = "ring") -> N
     for rank, r in enumerate(res):
         formula = closed(numel, world_size, rank)[0] * 4
         print(f"  rank {rank}: sent {r['record']['bytes_sent']:,} B (closed form {formula:,} B)")
+    if world_size == 1:
+        print("  one rank already holds the sum: nothing crosses a link (choose 2 or more ranks)")
 
 
 def draw_ring_schedule(world_size: int, ax=None):
