@@ -67,8 +67,12 @@ def priced(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: fl
 
 
 def measured(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: float = BUCKET_MB,
-             rows: int = ROWS, variants=VARIANTS, steps: int = 2) -> dict:
-    """{variant: the last step's paced A100 seconds}, each variant run shapes-only on `n` ranks."""
+             rows: int = ROWS, variants=VARIANTS, steps: int = 3) -> dict:
+    """{variant: a middle step's paced A100 seconds}, each variant run shapes-only on `n` ranks.
+    A middle step is the steady state: the first forward waits for nothing, and the last step of
+    DeAR (and priority) also applies every owed update after its backward (`flush`)."""
+    if steps < 3:
+        raise ValueError(f"steps={steps!r} must be >= 3: a middle step is measured")
     import parlab
 
     out = {}
@@ -76,7 +80,7 @@ def measured(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: 
         r = parlab.run(v, world_size=n, model=preset, shapes_only=True, clock="A100", link=link,
                        batch_size=rows * n, steps=steps, timeout=3600.0,
                        **({} if v == "ddp-naive" else {"bucket_mb": bucket_mb}))
-        out[v] = r.step_times[-1]
+        out[v] = r.step_times[steps // 2]
     return out
 
 
