@@ -34,3 +34,11 @@ def test_ablation_compares_each_model_with_its_own_ddp(capsys):
     holds = print_ablation(found, 2)
     out = capsys.readouterr().out
     assert "verdict: removing the skips" in out and ("explanation holds" in out) == holds
+
+
+def test_panel_offers_no_more_owners_than_ranks():
+    from parlab.subnet.explore import panel_follow
+
+    assert panel_follow({"world_size": 1, "owners": 4}) == {"owners": ([1], 1)}
+    assert panel_follow({"world_size": 2, "owners": 4}) == {"owners": ([1, 2], 2)}
+    assert panel_follow({"world_size": 4, "owners": 2}) == {"owners": ([1, 2, 4], 2)}

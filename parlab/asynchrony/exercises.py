@@ -46,7 +46,7 @@ def answers() -> dict:
             "sharded-bytes": cost.server_bytes_per_update(PSI_7B, 60, "ssp", 4)[0][0],
             "server-count": servers_needed(),
             "dual-small-batch": small_batch_for(),
-            "straggler-staleness": straggler_closed_form(5, 3),
+            "straggler-staleness": straggler_closed_form(5, 4),
             "macroiterations": cost.macroiterations_for(cost.jacobi_gamma(1.0 / (GRID + 1) ** 2), 1e-6)}
 
 
@@ -84,12 +84,12 @@ EXERCISES = [
              "Compute time is 6·Ψ·b·L/F: equal times need b_small/b_large = F_A100/F_H100.",
              "⌊64 · 150/400⌋; its update is then applied with lr × b/64", kind="design"),
     Exercise("straggler-staleness", "Predict, then run the cell below: ps-async on 6 ranks (rank 0 "
-             "serves, 5 workers), all equally fast except the last, which is 3× slower on every "
+             "serves, 5 workers), all equally fast except the last, which is 4× slower on every "
              "gradient (no jitter, seeded arrival order). How many versions behind is each of the "
              "straggler's gradients when the server applies it?",
              numeric(_A["straggler-staleness"], rtol=0), "While the straggler computes one gradient, "
              "count the gradients the other workers push.",
-             "r·(W − 1): each of the 4 fast workers pushes 3 gradients meanwhile", kind="predict"),
+             "r·(W − 1): each of the 4 fast workers pushes 4 gradients meanwhile", kind="predict"),
     Exercise("macroiterations", "Jacobi on −Δu + u = f on the unit square, a 4,096 × 4,096 interior "
              "grid (h = 1/4,097, so σh² = h²), strips over 1,024 GPUs: how many macroiterations "
              "guarantee ‖u − u*‖∞ ≤ 1e-6·‖u₀ − u*‖∞, whatever the delays?",

@@ -15,7 +15,7 @@ def straggler_closed_form(workers: int, straggler: int) -> int:
     return straggler * (workers - 1)
 
 
-def straggler_staleness(answer=None, world_size: int = 6, straggler: int = 3, steps: int = 30) -> dict:
+def straggler_staleness(answer=None, world_size: int = 6, straggler: int = 4, steps: int = 36) -> dict:
     """Run `ps-async` (seeded arrival order, the last worker `straggler`× slower, no jitter) and
     print the staleness of each of the straggler's gradients beside `answer` and the closed form."""
     result = parlab.run("ps-async", world_size=world_size, steps=steps, delays="seeded",

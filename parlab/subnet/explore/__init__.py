@@ -306,6 +306,16 @@ def print_headlines(table: pd.DataFrame, found: dict, world_size: int, tolerance
               + ("" if ok else " (this subnetwork drops what the model needs at this k)"))
 
 
+PANEL_OWNERS = (1, 2, 4)
+
+
+def panel_follow(values: dict) -> dict:
+    """`widgets.experiment_panel`'s `follow`: owners offers only k ≤ world_size (a unit cannot have
+    more owners than there are ranks); a value that no longer applies drops to the largest that does."""
+    options = [k for k in PANEL_OWNERS if k <= values["world_size"]]
+    return {"owners": (options, max(k for k in options if k <= values["owners"]))}
+
+
 def panel(world_size: int = 2, owners: int = 1, mask: str = "forward",
           granularity: str = "block") -> None:
     """Widget callback: one `sdp` run; per rank memory and bytes beside the closed forms."""
