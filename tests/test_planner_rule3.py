@@ -61,3 +61,16 @@ def test_scale_table_in_ms():
     assert "step ms" in text and "1.5000" in text
     with pytest.raises(KeyError):
         points.format_table([row], unit="s")
+
+
+def test_characterization_table_shortened(capsys):
+    from parlab.planner.explore.energy import print_characterization
+
+    rows = [{"plan": f"p{i}", "dp": 1, "tp": 1, "pp": 1, "cp": 1, "microbatches": 1,
+             "rows_per_microbatch": 12, "step_ms": 1.0 + i, "samples_per_s": 100.0 - i, "bytes": 0,
+             "exposed": 0.0, "joules_per_step": None} for i in range(10)]
+    print_characterization({"paced": True, "unit": "A100 ms", "rows": rows, "status": "",
+                            "energy_measured": False}, top=3)
+    out = capsys.readouterr().out
+    assert "p0 " in out and "p2 " in out and "p9 " in out and "p5 " not in out
+    assert "4 of 10 plans" in out

@@ -46,17 +46,24 @@ def characterization(sweep, batch_size: int = 12, steps: int = 2, root: str = PO
             "energy_measured": energy is not None, "paced": paced}
 
 
-def print_characterization(result: dict) -> None:
-    """The table, then what is measured and what is not, from the result's own fields."""
+def print_characterization(result: dict, top: int | None = None) -> None:
+    """The table (the `top` highest-throughput plans and the lowest, or every plan when None),
+    then what is measured and what is not, from the result's own fields."""
     rate = "samples/s (accelerator time)" if result["paced"] else "samples/s (this CPU)"
     print(f"step: {result['unit']}; throughput: {rate}")
     print(f"{'plan':<22}{'dp':>3}{'tp':>3}{'pp':>3}{'cp':>3}{'m':>3}{'rows/mb':>8}{'step':>10}"
           f"{'throughput':>12}{'bytes/step':>12}{'exposed':>9}{'J/step':>9}")
-    for r in result["rows"]:
+    shown = result["rows"]
+    if top is not None and len(shown) > top + 1:
+        ranked = sorted(shown, key=lambda r: -r["samples_per_s"])
+        shown = ranked[:top] + ranked[-1:]
+    for r in shown:
         joules = f"{r['joules_per_step']:.2f}" if r["joules_per_step"] is not None else "—"
         print(f"{r['plan']:<22}{r['dp']:>3}{r['tp']:>3}{r['pp']:>3}{r['cp']:>3}"
               f"{r['microbatches']:>3}{r['rows_per_microbatch']:>8}{r['step_ms']:>8.3f}ms"
               f"{r['samples_per_s']:>12,.0f}{r['bytes']:>12,}{r['exposed']:>9.1%}{joules:>9}")
+    if len(shown) < len(result["rows"]):
+        print(f"({len(shown)} of {len(result['rows'])} plans: the {top} highest throughputs and the lowest)")
     print(result["status"])
     if result["energy_measured"]:
         print("energy per step: measured around a raw run of each plan — the whole CPU package "
