@@ -117,6 +117,6 @@ def when_to_use(links: list[dict], overlap: list[dict], crossover: float, mem, v
     print("When to use it (from this run):")
     cp = cfg.options.get("cp", cfg.world_size)
     for line in (ring_vs_ulysses(links, cfg), ring_overlap(overlap, crossover),
-                 memory_threshold(mem, cp), latent_threshold(video)):
+                 memory_threshold(mem, cp), latent_threshold(video) if video is not None else None):
         if line:
             print(line)
