@@ -15,9 +15,10 @@ Like `parlab.engine.bench_all`, it reaches the chapters only by scheme name (`ru
 
 from __future__ import annotations
 
+import math
 import statistics
 
-from parlab.core.link import Link
+from parlab.core.link import REAL, Link
 from parlab.core.progress import progress
 
 
@@ -162,10 +163,10 @@ def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock
 
     clock: "wall" measures this CPU, raw, and returns a link in its seconds (α = 20 µs); a paced
     clock ("A100", parlab.core.clock) measures virtual compute (the accelerator's seconds) and
-    returns the real link (α = 0.1 µs: at NVLink's 1 µs the tiny model's gathers would be latency
-    alone) that gives A_f = F on that accelerator — the link to pass with `clock=` — and
-    `paced_link`, that link as the run prices it (the same: a link that is not a preset is taken
-    as real). Returns the link, the run keywords (the clock among them), the measured F and B,
+    returns, of the real links (`parlab.core.link.REAL`), the one whose forward gathers A_f come
+    nearest to F on that accelerator (no link made for the lesson) — the link to pass with
+    `clock=` — and `paced_link`, that link as the run prices it (the same: a link that is not a
+    preset is taken as real). Returns the link, the run keywords (the clock among them), the measured F and B,
     A_f, A_b, R and both ideals, in the run's seconds."""
     from parlab.core.clock import pace_link
     from parlab.engine.runner import make_config, run
@@ -181,12 +182,13 @@ def zero3_regime(steps: int, world_size: int = 2, rows_per_rank: int = 24, clock
         nbytes[r["phase"]] = nbytes.get(r["phase"], 0) + r["bytes_sent"]
     beta = nbytes["param-gather-fwd"] / forward  # bytes per second of the run's own time
     paced = calib.clock
-    if paced.paced:  # virtual time: the forward is the accelerator's seconds, the link is real
-        alpha = 1e-7  # a tenth of NVLink's: the tiny model's gathers would be latency alone
-        latency = sum(r["rounds"] for r in ops if r["phase"] == "param-gather-fwd") * alpha
-        if forward > 2 * latency:  # the bandwidth that leaves A_f = F once the α's are paid
-            beta = nbytes["param-gather-fwd"] / (forward - latency)
-        link = Link(alpha, beta, f"{beta / 1e9:.2f} GB/s (A_f = F on the {paced.name})")
+    if paced.paced:  # virtual time: the forward is the accelerator's seconds; the link, a real one
+        def gather_time(link):
+            return sum(link.cost(r["bytes_sent"], r["rounds"]) for r in ops
+                       if r["phase"] == "param-gather-fwd")
+        real = {name: Link(a, b, f"{name} (real: its A_f is the nearest to F on the {paced.name})")
+                for name, (a, b) in REAL.items() if name != "NVLink"}
+        link = min(real.values(), key=lambda lk: abs(math.log(gather_time(lk) / forward)))
         emulated = pace_link(link, make_config("zero3", steps=1, **kw).clock)
     else:
         link = emulated = Link(20e-6, beta, f"{beta / 1e6:.1f} MB/s")

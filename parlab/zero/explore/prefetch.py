@@ -4,8 +4,8 @@ Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel" 
 prefetch issues the next unit's all-gather while the current one computes and lets the gradient
 reduce-scatter travel during backward, hiding at most the compute. So the chapter picks the link
 where the forward's all-gathers last as long as the forward computes (`A_f = F`, from measured
-compute and ledger bytes: `parlab.engine.bench_regimes.zero3_regime`; in virtual time a link made
-for the lesson, not a real one), runs zero3 with and without `prefetch=True`, and prints each
+compute and ledger bytes: `parlab.engine.bench_regimes.zero3_regime`; in virtual time the real
+link whose A_f comes nearest to F), runs zero3 with and without `prefetch=True`, and prints each
 step time beside its ideal-overlap estimate:
 
     without prefetch  F + B + A_f + A_b + R
