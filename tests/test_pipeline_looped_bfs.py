@@ -42,3 +42,12 @@ def test_looped_bfs_run_equals_single():
 def test_looped_bfs_refuses_no_chunks():
     with pytest.raises(ValueError, match="chunks"):
         looped_bfs(2, 2, 0)
+
+
+def test_looped_bfs_shapes_only_is_its_real_paced_run():
+    """It registers shapes=True with every pp-* scheme: same timeline, ledger and memory."""
+    options = {"microbatches": 4, "chunks": 2, "clock": "A100", "steps": 2}
+    real = parlab.run("pp-looped-bfs", world_size=2, **options)
+    shapes = parlab.run("pp-looped-bfs", world_size=2, shapes_only=True, **options)
+    assert shapes.step_times == real.step_times and shapes.timeline == real.timeline
+    assert shapes.ledger == real.ledger and shapes.memory == real.memory
