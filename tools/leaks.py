@@ -34,9 +34,6 @@ import re
 COINCIDENCES = {
     ("09_asynchrony", "ssp-ahead", 4.0):
         "synchronous Jacobi's 4.00 relaxations per macroiteration (Part D's table), not SSP's lead",
-    ("05_local_learning", "pipedream-versions", 8.0):
-        "layer-wise merge's modelled step of 8.000 A100 ms (k=2 × dp=2, the merge table), not a "
-        "count of PipeDream's weight versions",
     ("11_heterogeneous", "proportional-rows", 1024.0):
         "GPT-2 XL's 1024 tokens per sequence (HAP at a real width), not rank 1's share of rows",
 }
