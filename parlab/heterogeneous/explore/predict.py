@@ -1,6 +1,6 @@
 """Notebook 11's predict-then-run cell: the reader predicts the bytes a slow rank sends in
 `hetero-dp` with the LP's shares (Zhang et al., "HAP", EuroSys 2024), then this runs it and
-prints the ledger beside the reader's answer and the closed form 2(N−1)/N·Ψ·4 (a ring
+prints the ledger beside the reader's prediction and the closed form 2(N−1)/N·Ψ·4 (a ring
 all-reduce of the gradient: its bytes follow the model, never the rows).
 """
 
@@ -10,10 +10,10 @@ import parlab
 from parlab.heterogeneous import cost
 
 
-def slow_rank_bytes(answer, world_size: int = 4, clock: str = "A100", batch_size: int = 12) -> dict:
+def slow_rank_bytes(prediction, world_size: int = 4, clock: str = "A100", batch_size: int = 12) -> dict:
     """Run `hetero-dp` one step on `world_size` ranks, the last at a quarter of the others' speed,
     LP shares with f priced on `clock`; print each rank's rows and ledger bytes, the closed form and
-    `answer` beside them. Returns {"rows", "bytes", "closed_form"}."""
+    `prediction` beside them. Returns {"rows", "bytes", "closed_form"}."""
     from parlab.heterogeneous.explore import fixed_rows_for
 
     speeds = [1.0] * (world_size - 1) + [0.25]
@@ -32,7 +32,7 @@ def slow_rank_bytes(answer, world_size: int = 4, clock: str = "A100", batch_size
     verdict = "equal" if sent == closed else "NOT equal"
     print(f"rank {slow} ({rows[slow]} rows): ledger {sent[slow]:,} B, closed form {closed[slow]:,} B "
           f"({verdict}); your prediction: "
-          + ("none yet" if not isinstance(answer, (int, float)) else f"{answer:,} B — "
-             + ("right" if answer == closed[slow] else "off: the all-reduce moves the gradient, "
+          + ("none yet" if not isinstance(prediction, (int, float)) else f"{prediction:,} B — "
+             + ("right" if prediction == closed[slow] else "off: the all-reduce moves the gradient, "
                 "whose size does not depend on the rows")))
     return {"rows": rows, "bytes": sent, "closed_form": closed}
