@@ -282,8 +282,8 @@ def test_when_to_use_follows_this_runs_numbers(capsys):
     out = capsys.readouterr().out
     assert out.startswith("When to use it (from this run):")
     assert "stepped 2.70× as fast as even shares (faster)" in out
-    assert "slower than 0.70× the fastest gets no rows (f/s ≥ T*): the slowest here, at 0.25×, " \
-           "is below" in out
+    assert "s > f/T*_others = 0.70× the fastest" in out
+    assert "the slowest here, at 0.25×, is below it and got 0 rows (as derived)" in out
     assert "LP shares won" in out and "final loss +1.00% against single" in out
     assert "crossed 1GbE ÷100 and its model (200.0 ms)" in out
     assert "was 50% of the step (one node: 0%), the step 2.00× one node's" in out
