@@ -15,9 +15,10 @@ def straggler_closed_form(workers: int, straggler: int) -> int:
     return straggler * (workers - 1)
 
 
-def straggler_staleness(answer=None, world_size: int = 6, straggler: int = 4, steps: int = 36) -> dict:
+def straggler_staleness(prediction=None, world_size: int = 6, straggler: int = 4, steps: int = 36) -> dict:
     """Run `ps-async` (seeded arrival order, the last worker `straggler`× slower, no jitter) and
-    print the staleness of each of the straggler's gradients beside `answer` and the closed form."""
+    print the staleness of each of the straggler's gradients beside the reader's `prediction` and
+    the closed form."""
     result = parlab.run("ps-async", world_size=world_size, steps=steps, delays="seeded",
                         straggler=float(straggler), clock="A100")
     last = world_size - 1  # the straggler is the last worker rank
@@ -27,6 +28,6 @@ def straggler_staleness(answer=None, world_size: int = 6, straggler: int = 4, st
     closed = straggler_closed_form(world_size - 1, straggler)
     print(f"ps-async, {world_size - 1} workers, the last {straggler}× slower, seeded order, {steps} updates")
     print(f"the straggler's gradients: staleness {measured} (versions behind, in arrival order)")
-    print(f"measured (most common): {steady}; your answer: {answer}; closed form r·(W − 1) = "
+    print(f"measured (most common): {steady}; your prediction: {prediction}; closed form r·(W − 1) = "
           f"{straggler}·{world_size - 2} = {closed}; agree: {steady == closed}")
     return {"measured": steady, "closed_form": closed, "all": measured}

@@ -12,10 +12,10 @@ from parlab.engine.runner import make_config
 from parlab.subnet import cost as subnet_cost
 
 
-def sdp_bytes(answer=None, world_size: int = 4, owners: int = 2, steps: int = 2,
+def sdp_bytes(prediction=None, world_size: int = 4, owners: int = 2, steps: int = 2,
               clock: str = "A100") -> dict:
     """Run `sdp` (forward masking, block level) and print rank 0's bytes per step from the ledger
-    beside `answer` and the closed form (`parlab.subnet.cost.step_bytes`)."""
+    beside the reader's `prediction` and the closed form (`parlab.subnet.cost.step_bytes`)."""
     opts = dict(world_size=world_size, steps=steps, owners=owners, mask="forward", granularity="block")
     result = parlab.run("sdp", clock=clock, **opts)
     measured = result.bytes_per_rank()[0] // steps
@@ -23,6 +23,6 @@ def sdp_bytes(answer=None, world_size: int = 4, owners: int = 2, steps: int = 2,
                                         "forward", 0).values())
     print(f"sdp, N = {world_size}, k = {owners}, forward masking, block level, {steps} steps "
           f"({result.config.clock.label}; bytes do not depend on the clock)")
-    print(f"rank 0 sends per step: measured (ledger) {measured:,} B; your answer: {answer}; "
+    print(f"rank 0 sends per step: measured (ledger) {measured:,} B; your prediction: {prediction}; "
           f"closed form {closed:,} B; agree: {measured == closed}")
     return {"measured": measured, "closed_form": closed}
