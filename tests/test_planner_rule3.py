@@ -74,3 +74,12 @@ def test_characterization_table_shortened(capsys):
     out = capsys.readouterr().out
     assert "p0 " in out and "p2 " in out and "p9 " in out and "p5 " not in out
     assert "4 of 10 plans" in out
+
+
+def test_replay_table_in_ms():
+    from parlab.planner.explore.replay import WHAT_IFS, format_rows
+
+    row = {"plan": "x", "measured_s": 0.0024, "replay_s": 0.0024, "error": 0.0, "exposed_share": 0.0,
+           **{n: 1.0 for n in WHAT_IFS}}
+    text = format_rows([row])
+    assert "measured ms" in text and "2.4000" in text and "µs" not in text
