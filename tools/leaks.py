@@ -32,8 +32,6 @@ import re
 # (chapter, exercise, number): a number a chapter prints that an exercise accepts by coincidence,
 # another quantity that happens to have the answer's value; each with what it is.
 COINCIDENCES = {
-    ("09_asynchrony", "ssp-ahead", 4.0):
-        "synchronous Jacobi's 4.00 relaxations per macroiteration (Part D's table), not SSP's lead",
     ("11_heterogeneous", "proportional-rows", 1024.0):
         "GPT-2 XL's 1024 tokens per sequence (HAP at a real width), not rank 1's share of rows",
 }
