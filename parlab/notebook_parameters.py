@@ -104,8 +104,9 @@ CHAPTERS: dict[str, dict] = {
     "06_context_parallel": {
         "world_size": world_sizes(2, 4), "steps": steps(3),
         "max_seq_len": Int(128, min=32, max=256),  # the sweep's lengths: 32, 64, 128, 256
-        "regime_max_tokens": Int(512, min=64, max=2048), "clock": CLOCK,
+        "regime_max_tokens": Int(512, min=64, max=2048),
         "scale_max_tokens": Int(65536, min=32768, max=98304),  # the real-scale ring: 32k, 64k, 96k
+        "clock": CLOCK,
     },
     "07_expert_parallel": {
         "world_size": world_sizes(2, 4), "steps": steps(3), "balance_steps": steps(120, 2000),
