@@ -113,17 +113,17 @@ def two_level_table(sizes=(1 << 20, 64 << 20, GB), nodes: int = 2) -> list[dict]
     return out
 
 
-def measure_prediction(answer, n: int = 8, nbytes: int = 24 << 20, link: str = rl.INTRA) -> float:
+def measure_prediction(prediction, n: int = 8, nbytes: int = 24 << 20, link: str = rl.INTRA) -> float:
     """Chapter 00's predict-then-run: one ring all-reduce of `nbytes` on `n` paced A100s over
-    `link`, its time printed beside the reader's `answer` (µs) and the closed form."""
+    `link`, its time printed beside the reader's `prediction` (µs) and the closed form."""
     ranks = launch(rl.paced_worker, n, [nbytes], link, ("ring",), timeout=600.0)
     measured = max(r[("ring", nbytes)][0] for r in ranks) * 1e6
     closed = rl.thakur("ring", n, nbytes, link) * 1e6
     print(f"clock: {rl.CLOCK_LINE}")
     print(f"ring all-reduce of {_size(nbytes)} on {n} A100s over {link}: measured {measured:.1f} µs; "
-          f"closed form 2(N−1)α + 2(N−1)/N·S/β = {closed:.1f} µs; your answer: {answer}")
-    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        err = abs(answer - measured) / measured
+          f"closed form 2(N−1)α + 2(N−1)/N·S/β = {closed:.1f} µs; your answer: {prediction}")
+    if isinstance(prediction, (int, float)) and not isinstance(prediction, bool):
+        err = abs(prediction - measured) / measured
         print(f"your prediction is {err:.1%} off the run: {'within' if err <= 0.03 else 'outside'} "
               "the check's 3%")
     return measured

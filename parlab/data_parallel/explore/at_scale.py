@@ -20,7 +20,9 @@ from __future__ import annotations
 
 PRESET, WORLD, LINK, BUCKET_MB, ROWS = "gpt2-xl", 8, "NVLink", 25.0, 1  # rows: sequences per GPU
 VARIANTS = ("ddp-naive", "ddp-bucketed", "ddp-overlap", "dear")
-NAMES = {"ddp-naive": "naive", "ddp-bucketed": "bucketed", "ddp-overlap": "WFBP", "dear": "DeAR"}
+# the name each variant goes by in the papers and the chapter's prose, beside its scheme (pairs)
+LABELS = (("ddp-naive", "naive"), ("ddp-bucketed", "bucketed"), ("ddp-overlap", "WFBP"), ("dear", "DeAR"))
+NAMES = dict(LABELS)
 ADAM_BYTES = 28  # per parameter: read p, g, m, v and write p, m, v in fp32
 _NUMELS: dict = {}
 

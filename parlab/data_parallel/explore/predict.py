@@ -6,9 +6,9 @@ Li et al., "PyTorch Distributed", VLDB 2020), then this runs it and counts them 
 from __future__ import annotations
 
 
-def count_messages(answer, world_size: int = 2, bucket_mb: float = 0.02, steps: int = 2) -> int:
+def count_messages(prediction, world_size: int = 2, bucket_mb: float = 0.02, steps: int = 2) -> int:
     """Run ddp-bucketed at `bucket_mb` on the chapter's default GPT; print rank 0's all-reduce
-    messages per step (from the ledger) beside the reader's `answer` and the packing's count."""
+    messages per step (from the ledger) beside the reader's `prediction` and the packing's count."""
     import parlab
     from parlab.data_parallel.bucket_packing import plan_buckets
     from parlab.data_parallel.explore.measure import param_numels
@@ -20,7 +20,7 @@ def count_messages(answer, world_size: int = 2, bucket_mb: float = 0.02, steps: 
     planned = len(plan_buckets(param_numels(), bucket_mb))
     print(f"ddp-bucketed, bucket_mb={bucket_mb}, {world_size} ranks (this CPU; the count does not "
           f"depend on a clock): rank 0 sent {measured} all-reduce messages per step (ledger); "
-          f"plan_buckets packs {planned} buckets; your answer: {answer}")
+          f"plan_buckets packs {planned} buckets; your answer: {prediction}")
     print("the ledger and the packing agree" if measured == planned
           else "the ledger and the packing DISAGREE")
     return measured
