@@ -165,7 +165,7 @@ def _open_with_idle_kernel(page, lab: Lab, relpath: str, code_cells: int, timeou
 
 
 def exercise_chapter(page, lab: Lab, relpath: str, screenshot: pathlib.Path,
-                     run_timeout: float = 450.0, rerun_timeout: float = 300.0) -> dict:
+                     run_timeout: float = 900.0, rerun_timeout: float = 300.0) -> dict:
     """Open a notebook, Run All Cells, then move the first panel's world size to the smallest other
     value of 2 or more.
 
