@@ -151,6 +151,9 @@ EXACT = [
     # (Adam turns float noise in near-zero gradients of blocks.6.mlp.c_proj into full steps)
     ("pp-interleaved", 4, {"microbatches": 4, "model_config": {"n_layer": 8}, "optimizer": "sgd"}),
     ("pp-zb", 2, {"microbatches": 4}), ("pp-zb", 4, {"microbatches": 4}),
+    ("pp-looped-bfs", 2, {"microbatches": 4, "chunks": 2}),  # Lamy-Poirier 2023's breadth-first
+    ("pp-looped-bfs", 4, {"microbatches": 4, "chunks": 2, "model_config": {"n_layer": 8},
+                          "optimizer": "sgd"}),
     ("pp-1f1b", 4, {"pp": 2, "microbatches": 2}),  # dp = 2 × pp = 2
     ("pp", 2, {"schedule": "zb", "partition": [1, 3]}),
     ("pp-gpipe", 2, {"partition": "balanced", "microbatches": 2}),
