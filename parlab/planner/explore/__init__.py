@@ -1,5 +1,5 @@
-"""What notebook 13 runs: every plan of a world size measured beside its prediction, the exactness
-of every plan, the planner under a memory cap, the widget.
+"""What notebook 13 runs: every plan of a world size measured beside its prediction, the planner
+under a memory cap, the widget; each plan's exactness and bytes as short summaries: `summaries`.
 
 The cost model (`costmodel`: a blocking α-β model; MAD-Max's replay across plans is `whatif`)
 predicts every plan's step in *virtual* time on a named accelerator (`parlab.run(...,
@@ -126,28 +126,6 @@ def score(preds: list, measured: dict, calibration: set, memory_cap: float | Non
                      "predicted_bytes": sum(p.bytes_per_dim.values()), "measured_bytes": got["bytes"],
                      "predicted_peak": p.memory["total"], "measured_peak": got["peak_bytes"]})
     return rows, search.judge(preds, measured, memory_cap, calibration)
-
-
-def exactness(s: Sweep, steps: int = 4, batch_size: int = 12) -> list:
-    """Every plan of the sweep against `single` (losses and final parameters, 1e-4): prints
-    `match` per plan (deterministic), returns the comparisons (their differences vary in the
-    last float bits)."""
-    from parlab.engine.runner import run
-    ref = run("single", steps=steps, batch_size=batch_size)
-    out = []
-    for plan, result in s.results.items():
-        c = result.compare(ref)
-        print(f"{plan.describe():<24} match: {c.match}")
-        out.append((plan.describe(), c))
-    return out
-
-
-def bytes_and_memory(s: Sweep) -> None:
-    """Ledger bytes and measured peak memory per rank against the closed forms, plan by plan."""
-    for r in s.rows:
-        print(f"{r['plan']:<24} bytes/step {r['measured_bytes']:>9,} closed form "
-              f"{r['predicted_bytes']:>9,} equal: {r['measured_bytes'] == r['predicted_bytes']}   "
-              f"peak {r['measured_peak']:>9,} closed form {r['predicted_peak']:>9,}")
 
 
 def goals_report(s: Sweep) -> None:
