@@ -145,7 +145,7 @@ def test_messages_are_derived_from_the_plan():
 def both2():
     """The MILP's plan and the 1F1B pipeline on 2 ranks, each run for 2 steps (shared by the
     exactness test and the report)."""
-    from parlab.planner.explore.placement import run_both
+    from parlab.planner.explore.placement_demo import run_both
     g = graph(m=2, **TINY)
     return g, run_both(g, 2, steps=2)
 
@@ -237,7 +237,8 @@ def test_report_rows_and_drawings(capsys, both2):
     import matplotlib
 
     matplotlib.use("Agg")
-    from parlab.planner.explore.placement import draw, draw_run, placement_report, print_report
+    from parlab.planner.explore.placement_demo import placement_report, print_report
+    from parlab.planner.explore.placement_draw import draw, draw_run
 
     g, runs = both2
     rows = placement_report(g, 2, runs=runs)
@@ -259,7 +260,7 @@ def test_report_rows_and_drawings(capsys, both2):
 def test_report_flags_a_model_that_is_off(capsys):
     """Measured 82 ms against a predicted 26 ms is flagged, and split into what this run's own
     task times explain (replay 41 ms: 1.58×) and what messages and waits add (82 / 41 = 2.00×)."""
-    from parlab.planner.explore.placement import print_report
+    from parlab.planner.explore.placement_demo import print_report
 
     row = {"plan": "1F1B pipeline", "predicted_ms": 26.0, "measured_ms": 82.0, "replay_ms": 41.0,
            "predicted_bubble": [0.1, 0.2], "measured_bubble": [0.5, 0.6], "bytes_ledger": [1, 1],

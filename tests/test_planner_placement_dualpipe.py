@@ -137,7 +137,7 @@ def test_bad_input_is_refused():
 
 
 def test_the_comparison_prints_rows_and_verdicts(capsys, rows):
-    from parlab.planner.explore.placement import print_dualpipe
+    from parlab.planner.explore.placement_dualpipe import print_dualpipe
     print_dualpipe(rows)
     out = capsys.readouterr().out
     assert [r["schedule"] for r in rows] == ["1F1B", "planner at 1F1B's memory", "DualPipe",

@@ -184,7 +184,7 @@ def test_the_held_memory_exercise_checks_without_telling(capsys):
 
 
 def test_memory_table_prints_both_methods_and_an_infeasible_cap(capsys):
-    from parlab.planner.explore.placement import memory_table, print_memory_table
+    from parlab.planner.explore.placement_memory import memory_table, print_memory_table
     rows = memory_table(graph(), 2, fractions=(1.0, 0.8, 0.05))
     assert "infeasible" in rows[-1]["milp"] and "infeasible" in rows[-1]["bilevel"]
     for r in rows[:-1]:

@@ -25,6 +25,6 @@ Reading order:
   placed runtime, scheme "placed"; read its `__init__`).
 - `scaling/` (strong and weak scaling, Megatron's Table 1 shapes-only, a real preset's scaling,
   extrapolation to real hardware, energy; read its `__init__`).
-- `explore` (the notebook's parts, `explore.guide`, `explore.placement`, `explore.energy`, ...),
+- `explore` (the notebook's parts, `explore.guide`, `explore.placement_*`, `explore.energy`, ...),
   `exercises` and `bench`: notebook 13 and `python -m parlab bench planner`.
 """
