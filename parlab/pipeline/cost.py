@@ -45,6 +45,8 @@ def theory_bubble(name: str, p: int, m: int, v: int = 1) -> float:
         return (p - 1) / (v * m + p - 1)
     if name == "zb":
         return (p - 1) / (3 * m + p - 1)
+    if name == "zbv":  # m >= 2p−1; v = 2 chunks each half a stage (`parlab.pipeline.zbv`)
+        return (p - 1) / (6 * m + p - 1)
     raise ValueError(f"schedule={name!r} has no closed-form bubble")
 
 

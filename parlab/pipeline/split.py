@@ -28,7 +28,7 @@ from parlab.pipeline.executor import PipelineExecutor
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import check
 
-PLACEMENTS = ("loop", "mirror")
+PLACEMENTS = ("loop", "mirror", "v")
 
 
 @dataclass
@@ -94,10 +94,12 @@ class EmbeddingTie(Dimension):
 
 
 def placed_stages(placement: str, pp: int, chunks: int, pp_rank: int) -> list[int]:
-    """The stages pipeline rank `pp_rank` holds: a loop (stage c·p + r for chunk c) or mirrored
-    (stages r and p − 1 − r)."""
+    """The stages pipeline rank `pp_rank` holds: a loop (stage c·p + r for chunk c), mirrored
+    (stages r and p − 1 − r) or a V (stages r and 2p − 1 − r: ZB-V, `parlab.pipeline.zbv`)."""
     if placement == "mirror":
         return sorted({pp_rank, pp - 1 - pp_rank})
+    if placement == "v":
+        return [pp_rank, 2 * pp - 1 - pp_rank]  # chunk 0 (down), chunk 1 (back up)
     return [c * pp + pp_rank for c in range(chunks)]
 
 
@@ -108,9 +110,10 @@ def split_pp(model, mesh: Mesh, schedule: str | Schedule = "1f1b", microbatches:
 
     `schedule`: a name of `parlab.pipeline.schedules` (built for pp, microbatches, chunks) or a
     Schedule; `counts`: layers per stage (default: even over the model's blocks); `placement`:
-    "loop" or "mirror" (DualPipe's two stages per rank); `staged`: the model's `StagedModel` (how
-    its stages are built; default the layer-list models'). Collective over the mesh's world:
-    every rank calls it with the same arguments. A mesh of pp = 1 gives one rank all the stages."""
+    "loop", "mirror" (DualPipe's two stages per rank) or "v" (ZB-V's, chunks = 2); `staged`: the
+    model's `StagedModel` (how its stages are built; default the layer-list models'). Collective
+    over the mesh's world: every rank calls it with the same arguments. A mesh of pp = 1 gives one
+    rank all the stages."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r} must be one of {PLACEMENTS}")
     pp, pp_rank = mesh.degree("pp"), mesh.coord("pp")
