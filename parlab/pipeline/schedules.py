@@ -13,7 +13,8 @@ SOSP 2019: p−s−1 warm-up forwards, holds ≤ p−s); `interleaved` (Megatron
 ICLR 2024: W deferred into the bubbles); `dualpipe` (DeepSeek-V3, arXiv 2412.19437, §3.2.1:
 `parlab.pipeline.dualpipe`); `eager-1f1b` (AlpaComm: Zhuang et al., MLSys 2023, §4: 2(p−s−1)
 warm-up forwards so each send overlaps compute; holds ≤ 2(p−s)−1); `looped-bfs` (Lamy-Poirier,
-MLSys 2023: interleaved chunks run breadth first, `parlab.pipeline.looped_bfs`). Each generator's contract in
+MLSys 2023: interleaved chunks run breadth first, `parlab.pipeline.looped_bfs`); `zbv` (ZB-V: Qi et
+al., ICLR 2024, §6: two chunks per rank in a V, `parlab.pipeline.zbv`). Each generator's contract in
 full: docs/pipeline.md, `parlab.pipeline.schedules`.
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 from parlab.pipeline.actions import COMM, COMPUTE, Action, Schedule, _schedule  # noqa: F401
 from parlab.pipeline.dualpipe import dualpipe as _dualpipe
 from parlab.pipeline.looped_bfs import looped_bfs
+from parlab.pipeline.zbv import zbv
 
 
 def gpipe(p: int, m: int, chunks: int = 1) -> Schedule:
@@ -151,7 +153,7 @@ def dualpipe(p: int, m: int, chunks: int = 1) -> Schedule:
 
 GENERATORS = {"naive": naive, "gpipe": gpipe, "1f1b": one_f_one_b, "interleaved": interleaved,
               "zb": zero_bubble_h1, "eager-1f1b": eager_one_f_one_b, "dualpipe": dualpipe,
-              "looped-bfs": looped_bfs}
+              "looped-bfs": looped_bfs, "zbv": zbv}
 
 
 def make_schedule(name: str, pp: int, microbatches: int, chunks: int = 1) -> Schedule:
