@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from parlab.context_parallel.ring_attention import block_attention
+from parlab.context_parallel.ring_attention import block_attention, chunks_of
 
 
 class GatherKV(torch.autograd.Function):
@@ -38,13 +38,16 @@ class GatherKV(torch.autograd.Function):
         return shard, None
 
 
-def allgather_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = True):
+def allgather_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bool = True,
+                        chunks: list[list[int]] | None = None):
     """Exact attention for this rank's queries after gathering every rank's K and V.
 
     q, k, v (B, nh, Tl, hs): this rank's tokens at `positions[comm.rank]` (every rank's positions
     known to all). The gathered keys are put back in sequence order; with `causal`, each of the
     rank's two chunks attends only to the keys up to its own last position (Llama 3's local
-    attention: zig-zag chunks r and 2cp−1−r give every rank 2cp+1 chunks of keys)."""
+    attention: zig-zag chunks r and 2cp−1−r give every rank 2cp+1 chunks of keys). chunks:
+    every rank's two chunk indices (`ring_attention.all_chunks`), Python ints, so a shapes-only
+    run (no positions to read) cuts the same keys; None: read from `positions`."""
     me = comm.rank
     kv = torch.stack([k, v])  # (2, B, nh, Tl, hs)
     gathered = GatherKV.apply(kv, comm) if comm.size > 1 else kv  # (2, B, nh, T, hs), rank order
@@ -54,9 +57,11 @@ def allgather_attention(q, k, v, comm, positions: list[torch.Tensor], causal: bo
     if not causal:
         return block_attention(q, kv_seq[0], kv_seq[1])[0]  # (B, nh, Tl, hs)
     half = q.size(2) // 2
+    mine = (chunks or chunks_of(positions))[me]
     outs = []
-    for part, qp in ((q[:, :, :half], q_pos[:half]), (q[:, :, half:], q_pos[half:])):
-        end = int(qp[-1]) + 1  # keys 0 .. this chunk's last position (a chunk is contiguous)
+    for part, qp, c in ((q[:, :, :half], q_pos[:half], mine[0]),
+                        (q[:, :, half:], q_pos[half:], mine[1])):
+        end = (c + 1) * half  # keys 0 .. the last position of chunk c (chunks of `half` tokens)
         k_pos = torch.arange(end)  # (end,)
         mask = k_pos[None, :] <= qp[:, None]  # (Tl/2, end)
         outs.append(block_attention(part, kv_seq[0][:, :, :end], kv_seq[1][:, :, :end],

@@ -44,7 +44,8 @@ def make_attention(method: str, comm, layout: str, seq_len: int, work: list | No
         fn = partial(ring.ring_attention, comm=comm, positions=positions, causal=True, work=work,
                      chunks=chunks)
     elif method == "allgather":
-        fn = partial(allgather_attention, comm=comm, positions=positions, causal=True)
+        fn = partial(allgather_attention, comm=comm, positions=positions, causal=True,
+                     chunks=chunks)
     else:
         fn = partial(ulysses_attention, comm=comm, positions=positions, causal=True)
     return fn, positions

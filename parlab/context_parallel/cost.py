@@ -8,7 +8,8 @@ work per ring step, and the latent-parallel serving traffic.
   al. 2023; Llama 3 §3.3.2): `causal_work`, `critical_path`.
 * Ulysses (Jacobs et al. 2023, §3.1): 4 all-to-alls per layer forward and 4 backward, each
   sending (cp−1)/cp of a (B, nh, T/cp, hs) tensor (`ulysses_bytes`). All-gather (Llama 3 §3.3.2):
-  `allgather_bytes`; Ulysses × ring (USP, Fang & Zhao 2024): `usp_bytes`.
+  `allgather_bytes`; Ulysses × ring (USP, Fang & Zhao 2024): `usp_bytes` (forward, priced),
+  `usp_messages` / `usp_step_bytes` (a training step, what `cp-usp` sends).
 * Serving the video denoiser (Wu et al. 2025): sequence parallelism's bytes per denoising step
   (`sp_bytes`), latent parallelism's patch exchange with its overlaps cropped or blended
   (`lp_bytes`) and its compute per rank (`lp_compute_fraction`).
@@ -100,6 +101,35 @@ def usp_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, ulysses: int
     kv = (ring - 1) * 2 * batch * (n_head // ulysses) * (seq_len // ring) * head_dim
     return {"ulysses": a2a * n_layer * itemsize, "ring": kv * n_layer * itemsize,
             "total": (a2a + kv) * n_layer * itemsize}
+
+
+def usp_messages(batch: int, n_head: int, seq_len: int, head_dim: int, ulysses: int, ring: int,
+                 n_layer: int, itemsize: int = 4) -> list:
+    """USP's messages one rank sends per training step (Fang & Zhao 2024; `parlab.context_parallel
+    .usp`): per layer forward, 4 all-to-alls inside the Ulysses group of u, each sending (u−1)/u
+    of a (B, nh, T/(u·r), hs) shard, and r−1 ring sends of K/V for nh/u heads and T/r tokens,
+    2·B·(nh/u)·(T/r)·hs elements; backward the same (all-to-alls back, dK/dV round the ring)."""
+    u, r = ulysses, ring
+    leaves = batch * n_head * (seq_len // (u * r)) * head_dim * (u - 1) // u
+    block = 2 * batch * (n_head // u) * (seq_len // r) * head_dim  # (2, B, nh/u, T/r, hs)
+    msgs = []
+    for phase in ("cp-forward", "cp-backward"):
+        if u > 1:
+            msgs.append(Message("cp", "all_to_all", u, leaves, 4 * n_layer, False, itemsize, phase))
+        if r > 1:
+            msgs.append(Message("cp", "p2p", r, block, (r - 1) * n_layer, False, itemsize, phase))
+    return msgs
+
+
+def usp_step_bytes(batch: int, n_head: int, seq_len: int, head_dim: int, ulysses: int, ring: int,
+                   n_layer: int, itemsize: int = 4) -> dict:
+    """Bytes one rank sends per training step with USP: `usp_messages` summed by phase, and the
+    all-to-all ("ulysses") and ring ("ring") parts of the forward."""
+    msgs = usp_messages(batch, n_head, seq_len, head_dim, ulysses, ring, n_layer, itemsize)
+    fwd = [x for x in msgs if x.phase == "cp-forward"]
+    return {**_phases(msgs),
+            "ulysses": sum(x.total() for x in fwd if x.op == "all_to_all"),
+            "ring": sum(x.total() for x in fwd if x.op == "p2p")}
 
 
 def causal_work(layout: str, cp: int) -> list[list[int]]:

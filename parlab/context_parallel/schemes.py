@@ -1,7 +1,8 @@
 """Context parallelism: the tiny GPT with its sequence split over cp ranks (× dp data parallel).
 
 Ring attention (Liu et al., ICLR 2024, arXiv 2310.01889), DeepSpeed-Ulysses (Jacobs et al.
-2023, arXiv 2309.14509) and Llama 3's all-gather of K/V (Dubey et al. 2024, §3.3.2); the mesh
+2023, arXiv 2309.14509), Llama 3's all-gather of K/V (Dubey et al. 2024, §3.3.2) and USP, Ulysses
+inside × ring across (Fang & Zhao 2024, arXiv 2405.07719; `parlab.context_parallel.usp`); the mesh
 and the loss bookkeeping follow the Llama 3 paper's context parallelism and torchtitan. Ranks
 form a dp × cp mesh; each cp rank
 holds T/cp tokens (zig-zag or contiguous, `ring_attention.layout_chunks`) and runs everything
@@ -19,6 +20,7 @@ from functools import partial
 from parlab.context_parallel import cost
 from parlab.context_parallel import ring_attention as ring
 from parlab.context_parallel.apply import apply_cp
+from parlab.context_parallel.usp import apply_usp, usp_problem
 from parlab.core.checks import Bool, Choice, Int
 from parlab.core.mesh import Mesh, validate_degrees
 from parlab.engine.loop import Strategy, build_model, make_optimizer, train
@@ -41,12 +43,25 @@ def _valid_cp(cfg, method: str, cp: int) -> str | None:
     if method == "ulysses" and cfg.options.get("layout") == "contiguous":
         if T % cp:
             return f"block_size={T} (sequence length) is not divisible by cp={cp}"
-    elif T % (2 * cp):
+    elif method != "usp" and T % (2 * cp):  # USP: its own split (`usp_problem`)
         return (f"block_size={T} (sequence length) is not divisible by 2·cp={2 * cp} "
                 "(two chunks per cp rank)")
     if method == "ulysses" and nh % cp:
         return f"n_head={nh} is not divisible by cp={cp} (Ulysses splits the heads)"
+    if method == "usp":
+        return usp_problem(cp, _ulysses(cfg, cp), nh, cfg.model_config.kv_heads, T)
     return None
+
+
+def _ulysses(cfg, cp: int) -> int:
+    """USP's Ulysses degree u: the option, or when None the largest that divides cp and the
+    heads (Fang & Zhao 2024: Ulysses as far as the heads allow, the ring for the rest)."""
+    u = cfg.options.get("ulysses")
+    if u is not None:
+        return u
+    g = cfg.model_config
+    return max(d for d in range(1, cp + 1)
+               if cp % d == 0 and g.n_head % d == 0 and g.kv_heads % d == 0)
 
 
 def degrees(cfg, method: str) -> dict[str, int]:
@@ -55,7 +70,11 @@ def degrees(cfg, method: str) -> dict[str, int]:
     if cp is None:
         valid = [c for c in range(1, cfg.world_size + 1) if _valid_cp(cfg, method, c) is None]
         cp = max(valid) if valid else 1
-    return validate_degrees(cfg.world_size, dp=None, cp=cp)
+    dims = validate_degrees(cfg.world_size, dp=None, cp=cp)
+    if method == "usp":  # cp = ulysses u (inner) × ring r (outer)
+        u = _ulysses(cfg, cp)
+        dims.update(ulysses=u, ring=cp // u if cp % u == 0 else 0)
+    return dims
 
 
 def _validate(cfg, method: str):
@@ -74,11 +93,16 @@ class ContextParallel(Strategy):
     def __init__(self, ctx, method: str):
         cfg = ctx.cfg
         self.dims = degrees(cfg, method)
-        self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("cp", self.dims["cp"])])
         self.work: list = []
-        model = apply_cp(gpt_on_mesh(build_model(cfg)), self.mesh, method,
-                         cfg.options.get("layout", "contiguous"), cfg.options.get("recompute", False),
-                         self.work)
+        if method == "usp":  # ranks j·u + a of a cp group: Ulysses groups inner, rings across
+            self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("ring", self.dims["ring"]),
+                                        ("ulysses", self.dims["ulysses"])])
+            model = apply_usp(gpt_on_mesh(build_model(cfg)), self.mesh, self.work)
+        else:
+            self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("cp", self.dims["cp"])])
+            model = apply_cp(gpt_on_mesh(build_model(cfg)), self.mesh, method,
+                             cfg.options.get("layout", "contiguous"),
+                             cfg.options.get("recompute", False), self.work)
         self.mine = model.positions  # (T/cp,) this rank's tokens
         self.tokens = cfg.batch_size * cfg.model_config.block_size  # global tokens of one step
         super().__init__(ctx, model, make_optimizer(model.parameters(), cfg),
@@ -124,8 +148,17 @@ def cp_ulysses(ctx):
 
 
 @register("cp-allgather", summary="context parallel: Llama 3's all-gather of K/V, local attention, dp × cp",
-          exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS)},
+          shapes=True, exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS)},
           validate=partial(_validate, method="allgather"), models=("gpt",),
           forms={"attention_bytes": cost.allgather_bytes})
 def cp_allgather(ctx):
     return train(ctx, ContextParallel(ctx, "allgather"))
+
+
+@register("cp-usp", summary="context parallel: USP, Ulysses all-to-all inside × ring across, dp × cp",
+          shapes=True, exact=True, precisions=BF16,
+          options={"cp": CP, "ulysses": Int(None, min=1, none=True)},
+          validate=partial(_validate, method="usp"), models=("gpt",),
+          forms={"usp_bytes": cost.usp_step_bytes})
+def cp_usp(ctx):
+    return train(ctx, ContextParallel(ctx, "usp"))
