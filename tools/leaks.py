@@ -15,7 +15,8 @@ for a hundred reasons and says nothing about an answer, and an output's measured
 change from run to run, so a three-digit "1.25×" there would now and then equal an answer by
 chance — a flaky test, not a leak. An exercise whose answer is a short number must therefore make
 the reader compute it from numbers of its own prompt (the chapter's conventions ask for GPU-scale
-problems for that reason). Text answers
+problems for that reason; whether the page states the formula that computes a short answer
+from the prompt's numbers is `tools/formula_leaks.py`'s question). Text answers
 ("bias", "backward") are not searched: a chapter names its schemes and options everywhere.
 The exercises' own cells are not read: they print the problem, which holds the numbers it needs.
 A predict-then-run exercise (`kind="predict"`) is followed by the one code cell that measures what
