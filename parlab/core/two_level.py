@@ -11,7 +11,8 @@ A flat ring over the GPUs of several nodes waits for its slowest hop (InfiniBand
 
 This is the reduce-scatter / all-reduce / all-gather split of Huawei HCCL's hierarchical
 all-reduce ("Hierarchical Communication Principles", HCCL user guide) and of Horovod's
-hierarchical all-reduce (reduce-scatter within a node, all-reduce across, all-gather within); its
+`NCCLHierarchicalAllreduce` (horovod/common/ops/nccl_operations.cc: ncclReduceScatter inside the
+node, MPI_Allreduce across, ncclAllGather inside; HOROVOD_HIERARCHICAL_ALLREDUCE=1); its
 parts are Thakur, Rabenseifner & Gropp's (IJHPCA 2005) reduce-scatter + all-gather all-reduce
 run as rings (Patarasuk & Yuan, JPDC 2009). Per rank it sends (g−1)/g·S + 2(m−1)/m·S/g +
 (g−1)/g·S elements (`traffic`, exact for any length: shards follow `cost.shard_sizes`) in

@@ -133,9 +133,25 @@ def show(ranks: list[dict], per_node: int = PER_NODE, sizes=SIZES) -> dict:
     print(f"paced run = its α-β price (relative tolerance 1e-9) at {held} of {len(table)} sizes: "
           f"{'holds' if held == len(table) else 'does NOT hold'}; the two-level all-reduce is faster "
           f"than the flat ring at {wins} of {len(table)} sizes")
+    print("NCCL's pipelined double binary tree stays priced (its closed form above), not run: the "
+          "paced clock prices a whole op as rounds·α + its busier direction's bytes/β, whatever "
+          "the order of its messages, so a run would give back the rounds and bytes the code "
+          "counts, not the pipeline schedule (D + k − 1 stages of k segments) that "
+          "2(D + k − 1)(α + S/(kβ)) prices")
     return {"equal": equal, "check_bytes": check_ok, "held": held, "wins": wins,
             "sizes": len(table), "bytes_ok": all(r["bytes_ok"] for r in table), "rows": table}
 
 
 def _us(seconds: float) -> str:
     return f"{seconds * 1e3:.4g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.4g} µs"
+
+
+def when_line(verdict: dict) -> str:
+    """The summary's line on the two-level all-reduce, from the run's verdicts (`show`)."""
+    speedups = [r["flat"] / r["two"] for r in verdict["rows"]]
+    line = (f"- across nodes (section 10, paced A100 time, 2 nodes of {PER_NODE}): the two-level "
+            f"all-reduce beat one flat ring at {verdict['wins']} of {verdict['sizes']} sizes, "
+            f"{min(speedups):.2f}× to {max(speedups):.2f}× faster; its paced time equalled its "
+            f"α-β price at {verdict['held']} of {verdict['sizes']}")
+    print(line)
+    return line
