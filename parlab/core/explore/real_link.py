@@ -17,9 +17,10 @@ sizes to 1 GB cost no memory (shapes only); the two must agree to the bit where 
 The next steps, priced: the **two-level** all-reduce (reduce-scatter inside each node, ring
 all-reduce of 1/g of the data across nodes on each of g rails, all-gather inside; Horovod's
 hierarchical mode; run for real in `parlab.core.explore.two_level_run`) and NCCL's **pipelined
-double binary tree** (Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan", Parallel Computing 2009;
-NCCL 2.4's trees): two trees, each carrying S/2 in k segments, every rank a leaf in one of them:
-≈ 2(D + k − 1)(α + S/(2k)/β·2) = 2(D + k − 1)(α + S/(kβ)), k chosen best (k* = √((D−1)S/(αβ))).
+double binary tree** (Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast,
+reduction and scan", Parallel Computing 2009; NCCL 2.4's trees): two trees, each carrying S/2 in
+k segments, every rank a leaf in one of them: ≈ 2(D + k − 1)(α + S/(2k)/β·2) =
+2(D + k − 1)(α + S/(kβ)), k chosen best (k* = √((D−1)S/(αβ))).
 """
 
 from __future__ import annotations
