@@ -94,3 +94,14 @@ def test_shapes_only_is_the_real_paced_run_without_its_numbers(scheme, options):
     assert shapes.step_times == real.step_times and shapes.timeline == real.timeline
     assert shapes.ledger == real.ledger and shapes.memory == real.memory
     assert shapes.losses is None
+
+
+@pytest.mark.parametrize("scheme, options", [("cp-allgather", {}), ("cp-usp", {"ulysses": 1})])
+def test_in_bf16_matches_single_and_sends_two_bytes_a_value(runs, scheme, options):
+    result = runs(scheme, 2, precision="bf16-mixed", **options)
+    comparison = result.compare(runs("single", precision="bf16-mixed"))
+    assert comparison.match, comparison.problems
+    g = result.config.model_config
+    form = cost.allgather_bytes(result.config.batch_size, g.n_head, g.block_size, g.head_dim, 2,
+                                g.n_layer, itemsize=2)  # the ring's bytes: USP at u = 1 too
+    assert result.bytes_per_rank(phase="cp-forward") == [form["cp-forward"] * STEPS] * 2

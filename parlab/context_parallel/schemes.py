@@ -148,7 +148,8 @@ def cp_ulysses(ctx):
 
 
 @register("cp-allgather", summary="context parallel: Llama 3's all-gather of K/V, local attention, dp × cp",
-          shapes=True, exact=True, options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS)},
+          shapes=True, exact=True, precisions=BF16,
+          options={"cp": CP, "layout": Choice("zigzag", ring.LAYOUTS)},
           validate=partial(_validate, method="allgather"), models=("gpt",),
           forms={"attention_bytes": cost.allgather_bytes})
 def cp_allgather(ctx):
