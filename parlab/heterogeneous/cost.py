@@ -158,8 +158,10 @@ def hetero_tp_prediction(cfg) -> Prediction:
 
 
 def tp_work_seconds(cfg) -> float:
-    """W: the whole step's forward + backward at speed 1, 6·Ψ·B·T / F (Kaplan et al. 2020)."""
-    return cfg.batch_size * row_seconds(cfg)
+    """W: the whole step's forward + backward at speed 1, 6·Ψ·B·T / F (Kaplan et al. 2020), F the
+    paced clock's sustained FLOP/s (`parlab.core.link.ACCELERATORS`), on the wall clock CPU_FLOPS."""
+    work = cfg.batch_size * row_seconds(cfg)
+    return work * CPU_FLOPS / cfg.clock.accelerator.flops if cfg.clock.paced else work
 
 
 def tp_comm_seconds(cfg, split: dict | None = None) -> float:

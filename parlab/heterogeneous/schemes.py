@@ -125,8 +125,8 @@ def _assemble_tp(outputs, cfg):
     return assemble_state([o.state for o in shards])
 
 
-@register("hetero-tp", summary="tensor + sequence parallelism with uneven shards by speed (even | "
-          "proportional | HAP's LP), uneven all-gather / reduce-scatter padded or exact", exact=True,
+@register("hetero-tp", shapes=True, summary="tensor + sequence parallelism with uneven shards by speed "
+          "(even | proportional | HAP's LP), uneven all-gather / reduce-scatter padded or exact", exact=True,
           options={"shard": Choice("lp", SHARDINGS), "collective": Choice("exact", VARIANTS),
                    "fixed": Float(FIXED_TP, min=0, max=1e3)},
           validate=_validate_tp, assemble=_assemble_tp, models=("gpt",),
