@@ -10,10 +10,14 @@ after backward) hide nothing.
 
 `priced`: every variant's steady step on the chapter's list-scheduling model
 (`parlab.data_parallel.cost.predict_step_time`), gpt2-xl's 388 tensors (`numels`, built on the
-meta device), compute 2Ψ·t forward and 4Ψ·t backward FLOPs (Kaplan et al. 2020) at the A100's
-sustained rate, Adam's 28 bytes per parameter at its HBM bandwidth, the ring on NVLink 3.
+meta device), the ring on the real link, and the compute as the paced clock prices it: every
+kernel of forward, backward and a steady AdamW step on the roofline, counted at 1 and 2 layers
+and extended to 48 (`paced_compute`). `compute="flops"` prices 2Ψ·t forward and 4Ψ·t backward
+FLOPs (Kaplan et al. 2020) and Adam's 28 bytes per parameter instead: about half the paced
+compute, since the memory-bound kernels are left out (`dear_scale.diagnose` prints the split).
 `measured`: the same variants run shapes-only on paced A100s (`parlab.run(..., shapes_only=True,
-clock="A100")`): minutes of this CPU per variant, so the chapter runs it only when asked.
+clock="A100")`): minutes of this CPU per variant, so the chapter runs it only when asked; the
+step measured is the steady second-last (`dear_scale.steady_index`).
 """
 
 from __future__ import annotations
@@ -53,15 +57,29 @@ def compute_times(preset: str = PRESET, rows: int = ROWS, accelerator: str = "A1
             "t_optimizer": ADAM_BYTES * psi / acc.hbm_Bps}
 
 
+def step_compute(preset: str = PRESET, rows: int = ROWS, accelerator: str = "A100",
+                 compute: str = "roofline") -> dict:
+    """{"t_forward", "t_backward", "t_optimizer"}: the paced clock's price of the kernels
+    (`compute="roofline"`, `paced_compute.compute_times`) or FLOPs alone (`"flops"`)."""
+    if compute not in ("roofline", "flops"):
+        raise ValueError(f"compute={compute!r} must be 'roofline' or 'flops'")
+    if compute == "flops":
+        return compute_times(preset, rows, accelerator)
+    from parlab.data_parallel.explore import paced_compute
+
+    return paced_compute.compute_times(preset, accelerator, rows)
+
+
 def priced(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: float = BUCKET_MB,
-           rows: int = ROWS, variants=VARIANTS, accelerator: str = "A100") -> dict:
+           rows: int = ROWS, variants=VARIANTS, accelerator: str = "A100",
+           compute: str = "roofline") -> dict:
     """{variant: predict_step_time's {"step_s", "comm_s", "exposed_s"}} on the real `link`
-    ("NVLink": the accelerator's own generation)."""
+    ("NVLink": the accelerator's own generation), compute priced by `step_compute`."""
     from parlab.core.link import real
     from parlab.data_parallel.cost import predict_step_time
 
     lk = real(link, accelerator)
-    times = compute_times(preset, rows, accelerator)
+    times = step_compute(preset, rows, accelerator, compute)
     return {v: predict_step_time(v, numels(preset), n, **times, alpha=lk.latency_s,
                                  beta=lk.bandwidth_Bps,
                                  **({} if v == "ddp-naive" else {"bucket_mb": bucket_mb}))
@@ -69,53 +87,61 @@ def priced(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: fl
 
 
 def measured(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: float = BUCKET_MB,
-             rows: int = ROWS, variants=VARIANTS, steps: int = 3) -> dict:
-    """{variant: a middle step's paced A100 seconds}, each variant run shapes-only on `n` ranks.
-    A middle step is the steady state: the first forward waits for nothing, and the last step of
-    DeAR (and priority) also applies every owed update after its backward (`flush`)."""
-    if steps < 3:
-        raise ValueError(f"steps={steps!r} must be >= 3: a middle step is measured")
+             rows: int = ROWS, variants=VARIANTS, steps: int = 4) -> dict:
+    """{variant: its steady step's paced A100 seconds}, each variant run shapes-only on `n` ranks.
+    The steady step is the second-last (`dear_scale.steady_index`): the first forward waits for
+    nothing, DeAR's step 1 holds its first deferred update (which creates AdamW's state, paid by
+    the others in step 0), and its last step also applies every owed update (`flush`)."""
     import parlab
+    from parlab.data_parallel.explore.dear_scale import steady_index
+
+    index = steady_index(steps)
 
     out = {}
     for v in variants:
         r = parlab.run(v, world_size=n, model=preset, shapes_only=True, clock="A100", link=link,
                        batch_size=rows * n, steps=steps, timeout=3600.0,
                        **({} if v == "ddp-naive" else {"bucket_mb": bucket_mb}))
-        out[v] = r.step_times[steps // 2]
+        out[v] = r.step_times[index]
     return out
 
 
 def show(run: bool = False, preset: str = PRESET, n: int = WORLD, link: str = LINK,
-         accelerator: str = "A100") -> dict:
+         accelerator: str = "A100", where: str = "") -> dict:
     """Print the priced step of every variant (and, with `run`, the measured one beside it), the
-    speedups of WFBP and DeAR over naive and bucketed, and verdicts; returns the numbers."""
+    speedups of WFBP and DeAR over naive and bucketed, and verdicts; returns the numbers.
+    `where`: how the `n` GPUs sit (e.g. "one per node"), printed with the clock."""
     from parlab.core.link import ACCELERATORS, real
 
     if run and accelerator != "A100":
         raise ValueError("measured runs use the chapter's A100 clock; price other accelerators")
     p = priced(preset, n, link, accelerator=accelerator)
     m = measured(preset, n, link) if run else None
-    times = compute_times(preset, accelerator=accelerator)
+    times = step_compute(preset, accelerator=accelerator)
+    flops = compute_times(preset, accelerator=accelerator)
     compute = sum(times.values())
     acc = ACCELERATORS[accelerator]
     print(f"clock: paced {accelerator} time ({acc.flops / 1e12:.0f} TFLOP/s sustained, HBM "
-          f"{acc.hbm_Bps / 1e9:,.0f} GB/s); {n} {accelerator}s over "
+          f"{acc.hbm_Bps / 1e9:,.0f} GB/s); {n} {accelerator}s{where} over "
           f"{real(link, accelerator)}; {preset} ({sum(numels(preset)) / 1e9:.2f} B parameters, fp32 "
           f"gradients), {ROWS} sequence of 1,024 tokens per GPU, buckets of {BUCKET_MB:g} MB")
-    print(f"priced compute per step (FLOPs at the sustained rate, no memory-bound kernels) "
-          f"{compute * 1e3:.1f} ms (forward {times['t_forward'] * 1e3:.1f}, "
-          f"backward {times['t_backward'] * 1e3:.1f}, Adam {times['t_optimizer'] * 1e3:.1f}); "
-          f"link busy per step (naive) {p['ddp-naive']['comm_s'] * 1e3:.1f} ms")
+    print(f"compute per step, every kernel on the roofline (counted at 1 and 2 layers, extended to "
+          f"all): {compute * 1e3:.1f} ms (forward {times['t_forward'] * 1e3:.1f}, backward "
+          f"{times['t_backward'] * 1e3:.1f}, AdamW {times['t_optimizer'] * 1e3:.1f}); FLOPs alone "
+          f"(6Ψt, 28 B/parameter) would say {sum(flops.values()) * 1e3:.1f} ms "
+          f"({compute / sum(flops.values()):.2f}× less); link busy per step (naive) "
+          f"{p['ddp-naive']['comm_s'] * 1e3:.1f} ms")
     print(f"{'variant':<24} {'priced step':>12} {'exposed':>9}" + (f" {'measured':>10}" if m else ""))
     for v in VARIANTS:
         line = (f"{v + ' (' + NAMES[v] + ')':<24} {p[v]['step_s'] * 1e3:>9.1f} ms "
                 f"{p[v]['exposed_s'] * 1e3:>6.1f} ms")
         print(line + (f" {m[v] * 1e3:>7.1f} ms" if m else ""))
     if m:
-        print(f"measured ÷ priced (naive): {m['ddp-naive'] / p['ddp-naive']['step_s']:.2f} — the paced "
-              "run prices every kernel on the roofline, memory-bound ones (softmax, norms, Adam) and "
-              "4 µs launches included, which the FLOP count leaves out")
+        gaps = {v: m[v] / p[v]["step_s"] - 1 for v in VARIANTS}
+        print("measured ÷ priced − 1: " + ", ".join(f"{NAMES[v]} {g:+.1%}" for v, g in gaps.items())
+              + " — WFBP and DeAR copy each gradient into its bucket inside backward (their hooks), "
+              "which the paced run prices and the model leaves out; naive and bucketed copy after "
+              "backward, outside any compute span")
     verdicts = []
     for source, t in (("priced", {v: p[v]["step_s"] for v in p}),) + ((("measured", m),) if m else ()):
         for fast in ("ddp-overlap", "dear"):
@@ -128,9 +154,11 @@ def show(run: bool = False, preset: str = PRESET, n: int = WORLD, link: str = LI
         gain = t["ddp-overlap"] / t["dear"]
         hidden = times["t_backward"] >= p["ddp-naive"]["comm_s"]
         print(f"{source}: DeAR over WFBP: {gain:.3f}× — "
-              + ("backward is at least as long as the link's work, so WFBP already hides nearly all "
+              + (f"backward ({times['t_backward'] * 1e3:.1f} ms) is at least as long as the link's "
+                 f"work ({p['ddp-naive']['comm_s'] * 1e3:.1f} ms), so WFBP already hides nearly all "
                  "of it and DeAR has little left to win" if hidden else
-                 "the link's work outlasts backward: DeAR hides the all-gathers behind the next "
-                 "forward, which WFBP cannot")
+                 f"the link's work ({p['ddp-naive']['comm_s'] * 1e3:.1f} ms) outlasts backward "
+                 f"({times['t_backward'] * 1e3:.1f} ms): DeAR hides the all-gathers behind the "
+                 "next forward, which WFBP cannot")
               + f" ({'DeAR faster: holds' if gain > 1.0 + 1e-9 else 'DeAR not faster'})")
     return {"priced": p, "measured": m, "verdicts": verdicts}
