@@ -43,7 +43,7 @@ unit: $(STAMP) browser-deps
 	PARLAB_BROWSER_SHARD=1/2 $(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider \
 		--durations=0 > build/test-browser-1.log 2>&1 & \
 	browser1=$$!; \
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=25 --ignore tests/test_browser.py; \
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=25 --junitxml=build/test-unit.xml --ignore tests/test_browser.py; \
 		others=$$?; \
 	wait $$browser0; chapters0=$$?; \
 	wait $$browser1; chapters1=$$?; \
