@@ -1,0 +1,59 @@
+"""Chapter 07 at real scale (parlab.expert_parallel.explore.scale_run): `ep`'s all-to-all at
+gpt2-xl width, shapes-only in paced A100 time, priced as its closed forms say — inside a node
+(NVLink 3) and across nodes (the paced topology's slowest link, HDR InfiniBand) — and the α-β
+estimate's two forms (links at once vs slowest link) agree inside a node and part across."""
+
+import pytest
+
+from parlab.core.link import REAL
+from parlab.expert_parallel.explore import at_scale, scale_run
+
+
+def test_the_two_estimates_agree_inside_a_node_and_part_across():
+    inside = at_scale.dispatch_seconds(8, 8192, 2, 1600, row_bytes=4)["seconds"]
+    assert inside == pytest.approx(scale_run.slowest_link_seconds(8, 8192, 2, 1600), rel=1e-12)
+    across = at_scale.dispatch_seconds(16, 8192, 2, 1600, row_bytes=4)["seconds"]
+    slowest = scale_run.slowest_link_seconds(16, 8192, 2, 1600)
+    alpha, beta = REAL["HDR-IB"]
+    assert slowest == pytest.approx(15 * alpha + 16384 * 15 / 16 * 1600 * 4 / beta, rel=1e-12)
+    assert slowest > 1.5 * across  # NVLink's peers share InfiniBand's β in the slowest-link form
+
+
+@pytest.fixture(scope="module")
+def two_nodes_of_one():
+    """ep = 2 on two nodes of one rank (every pair over HDR InfiniBand), one MoE block, C = 100
+    (25 heads of 4)."""
+    return scale_run.measure(2, layers=1, sequences=1, width=100, per_node=1)
+
+
+def test_a_shapes_only_dispatch_costs_the_slowest_link_closed_form(two_nodes_of_one):
+    row = two_nodes_of_one
+    assert row["nodes"] == 2 and row["tokens"] == scale_run.SEQUENCE
+    assert row["bytes"] == scale_run.SEQUENCE * 2 // 2 * 100 * 4  # N_r·k·(ep−1)/ep rows, fp32
+    assert row["measured_s"] == pytest.approx(row["slowest_s"], rel=1e-9)  # paced: no noise
+    assert row["exchange_s"] == pytest.approx(4 * row["measured_s"], rel=1e-9)  # balanced: 4 alike
+    assert 0 < row["exchange_s"] < row["step_s"]
+
+
+# ----------------------------------------------------------------------------- what MoE buys
+def test_the_loss_comparison_trains_as_a_single_run_does():
+    """explore.quality trains in this process; its dense losses are parlab.run("single")'s."""
+    import parlab
+    from parlab.expert_parallel.explore import quality
+
+    mine = quality.train_losses("gpt", {}, seed=0, steps=3)
+    theirs = parlab.run("single", model="gpt", steps=3).losses
+    assert mine == pytest.approx(theirs, rel=1e-6)
+
+
+def test_the_moe_twin_has_the_dense_models_active_parameters_and_the_verdict_reads_the_spread():
+    from parlab.expert_parallel.explore import dense, quality
+
+    counts = dense.active_parameters(quality.moe_overrides(8, 1))
+    assert counts["moe_active"] == counts["dense"] < counts["moe_total"]
+    base = {"dense": [3.0, 3.1, 3.2]}  # spread 0.2
+    assert quality.verdict({**base, "moe": [2.7, 2.8, 2.9]})["verdict"] == "MoE better beyond the spread"
+    assert quality.verdict({**base, "moe": [3.0, 3.05, 3.1]})["verdict"] == "no gain beyond the spread"
+    assert quality.verdict({**base, "moe": [3.4, 3.4, 3.5]})["verdict"] == "MoE worse beyond the spread"
+    with pytest.raises(ValueError, match="steps=30 must be at least"):
+        quality.compare(steps=30)
