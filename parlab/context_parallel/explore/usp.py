@@ -54,15 +54,6 @@ def explain_usp(rows: list[dict], preset: str = "megatron-7.5b", seq_len: int = 
                 accelerator: str = "A100") -> dict:
     """Print the split with the least exposed communication per layer and the pure ring's and
     pure Ulysses' beside it, computed from the rows."""
-    base = rows[0]
-    for r in rows[1:]:
-        scores = (2 * r["ring r"] + 1) / (4 * r["ring r"] ** 2 * r["ulysses u"])  # × T²·n_h
-        base_scores = (2 * base["ring r"] + 1) / (4 * base["ring r"] ** 2 * base["ulysses u"])
-        print(f"  forward u = {r['ulysses u']} × r = {r['ring r']}: {r['forward ms']} ms = "
-              f"{r['forward ms'] / base['forward ms']:.2f}× u = {base['ulysses u']} × r = "
-              f"{base['ring r']}'s {base['forward ms']} ms; scores computed per rank, "
-              f"(2r+1)/(4r²u)·T²·n_h: {scores / base_scores:.2f}× (the exposed time differs by "
-              f"{r['exposed ms'] - base['exposed ms']:.2f} ms)")
     best = min(rows, key=lambda r: r["exposed ms"])
     ring = next(r for r in rows if r["ulysses u"] == 1)
     uly = max(rows, key=lambda r: r["ulysses u"])
