@@ -45,5 +45,12 @@ def test_counted_compute_is_the_runs_and_dear_step_one_creates_adams_state(runs)
         part = dear_scale.breakdown(r)
         assert part["forward"] == pytest.approx(clock.price(work["forward"]), rel=1e-9)
         assert part["optimizer"] == pytest.approx(clock.price(work["optimizer"]), rel=1e-9)
+    sizes = dear_scale.numels(1)
+    backward = {v: dear_scale.breakdown(r)["backward"] for v, r in runs.items()}
+    gap = backward["dear"] - backward["ddp-overlap"]
+    assert gap == pytest.approx(dear_scale.new_empty_price(sizes, 2), rel=1e-6)  # the shard's new_empty
+    counted_backward = clock.price(work["backward"])
+    for r in runs.values():  # the hooks' copies into the buckets (and the loss ÷ accum_steps)
+        assert dear_scale.breakdown(r)["backward"] - counted_backward >= dear_scale.pack_price(sizes)
     dear, wfbp = runs["dear"].step_times, runs["ddp-overlap"].step_times
     assert dear[1] > dear[2] and wfbp[1] == pytest.approx(wfbp[2], rel=1e-12)

@@ -17,7 +17,7 @@ FLOPs (Kaplan et al. 2020) and Adam's 28 bytes per parameter instead: about half
 compute, since the memory-bound kernels are left out (`dear_scale.diagnose` prints the split).
 `measured`: the same variants run shapes-only on paced A100s (`parlab.run(..., shapes_only=True,
 clock="A100")`): minutes of this CPU per variant, so the chapter runs it only when asked; the
-step measured is the steady second-last (`dear_scale.steady_index`).
+step measured is the steady second-last (`steady_index`).
 """
 
 from __future__ import annotations
@@ -86,14 +86,23 @@ def priced(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: fl
             for v in variants}
 
 
+def steady_index(steps: int) -> int:
+    """The step measured: the second-last. Step 0's forward waits for nothing, DeAR's step 1
+    holds its first deferred update (Adam's state created), its last flushes every owed update."""
+    if steps < 4:
+        raise ValueError(f"steps={steps!r} must be >= 4: DeAR's steady step is the second-last "
+                         "of at least 4 (its step 1 creates Adam's state, its last flushes)")
+    return steps - 2
+
+
+
 def measured(preset: str = PRESET, n: int = WORLD, link: str = LINK, bucket_mb: float = BUCKET_MB,
              rows: int = ROWS, variants=VARIANTS, steps: int = 4) -> dict:
     """{variant: its steady step's paced A100 seconds}, each variant run shapes-only on `n` ranks.
-    The steady step is the second-last (`dear_scale.steady_index`): the first forward waits for
+    The steady step is the second-last (`steady_index`): the first forward waits for
     nothing, DeAR's step 1 holds its first deferred update (which creates AdamW's state, paid by
     the others in step 0), and its last step also applies every owed update (`flush`)."""
     import parlab
-    from parlab.data_parallel.explore.dear_scale import steady_index
 
     index = steady_index(steps)
 
