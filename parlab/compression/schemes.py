@@ -9,7 +9,9 @@
 
 All lossy, so `exact=False`; each states its bound, and the lossless settings are tested equal
 to `single` (1e-4): `topk` with ratio=1, `powersgd` with rank ≥ every matrix's min(n, m),
-`local-sgd` with sync_every=1 and optimizer="sgd".
+`local-sgd` with sync_every=1 and optimizer="sgd". `topk` and `powersgd` run shapes-only
+(`shapes=True`): tests/test_compression_scale.py holds each shapes-only run equal to its real
+paced run (ledger, step times, memory), so chapter 08 runs them at gpt2-xl's shapes.
 """
 
 from parlab.compression import cost
@@ -57,7 +59,8 @@ def _gathered(ctx, form):
     return train(ctx, CompressedSync(ctx, model, encoder, o.get("error_feedback", False)))
 
 
-@register("topk", summary="top-k sparsification, error feedback (DGC adds more), all-gather (index, value)",
+@register("topk", shapes=True,
+          summary="top-k sparsification, error feedback (DGC adds more), all-gather (index, value)",
           exact=False, options={"ratio": 0.01, "error_feedback": True}, validate=_validate,
           cost=cost.TOPK)
 def topk(ctx):
@@ -85,7 +88,8 @@ def signsgd(ctx):
     return _gathered(ctx, cost.SIGN)
 
 
-@register("powersgd", summary="PowerSGD: rank-r P, Q factors all-reduced, error feedback, warm start",
+@register("powersgd", shapes=True,
+          summary="PowerSGD: rank-r P, Q factors all-reduced, error feedback, warm start",
           exact=False, options={"rank": 4, "error_feedback": True, "warm_start": True},
           validate=_validate,
           cost=cost.POWERSGD)

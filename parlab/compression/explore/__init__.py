@@ -1,5 +1,6 @@
 """What notebooks/08_compression.ipynb runs: compressors on a real gradient, closed forms, the
-lossless checks, ledger vs closed form, loss vs bytes, error feedback on/off, widget (exercises: `exercises`).
+lossless checks, ledger vs closed form, loss vs bytes, widget (exercises: `exercises`); error
+feedback on/off is `feedback`, the paced run at gpt2-xl's shapes `at_scale_run`.
 
 The compressors follow Lin et al. (DGC, 2018), Alistarh et al. (QSGD, 2017), Bernstein et al.
 (signSGD, 2018) with Karimireddy et al.'s error feedback (2019), Vogels et al. (PowerSGD, 2019);
@@ -288,31 +289,6 @@ def _cumulative(values):
     for v in values:
         total += v
         yield total
-
-
-def error_feedback_ablation(world_size: int, steps: int, seeds=(0, 1, 2)) -> None:
-    """Final loss of top-k 1% and signSGD with and without error feedback, against `single`, and
-    the verdict this run supports: error feedback brings the run closer to `single` — only where
-    the difference exceeds the seed spread of `single`'s own final loss (max − min over `seeds`:
-    a different initialisation and data order), else no verdict."""
-    finals = [parlab.run("single", steps=steps, seed=s).losses[-1] for s in seeds]
-    ref, spread = finals[0], max(finals) - min(finals)
-    print(f"single's final loss over seeds {list(seeds)}: "
-          + ", ".join(f"{f:.4f}" for f in finals) + f" — seed spread {spread:.4f}")
-    for scheme in ("topk", "signsgd"):
-        gaps = {}
-        for feedback in (True, False):
-            loss = parlab.run(scheme, world_size=world_size, steps=steps,
-                              error_feedback=feedback).losses[-1]
-            gaps[feedback] = abs(loss - ref)
-            print(f"{scheme:<8} error_feedback={feedback!s:<5}  final loss {loss:.4f} "
-                  f"({loss / ref:.3f} × single)")
-        diff = gaps[False] - gaps[True]
-        verdict = ("holds" if diff > spread else "the opposite holds" if -diff > spread else
-                   f"no verdict: the difference {abs(diff):.4f} is within the seed spread "
-                   f"{spread:.4f} after {steps} steps (the bench's 50 steps are the test)")
-        print(f"  {scheme}: with error feedback {gaps[True]:.4f} from single's final loss, without "
-              f"{gaps[False]:.4f} — error feedback brings it closer: {verdict}")
 
 
 def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) -> None:
