@@ -95,6 +95,11 @@ CHAPTERS: dict[str, dict] = {
         "clock": CLOCK, "unet_steps": steps(60, 2000),
         "unet_side": Choice(32, (32, 64)),  # the U-Net's test volume (64 in the bench)
         "curriculum_steps": steps(60, 1000),
+        # the real-scale bubble table: gpt2-xl's blocks kept (>= 2 per rank at p = 4), schedules, m
+        "scale_layers": Choice(8, (8, 16, 24, 48)),
+        "scale_schedules": Items(item=Choice("1f1b", ("gpipe", "1f1b", "interleaved", "zb", "zbv",
+                                                      "looped-bfs", "dualpipe")), min_len=1, max_len=7),
+        "scale_microbatches": Items(item=Choice(8, (4, 8, 16, 32)), min_len=1, max_len=4),
     },
     "05_local_learning": {
         "world_size": world_sizes(2, 4), "steps": steps(4), "microbatches": Int(4, min=1, max=32),

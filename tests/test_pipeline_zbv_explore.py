@@ -17,6 +17,7 @@ def test_zbv_report_verdicts(capsys):
 def test_bubbles_at_scale_row_and_skips(capsys):
     rows = ex_zbv.bubbles_at_scale(("zbv", "interleaved"), (3,), pp=2, layers=4)
     assert [r[:2] for r in rows] == [("zbv", 3)]  # interleaved needs m a multiple of p: skipped
-    name, m, measured, ideal, closed = rows[0]
+    name, m, measured, ideal, closed, busiest = rows[0]
     assert abs(measured - ideal) <= ex_zbv.TOLERANCE and closed == 1 / 19
+    assert busiest > 1.0  # rank 0 holds the embedding and the head
     assert "interleaved needs microbatches=3" in capsys.readouterr().out

@@ -53,16 +53,25 @@ def eager_check(world_size: int, microbatches: int, steps: int = 2) -> dict:
     return results
 
 
-def reshard_step_times(methods=("send-recv", "broadcast", "even-split"), link: Link | None = None,
-                       microbatches: int = 6, steps: int = 5, mesh: int = 2, pp: int = 2,
-                       widths: list | None = None) -> list[dict]:
+PACED_GAP = ("clock: this CPU, raw — not the chapter's paced A100: on the paced clock's virtual "
+             "link pp-reshard's resharding never finishes (its ranks wait forever in "
+             "parlab.tensor_parallel.reshard; tried on NVLink 3 and 10GbE, meshes of replicas and "
+             "tp=2 → tp=1), so this cell emulates the real link on this CPU's clock")
+
+
+def reshard_step_times(methods=("send-recv", "broadcast", "even-split"),
+                       link: Link | str | None = None, microbatches: int = 6, steps: int = 5,
+                       mesh: int = 2, pp: int = 2, widths: list | None = None) -> list[dict]:
     """1F1B vs eager 1F1B over resharding boundaries (pp meshes of `mesh` replicas, or of
-    `widths` ranks each: [2, 1] is a tp=2 → tp=1 boundary) on an emulated link: median step time
-    and rank 0's peak activations per method, the ratio from one run, and what it says."""
+    `widths` ranks each: [2, 1] is a tp=2 → tp=1 boundary) on an emulated link (a
+    `parlab.core.link` preset's name, e.g. "1GbE", on this CPU's clock: `PACED_GAP` says why):
+    median step time and rank 0's peak activations per method, the ratio from one run, and what
+    it says."""
     link = link or Link(1e-4, 32e6, "64 KB in 2 ms")
     rows = []
     shape = {"widths": list(widths)} if widths else {"mesh": mesh}
     world = sum(widths) if widths else pp * mesh
+    print(PACED_GAP)
     print(f"{f'meshes of {list(widths)} ranks' if widths else f'pp={pp} meshes of {mesh}'}, "
           f"m={microbatches}, model {MODEL}, link {link}")
     for method in methods:
