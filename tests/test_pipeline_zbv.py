@@ -5,6 +5,7 @@ PyTorch's own `ScheduleZBVZeroBubble` order rank by rank, its ideal bubble the c
 
 import pytest
 
+import parlab
 from parlab.pipeline import cost, validate
 from parlab.pipeline.zbv import torch_order, zbv, zbv_bubble, zbv_p2p_bytes_per_step
 
@@ -58,3 +59,13 @@ def test_zbv_ledger_bytes_are_the_closed_form(zbv_runs, world_size):
         sent = sum(r.bytes_per_rank(op="send", phase=ph)[rank] for ph in ("pp-fwd", "pp-bwd"))
         assert sent == steps * zbv_p2p_bytes_per_step(world_size, m, rank, boundary)
         assert r.bytes_per_rank(phase="embed-tie")[rank] == 0  # rank 0 holds both ends
+
+
+def test_zbv_shapes_only_is_its_real_paced_run():
+    """Registered shapes=True (the real-scale table runs it shapes-only): same timeline, ledger
+    and memory as the real paced run."""
+    options = {"microbatches": 4, "clock": "A100", "steps": 2}
+    real = parlab.run("pp-zbv", world_size=2, **options)
+    shapes = parlab.run("pp-zbv", world_size=2, shapes_only=True, **options)
+    assert shapes.step_times == real.step_times and shapes.timeline == real.timeline
+    assert shapes.ledger == real.ledger and shapes.memory == real.memory
