@@ -103,8 +103,10 @@ def show(steps: int = 200, seeds=(0, 1, 2), n_experts: int = 8, top_k: int = 1,
               f"{max(out[name]) - min(out[name]):.3f})")
     v = verdict(out)
     per_expert = steps * batch_size * 32 * top_k // n_experts
+    paired = [d - m for d, m in zip(out["dense"], out["moe"])]  # same seed: same batches
     print(f"gain dense − MoE {v['gain']:+.3f} nats against a seed spread of {v['spread']:.3f}: "
-          f"{v['verdict']}")
+          f"{v['verdict']}; per seed (same batches) " + ", ".join(f"{g:+.3f}" for g in paired)
+          + f": the MoE ahead on {sum(g > 0 for g in paired)} of {len(paired)}")
     falling = {n: (sum(out[n + "_before"]) - sum(out[n])) / len(out[n]) for n in ("dense", "moe")}
     print(f"both still learning: over the last {out['tail']} steps the loss fell by "
           f"{falling['dense']:.3f} (dense) and {falling['moe']:.3f} (MoE) nats against the "
