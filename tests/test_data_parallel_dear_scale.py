@@ -52,5 +52,10 @@ def test_counted_compute_is_the_runs_and_dear_step_one_creates_adams_state(runs)
     counted_backward = clock.price(work["backward"])
     for r in runs.values():  # the hooks' copies into the buckets (and the loss ÷ accum_steps)
         assert dear_scale.breakdown(r)["backward"] - counted_backward >= dear_scale.pack_price(sizes)
+    for v, r in runs.items():  # the counted compute plus the hooks' costs: the model of the run
+        compute = {k: clock.price(work[k]) for k in ("forward", "backward", "optimizer")}
+        compute["backward"] += paced_compute.hook_seconds(v, sizes, 2)
+        step = dear_scale.modelled(v, compute, sizes, n=2)
+        assert step == pytest.approx(dear_scale.breakdown(r)["step"], rel=1e-3)
     dear, wfbp = runs["dear"].step_times, runs["ddp-overlap"].step_times
     assert dear[1] > dear[2] and wfbp[1] == pytest.approx(wfbp[2], rel=1e-12)
