@@ -136,10 +136,13 @@ SLOW_DEVICE = "V100"  # the timed cells' slow device: a real one beside the cloc
 def speeds_for(world_size: int, clock: str = "A100", pattern: str = "one slow") -> list[float]:
     """The cluster's speeds on `clock`. Paced, "one slow" is real hardware: the clock's accelerator
     on every rank but the last, a V100 there (their sustained FLOP/s ratio, 3 digits: 50 / 150 on
-    the A100 clock); other patterns are their ratios. On this CPU's raw clock, ratios × SCALE."""
+    the A100 clock); "half V100s" puts V100s on the last ⌊N/2⌋ ranks; other patterns are their
+    ratios. On this CPU's raw clock, ratios × SCALE."""
+    ratio = round(ACCELERATORS[SLOW_DEVICE].flops / ACCELERATORS.get(clock, ACCELERATORS["A100"]).flops, 3)
     if clock != "wall" and pattern == "one slow":
-        ratio = ACCELERATORS[SLOW_DEVICE].flops / ACCELERATORS[clock].flops
-        return [1.0] * (world_size - 1) + [round(ratio, 3)]
+        return [1.0] * (world_size - 1) + [ratio]
+    if clock != "wall" and pattern == "half V100s":  # the first ⌈N/2⌉ the clock's, the rest V100s
+        return [1.0] * ((world_size + 1) // 2) + [ratio] * (world_size // 2)
     return slow_speeds(world_size, pattern, scale=SCALE if clock == "wall" else 1.0)
 
 
