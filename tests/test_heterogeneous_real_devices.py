@@ -48,3 +48,11 @@ def test_hetero_tp_work_is_priced_at_the_paced_clocks_flops():
     wall = make_config("hetero-tp", world_size=2)
     assert cost.tp_work_seconds(paced) == pytest.approx(
         cost.tp_work_seconds(wall) * cost.CPU_FLOPS / ACCELERATORS["H100"].flops)
+
+
+def test_the_timed_slow_device_is_a_real_v100():
+    from parlab.heterogeneous import explore
+
+    assert explore.speeds_for(2) == [1.0, 0.333]  # V100 ÷ A100 sustained FLOP/s, 50 / 150
+    assert explore.speeds_for(2, "H100") == [1.0, 0.125]  # 50 / 400
+    assert explore.speeds_for(4, "A100", "half V100s") == [1.0, 1.0, 0.333, 0.333]
