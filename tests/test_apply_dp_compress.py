@@ -134,3 +134,21 @@ def test_apply_dp_checks_before_touching_the_model(kwargs, match):
 def test_describe_names_the_compressor():
     assert dp_plan(2, "topk", {"ratio": 0.1}).describe() == "dp2 topk ratio=0.1"
     assert Plan(dp=2).describe() == "dp2"
+
+
+
+@pytest.mark.parametrize("compressor,options", [("topk", {"ratio": 0.1}), ("powersgd", {"rank": 2})])
+def test_a_paced_dp_only_plan_charges_the_compressor_as_chapter_08_does(compressor, options):
+    """The encoding and decoding are compute on the paced clock in both loops: each rank's
+    "compress" spans last exactly as long in the planner's dp-only plan as in chapter 08's scheme
+    (before, the plan ran them outside any span and they cost nothing)."""
+    plan = dp_plan(2, compressor, options)
+    ours = CACHE("nd", world_size=2, clock="A100", **plan.options(), **KW)
+    theirs = CACHE(compressor, world_size=2, clock="A100", **options, **KW)
+
+    def compress(result):
+        return [(e["rank"], round(e["t1"] - e["t0"], 12)) for e in result.timeline  # to 1 ps: the
+                if e["name"] == "compress"]  # spans start at other times (float subtraction)
+
+    assert compress(ours) == compress(theirs)
+    assert len(compress(ours)) == 2 * KW["steps"] and min(t for _, t in compress(ours)) > 0

@@ -40,8 +40,9 @@ class DataParallel(Dimension):
 
     name = "dp"
 
-    def __init__(self, reducer):
+    def __init__(self, reducer, after_backward_span: str | None = None):
         self.reducer = reducer
+        self.after_backward_span = after_backward_span  # "compress": a compressor's work
         self.owns_update = reducer.owns_update
         self.during_backward = reducer.during_backward  # overlapped: sends inside backward
 
@@ -145,7 +146,8 @@ def apply_dp(model: GPT, mesh: Mesh, sync: str = "flat", bucket_mb: float = 25.0
                                backwards=backwards, reducers=ALL_REDUCERS,
                                partition_kb=partition_kb, credit=credit,
                                reduce_fp32=reduce_fp32)
-    return add_dimension(model, DataParallel(reducer))
+    # a compressor encodes and decodes after backward: compute, priced as chapter 08's loop does
+    return add_dimension(model, DataParallel(reducer, "compress" if compressor else None))
 
 
 def world_reducer(model, comm, sync: str, **options) -> GradientReducer:

@@ -37,6 +37,9 @@ class Dimension:
     during_backward = False  # True: its messages start inside backward (an overlapped reducer)
     holds_full_slice = True  # False: the rank keeps only a shard of its slice (ZeRO)
     axes: tuple = ()  # the mesh coordinates its ranks' pieces of the state differ in
+    # the compute span the step runs `after_backward` in (its own work is priced on a paced clock:
+    # chapter 08's encoding and decoding); None: it only communicates, and messages price themselves
+    after_backward_span: str | None = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -147,7 +147,11 @@ class ND(Strategy):
 
     def sync(self, step: int) -> None:
         for d in self.dims:  # the tie's sum, dp's average or ZeRO's reduce-scatter
-            d.after_backward()
+            if d.after_backward_span:  # its own compute (a compressor's), priced like any other
+                with self.ctx.span(d.after_backward_span, step=step):
+                    d.after_backward()
+            else:
+                d.after_backward()
         for d in reversed(self.dims):  # a tie after an overlapped average, the experts' sum
             d.after_sync()
 
