@@ -31,7 +31,8 @@ def operator_work(func, args, kwargs, out) -> tuple[float, int | None]:
 
     if not _FREE:
         aten = torch.ops.aten
-        _FREE.update(_VIEW_OPS, {aten.empty, aten.empty_like, aten.empty_strided})
+        _FREE.update(_VIEW_OPS, {aten.empty, aten.empty_like, aten.empty_strided, aten.new_empty,
+                                   aten.new_empty_strided})
     packet = func._overloadpacket
     count = flop_registry.get(packet)
     flops = count(*args, **kwargs, out_val=out) if count is not None else 0

@@ -71,29 +71,13 @@ def pack_price(sizes: list[int], accelerator: str = "A100") -> float:
     return sum(acc.launch_s + 12 * s / acc.hbm_Bps for s in sizes)
 
 
-def new_empty_price(sizes: list[int], n: int, accelerator: str = "A100",
-                    bucket_mb: float = 25.0) -> float:
-    """Seconds the paced clock charges DeAR's reduce-scatters for `new_empty` of their output
-    shards in one step: per bucket of S padded elements, a launch plus 4(S + S/N) bytes at the HBM
-    rate (PyTorch's byte count takes the input it is called on and the output)."""
-    from parlab.core.link import ACCELERATORS
-    from parlab.data_parallel.cost import bucket_numels
-
-    acc = ACCELERATORS[accelerator]
-    return sum(acc.launch_s + 4 * (s + s // n) / acc.hbm_Bps
-               for s in bucket_numels(sizes, bucket_mb, multiple_of=n))
-
-
 def hook_seconds(variant: str, sizes: list[int], n: int, accelerator: str = "A100",
                  bucket_mb: float = 25.0) -> float:
     """Backward seconds the paced clock adds to `variant` beyond the model's forward/backward
     kernels: the hooks' copies into the buckets (its registered closed form issues from the
-    hooks: WFBP, DeAR) and, for a reduce-scatter in backward (DeAR), the shards' `new_empty`.
-    Naive and bucketed copy after backward, outside any compute span: 0."""
+    hooks: WFBP, DeAR; DeAR's reduce-scatter allocates its output shards, which launches no
+    kernel). Naive and bucketed copy after backward, outside any compute span: 0."""
     from parlab.data_parallel.cost import registered
 
     issue = registered(variant).issue
-    seconds = pack_price(sizes, accelerator) if issue in ("hooks", "reduce-scatter") else 0.0
-    if issue == "reduce-scatter":
-        seconds += new_empty_price(sizes, n, accelerator, bucket_mb)
-    return seconds
+    return pack_price(sizes, accelerator) if issue in ("hooks", "reduce-scatter") else 0.0
