@@ -229,10 +229,17 @@ SUMMARIES = {
 RESHARD_SCHEDULES = tuple(s for s in SUMMARIES if s not in CHUNKED)  # one stage per mesh
 
 
+def stage_options() -> dict:
+    """The options every pipeline scheme takes: its degree, its partition and its micro-batches
+    (None: the fewest that fill it)."""
+    return {"pp": Int(None, min=1, none=True), "partition": "even",
+            "microbatches": Int(None, min=1, none=True)}
+
+
 def _register(name: str, schedule: str | None) -> None:
-    options = {"pp": Int(None, min=1, none=True), "partition": "even"}
-    if schedule != "naive":
-        options["microbatches"] = Int(None, min=1, none=True)  # None: the fewest that fill it
+    options = stage_options()
+    if schedule == "naive":
+        del options["microbatches"]  # one micro-batch: the naive schedule's own
     if schedule in (*CHUNKED, None):
         options["chunks"] = Int(2, min=1)  # model chunks per rank (interleaved, looped-bfs)
     if schedule is None:

@@ -17,13 +17,20 @@ from __future__ import annotations
 
 import dataclasses
 
-from parlab.core.checks import Int
 from parlab.core.memory import ActivationMeter
 from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.pipeline import stages as stages_mod
 from parlab.pipeline.dualpipe import check_sizes, dualpipe
-from parlab.pipeline.schemes import Pipeline, PipelinePlan, PipelineStages, assemble, n_layers, resolve
+from parlab.pipeline.schemes import (
+    Pipeline,
+    PipelinePlan,
+    PipelineStages,
+    assemble,
+    n_layers,
+    resolve,
+    stage_options,
+)
 from parlab.pipeline.validate import check
 
 
@@ -93,7 +100,6 @@ def _validate(cfg):
 @register("pp-dualpipe", shapes=True, summary="DualPipe (DeepSeek-V3): bidirectional, two stages per rank "
           "(2x parameters), F&B pairs, W deferred into bubbles; <= p+1 micro-batches in flight",
           exact=True, validate=_validate, assemble=assemble,
-          options={"pp": Int(None, min=1, none=True), "partition": "even",
-                   "microbatches": Int(None, min=1, none=True)})
+          options=stage_options())
 def pipeline_dualpipe(ctx):
     return train(ctx, DualPipeline(ctx))

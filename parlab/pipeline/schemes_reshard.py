@@ -30,6 +30,7 @@ from parlab.pipeline.schemes import (
     _is_int,
     assemble,
     resolve,
+    stage_options,
 )
 from parlab.pipeline.validate import check
 from parlab.tensor_parallel.reshard import ALIASES, METHODS
@@ -188,8 +189,7 @@ def _reshard_validate(cfg):
           "are cross-mesh reshardings (AlpaComm): send-recv, broadcast, even-split (ours) or "
           "alpacomm (whole tiles, least-loaded holder, searched order)",
           exact=True, validate=_reshard_validate, assemble=assemble,
-          options={"pp": Int(None, min=1, none=True), "partition": "even",
-                   "microbatches": Int(None, min=1, none=True), "mesh": Int(2, min=1),
+          options={**stage_options(), "mesh": Int(2, min=1),
                    "method": Choice("broadcast", METHODS + tuple(ALIASES)), "chunks": Int(4, min=1),
                    "schedule": Choice("1f1b", RESHARD_SCHEDULES),
                    "widths": None})  # ranks per stage, e.g. [2, 1]: overrides mesh

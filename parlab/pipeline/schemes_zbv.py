@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from parlab.core.checks import Int
 from parlab.core.memory import ActivationMeter
 from parlab.engine.loop import train
 from parlab.engine.runner import register
 from parlab.pipeline import stages as stages_mod
-from parlab.pipeline.schemes import Pipeline, PipelinePlan, PipelineStages, assemble, resolve
+from parlab.pipeline.schemes import Pipeline, PipelinePlan, PipelineStages, assemble, resolve, stage_options
 from parlab.pipeline.validate import check
 from parlab.pipeline.zbv import zbv
 
@@ -51,7 +50,6 @@ def _validate(cfg):
 @register("pp-zbv", shapes=True, summary="ZB-V (Qi et al. 2024): two stages per rank in a V, "
           "backward split into B and W, W fills bubbles; 1F1B's memory",
           exact=True, validate=_validate, assemble=assemble,
-          options={"pp": Int(None, min=1, none=True), "partition": "even",
-                   "microbatches": Int(None, min=1, none=True)})
+          options=stage_options())
 def pipeline_zbv(ctx):
     return train(ctx, ZBVPipeline(ctx))
