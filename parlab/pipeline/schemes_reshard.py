@@ -51,6 +51,7 @@ def boundary_channels(ctx, pp: int, widths, stage: int) -> dict:
             tx.link = None  # the boundary applies the link at the sender
             rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
                       name=f"pp-{kind}{parity}-rx")  # the same group, receive side
+            rx.posts = tx.posts  # one identity on the paced board: rx receives what tx's peers sent
             for k in (stage - 1, stage):
                 if 0 <= k < pp - 1 and k % 2 == parity:
                     comms[k] = (tx, rx)
