@@ -37,7 +37,8 @@ from parlab.core.stuck import RankStatus, stuck_report
 START_METHODS = ("forkserver", "spawn", "fork")
 # imported once in the forkserver, inherited by every rank
 PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "torch.optim", "parlab",
-           "parlab.engine.runner", "parlab.core.comm", "parlab.engine.loop"]
+           "parlab.engine.runner", "parlab.core.comm", "parlab.engine.loop",
+           "parlab.engine.every_scheme"]
 
 
 class RankError(RuntimeError):
