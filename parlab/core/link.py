@@ -260,3 +260,28 @@ def cpu_flops_line() -> str:
     """'this machine: 9.3 GFLOP/s (...; measured on this machine this run)', for a chapter to print."""
     return (f"this machine: {cpu_flops() / 1e9:.1f} GFLOP/s (forward + backward of the tiny GPT's "
             "MLP shapes, one thread; measured on this machine this run)")
+
+
+# ----------------------------------------------------------------------------- edge (chapter 12)
+# Kept apart from ACCELERATORS and REAL (the data-centre GPUs and their networks): a real edge
+# device and the real wireless links between such devices, for chapter 12's split inference.
+EDGE_DEVICES: dict[str, Accelerator] = {
+    # NVIDIA Jetson Nano module datasheet (DA_09366): 128-core Maxwell GPU at 921.6 MHz,
+    # "472 GFLOPs" (fp16), 4 GB 64-bit LPDDR4 at 25.6 GB/s, Gigabit Ethernet. fp32 peak is half the
+    # fp16 one: 128 cores × 921.6 MHz × 2 = 236 GFLOP/s; sustained taken as ~50% of it, as the
+    # discrete GPUs above (~40-48%); launch cost the discrete GPUs' (`LAUNCH_S`), a simplification.
+    "Jetson-Nano": Accelerator("Jetson Nano", 118e9, "~50% of its 236 GFLOP/s fp32 peak (472 fp16)",
+                               memory_bytes=4e9, inter="1GbE", peak_flops=472e9, hbm_Bps=25.6e9),
+}
+WIRELESS: dict[str, Link] = {
+    # IEEE 802.11n-2009 (802.11-2012 Table 20-30): one spatial stream, 20 MHz, MCS 7, 800 ns guard
+    # interval: 65 Mbit/s PHY rate (an upper bound on goodput). α = 2 ms per message round is our
+    # assumption for an idle WLAN (the standard fixes rates, not latency; busy networks measure
+    # more: Sui et al., "Characterizing and Improving WiFi Latency", MobiSys 2016).
+    "802.11n": Link(2e-3, 65e6 / 8, "Wi-Fi 802.11n (1 stream, 20 MHz, MCS 7: 65 Mbit/s PHY)"),
+    # Bluetooth Core Specification 5.0: LE 2M PHY, 2 Mbit/s symbol rate (an upper bound on
+    # goodput); a message waits for the next connection event: α = 15 ms, the shortest connection
+    # interval Apple's "Accessory Design Guidelines for Apple Devices" allow (the spec's 7.5 ms
+    # minimum is rarely granted).
+    "BLE-2M": Link(15e-3, 2e6 / 8, "Bluetooth 5 LE 2M PHY (2 Mbit/s, 15 ms connection interval)"),
+}
