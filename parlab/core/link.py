@@ -266,7 +266,7 @@ def cpu_flops_line() -> str:
 # Kept apart from ACCELERATORS and REAL (the data-centre GPUs and their networks): a real edge
 # device and the real wireless links between such devices, for chapter 12's split inference.
 EDGE_DEVICES: dict[str, Accelerator] = {
-    # NVIDIA Jetson Nano module datasheet (DA_09366): 128-core Maxwell GPU at 921.6 MHz,
+    # NVIDIA Jetson Nano module datasheet: 128-core Maxwell GPU at 921.6 MHz,
     # "472 GFLOPs" (fp16), 4 GB 64-bit LPDDR4 at 25.6 GB/s, Gigabit Ethernet. fp32 peak is half the
     # fp16 one: 128 cores × 921.6 MHz × 2 = 236 GFLOP/s; sustained taken as ~50% of it, as the
     # discrete GPUs above (~40-48%); launch cost the discrete GPUs' (`LAUNCH_S`), a simplification.
