@@ -49,8 +49,18 @@ class OpMachinery:
                       rounds=traffic.rounds, peers=tuple(self.ranks[p] for p in
                                                          sorted(traffic.peers)))
 
-    def _duration(self, record, peers) -> float:
-        """The op's time on its link: k·α + n/β for the bytes on its busier direction."""
+    def _duration(self, record, peers, pieces=None, item: int = 1) -> float:
+        """The op's time on its link: k·α + n/β for the bytes on its busier direction; an
+        all-to-all whose peers sit behind links of different kinds (`pieces`: elements sent to
+        and received from each group rank, `item` bytes each) is priced per pair
+        (`Topology.all_to_all_seconds`)."""
+        if pieces is not None and isinstance(self.link, Topology):
+            seconds = self.link.all_to_all_seconds(
+                self.ranks[self.rank], [(self.ranks[p], sent * item, received * item)
+                                        for p, (sent, received) in enumerate(zip(*pieces))
+                                        if p != self.rank])
+            if seconds is not None:
+                return seconds
         link = self._link_for(record["op"], peers)
         if link is None:
             return 0.0
@@ -82,14 +92,15 @@ class OpMachinery:
         return self.timeline.pacer is not None
 
     def _gloo(self, op, tensor, traffic, phase, async_op, start, finish=None, numel=None,
-              needs=None):
+              needs=None, pieces=None):
         self.timeline.settle()  # paced time: the message leaves when the compute before it ends
         record = self._record(op, "gloo", tensor, phase, numel)
         if self.virtual:
             self._fill(record, traffic, tensor.element_size())
             vop = VirtualOp(self, record, lambda ready: self._post(record, traffic.peers, ready,
                                                                    needs),
-                            self._duration(record, traffic.peers))
+                            self._duration(record, traffic.peers, pieces,
+                                           tensor.element_size()))
             # shapes-only (parlab.core.shapes): a fake tensor never enters gloo; the op is its
             # posts on the board and its real byte count, priced like any other
             works = [] if is_fake(tensor) else start()

@@ -4,7 +4,8 @@ Inside a server GPUs talk over NVLink, between servers over Ethernet or InfiniBa
 "HAP: SPMD DNN Training on Heterogeneous GPU Clusters with Automated Program Synthesis", EuroSys
 2024, models each device pair's bandwidth). A `Topology` holds the `parlab.core.link.Link` of
 every pair; passed as `link=`, `Comm` charges a message on its pair's link and a collective on the
-slowest link of its group (its rounds are synchronous). `two_nodes(4, intra="NVLink",
+slowest link of its group (its rounds are synchronous) — except an all-to-all, whose pieces travel
+on each pair's own link at once (`all_to_all_seconds`). `two_nodes(4, intra="NVLink",
 inter="1GbE")`: ranks [0, 1] and [2, 3] on two machines; a sub-communicator inside one node pays
 the intra-node link only. In full: docs/core.md, `parlab.core.topology`.
 """
@@ -46,6 +47,32 @@ class Topology:
         if latency == worst.latency_s:
             return worst
         return Link(latency, worst.bandwidth_Bps, f"slowest of {sorted({p.name for p in pairs})}")
+
+    def all_to_all_seconds(self, me: int, pieces) -> float | None:
+        """One all-to-all of global rank `me`, priced per destination pair by that pair's link;
+        `pieces`: (global peer, bytes sent to it, bytes received from it) for each other rank.
+        The peers fall into link classes (NVLink inside a node, InfiniBand across); each class is
+        a path of its own that carries its peers' bytes while the others carry theirs (a DGX
+        node's GPUs reach each other over NVLink and the other nodes over their own NICs at the
+        same time: DeepSeek-V3 technical report, 2024, §3.2.2; Tutel's 2D hierarchical all-to-all,
+        Hwang et al., MLSys 2023), and each message pays its α in turn:
+
+            Σ_peers α_(me,peer) + max over classes L of max(sent_L, received_L)/β_L
+
+        With one class this is `Link.cost(max(sent, received), n−1)`, the one-link price: None
+        then (and when no pair has a delay), and `Comm` keeps pricing the op on `link_for`."""
+        classes: dict = {}  # Link -> [peers, bytes sent over it, bytes received over it]
+        for peer, sent, received in pieces:
+            pair = self.links[me][peer]
+            if pair is None:
+                continue  # no emulated delay on this pair
+            count = classes.setdefault(pair, [0, 0, 0])
+            count[0], count[1], count[2] = count[0] + 1, count[1] + sent, count[2] + received
+        if len(classes) < 2:
+            return None
+        alpha = sum(n * pair.latency_s for pair, (n, _, _) in classes.items())
+        return alpha + max(max(sent, received) / pair.bandwidth_Bps
+                           for pair, (_, sent, received) in classes.items())
 
     def __str__(self) -> str:
         return self.name
