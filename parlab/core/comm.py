@@ -123,7 +123,7 @@ class Comm(OpMachinery, ShardedCollectives):
         return self._gloo("all_to_all", inputs[0], traffic, phase, async_op,
                           lambda: [dist.all_to_all_single(recv, send, out_splits, in_splits,
                                                           self.group, True)],
-                          finish=unpack)
+                          finish=unpack, pieces=(in_splits, out_splits))
 
     def broadcast(self, tensor, src=0, async_op=False, phase=None):
         """Copy `tensor` from group rank `src` to every rank, in place."""
