@@ -34,7 +34,11 @@ class Comm(OpMachinery, ShardedCollectives):
 
     def __init__(self, group=None, *, ledger: Ledger | None = None,
                  timeline: Timeline | None = None, link: Link | Topology | str | None = "launch",
-                 name: str = "world"):
+                 name: str = "world", shares_posts_with: Comm | None = None):
+        """`shares_posts_with`: another Comm on the same group whose identity on the paced board
+        this one takes (`parlab.core.board.Posts`): a receive side beside a send side, as a
+        resharding boundary keeps (`parlab.pipeline.reshard_boundary`) — what this Comm receives
+        pairs with what that one's peers sent, and each message keeps its own order per pair."""
         self.group = group
         self.rank = dist.get_rank(group)
         self.size = dist.get_world_size(group)
@@ -52,8 +56,15 @@ class Comm(OpMachinery, ShardedCollectives):
         # this Comm's posts on the paced board (parlab.core.board): its identity, region and salt
         info = current_launch()
         self.board_timeout = float(info.timeout_s) if info is not None else 300.0
-        self.posts = paced_board.Posts(paced_board.attach(info.board, info.world_size)
-                                       if info is not None else None, name, self.ranks, self.rank)
+        if shares_posts_with is not None:
+            if tuple(shares_posts_with.ranks) != tuple(self.ranks):
+                raise ValueError(f"shares_posts_with: group {shares_posts_with.ranks} is not this "
+                                 f"Comm's {self.ranks}")
+            self.posts = shares_posts_with.posts
+        else:
+            self.posts = paced_board.Posts(paced_board.attach(info.board, info.world_size)
+                                           if info is not None else None, name, self.ranks,
+                                           self.rank)
 
     # ------------------------------------------------------------------ groups
     def split(self, groups: list[list[int]], name: str) -> Comm:

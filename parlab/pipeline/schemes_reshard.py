@@ -48,10 +48,11 @@ def boundary_channels(ctx, pp: int, widths, stage: int) -> dict:
         comms = {}
         for parity, groups in enumerate((even, odd)):
             tx = ctx.comm.split(groups, f"pp-{kind}{parity}")
-            tx.link = None  # the boundary applies the link at the sender
-            rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=None,
-                      name=f"pp-{kind}{parity}-rx")  # the same group, receive side
-            rx.posts = tx.posts  # one identity on the paced board: rx receives what tx's peers sent
+            # paced: the Comms price the link on the board; wall clock: the boundary applies it
+            # at the sender (reshard_boundary.SenderLink)
+            tx.link = tx.link if tx.virtual else None
+            rx = Comm(tx.group, ledger=ctx.ledger, timeline=ctx.comm.timeline, link=tx.link,
+                      name=f"pp-{kind}{parity}-rx", shares_posts_with=tx)  # the receive side
             for k in (stage - 1, stage):
                 if 0 <= k < pp - 1 and k % 2 == parity:
                     comms[k] = (tx, rx)
