@@ -11,6 +11,7 @@ steps), `layers` (column/row-parallel linears, the attention and MLP they plug i
 (vocabulary-parallel embedding and cross-entropy), `apply` (`apply_tp`: the one GPT cut over a
 mesh's tp dimension, even or uneven shares), `cost`, `reshard` (with `alpacomm`: the paper's
 whole-tile sender choice and send-order search), `schemes`, `torch_tp`; `explore` (parts 4-8,
-11), `explore.reshard` (part 9), `explore.figures`, `explore.summary` (when to use it, from
-the run), `exercises` and `bench`.
+11), `explore.reshard_paced` and `explore.reshard_paced_show` (part 9, paced; `explore.reshard`:
+the same on the wall clock, for the bench), `explore.figures`, `explore.summary` (when to use it,
+from the run), `exercises` and `bench`.
 """

@@ -1,7 +1,8 @@
 """What chapter 03's parts 4-8 and 11 run (tensor and sequence parallelism): correctness, the
 ledger against the formula, memory, step times beside PyTorch's, the widget callback.
 Megatron-LM (Shoeybi et al. 2019), sequence parallelism (Korthikanti et al., MLSys 2023).
-Part 9 (resharding) is `explore.reshard`, the figures of parts 1 and 10 `explore.figures`.
+Part 9 (resharding, paced) is `explore.reshard_paced` and `explore.reshard_paced_show`, the
+figures of parts 1 and 10 `explore.figures`.
 """
 
 from __future__ import annotations
