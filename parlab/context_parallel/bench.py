@@ -31,14 +31,14 @@ from parlab.context_parallel.usp import usp_problem
 from parlab.context_parallel.video_denoiser import VideoConfig, sample
 from parlab.core.progress import progress
 
-# (key for --schemes, scheme, options, the row's name)
-VARIANTS = (("ring", "cp-ring", {"layout": "zigzag"}, "cp-ring (zigzag)"),
-            ("ring-contiguous", "cp-ring", {"layout": "contiguous"}, "cp-ring (contiguous)"),
+# (key for --schemes, scheme, options, the row's name, one run per u × r split)
+VARIANTS = (("ring", "cp-ring", {"layout": "zigzag"}, "cp-ring (zigzag)", False),
+            ("ring-contiguous", "cp-ring", {"layout": "contiguous"}, "cp-ring (contiguous)", False),
             ("ring-recompute", "cp-ring", {"layout": "zigzag", "recompute": True},
-             "cp-ring (zigzag, recompute)"),
-            ("ulysses", "cp-ulysses", {"layout": "contiguous"}, "cp-ulysses"),
-            ("allgather", "cp-allgather", {}, "cp-allgather"),
-            ("usp", "cp-usp", {}, "cp-usp"))
+             "cp-ring (zigzag, recompute)", False),
+            ("ulysses", "cp-ulysses", {"layout": "contiguous"}, "cp-ulysses", False),
+            ("allgather", "cp-allgather", {}, "cp-allgather", False),
+            ("usp", "cp-usp", {}, "cp-usp", True))
 KEYS = tuple(v[0] for v in VARIANTS)
 TOLERANCE = 0.01  # paced step within 1% of [model − the ring's link time, model]
 
@@ -63,15 +63,15 @@ def variants(keys, cps, model_config: dict, ulysses=None) -> list[tuple]:
 
     g = models.model_config("gpt", model_config)
     out = []
-    for key, scheme, options, name in VARIANTS:
+    for key, scheme, options, name, per_split in VARIANTS:
         if key not in keys:
             continue
         for cp in cps:
-            if scheme != "cp-usp":
+            if not per_split:
                 out.append((name, scheme, options, cp))
                 continue
             for u in usp_splits(cp, g.n_head, g.kv_heads, g.block_size, ulysses):
-                out.append((f"cp-usp (u={u} × r={cp // u})", scheme, {"ulysses": u}, cp))
+                out.append((f"{name} (u={u} × r={cp // u})", scheme, {"ulysses": u}, cp))
     return out
 
 

@@ -93,6 +93,7 @@ class ContextParallel(Strategy):
     def __init__(self, ctx, method: str):
         cfg = ctx.cfg
         self.dims = degrees(cfg, method)
+        self.method = method  # "ring", "ulysses", "allgather" or "usp"
         self.work: list = []
         if method == "usp":  # ranks j·u + a of a cp group: Ulysses groups inner, rings across
             self.mesh = Mesh(ctx.comm, [("dp", self.dims["dp"]), ("ring", self.dims["ring"]),
@@ -127,7 +128,8 @@ class ContextParallel(Strategy):
                 self.ctx.comm.all_reduce(p.grad, op="sum")  # (param shape,) over dp × cp
 
     def extras(self) -> dict:
-        return {"work": self.work[:self.dims["cp"]] if self.work else [], "degrees": self.dims}
+        return {"work": self.work[:self.dims["cp"]] if self.work else [], "degrees": self.dims,
+                "method": self.method, "recompute": self.ctx.cfg.options.get("recompute", False)}
 
 
 @register("cp-ring", summary="context parallel: ring attention (K/V round the ring), dp × cp",

@@ -10,7 +10,7 @@ Llama 3's all-gather of K/V and reduce-scatter of dK/dV (Dubey et al. 2024, §3.
 Each costs k·α + bytes/β on the run's link (Hockney 1994; `parlab.core.messages.message_time`).
 
 The compute is what the paced clock counted in each rank's forward and backward spans (its
-operator meter: deterministic), less the waits inside them (`planner.scaling.step_model.rank_step`).
+operator meter: deterministic), less the waits inside them (`counted_compute`).
 model = max over ranks of compute + Σ messages. A scheme whose every message blocks (Ulysses, the
 all-gather) should measure the model; the ring posts its next K/V before it computes on the
 current block, so the run may come in under the model by at most the ring's own link time.
@@ -36,22 +36,22 @@ def allgather_messages(batch: int, n_head: int, seq_len: int, head_dim: int, cp:
             Message("cp", "reduce_scatter", cp, full, n_layer, False, itemsize, "cp-backward")]
 
 
-def attention_messages(scheme: str, options: dict, batch: int, n_head: int, seq_len: int,
-                       head_dim: int, cp: int, n_layer: int, itemsize: int = 4) -> list:
-    """The attention messages of one cp rank per step for `scheme` with `options` (`batch`: the
-    rows this rank's dp group trains, B/dp)."""
+def attention_messages(method: str, recompute: bool, batch: int, n_head: int, seq_len: int,
+                       head_dim: int, cp: int, n_layer: int, itemsize: int = 4,
+                       ulysses: int = 1) -> list:
+    """The attention messages of one cp rank per step for the strategy's `method` ("ring",
+    "ulysses", "allgather", "usp" with Ulysses degree `ulysses`); `batch`: the rows this rank's
+    dp group trains, B/dp."""
     args = (batch, n_head, seq_len, head_dim)
-    if scheme == "cp-ring":
-        return cost.ring_messages(*args, cp, n_layer, itemsize,
-                                  "ring" if options.get("recompute") else "none")
-    if scheme == "cp-ulysses":
+    if method == "ring":
+        return cost.ring_messages(*args, cp, n_layer, itemsize, "ring" if recompute else "none")
+    if method == "ulysses":
         return cost.ulysses_messages(*args, cp, n_layer, itemsize)
-    if scheme == "cp-allgather":
+    if method == "allgather":
         return allgather_messages(*args, cp, n_layer, itemsize)
-    if scheme == "cp-usp":
-        u = options["ulysses"]
-        return cost.usp_messages(*args, u, cp // u, n_layer, itemsize)
-    raise ValueError(f"scheme={scheme!r} is not a context-parallel scheme")
+    if method == "usp":
+        return cost.usp_messages(*args, ulysses, cp // ulysses, n_layer, itemsize)
+    raise ValueError(f"method={method!r} must be ring, ulysses, allgather or usp")
 
 
 def grad_messages(numels: list[int], world_size: int) -> list:
@@ -72,36 +72,42 @@ def parameter_numels(model_config) -> list[int]:
     return [p.numel() for p in net.parameters()]
 
 
-def price(result, options: dict | None = None) -> dict:
+def counted_compute(result, rank: int, step: int) -> float:
+    """Seconds rank `rank` computed in step `step`: its compute spans (forward, backward,
+    optimizer) less the time it waited inside them."""
+    mine = [e for e in result.timeline if e["rank"] == rank]
+    spans = [e for e in mine if e["kind"] == "compute" and e["args"].get("step") == step]
+    waits = [e for e in mine if e["kind"] == "wait"]
+    inside = sum(max(0.0, min(w["t1"], s["t1"]) - max(w["t0"], s["t0"]))
+                 for s in spans for w in waits)
+    return sum(s["t1"] - s["t0"] for s in spans) - inside
+
+
+def price(result) -> dict:
     """The serial α-β model of `result` (a cp-* run on a paced clock and a link) beside what it
     measured, per step after the first (medians): "paced_s" (the run's step), "compute_s" (the
     slowest rank's counted compute), "comm_s" (one rank's closed-form messages on the link),
-    "model_s" (their sum), "ledger_comm_s" (the same on the ledger's bytes and rounds: must equal
-    comm_s), "ring_comm_s" (the part sent round a ring, the only part that can hide) and
-    "attn_bytes" / "closed_attn_bytes" (rank 0's attention bytes per step, ledger and closed form)."""
-    from parlab.planner.scaling.step_model import op_seconds, rank_step
-
-    cfg = result.config
-    opts = {**cfg.options, **(options or {})}
+    "model_s" (their sum), "ledger_comm_s" (the ledger's sends priced the same way: must equal
+    comm_s; a send and its receive share the full-duplex link), "ring_comm_s" (the part sent
+    round a ring, the only part that can hide) and "attn_bytes" / "closed_attn_bytes" (rank 0's
+    attention bytes per step, ledger and closed form)."""
+    cfg, link = result.config, result.config.link
+    extras = result.outputs[0].extras  # the strategy's: "degrees" {"dp", "cp", ...}, "method"
+    dims = extras["degrees"]
     g, n, steps = cfg.model_config, cfg.world_size, len(result.step_times)
-    dims = result.outputs[0].extras["degrees"]  # {"dp", "cp"} (USP: also "ulysses", "ring")
-    cp = dims["cp"]
-    if cfg.scheme == "cp-usp":
-        opts["ulysses"] = dims["ulysses"]
-    dp = n // cp
     itemsize = 2 if cfg.precision == "bf16-mixed" else 4
-    attn = attention_messages(cfg.scheme, opts, cfg.batch_size // dp, g.n_head, g.block_size,
-                              g.n_embd // g.n_head, cp, g.n_layer, itemsize)
+    attn = attention_messages(extras["method"], extras["recompute"], cfg.batch_size // dims["dp"],
+                              g.n_head, g.block_size, g.n_embd // g.n_head, dims["cp"],
+                              g.n_layer, itemsize, dims.get("ulysses", 1))
     msgs = attn + grad_messages(parameter_numels(g), n)
-    link = cfg.link
     comm = sum(message_time(x, None, link) * x.count for x in msgs)
     ring = sum(message_time(x, None, link) * x.count for x in attn if x.op == "p2p")
     later = range(1, steps) if steps > 1 else range(steps)
-    compute = statistics.median(max(rank_step(result, k, s)["compute"] for k in range(n))
+    compute = statistics.median(max(counted_compute(result, k, s) for k in range(n))
                                 for s in later)
-    ledger = statistics.median(sum(op_seconds(result, x) for x in result.ledger  # a send and its
-                                   if x["rank"] == 0 and x["step"] == s and x["op"] != "recv")
-                               for s in later)  # receive share the full-duplex link: sends only
+    ledger = statistics.median(sum(link.cost(max(x["bytes_sent"], x["bytes_recv"]), x["rounds"])
+                                   for x in result.ledger if x["rank"] == 0 and x["step"] == s
+                                   and x["op"] != "recv") for s in later)
     measured = sum(x["bytes_sent"] for x in result.ledger if x["rank"] == 0
                    and str(x["phase"]).startswith("cp-")) / steps
     return {"paced_s": result.step_time(warmup=1), "compute_s": compute, "comm_s": comm,
