@@ -6,7 +6,7 @@ its action lists predict; bad sizes fail before any process starts."""
 import pytest
 
 import parlab
-from parlab.pipeline import cost
+from parlab.pipeline import cost, cost_dualpipe
 from parlab.pipeline.dualpipe import dualpipe
 from parlab.pipeline.schedules import Action, make_schedule
 from parlab.pipeline.validate import ScheduleError, check, simulate
@@ -18,16 +18,16 @@ def test_every_size_validates_with_the_closed_form_bubble_and_memory():
     for p, m in SIZES:
         schedule = check(make_schedule("dualpipe", p, m))
         assert sum(len(a) for a in schedule.actions) == 3 * p * m
-        assert cost.ideal_bubble(schedule) == pytest.approx(cost.dualpipe_bubble(p, m), abs=1e-12)
+        assert cost.ideal_bubble(schedule) == pytest.approx(cost_dualpipe.dualpipe_bubble(p, m), abs=1e-12)
         for rank, actions in enumerate(schedule.actions):
             held = peak = 0
             for a in actions:
                 held += (a.op == "F") - (a.op == "W")
                 peak = max(peak, held)
-            assert peak == cost.dualpipe_in_flight_peak(p, m, rank) == p + 1  # the report's PP+1
+            assert peak == cost_dualpipe.dualpipe_in_flight_peak(p, m, rank) == p + 1  # the report's PP+1
             assert {a.stage for a in actions} == {rank, p - 1 - rank}  # two chunks: 2× parameters
         if p > 2:  # below ZB-H1 and 1F1B at equal m
-            assert cost.dualpipe_bubble(p, m) < cost.theory_bubble("zb", p, m) \
+            assert cost_dualpipe.dualpipe_bubble(p, m) < cost.theory_bubble("zb", p, m) \
                 < cost.theory_bubble("1f1b", p, m)
 
 
@@ -42,9 +42,9 @@ def test_list_scheduled_bubble_against_the_reports_formula():
     for p, m in SIZES:
         for t in (1.0, 2.5):
             assert idle(p, m, {"F": t, "B": t, "W": t}) == pytest.approx(
-                cost.report_bubble("dualpipe", p, t, t, t) / 2, abs=1e-9)
+                cost_dualpipe.report_bubble("dualpipe", p, t, t, t) / 2, abs=1e-9)
     long_forward = {"F": 1.7, "B": 0.65, "W": 0.27}
-    assert idle(8, 16, long_forward) > cost.report_bubble("dualpipe", 8, *long_forward.values())
+    assert idle(8, 16, long_forward) > cost_dualpipe.report_bubble("dualpipe", 8, *long_forward.values())
 
 
 def test_validator_checks_directions_and_pairs():
@@ -99,10 +99,10 @@ def test_ledger_is_the_closed_form_and_activations_are_p_plus_one(run):
     schedule = dualpipe(p, m)
     for rank in range(p):
         sent = sum(run.bytes_per_rank(op="send", phase=ph)[rank] for ph in ("pp-fwd", "pp-bwd"))
-        assert sent == steps * cost.dualpipe_p2p_bytes_per_step(p, m, rank, numel)
+        assert sent == steps * cost_dualpipe.dualpipe_p2p_bytes_per_step(p, m, rank, numel)
         assert sent == steps * cost.p2p_bytes_per_step(p, 1, m, rank, numel)  # 1F1B's count
         group = sorted({rank, p - 1 - rank})
-        expect = cost.mirror_sync_bytes(run.outputs[rank].extras["param_numels"], 2,
+        expect = cost_dualpipe.mirror_sync_bytes(run.outputs[rank].extras["param_numels"], 2,
                                         group.index(rank))
         assert run.bytes_per_rank(phase="mirror-sync")[rank] == steps * expect
         assert run.bytes_per_rank(phase="embed-tie")[rank] == 0

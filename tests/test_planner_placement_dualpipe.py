@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from parlab.pipeline import cost as pp_cost
+from parlab.pipeline import cost_dualpipe as pp_cost_dualpipe
 from parlab.pipeline.actions import Schedule
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.validate import ScheduleError, check
@@ -87,7 +88,7 @@ def test_the_planner_ties_or_beats_each_schedule_at_its_memory(rows):
         assert planned["planned"].objective == pytest.approx(planned["makespan"])
     assert by["DualPipe"]["peak_chunks"] == 4 + 1  # the report's PP+1
     assert by["1F1B"]["bubble"] == pytest.approx(pp_cost.theory_bubble("1f1b", 4, 8))
-    assert by["DualPipe"]["bubble"] == pytest.approx(pp_cost.dualpipe_bubble(4, 8))
+    assert by["DualPipe"]["bubble"] == pytest.approx(pp_cost_dualpipe.dualpipe_bubble(4, 8))
 
 
 def test_with_equal_units_and_free_messages_dualpipe_is_already_optimal(rows):

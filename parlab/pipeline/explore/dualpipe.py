@@ -11,7 +11,7 @@ regime: docs/pipeline.md, `parlab.pipeline.explore.dualpipe`.
 from __future__ import annotations
 
 import parlab
-from parlab.pipeline import cost
+from parlab.pipeline import cost, cost_dualpipe
 from parlab.pipeline.schedules import make_schedule
 
 SCHEMES = ("pp-1f1b", "pp-zb", "pp-dualpipe")
@@ -24,18 +24,18 @@ TOLERANCE = 0.01
 
 
 def _closed_form(name: str, p: int, m: int) -> float:
-    return cost.dualpipe_bubble(p, m) if name == "dualpipe" else cost.theory_bubble(name, p, m)
+    return cost_dualpipe.dualpipe_bubble(p, m) if name == "dualpipe" else cost.theory_bubble(name, p, m)
 
 
 def _report_fraction(name: str, p: int, m: int) -> float:
     """The report's Table 2 bubble with F = B = W = 1 unit (F&B = F + B_full) as a fraction."""
-    idle = cost.report_bubble(name, p, 1.0, 1.0, 1.0)
+    idle = cost_dualpipe.report_bubble(name, p, 1.0, 1.0, 1.0)
     return idle / (3 * m + idle)
 
 
 def _in_flight_closed(name: str, p: int, m: int, rank: int) -> int:
     if name == "dualpipe":
-        return cost.dualpipe_in_flight_peak(p, m, rank)
+        return cost_dualpipe.dualpipe_in_flight_peak(p, m, rank)
     return p if name == "zb" else cost.in_flight_peak(name, p, m, rank)  # ZB-H1: 1F1B's peak, p
 
 

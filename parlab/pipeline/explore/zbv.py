@@ -13,7 +13,7 @@ form at equal stages.
 from __future__ import annotations
 
 import parlab
-from parlab.pipeline import cost
+from parlab.pipeline import cost, cost_dualpipe
 from parlab.pipeline.schedules import make_schedule
 from parlab.pipeline.zbv import torch_order, zbv_p2p_messages_per_step
 
@@ -24,7 +24,7 @@ CHUNKS = {"interleaved": 2, "looped-bfs": 2, "zbv": 2}  # chunks per rank; the o
 def _closed(name: str, p: int, m: int) -> float | None:
     """The closed form at equal stages (F = B = W), or None where none applies at this p, m."""
     if name == "dualpipe":
-        return cost.dualpipe_bubble(p, m)
+        return cost_dualpipe.dualpipe_bubble(p, m)
     if name == "zbv" and m < 2 * p - 1 or name == "looped-bfs" and m < p:
         return None
     return cost.theory_bubble(name, p, m, CHUNKS.get(name, 1))

@@ -15,6 +15,7 @@ lists have, so a ratio to it would measure the formula, not a planner.
 from __future__ import annotations
 
 from parlab.pipeline import cost as pp_cost
+from parlab.pipeline import cost_dualpipe as pp_cost_dualpipe
 from parlab.planner.placement.schedule_mip import (
     Units,
     makespan,
@@ -28,7 +29,7 @@ from parlab.planner.placement.schedule_mip import (
 def report_fraction(name: str, p: int, m: int, units: Units) -> float:
     """The DeepSeek-V3 report's Table 2 bubble for `name` ("1f1b" or "dualpipe") in these units
     (its F&B = F + B + W: one chunk at a time), as a fraction of a rank's step (messages free)."""
-    idle = pp_cost.report_bubble(name, p, units.forward, units.backward, units.weight)
+    idle = pp_cost_dualpipe.report_bubble(name, p, units.forward, units.backward, units.weight)
     busy = m * (units.forward + units.backward + units.weight)
     return idle / (busy + idle)
 
