@@ -175,9 +175,15 @@ def time_on(nbytes: float, n: int, chunks: int, message_s) -> float:
 
 
 def schedule(n: int, chunks: int, cost_s, parts=None) -> list[list[tuple]]:
-    """Each rank's steps in the order a list scheduler finds them ready (the same on every rank):
-    schedule(...)[r] = [(kind, tree, chunk), ...], kind "up" (the children's chunk in, the sum
-    up; at the root, then down) or "down" (the parent's chunk in, down to the children).
+    """Each rank's steps (`simulate`'s order)."""
+    return simulate(n, chunks, cost_s, parts)[0]
+
+
+def simulate(n: int, chunks: int, cost_s, parts=None) -> tuple[list[list[tuple]], float]:
+    """Each rank's steps in the order a list scheduler finds them ready (the same on every rank),
+    and the virtual seconds until the last message has arrived: order[r] = [(kind, tree, chunk),
+    ...], kind "up" (the children's chunk in, the sum up; at the root, then down) or "down" (the
+    parent's chunk in, down to the children).
 
     It plays the paced clock's rules (`parlab.core.virtual_link`): a rank waits for a step's
     inputs, then its sends leave one after another from its one port, each taking
@@ -209,7 +215,7 @@ def schedule(n: int, chunks: int, cost_s, parts=None) -> list[list[tuple]]:
             got.setdefault(step, []).append(port[r])
             if len(got[step]) == need[what](d, t) and (what == "up" or shape[t][d][1]):
                 heapq.heappush(heap, (max(got.pop(step)), d, t, c, what))
-    return order
+    return order, max(port)
 
 
 def all_reduce(comms, tensor, chunks: int = 1, op: str = "sum"):
