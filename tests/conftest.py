@@ -105,3 +105,46 @@ def ckdir(saved, tmp_path):
     """A private copy of the module's `saved` checkpoints (tests.helpers.saved_checkpoints), free
     to damage."""
     return pathlib.Path(shutil.copytree(saved[0], tmp_path / "ck"))
+
+
+# ----------------------------------------------------------------------------- shards of the suite
+def _shard() -> tuple[int, int]:
+    import os
+
+    spec = os.environ.get("PARLAB_UNIT_SHARD", "0/1")
+    try:
+        index, count = (int(part) for part in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"PARLAB_UNIT_SHARD={spec!r} must be 'i/n' with 0 <= i < n") from None
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"PARLAB_UNIT_SHARD={spec!r} must be 'i/n' with 0 <= i < n")
+    return index, count
+
+
+def shard_of_files(seconds: dict, count: int) -> dict:
+    """{test file: shard}: the longest files first, each to the shard with the least time so far
+    (Graham's LPT rule); `seconds` is each file's measured time (tests/durations.json, written by
+    tools/durations.py from a run's build/test-unit.xml); a file missing there counts 1 s."""
+    loads, where = [0.0] * count, {}
+    for name in sorted(seconds, key=lambda n: (-seconds[n], n)):
+        shard = loads.index(min(loads))
+        where[name] = shard
+        loads[shard] += seconds[name]
+    return where
+
+
+def pytest_collection_modifyitems(config, items):
+    """PARLAB_UNIT_SHARD="i/n" keeps the test files of shard i of n (`make unit` runs the suite as
+    two shards beside the browser test: a rank waiting on a peer or a fault test waiting for its
+    timeout leaves a core idle, which the other shard uses)."""
+    import json
+
+    index, count = _shard()
+    if count == 1:
+        return
+    measured = json.loads((ROOT / "tests" / "durations.json").read_text())
+    files = sorted({item.path.name for item in items})
+    where = shard_of_files({name: measured.get(name, 1.0) for name in files}, count)
+    keep = [item for item in items if where[item.path.name] == index]
+    config.hook.pytest_deselected(items=[item for item in items if where[item.path.name] != index])
+    items[:] = keep
