@@ -311,7 +311,7 @@ def test_send_channels_are_the_union_over_receiving_groups():
 
 
 def test_latency_model_and_break_even():
-    link = edge.EDGE_LINKS["Wi-Fi"]
+    link = parlab.core.link.Link(2e-3, 6.25e6)  # α = 2 ms, 50 Mbit/s
     assert cost.edge_latency(0.1, 0, 0, 1, link) == 0.1
     t = cost.edge_latency(0.1, 6250, 3, 2, link)
     assert t == pytest.approx(0.05 + 3 * 2e-3 + 1e-3)

@@ -5,7 +5,8 @@ crossover at each world size on `--clock` (paced A100 by default), the ratio to 
 crossover ≥ 1.2× on 1GbE in A100 time) beside the model's prediction and verdict. Edge split
 (Lin & Wang, 2021; here our saliency ranking, `masks.search`): bytes per image and accuracy per
 density, plain and with the group lasso (goal: ≥ 80% fewer bytes at ≤ 2 points accuracy loss),
-and request latency per edge link. In full: docs/serving.md, `parlab.serving.bench`.
+and request latency per real edge link in paced Jetson Nano time. In full: docs/serving.md,
+`parlab.serving.bench`.
 """
 
 from __future__ import annotations
@@ -55,16 +56,16 @@ def bench_edge(world_size: int, learn_steps: int, tune_steps: int, densities) ->
             acc = grouped.accuracy(tuned, xt, yt)
             print(f"  density {density:<5} {sent:>7,} B  {1 - sent / dense_bytes:>5.0%} fewer  "
                   f"accuracy {acc:.1%}  ({100 * (dense_acc - acc):+.1f} points lost)")
-    print(f"\n== latency per request of 128 images, N={world_size} vs one device")
+    print(f"\n== latency per request of 128 images, N={world_size} vs one device, paced "
+          f"{edge.EDGE_DEVICE} time")
     net = ex_edge.tuned(1.0)
-    alone = edge.run_edge(net, xt[:128], 1, repeats=5).latency
+    alone = edge.run_edge(net, xt[:128], 1, clock=edge.EDGE_DEVICE).latency
     for density in (1.0, 0.05):
         for name, link in edge.EDGE_LINKS.items():
-            if name == "Bluetooth" and density == 1.0:
-                continue  # ~2.6 s a request
-            t = edge.run_edge(ex_edge.tuned(density), xt[:128], world_size, link=link, repeats=3).latency
-            print(f"  density {density:<4} {name:<9} {t * 1e3:8.1f} ms  ({t / alone:.2f}× one device,"
-                  f" {alone * 1e3:.1f} ms)")
+            t = edge.run_edge(ex_edge.tuned(density), xt[:128], world_size, link=link,
+                              clock=edge.EDGE_DEVICE).latency
+            print(f"  density {density:<4} {name:<9} {t * 1e3:8.2f} ms  ({t / alone:.2f}× one device,"
+                  f" {alone * 1e3:.2f} ms)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,5 +88,5 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_edge:
         bench_edge(2, args.learn_steps, args.tune_steps, args.densities)
     print("\njobs: paced time is virtual, bit-reproducible (raw wall time with --clock wall is "
-          "shared and noisy: compare within a run); edge latencies: this CPU, raw")
+          "shared and noisy: compare within a run); edge latencies: paced Jetson Nano time")
     return 0

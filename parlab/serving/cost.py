@@ -20,7 +20,9 @@ Edge. Before block b's mix rank a sends rank b' the channels plan[a][b'] (`masks
 each H_b·W_b floats per image; at the head every rank but 0 sends B × classes floats. With every
 channel exchanged (the dense mask) that is (N-1)·(G/N)·c·Σ_b H_b·W_b·B·4 bytes per rank.
 A request takes P/N of compute plus its messages; one device alone takes P. Distributing pays off
-only above the break-even bandwidth β* = bytes / (P(1 - 1/N) - k·α). A block whose mask sends
+only above the break-even bandwidth β* = bytes / (P(1 - 1/N) - k·α). Where a device of the split
+computes P_N ≠ P/N (launches do not shrink; every device's mix reads every group), P_N replaces
+P/N: β* = bytes / (P - P_N - k·α). A block whose mask sends
 nothing across devices skips its exchange, so k = (N-1)·(blocks that exchange) + 1.
 """
 
@@ -160,16 +162,21 @@ def edge_comm_seconds(cfg: GroupedConfig, masks, world_size: int, batch: int, li
     return edge_latency(0.0, nbytes, edge_rounds(cfg, world_size, masks), world_size, link)
 
 
-def edge_latency(compute_s: float, nbytes: float, rounds: int, world_size: int, link) -> float:
-    """Seconds of one request: compute/N + k·α + bytes/β (one device: compute alone)."""
+def edge_latency(compute_s: float, nbytes: float, rounds: int, world_size: int, link,
+                 split_s: float | None = None) -> float:
+    """Seconds of one request: compute/N + k·α + bytes/β (one device: compute alone); with
+    `split_s`, the split's own compute per device P_N (on free links) replaces compute/N."""
     if world_size == 1:
         return compute_s
     alpha, beta = (0.0, math.inf) if link is None else (link.latency_s, link.bandwidth_Bps)
-    return compute_s / world_size + rounds * alpha + nbytes / beta
+    share = compute_s / world_size if split_s is None else split_s
+    return share + rounds * alpha + nbytes / beta
 
 
 def break_even_bandwidth(compute_s: float, nbytes: float, rounds: int, world_size: int,
-                         alpha: float) -> float:
-    """β* (bytes/s) above which N devices answer faster than one; inf when they never do."""
-    margin = compute_s * (1 - 1 / world_size) - rounds * alpha
+                         alpha: float, split_s: float | None = None) -> float:
+    """β* (bytes/s) above which N devices answer faster than one; inf when they never do. The
+    compute saved is P(1 - 1/N), or P - P_N with the split's own compute `split_s`."""
+    saved = compute_s * (1 - 1 / world_size) if split_s is None else compute_s - split_s
+    margin = saved - rounds * alpha
     return nbytes / margin if margin > 0 else math.inf

@@ -6,14 +6,15 @@ Rank r of N holds G/N consecutive groups (stem rows, every block's mix rows and 
 head columns). Features cross devices only before each block's mix (`ExchangeChannels`: one uneven
 all-to-all of exactly the channels the mask sends, `masks.send_channels`; the same arithmetic as
 one process) and at the head (partial logits summed on rank 0). `run_edge(net, images,
-world_size, link=)` runs it through `parlab.core.launch` and returns rank 0's logits, the ledger
-and each request's latency. In full: docs/serving.md, `parlab.serving.edge`.
+world_size, link=, clock=)` runs it through `parlab.core.launch` and returns rank 0's logits, the
+ledger and each request's latency: on `clock="wall"` this CPU's, on a paced clock (an edge device of
+`parlab.core.link.EDGE_DEVICES`, e.g. the Jetson Nano) its virtual time — compute priced by the
+roofline, each message α + bytes/β of the real link. In full: docs/serving.md, `parlab.serving.edge`.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
 import torch
@@ -25,10 +26,23 @@ from parlab.core.launch import launch
 from parlab.serving.grouped import GroupedNet
 from parlab.serving.masks import rank_groups, send_channels
 
-# Round, illustrative edge links: real (undilated) latency α and bandwidth β.
+# Real links between edge devices (undilated α, β; sources in `parlab.core.link`): the Jetson
+# Nano's own Gigabit Ethernet port, Wi-Fi 802.11n and Bluetooth 5 LE.
 EDGE_LINKS = {"loopback": None,
-              "Wi-Fi": link_mod.Link(2e-3, 50e6 / 8, "Wi-Fi-like, 50 Mbit/s"),
-              "Bluetooth": link_mod.Link(15e-3, 2e6 / 8, "Bluetooth-like, 2 Mbit/s")}
+              "1GbE": link_mod.real("1GbE"),
+              "Wi-Fi": link_mod.WIRELESS["802.11n"],
+              "Bluetooth": link_mod.WIRELESS["BLE-2M"]}
+EDGE_DEVICE = "Jetson-Nano"  # the paced clock of Part B (`parlab.core.link.EDGE_DEVICES`)
+
+
+def edge_clock(clock="wall"):
+    """`clock=` of `run_edge`: "wall", a key of `parlab.core.link.EDGE_DEVICES`, or anything
+    `parlab.core.clock.resolve` takes."""
+    from parlab.core import clock as clocks
+
+    if isinstance(clock, str) and clock in link_mod.EDGE_DEVICES:
+        return clocks.Clock(link_mod.EDGE_DEVICES[clock])
+    return clocks.resolve(clock)
 
 
 def resolve_link(link):
@@ -115,6 +129,8 @@ class EdgeResult:
     world_size: int
     batch: int
     link: object
+    clock: object = None  # parlab.core.clock.Clock: this CPU, raw, or an edge device's paced time
+    pace: dict | None = None  # paced: rank 0's pacer stats (compute priced, kernels, ...)
 
     @property
     def latency(self) -> float:
@@ -139,9 +155,12 @@ def check_world_size(net: GroupedNet, world_size) -> None:
 
 
 def run_edge(net: GroupedNet, images: torch.Tensor, world_size: int = 2, link=None,
-             batch: int | None = None, repeats: int = 1, timeout: float = 60.0) -> EdgeResult:
+             batch: int | None = None, repeats: int = 1, timeout: float = 60.0,
+             clock="wall") -> EdgeResult:
     """Classify `images` (M, S, 16, 16) with `net` split over `world_size` ranks, in requests of
-    `batch` images (default: all at once); the whole set is sent `repeats` times (latency samples)."""
+    `batch` images (default: all at once); the whole set is sent `repeats` times (latency samples).
+    `clock`: "wall" (this CPU, raw) or a paced device ("Jetson-Nano": `edge_clock`), whose
+    latencies are virtual seconds, the same on every run."""
     check_world_size(net, world_size)
     sensors = net.cfg.sensors
     if not isinstance(images, torch.Tensor) or images.ndim != 4 or images.shape[1] != sensors:
@@ -152,31 +171,42 @@ def run_edge(net: GroupedNet, images: torch.Tensor, world_size: int = 2, link=No
         raise ValueError(f"batch={batch!r} must be an int in [1, {len(images)}]")
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats={repeats!r} must be an int >= 1")
-    link = resolve_link(link)
-    returned = launch(_edge_rank, world_size, net, images, batch, repeats, timeout=timeout,
+    from parlab.core.clock import pace_link
+
+    paced = edge_clock(clock)
+    link = pace_link(resolve_link(link), paced)  # paced: a preset stands for its real link
+    returned = launch(_edge_rank, world_size, net, images, batch, repeats, paced, timeout=timeout,
                       link=link)
     logits, latencies = returned[0]["logits"], returned[0]["latencies"]
     ledger = [rec for out in returned for rec in out["ledger"]]
-    return EdgeResult(logits, ledger, latencies, world_size, batch, link)
+    return EdgeResult(logits, ledger, latencies, world_size, batch, link, paced,
+                      returned[0]["pace"])
 
 
-def _edge_rank(rank: int, world_size: int, net: GroupedNet, images, batch: int, repeats: int):
-    comm = Comm(None)
+def _edge_rank(rank: int, world_size: int, net: GroupedNet, images, batch: int, repeats: int,
+               paced=None):
+    from parlab.core.pacer import Pacer
+    from parlab.core.trace import Timeline
+
+    paced = paced if paced is not None and paced.paced else None
+    timeline = Timeline(rank, Pacer(paced) if paced is not None else None)
+    comm = Comm(None, timeline=timeline)  # the launch's link: real, so the paced clock prices it
     shard = EdgeShard(net, comm)
     requests = [images[i:i + batch] for i in range(0, len(images), batch)]  # (batch, S, 16, 16) each
     outputs, latencies, request = [], [], 0
     for repeat in range(repeats):
         for x in requests:
             comm.barrier(phase="start")
-            t0 = time.perf_counter()
+            t0 = timeline.now()  # paced: virtual seconds; else time.perf_counter()
             first = len(comm.ledger.records)
-            logits = shard.forward(x)
+            with timeline.span("request"):  # paced: its kernels priced on the device's roofline
+                logits = shard.forward(x)
             for record in comm.ledger.records[first:]:
                 record["request"] = request
-            latencies.append(time.perf_counter() - t0)
+            latencies.append(timeline.now() - t0)
             if repeat == 0 and logits is not None:
                 outputs.append(logits)
             request += 1
     records = [r for r in comm.ledger.records if r["op"] != "barrier"]
     return {"logits": torch.cat(outputs) if outputs else None, "latencies": latencies,
-            "ledger": records}
+            "ledger": records, "pace": timeline.pacer.stats() if paced is not None else None}

@@ -16,7 +16,7 @@ from parlab.serving.explore import search as ex_search
 
 def _searched_link_ms() -> float:
     """The `search-latency` exercise: 5 transfers of group 2 to device 0 before block 0, none
-    across devices before block 1, 2 devices on the Bluetooth-like link, one image."""
+    across devices before block 1, 2 devices on Bluetooth 5 LE (its 2M PHY), one image."""
     import torch
 
     cfg = ex_search.CONFIG
@@ -90,7 +90,7 @@ EXERCISES = [
              "(40,000 B) in 3 rounds of α = 1 ms. Above what bandwidth (bytes/s) is the split "
              "faster?", numeric(cost.break_even_bandwidth(0.02, 40_000, 3, 2, 1e-3), rtol=0.01),
              "Solve P/N + kα + bytes/β = P for β.", "40,000 / (0.010 − 0.003) ≈ 5.7 MB/s."),
-    Exercise("search-latency", "Two devices on the Bluetooth-like link (α = 15 ms, β = 250,000 "
+    Exercise("search-latency", "Two devices on Bluetooth 5 LE (2M PHY, α = 15 ms, β = 250,000 "
              "B/s), one image per request. The search kept 5 channels of device 1's groups for "
              "device 0 before block 0 (8×8 maps) and no transfer across devices before block 1. "
              "Link time of a request in ms, as the search prices it (rounds·α + the busiest "

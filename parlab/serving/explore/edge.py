@@ -3,7 +3,8 @@ setting of Lin & Wang, "Communication-Efficient Separable Neural Network for Dis
 on Edge Devices", 2021; groups as in ResNeXt, Xie et al., CVPR 2017) with one camera read by all
 and our saliency ranking of transfers (`masks.search`, not the paper's search: that is part 3,
 `explore.search`) — the split drawn, exactness, bytes against the closed forms, accuracy against
-bytes, latency against bandwidth with the break-even.
+bytes, latency against bandwidth with the break-even, in paced time on a real edge device
+(the Jetson Nano, `parlab.core.link.EDGE_DEVICES`) over real links.
 """
 
 from __future__ import annotations
@@ -142,77 +143,100 @@ def accuracy_vs_bytes(world_size: int, densities=DENSITIES):
     return rows, fig
 
 
-def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128, repeats: int = 3,
-                  links=("loopback", "Wi-Fi")):
-    """Request latency: one device vs `world_size`, measured on `links`, beside compute/N + k·α +
-    bytes/β over bandwidths, and the break-even bandwidth β* of each density. Returns the figure
-    and the numbers: {"alone": s, "break_even": {density: B/s}, "measured": {(density, link): s}}."""
+def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128,
+                  links=("loopback", "1GbE", "Wi-Fi", "Bluetooth"), clock: str = edge.EDGE_DEVICE,
+                  curve: str = "1GbE"):
+    """Request latency in paced time on a real edge device (`clock`, the Jetson Nano): one device
+    vs `world_size`, measured on real `links`, beside the model P_N + k·α + bytes/β (P_N: the
+    split's compute per device, measured on free links) over bandwidths at `curve`'s α, and the
+    break-even bandwidth β* = bytes / (P − P_N − k·α) of each density (`cost.break_even_bandwidth`).
+    Returns the figure and the numbers: {"alone": s, "split": {density: s}, "break_even":
+    {density: B/s at curve's α}, "measured" / "model": {(density, link): s}, "agree": bool}."""
     import matplotlib.pyplot as plt
 
     _, (xt, _) = data()
     x = xt[:batch]
-    alone = edge.run_edge(tuned(1.0), x, 1, repeats=repeats).latency
-    rounds = cost.edge_rounds(CONFIG, world_size)
-    alpha = edge.EDGE_LINKS["Wi-Fi"].latency_s
-    betas = [10 ** (4 + k / 8) for k in range(0, 41)]  # 10 KB/s .. 1 GB/s
+    paced = edge.edge_clock(clock)
+    acc = paced.accelerator
+    alone = edge.run_edge(tuned(1.0), x, 1, clock=clock).latency
+    alpha = edge.EDGE_LINKS[curve].latency_s
+    betas = [10 ** (4 + k / 8) for k in range(0, 49)]  # 10 KB/s .. 10 GB/s
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.axhline(alone * 1e3, color="k", ls=":", label=f"one device ({alone * 1e3:.1f} ms)")
-    info = {"alone": alone, "break_even": {}, "measured": {}}
-    print(f"latencies: this CPU, raw (inference, one request at a time)\n"
-          f"one device: {alone * 1e3:.1f} ms per request of {batch} images")
+    ax.axhline(alone * 1e3, color="k", ls=":", label=f"one device ({alone * 1e3:.2f} ms)")
+    info = {"alone": alone, "split": {}, "break_even": {}, "measured": {}, "model": {},
+            "curve": curve, "clock": paced.label}
+    print(f"latencies: paced {acc.name} time ({acc.flops / 1e9:.0f} GFLOP/s sustained of its "
+          f"{acc.peak_flops / 2e9:.0f} GFLOP/s fp32 peak ({acc.peak_flops / 1e9:.0f} fp16), "
+          f"LPDDR4 {acc.hbm_Bps / 1e9:.1f} GB/s, {acc.launch_s * 1e6:g} µs a kernel launch; "
+          "parlab.core.link.EDGE_DEVICES), not this CPU; real links "
+          + ", ".join(str(edge.EDGE_LINKS[n]) for n in links if edge.EDGE_LINKS[n] is not None)
+          + f"\none device: P = {alone * 1e3:.3f} {paced.unit} per request of {batch} images")
+    agree = True
     for density in densities:
         net = tuned(density)
         nbytes = max(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch))
-        model = [cost.edge_latency(alone, nbytes, rounds, world_size, _link_of(alpha, b)) * 1e3
+        rounds = cost.edge_rounds(CONFIG, world_size, net.masks)
+        split = edge.run_edge(net, x, world_size, clock=clock).latency  # P_N: free links
+        info["split"][density] = split
+        print(f"density {density}: busiest device sends {nbytes:,} B in k = {rounds} rounds; the split "
+              f"computes P_N = {split * 1e3:.3f} ms per device on free links (P/N = "
+              f"{alone / world_size * 1e3:.3f} ms: launches do not shrink, every device's mix reads "
+              f"every group, the exchange copies), saving P − P_N = {(alone - split) * 1e3:.3f} ms")
+        model = [cost.edge_latency(alone, nbytes, rounds, world_size, _link_of(alpha, b), split) * 1e3
                  for b in betas]
-        line = ax.plot(betas, model, "--", label=f"density {density}: model (α = {alpha * 1e3:g} ms)")[0]
-        star = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, alpha)
+        line = ax.plot(betas, model, "--", label=f"density {density}: model at {curve}'s α")[0]
+        star = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, alpha, split)
         info["break_even"][density] = star
-        print(f"density {density}: busiest device sends {nbytes:,} B; break-even β* at α = "
-              f"{alpha * 1e3:g} ms: " + (f"{star / 1e6:.2f} MB/s" if math.isfinite(star) else
-                                         _why_never(alone, rounds, world_size, alpha)))
-        free = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, 0.0)
-        info.setdefault("break_even_free", {})[density] = free
-        if not math.isfinite(star):  # the line drawn is the α = 0 one: where it would lie
-            print(f"   with α = 0 (the rounds free) β* = {free / 1e6:.2f} MB/s (vertical line)")
         for name in links:
             link = edge.EDGE_LINKS[name]
-            measured = edge.run_edge(net, x, world_size, link=link, repeats=repeats).latency
+            if link is None:
+                continue
+            at = cost.break_even_bandwidth(alone, nbytes, rounds, world_size, link.latency_s, split)
+            print(f"   β* at {name}'s α = {link.latency_s * 1e3:g} ms: "
+                  + (f"{at / 1e6:,.2f} MB/s against its β = {link.bandwidth_Bps / 1e6:,.2f} MB/s"
+                     if math.isfinite(at) else
+                     _why_never(alone, rounds, world_size, link.latency_s, alone - split)))
+        print(f"   {'link':<9} {'measured':>10} {'model':>10}  {'error':>6}  vs one device "
+              "(measured / model)")
+        for name in links:
+            link = edge.EDGE_LINKS[name]
+            measured = edge.run_edge(net, x, world_size, link=link, clock=clock).latency
+            predicted = cost.edge_latency(alone, nbytes, rounds, world_size, link, split)
             info["measured"][density, name] = measured
-            beta = 3e9 if link is None else link.bandwidth_Bps
-            predicted = cost.edge_latency(alone, nbytes, rounds, world_size, link)
+            info["model"][density, name] = predicted
+            same = (measured < alone) == (predicted < alone)
+            agree = agree and same
+            beta = 1e10 if link is None else link.bandwidth_Bps
             ax.plot(beta, measured * 1e3, "o", color=line.get_color())
-            print(f"   {name:<9} measured {measured * 1e3:7.1f} ms  model {predicted * 1e3:7.1f} ms  "
-                  f"({'faster' if measured < alone else 'slower'} than one device)")
-            if (measured < alone) != (predicted < alone):  # the model is wrong in direction
-                wire = 0.0 if link is None else nbytes / link.bandwidth_Bps
-                per_round = (measured - alone / world_size - wire) / rounds
-                print(f"   {'':<9} the model says {'faster' if predicted < alone else 'slower'}, "
-                      f"the run {'faster' if measured < alone else 'slower'}: beyond compute/N and "
-                      f"bytes/β the run spent {per_round * 1e3:.2f} ms per round ({rounds} rounds) "
-                      f"against the model's α = {(0.0 if link is None else link.latency_s) * 1e3:g} ms "
-                      "— what this CPU's raw clock charges per message (process wake-ups, copies, "
-                      "the devices sharing its cores), which the α-β model leaves out")
-        shown, how = (star, "-") if math.isfinite(star) else (free, ":")
-        ax.axvline(shown, color=line.get_color(), lw=0.8, ls=how,
-                   label=f"density {density}: β* " + ("" if how == "-" else "if α = 0 ")
-                   + f"{shown / 1e6:.2f} MB/s")
-    ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 3 GB/s)",
-           ylabel="latency per request (ms, this CPU, raw)", ylim=(alone * 1e3 / 4, None))
-    ax.set_title(f"the split beats one device above β* (α = {alpha * 1e3:g} ms): " + ", ".join(
-        f"density {d}: " + (f"{b / 1e6:.2f} MB/s" if math.isfinite(b) else "never")
-        for d, b in info["break_even"].items()), fontsize=9)
+            ax.plot(beta, predicted * 1e3, "x", color=line.get_color(), ms=9)
+            print(f"   {name:<9} {measured * 1e3:8.3f} ms {predicted * 1e3:7.3f} ms "
+                  f"{predicted / measured - 1:+7.1%}  {'faster' if measured < alone else 'slower'} / "
+                  f"{'faster' if predicted < alone else 'slower'}: {'agree' if same else 'DISAGREE'}")
+        if math.isfinite(star):
+            ax.axvline(star, color=line.get_color(), lw=0.8,
+                       label=f"density {density}: β* at {curve}'s α {star / 1e6:,.0f} MB/s")
+    info["agree"] = agree
+    print(f"the model agrees in direction with the paced run on every link and density: "
+          f"{'holds' if agree else 'does NOT hold'}")
+    ax.set(xscale="log", yscale="log", xlabel="bandwidth β (bytes/s; loopback drawn at 10 GB/s)",
+           ylabel=f"latency per request ({paced.unit})", ylim=(alone * 1e3 / 4, None))
+    ax.set_title(f"{world_size} {acc.name}s vs one: o measured, x model\nthe split beats one device "
+                 f"above β* (α of {curve}): " + ", ".join(
+                     f"density {d}: " + (f"{b / 1e6:,.0f} MB/s" if math.isfinite(b) else "never")
+                     for d, b in info["break_even"].items()), fontsize=8)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     return fig, info
 
 
-def _why_never(alone: float, rounds: int, world_size: int, alpha: float) -> str:
+def _why_never(alone: float, rounds: int, world_size: int, alpha: float,
+               saved: float | None = None) -> str:
     """Why no bandwidth makes the split pay: its rounds' latency k·α alone is at least the
-    compute it saves, P(1 − 1/N) (`cost.break_even_bandwidth`)."""
-    saved = alone * (1 - 1 / world_size)
+    compute it saves, P(1 − 1/N), or P − P_N when `saved` is given (`cost.break_even_bandwidth`)."""
+    label = "P(1 − 1/N)" if saved is None else "P − P_N"
+    saved = alone * (1 - 1 / world_size) if saved is None else saved
     return (f"none — its {rounds} rounds' latency k·α = {rounds * alpha * 1e3:.1f} ms alone is "
-            f"≥ the compute the split saves, P(1 − 1/N) = {saved * 1e3:.1f} ms; a β* exists only "
+            f"≥ the compute the split saves, {label} = {saved * 1e3:.1f} ms; a β* exists only "
             f"for α < {saved / rounds * 1e3:.2f} ms")
 
 

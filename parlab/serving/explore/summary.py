@@ -75,14 +75,18 @@ def part_b(rows: list, density: float, world_size: int, latency: dict, search_ro
     shown = [f"{d}: {_bandwidth(b)}" for d, b in latency["break_even"].items()]
     wifi = latency["measured"].get((min(latency["break_even"]), "Wi-Fi"))
     than = "" if wifi is None else "faster" if wifi < latency["alone"] else "slower"
+    where = latency.get("curve", "the link")
+    clock = latency.get("clock", "")
     lines.append(f"split a request over {world_size} devices only on a link faster than the break-even "
-                 f"bandwidth β* (by density of transfers kept, {'; '.join(shown)}): one device computed "
-                 f"a request in {latency['alone'] * 1e3:.1f} ms, so "
+                 f"bandwidth β* (at {where}'s α, by density of transfers kept, {'; '.join(shown)}): one "
+                 f"device computed a request in {latency['alone'] * 1e3:.1f} ms"
+                 + (f" ({clock})" if clock else "") + ", so "
                  + ("the split never pays here — the rounds' latency α alone exceeds the compute saved"
                     if not math.isfinite(dense) else
                     f"every feature needs ≥ {_bandwidth(dense)}")
-                 + ("" if wifi is None else f"; on the Wi-Fi-like link the sparsest split took "
-                    f"{wifi * 1e3:.1f} ms ({than} than one device)"))
+                 + ("" if wifi is None else f"; on Wi-Fi 802.11n the sparsest split took "
+                    f"{wifi * 1e3:.1f} ms ({than} than one device)")
+                 + _real_links_line(latency))
     full = next((r for r in rows if r[0] == 1.0), rows[0])
     row = min(rows, key=lambda r: abs(r[0] - density))
     fewer = 1 - row[1] / full[1] if full[1] else math.nan
@@ -100,6 +104,18 @@ def part_b(rows: list, density: float, world_size: int, latency: dict, search_ro
                  f"{100 * (every['accuracy'] - ours):.1f}; on a slower link it keeps fewer transfers: "
                  f"{'holds' if kept_follows_link else 'does NOT hold'}")
     return when_to_use(lines, show)
+
+
+def _real_links_line(latency: dict) -> str:
+    """Whether any real link (loopback aside) let the split beat one device in this run."""
+    real = {key: t for key, t in latency["measured"].items() if key[1] != "loopback"}
+    if not real:
+        return ""
+    won = sorted(f"{name} at density {d}" for (d, name), t in real.items() if t < latency["alone"])
+    return ("; the split beat one device over " + ", ".join(won) if won else
+            f"; over none of the {len({k[1] for k in real})} real links measured did the split beat "
+            "one device (each link's β is below β*, or its α alone exceeds the compute saved): "
+            "one device answers faster")
 
 
 def _bandwidth(beta: float) -> str:
