@@ -25,7 +25,9 @@ from parlab.pipeline import cost
 
 MODEL = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 64}
 HEAVY_HEAD = {"n_layer": 8, "n_embd": 128, "n_head": 4, "block_size": 32, "vocab_size": 8192}
-OURS = ("gpipe", "1f1b", "interleaved", "zb")
+OURS = ("gpipe", "1f1b", "interleaved", "zb")  # `bench all`'s headline rows
+SWEEP = OURS + ("zbv",)  # the sweep's: ZB-V (Qi et al., ICLR 2024, §6) beside the others
+CHUNKS = {"interleaved": 2, "zbv": 2}  # model chunks per rank of a schedule (default 1)
 TORCH = ("torch-gpipe", "torch-1f1b")
 
 
@@ -38,7 +40,7 @@ def _measure(scheme, pp, m, steps, batch, model_config, ours: str = "", **option
     bubble = least = ideal = ideal_lat = latency = overhead = ideal_all = float("nan")
     if ours:
         from parlab.pipeline.schedules import make_schedule
-        schedule = make_schedule(ours, pp, m, options.get("chunks", 1))
+        schedule = make_schedule(ours, pp, m, CHUNKS.get(ours, options.get("chunks", 1)))
         bubble = cost.measured_bubble(r.timeline)
         least = cost.measured_bubble(r.timeline, stat="min")
         ideal = cost.bubble_of(cost.ideal_from_measured(schedule, r.timeline))
@@ -56,10 +58,11 @@ def _measure(scheme, pp, m, steps, batch, model_config, ours: str = "", **option
 
 
 def _measure_ours(name, pp, m, steps, batch, model_config) -> dict:
-    """`_measure` of our schedule `name` (interleaved with 2 chunks), with its closed-form bubble."""
-    chunks = 2 if name == "interleaved" else 1
+    """`_measure` of our schedule `name` (interleaved with 2 chunks; ZB-V's two chunks per rank
+    are its own), with its closed-form bubble."""
+    chunks = CHUNKS.get(name, 1)
     row = _measure(f"pp-{name}", pp, m, steps, batch, model_config, ours=name,
-                   **({"chunks": chunks} if chunks > 1 else {}))
+                   **({"chunks": chunks} if name == "interleaved" else {}))
     row["theory"] = cost.theory_bubble(name, pp, m, chunks)
     return row
 
@@ -101,7 +104,7 @@ def diagnose(group) -> list[str]:
                            f"{base['compute_ms']:.1f} ms per step "
                            f"({r['compute_ms'] / base['compute_ms'] - 1:+.0%}: more, smaller "
                            "actions" + (", and the split backward's own matmuls" if
-                                        r["ours"] == "zb" else "") + ")")
+                                        r["ours"] in ("zb", "zbv") else "") + ")")
             lines.append(f"  {r['scheme']} has the smaller closed-form bubble ({r['theory']:.1%}"
                          f" vs 1F1B's {base['theory']:.1%}) but ran slower: " + "; ".join(why))
     return lines
@@ -112,9 +115,11 @@ def sweep(pps, ms, steps, batch, model_config) -> list[dict]:
     for pp in progress(pps, desc="pipeline degrees"):
         for m in ms:
             group = []
-            for name in OURS:
+            for name in SWEEP:
                 if name == "interleaved" and (m % pp or 2 * pp > model_config["n_layer"]):
                     continue
+                if name == "zbv" and (m < 2 * pp - 1 or 2 * pp > model_config["n_layer"]):
+                    continue  # its closed form needs m >= 2p−1; 2p stages of >= 1 layer
                 group.append(_measure_ours(name, pp, m, steps, batch, model_config))
             for sched in ("gpipe", "1f1b"):
                 if sched == "1f1b" and m < pp:
