@@ -4,8 +4,10 @@ a DGX A100 cluster), and what node-limited routing (DeepSeek-V3, 2024, §2.1.2) 
 InfiniBand part. Closed forms, α-β per link (no run: an estimate, its formula printed):
 
     rows a rank sends in one dispatch, balanced: (ep−1)/ep · N_r·k; of them 7/ep stay in its node
-    (NVLink) and (ep−8)/ep cross InfiniBand; both links work at once, so one dispatch takes
-    (ep−1)·α + max(NVLink bytes/β_NV, IB bytes/β_IB)
+    (NVLink) and (ep−8)/ep cross InfiniBand; both links work at once (DeepSeek-V3 report §3.2.2;
+    Tutel's 2D hierarchical all-to-all, Hwang et al. 2023), one message per peer, so one dispatch
+    takes 7·α_NV + (ep−8)·α_IB + max(NVLink bytes/β_NV, IB bytes/β_IB) — the price the paced
+    topology charges (`parlab.core.topology.Topology.all_to_all_seconds`)
     expert compute of one MoE layer's forward: N_r·k·2·(2·C·4C) FLOPs at the A100's sustained rate
 """
 
@@ -21,10 +23,10 @@ PER_NODE = 8  # a DGX A100
 
 
 def dispatch_seconds(ep: int, tokens: int, top_k: int, width: int, row_bytes: int = 2,
-                     intra: str = "NVLink3", inter: str = "HDR-IB") -> dict:
+                     intra: str = "NVLink3", inter: str = "HDR-IB", per_node: int = PER_NODE) -> dict:
     """One balanced dispatch (GShard's all-to-all) of one rank: bytes per link and α-β time."""
     rows = tokens * top_k  # (N_r·k) assignments, spread evenly over the ep ranks' experts
-    local = min(ep, PER_NODE) - 1  # other ranks inside this rank's node
+    local = min(ep, per_node) - 1  # other ranks inside this rank's node
     remote = ep - 1 - local
     nv_bytes = rows * local / ep * width * row_bytes
     ib_bytes = rows * remote / ep * width * row_bytes
