@@ -86,7 +86,9 @@ CHAPTERS: dict[str, dict] = {
     "02_zero": {"world_size": world_sizes(2, 3, 4), "steps": steps(3),
                 "curve_steps": steps(30, 1000), "clock": CLOCK},
     "03_tensor_parallel": {
-        "world_size": world_sizes(2, 4), "steps": steps(2), "link": LINK, "tp_link": LINK,
+        "world_size": world_sizes(2, 4), "steps": steps(2),
+        # section 9: the real link between the two meshes' nodes, paced (loopback is no link)
+        "link": Choice("HDR-IB", tuple(n for n in PRESETS if n != "loopback")), "tp_link": LINK,
         "clock": CLOCK, "reshard_world": Choice(4, (2, 4, 6, 8)),  # two halves: 4 → 2 + 2
         "reshard_repeats": Int(2, min=1, max=20), "show_torch": Bool(True),
     },

@@ -82,6 +82,10 @@ def show_all_at_once(result: dict) -> dict:
         base = next(r for r in mine if r["method"] == "send-recv")
         best = min(mine, key=lambda r: (r["paced_ms"], r["method"]))
         ratio = base["busiest_source_MB"] / best["busiest_source_MB"]
+        if best["paced_ms"] == base["paced_ms"]:
+            print(f"  {pair}: no method beats send-recv ({base['paced_ms']:.3f} ms): every "
+                  f"source's bytes are the same under every method")
+            continue
         print(f"  {pair}: fastest {best['method']}, {best['speedup']:.2f}× faster than send-recv; "
               f"send-recv's busiest source sends {ratio:.2f}× its busiest source's bytes")
     return verdicts
