@@ -224,7 +224,7 @@ def when_to_use_lines(n: dict) -> list[str]:
     faster = [method for method, _, hidden in n["narrow"] if hidden]
     lines.append(
         "- eager 1F1B when a boundary message is a sizeable share of a forward and rank r has room "
-        "for p−r−1 more micro-batches: here its step was "
+        "for p−r−1 more micro-batches: here its pipeline span (the eager cell's paced run) was "
         + ", ".join(f"{abs(1 - ratio):.1%} {_than(ratio, 'shorter', 'longer')} ({method})"
                     for method, ratio, _ in n["narrow"])
         + f" — {'worth it' if faster else 'not worth it'} by the chapter's {FASTER:.0%} bar"
