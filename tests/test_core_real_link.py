@@ -4,7 +4,6 @@ price from parlab.core.cost's bytes, the crossovers split ring from tree, and th
 
 import math
 
-from parlab.core import cost
 from parlab.core.explore import real_link as rl
 from parlab.core.explore import real_link_show as show
 from parlab.core.launch import launch
@@ -40,10 +39,9 @@ def test_two_level_and_double_tree():
     expected = 2 * 7 * (alpha_i + s / 8 / beta_i) + 2 * alpha_e + (s / 8) / beta_e  # 2 nodes
     assert math.isclose(rl.two_level(s, 2), expected, rel_tol=1e-12)
     assert rl.two_level(s, 2) < rl.flat_ring(s, 16)
-    t, k = rl.double_tree(s, 16, "HDR-IB")
-    d = cost.tree_depth(16)
-    assert k >= 1 and math.isclose(t, 2 * (d + k - 1) * (alpha_e + s / (k * beta_e)))
-    assert t <= 2 * (d + k) * (alpha_e + s / ((k + 1) * beta_e))  # k is no worse than k + 1
+    t, k = rl.double_tree(s, 16, "HDR-IB")  # (3H − 1 + p(k − 1))·(α + S/(2kβ)), H = 4, p = 4
+    assert k >= 1 and math.isclose(t, (3 * 4 - 1 + 4 * (k - 1)) * (alpha_e + s / (2 * k * beta_e)))
+    assert t <= (3 * 4 - 1 + 4 * k) * (alpha_e + s / (2 * (k + 1) * beta_e))  # no worse than k + 1
     assert rl.double_tree(1024, 16, "HDR-IB")[1] == 1
 
 

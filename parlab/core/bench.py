@@ -4,6 +4,11 @@ For world sizes (default 2 and 4) and message sizes 1 KB .. 64 MB, times the han
 tree and naive all-reduce and gloo's own (the fastest repeat of the slowest rank, stalls reported
 beside), prints algbw and busbw (nccl-tests' definitions), the ring/gloo busbw ratio at each size,
 and the α-β fit of each algorithm on every other size with its error on the sizes left out.
+
+`--paced` instead runs, on paced A100 time (no wall clock), the two-level all-reduce, one flat
+ring, one binary tree and NCCL's pipelined double binary tree on `--nodes` × `--per-node` ranks
+(NVLink 3 inside a node, HDR InfiniBand between; `parlab.core.explore.two_level_run`), sizes
+shapes-only, beside their closed forms (`parlab.core.explore.double_tree_show.bench_rows`).
 """
 
 from __future__ import annotations
@@ -23,12 +28,27 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     parser.add_argument("--csv", default=None, help="write every measurement here")
     parser.add_argument("--plot", default=None, help="save a busbw-vs-size plot here (PNG)")
+    parser.add_argument("--paced", action="store_true",
+                        help="paced A100 time on nodes × per-node ranks: two-level, flat ring, "
+                             "binary tree and double tree, shapes-only, beside their closed forms")
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--per-node", type=int, default=4)
     args = parser.parse_args(argv)
 
     sizes, size = [], args.min_kb * 1024
     while size <= args.max_mb * 1024 * 1024:
         sizes.append(size)
         size *= 4
+    if args.paced:
+        from parlab.core.explore.double_tree_show import bench_rows
+
+        table = bench_rows(args.nodes, args.per_node, sizes)
+        if args.csv:
+            with open(args.csv, "w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=list(table[0]))
+                writer.writeheader()
+                writer.writerows(table)
+        return 0
     rows = sweep(args.world_sizes, sizes, args.algos, args.repeats,
                  progress=lambda n: print(f"  world size {n} done", flush=True))
     print(f"\n{'N':>2} {'bytes':>10} " + " ".join(f"{a + ' busbw':>13}" for a in args.algos)

@@ -116,9 +116,13 @@ def traffic(numel: int, n: int, rank: int) -> tuple[int, int]:
     return sent, recv
 
 
-def best_chunks(nbytes: float, n: int, alpha: float, beta: float) -> int:
-    """k minimising `time` (whole k in [1, MAX_CHUNKS])."""
-    return min(range(1, MAX_CHUNKS + 1), key=lambda k: time(nbytes, n, alpha, beta, k))
+def best_chunks(nbytes: float, n: int, alpha: float, beta: float, most: int = MAX_CHUNKS) -> int:
+    """k minimising `time` (whole k in [1, most]): T(k) is convex in k, so the first k whose
+    successor is no faster."""
+    k = 1
+    while k < most and time(nbytes, n, alpha, beta, k + 1) < time(nbytes, n, alpha, beta, k):
+        k += 1
+    return k
 
 
 def height(n: int) -> int:

@@ -18,9 +18,10 @@ The next steps, priced: the **two-level** all-reduce (reduce-scatter inside each
 all-reduce of 1/g of the data across nodes on each of g rails, all-gather inside; Horovod's
 hierarchical mode; run for real in `parlab.core.explore.two_level_run`) and NCCL's **pipelined
 double binary tree** (Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast,
-reduction and scan", Parallel Computing 2009; NCCL 2.4's trees): two trees, each carrying S/2 in
-k segments, every rank a leaf in one of them: ≈ 2(D + k − 1)(α + S/(2k)/β·2) =
-2(D + k − 1)(α + S/(kβ)), k chosen best (k* = √((D−1)S/(αβ))).
+reduction and scan", Parallel Computing 2009; NCCL 2.4's trees; run for real in
+`parlab.core.double_tree`): two trees, each reducing and broadcasting S/2 in k chunks, every rank
+a leaf in one of them, one message at a time per port: (3H − 1 + p(k − 1))·(α + S/(2kβ)),
+H = ⌈log₂N⌉, p = 4 messages per chunk on the busiest port, k chosen best.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import math
 import torch
 
 from parlab.core import cost
+from parlab.core import double_tree as dt
 from parlab.core.clock import Clock
 from parlab.core.comm import Comm
 from parlab.core.link import ACCELERATORS, real
@@ -121,10 +123,9 @@ def flat_ring(nbytes: float, n: int, inter: str = INTER) -> float:
 
 
 def double_tree(nbytes: float, n: int, link: str) -> tuple[float, int]:
-    """NCCL's pipelined double binary tree (Sanders et al. 2009): 2(D + k − 1)(α + S/(kβ)) at the
-    best whole k ≥ 1 segments; returns (seconds, k)."""
+    """NCCL's pipelined double binary tree (Sanders et al. 2009) on one link: `double_tree.time`,
+    (3H − 1 + p(k − 1))·(α + S/(2kβ)), at the best whole k in [1, 1024] chunks per tree; returns
+    (seconds, k)."""
     alpha, beta = _ab(link)
-    d = cost.tree_depth(n)
-    k0 = max(1.0, math.sqrt(max(d - 1, 0) * nbytes / (alpha * beta)))
-    best = min({1, math.floor(k0), math.ceil(k0)}, key=lambda k: (d + k - 1) * (alpha + nbytes / (k * beta)))
-    return 2 * (d + best - 1) * (alpha + nbytes / (best * beta)), best
+    k = dt.best_chunks(nbytes, n, alpha, beta, most=1024)
+    return dt.time(nbytes, n, alpha, beta, k), k
