@@ -116,6 +116,13 @@ def eager_paced(method: str = "even-split", widths=(2, 1), link: str = "10GbE",
     print(f"message L = {chunks}·α + n/β = {L * 1e6:.4g} µs (n = {share} B from one holder, of "
           f"the {numel * 4 // 1024} KB fp32 activation (mb, T, C) = {numel} elements) "
           f"beside a forward f = {f * 1e6:.4g} µs, backward b = {b * 1e6:.4g} µs")
+    for name in ("NVLink", "10GbE", "1GbE"):  # the same message on each real link, beside f
+        other = real_link(name, clock)
+        cost_s = chunks * other.latency_s + share / other.bandwidth_Bps
+        print(f"  on {other.name}: L = {cost_s * 1e6:.4g} µs = {cost_s / f:.2f} f → "
+              + ("little to hide (L ≪ f)" if cost_s <= 0.05 * f
+                 else "one forward can hide it (L ≤ f)" if cost_s <= f
+                 else "longer than a forward (L > f): exposed, the closed form does not apply"))
     if closed is not None:
         print(f"eager closed form (m+p−1)(f+b) + 2(p−1)L = {closed * 1e3:.4g} ms (measured span "
               f"{eager['span'] * 1e3:.4g} ms, {abs(eager['span'] / closed - 1):.1%} apart)")
