@@ -16,12 +16,13 @@ coming in. Every chunk is its own message through `parlab.core.comm.Comm.isend` 
 ledger record each), so on a paced clock each message is priced when it leaves — α + c/β on the
 link of its pair, one message at a time on a rank's outgoing port (the two trees' Comms share
 it: Sanders et al.'s single-ported, full-duplex machine) — and the pipelining is measured, not
-assumed. A rank issues its steps in the order they would happen in an ideal pipeline (chunk c
-reaches height h at about h + p·c message times, p the messages per chunk on the busiest port),
-which every rank agrees on, so no rank waits on a step that a later one of its own must feed.
+assumed. A rank takes its steps in the order of `simulate`, a list scheduler every rank runs
+alike: the earliest ready step of any rank first, so a port never idles while its rank has a
+chunk to forward, and no rank waits on a step that a later one of its own must feed.
 
 Closed forms: `traffic` (elements each rank sends and receives: exact), `time` (the α-β price of
-the pipeline on one link). The reduction of a chunk is not priced (NCCL adds in the kernel that
+the pipeline on one link, (3H − 1 + p(k − 1))·(α + S/(2kβ))), `time_on` (each message on its
+pair's link). The reduction of a chunk is not priced (NCCL adds in the kernel that
 copies). Chapter 00 runs it beside ring, tree and the two-level all-reduce
 (`parlab.core.explore.two_level_run`).
 """
@@ -75,23 +76,6 @@ def trees(n: int) -> list[list[tuple[int, list[int]]]]:
         parent, children = btree(n, to_role(r))
         second.append((-1 if parent < 0 else to_rank(parent), [to_rank(c) for c in children]))
     return [first, second]
-
-
-def heights(tree) -> tuple[list[int], list[int]]:
-    """(height above the deepest leaf below, depth below the root) of each rank of one tree."""
-    n = len(tree)
-    depth, height = [0] * n, [0] * n
-    root = next(r for r in range(n) if tree[r][0] < 0)
-    order, stack = [], [root]
-    while stack:
-        r = stack.pop()
-        order.append(r)
-        for c in tree[r][1]:
-            depth[c] = depth[r] + 1
-            stack.append(c)
-    for r in reversed(order):
-        height[r] = max([height[c] + 1 for c in tree[r][1]], default=0)
-    return height, depth
 
 
 def port_messages(n: int) -> int:
