@@ -149,6 +149,15 @@ def edge_rounds(cfg: GroupedConfig, world_size: int, masks=None) -> int:
     return active * (world_size - 1) + 1
 
 
+def edge_critical_bytes(cfg: GroupedConfig, masks, world_size: int, batch: int) -> int:
+    """Bytes on a request's critical path: each exchange (and the head) ends when its busiest
+    sender's bytes have crossed, so Σ over phases of the largest device's bytes — at least the
+    busiest device's total (`edge_comm_seconds` prices that total, as the search does)."""
+    per_rank = edge_bytes(cfg, masks, world_size, batch)
+    phases = dict.fromkeys(k for sent in per_rank for k in sent)
+    return sum(max(sent.get(k, 0) for sent in per_rank) for k in phases)
+
+
 def transfer_bytes(cfg: GroupedConfig, batch: int = 1) -> list[int]:
     """Bytes of one kept transfer — one channel of one group to one other device — before each
     block's mix: H_b·W_b floats per image."""

@@ -148,7 +148,8 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128,
                   curve: str = "1GbE"):
     """Request latency in paced time on a real edge device (`clock`, the Jetson Nano): one device
     vs `world_size`, measured on real `links`, beside the model P_N + k·α + bytes/β (P_N: the
-    split's compute per device, measured on free links) over bandwidths at `curve`'s α, and the
+    split's compute per device, measured on free links; bytes: on the critical path,
+    `cost.edge_critical_bytes`) over bandwidths at `curve`'s α, and the
     break-even bandwidth β* = bytes / (P − P_N − k·α) of each density (`cost.break_even_bandwidth`).
     Returns the figure and the numbers: {"alone": s, "split": {density: s}, "break_even":
     {density: B/s at curve's α}, "measured" / "model": {(density, link): s}, "agree": bool}."""
@@ -174,11 +175,13 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128,
     agree = True
     for density in densities:
         net = tuned(density)
-        nbytes = max(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch))
+        busiest = max(sum(p.values()) for p in cost.edge_bytes(CONFIG, net.masks, world_size, batch))
+        nbytes = cost.edge_critical_bytes(CONFIG, net.masks, world_size, batch)
         rounds = cost.edge_rounds(CONFIG, world_size, net.masks)
         split = edge.run_edge(net, x, world_size, clock=clock).latency  # P_N: free links
         info["split"][density] = split
-        print(f"density {density}: busiest device sends {nbytes:,} B in k = {rounds} rounds; the split "
+        print(f"density {density}: {nbytes:,} B on the critical path (each exchange's busiest sender; "
+              f"the busiest device sends {busiest:,} B in all) in k = {rounds} rounds; the split "
               f"computes P_N = {split * 1e3:.3f} ms per device on free links (P/N = "
               f"{alone / world_size * 1e3:.3f} ms: launches do not shrink, every device's mix reads "
               f"every group, the exchange copies), saving P − P_N = {(alone - split) * 1e3:.3f} ms")
