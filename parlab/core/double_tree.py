@@ -1,30 +1,14 @@
 """NCCL's double binary tree all-reduce, pipelined in chunks, from point-to-point messages.
 
 Sanders, Speck & Träff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan"
-(Parallel Computing 2009), as NCCL 2.4 builds it (src/graph/trees.cc, `ncclGetBtree` and
-`ncclGetDtree`): tree 0 is a binary tree over ranks 0..N−1 in which every odd rank is a leaf
-(rank r's level is its lowest set bit; rank 0 is the root, with one child); tree 1 is tree 0
-mirrored (rank r plays N−1−r) when N is even, shifted by one (rank r plays r−1) when N is odd. In
-the mirror every rank that is inner in tree 0 is a leaf of tree 1, so each rank forwards the data
-of one tree only and the two trees together use every rank's links evenly (for odd N, rank 0 is
-inner in both: root of tree 0 with one child).
-
-Tree t reduces and then broadcasts half t of the tensor (`cost.shard_sizes(S, 2)`), cut into k
-chunks. PIPELINED: chunk c moves up as soon as this rank has added its children's chunk c, and
-down as soon as it arrives from the parent, so a rank forwards chunk c while chunk c+1 is still
-coming in. Every chunk is its own message through `parlab.core.comm.Comm.isend` / `irecv` (a
-ledger record each), so on a paced clock each message is priced when it leaves — α + c/β on the
-link of its pair, one message at a time on a rank's outgoing port (the two trees' Comms share
-it: Sanders et al.'s single-ported, full-duplex machine) — and the pipelining is measured, not
-assumed. A rank takes its steps in the order of `simulate`, a list scheduler every rank runs
-alike: the earliest ready step of any rank first, so a port never idles while its rank has a
-chunk to forward, and no rank waits on a step that a later one of its own must feed.
-
-Closed forms: `traffic` (elements each rank sends and receives: exact), `time` (the α-β price of
-the pipeline on one link, (3H − 1 + p(k − 1))·(α + S/(2kβ))), `time_on` (each message on its
-pair's link). The reduction of a chunk is not priced (NCCL adds in the kernel that
-copies). Chapter 00 runs it beside ring, tree and the two-level all-reduce
-(`parlab.core.explore.two_level_run`).
+(Parallel Computing 2009), built as NCCL 2.4 does (src/graph/trees.cc): tree 0 a binary tree in
+which every odd rank is a leaf, tree 1 its mirror (even N) or its shift by one (odd N), so a rank
+inner in one tree is a leaf of the other. Tree t reduces, then broadcasts, half t of the tensor
+in k chunks, PIPELINED: a rank forwards chunk c while chunk c+1 is still coming in. Every chunk is
+its own `Comm.isend` / `irecv`, so a paced clock prices each message (α + c/β on its pair's link,
+one at a time on a rank's port) and the pipelining is measured, not assumed. Each rank follows
+`simulate`'s list schedule. Closed forms: `traffic` (exact), `time`, `time_on`. Details:
+docs/core.md, `parlab.core.double_tree`.
 """
 
 from __future__ import annotations
@@ -115,28 +99,17 @@ def height(n: int) -> int:
 
 
 def time(nbytes: float, n: int, alpha: float, beta: float, chunks: int) -> float:
-    """The α-β price of the pipelined double tree on one link (α per message, β per direction),
-    S bytes in k chunks per tree of c = S/(2k) bytes, one message m = α + c/β:
-
-        T = (3H − 1 + p(k − 1))·(α + S/(2kβ))
-
-    the first chunk's trip — up H = ⌈log₂N⌉ levels, down 1 + 2(H − 1) (the root has one child;
-    below it a rank sends to its second child after its first) — then the k − 1 chunks behind
-    it, each p messages on the busiest port (p = `port_messages`: 4 for N ≥ 4, up + two down in
-    the tree where a rank is inner, up in the one where it is a leaf). As k grows it tends to
-    p/2·S/β = 2S/β, the ring's 2(N−1)/N·S/β within N/(N−1) (Sanders, Speck & Träff 2009:
-    full bandwidth, log-depth latency). `time_on` is the same count with each message on its
-    own pair's link."""
+    """The α-β price on one link, k chunks per tree: T = (3H − 1 + p(k − 1))·(α + S/(2kβ)) — the
+    first chunk up H = ⌈log₂N⌉ levels and down 1 + 2(H − 1) (a second child waits for the
+    first), then k − 1 chunks of p (`port_messages`) messages on the busiest port; → 2S/β."""
     if n < 2:
         return 0.0
     return time_on(nbytes, n, chunks, lambda src, dst: alpha + nbytes / (2 * chunks * beta))
 
 
 def time_on(nbytes: float, n: int, chunks: int, message_s) -> float:
-    """The closed form of `time` with message_s(src, dst) seconds per chunk message on each
-    pair: the slower tree's first chunk up (the longest leaf-to-root path) and down (each hop
-    after the sends to the earlier children), plus k − 1 times the busiest port's seconds per
-    chunk (its sends in both trees)."""
+    """`time` with message_s(src, dst) seconds per chunk message on each pair: the first chunk's
+    trip up and down, plus k − 1 times the busiest port's seconds per chunk."""
     if n < 2:
         return 0.0
     fill = 0.0
@@ -168,17 +141,11 @@ def schedule(n: int, chunks: int, cost_s, parts=None) -> list[list[tuple]]:
 
 
 def simulate(n: int, chunks: int, cost_s, parts=None) -> tuple[list[list[tuple]], float]:
-    """Each rank's steps in the order a list scheduler finds them ready (the same on every rank),
-    and the virtual seconds until the last message has arrived: order[r] = [(kind, tree, chunk),
-    ...], kind "up" (the children's chunk in, the sum up; at the root, then down) or "down" (the
-    parent's chunk in, down to the children).
-
-    It plays the paced clock's rules (`parlab.core.virtual_link`): a rank waits for a step's
-    inputs, then its sends leave one after another from its one port, each taking
-    cost_s(sender, receiver, elements) seconds; among every rank's ready steps the earliest
-    goes first (ties: rank, tree, chunk), so no port idles while a step of its rank is ready and
-    each rank's order is one a causal run can follow (no deadlock). `parts[t][c]`: elements of
-    chunk c of tree t (default 1)."""
+    """(order, seconds): each rank's steps [(kind "up" | "down", tree, chunk), ...] as a list
+    scheduler on the paced clock's rules finds them ready — a step waits for its inputs, its
+    sends leave one at a time from the rank's port, cost_s(src, dst, elements) each, the
+    earliest ready step of any rank goes first (causal: no deadlock) — and when the last
+    message arrives. `parts[t][c]`: elements of chunk c of tree t (default 1)."""
     shape = trees(n)
     size = (lambda t, c: 1) if parts is None else (lambda t, c: parts[t][c])
     now, port = [0.0] * n, [0.0] * n

@@ -1,12 +1,6 @@
-"""The pipelined double binary tree (`parlab.core.double_tree`) run on paced A100s over one link.
-
-In one launch every rank checks the result on real tensors (equal to torch's all-reduce, gloo,
-through `Comm`: integer-valued float32 exactly, random float32 to a tolerance, since the trees
-add in another order than gloo), counts its ledger bytes (to equal `double_tree.traffic`
-exactly), and times the op on the paced A100 clock, shapes-only (no data, the real byte counts,
-each chunk message priced as it leaves), beside `double_tree.time`'s closed form. The tests use
-it at world sizes 2, 3, 4 and 8; chapter 00 runs the double tree on two nodes through
-`parlab.core.explore.two_level_run`.
+"""The double tree (`parlab.core.double_tree`) run on paced A100s over one link: the result
+against torch's all-reduce (integer-valued float32 exactly, random float32 within RTOL/ATOL: the
+trees add in another order), the ledger bytes, and each size's paced time, shapes-only.
 """
 
 from __future__ import annotations

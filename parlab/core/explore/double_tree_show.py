@@ -1,16 +1,10 @@
 """What chapter 00 prints of NCCL's double binary tree, run on 8 paced A100s in 2 nodes of 4.
 
-The run is `parlab.core.explore.two_level_run` (one launch for every algorithm). Per size: the
-double tree's paced time (its slowest rank; each chunk message priced on its pair's link, NVLink 3
-or HDR InfiniBand) beside its α-β closed form `double_tree.time_on` (Sanders, Speck & Träff,
-Parallel Computing 2009; on one link T = (3H − 1 + p(k − 1))·(α + S/(2kβ)), H = ⌈log₂N⌉ the
-tree's levels, k chunks per tree, p messages per chunk on the busiest port): the first chunk's
-trip up and down the trees plus k − 1 times the busiest port's seconds per chunk, each message
-α + S/(2kβ) on its own pair's link. The closed form lets the first chunk's trip finish before
-the second starts, so it bounds the run from above: the verdict is run ≤ T ≤ run + one message
-on the slowest link (α_e + S/(2kβ_e), InfiniBand).
-Beside it, the flat ring, the binary tree and the two-level all-reduce of the same run, and which
-is fastest, computed.
+From `two_level_run`'s launch: per size the double tree's paced time beside its closed form
+`double_tree.time_on` (each message on its pair's link; it lets the first chunk's trip finish
+before the second starts, so it bounds the run from above: verdict run ≤ T ≤ run + one
+InfiniBand message), beside the two-level all-reduce, flat ring and binary tree. `against_ring`
+runs it on NVLink 3 alone beside section 10's ring.
 """
 
 from __future__ import annotations
