@@ -199,6 +199,12 @@ def latency_curve(world_size: int, densities=(1.0, 0.05), batch: int = 128,
                   + (f"{at / 1e6:,.2f} MB/s against its β = {link.bandwidth_Bps / 1e6:,.2f} MB/s"
                      if math.isfinite(at) else
                      _why_never(alone, rounds, world_size, link.latency_s, alone - split)))
+        wire = edge.EDGE_LINKS[curve]
+        need = rounds * wire.latency_s + nbytes / wire.bandwidth_Bps  # what the split must save
+        print(f"   to pay on {curve} the split must save ≥ k·α + bytes/β = {need * 1e3:.3f} ms of compute, "
+              f"{need / (alone - split):.2f}× the {(alone - split) * 1e3:.3f} ms it saves here: "
+              + ("it does" if need < alone - split else "it does not (more compute per byte sent, or "
+                 "a slower device, would move β* below the link's β)"))
         print(f"   {'link':<9} {'measured':>10} {'model':>10}  {'error':>6}  vs one device "
               "(measured / model)")
         for name in links:
