@@ -35,7 +35,8 @@ def _pipeline_width(result) -> int:
 
 def zb_steps(zb: dict, results: dict, dualpipe_rows: list) -> list[dict]:
     """ZB's step in each run that measured it, with the run's configuration and clock, and ZB's
-    step over 1F1B's in the same run (the comparison a run supports); why the numbers differ."""
+    step over 1F1B's in the same run (the comparison a run supports; none on this CPU's raw clock,
+    where the correctness runs check values); why the numbers differ."""
     from parlab.pipeline.explore import _resolved_microbatches
 
     rows = []
@@ -57,9 +58,12 @@ def zb_steps(zb: dict, results: dict, dualpipe_rows: list) -> list[dict]:
                      f"{z.config.world_size}, m={_resolved_microbatches(z)}, "
                      f"{_shape(z.config.model_config)}", "clock": z.clock.label,
                      "step": _step(z)[0],
-                     "vs_1f1b": z.step_time() / one.step_time() if one else None})
+                     "vs_1f1b": z.step_time() / one.step_time() if one and z.clock.paced
+                     else None, "raw": not z.clock.paced})
     for x in rows:
-        ratio = "n/a (no 1F1B in that run)" if x["vs_1f1b"] is None else f"{x['vs_1f1b']:.2f}×"
+        ratio = ("n/a (this CPU's clock: those runs check values, not time)" if x.get("raw")
+                 else "n/a (no 1F1B in that run)" if x["vs_1f1b"] is None
+                 else f"{x['vs_1f1b']:.2f}×")
         print(f"{x['where']:32} {x['config']:48} step {x['step']:44} ZB / 1F1B {ratio}")
     configs, clocks = len({x["config"] for x in rows}), len({x["clock"] for x in rows})
     print(f"one schedule, {len(rows)} numbers: {configs} configurations (model width, p, m, link) "
