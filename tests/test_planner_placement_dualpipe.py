@@ -29,6 +29,7 @@ from parlab.planner.placement.schedule_mip import (
 # busy machine reaches (the default 20 s stopped it once beside a loaded suite).
 SOLVE_S = 600.0
 
+
 def _brute_force(schedule, units, cap):
     """The shortest valid schedule of `schedule`'s split tasks on its placement within `cap`
     chunks per rank: every per-rank order a topological order of the tasks induces, simulated."""
