@@ -24,7 +24,6 @@ from parlab.planner.placement.schedule_mip import (
     weight_chunks,
 )
 
-
 # The MIP's own proof decides "optimal", not this machine's speed: ~2 s idle, and a limit no
 # busy machine reaches (the default 20 s stopped it once beside a loaded suite).
 SOLVE_S = 600.0

@@ -66,6 +66,16 @@ class Comm(OpMachinery, ShardedCollectives):
                                            if info is not None else None, name, self.ranks,
                                            self.rank)
 
+    # ------------------------------------------------------------------ the port
+    def share_port(self, other: Comm) -> None:
+        """Queue this Comm's messages on `other`'s port, as two jobs or two trees on one NIC do."""
+        self._free_at = other._free_at  # {"tx": t, "rx": t}: when each direction is free
+
+    def idle_port(self) -> None:
+        """Both directions of this rank's port free at virtual time 0 (a clock restarted after a
+        barrier: every earlier message is delivered)."""
+        self._free_at.update(tx=0.0, rx=0.0)
+
     # ------------------------------------------------------------------ groups
     def split(self, groups: list[list[int]], name: str) -> Comm:
         """A Comm on the group (of `groups`, ranks of this Comm) holding this rank.

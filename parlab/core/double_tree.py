@@ -257,7 +257,7 @@ def split(comm):
     everyone = [list(range(comm.size))]
     out = [comm.split(everyone, f"{comm.name}/dtree{t}") for t in (0, 1)]
     for sub in out:
-        sub._free_at = comm._free_at  # {"tx", "rx"}: when this rank's port is free
+        sub.share_port(comm)  # one port: the two trees' messages queue behind each other
     return out
 
 

@@ -153,7 +153,7 @@ def share_link(comms: list[Comm]) -> None:
     """Make the jobs' comms queue on one emulated link, as their messages share one NIC: without
     this each job would get a link of its own and concurrency would double the bandwidth."""
     for comm in comms[1:]:
-        comm._free_at = comms[0]._free_at  # {"tx": t, "rx": t}: when each direction is free
+        comm.share_port(comms[0])
 
 
 class Job(Strategy):

@@ -65,7 +65,7 @@ def _fresh_clock(tx, rx) -> None:
 
     tx.timeline.pacer = Pacer(tx.timeline.pacer.clock)
     for comm in (tx, rx):
-        comm._free_at.update(tx=0.0, rx=0.0)  # (the Comm's link queues, parlab.core.virtual_link)
+        comm.idle_port()
 
 
 def _run(tx, rx, local, shape, pair, src, dst, method, ordered):
