@@ -30,36 +30,44 @@ lint: $(STAMP)
 browser-deps: $(STAMP)
 	$(BIN)/python tools/browser.py
 
-# Four streams at once: the chapters in JupyterLab in two halves (tests/test_browser.py with
-# PARLAB_BROWSER_SHARD=0/2 and 1/2) beside every other test in two shards (PARLAB_UNIT_SHARD=0/2
-# and 1/2: whole files, balanced by their times in tests/durations.json; a rank waiting for its
-# peer or a fault test waiting for a timeout leaves a core idle that another stream uses). Paced
-# runs keep virtual time (nothing sleeps, parlab.core.clock), so no test needs a quiet machine: the
-# acceptance test of virtual time (tests/test_clock.py) runs beside the others and starts two CPU
-# burners of its own. Each stream's report is printed when all are done; any failing fails the
-# target. build/test-unit-*.xml hold every test's time (tools/durations.py).
+# Five streams at once: the chapters in JupyterLab in two halves (tests/test_browser.py with
+# PARLAB_BROWSER_SHARD=0/2 and 1/2) beside every other test in UNIT_SHARDS shards
+# (PARLAB_UNIT_SHARD=i/n: whole files, balanced by their times in tests/durations.json; a rank
+# waiting for its peer, a fault test waiting for a timeout or a process starting leaves a core
+# idle that another stream uses). Paced runs keep virtual time (nothing sleeps, parlab.core.clock),
+# so no test needs a quiet machine: the acceptance test of virtual time (tests/test_clock.py) runs
+# beside the others and starts two CPU burners of its own. Bytecode is cached (__pycache__,
+# git-ignored) even where PYTHONDONTWRITEBYTECODE is set: the suite starts ~150 interpreters
+# (kernels, forkservers, torchrun workers, CLI runs), each compiling parlab again without it. Each
+# stream's report is printed when all are done; any failing fails the target. build/test-unit-*.xml
+# hold every test's time (tools/durations.py).
+UNIT_SHARDS ?= 3
 unit: $(STAMP) browser-deps
-	@mkdir -p build; \
+	@mkdir -p build; unset PYTHONDONTWRITEBYTECODE; \
 	PARLAB_BROWSER_SHARD=0/2 $(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider \
 		--durations=0 > build/test-browser-0.log 2>&1 & \
 	browser0=$$!; \
 	PARLAB_BROWSER_SHARD=1/2 $(BIN)/python -m pytest tests/test_browser.py -q -p no:cacheprovider \
 		--durations=0 > build/test-browser-1.log 2>&1 & \
 	browser1=$$!; \
-	PARLAB_UNIT_SHARD=1/2 $(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=15 \
-		--junitxml=build/test-unit-1.xml --ignore tests/test_browser.py > build/test-unit-1.log 2>&1 & \
-	unit1=$$!; \
-	PARLAB_UNIT_SHARD=0/2 $(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=15 \
-		--junitxml=build/test-unit-0.xml --ignore tests/test_browser.py; \
-		others0=$$?; \
-	wait $$unit1; others1=$$?; \
-	echo "== the other tests, second shard (PARLAB_UNIT_SHARD=1/2), run beside:"; \
-	cat build/test-unit-1.log; \
-	wait $$browser0; chapters0=$$?; \
-	wait $$browser1; chapters1=$$?; \
+	shards=""; \
+	for i in $$(seq 0 $$(($(UNIT_SHARDS) - 1))); do \
+		PARLAB_UNIT_SHARD=$$i/$(UNIT_SHARDS) $(BIN)/python -m pytest tests -q -p no:cacheprovider \
+			--durations=15 --junitxml=build/test-unit-$$i.xml --ignore tests/test_browser.py \
+			> build/test-unit-$$i.log 2>&1 & \
+		shards="$$shards $$!"; \
+	done; \
+	failed=0; i=0; \
+	for pid in $$shards; do \
+		wait $$pid || failed=1; \
+		echo "== the other tests, shard $$i/$(UNIT_SHARDS) (PARLAB_UNIT_SHARD), run beside the chapters:"; \
+		cat build/test-unit-$$i.log; i=$$((i + 1)); \
+	done; \
+	wait $$browser0 || failed=1; \
+	wait $$browser1 || failed=1; \
 	echo "== tests/test_browser.py (the chapters in JupyterLab, two halves), run beside the others:"; \
 	cat build/test-browser-0.log build/test-browser-1.log; \
-	test $$others0 = 0 && test $$others1 = 0 && test $$chapters0 = 0 && test $$chapters1 = 0
+	test $$failed = 0
 
 # Golden cells (NBVAL_CHECK_OUTPUT) of every chapter, executed at its stored parameters. `make
 # test` checks the same golden cells on the browser test's own execution of each chapter

@@ -6,7 +6,7 @@ Before, twenty malformed values passed to chapter 01 with papermill failed late 
 `steps`, `link` and `clock` at code cell 15 after 15-25 s, `steps=10**12` at the cell's timeout,
 and `accelerator="Z100"` not at all. Here every chapter's parameters cell is held against the
 table, every parameter is refused a bad value by the one check, and each chapter, executed by
-papermill with one bad value, stops in its check cell (a kernel start each: slow).
+papermill with one bad value, stops in its check cell (three chapters executed: a kernel start each).
 """
 
 from __future__ import annotations
@@ -109,11 +109,26 @@ BAD = {"00_collectives": {"world_size": "four"}, "01_data_parallel": {"accelerat
        "12_serving": {"link": "2GbE"}, "13_planner": {"world_size": "four"}}
 
 
-@pytest.mark.slow
+# Executed with papermill: three chapters, a type, a range and a choice refused (a kernel's start
+# each, ~7 s). Every chapter's check cell is the one call right after its parameters cell (held by
+# test_every_chapter_has_a_range_for_every_parameter_and_checks_it_next) and its BAD value is
+# refused by that call in this process (test_each_chapters_bad_value_is_refused_in_process).
+EXECUTED = ["00_collectives", "02_zero", "04_pipeline"]
+
+
 @pytest.mark.parametrize("stem", STEMS)
+def test_each_chapters_bad_value_is_refused_in_process(stem):
+    (name, value), = BAD[stem].items()
+    with pytest.raises(ValueError, match=rf"^chapter {stem}'s parameters: {name}="
+                                         rf"{re.escape(repr(value))} must be "):
+        check_parameters(stem, {**stored_parameters(_notebook(stem)), name: value})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", EXECUTED)
 def test_papermill_stops_a_bad_value_in_the_check_cell(stem, tmp_path, monkeypatch):
     """Code cells: 1 the parameters, 2 papermill's injected ones, 3 the check: the run stops
-    there, with a ValueError naming the parameter and its value (~7 s: a kernel's start)."""
+    there, with a ValueError naming the parameter and its value."""
     import papermill
 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout's parlab
