@@ -111,10 +111,9 @@ def precision_main(args) -> int:
         print()
         out[f"memory_{n}"] = rows
     curves = ep.precision_curves(steps=args.curve_steps, seeds=range(args.seeds))  # tiny GPT
-    ratios = ep.step_time_ratios(repeats=args.repeats + 2)
-    for line in ep.curve_summary(curves, ratios=ratios):
+    for line in ep.curve_summary(curves):
         print(line)
-    out["curves"], out["step_time_ratios"] = curves, ratios
+    out["curves"] = curves
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1, default=str)

@@ -1,5 +1,7 @@
 """Chapter 02 in mixed precision: the ZeRO paper's 2 + 2 + 12 bytes per parameter measured, and
-what 16-bit training does to the loss curve and the step time on this machine.
+what 16-bit training does to the loss curve. Time is not compared: the paced clock prices every
+dtype at one peak (`parlab.core.roofline`) and this CPU has no fast 16-bit units, so neither
+would say what a GPU does; what carries to a GPU is the bytes and the memory, measured here.
 
 Rajbhandari et al., "ZeRO", SC 2020, §3.1 and Fig. 1 (mixed-precision Adam: fp16 parameters and
 gradients, K = 12 bytes of fp32 master weights, momentum and variance per parameter);
@@ -93,7 +95,7 @@ def print_precision_memory(rows: list[dict]) -> None:
 def precision_curves(steps: int = 200, seeds=(0,), precisions=PRECISIONS, window: int = 20,
                      warmup: int = 5, **options) -> dict:
     """Train `single` from each seed in each precision. Per precision: the first seed's losses
-    (to plot), skipped steps and loss scales (fp16), its step time, and per seed the mean loss
+    (to plot), skipped steps and loss scales (fp16), and per seed the mean loss
     of the last `window` steps (`finals`)."""
     out = {}
     for precision in precisions:
@@ -101,29 +103,13 @@ def precision_curves(steps: int = 200, seeds=(0,), precisions=PRECISIONS, window
             result = parlab.run("single", steps=steps, precision=precision, seed=seed, **options)
             final = sum(result.losses[-window:]) / min(window, steps)
             if k == 0:
-                out[precision] = {"losses": result.losses, "step_s": result.step_time(warmup),
+                out[precision] = {"losses": result.losses,
                                   "skipped": result.skipped_steps, "scales": result.loss_scales,
                                   "finals": [], "skipped_by_seed": [],
                                   "window": min(window, steps)}
             out[precision]["finals"].append(final)
             out[precision]["skipped_by_seed"].append(result.skipped_steps)
     return out
-
-
-def step_time_ratios(steps: int = 12, repeats: int = 3, precisions=PRECISIONS,
-                     **options) -> dict:
-    """{precision: median over `repeats` round-robin rounds of (its step time ÷ fp32's in the
-    same round)}: each ratio taken between neighbouring runs, so the shared machine's noise
-    falls on both."""
-    import statistics
-
-    ratios: dict = {p: [] for p in precisions}
-    for _ in range(repeats):
-        times = {p: parlab.run("single", steps=steps, precision=p, **options).step_time(2)
-                 for p in precisions}
-        for p in precisions:
-            ratios[p].append(times[p] / times["fp32"])
-    return {p: statistics.median(r) for p, r in ratios.items()}
 
 
 def _skipped_text(by_seed: list) -> str:
@@ -134,11 +120,10 @@ def _skipped_text(by_seed: list) -> str:
         f"seed {k}: {', '.join(map(str, steps)) or 'none'}" for k, steps in enumerate(by_seed))
 
 
-def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> list[str]:
+def curve_summary(curves: dict, early: int = 10) -> list[str]:
     """How close the curves are (the first `early` steps of the first seed; the final loss per
-    seed), what a step costs, what fp16 skipped — computed from the runs, beside the format's
-    round-off u. With several seeds the precision gap is put beside fp32's seed-to-seed spread.
-    `ratios` (`step_time_ratios`) replace the curves' own step-time ratios."""
+    seed), what fp16 skipped — computed from the runs, beside the format's round-off u. With
+    several seeds the precision gap is put beside fp32's seed-to-seed spread."""
     from parlab.core.precision import unit_roundoff
 
     ref = curves["fp32"]
@@ -170,14 +155,6 @@ def curve_summary(curves: dict, early: int = 10, ratios: dict | None = None) -> 
                              f"distinguishable from fp32's own with {len(c['finals'])} seeds"
                              if verdict == "within" else
                              "the precision changes the outcome of this training"))
-    for precision, c in curves.items():
-        ratio = (ratios or {}).get(precision, c["step_s"] / ref["step_s"])
-        if precision != "fp32":
-            lines.append(f"measured: {precision} steps take ×{ratio:.2f} the fp32 time on this CPU "
-                         + ("(16-bit arithmetic without fast units for it here, plus the casts and "
-                            "the master-weight copy)" if ratio > 1 else
-                            "(its 16-bit matrix products run faster here)")
-                         + "; on a GPU the bytes and the memory carry over, the time does not")
     return lines
 
 
