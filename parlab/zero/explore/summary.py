@@ -61,9 +61,14 @@ def states_or_activations_line(table, trade: dict) -> str:
             f"{n} {sharded.scheme} kept {sharded.states:,} B of states beside {sharded.activations:,} B of "
             f"activations per rank ({ratio:.2f}×: {where}); then checkpoint activations: here it saved "
             f"{100 * trade['saved']:.0f}% of them for {time:.2f}× the forward + backward time (one more "
-            f"forward predicts {trade['expected_ratio']:.2f}×"
-            + (f"; {trade['overhead_ms']:.1f} ms more per step is the checkpoint machinery's own cost, "
-               "section 7" if trade["overhead_ms"] > 0.1 * trade["backward_ms"] else "") + ")")
+            f"forward predicts {trade['expected_ratio']:.2f}×; the recompute was "
+            f"{trade['recompute_ms'] / trade['forward_ms']:.2f} of a forward, only the blocks being "
+            f"checkpointed; {clock_words(trade.get('clock', 'wall'))}, section 7)")
+
+
+def clock_words(clock: str) -> str:
+    """The clock a time was read on, in words."""
+    return "this CPU, raw" if clock == "wall" else f"paced {clock} time"
 
 
 def prefetch_line(report: dict) -> str:
