@@ -38,11 +38,10 @@ browser-deps: $(STAMP)
 # then saturated and each shard starts and caches its own runs). Paced runs keep virtual time
 # (nothing sleeps, parlab.core.clock), so no test needs a quiet machine: the acceptance test of
 # virtual time (tests/test_clock.py) runs beside the others and starts two CPU burners of its own.
-# Bytecode is cached (__pycache__,
-# git-ignored) even where PYTHONDONTWRITEBYTECODE is set: the suite starts ~150 interpreters
-# (kernels, forkservers, torchrun workers, CLI runs), each compiling parlab again without it. Each
-# stream's report is printed when all are done; any failing fails the target. build/test-unit-*.xml
-# hold every test's time (tools/durations.py).
+# Bytecode is cached (__pycache__, git-ignored) even where PYTHONDONTWRITEBYTECODE is set: the
+# suite starts ~150 interpreters (kernels, forkservers, torchrun workers, CLI runs), each compiling
+# parlab again without it. Each stream's report is printed when all are done; any failing fails
+# the target. build/test-unit-*.xml hold every test's time (tools/durations.py).
 UNIT_SHARDS ?= 2
 unit: $(STAMP) browser-deps
 	@mkdir -p build; unset PYTHONDONTWRITEBYTECODE; \
