@@ -9,3 +9,7 @@ quarter of a second of compiling per rank per launch where no bytecode cache is 
 from parlab.engine.registry import schemes
 
 schemes()
+
+from parlab.models.data import text_tokens  # noqa: E402
+
+text_tokens()  # the text dataset every GPT rank reads: read once here, inherited by each rank
