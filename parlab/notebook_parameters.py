@@ -120,6 +120,7 @@ CHAPTERS: dict[str, dict] = {
         "balance_top_k": Choice(1, (1, 2)), "link": LINK_10GBE, "clock": CLOCK,
         "timing_batch": Int(256, min=1, max=4096), "timing_top_k": Choice(1, (1, 2)),
         "quality_steps": Int(150, min=40, max=2000),  # ≥ 2·20: the last 20 steps and the 20 before
+        "quality_task": Choice("lookup", ("lookup", "text")),  # explore.quality.TASKS
         "at_scale_ranks": Choice(16, (8, 16)),  # one DGX A100 node and two, or only one
         "rules": [Rule(lambda p: p["timing_batch"] % p["world_size"] == 0,
                        "timing_batch={timing_batch} must divide among world_size={world_size} "
