@@ -121,15 +121,21 @@ def _shard() -> tuple[int, int]:
     return index, count
 
 
-def shard_of_files(seconds: dict, count: int) -> dict:
+def shard_of_files(seconds: dict, count: int, together: frozenset = frozenset()) -> dict:
     """{test file: shard}: the longest files first, each to the shard with the least time so far
     (Graham's LPT rule); `seconds` is each file's measured time (tests/durations.json, written by
-    tools/durations.py from a run's build/test-unit.xml); a file missing there counts 1 s."""
+    tools/durations.py from a run's build/test-unit.xml); a file missing there counts 1 s. The files
+    in `together` go to one shard as one unit: those that share `run_cached`'s runs, which a
+    shard launches once for all its files (split, each shard launched ~60 of them again)."""
+    units = {name: (name,) for name in seconds if name not in together}
+    if together:
+        units[min(together)] = tuple(sorted(together))
+    unit_seconds = {key: sum(seconds[name] for name in names) for key, names in units.items()}
     loads, where = [0.0] * count, {}
-    for name in sorted(seconds, key=lambda n: (-seconds[n], n)):
+    for key in sorted(units, key=lambda n: (-unit_seconds[n], n)):
         shard = loads.index(min(loads))
-        where[name] = shard
-        loads[shard] += seconds[name]
+        where.update({name: shard for name in units[key]})
+        loads[shard] += unit_seconds[key]
     return where
 
 
@@ -144,7 +150,8 @@ def pytest_collection_modifyitems(config, items):
         return
     measured = json.loads((ROOT / "tests" / "durations.json").read_text())
     files = sorted({item.path.name for item in items})
-    where = shard_of_files({name: measured.get(name, 1.0) for name in files}, count)
+    sharing = frozenset(item.path.name for item in items if "run_cached" in item.fixturenames)
+    where = shard_of_files({name: measured.get(name, 1.0) for name in files}, count, sharing)
     keep = [item for item in items if where[item.path.name] == index]
     config.hook.pytest_deselected(items=[item for item in items if where[item.path.name] != index])
     items[:] = keep

@@ -1,5 +1,6 @@
 """`make unit` runs the suite in two shards of whole files (tests/conftest.py): every file lands in
-exactly one shard, the split follows Graham's LPT rule on the measured times, and a bad
+exactly one shard, the split follows Graham's LPT rule on the measured times, the files that share
+`run_cached`'s runs stay in one shard, and a bad
 PARLAB_UNIT_SHARD is refused naming it."""
 
 import json
@@ -16,6 +17,14 @@ def test_lpt_puts_each_file_in_one_shard_longest_first():
     assert where == {"a.py": 0, "b.py": 1, "c.py": 1, "d.py": 0, "e.py": 1}
     loads = [sum(s for n, s in seconds.items() if where[n] == k) for k in range(2)]
     assert loads == [10.0, 10.0]  # LPT is within 4/3 of the optimum (Graham 1969); here it is it
+
+
+def test_the_files_sharing_cached_runs_land_in_one_shard_as_one_unit():
+    seconds = {"a.py": 7.0, "b.py": 5.0, "c.py": 4.0, "d.py": 3.0, "e.py": 1.0}
+    where = shard_of_files(seconds, 2, together=frozenset({"c.py", "d.py"}))
+    assert where["c.py"] == where["d.py"]  # c + d = 7 s: one unit, placed as LPT places 7 s
+    assert where == {"a.py": 0, "c.py": 1, "d.py": 1, "b.py": 0, "e.py": 1}
+    assert set(where) == set(seconds)
 
 
 def test_the_measured_times_name_real_test_files():
