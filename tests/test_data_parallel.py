@@ -159,6 +159,31 @@ def test_the_chapter_link_shows_each_lesson_in_virtual_time():
     assert step == sorted(step, reverse=True) and step[0] > 1.5 * step[-1], dict(zip(variants, step))
 
 
+def test_the_paced_measurement_runs_on_one_clock(monkeypatch):
+    """Chapter 01 §5 on the paced clock: every run on the real link in virtual time, no loopback
+    run and no fit of gloo on this CPU (the model takes the link alone)."""
+    from types import SimpleNamespace
+
+    from parlab.core.clock import resolve
+    from parlab.data_parallel.explore import measure
+
+    calls = []
+
+    def fake_runs(world_size, link, steps, variants=measure.VARIANTS, clock="wall", **options):
+        calls.append((link, clock))
+        run = SimpleNamespace(config=SimpleNamespace(link=link), clock=resolve(clock))
+        return {v: run for v in variants}
+
+    def no_raw_fit(*args, **kwargs):
+        raise AssertionError("gloo fitted on this CPU's raw clock in a paced chapter")
+
+    monkeypatch.setattr(measure, "run_variants", fake_runs)
+    monkeypatch.setattr(measure, "measure_alpha_beta", no_raw_fit)
+    regime = measure.measure_regime(2, "10GbE", "A100")
+    assert calls == [("10GbE", "A100")] and regime["loopback"] == {} and regime["clock"].paced
+    assert measure.model_terms(regime, 2) == {"floor": (0.0, float("inf")), "overhead_s": 0.0}
+
+
 @pytest.mark.parametrize("algo", ["ring", "tree"])
 def test_handwritten_algorithms(runs, algo):
     ref = runs("single", model="gpt", optimizer="adamw")

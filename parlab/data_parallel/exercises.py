@@ -1,8 +1,9 @@
 """Chapter 01's exercises (`parlab.exercises`): GPU-scale worked problems (ring bytes, the
-communication-to-compute ratio), DeAR's bytes on this machine, two design problems at GPU scale
-(WFBP's exposed communication as lost step time on 8 H100s; the tokens per GPU at which WFBP hides
-it all: Zhang et al., Poseidon, USENIX ATC 2017) and one predict-then-run (ddp-bucketed's messages,
-counted from a run's ledger); each check says right or wrong, never the answer.
+communication-to-compute ratio with each bucket's latency), DeAR's bytes on the chapter's GPT, two
+design problems at GPU scale (WFBP's exposed communication as lost step time on 8 H100s; the tokens
+per GPU at which WFBP hides it all: Zhang et al., Poseidon, USENIX ATC 2017) and one
+predict-then-run (ddp-bucketed's messages, counted from a run's ledger); each check says right or
+wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ PREDICT_BUCKET_MB = 0.02  # the predict-then-run exercise's bucket cap (MiB)
 
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
-    psi, n, tokens, flops, beta = 1.3e9, 64, 2048, 150e12, 12.5e9
+    psi, n, tokens, flops, beta, alpha, bucket = 1.3e9, 64, 2048, 150e12, 12.5e9, 5e-6, 25e6
     grad_bytes = 2 * (n - 1) / n * psi * 4
     compute = 6 * psi * tokens / flops
+    latency = psi * 4 / bucket * 2 * (n - 1) * alpha  # 208 buckets × 2(N−1) rounds × α
     # 8 H100s (400 TFLOP/s sustained), NVLink 4 (450 GB/s), gpt2-xl 1.56e9 fp32 gradients, 1,024
     # tokens per GPU; WFBP hides communication behind backward only: exposed = max(0, ring − bwd)
     h_psi, h_n, h_t, h_f, h_b = 1.56e9, 8, 1024, 400e12, 450e9
@@ -27,7 +29,7 @@ def answers() -> dict:
     fwd, bwd = 2 * h_psi * h_t / h_f, 4 * h_psi * h_t / h_f
     exposed = max(0.0, ring - bwd)
     return {"dp-bytes-gpu": grad_bytes,
-            "dp-ratio-gpu": grad_bytes / beta / compute,
+            "dp-ratio-gpu": (grad_bytes / beta + latency) / compute,
             "dear-bytes": sum(dp_cost.bytes_per_step("dear", param_numels(), 3, 0,
                                                      bucket_mb=0.05).values()),
             "bucket-messages": len(plan_buckets(param_numels(), PREDICT_BUCKET_MB)),
@@ -45,11 +47,16 @@ def exercises() -> list:
                  numeric(a["dp-bytes-gpu"], rtol=0.02),
                  "2(N−1)/N · Ψ · 4 bytes.", "2·63/64 · 1.3e9 · 4 B ≈ 10.2 GB."),
         Exercise("dp-ratio-gpu", "Same run, 2,048 tokens per GPU per step, A100s at 150 TFLOP/s, "
-                 "100 Gb/s InfiniBand (12.5 GB/s), latency ignored: communication time ÷ compute time?",
-                 numeric(a["dp-ratio-gpu"], rtol=0.05),
-                 "Compute is 6·Ψ·tokens FLOPs (forward 2, backward 4 per parameter and token).",
-                 "10.2 GB / 12.5 GB/s = 0.82 s against 6·1.3e9·2048 / 150e12 = 0.107 s: ≈ 7.7. "
-                 "No overlap can hide that; only more tokens per GPU (or fewer bytes) can."),
+                 "100 Gb/s InfiniBand (12.5 GB/s, α = 5 µs per message round), the gradients "
+                 "all-reduced in buckets of 25 MB (25e6 bytes), one ring all-reduce each: "
+                 "communication time ÷ compute time, latency included?",
+                 numeric(a["dp-ratio-gpu"], rtol=0.04),
+                 "Compute is 6·Ψ·tokens FLOPs; bytes as in the previous exercise, over β; and each "
+                 "bucket's ring pays α for every one of its rounds.",
+                 "bandwidth 10.2 GB / 12.5 GB/s = 0.819 s; latency 208 buckets · 2·63 rounds · 5 µs "
+                 "= 0.131 s; compute 6·1.3e9·2048 / 150e12 = 0.106 s: (0.819 + 0.131) / 0.106 ≈ 8.9 "
+                 "(the bandwidth-only ratio, 7.7, misses the latency). No overlap can hide that; "
+                 "only more tokens per GPU, fewer bytes or fewer, larger buckets help."),
         Exercise("dear-bytes", "How many bytes does rank 0 send per step in dear at N=3 (default "
                  "bucket_mb=0.05)?", numeric(a["dear-bytes"], rtol=0),
                  "Buckets are padded to a multiple of N; reduce-scatter and all-gather each send "

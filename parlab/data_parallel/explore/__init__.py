@@ -117,11 +117,16 @@ def predicted_table(world_size: int, clock: str = "A100", model: str = "gpt") ->
           f"{1e3 * t_backward:.2f} + {1e3 * t_optimizer:.2f} {paced.unit} (forward + backward + "
           "optimizer, priced by the clock); the real links")
     print(f"  {'variant':<13}" + "".join(f"{name:>10}" for name in links))
+    rows = []
     for variant in OWN:
-        row = [dp_cost.predict_step_time(variant, numels, world_size, t_forward, t_backward,
-                                         t_optimizer, link.latency_s, link.bandwidth_Bps)["step_s"]
-               for link in links.values()]
-        print(f"  {variant:<13}" + "".join(f"{1e3 * t:>10.3f}" for t in row))
+        rows.append([dp_cost.predict_step_time(variant, numels, world_size, t_forward, t_backward,
+                                               t_optimizer, link.latency_s,
+                                               link.bandwidth_Bps)["step_s"]
+                     for link in links.values()])
+        print(f"  {variant:<13}" + "".join(f"{1e3 * t:>10.3f}" for t in rows[-1]))
+    spread = [max(column) / min(column) for column in zip(*rows)]  # what the schedule can change
+    print("  slowest ÷ fastest variant: " + ", ".join(
+        f"{name} {s:.2f}×" for name, s in zip(links, spread)))
 
 
 # ----------------------------------------------------------------------------- 4. correctness

@@ -60,42 +60,49 @@ MEASURE_LINK = "10GbE"
 
 def measure_regime(world_size: int, link: str = MEASURE_LINK, accelerator: str = "A100",
                    steps: int = 4, options=None, clock: str | None = None) -> dict:
-    """The chapter's measurement: the variants on loopback on this CPU's raw clock (the machine as
-    it is: its per-message overhead), then every variant on the real `link` as `accelerator` sees
-    it. `clock` (default: `accelerator`) paced: `parlab.run(..., clock=accelerator)` keeps virtual
-    time on the accelerator over the real link (`parlab.core.clock`); "wall": the real link is
-    dilated by this CPU's compute rate measured from ddp-naive's loopback profile
-    (`parlab.core.link.faithful`). `regime["link"]` is the link the runs emulated."""
+    """The chapter's measurement: every variant on the real `link` as `accelerator` sees it.
+    `clock` (default: `accelerator`) paced: `parlab.run(..., clock=accelerator)` keeps virtual
+    time on the accelerator over the real link (`parlab.core.clock`), and nothing else runs;
+    "wall": this CPU's raw clock, first on loopback (this CPU's compute rate, from ddp-naive),
+    then on the real link dilated by that rate (`parlab.core.link.faithful`). `regime["link"]`
+    is the link the runs emulated; `regime["loopback"]` is empty on a paced clock."""
     options = dict(MEASURE if options is None else options)
     clock = accelerator if clock is None else clock
-    loop = run_variants(world_size, None, steps, variants=OWN[:1] + OWN[2:], **options)
-    flops = achieved_flops(loop["ddp-naive"])
+    loop, flops = {}, None
     if clock == "wall":
+        loop = run_variants(world_size, None, steps, variants=OWN[:1] + OWN[2:], **options)
+        flops = achieved_flops(loop["ddp-naive"])
         emulated = faithful(link, flops, accelerator)
         runs = run_variants(world_size, emulated, steps, **options)
-        print(f"this machine: {flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured "
-              f"forward + backward); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} "
-              "TFLOP/s")
+        print(f"clock: this CPU, raw (wall), every run of this section; this machine: "
+              f"{flops / 1e9:.1f} GFLOP/s on the model (6·Ψ·tokens over measured forward + "
+              f"backward on loopback); {accelerator}: {ACCELERATORS[accelerator].flops / 1e12:.0f} "
+              "TFLOP/s, so the link is dilated by their ratio")
     else:
         runs = run_variants(world_size, link, steps, clock=clock, **options)
         emulated = runs["ddp-naive"].config.link
         print(f"clock: {runs['ddp-naive'].clock.label}, virtual (compute priced from its operators "
-              f"and FLOPs, in {runs['ddp-naive'].clock.unit}; loopback runs: this CPU, raw)")
+              f"and FLOPs, in {runs['ddp-naive'].clock.unit}), every run of this section")
     print(f"link: {emulated}")
     return {"loopback": loop, "faithful": runs, "link": emulated, "flops": flops,
             "options": options, "clock": runs["ddp-naive"].clock}
 
 
-def model_terms(regime: dict, floor, overhead_s: float) -> dict:
-    """The α-β model's extra terms for the regime's runs: on this CPU's raw clock the gloo floor
-    and the per-message overhead measured on loopback; in virtual time neither (the link is the
-    only communication cost and compute is priced exactly), printed either way."""
+def model_terms(regime: dict, world_size: int) -> dict:
+    """The α-β model's extra terms for the regime's runs, printed. In virtual time none: the real
+    link is the only communication cost and compute is priced exactly. On this CPU's raw clock
+    (`clock="wall"`) gloo's own α-β, fitted now (an emulated link can only slow a message down),
+    and the per-message overhead measured from ddp-naive on loopback."""
+    clock = regime["clock"]
+    if clock.paced:
+        print(f"{clock.label}: the α-β model takes the real link alone (compute is priced exactly "
+              "and nothing else costs time: no gloo floor, no per-message overhead)")
+        return {"floor": (0.0, float("inf")), "overhead_s": 0.0}
+    gloo = measure_alpha_beta(world_size)
+    floor = (gloo.alpha, gloo.beta)
+    overhead_s = per_message_overhead(regime["loopback"]["ddp-naive"], world_size, floor)
     print(f"this CPU, raw: gloo floor α={floor[0] * 1e3:.2f} ms, β={floor[1] / 1e6:.0f} MB/s, "
           f"per-message overhead {overhead_s * 1e3:.2f} ms (measured on loopback)")
-    if regime.get("clock") is not None and regime["clock"].paced:
-        print(f"{regime['clock'].label}: the model takes the real link alone (no floor, no "
-              "overhead: the raw CPU's costs are not in virtual time)")
-        return {"floor": (0.0, float("inf")), "overhead_s": 0.0}
     return {"floor": floor, "overhead_s": overhead_s}
 
 
@@ -184,14 +191,16 @@ def predicted_vs_measured(results: dict, world_size: int, link, warmup: int = 1,
     naive = results["ddp-naive"]
     t_f, t_b, t_o = compute_profile(naive, warmup)
     numels = [v.numel() for v in naive.state.values()]
-    if floor is None:
-        gloo = measure_alpha_beta(world_size)
-        floor = (gloo.alpha, gloo.beta)
+    if floor is None:  # paced: the link alone; raw: gloo's own α-β, fitted now
+        gloo = None if naive.clock.paced else measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta) if gloo else (0.0, float("inf"))
     alpha, beta = _alpha_beta(link, floor)
     unit = naive.clock.unit
-    print(f"link {resolve(link) or 'loopback'}; gloo floor α={floor[0] * 1e3:.2f} ms, "
-          f"β={floor[1] / 1e6:.0f} MB/s; compute {1e3 * (t_f + t_b + t_o):.3g} {unit}/step; "
-          f"per-message overhead {overhead_s * 1e3:.2f} ms (measured)")
+    raw = "" if naive.clock.paced else (
+        f"; gloo floor α={floor[0] * 1e3:.2f} ms, β={floor[1] / 1e6:.0f} MB/s, per-message "
+        f"overhead {overhead_s * 1e3:.2f} ms (this CPU, raw)")
+    print(f"link {resolve(link) or 'loopback'}; compute {1e3 * (t_f + t_b + t_o):.3g} {unit}/step "
+          f"(ddp-naive's forward + backward + optimizer){raw}")
     out = {}
     for variant, result in results.items():
         kind = get_scheme(variant).modelled_as or variant
@@ -223,16 +232,16 @@ def sweep_buckets(world_size: int, link="1GbE", steps: int = 4, sizes=(0.0, 0.01
         predicted = dp_cost.predict_step_time("ddp-overlap", numels, world_size,
                                               *compute_profile(result, 1), alpha, beta, floor,
                                               overhead_s=overhead_s, bucket_mb=bucket_mb)["step_s"]
-        print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} buckets  "
+        print(f"  bucket_mb={bucket_mb:<5} {len(plan_buckets(numels, bucket_mb)):>3} bucket(s)  "
               f"step {step * 1e3:7.3g} {result.clock.unit} (predicted {predicted * 1e3:7.3g})   exposed "
               f"{exposed_fraction(result, 1):4.0%}   {diagnosis(result, step, predicted)}")
         rows.append((bucket_mb, len(plan_buckets(numels, bucket_mb)), step, predicted,
                      result.config.link))
-    _bucket_verdict(rows, world_size)
+    _bucket_verdict(rows, world_size, result.clock.unit)
     return [dict(zip(("bucket_mb", "buckets", "step_s", "predicted_s", "link"), row)) for row in rows]
 
 
-def _bucket_verdict(rows: list[tuple], world_size: int) -> None:
+def _bucket_verdict(rows: list[tuple], world_size: int, unit: str = "ms") -> None:
     """Which bucket size won, measured and by the model, and the latency every bucket pays:
     2(N−1)α per all-reduce against the overlap a finer bucket buys."""
     best = min(rows, key=lambda r: r[2])
@@ -242,9 +251,9 @@ def _bucket_verdict(rows: list[tuple], world_size: int) -> None:
     print(f"  best measured: bucket_mb={best[0]} ({best[1]} buckets); best by the α-β model: "
           f"bucket_mb={model[0]} — {'agree' if best[0] == model[0] else 'differ'}"
           + ("" if best[0] == model[0] else
-             f" (the model's margin between them: {abs(best[3] - model[3]) * 1e3:.3g} ms, within "
+             f" (the model's margin between them: {abs(best[3] - model[3]) * 1e3:.3g} {unit}, within "
              "what the measurement resolves)" if abs(best[3] - model[3]) < 0.05 * model[3] else ""))
     if per_bucket:
-        print(f"  every bucket pays 2(N−1)α = {per_bucket * 1e3:.3g} ms of latency on this link: "
-              + ", ".join(f"{r[1]} bucket(s) {r[1] * per_bucket * 1e3:.3g} ms" for r in rows)
+        print(f"  every bucket pays 2(N−1)α = {per_bucket * 1e3:.3g} {unit} of latency on this link: "
+              + ", ".join(f"{r[1]} bucket(s) {r[1] * per_bucket * 1e3:.3g} {unit}" for r in rows)
               + " — a finer bucket wins only while the backward it overlaps is longer than that")

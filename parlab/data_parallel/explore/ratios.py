@@ -85,7 +85,13 @@ def bucket_attribution(runs: dict, world_size: int, link, steps: int = 3, clock:
              if single > both else "as fast as overlap or faster")
           + " — " + ("most of bucketing's gain is fewer messages, not overlap" if fewer > overlap
                      else "most of the gain is overlap"))
-    return {"step_s": step, "messages": msgs, "fewer_s": fewer, "overlap_s": overlap}
+    alone = step[f"ddp-overlap {single_mb:g} MiB"] - single  # one bucket: ready only as backward ends
+    print(f"  overlap at one bucket ({single_mb:g} MiB): {alone * 1e3:+.3g} {unit} against no overlap — "
+          + ("slower: its only bucket is complete when backward ends, so nothing overlaps, and its "
+             "hooks still copy each gradient into the bucket inside backward (priced)" if alone > 0
+             else "no slower: the copies into the bucket cost nothing here"))
+    return {"step_s": step, "messages": msgs, "fewer_s": fewer, "overlap_s": overlap,
+            "one_bucket_overlap_s": alone}
 
 
 def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
@@ -93,8 +99,9 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
                 floor=None, overhead_s: float = 0.0):
     """Step time ÷ compute time against the sweep's x (one step's ddp-bucketed buckets on the link,
     ÷ compute). Lines: the α-β model with the link's time scaled ×0.01 to ×20; points: the runs on
-    loopback (○) and on the link (□). Dotted 1 + x is ddp-bucketed's own line (nothing hidden);
-    each point is judged against 1 + its own variant's communication ÷ compute, printed."""
+    the link (□) and, on this CPU's raw clock only, on loopback (○). Dotted 1 + x is ddp-bucketed's
+    own line (nothing hidden); each point is judged against 1 + its own variant's communication ÷
+    compute, printed."""
     import matplotlib.pyplot as plt
     import numpy as np
 
@@ -103,11 +110,10 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     compute = sum(profile)
     numels = [v.numel() for v in naive.state.values()]
     link, options = regime["link"], regime["options"]
-    if floor is None:
-        gloo = measure_alpha_beta(world_size)
-        floor = (gloo.alpha, gloo.beta)
-    paced = regime.get("clock") is not None and regime["clock"].paced
-    raw_profile = compute_profile(regime["loopback"]["ddp-naive"], warmup)
+    paced = regime["clock"].paced
+    if floor is None:  # paced: the link alone; raw: gloo's own α-β, fitted now
+        gloo = None if paced else measure_alpha_beta(world_size)
+        floor = (gloo.alpha, gloo.beta) if gloo else (0.0, float("inf"))
 
     def predict(variant, alpha, beta, prof=profile, low=None, extra=0.0):
         return dp_cost.predict_step_time(variant, numels, world_size, *prof, alpha, beta, low,
@@ -121,10 +127,12 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
     xs = [ratio(link.latency_s * f, link.bandwidth_Bps / f) for f in scales]
     ax.plot(xs, [1 + x for x in xs], ":", color="gray", label="ddp-bucketed, nothing hidden (1 + x)")
     ax.plot(xs, [max(1.0, x) for x in xs], "--", color="lightgray", label="all hidden, max(1, x)")
-    points = {"loopback": (regime["loopback"], floor, raw_profile, floor, overhead_s),
-              "real link" if paced else "faithful": (
-                  regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
-                  (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
+    points = {"real link" if paced else "faithful": (
+        regime["faithful"], (link.latency_s, link.bandwidth_Bps), profile,
+        (0.0, float("inf")) if paced else floor, 0.0 if paced else overhead_s)}
+    if regime.get("loopback"):  # only on this CPU's raw clock: loopback against its own compute
+        raw_profile = compute_profile(regime["loopback"]["ddp-naive"], warmup)
+        points["loopback"] = (regime["loopback"], floor, raw_profile, floor, overhead_s)
     rows = []
     for variant in variants:
         ys = [predict(variant, link.latency_s * f, link.bandwidth_Bps / f)["step_s"] / compute
@@ -143,7 +151,8 @@ def ratio_sweep(regime: dict, world_size: int, warmup: int = 1,
            xlabel="communication ÷ compute (one step's ddp-bucketed buckets on the link, α and bytes)",
            ylabel="step time ÷ compute time",
            title=f"where hiding communication pays, N={world_size} (lines: α-β model; "
-                 f"○ loopback, □ {link.name.split(',')[0]})")
+                 + ("○ loopback, " if "loopback" in points else "")
+                 + f"□ {link.name.split(',')[0]}, {regime['clock'].label})")
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     for where, variant, x, own, y, model, why in sorted(rows):
         bound = 1 + own  # nothing hidden: its own messages after its compute
