@@ -86,12 +86,14 @@ def bubble_table(pp: int, microbatches: list[int], chunks: int = 2) -> None:
               "stages there are too few W's to fill the warm-up bubble; the simulation is the answer")
 
 
-def check_all(world_size: int, steps: int = 2) -> dict:
-    """Every pipeline scheme at its defaults vs the single process: `match: True`."""
+def check_all(world_size: int, steps: int = 2, clock: str | None = None) -> dict:
+    """Every pipeline scheme at its defaults vs the single process: `match: True`. Ours run on
+    `clock` (values do not depend on it); torch-pp's sends are PyTorch's own, outside any clock."""
     ref = parlab.run("single", steps=steps)
     results = {}
     for scheme in ["pp-naive", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zb", "torch-pp"]:
-        r = parlab.run(scheme, world_size=world_size, steps=steps)
+        paced = {} if scheme.startswith("torch-") or clock is None else {"clock": clock}
+        r = parlab.run(scheme, world_size=world_size, steps=steps, **paced)
         results[scheme] = r
         o = r.config.options
         print(f"{scheme:15} pp={o.get('pp') or world_size}: {r.compare(ref)}".split("  (")[0])

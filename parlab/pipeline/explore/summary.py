@@ -67,7 +67,8 @@ def zb_steps(zb: dict, results: dict, dualpipe_rows: list) -> list[dict]:
         print(f"{x['where']:32} {x['config']:48} step {x['step']:44} ZB / 1F1B {ratio}")
     configs, clocks = len({x["config"] for x in rows}), len({x["clock"] for x in rows})
     print(f"one schedule, {len(rows)} numbers: {configs} configurations (model width, p, m, link) "
-          f"on {clocks} clocks ({', '.join(sorted({x['clock'] for x in rows}))}) — a step time "
+          f"on {clocks} clock{'s' if clocks > 1 else ''} "
+          f"({', '.join(sorted({x['clock'] for x in rows}))}) — a step time "
           "belongs to its run; compare ZB with 1F1B inside one run (last column), never across")
     return rows
 
@@ -168,14 +169,14 @@ def when_to_use_lines(n: dict) -> list[str]:
 
     lines = ["When to use it (from this run):"]
     cost_ms = n["message_ms"] + n["overhead_ms"]
-    # zero on a paced clock with no emulated link: a message is instant there and the host's
+    # zero on a paced clock over the loopback: a message is instant there and the host's
     # bookkeeping between actions is not paced time (parlab.core.clock)
     margin = (f"{n['forward_ms'] / cost_ms:.0f}×, paced" if cost_ms > 0 else
-              "both free on this paced clock with no emulated link")
+              "both free on the paced clock over the loopback")
     base = (f"- a pipeline (GPipe / 1F1B) when a stage's forward per micro-batch dwarfs a boundary "
-            f"message and the per-action overhead: the wide model's {n['forward_ms']:.1f} ms forward "
-            f"against a {n['message_ms']:.2f} ms message + {n['overhead_ms']:.2f} ms per action "
-            f"({margin}; section 7 prints what the tiny default model paid), and the "
+            f"message and the per-action overhead: the wide model's {n['forward_ms']:.1f} A100 ms "
+            f"forward against a {n['message_ms']:.2f} ms message + {n['overhead_ms']:.2f} ms per "
+            f"action ({margin}; the Links section prints what NVLink and 1GbE add), and the "
             f"measured 1F1B bubble was within 5 points of (p−1)/(m+p−1) at {n['agree']} of "
             f"{n['points']} points")
     if n["last_m"] is not None:
