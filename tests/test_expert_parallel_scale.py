@@ -57,3 +57,28 @@ def test_the_moe_twin_has_the_dense_models_active_parameters_and_the_verdict_rea
     assert quality.verdict({**base, "moe": [3.4, 3.4, 3.5]})["verdict"] == "MoE worse beyond the spread"
     with pytest.raises(ValueError, match="steps=30 must be at least"):
         quality.compare(steps=30)
+
+
+def test_the_lookup_task_scores_only_the_values_its_table_gives():
+    import torch
+
+    from parlab.expert_parallel import lookup
+
+    facts = lookup.table(seed=3)
+    assert facts.shape == (lookup.KEYS, lookup.KEYS) and torch.equal(facts, lookup.table(seed=3))
+    x, y = lookup.batch(step=5, batch_size=4, seed=3, facts=facts)
+    scored = y != lookup.IGNORE
+    assert x.shape == y.shape == (4, 32)
+    assert torch.equal(y[:, :-1][scored[:, :-1]], x[:, 1:][scored[:, :-1]])  # y is x shifted
+    assert scored.sum() == 4 * len(range(1, 32, 3)) and scored[:, 1::3].all()
+    assert torch.equal(y[:, 1::3], facts[x[:, 0::3], x[:, 1::3]])  # v = table[a, b]
+    assert x[:, 0::3].max() < lookup.KEYS and x[:, 1::3].max() < lookup.KEYS
+
+
+def test_the_loss_comparison_refuses_a_task_it_lacks_and_a_spread_of_one_seed():
+    from parlab.expert_parallel.explore import quality
+
+    with pytest.raises(ValueError, match="task='tables' is not one of"):
+        quality.compare(steps=40, task="tables")
+    with pytest.raises(ValueError, match="needs at least 2 seeds"):
+        quality.compare(steps=40, seeds=(0,))

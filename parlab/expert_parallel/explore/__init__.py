@@ -249,10 +249,17 @@ def time_table(world_size: int, link: str = TIMING_LINK, steps: int = 3, top_k: 
     return print_comparison(world_size, link, steps, top_k, clock, batch_size)
 
 
-def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -> None:
+def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10,
+            quality: dict | None = None) -> None:
     """The chapter's measured headlines from this run's results, each with its verdict, and when
     to use which method (thresholds from this run's regime)."""
     rows = out[link]
+    if quality is not None:
+        n, task = len(quality["seeds"]), quality["task"]
+        print(f"- MoE (E = {quality['overrides']['n_experts']}, k = {quality['overrides']['top_k']}) "
+              f"vs dense at equal active parameters, task {task}, {quality['steps']} steps, {n} "
+              f"seeds: dense − MoE loss {quality['gain']:+.3f} nats against a seed spread of "
+              f"{quality['spread']:.3f}: {quality['verdict']}")
     ratio = rows["ep-allgather"]["seconds"] / rows["ep"]["seconds"]
     print(f"- ep-allgather took {ratio:.2f}× ep's step time on {link} ({rows['ep']['clock']}), "
           f"sending {rows['ep-allgather']['bytes'] / rows['ep']['bytes']:.2f}× the bytes; all-to-all "
@@ -280,21 +287,24 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10) -
     dense = rows["dense"]["seconds"]
     print("\nWhen to use it (from this run):")
     print(f"- all-to-all (`ep`) over all-gather when k < ep and the dispatch messages reach the "
-          f"link's α·β ({ab:,.0f} B on {link}); below about α·β/4 both pay latency alike and the "
-          f"all-gather's simpler plan costs nothing")
+          f"link's α·β ({ab:,.0f} B on {link}), where the all-gather's extra bytes cost as much "
+          f"as a round's latency; well below it latency dominates both (the α-β model)")
     loop = out["loopback"]
     exchange = rows["ep"]["seconds"] - loop["ep"]["seconds"]
     print(f"- the MoE step under `ep` took {rows['ep']['seconds'] / dense:.2f}× the dense step of "
           f"equal active parameters on {link}; without any link time (loopback) "
           f"{loop['ep']['seconds'] / loop['dense']['seconds']:.2f}× — the MoE layer's routing and "
           f"index operators, which the FLOP count leaves out (MoE vs dense) — and the link added "
-          f"{1e3 * exchange:.3f} ms of all-to-all (EP vs experts kept on every rank). EP pays when "
-          f"the experts' memory, not FLOPs, is what one rank cannot hold: parameters per rank fall "
-          f"as 1/ep (section 5)")
+          f"{1e3 * exchange:.3f} ms (EP's all-to-alls and the dense gradients' all-reduce; the "
+          f"dense model's all-reduce alone added "
+          f"{1e3 * (dense - loop['dense']['seconds']):.3f} ms). EP pays when the experts' memory, "
+          f"not FLOPs, is what one rank cannot hold: parameters per rank fall as 1/ep (section 5)")
+    lower = max(tail["aux"], tail["bias"]) < tail["none"]
     print(f"- train with a balancing term: without one, the worst expert sat at "
           f"{tail['none']:.2f}× the mean load (ceiling {balance['none']['ceiling']:g}) and every "
           f"overflow beyond the capacity is dropped; with one, {tail['aux']:.2f}× (aux) and "
-          f"{tail['bias']:.2f}× (bias): lower, not even")
+          f"{tail['bias']:.2f}× (bias): " + ("lower" if lower else "not lower at this many steps")
+          + ("" if cf is None else ", even" if max(tail["aux"], tail["bias"]) <= cf else ", not even"))
 
 
 def panel(world_size: int, top_k: int, capacity_factor: str, balancing: str, steps: int = 3):
