@@ -28,7 +28,7 @@ def answers() -> dict:
     ring = 2 * (h_n - 1) / h_n * h_psi * 4 / h_b
     fwd, bwd = 2 * h_psi * h_t / h_f, 4 * h_psi * h_t / h_f
     exposed = max(0.0, ring - bwd)
-    return {"dp-bytes-gpu": grad_bytes,
+    return {"dp-bytes-gpu": grad_bytes / 4,  # accumulation over 4 micro-batches: one all-reduce
             "dp-ratio-gpu": (grad_bytes / beta + latency) / compute,
             "dear-bytes": sum(dp_cost.bytes_per_step("dear", param_numels(), 3, 0,
                                                      bucket_mb=0.05).values()),
@@ -43,15 +43,21 @@ def exercises() -> list:
     a = answers()
     return [
         Exercise("dp-bytes-gpu", "Data parallelism on 64 GPUs, a 1.3B-parameter model, fp32 "
-                 "gradients, ring all-reduce: how many bytes does each GPU send per step?",
+                 "gradients, ring all-reduce, gradient accumulation over 4 micro-batches per step "
+                 "(no_sync on all but the last): how many bytes does each GPU send per "
+                 "micro-batch, on average over the step?",
                  numeric(a["dp-bytes-gpu"], rtol=0.02),
-                 "2(N−1)/N · Ψ · 4 bytes.", "2·63/64 · 1.3e9 · 4 B ≈ 10.2 GB."),
-        Exercise("dp-ratio-gpu", "Same run, 2,048 tokens per GPU per step, A100s at 150 TFLOP/s, "
-                 "100 Gb/s InfiniBand (12.5 GB/s, α = 5 µs per message round), the gradients "
+                 "How many all-reduces does one step hold, and how many bytes does each send?",
+                 "One all-reduce per step, after the last micro-batch: 2·63/64 · 1.3e9 · 4 B ≈ "
+                 "10.2 GB, over 4 micro-batches ≈ 2.56 GB each. Accumulation divides "
+                 "communication ÷ compute by the number of micro-batches."),
+        Exercise("dp-ratio-gpu", "Same run, 2,048 tokens per GPU per step (its 4 micro-batches "
+                 "together), A100s at 150 TFLOP/s, 100 Gb/s InfiniBand (12.5 GB/s, α = 5 µs "
+                 "per message round), the gradients "
                  "all-reduced in buckets of 25 MB (25e6 bytes), one ring all-reduce each: "
-                 "communication time ÷ compute time, latency included?",
+                 "communication time ÷ compute time per step, latency included?",
                  numeric(a["dp-ratio-gpu"], rtol=0.04),
-                 "Compute is 6·Ψ·tokens FLOPs; bytes as in the previous exercise, over β; and each "
+                 "Compute is 6·Ψ·tokens FLOPs; the step's one all-reduce sends its bytes over β; each "
                  "bucket's ring pays α for every one of its rounds.",
                  "bandwidth 10.2 GB / 12.5 GB/s = 0.819 s; latency 208 buckets · 2·63 rounds · 5 µs "
                  "= 0.131 s; compute 6·1.3e9·2048 / 150e12 = 0.106 s: (0.819 + 0.131) / 0.106 ≈ 8.9 "
