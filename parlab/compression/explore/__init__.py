@@ -291,22 +291,38 @@ def _cumulative(values):
         yield total
 
 
-def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3) -> None:
-    """Widget callback: one scheme at a compression level ("low" / "high"), against single."""
-    level = next((k for k in ("ratio", "bits", "rank", "sync_every")  # its registered knob
-                  if k in parlab.schemes()[scheme].options), None)
-    values = {"ratio": (0.1, 0.01), "bits": (8, 2), "rank": (8, 1), "sync_every": (2, 4)}
-    options = {level: values[level][knob == "high"]} if level else {}
-    result = parlab.run(scheme, world_size=world_size, steps=steps,
-                        link=None if link == "loopback" else link, **options)
+KNOBS = {"ratio": (0.1, 0.01), "bits": (8, 2), "rank": (8, 1), "sync_every": (2, 4)}  # (low, high)
+
+
+def _knob(scheme: str) -> str | None:
+    return next((k for k in KNOBS if k in parlab.schemes()[scheme].options), None)  # its registered knob
+
+
+def panel_follow(values: dict) -> dict:
+    """`widgets.experiment_panel`'s `follow`: a scheme without a compression knob (signsgd) offers
+    no level to choose."""
+    if _knob(values["scheme"]) is None:
+        return {"knob": (["n/a"], "n/a")}
+    return {"knob": (["low", "high"], values["knob"] if values["knob"] != "n/a" else "low")}
+
+
+def panel(scheme: str, knob: str, world_size: int, link: str, steps: int = 3, clock: str = "A100") -> None:
+    """Widget callback: one scheme at a compression level ("low" / "high") beside ddp-naive on the
+    same real link and paced clock, and single's loss."""
+    level = _knob(scheme)
+    options = {level: KNOBS[level][knob == "high"]} if level else {}
+    result = parlab.run(scheme, world_size=world_size, steps=steps, link=link, clock=clock, **options)
+    base = parlab.run("ddp-naive", world_size=world_size, steps=steps, link=link, clock=clock)
     ref = parlab.run("single", steps=steps)
     shapes = [tuple(t.shape) for t in result.state.values()]
-    print(f"{scheme} {options} on {world_size} rank(s), {link}")
+    print(f"{scheme} {options} on {world_size} rank(s), real {link}, paced {result.clock.unit}")
     naive = steps * cost.ddp_bytes([math.prod(s) for s in shapes], world_size)
     sent = cost.total_bytes(scheme, shapes, world_size, steps, **result.config.options)
     print(f"bytes sent by rank 0: {result.bytes_per_rank()[0]:,} (closed form {sent:,}); "
           f"{times_fewer(naive, sent)} than ddp-naive's {naive:,}"
           + (f" (it averages every {options['sync_every']} steps, the run has {steps})"
              if sent == 0 and "sync_every" in options else ""))
+    mine, theirs = (1e3 * sorted(r.step_times)[len(r.step_times) // 2] for r in (result, base))
     print(f"final loss {result.losses[-1]:.4f} vs single {ref.losses[-1]:.4f}; median step "
-          f"{1e3 * sorted(result.step_times)[len(result.step_times) // 2]:.4g} {result.clock.unit}")
+          f"{mine:.4g} vs ddp-naive's {theirs:.4g} {result.clock.unit}: "
+          + ("shorter" if mine < theirs else "NOT shorter") + " on this link")

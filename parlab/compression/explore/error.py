@@ -122,10 +122,12 @@ def _median_ms(result) -> float:
     return 1e3 * sorted(result.step_times)[len(result.step_times) // 2]
 
 
-def summary(runs: dict, model: str = "gpt") -> list[str]:
+def summary(runs: dict, model: str = "gpt", scale_rows: list | None = None,
+            feedback: dict | None = None) -> list[str]:
     """The chapter's "When to use it (from this run):" lines, from `explore.run_all`'s runs and
     the error map: where fewer bytes paid, why the step got shorter (bytes or rounds), which
-    compressor is most exact, and what each family cost in final loss."""
+    compressor is most exact, and what each family cost in final loss; with `scale_rows`
+    (`at_scale_run.sync_at_scale`) and `feedback` (`feedback.ablation`) their verdicts first."""
     ref, naive = runs["single"].losses[-1], runs["ddp-naive"]
     steps = naive.config.steps
     _, errors = relative_errors(model)
@@ -167,6 +169,18 @@ def summary(runs: dict, model: str = "gpt") -> list[str]:
     lines.append(f"top-k, random-k, sign with error feedback when bytes matter most on few ranks (their "
                  f"all-gather grows with N): {cheap} sent {fewer(cheap, 0)} at final loss "
                  f"{loss[cheap]:.3f}× single after {steps} steps")
+    if scale_rows:
+        base = scale_rows[0]
+        lines.insert(0, f"at real scale, against {base['scheme']} on a bandwidth-bound link (gpt2-xl's "
+                     "width, 8 paced A100s, InfiniBand between nodes): " + "; ".join(
+                         f"{r['scheme']} sent {base['bytes'] / r['bytes']:.0f}× fewer bytes, step "
+                         f"{base['step_s'] / r['step_s']:.2f}× "
+                         + ("shorter — holds" if r["step_s"] < base["step_s"] else "LONGER — does NOT hold")
+                         for r in scale_rows[1:]))
+    if feedback:
+        lines.append("error feedback whenever compression is aggressive: at top-k 0.001 the final loss "
+                     f"without − with it is {feedback['gap']:+.4f} (mean over seeds, paired spread "
+                     f"{feedback['spread']:.4f}); feedback lowers the loss: {feedback['verdict']}")
     periodic = min(("local-sgd", "diloco"), key=lambda s: loss[s])
     lines.append(f"Local SGD / DiLoCo when every message is too many: {periodic} averaged every "
                  f"{runs[periodic].config.options['sync_every']} steps, {fewer(periodic)}, "

@@ -68,4 +68,5 @@ def ablation(world_size: int, steps: int = 30, ratio: float = 0.001, seeds=SEEDS
     kept = [(o - r) for o, r in zip(on, ref)]
     print(f"above single's final loss: without feedback {sum(lost) / len(lost):+.4f}, with "
           f"{sum(kept) / len(kept):+.4f} (means over seeds)")
-    return {"single": ref, "feedback": on, "no_feedback": off, "verdict": verdict}
+    return {"single": ref, "feedback": on, "no_feedback": off, "verdict": verdict, "gap": mean,
+            "spread": spread}

@@ -167,7 +167,8 @@ def original_vs_compressed(d: int, iters: int, clock: str = "A100"):
     fewer = hit_c is not None and (hit_o is None or hit_c < hit_o)
     print(f"compressed: fewer iterations to {THRESHOLD}: {fewer}; less {label}: {faster}; "
           f"smaller error after {iters}: {comp.errors[-1] < orig.errors[-1]} "
-          f"({comp.errors[-1]:.2e} vs {orig.errors[-1]:.2e}); one step {t_o / t_c:.2f}× cheaper")
+          f"({comp.errors[-1]:.2e} vs {orig.errors[-1]:.2e}); one compressed step costs "
+          f"{t_c / t_o:.2f}× the original's")
     big = networks(8 * d)
     t_big = {net: paced_step(m, task_of(8 * d), lowdim.outer_rate(net, TASK["alpha"]), clock)[0]
              for net, m in big.items()}
@@ -178,7 +179,7 @@ def original_vs_compressed(d: int, iters: int, clock: str = "A100"):
     left.set(xlabel="iteration", ylabel="‖W − M‖_F / ‖M‖_F")
     right.set(xlabel=f"time ({clk.unit})")
     fig.suptitle(f"compressed vs original: error after {iters} iterations {comp.errors[-1]:.1e} vs "
-                 f"{orig.errors[-1]:.1e}; one step {t_o / t_c:.2f}× cheaper; reaches {THRESHOLD} "
+                 f"{orig.errors[-1]:.1e}; a step costs {t_c / t_o:.2f}× the original's; reaches {THRESHOLD} "
                  + (f"sooner in {label}" if faster else f"NOT sooner in {label}"), fontsize=10)
     left.legend()
     fig.tight_layout()
@@ -253,8 +254,10 @@ def model_vs_gradient(world_size: int, iters: int, d: int = 32) -> dict:
     better = b_c < b_p and e_c < e_p
     print(f"after {iters} steps each — compress the model (r̂ = {r2}) vs compress its gradient "
           f"(PowerSGD r = {r2}): {times_fewer(b_p, b_c)} bytes per step, recovery error {e_c:.1e} "
-          f"vs {e_p:.1e} → " + ("the compressed model wins on both" if better else
-                                "the compressed model does not win on both here"))
+          f"vs {e_p:.1e} — "
+          + ("the compressed model ahead on both" if better else "the compressed model not ahead on both")
+          + f" after {iters} steps, not a verdict: the networks converge at different speeds "
+            "(equal error below)")
     equal_error(d, iters, b_c, parlab.schemes()["lowdim"].cost(whole).bytes_sent[0], e_p, b_p)
     return rows
 
