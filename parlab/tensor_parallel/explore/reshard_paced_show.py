@@ -96,7 +96,9 @@ def show_all_at_once(result: dict) -> dict:
                      if all(r["busiest_source_MB"] == base["busiest_source_MB"] for r in mine)
                      else ""))
             continue
-        print(f"  {pair}: fastest {best['method']}, {best['speedup']:.2f}× faster than send-recv; "
+        tied = " = ".join(r["method"] for r in mine if r["paced_ms"] == best["paced_ms"])
+        print(f"  {pair}: fastest {tied}{' (tied)' if ' = ' in tied else ''}, "
+              f"{best['speedup']:.2f}× faster than send-recv; "
               f"send-recv's busiest source sends {ratio:.2f}× its busiest source's bytes")
     return verdicts
 
