@@ -24,7 +24,7 @@ RIGHT = {
     },
     tp_exercises: {
         "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
-        "gpt3-sp-activations": 2048 * 12288 / 8 * (34 + 80) / 1e6,
+        "gpt3-sp-fit": 175e9 * 16 / 64 / 1e9 + 8 * 12 * 2048 * 12288 / 8 * (34 + 80) / 1e9,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 40 * 4,     # C = 40
         "balanced-reshard": 4096 * 4096,
         # C where 72C²/F·(1/8 − 1/16) = 8C·(1.875/β_IB − 1.75/β_NV): NDR 50 GB/s, NVLink 4 450 GB/s

@@ -1,8 +1,8 @@
 """Chapter 03's exercises (`parlab.exercises`): GPU-scale worked problems (Megatron-LM's
-f and g, Korthikanti et al.'s activation count, our even-split resharding), two design problems at
-GPU scale (how wide a model must be for TP to pay past the NVLink domain; the MFU that exposed TP
-communication costs) and one predict-then-run (the ledger's bytes); each check says right or
-wrong, never the answer.
+f and g, our even-split resharding), three design problems at GPU scale (whether GPT-3's first
+pipeline stage fits with sequence parallelism, by Korthikanti et al.'s activation count; how wide a
+model must be for TP to pay past the NVLink domain; the MFU that exposed TP communication costs)
+and one predict-then-run (the ledger's bytes); each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -23,6 +23,14 @@ def _forward_bytes(tp: int) -> int:
 
 _GPT3 = {"s": 2048, "b": 1, "h": 12288, "a": 96, "tp": 8}
 
+
+def _sp_fit_gb(params: float = 175e9, layers: int = 96, pp: int = 8) -> float:
+    """GB on a GPU of the first 1F1B stage: model states (16 B per parameter over tp·pp) and p
+    micro-batches of its layers' TP + SP activations (Korthikanti et al.'s count)."""
+    g = _GPT3
+    per_layer = g["s"] * g["b"] * g["h"] / g["tp"] * (34 + 5 * g["a"] * g["s"] / g["h"])
+    return (params * 16 / (g["tp"] * pp) + pp * (layers // pp) * per_layer) / 1e9
+
 EXERCISES = [
     Exercise("gpt3-tp-bytes",
              "GPT-3 175B (C = 12,288, T = 2,048), micro-batch of 1 sequence, bf16 activations, "
@@ -32,15 +40,21 @@ EXERCISES = [
              "Per block: 2 all-reduces forward (g) and 2 backward (f), each of B·T·C elements; a "
              "ring all-reduce sends 2(N−1)/N of the buffer.",
              "4 · 2 · 7/8 · (2,048 · 12,288 · 2 B) = 4 · 1.75 · 50.3 MB = 352 MB per block and step."),
-    Exercise("gpt3-sp-activations",
-             "Korthikanti et al.'s count of activation memory per layer with TP + SP is "
-             "sbh/t · (34 + 5as/h) bytes (fp16, with dropout). For GPT-3 (s = 2,048, b = 1, "
-             "h = 12,288, a = 96) at t = 8, how many MB per layer?",
-             numeric(_GPT3["s"] * _GPT3["b"] * _GPT3["h"] / _GPT3["tp"]
-                     * (34 + 5 * _GPT3["a"] * _GPT3["s"] / _GPT3["h"]) / 1e6, rtol=0.01),
-             "5as/h = 5 · 96 · 2,048 / 12,288 = 80.",
-             "sbh = 25.2 M; (34 + 80) / 8 = 14.25; 25.2 M · 14.25 = 358.6 MB (without SP: "
-             "sbh(10 + 24/8 + 80/8) = 578.8 MB)."),
+    Exercise("gpt3-sp-fit",
+             "Design: GPT-3 175B (96 layers, s = 2,048, h = 12,288, a = 96 heads) on 64 A100s of "
+             "80 GB: tp = 8 with sequence parallelism inside each node, pp = 8 stages of 12 layers "
+             "in 1F1B (chapter 04), micro-batches of b = 1 sequence, mixed precision with Adam "
+             "(16 B per parameter, split over tp·pp). Count activations as Korthikanti et al. do "
+             "(fp16, with dropout; section 6). How many GB (10^9 B) does a GPU of the first stage "
+             "hold at its peak, model states and activations together — does it fit?",
+             numeric(_sp_fit_gb(), rtol=0.01),
+             "The first stage of 1F1B keeps p micro-batches in flight; each holds every one of the "
+             "stage's layers' activations.",
+             "states 175e9 · 16 / 64 = 43.75 GB; per layer sbh/t · (34 + 5as/h) = 25.2 M · 114 / 8 "
+             "= 358.6 MB; × 12 layers × 8 micro-batches = 34.4 GB; 78.2 GB: it fits, barely "
+             "(without SP the activations are sbh(10 + 24/t + 5as/(ht)) per layer: 55.6 GB, "
+             "99.3 GB in all)",
+             kind="design"),
     Exercise("tp-forward-bytes",
              "Predict, then run the next cell, which measures it: how many bytes does rank 0 send "
              "in `tp-forward` per step at tp = 2 for the GPT of width C = 40 "
