@@ -251,6 +251,32 @@ def test_wall_clock_async_jacobi_still_converges_within_the_bound():
     assert_within_gamma_to_the_generation(run)
 
 
+def test_jacobi_link_time_on_the_virtual_clock():
+    """A halo message costs `link_ms` (priced on the accelerator's NVLink in the notebook): on 2
+    synchronous ranks the fast one waits for the straggler's halo, then its link time, then sweeps."""
+    w, link, sweeps = 0.2e-3, 0.05e-3, 10
+    run = jacobi_solver.solve(2, jacobi.JacobiConfig(mode="sync", n=8, sweeps=sweeps, work_ms=0.2,
+                                                     straggler=3.0, link_ms=0.05))
+    assert run.logs[1]["t"][-1] == pytest.approx(sweeps * 3 * w)
+    assert run.logs[0]["t"][-1] == pytest.approx((sweeps - 1) * 3 * w + link + w)
+    priced = jacobi_solver.solve(2, jacobi.JacobiConfig(mode="async", n=8, sweeps=sweeps, work_ms=0.2,
+                                                        straggler=3.0, link_ms=0.05))
+    assert all(m["t_end"] - m["t_start"] >= link * (1 - 1e-9) for m in priced.ledger)
+
+
+def test_jacobi_sweep_priced_on_the_accelerator_and_its_halo_on_nvlink():
+    """Part C's clock: a sweep of an n/ranks × n strip costs its operators on the A100 (each a launch
+    at least), a halo message (4 + n) float64 the A100's NVLink 3: α + bytes/β."""
+    from parlab.asynchrony.explore.jacobi import priced_sweep_ms
+    from parlab.core.link import ACCELERATORS, real
+
+    work_ms, link_ms = priced_sweep_ms(16, 4, "A100")
+    nvlink = real("NVLink", "A100")
+    assert link_ms == pytest.approx(1e3 * (nvlink.latency_s + (4 + 16) * 8 / nvlink.bandwidth_Bps))
+    assert work_ms >= 1e3 * ACCELERATORS["A100"].launch_s  # at least one kernel launch
+    assert priced_sweep_ms(16, 4, "H100")[0] <= work_ms  # a faster accelerator, no slower sweep
+
+
 def test_halo_drops_a_message_older_than_the_one_it_holds():
     halo = jacobi_solver.Halo(2)
     newer = torch.tensor([5, 3, 0, 0, 1.0, 2.0], dtype=torch.float64)

@@ -41,6 +41,8 @@ class JacobiConfig:
     seed: int = 0
     inner: int = 1  # relaxations per update with the halos frozen (flexible: a send after each)
     clock: str = "virtual"  # "virtual": a deterministic timetable; "wall": threads, real sleeps
+    link_ms: float = 0.0  # one halo message on the link (α + bytes/β), virtual clock
+    priced: str = ""  # the accelerator whose price of a sweep `work_ms` is ("": a given number)
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -54,7 +56,7 @@ class JacobiConfig:
         if not (isinstance(self.straggler, (int, float)) and math.isfinite(self.straggler)
                 and self.straggler >= 1):
             raise ValueError(f"straggler={self.straggler!r} must be a finite number >= 1")
-        for name in ("sigma_h2", "work_ms", "delay_ms"):
+        for name in ("sigma_h2", "work_ms", "delay_ms", "link_ms"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be a finite number >= 0")
@@ -71,8 +73,14 @@ class JacobiConfig:
         """What the run's times are: virtual milliseconds of a sweep, or this CPU's raw clock."""
         if self.clock == "wall":
             return "this CPU, raw"
+        delay = f", messages delayed {self.delay_ms:.3g} ms on average" if self.delay_ms else ""
+        if self.priced:
+            return (f"{self.priced} time (paced): a sweep of the strip {self.work_ms * 1e3:.3g} µs (its "
+                    f"operators priced on the {self.priced}), {self.straggler:g}× on the last rank "
+                    f"(injected); a halo message {self.link_ms * 1e3:.3g} µs on the link"
+                    + delay + " (injected)" * bool(delay))
         return (f"virtual time: a sweep = {self.work_ms:g} ms, {self.straggler:g}× on the last rank"
-                + (f", messages delayed {self.delay_ms:g} ms on average" if self.delay_ms else ""))
+                + delay)
 
     @property
     def gamma(self) -> float:

@@ -143,10 +143,11 @@ def jacobi_rank(rank: int, world_size: int, cfg: JacobiConfig, timeout: float = 
                 received = comm.recv(torch.empty(META + cfg.n, dtype=torch.float64), peer)  # (4 + n,)
                 halos[peer].offer(received)
                 handle.wait()
-                waited = max(waited, float(received[3]))
-                if virtual:  # no delay when synchronous: each message arrives as it is sent
-                    virtual_times(sent, now, now)
-                    virtual_times(comm.ledger.records[-1], float(received[3]), float(received[3]))
+                link_s = cfg.link_ms / 1e3  # synchronous: no injected delay, only the link's
+                waited = max(waited, float(received[3]) + link_s)
+                if virtual:
+                    virtual_times(sent, now, now + link_s)
+                    virtual_times(comm.ledger.records[-1], float(received[3]), float(received[3]) + link_s)
         if cfg.mode == "sync":
             now = max(now, waited)  # the next sweep starts once both halos are there
     for thread in threads:

@@ -61,7 +61,7 @@ def _link(cfg: JacobiConfig, sender: int, receiver: int, puts: list) -> list:
         while i + 1 < len(puts) and puts[i + 1][1] <= taken:
             i += 1
         delay = rng.expovariate(1.0 / cfg.delay_ms) / 1e3 if cfg.delay_ms else 0.0
-        free = taken + delay
+        free = taken + cfg.link_ms / 1e3 + delay  # the link's α + bytes/β, then the injected delay
         sent.append((puts[i][0], free))
         i += 1
     return sent

@@ -19,7 +19,7 @@ from parlab.asynchrony import cost, jacobi, jacobi_solver
 # ----------------------------------------------------------------------------- 6. asynchronous iterations
 def jacobi_clock(clock: str) -> str:
     """Jacobi's clock for a chapter clock: "wall" stays raw; a paced clock ("A100", ...) means the
-    solver's virtual clock (a sweep lasts `work_ms`, no accelerator's FLOPs enter)."""
+    solver's virtual clock, a sweep priced on that accelerator (`priced_sweep_ms`)."""
     return "wall" if clock == "wall" else "virtual"
 
 
@@ -30,11 +30,30 @@ def jacobi_runs(ranks: int, sweeps: int = 200, straggler: float = 3.0, delay_ms:
     ranks = max(ranks, 2)
     base = dict(n=n, sweeps=sweeps, straggler=straggler, sigma_h2=sigma_h2, inner=inner,
                 clock=jacobi_clock(clock))
+    if clock != "wall":  # a sweep priced on the accelerator, a halo on its NVLink; delays ×2 a sweep
+        work_ms, link_ms = priced_sweep_ms(n, ranks, clock)
+        base.update(work_ms=work_ms, link_ms=link_ms, priced=clock)
+        delay_ms = 2 * work_ms
     return {"sync": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="sync", **base)),
             "async": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="async", **base)),
             "async + delays": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="async", delay_ms=delay_ms,
                                                                       **base)),
             "flexible": jacobi_solver.solve(ranks, jacobi.JacobiConfig(mode="flexible", **base))}
+
+
+def priced_sweep_ms(n: int, ranks: int, clock: str = "A100") -> tuple[float, float]:
+    """(ms of one sweep of an n/ranks × n strip, its operators priced on `clock`'s accelerator as a
+    paced compute span is; ms of one halo message, (4 + n) float64, on its real NVLink: α + bytes/β)."""
+    from parlab.core import clock as clocks
+    from parlab.core.link import real
+    from parlab.core.pacer import count_work
+
+    cfg = jacobi.JacobiConfig(n=n)
+    block, row = torch.zeros(max(n // ranks, 1), n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
+    paced = clocks.resolve(clock, 1)
+    link = real("NVLink", clock)
+    work = count_work(lambda: jacobi.sweep(block, row, row, cfg))
+    return 1e3 * paced.price(work), 1e3 * (link.latency_s + (jacobi.META + n) * 8 / link.bandwidth_Bps)
 
 
 def jacobi_speedups(runs: dict, tol: float = 1e-6) -> dict:
@@ -54,6 +73,9 @@ def jacobi_table(runs: dict, tol: float = 1e-6) -> dict:
     speed = jacobi_speedups(runs, tol)
     reach = f"ms to {tol:.0e}"
     print(f"clock: {cfg.label}")
+    if "async + delays" in runs:
+        print(f"async + delays: every message also waits a seeded exponential delay (unbounded), mean "
+              f"{runs['async + delays'].cfg.delay_ms * 1e3:.3g} µs (injected, like the straggler)")
     print(f"{'mode':<15} {'sweeps per rank':<22} {'macroiterations':>16} {reach:>11} {'speedup':>8}")
     for name, r in runs.items():
         t = speed[name]["time"]

@@ -75,10 +75,12 @@ def part_b(dual: dict, show: bool = True) -> list[str]:
         line = "no verdict at this length: one batch size never reached the target (raise dual_steps)"
     else:
         def said(x):
-            return "never reached it" if not math.isfinite(x) else f"took {x:+.1%}"
-        line = (f"not at this scale: the hybrid {said(change)} (dual-batch alone {said(alone)}) vs "
-                f"one batch size to the same held-out loss, a target set by the single process (the "
-                f"paper: {ex_dualbatch.CLAIM:+.1%}); keep one batch size")
+            return ("never reached it" if not math.isfinite(x) else
+                    f"reached it {-x:.1%} sooner" if x < 0 else f"reached it {x:.1%} later" if x > 0 else
+                    "reached it at the same time")
+        line = (f"not at this scale: to the same held-out loss (a target set by the single process), the "
+                f"hybrid {said(change)} than one batch size, dual-batch alone {said(alone)} — short of the "
+                f"paper's {-ex_dualbatch.CLAIM:.1%} sooner; keep one batch size")
     return when_to_use([line], show)
 
 
