@@ -127,6 +127,7 @@ def curve_summary(curves: dict, early: int = 10) -> list[str]:
     from parlab.core.precision import unit_roundoff
 
     ref = curves["fp32"]
+    one_seed = "of one seed (not judged against seed-to-seed noise)"
     lines = []
     for precision, c in curves.items():
         if precision == "fp32":
@@ -135,7 +136,8 @@ def curve_summary(curves: dict, early: int = 10) -> list[str]:
         diffs = [a - b for a, b in zip(c["finals"], ref["finals"])]
         lines.append(f"{precision:10s} first {early} steps within {gap_early:.4f} of fp32 "
                      f"(u = {unit_roundoff(precision):.1e}); final loss (mean of the last "
-                     f"{c.get('window', 1)} steps) by seed "
+                     f"{c.get('window', 1)} steps) "
+                     f"{'by seed' if len(c['finals']) > 1 else one_seed} "
                      f"{', '.join(f'{x:.4f}' for x in c['finals'])} (vs fp32 "
                      f"{', '.join(f'{d:+.4f}' for d in diffs)})"
                      + (f"; {_skipped_text(c['skipped_by_seed'])}" if precision == "fp16-mixed"
