@@ -113,7 +113,9 @@ def decode_curve(model: str = "llama3-8b", context: int = 1024, batches=BATCHES,
     ax.legend(fontsize=8)
     fig.tight_layout()
     cross = next((b for b, r in zip(batches, rows) if r["flops"] / a.flops >= r["bytes"] / a.hbm_Bps), None)
-    print(f"{model}: compute passes memory at batch {cross}" if cross else
+    print(f"{model}: the whole step's FLOPs/F passes its bytes/HBM at batch {cross} of those drawn — "
+          "later than the weight matmuls alone (their critical batch, below), because the KV read "
+          "grows with the batch and decode's attention never turns compute-bound" if cross else
           f"{model}: memory-bound at every batch up to {batches[-1]} (the KV read grows with batch)")
     return fig
 
