@@ -1,10 +1,10 @@
 """Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes, predicted
-then measured by a run (Gomez et al., JMLR 2022; `explore.predict`), decoupled greedy learning's
-idle time (Belilovsky et al., ICML 2020), PipeDream's stash at GPU scale (Narayanan et al., SOSP
-2019), the boundary bytes merging layer-wise partitions saves (Akintoye et al., FGCS 2023), and two
-design problems at GPU scale: the most micro-batches PipeDream may keep in flight on an 80 GB GPU,
-and the scheme (PipeDream, 2BW, 1F1B) with the least idle that fits. Each check says right or
-wrong, never the answer.
+then measured by a run (Gomez et al., JMLR 2022; `explore.predict`), PipeDream's stash at GPU scale
+(Narayanan et al., SOSP 2019), the boundary bytes merging layer-wise partitions saves (Akintoye et
+al., FGCS 2023), and three design problems at GPU scale: when a flushed 1F1B pipeline catches up
+with decoupled greedy learning (Belilovsky et al., ICML 2020), the most micro-batches PipeDream may
+keep in flight on an 80 GB GPU, and the scheme (PipeDream, 2BW, 1F1B) with the least idle that
+fits. Each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
     return {"interlock-run": interlock_down_bytes(), "pipedream-fit": most_in_flight(),
             "scheme-fits": least_idle_fitting(),
-            "decoupled-idle": cost.decoupled_idle(4, 4, 100),
+            "local-catch-up": cost.flushed_catches_up(8, 1000, 1.12),
             "stash-gpu": (cost.pipedream_versions(16, 32, 0) - 1) * 70e9 / 16 * 2 / 1e9,
             "merge-bytes": _merged_boundary_bytes()}
 
@@ -77,12 +77,17 @@ def answers() -> dict:
 _A = answers()
 
 EXERCISES = [
-    Exercise("decoupled-idle",
-             "Local learning never flushes: p = 4 stages, m = 4 micro-batches per step, 100 steps, "
-             "equal stages. What fraction of the run does a stage idle? (A fraction.)",
-             expect=numeric(_A["decoupled-idle"], rtol=0.02),
-             hint_text="The pipeline fills once per run, not once per step.",
-             solution_text="(p−1)/(steps·m + p−1) = 3/403 ≈ 0.0074"),
+    Exercise("local-catch-up",
+             "Design: a model on p = 8 equal pipeline stages of GPUs trains for 1,000 steps either "
+             "with decoupled greedy (local) learning — each stage's auxiliary head adds 12% to its "
+             "compute per step, and the pipeline never flushes — or with 1F1B and global backprop, "
+             "which flushes every step. What is the fewest micro-batches m per step at which "
+             "1F1B's throughput reaches local learning's? (An integer.)",
+             expect=numeric(_A["local-catch-up"], rtol=0, atol=0.5),
+             hint_text="Throughput is the work a step does over the time it takes: the share of "
+                  "time a stage computes, divided by the compute it must do.",
+             solution_text="(1 − (p−1)/(m+p−1)) ≥ (1 − (p−1)/(1000·m+p−1))/1.12, the fewest m",
+             kind="design"),
     Exercise("merge-bytes",
              "Layer-wise partitioning and merging on 4 devices, default GPT (T = 32, C = 32), 16 rows "
              "per step. Un-merged, the 4 layers are k = 4 stages of one pipeline; the merge keeps "

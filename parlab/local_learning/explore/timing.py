@@ -163,12 +163,15 @@ def explain_idle(rows: list[dict], microbatches: int, cores: int | None = None) 
     return out
 
 
+MODEL_TOLERANCE = 0.15  # how far local's measured speed-up may sit from the model's
+
+
 def lessons(rows: list[dict], microbatches: int) -> dict:
     """The chapter's two timing lessons, measured in this sweep, each with its verdict and, where
-    it fails, the diagnosis: `local` ≥ 1.5× pp-1f1b's throughput, and interlocking's throughput
-    between local's and pp-1f1b's. The model beside them: a scheme's throughput relative to
-    pp-1f1b is (its compute per step / (1 − its idle closed form)) against pp-1f1b's, with each
-    run's own measured (paced) compute per step."""
+    it fails, the diagnosis: `local` faster than pp-1f1b and within `MODEL_TOLERANCE` of the
+    model, and interlocking's throughput between local's and pp-1f1b's. The model: a scheme's
+    throughput relative to pp-1f1b is (its compute per step / (1 − its idle closed form)) against
+    pp-1f1b's, with each run's own measured (paced) compute per step."""
     by: dict = {}
     for row in rows:
         by.setdefault(row["scheme"].split()[0], row)  # the first of each scheme (depth 1)
@@ -183,9 +186,11 @@ def lessons(rows: list[dict], microbatches: int) -> dict:
 
     (t_base, c_base), (t_local, c_local), (t_inter, c_inter) = map(predicted, (base, local, inter))
     clock = base["result"].clock.label
-    ok_local = local["speedup"] >= 1.5
+    apart = local["speedup"] / (t_base / t_local) - 1
+    ok_local = local["speedup"] > 1 and abs(apart) <= MODEL_TOLERANCE
     print(f"[{clock}] local: {local['speedup']:.2f}× pp-1f1b's throughput at pp={pp}, "
-          f"m={microbatches} (model {t_base / t_local:.2f}×) — ≥ 1.5×: "
+          f"m={microbatches} (model {t_base / t_local:.2f}×, {apart:+.0%} apart) — faster than the "
+          f"flushed pipeline, as the model predicts (±{MODEL_TOLERANCE:.0%}): "
           f"{'HOLDS' if ok_local else 'DOES NOT HOLD'}")
     lo, hi = sorted((1.0, local["speedup"]))
     ok_inter = lo <= inter["speedup"] <= hi
