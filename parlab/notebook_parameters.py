@@ -76,7 +76,8 @@ CHAPTERS: dict[str, dict] = {
         "link_kb": Int(256, min=1, max=64 << 10),
     },
     "01_data_parallel": {
-        "world_size": world_sizes(2, 3, 4), "steps": steps(4), "link": LINK_10GBE,
+        "world_size": world_sizes(2, 3, 4), "steps": steps(4),
+        "link": Choice("10GbE", tuple(name for name in PRESETS if name != "loopback")),  # §5 times a link
         "accelerator": Choice("A100", tuple(ACCELERATORS)), "clock": CLOCK,
         "accum_steps": Int(2, min=1, max=GLOBAL_BATCH), "real_scale_runs": Bool(False),
         "rules": [Rule(lambda p: GLOBAL_BATCH % (p["world_size"] * p["accum_steps"]) == 0,

@@ -79,7 +79,7 @@ def test_every_parameter_is_refused_a_bad_value_by_name(stem):
      r"world_size × accum_steps = 4 × 2 must divide the global batch of 12 rows"),
     ("01_data_parallel", {"accelerator": "Z100"}, r"accelerator='Z100' must be one of \('V100', "),
     ("01_data_parallel", {"clock": "Z100"}, r"clock='Z100' must be one of \('wall', 'V100', "),
-    ("01_data_parallel", {"link": "2GbE"}, r"link='2GbE' must be one of \('loopback', '1GbE', "),
+    ("01_data_parallel", {"link": "2GbE"}, r"link='2GbE' must be one of \('1GbE', '10GbE', "),
     ("00_collectives", {"sweep_world_sizes": [2, 99]},
      r"sweep_world_sizes\[1\]=99 must be an int >= 2 and <= 8"),
     ("00_collectives", {"sweep_world_sizes": []}, r"sweep_world_sizes=\[\] must be a list of 1 to 4"),
