@@ -74,6 +74,7 @@ def test_summary_does_not_call_balanced_experts_even(capsys):
     link = SimpleNamespace(latency_s=2e-5, bandwidth_Bps=1.25e9)
     row = {"seconds": 1.0, "bytes": 100, "clock": "A100 time", "link": link}
     out = {"10GbE": {"ep": row, "ep-allgather": {**row, "seconds": 1.2, "bytes": 200},
+                     "replicated": {**row, "seconds": 0.8, "bytes": 60},
                      "dense": {**row, "seconds": 0.5}},
            "loopback": {"ep": {**row, "seconds": 0.8}, "ep-allgather": {**row, "seconds": 0.7},
                         "dense": {**row, "seconds": 0.5}}}
@@ -85,6 +86,8 @@ def test_summary_does_not_call_balanced_experts_even(capsys):
     assert "(aux 2.50 and bias 2.80 below none's 3.60): holds" in text
     assert "none overflows (max/mean ≤ the capacity factor 1.25): does NOT hold" in text
     assert "2.50× (aux) and 2.80× (bias)" in text and "evens" not in text
-    # MoE vs dense (loopback 0.8 / 0.5) told apart from EP's exchange (1.0 − 0.8 s on the link)
-    assert "2.00× the dense step" in text and "(loopback) 1.60×" in text
-    assert "the link added 200.000 ms of all-to-all" in text
+    assert "with one, 2.50× (aux) and 2.80× (bias): lower, not even" in text
+    # MoE vs dense (loopback 0.8 / 0.5) told apart from EP vs replicated experts (1.0 vs 0.8 s)
+    assert "(loopback) the MoE step took 1.60× the dense step" in text
+    assert "on 10GbE (A100 time): `ep` 1000.000 ms per step, sending 100 B" in text
+    assert "holding every expert 800.000 ms, sending 60 B" in text and "EP 1.25× slower" in text

@@ -2,8 +2,9 @@
 its printed numbers, answer them: expert capacity (GShard, Lepikhin et al. 2021; Switch, Fedus et
 al. 2022), the all-to-all's bytes at DeepSeek-V3's scale, all-gather against all-to-all with gates
 and ids (predicted, then measured by `explore.predict.gather_ratio`), the smallest ep whose memory
-fits a GPU and the node limit M an InfiniBand budget allows (design), and DeepSeek-V3's (2024) bias
-rule; each check says right or wrong, never the answer.
+fits a GPU, the node limit M an InfiniBand budget allows, and up to how many tokens expert
+parallelism sends fewer bytes than replicated experts (design); each check says right or wrong,
+never the answer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def answers() -> dict:
             "gather-ratio": ep * (2 * C + 3 * k) / (2 * k * C),
             "ep-memory-fit": min(fits),
             "node-limit": math.floor(5e-3 / ib_rows),
-            "bias": 0.03 / (2 * 0.001)}
+            "ep-or-replicate": 64 * 4 * 4096 / 2}
 
 
 # the predict-then-run exercise's setting: `explore.predict.gather_ratio` runs it
@@ -71,13 +72,16 @@ EXERCISES = [
              "Worst case: every token copied to M remote nodes, each copy C·2 bytes over IB.",
              "N_r·M·C·2 B ÷ 50 GB/s ≤ 5 ms ⇔ M ≤ 5 ms · 50 GB/s ÷ (4,096·7,168·2 B) ≈ 4.3",
              kind="design"),
-    Exercise("bias", "DeepSeek-V3 moves each expert's bias by γ per step: −γ while it is "
-             "over-loaded, +γ while under-loaded; the bias only enters the top-k choice. For one "
-             "token, expert A's score beats expert B's by 0.03; A is over-loaded and B under-loaded "
-             "at every step, γ = 0.001. After how many steps are A and B tied for that token?",
-             numeric(_A["bias"], rtol=0, atol=0.6),
-             "Both biases move each step, in opposite directions.",
-             "the gap closes by 2γ per step: 0.03 / (2γ)"),
+    Exercise("ep-or-replicate", "Design: one MoE layer of E = 64 experts, each a 4C-wide MLP "
+             "(2·C·4C parameters) with C = 4,096, k = 2, on 64 GPUs, bf16 gradients and rows. "
+             "Either ep = 64 (one expert per GPU; dispatch, combine and their two backward "
+             "exchanges, balanced) or every GPU holds all 64 experts and ring-all-reduces their "
+             "gradients once per step. Up to how many tokens per GPU per step does expert "
+             "parallelism send fewer bytes per GPU for this layer?",
+             numeric(_A["ep-or-replicate"], rtol=0.01),
+             "Ring all-reduce: 2(W−1)/W of the gradient bytes per rank; EP: four exchanges of "
+             "(ep−1)/ep of N_r·k rows. Set them equal; most factors cancel.",
+             "2·(63/64)·E·8C²·2 B = 4·(63/64)·N_r·k·C·2 B ⇔ N_r = E·4C/k", kind="design"),
 ]
 
 

@@ -284,21 +284,24 @@ def summary(out: dict, balance: dict, link: str = TIMING_LINK, last: int = 10,
                                      f"balancing narrows the spread, it does not remove it here"))
     ran = rows["ep"]["link"]
     ab = ran.latency_s * ran.bandwidth_Bps
-    dense = rows["dense"]["seconds"]
     print("\nWhen to use it (from this run):")
     print(f"- all-to-all (`ep`) over all-gather when k < ep and the dispatch messages reach the "
           f"link's α·β ({ab:,.0f} B on {link}), where the all-gather's extra bytes cost as much "
           f"as a round's latency; well below it latency dominates both (the α-β model)")
     loop = out["loopback"]
-    exchange = rows["ep"]["seconds"] - loop["ep"]["seconds"]
-    print(f"- the MoE step under `ep` took {rows['ep']['seconds'] / dense:.2f}× the dense step of "
-          f"equal active parameters on {link}; without any link time (loopback) "
-          f"{loop['ep']['seconds'] / loop['dense']['seconds']:.2f}× — the MoE layer's routing and "
-          f"index operators, which the FLOP count leaves out (MoE vs dense) — and the link added "
-          f"{1e3 * exchange:.3f} ms (EP's all-to-alls and the dense gradients' all-reduce; the "
-          f"dense model's all-reduce alone added "
-          f"{1e3 * (dense - loop['dense']['seconds']):.3f} ms). EP pays when the experts' memory, "
-          f"not FLOPs, is what one rank cannot hold: parameters per rank fall as 1/ep (section 5)")
+    print(f"- MoE vs dense: without any link time (loopback) the MoE step took "
+          f"{loop['ep']['seconds'] / loop['dense']['seconds']:.2f}× the dense step of equal active "
+          f"parameters — the MoE layer's routing and index operators, which the FLOP count leaves "
+          f"out; what it buys is the loss above, not speed")
+    ep, rep = rows["ep"], rows["replicated"]
+    print(f"- EP vs replicated experts on {link} ({ep['clock']}): `ep` {1e3 * ep['seconds']:.3f} ms "
+          f"per step, "
+          f"sending {ep['bytes']:,} B (all-to-alls grow with the tokens), against every rank "
+          f"holding every expert {1e3 * rep['seconds']:.3f} ms, sending {rep['bytes']:,} B "
+          f"(all-reduce grows with the experts' parameters): EP "
+          + ("faster" if ep["seconds"] < rep["seconds"] else
+             f"{ep['seconds'] / rep['seconds']:.2f}× slower") + " here. EP pays when the experts' "
+          "memory is what one rank cannot hold: parameters per rank fall as 1/ep (section 5)")
     lower = max(tail["aux"], tail["bias"]) < tail["none"]
     print(f"- train with a balancing term: without one, the worst expert sat at "
           f"{tail['none']:.2f}× the mean load (ceiling {balance['none']['ceiling']:g}) and every "

@@ -1,4 +1,5 @@
-"""Sparse against dense at equal *active* parameters: `ep`, `ep-allgather` and the tiny GPT.
+"""Sparse against dense at equal *active* parameters: `ep`, `ep-allgather`, the same MoE with its
+experts replicated (`ep` at ep = 1: data parallel only) and the tiny GPT.
 
 Shazeer et al. 2017: an MoE layer adds parameters, not FLOPs per token, so the fair dense
 baseline has the parameters each token uses: router C·E plus k experts of width h against the
@@ -23,6 +24,7 @@ DENSE_SCHEME = ("ddp-bucketed", {"bucket_mb": 25.0})  # one flat all-reduce of e
 TIMING_LINK = "10GbE"  # where the bytes weigh against the tiny GPT's step (module docstring)
 TIMING_BATCH = 256  # sequences of 32 tokens: 4,096 tokens per rank at 2 ranks
 TIMING_TOP_K = 1  # Switch's k = 1: all-gather moves ~ep/k = 2× the all-to-all's bytes at ep = 2
+RUNS = ("ep", "ep-allgather", "replicated", "dense")  # replicated: the MoE at ep = 1 (dp only)
 
 
 def equal_active_width(top_k: int, n_experts: int, n_embd: int) -> int:
@@ -62,6 +64,9 @@ def _run(name: str, world_size: int, steps: int, overrides: dict, link, clock, b
         scheme, options = DENSE_SCHEME
         return parlab.run(scheme, world_size=world_size, model="gpt", steps=steps, link=link,
                           **options, **common)
+    if name == "replicated":  # ep = 1: every rank all experts, their gradients all-reduced
+        return parlab.run("ep", world_size=world_size, model="gpt-moe", steps=steps, ep=1,
+                          model_config=overrides, link=link, **common)
     return parlab.run(name, world_size=world_size, model="gpt-moe", steps=steps,
                       model_config=overrides, link=link, **common)
 
@@ -84,7 +89,7 @@ def compare(world_size: int, link: str = TIMING_LINK, steps: int = 4, top_k: int
     for name_link in ("loopback", link):
         emulated = resolve(name_link)
         rows = {}
-        for name in ("ep", "ep-allgather", "dense"):
+        for name in RUNS:
             result = _run(name, world_size, steps, overrides, emulated, clock, batch_size)
             ran = result.config.link  # the paced link on a paced clock
             rows[name] = {"seconds": result.step_time(),
@@ -233,8 +238,8 @@ def draw_times(out: dict):
         rows = out[name_link]
         measured = [1e3 * rows[n]["seconds"] for n in names]
         predicted = [1e3 * rows[n]["predicted"] for n in names]
-        ax.bar(names, measured, color=["tab:blue", "tab:orange", "tab:grey"][:len(names)],
-               label="measured")
+        colors = ["tab:blue", "tab:orange", "tab:green", "tab:grey"][:len(names)]
+        ax.bar(names, measured, color=colors, label="measured")
         ax.scatter(names, predicted, marker="_", s=900, color="black", zorder=3,
                    label="α-β prediction")
         ax.set_ylabel(f"ms per step ({rows[names[0]]['clock']})", fontsize=8)
