@@ -15,7 +15,7 @@ from parlab.zero import exercises as zero_exercises
 # The right answers, worked out independently of the checks (see each exercise's solution).
 RIGHT = {
     zero_exercises: {
-        "zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64,          # GB: 2Ψ + 14Ψ/N
+        "zero2-gpu": 32 / (2 + 14 / 64),               # billions: 2Ψ + 14Ψ/N <= 32 GB
         "zero3-fit": 14,                                # 16·70e9/N <= 80e9
         "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
         "zero3-padding": (1734 + 4 * 6454) * 4,         # n_embd=40: Σ ⌈u/3⌉ · 4 B
@@ -34,7 +34,7 @@ RIGHT = {
     },
     pp_exercises: {
         "interleaved-bubble": 7 / 71,                   # (p-1)/(v·m+p-1), p=8, m=32, v=2
-        "1f1b-memory-gpu": 9 * 3.2,                     # GB: (p - s) · 3.2, p=12, s=3
+        "1f1b-memory-gpu": 13 * 6 * 0.4,                # GB: (p - s) · L/p · 0.4, p=16, s=3
         "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B
         "lost-mfu": 0.55 * 24 * 0.12 / (31 * 0.12 + 0.15),  # MFU · m(f+b) / ((m+p-1)(f+b) + exposed)
         "schedule-fits": "zb",                          # gpipe 57+80, interleaved v=4 57+24.4 > 80

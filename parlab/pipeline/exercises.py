@@ -54,7 +54,7 @@ def answers() -> dict:
         "bubble-measured": cost.theory_bubble("1f1b", PREDICT_P, PREDICT_M),
         "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 32, 2),
                                                 forward=1.0 / 2),
-        "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 12, 48, 3) * 3.2,
+        "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 16, 64, 3) * (96 // 16) * 0.4,
         "p2p-bytes": cost.p2p_bytes_per_step(8, 2, 16, 0, TOKENS * HIDDEN, itemsize=BF16) / 1e9,
     }
 
@@ -70,13 +70,15 @@ EXERCISES = [
              "Each fill / drain slot is v times shorter.",
              "(p−1)/(v·m+p−1); the simulated schedule agrees."),
     Exercise("1f1b-memory-gpu",
-             "A 1F1B pipeline of p = 12 stages runs m = 48 micro-batches; one micro-batch's "
-             "activations on one stage take 3.2 GB. How many GB of activations does stage 3 "
-             "(counting from 0) hold at its peak?",
+             "A 96-layer model trains in 1F1B with m = 64 micro-batches, its layers split evenly "
+             "over p = 16 stages; one micro-batch's activations take 0.4 GB per layer. How many GB "
+             "of activations does stage 3 (counting from 0) hold at its peak? (Then work out the "
+             "first stage's at p = 8 and at p = 32.)",
              numeric(_A["1f1b-memory-gpu"], rtol=0.01),
              "1F1B's warm-up on stage s runs p − s − 1 forwards, then one more before its first "
              "backward, and keeps that many in flight.",
-             "min(p − s, m) micro-batches × 3.2 GB, whatever m is beyond that."),
+             "min(p − s, m) micro-batches × 96/p layers × 0.4 GB; the first stage holds "
+             "p · (96/p) · 0.4 GB = 38.4 GB whatever p: a deeper pipeline does not shrink it."),
     Exercise("p2p-bytes",
              "A 70B-class model (hidden C = 8,192) in interleaved 1F1B: p = 8 pipeline ranks, "
              "v = 2 chunks per rank, m = 16 micro-batches of one 4,096-token sequence each, bf16 "

@@ -1,4 +1,4 @@
-"""Notebook 02's exercises (`parlab.exercises`): ZeRO's model states per GPU and how many GPUs a
+"""Notebook 02's exercises (`parlab.exercises`): the largest model ZeRO-2's states let fit, how many GPUs a
 70B model needs (Rajbhandari et al., SC 2020), the largest micro-batch of Llama 3 8B under ZeRO-3
 with full recomputation (Korthikanti et al., MLSys 2023), ZeRO-3's bytes per step, the padding of
 flat units, and ZeRO-2's bytes of a wider GPT than the chapter runs (predict, then the cell after
@@ -38,20 +38,22 @@ def _llama_microbatch() -> int:
 
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
-    return {"zero2-gpu": 2 * 7.5 + 14 * 7.5 / 64, "zero3-fit": 14,
+    return {"zero2-gpu": 32 / (2 + 14 / 64), "zero3-fit": 14,
             "zero3-bytes-gpu": 3 * 7 / 8 * 7e9 * 2 / 1e9, "zero3-padding": _padded_params_bytes(3),
             "zero2-bytes": step_bytes(2, _unit_numels(), 4), "llama-microbatch": _llama_microbatch()}
 
 
 EXERCISES = [
     Exercise("zero2-gpu",
-             "The ZeRO paper's Figure 1: Ψ = 7.5 billion parameters, mixed precision with Adam "
-             "(K = 12), N = 64 GPUs. How many GB of model states does each GPU hold under ZeRO-2 "
-             "(optimizer states and gradients sharded)? Answer in GB (10^9 bytes).",
-             numeric(2 * 7.5 + 14 * 7.5 / 64, rtol=0.01),
+             "Mixed precision with Adam (K = 12) on N = 64 GPUs under ZeRO-2 (optimizer states "
+             "and gradients sharded), with 32 GB per GPU left for model states once activations "
+             "are counted. How many billion parameters can the model have at most?",
+             numeric(32 / (2 + 14 / 64), rtol=0.01),
              "fp16 parameters stay whole (2Ψ); gradients (2Ψ) and the K = 12 bytes of Adam state "
              "are divided by N: mixed_precision_formula(2, Ψ, N).",
-             "2Ψ + (2 + 12)Ψ/N = 15 GB + 105 GB / 64 = 16.6 GB (the paper's Figure 1 says 16.6 GB)."),
+             "2Ψ + (2 + 12)Ψ/N ≤ 32 GB: Ψ ≤ 32 / (2 + 14/64) = 14.4 billion — the whole 16-bit "
+             "copy of the parameters, 2Ψ, is what limits it (the paper's Figure 1: 7.5B takes "
+             "16.6 GB)."),
     Exercise("zero3-fit",
              "A 70-billion-parameter model trains in mixed precision with Adam on 80 GB GPUs. "
              "Ignoring activations, what is the smallest number N of GPUs on which ZeRO-3's model "
