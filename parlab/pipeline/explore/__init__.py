@@ -329,6 +329,17 @@ def compare_step_times(results: dict) -> None:
               "the wide model of the Timelines section, where the measured bubbles follow theory.")
 
 
+PANEL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "naive")
+
+
+def panel_follow(values: dict) -> dict:
+    """`widgets.experiment_panel`'s `follow`: interleaved is offered only where it can run (m a
+    multiple of p, 2 chunks per rank of the panel's 4 layers)."""
+    p, m = values["world_size"], values["microbatches"]
+    offered = [s for s in PANEL_SCHEDULES if s != "interleaved" or (m % p == 0 and 2 * p <= 4)]
+    return {"schedule": (offered, values["schedule"] if values["schedule"] in offered else "1f1b")}
+
+
 def widget_run(world_size: int = 2, microbatches: int = 4, schedule: str = "1f1b") -> None:
     """The panel's callback: run one schedule and draw its ideal and measured timelines."""
     if schedule == "interleaved" and (microbatches % world_size or 2 * world_size > 4):
