@@ -20,6 +20,7 @@ producer's layout into the consumer's, backward the consumer's gradient into the
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -160,8 +161,15 @@ def hap_block(block: Block, program: pg.Program, cuts: dict, comm) -> Block:
     c_proj = linear(attn.c_proj, "attn_proj", "heads", "attn_out")  # back in the stream's layout
     c_fc = linear(block.mlp.c_fc, "c_fc", "ln_2", "hidden")  # GeLU's layout
     mlp_proj = linear(block.mlp.c_proj, "mlp_proj", "act", "mlp_out")
-    return Block(copy.deepcopy(block.ln_1), CausalSelfAttention(c_attn, c_proj, heads, attn.head_dim),
-                 copy.deepcopy(block.ln_2), MLPBlock(c_fc, mlp_proj))
+    return Block(_copy(block.ln_1), CausalSelfAttention(c_attn, c_proj, heads, attn.head_dim),
+                 _copy(block.ln_2), MLPBlock(c_fc, mlp_proj))
+
+
+def _copy(module: nn.Module) -> nn.Module:
+    """A deep copy; shapes-only, torch warns that deepcopy reads a fake tensor's data pointer."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+        return copy.deepcopy(module)
 
 
 class HapGPT(nn.Module):
@@ -177,7 +185,7 @@ class HapGPT(nn.Module):
         self.config, self.program, self.split = m, program, split
         self.rows = (bounds(split["rows"])[comm.rank] if program["stream"] == pg.DATA
                      else (0, sum(split["rows"])))
-        self.wte, self.wpe, self.ln_f = (copy.deepcopy(x) for x in (model.wte, model.wpe, model.ln_f))
+        self.wte, self.wpe, self.ln_f = (_copy(x) for x in (model.wte, model.wpe, model.ln_f))
         cuts = {w: layouts_of(w, m, split) for w in (1, 3, 4)}
         self.blocks = nn.ModuleList(hap_block(b, program, cuts, comm) for b in model.blocks)
 
