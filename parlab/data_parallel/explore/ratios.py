@@ -39,7 +39,8 @@ def comm_ratios(regime: dict, world_size: int, warmup: int = 1) -> dict:
     share = exposed_fraction(naive, warmup)
     unit = naive.clock.unit
     same = abs(closed / direct - 1) < 1e-6
-    print(f"communication ÷ compute, three ways (N={n}, {link.name.split(',')[0]}, {unit}):")
+    print(f"communication ÷ compute, three ways (N={n}, {link.name.split(',')[0]}, {unit}; "
+          f"Ψ = {psi:,} parameters, {len(numels)} gradient tensors):")
     print(f"  bandwidth only, 8(N−1)F/(6Nτβ) with F = {flops / 1e12:.3g} TFLOP/s achieved, "
           f"τ = {tau} tokens/rank: {closed:.2f}  (2(N−1)/N·4Ψ/β ÷ forward+backward = "
           f"{direct:.2f}: {'the same' if same else 'DIFFERENT'})")
