@@ -17,7 +17,7 @@ RIGHT = {
     zero_exercises: {
         "zero2-gpu": 32 / (2 + 14 / 64),               # billions: 2Ψ + 14Ψ/N <= 32 GB
         "zero3-fit": 14,                                # 16·70e9/N <= 80e9
-        "zero3-bytes-gpu": 3 * 7 / 8 * 14,              # GB: 3(N-1)/N · 2Ψ
+        "zero3-bytes-gpu": (3 * 7 / 8 * 14 / 300) / (6 * 7e9 * 8192 / 150e12),  # comm s / compute s
         "zero3-padding": (1734 + 4 * 6454) * 4,         # n_embd=40: Σ ⌈u/3⌉ · 4 B
         "zero2-bytes": 2 * 3 * 82640,                   # n_embd=40: 2 · 3/4 · Ψ · 4 B
         "llama-microbatch": 33,  # ⌊(80e9 − 16Ψ/16) / (32 · 8192 · 4096 · 2 B)⌋, Ψ = 8.03e9

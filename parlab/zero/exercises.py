@@ -36,10 +36,17 @@ def _llama_microbatch() -> int:
     return int(free // real_scale.activation_bytes("llama3-8b", 1, 8192, "full"))
 
 
+def _zero3_comm_share(params: float = 7e9, n: int = 8, tokens: int = 8192) -> float:
+    """ZeRO-3's three ring collectives of 2Ψ bytes over NVLink 3, over the step's 6Ψ·tokens FLOPs
+    at the A100's sustained rate (the `zero3-bytes-gpu` exercise)."""
+    comm_s = 3 * (n - 1) / n * 2 * params / 300e9
+    return comm_s / (6 * params * tokens / 150e12)
+
+
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
     return {"zero2-gpu": 32 / (2 + 14 / 64), "zero3-fit": 14,
-            "zero3-bytes-gpu": 3 * 7 / 8 * 7e9 * 2 / 1e9, "zero3-padding": _padded_params_bytes(3),
+            "zero3-bytes-gpu": _zero3_comm_share(), "zero3-padding": _padded_params_bytes(3),
             "zero2-bytes": step_bytes(2, _unit_numels(), 4), "llama-microbatch": _llama_microbatch()}
 
 
@@ -74,13 +81,17 @@ EXERCISES = [
              "States 16 · 8.03e9 / 16 = 8.03 GB; one sequence 32 · 8192 · 4096 · 2 B = 2.15 GB; "
              "⌊(80 − 8.03) / 2.15⌋ sequences.", kind="design"),
     Exercise("zero3-bytes-gpu",
-             "ZeRO-3 on N = 8 GPUs for a 7-billion-parameter model whose parameters and gradients "
-             "travel in bf16 (2 bytes). How many GB does each GPU send per training step (ring "
-             "collectives)?",
-             numeric(3 * 7 / 8 * 7e9 * 2 / 1e9, rtol=0.01),
+             "ZeRO-3 on N = 8 A100s in one node (NVLink 3: 300 GB/s per direction; ring "
+             "collectives, ignore α) for a 7-billion-parameter model whose parameters and "
+             "gradients travel in bf16 (2 bytes); each GPU trains on 8,192 tokens per step at 150 "
+             "TFLOP/s sustained, 6Ψ FLOPs per token. If none of its collectives overlapped the "
+             "compute, what fraction of the step's compute time would they add? (A fraction.)",
+             numeric(_zero3_comm_share(), rtol=0.02),
              "Two all-gathers of the parameters (before forward, before backward) and one "
              "reduce-scatter of the gradients, each (N-1)/N of the 2Ψ bytes.",
-             "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step: 1.5× DDP's 2 · 7/8 · 14 = 24.5 GB."),
+             "3 · (N-1)/N · 2Ψ = 3 · 7/8 · 14 GB = 36.75 GB per step (1.5× DDP's 24.5 GB), "
+             "122.5 ms on NVLink 3, against 6 · 7e9 · 8,192 / 150e12 = 2.29 s of compute: 0.053 — "
+             "on NVLink, ZeRO-3's extra bytes are cheap."),
     Exercise("zero3-padding",
              "The GPT with n_embd = 40 has flat units of 5,200 (root) and 19,360 (each of 4 "
              "blocks) parameters. How many bytes of parameters does one rank hold under ZeRO-3 at "
