@@ -49,6 +49,7 @@ class Sweep:
     load: str  # `uptime`'s load average when the sweep ran
     clock: object = None  # the runs' parlab.core.clock.Clock
     method: str = "leave one out"  # how each prediction was calibrated
+    memory_cap: float | None = None  # bytes per rank the pick and the best measured plan must fit
 
     def frame(self):
         import pandas as pd
@@ -107,7 +108,8 @@ def sweep(world_size: int, link: str | None = LINK, steps: int = 3, plans: list 
     _CALIBRATIONS[(world_size, link, clock)] = calibration
     rows, judgement = score(preds, measured, base, memory_cap)
     return Sweep(world_size, link, rows, judgement, calibration,
-                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method)
+                 {p: m["result"] for p, m in measured.items()}, preds, measured, load, clk, method,
+                 memory_cap)
 
 
 def score(preds: list, measured: dict, calibration: set, memory_cap: float | None = None) -> tuple:
@@ -144,7 +146,7 @@ def goals_report(s: Sweep) -> None:
            ": every plan, each predicted by a fit on the others"))
     print(f"median |error| {j.median_error:.1%}   goal ≤ {g['median_error']:.0%}")
     print(f"Spearman rank correlation {j.spearman:.3f}   goal ≥ {g['spearman']}")
-    print(f"planner's pick {j.choice}, best measured {j.best}: regret {j.regret:.1%}   "
+    print(f"planner's pick {j.choice}, best measured {j.best}{_under(s)}: regret {j.regret:.1%}   "
           f"goal ≤ {g['regret']:.0%}")
     for goal, ok in j.goals().items():
         print(f"  {goal}: {'met' if ok else 'MISSED'}")
@@ -176,6 +178,11 @@ def diagnose(s: Sweep) -> str:
     return (f"diagnosis: plans with {worst} > 1 measured {med[worst]:.2f}× their prediction "
             f"(median; per dimension: " + ", ".join(f"{d} {v:.2f}×" for d, v in med.items())
             + f"); the largest single error is {spread:.0%}; {cause}.")
+
+
+def _under(s: Sweep) -> str:
+    """ " (both under the 1.40 MB cap)": the cap the pick and the best plan were chosen under."""
+    return "" if s.memory_cap is None else f" (both under the {s.memory_cap / 1e6:.2f} MB cap per rank)"
 
 
 def planner_table(s: Sweep, caps_mb: list[float]):
@@ -228,7 +235,7 @@ def headline(s: Sweep) -> None:
           f"form in {peak_ok} of {n}: {'agrees' if bytes_ok == peak_ok == n else 'DOES NOT agree'}")
     print(f"- predicted vs measured ({s.method}): median |error| {j.median_error:.1%} "
           f"(goal ≤ {g['median_error']:.0%}), Spearman {j.spearman:.3f} (goal ≥ {g['spearman']})")
-    print(f"- the planner's pick {j.choice} vs the best measured {j.best}: regret {j.regret:.1%} "
+    print(f"- the planner's pick {j.choice} vs the best measured {j.best}{_under(s)}: regret {j.regret:.1%} "
           f"(goal ≤ {g['regret']:.0%})")
     missed = [k for k, ok in j.goals().items() if not ok]
     print("verdict: the cost model agrees with this run on all three goals" if not missed else
