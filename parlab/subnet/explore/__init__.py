@@ -283,7 +283,7 @@ def step_times(world_size: int = 2, link: str = "NVLink", steps: int = 4, owners
                        "own operators cost more than the link time saved")
         shown = options or {"owners": f"all {world_size}", "mask": "—", "granularity": "—"}  # DDP
         rows.append({"scheme": scheme, **shown, "clock": result.clock.label, "step_ms": ms,
-                     "link_ms": link_ms, "bytes_per_step": sent, "vs_ddp": ms / base,
+                     "link_ms": link_ms, "bytes_per_step": sent, "step_vs_naive": ms / base,
                      "verdict": verdict})
     return rows
 
