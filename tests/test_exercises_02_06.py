@@ -23,7 +23,7 @@ RIGHT = {
         "llama-microbatch": 33,  # ⌊(80e9 − 16Ψ/16) / (32 · 8192 · 4096 · 2 B)⌋, Ψ = 8.03e9
     },
     tp_exercises: {
-        "gpt3-tp-bytes": 4 * 1.75 * 2048 * 12288 * 2 / 1e6,
+        "tp-or-zero3-bytes": 4.5 * 12288,                # 14·BTC = 63·C² B per GPU and block
         "gpt3-sp-fit": 175e9 * 16 / 64 / 1e9 + 8 * 12 * 2048 * 12288 / 8 * (34 + 80) / 1e9,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 40 * 4,     # C = 40
         "balanced-reshard": 4096 * 4096,

@@ -1,8 +1,9 @@
-"""Chapter 03's exercises (`parlab.exercises`): GPU-scale worked problems (Megatron-LM's
-f and g, our even-split resharding), three design problems at GPU scale (whether GPT-3's first
-pipeline stage fits with sequence parallelism, by Korthikanti et al.'s activation count; how wide a
-model must be for TP to pay past the NVLink domain; the MFU that exposed TP communication costs)
-and one predict-then-run (the ledger's bytes); each check says right or wrong, never the answer.
+"""Chapter 03's exercises (`parlab.exercises`): a GPU-scale worked problem (our even-split
+resharding), four design problems at GPU scale (when TP's bytes outgrow ZeRO-3's; whether GPT-3's
+first pipeline stage fits with sequence parallelism, by Korthikanti et al.'s activation count; how
+wide a model must be for TP to pay past the NVLink domain; the MFU that exposed TP communication
+costs) and one predict-then-run (the ledger's bytes); each check says right or wrong, never the
+answer.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ def _forward_bytes(tp: int) -> int:
 _GPT3 = {"s": 2048, "b": 1, "h": 12288, "a": 96, "tp": 8}
 
 
+def _tp_equals_zero3_tokens(width: int = 12288, n: int = 8) -> float:
+    """B·T at which tp = n's four ring all-reduces of B·T·C per block send what ZeRO-3's three ring
+    collectives of the block's 12C² weights send (both in bf16)."""
+    tp_per_token = 4 * 2 * (n - 1) / n * width * 2
+    return 3 * (n - 1) / n * 12 * width**2 * 2 / tp_per_token
+
+
 def _sp_fit_gb(params: float = 175e9, layers: int = 96, pp: int = 8) -> float:
     """GB on a GPU of the first 1F1B stage: model states (16 B per parameter over tp·pp) and p
     micro-batches of its layers' TP + SP activations (Korthikanti et al.'s count)."""
@@ -32,14 +40,19 @@ def _sp_fit_gb(params: float = 175e9, layers: int = 96, pp: int = 8) -> float:
     return (params * 16 / (g["tp"] * pp) + pp * (layers // pp) * per_layer) / 1e9
 
 EXERCISES = [
-    Exercise("gpt3-tp-bytes",
-             "GPT-3 175B (C = 12,288, T = 2,048), micro-batch of 1 sequence, bf16 activations, "
-             "tp = 8 with ring all-reduces. How many MB (10^6 B) does one GPU send per transformer "
-             "block per training step (forward and backward)?",
-             numeric(4 * 2 * 7 / 8 * 2048 * 12288 * 2 / 1e6, rtol=0.01),
-             "Per block: 2 all-reduces forward (g) and 2 backward (f), each of B·T·C elements; a "
-             "ring all-reduce sends 2(N−1)/N of the buffer.",
-             "4 · 2 · 7/8 · (2,048 · 12,288 · 2 B) = 4 · 1.75 · 50.3 MB = 352 MB per block and step."),
+    Exercise("tp-or-zero3-bytes",
+             "Design: GPT-3 175B's blocks (C = 12,288; 12C² weights each) on the 8 GPUs of one "
+             "node, bf16 activations, weights and gradients, ring collectives. Per block and "
+             "training step, tensor parallelism (tp = 8) moves activations, ZeRO-3 (N = 8, "
+             "chapter 02) moves weights and gradients. Above how many tokens per micro-batch "
+             "(B·T) does TP send more bytes per GPU than ZeRO-3? (A number of tokens.)",
+             numeric(_tp_equals_zero3_tokens(), rtol=0.002),
+             "TP: 4 all-reduces of B·T·C elements per block; ZeRO-3: two all-gathers of the "
+             "block's weights and one reduce-scatter of its gradients. Which grows with tokens?",
+             "TP 4 · 2 · 7/8 · B·T·C · 2 B = 14·B·T·C; ZeRO-3 3 · 7/8 · 12C² · 2 B = 63·C²; equal "
+             "at B·T = 4.5·C = 55,296 tokens: TP's bytes grow with the tokens, ZeRO-3's with the "
+             "weights.",
+             kind="design"),
     Exercise("gpt3-sp-fit",
              "Design: GPT-3 175B (96 layers, s = 2,048, h = 12,288, a = 96 heads) on 64 A100s of "
              "80 GB: tp = 8 with sequence parallelism inside each node, pp = 8 stages of 12 layers "
