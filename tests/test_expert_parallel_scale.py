@@ -82,3 +82,16 @@ def test_the_loss_comparison_refuses_a_task_it_lacks_and_a_spread_of_one_seed():
         quality.compare(steps=40, task="tables")
     with pytest.raises(ValueError, match="needs at least 2 seeds"):
         quality.compare(steps=40, seeds=(0,))
+
+
+def test_the_loss_figure_draws_each_model_and_chance():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from parlab.expert_parallel.explore import quality
+
+    curves = [[4.5 - 0.01 * i for i in range(30)] for _ in range(3)]
+    fig = quality.draw({"task": "lookup", "seeds": (0, 1, 2), "dense_curves": curves,
+                        "moe_curves": curves})
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert labels == ["dense", "moe", "chance"]

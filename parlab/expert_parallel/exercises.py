@@ -1,9 +1,9 @@
 """Notebook 07's exercises (`parlab.exercises`), at GPU scale so that the chapter's formulas, not
 its printed numbers, answer them: expert capacity (GShard, Lepikhin et al. 2021; Switch, Fedus et
-al. 2022), the all-to-all's bytes at DeepSeek-V3's scale, all-gather against all-to-all with gates
-and ids (predicted, then measured by `explore.predict.gather_ratio`), the smallest ep whose memory
-fits a GPU, the node limit M an InfiniBand budget allows, and up to how many tokens expert
-parallelism sends fewer bytes than replicated experts (design); each check says right or wrong,
+al. 2022), all-gather against all-to-all with gates and ids (predicted, then measured by
+`explore.predict.gather_ratio`), the smallest ep whose memory fits a GPU, the node limit M an
+InfiniBand budget allows, up to how many tokens expert parallelism sends fewer bytes than
+replicated experts (design), and DeepSeek-V3's (2024) bias rule; each check says right or wrong,
 never the answer.
 """
 
@@ -20,11 +20,11 @@ def answers() -> dict:
     fits = [e for e in (1, 2, 4, 8, 16, 32, 64) if 16 * (2e9 + 64 * 5e8 / e) <= 60e9]
     ib_rows = 4096 * 7168 * 2 / 50e9  # seconds one remote node's copy of every token costs
     return {"capacity": math.ceil(1.25 * 512 * 2048 * 1 / 128),
-            "balanced-dispatch": (64 - 1) / 64 * 4096 * 8 * 7168 * 2,
             "gather-ratio": ep * (2 * C + 3 * k) / (2 * k * C),
             "ep-memory-fit": min(fits),
             "node-limit": math.floor(5e-3 / ib_rows),
-            "ep-or-replicate": 64 * 4 * 4096 / 2}
+            "ep-or-replicate": 64 * 4 * 4096 / 2,
+            "bias": 0.03 / (2 * 0.001)}
 
 
 # the predict-then-run exercise's setting: `explore.predict.gather_ratio` runs it
@@ -39,12 +39,6 @@ EXERCISES = [
              "per step?", numeric(_A["capacity"], rtol=0, atol=0.5),
              "cap = ⌈cf · N · k / E⌉ with N the global tokens.",
              "⌈1.25 · 1,048,576 · 1 / 128⌉"),
-    Exercise("balanced-dispatch", "DeepSeek-V3's scale: ep = 64 ranks, 4,096 tokens per rank, "
-             "k = 8, width C = 7,168, bf16 rows, routing perfectly balanced, nothing dropped. "
-             "Bytes one rank sends in one MoE layer's dispatch?",
-             numeric(_A["balanced-dispatch"], rtol=0.002),
-             "Of its N_r·k rows, the (ep−1)/ep whose experts live elsewhere leave the rank.",
-             "(ep−1)/ep · N_r · k · C · 2 B"),
     Exercise("gather-ratio", "Predict, then run: gpt-moe of width C = 48, k = 1, even routing "
              "(every expert the same number of tokens), no capacity, on ep = 4 ranks. This "
              "chapter's all-gather method (fp32 tokens and gates, int64 expert ids, fp32 outputs "
@@ -82,6 +76,13 @@ EXERCISES = [
              "Ring all-reduce: 2(W−1)/W of the gradient bytes per rank; EP: four exchanges of "
              "(ep−1)/ep of N_r·k rows. Set them equal; most factors cancel.",
              "2·(63/64)·E·8C²·2 B = 4·(63/64)·N_r·k·C·2 B ⇔ N_r = E·4C/k", kind="design"),
+    Exercise("bias", "DeepSeek-V3 moves each expert's bias by γ per step: −γ while it is "
+             "over-loaded, +γ while under-loaded; the bias only enters the top-k choice. For one "
+             "token, expert A's score beats expert B's by 0.03; A is over-loaded and B under-loaded "
+             "at every step, γ = 0.001. After how many steps are A and B tied for that token?",
+             numeric(_A["bias"], rtol=0, atol=0.6),
+             "Both biases move each step, in opposite directions.",
+             "the gap closes by 2γ per step: 0.03 / (2γ)"),
 ]
 
 

@@ -87,6 +87,7 @@ def compare(steps: int = 150, seeds=(0, 1, 2), n_experts: int = 8, top_k: int = 
     for name, cfg in (("dense", {}), ("moe", over)):
         model = "gpt" if name == "dense" else "gpt-moe"
         curves = [train_losses(model, cfg, s, steps, batch_size, task) for s in seeds]
+        out[name + "_curves"] = curves
         out[name] = [sum(curve[-tail:]) / tail for curve in curves]
         out[name + "_before"] = [sum(curve[-2 * tail:-tail]) / tail for curve in curves]
     return out
@@ -139,3 +140,29 @@ def show(steps: int = 150, seeds=(0, 1, 2), n_experts: int = 8, top_k: int = 1,
           f"{falling['dense']:.3f} (dense) and {falling['moe']:.3f} (MoE) nats against the "
           f"{out['tail']} steps before")
     return {**out, **v}
+
+
+def draw(out: dict, window: int = 10):
+    """Each model's loss per step (a running mean over `window` steps): the seeds' mean as a line,
+    their min–max as a band, chance (ln 96) dashed on the lookup task."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    for name, color in (("dense", "tab:grey"), ("moe", "tab:blue")):
+        smooth = [[sum(c[max(0, i - window + 1):i + 1]) / len(c[max(0, i - window + 1):i + 1])
+                   for i in range(len(c))] for c in out[name + "_curves"]]
+        steps = range(len(smooth[0]))
+        per_step = list(zip(*smooth))  # (steps, seeds)
+        ax.plot(steps, [sum(v) / len(v) for v in per_step], color=color, label=name)
+        ax.fill_between(steps, [min(v) for v in per_step], [max(v) for v in per_step],
+                        color=color, alpha=0.25)
+    if out["task"] == "lookup":
+        ax.axhline(math.log(lookup.VOCAB), color="black", linestyle="--", linewidth=0.8,
+                   label="chance")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"loss ({window}-step mean)")
+    ax.set_title(f"task {out['task']}: dense vs MoE at equal active parameters, "
+                 f"{len(out['seeds'])} seeds (band: min–max)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
