@@ -68,12 +68,14 @@ GLOBAL_BATCH = 12  # chapter 01's rows per step (parlab.engine.run_config's defa
 CHAPTERS: dict[str, dict] = {
     "00_collectives": {
         "world_size": Int(2, min=1, max=8),
-        "sweep_world_sizes": Items(item=Int(2, min=2, max=8), min_len=1, max_len=4),
-        "max_kb": Int(1024, min=1, max=64 << 10),  # the sweep's largest message: 64 MiB
-        "large_mb": Items(item=Int(4, min=1, max=256), max_len=4),
-        "large_repeats": Int(3, min=1, max=20),
-        "repeats": Int(7, min=1, max=50),
-        "link_kb": Int(256, min=1, max=64 << 10),
+        # the paced sweep: A100s on one real link (NVLink 3 joins up to 16: two HGX A100 boards)
+        "sweep_world_sizes": Items(item=Int(4, min=2, max=16), min_len=1, max_len=4),
+        "sweep_link": Choice("NVLink3", ("NVLink3", "HDR-IB")),
+        "sweep_max_mb": Int(1024, min=1, max=16 << 10),  # shapes-only above 1 MB: up to 16 GB
+        # the appendix: this CPU's loopback, raw
+        "loopback_world_sizes": Items(item=Int(4, min=2, max=8), min_len=1, max_len=3),
+        "loopback_max_kb": Int(1024, min=4, max=64 << 10),
+        "loopback_repeats": Int(5, min=1, max=50),
     },
     "01_data_parallel": {
         "world_size": world_sizes(2, 3, 4), "steps": steps(4),

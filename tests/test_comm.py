@@ -161,48 +161,23 @@ def test_bench_all_collective_rows_carry_the_pace_and_cpu_diagnoses():
         assert ring > 0 and gloo > 0 and re.search(r"CPUs \d+% busy", row["detail"])
 
 
-def _sweep_rows(world_size: int, times: dict) -> list[dict]:
-    """Sweep rows as `parlab.core.explore.sweep` makes them, from {(bytes, algo): seconds}."""
-    return [{"world_size": world_size, "bytes": b, "algo": a, "seconds": s} for (b, a), s in times.items()]
+def test_when_to_use_follows_the_fits_the_sweep_and_the_crossovers(capsys):
+    from parlab.core.explore.summary import when_to_use
 
+    def row(n, algo, busbw):
+        return {"world_size": n, "bytes": 1 << 30, "algo": algo, "busbw_GBps": busbw, "link": "NVLink3"}
 
-def test_when_to_use_follows_the_fits_and_the_measured_sizes():
-    from parlab.core.explore.summary import crossover_bytes, emulation_holds, ring_or_tree, when_to_use
-    from parlab.core.link import Link
-
-    # N = 4: ring 6α + 1.5 S/β, tree 4(α + S/β); ring's α larger, tree's bytes larger: they cross
-    ring = cost.AlphaBeta(alpha=10e-6, beta=1e9, algo="ring", world_size=4, reliable=True)
-    tree = cost.AlphaBeta(alpha=5e-6, beta=1e9, algo="tree", world_size=4, reliable=True)
-    cross = crossover_bytes(tree, ring)
-    assert ring.predict(cross) == pytest.approx(tree.predict(cross))
-    fits = {(4, "ring"): ring, (4, "tree"): tree}
-    agreeing = _sweep_rows(4, {(1024, "ring"): 2.0, (1024, "tree"): 1.0,
-                               (10 ** 6, "ring"): 1.0, (10 ** 6, "tree"): 2.0})
-    line = ring_or_tree(agreeing, fits, 4)
-    assert "tree is faster below" in line and "agrees with the fits" in line
-    flipped = _sweep_rows(4, {(1024, "ring"): 1.0, (1024, "tree"): 2.0,
-                              (10 ** 6, "ring"): 2.0, (10 ** 6, "tree"): 1.0})
-    line = ring_or_tree(flipped, fits, 4)  # at 1 MB the ring sends 0.75× the tree's bytes, took 2×
-    assert "differs from the fits" in line and "took 2.00× the tree's time while its busiest rank " \
-        "sends 0.75× the bytes — per-message software work" in line
-    # a ring that is cheaper in latency and in bytes never loses: no crossover
-    fast_ring = cost.AlphaBeta(alpha=1e-6, beta=1e9, algo="ring", world_size=4, reliable=False)
-    assert crossover_bytes(tree, fast_ring) is None
-    line = ring_or_tree(agreeing, {(4, "ring"): fast_ring, (4, "tree"): tree}, 4)
-    assert "the ring is faster at every size" in line and "FLAGGED" in line
-    assert "software work" not in line  # the ring was faster at 1 MB, sending fewer bytes
-    line = ring_or_tree(flipped, {(4, "ring"): fast_ring, (4, "tree"): tree}, 4)
-    assert "took 2.00× the tree's time" in line and "software work" in line
-
-    rows = [{"link": "loopback (no emulated delay)", "measured_s": 2e-3, "emulated_s": None},
-            {"link": "slow (α=1 ms, β=1 MB/s)", "measured_s": 5e-3, "emulated_s": 4e-3},
-            {"link": "fast (α=1 µs, β=1e+03 MB/s)", "measured_s": 2e-3, "emulated_s": 1e-3}]
-    line = emulation_holds(rows)
-    assert "slow 4.00 ms above: faithful" in line and "fast 1.00 ms below: it cannot show" in line
-    lines = when_to_use(agreeing, fits, rows, Link(1e-6, 3e11, "NVLink"))
-    assert lines[0] == "When to use it (from this run):" and "300,000 B on NVLink" in lines[2]
-    assert "extrapolated" not in lines[2]  # ring α·β = 10,000 B, inside the sweep (up to 1 MB)
-    small = [r for r in agreeing if r["bytes"] == 1024] + _sweep_rows(4, {(2048, "ring"): 2.0,
-                                                                          (2048, "tree"): 1.0})
-    lines = when_to_use(small, fits, rows, Link(1e-6, 3e11, "NVLink"))
-    assert "beyond the largest message swept, 2,048 B, so β and this α·β are extrapolated" in lines[2]
+    rows = [row(4, "ring", 299.7), row(4, "tree", 225.0), row(4, "naive", 150.0),
+            row(8, "ring", 299.3), row(8, "tree", 175.0), row(8, "naive", 75.0)]
+    fits = {(8, "ring"): cost.AlphaBeta(1e-6, 300e9, "ring", 8),
+            (4, "ring"): cost.AlphaBeta(1e-6, 1e9, "ring", 4)}
+    cross = [{"link": "NVLink3", "n": 8, "paced": 1.83 * 2 ** 20}]
+    lines = when_to_use(rows, fits, cross, {"held": 21, "total": 22}, ("more",))
+    assert "the ring above 1.83 MB at N = 8 over NVLink3; the sweep's own order agreed at 21 of 22" \
+        in lines[0]
+    assert "300,000 B from the ring fit at N = 8 over NVLink3 (the link's 300,000 B), 50,000 B over " \
+        "HDR-IB" in lines[1]
+    assert "ring 99.8%–99.9%, tree 58.3%–75.0%, naive 25.0%–50.0% of β" in lines[2] and lines[3] == "more"
+    assert capsys.readouterr().out.startswith("When to use it (from this run):\n  - ring or tree")
+    fits[(8, "ring")] = cost.AlphaBeta(2e-6, 300e9, "ring", 8)  # a fit that missed the link says so
+    assert "NOT the link's 300,000 B" in when_to_use(rows, fits, cross, {"held": 1, "total": 1})[1]

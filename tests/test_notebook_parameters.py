@@ -81,7 +81,7 @@ def test_every_parameter_is_refused_a_bad_value_by_name(stem):
     ("01_data_parallel", {"clock": "Z100"}, r"clock='Z100' must be one of \('wall', 'V100', "),
     ("01_data_parallel", {"link": "2GbE"}, r"link='2GbE' must be one of \('1GbE', '10GbE', "),
     ("00_collectives", {"sweep_world_sizes": [2, 99]},
-     r"sweep_world_sizes\[1\]=99 must be an int >= 2 and <= 8"),
+     r"sweep_world_sizes\[1\]=99 must be an int >= 2 and <= 16"),
     ("00_collectives", {"sweep_world_sizes": []}, r"sweep_world_sizes=\[\] must be a list of 1 to 4"),
     ("13_planner", {"scale_dims": ["dp", "xy"]}, r"scale_dims\[1\]='xy' must be one of \('dp', "),
     ("11_heterogeneous", {"clock": "wall"}, r"clock='wall' must be one of \('V100', 'A100', 'H100'\)"),

@@ -1,9 +1,10 @@
 """`python -m parlab bench allreduce`: latency / bandwidth sweep of every all-reduce algorithm.
 
-For world sizes (default 2 and 4) and message sizes 1 KB .. 64 MB, times the hand-written ring,
-tree and naive all-reduce and gloo's own (the fastest repeat of the slowest rank, stalls reported
-beside), prints algbw and busbw (nccl-tests' definitions), the ring/gloo busbw ratio at each size,
-and the α-β fit of each algorithm on every other size with its error on the sizes left out.
+On this CPU's loopback, raw (`parlab.core.explore.loopback`): for world sizes (default 2 and 4)
+and message sizes 1 KB .. 64 MB, times the hand-written ring, tree and naive all-reduce and gloo's
+own (the fastest repeat of the slowest rank, stalls reported beside), prints algbw and busbw
+(nccl-tests' definitions), the ring/gloo busbw ratio at each size, and the α-β fit of each
+algorithm on every other size with its error on the sizes left out.
 
 `--paced` instead runs, on paced A100 time (no wall clock), the two-level all-reduce, one flat
 ring, one binary tree and NCCL's pipelined double binary tree on `--nodes` × `--per-node` ranks
@@ -18,7 +19,7 @@ import csv
 
 
 def main(argv: list[str]) -> int:
-    from parlab.core.explore import ALGOS, print_fits, sweep
+    from parlab.core.explore.loopback import ALGOS, print_fits, sweep
 
     parser = argparse.ArgumentParser(prog="python -m parlab bench allreduce")
     parser.add_argument("--world-sizes", type=int, nargs="+", default=[2, 4])

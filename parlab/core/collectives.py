@@ -104,7 +104,9 @@ def _ring_stream(comm, traffic, flat, bounds, steps, op=None, result=None):
     """
     n, r = comm.size, comm.rank
     nxt, prv = comm.global_rank((r + 1) % n), comm.global_rank((r - 1) % n)
-    parts = segment_count(bounds, flat.element_size())
+    # shapes-only (a fake tensor): nothing is copied, so segments buy no time; the paced clock
+    # prices the op whole (its bytes and rounds), so one segment gives the same time and ledger
+    parts = 1 if is_fake(flat) else segment_count(bounds, flat.element_size())
     segs = [[(lo + a, lo + b) for a, b in shard_bounds(hi - lo, parts)] for lo, hi in bounds]
     offsets = shard_bounds(max(hi - lo for lo, hi in bounds), parts)  # scratch layout by segment
     scratch = _scratch(comm, flat, offsets[-1][1]) if any(s[2] for s in steps) else []

@@ -1,8 +1,8 @@
-"""Chapter 00's exercises (`parlab.exercises`): a ring all-reduce's bytes at GPU scale, a tree's
-bytes on this machine (checked against a real run's ledger), where ring and tree cross (α-β model:
-Thakur, Rabenseifner & Gropp, IJHPCA 2005), two design problems (a bucket size that keeps latency
-under 10% on InfiniBand; the two-level all-reduce's gain on 4 DGX A100 nodes) and one
-predict-then-run on the paced clock; each check says right or wrong, never the answer.
+"""Chapter 00's exercises (`parlab.exercises`): the β a fit of Thakur's tree form reads from paced
+runs at N = 32, a tree's bytes (checked against a real run's ledger), where ring and tree cross
+(α-β model: Thakur, Rabenseifner & Gropp, IJHPCA 2005), two design problems (a bucket size that
+keeps latency under 10% on InfiniBand; the two-level all-reduce's gain on 4 DGX A100 nodes) and
+one predict-then-run on the paced clock; each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ def matches_ledger(numel: int, world_size: int, rank: int, algo: str):
 
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
-    n, S = 8, 7e9 * 2  # 8 GPUs, a 7B-parameter model's bf16 gradients
-    ring_bytes = 2 * (n - 1) / n * S
+    ib_alpha, ib_beta = REAL["HDR-IB"]
+    # Thakur's tree sends 2⌊log₂32⌋·S level after level; the clock charges an inner rank's 3·S once
+    tree_beta = 2 * cost.tree_depth(32) / 3 * ib_beta / 1e9
     alpha, beta, m = 5e-6, 100e9, 16  # crossover of ring and tree at N = 16
     ring_rounds, tree_rounds = 2 * (m - 1), 2 * cost.tree_depth(m)
     crossover = (ring_rounds - tree_rounds) * alpha * beta / (tree_rounds - 2 * (m - 1) / m)
-    ib_alpha, ib_beta = REAL["HDR-IB"]
-    return {"ring-bytes-gpu": ring_bytes,
+    return {"tree-beta-fit": tree_beta,
             "tree-bytes-here": cost.tree_all_reduce(10_000, 4, 0)[0] * 4,
             "ring-tree-crossover": crossover,
             # 2(N−1)α ≤ 10% of 2(N−1)α + 2(N−1)/N·S/β  ⇔  S ≥ 9·N·α·β
@@ -62,11 +62,14 @@ def exercises() -> list:
 
     a = answers()
     return [
-        Exercise("ring-bytes-gpu", "An 8-GPU node all-reduces the bf16 gradients of a 7B-parameter "
-                 "model with a ring. How many bytes does each GPU send?",
-                 numeric(a["ring-bytes-gpu"], rtol=0.02),
-                 "Reduce-scatter then all-gather: each sends (N−1)/N of the buffer; bf16 is 2 bytes.",
-                 "2·(N−1)/N·S with S = 7e9 × 2 B = 14 GB, N = 8: 2·7/8·14 GB = 24.5 GB."),
+        Exercise("tree-beta-fit", "Section 8 fits Thakur's tree form, 2⌊log₂N⌋(α + S/β), to the "
+                 "paced tree all-reduce. Fitted the same way to paced runs on N = 32 A100s over HDR "
+                 "InfiniBand (α = 2 µs, β = 25 GB/s per GPU, one GPU per node), what β in GB/s does "
+                 "the fit read?", numeric(a["tree-beta-fit"], rtol=0.02),
+                 "Count the copies of S the form sends one after another, and the bytes the clock "
+                 "charges the busiest rank of the binary heap tree in its busier direction.",
+                 "The form charges 2⌊log₂32⌋·S = 10·S/β_fit; the clock charges an inner rank (a "
+                 "parent, two children) 3·S/β once: 10/β_fit = 3/β ⇒ β_fit = 10/3 × 25 GB/s ≈ 83 GB/s."),
         Exercise("tree-bytes-here", "How many bytes does rank 0 send in a tree all-reduce of 10,000 "
                  "float32 on 4 ranks? (The check runs it and compares with the run's ledger.)",
                  matches_ledger(10_000, 4, 0, "tree"),

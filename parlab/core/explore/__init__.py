@@ -1,30 +1,41 @@
-"""Chapter 00 — what the notebook runs: collectives shown on tiny tensors, checked against gloo,
-timed over a size sweep, fitted with the α-β model, and slowed down by an emulated link.
+"""Chapter 00 — what the notebook runs: collectives shown on tiny tensors, checked against gloo, their
+ledger bytes, and one all-reduce for the panel, every time on the paced A100 clock over a real link
+(`parlab.core.clock`; NVLink 3 unless told). The sweep and α-β fit: `paced_sweep`; ring vs tree at
+scale: `real_link`, `real_link_show`; the appendix on this CPU's loopback, raw: `loopback`.
 
-Bandwidths follow NVIDIA nccl-tests (doc/PERFORMANCE.md): algbw = S / t; busbw = algbw ·
-2(N-1)/N for all-reduce, the number to compare with a link's speed. The α-β model and the
-algorithms' costs: Thakur, Rabenseifner & Gropp, IJHPCA 2005 (see parlab/core/cost.py).
+Bandwidths follow NVIDIA nccl-tests (doc/PERFORMANCE.md); the algorithms' costs: Thakur,
+Rabenseifner & Gropp, IJHPCA 2005 (see parlab/core/cost.py).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import math
 
 import torch
 
-from parlab.core import cost
+from parlab.core import cost, trace
+from parlab.core.clock import Clock
 from parlab.core.comm import Comm
+from parlab.core.explore import real_link as rl
 from parlab.core.launch import launch
-from parlab.core.progress import progress as bar
+from parlab.core.link import ACCELERATORS, real
+from parlab.core.pacer import Pacer
 
-ALGOS = ("ring", "tree", "naive", "gloo")
+ACCELERATOR, LINK = "A100", "NVLink3"
+
+
+def paced_comm(link: str = LINK) -> Comm:
+    """A world Comm over the real `link` keeping paced A100 time (`parlab.core.clock`)."""
+    comm = Comm(link=real(link, ACCELERATOR))
+    comm.timeline.pacer = Pacer(Clock(ACCELERATORS[ACCELERATOR]))
+    return comm
 
 
 # ----------------------------------------------------------------------------- in the ranks
 def show_collectives_worker(rank: int, world_size: int) -> dict:
-    """Every collective on a tiny tensor whose entries say which rank made them."""
-    comm = Comm()
+    """Every collective on a tiny tensor whose entries say which rank made them (paced A100 time
+    over NVLink 3: the timeline is in A100 seconds)."""
+    comm = paced_comm()
     mine = torch.arange(4, dtype=torch.float32) + 10 * rank  # rank r holds [10r, 10r+1, ...]
     out = {"input": mine.tolist()}
     out["all_reduce (ring)"] = comm.all_reduce(mine.clone(), algo="ring").tolist()
@@ -65,37 +76,15 @@ def equality_worker(rank: int, world_size: int, lengths: list[int], seed: int) -
     return rows
 
 
-def sweep_worker(rank: int, world_size: int, sizes: list[int], algos: list[str], repeats: int,
-                 warmup: int = 2):
-    """Time each all-reduce: barrier, op, stop; `warmup` untimed first; per-repeat seconds."""
-    comm = Comm()
-    times: dict = {}
-    for nbytes in sizes:
-        tensor = torch.ones(max(nbytes // 4, 1))  # float32
-        for algo in algos:
-            for _ in range(warmup):  # connections, allocations, caches
-                comm.all_reduce(tensor, algo=algo)
-            samples = []
-            for _ in range(repeats):
-                comm.barrier()
-                t0 = time.perf_counter()
-                comm.all_reduce(tensor, algo=algo)
-                samples.append(time.perf_counter() - t0)
-            times[(nbytes, algo)] = samples
-        comm.drop_records()  # a sweep's ledger would be huge; the bytes are in the tests
-    return times
-
-
-def link_worker(rank: int, world_size: int, nbytes: int, algo: str) -> dict:
-    """One all-reduce on whatever link the launch was given; its time and its ledger record."""
-    comm = Comm()
-    tensor = torch.ones(nbytes // 4)
-    comm.all_reduce(tensor, algo=algo)  # warm-up
-    comm.barrier()
-    t0 = time.perf_counter()
+def link_worker(rank: int, world_size: int, nbytes: int, algo: str, link: str = LINK) -> dict:
+    """One all-reduce of `nbytes` on paced A100s over the real `link`: its paced seconds (A100 time)
+    and its ledger record."""
+    comm = paced_comm(link)
+    tensor = torch.ones(nbytes // 4)  # (S/4,) float32
+    comm.barrier()  # every rank starts at the same virtual time
+    t0 = comm.timeline.now()
     comm.all_reduce(tensor, algo=algo)
-    return {"seconds": time.perf_counter() - t0, "record": comm.ledger.records[-1],
-            "timeline": comm.timeline.records()}
+    return {"seconds": comm.timeline.now() - t0, "record": comm.ledger.records[-1]}
 
 
 # ----------------------------------------------------------------------------- in the notebook
@@ -110,6 +99,35 @@ def show_collectives(world_size: int) -> dict:
             "timeline": [e for res in results for e in res["timeline"]]}
 
 
+def show_timeline(shown: dict, world_size: int, link: str = LINK):
+    """Section 2's ops on the paced clock: for each op, the time from its last rank's post to rank
+    0's end beside k·α + b/β of rank 0's ledger record (k rounds, b the busier direction's bytes),
+    the verdict over every rank; then every rank's timeline."""
+    from parlab import viz
+    from parlab.core.explore.paced_sweep import clock_line
+
+    lk = real(link, ACCELERATOR)
+    events = [[e for e in shown["timeline"] if e["rank"] == q and e["kind"] == "comm"]
+              for q in range(world_size)]
+    records = [[r for r in shown["ledger"] if r["rank"] == q] for q in range(world_size)]
+    print(f"clock: {clock_line(link)}")
+    held = total = 0
+    for i in range(len(events[0])):
+        posted = max(events[q][i]["t0"] for q in range(world_size))  # the last rank's post
+        for q in range(world_size):
+            rec = records[q][i]
+            b = max(rec["bytes_sent"], rec["bytes_recv"])
+            took, price = events[q][i]["t1"] - posted, lk.cost(b, rec["rounds"])
+            held, total = held + math.isclose(took, price, rel_tol=1e-9), total + 1
+            if q == 0:
+                print(f"  {rec['op']:<15} rank 0 ends {took * 1e6:8.5f} µs after the last rank posted "
+                      f"it; k = {rec['rounds']}, b = {b:>2} B: k·α + b/β = {price * 1e6:8.5f} µs")
+    print(f"every rank's end = the last post + k·α + b/β of its own ledger record at {held} of "
+          f"{total} (rank, op): " + ("holds" if held == total else "does NOT hold"))
+    return viz.timeline(trace.normalize(shown["timeline"]),
+                        title=f"the collectives of section 2 on {world_size} ranks, paced A100 time")
+
+
 def check_equal_to_gloo(world_size: int, lengths=(1, 3, 8, 37, 1000, 4099), seed: int = 0):
     """max |hand-written − gloo| over every length; match when all are float64 round-off."""
     rows = [row for res in launch(equality_worker, world_size, list(lengths), seed) for row in res]
@@ -117,182 +135,28 @@ def check_equal_to_gloo(world_size: int, lengths=(1, 3, 8, 37, 1000, 4099), seed
     return {"match": worst < 1e-9, "max_abs_diff": worst, "rows": rows}
 
 
-def undisturbed(samples: list[float], quantile: float = 0.0) -> float:
-    """The `quantile` of `samples` (the fastest by default): the time of an op that was not
-    stalled. On a shared 2-core machine many samples wait several ms for a descheduled peer or a
-    delayed ACK (docs/measurements.md), at some sizes more than half of them, so the median
-    measures the stalls, not the algorithm; an op cannot run faster than its cost, so the fastest
-    repeat is the α-β model's quantity. The stalls are reported beside it (`stalled`)."""
-    ordered = sorted(samples)
-    return ordered[min(int(quantile * len(ordered)), len(ordered) - 1)]
+def show_all_reduce(world_size: int, size_kb: int = 64, algo: str = "ring", link: str = LINK) -> None:
+    """Widget callback: one all-reduce on paced A100s over `link`; its time beside the clock's price
+    and Thakur's, every rank's bytes beside the closed form, and which algorithm the clock prices
+    fastest at this size."""
+    from parlab.core.explore.paced_sweep import clock_line
+    from parlab.core.explore.real_link_show import _ms
 
-
-def sweep(world_sizes=(2, 4), sizes=None, algos=ALGOS, repeats: int = 9, progress=None,
-          warmup: int = 2, quantile: float = 0.0) -> list:
-    """All-reduce time per (world size, bytes, algo): the slowest rank of each repeat, after
-    `warmup` untimed ones; `seconds` is their `quantile` (`undisturbed`), `median_s` the median,
-    `stalled` the share of repeats more than 2× `seconds` (what the machine's load did). algbw and
-    busbw as nccl-tests define them."""
-    sizes = list(sizes or [2 ** k for k in range(10, 27, 2)])  # 1 KB .. 64 MB
-    rows = []
-    for n in bar(world_sizes, desc="all-reduce sweep, world sizes"):
-        per_rank = launch(sweep_worker, n, sizes, list(algos), repeats, warmup, timeout=1800)
-        for key in per_rank[0]:
-            slowest = [max(rank_times[key][i] for rank_times in per_rank) for i in range(repeats)]
-            seconds = undisturbed(slowest, quantile)
-            nbytes, algo = key
-            rows.append({"world_size": n, "bytes": nbytes, "algo": algo, "seconds": seconds,
-                         "median_s": statistics.median(slowest),
-                         "stalled": sum(t > 2 * seconds for t in slowest) / repeats,
-                         "algbw_GBps": nbytes / seconds / 1e9,
-                         "busbw_GBps": cost.bus_bandwidth(nbytes, seconds, n) / 1e9})
-        if progress is not None:
-            progress(n)
-    return rows
-
-
-def fit_and_check(rows: list, world_size: int, algo: str, held_out="alternate"):
-    """Fit α, β on part of the sizes and judge the fit on the rest. Returns (fit, table).
-
-    held_out: "alternate" leaves every other size out (1st, 3rd, ... fitted; 2nd, 4th, ...
-    predicted, the largest among them when the count is even); an int k leaves the k largest
-    out (extrapolation). `fit.held_out_error` is the largest relative error on the left-out sizes;
-    `fit.reliable` is False when one of them is off by more than 2× (`cost.FLAG_RATIO`).
-    """
-    mine = sorted((r for r in rows if r["world_size"] == world_size and r["algo"] == algo),
-                  key=lambda r: r["bytes"])
-    if held_out == "alternate":
-        train = mine[0::2]
-    elif isinstance(held_out, int) and 0 < held_out <= len(mine) - 2:
-        train = mine[:-held_out]
-    else:
-        raise ValueError(f"held_out={held_out!r} must be 'alternate' or an int in "
-                         f"[1, {len(mine) - 2}]")
-    test = [r for r in mine if r not in train]
-    fit = cost.fit_alpha_beta([r["bytes"] for r in train], [r["seconds"] for r in train],
-                              world_size, algo)
-    fit.held_out([r["bytes"] for r in test], [r["seconds"] for r in test])
-    table = [{"bytes": r["bytes"], "measured_s": r["seconds"], "predicted_s": fit.predict(r["bytes"]),
-              "used_in_fit": r in train} for r in mine]
-    return fit, table
-
-
-def print_fits(rows: list, world_sizes, algos=ALGOS, per_size: bool = True) -> dict:
-    """Every (world size, algo) fit with its held-out error; a fit off by > 2× is flagged, and its
-    predictions are not printed as predictions. These are this CPU's own α and β, raw (gloo on
-    loopback): the per-message software overhead they measure is the lesson, so they are not paced."""
-    print("this CPU, raw: gloo's own α-β on loopback")
-    fits = {}
-    for n in world_sizes:
-        for algo in algos:
-            fit, table = fit_and_check(rows, n, algo)
-            fits[(n, algo)] = fit
-            verdict = ("" if fit.reliable else
-                       f"\n    FLAGGED: typically off by > {cost.FLAG_RATIO:g}× on held-out sizes — "
-                       "not a prediction")
-            print(f"N={n} {algo:<5} α = {fit.alpha * 1e6:6.1f} µs/round  β = {fit.beta / 1e9:6.3f} GB/s"
-                  f"  held-out error {fit.held_out_error:4.0%} (median; worst {fit.worst_error:.0%})"
-                  f"{verdict}")
-            for t in table if per_size else ():  # the notebook draws them (`draw_fits`)
-                tag = "fit     " if t["used_in_fit"] else "held out"
-                label = "model" if fit.reliable or t["used_in_fit"] else "model (unreliable)"
-                print(f"    {t['bytes']:>9,} B ({tag}): measured {t['measured_s'] * 1e3:8.3f} ms, "
-                      f"{label} {t['predicted_s'] * 1e3:8.3f} ms")
-    return fits
-
-
-def draw_fits(rows: list, world_sizes, fits: dict, algos=ALGOS):
-    """Measured seconds against bytes, log-log, one panel per world size: the sizes the fit used
-    (filled) and the ones it predicts (hollow), beside each algorithm's fitted α-β line."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(world_sizes), figsize=(6 * len(world_sizes), 3.8), squeeze=False)
-    worst = 0.0
-    for ax, n in zip(axes[0], world_sizes):
-        for k, algo in enumerate(algos):
-            fit, table = fit_and_check(rows, n, algo)
-            color = f"C{k}"
-            xs = [t["bytes"] for t in table]
-            ax.plot(xs, [fit.predict(x) * 1e3 for x in xs], "-", color=color, lw=1,
-                    label=f"{algo}: α {fit.alpha * 1e6:.0f} µs, β {fit.beta / 1e9:.2f} GB/s")
-            for used in (True, False):
-                pts = [t for t in table if t["used_in_fit"] == used]
-                ax.plot([t["bytes"] for t in pts], [t["measured_s"] * 1e3 for t in pts], "o",
-                        color=color, markersize=4, fillstyle="full" if used else "none")
-            worst = max(worst, fits[(n, algo)].held_out_error)
-        ax.set(xscale="log", yscale="log", xlabel="bytes all-reduced", ylabel="ms (fastest repeat)",
-               title=f"N={n}: filled = fitted, hollow = predicted")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"α-β fits on loopback (this CPU, raw): median held-out errors up to {worst:.0%}",
-                 fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def same_cost_at(rows: list, world_size: int, algos=ALGOS) -> None:
-    """At the largest size swept: each algorithm's bytes on the busiest rank and its rounds (the
-    closed forms) beside its measured time; where bytes and rounds are equal, the spread is each
-    implementation's own work around the messages, which the α-β model does not see."""
-    size = max(r["bytes"] for r in rows if r["world_size"] == world_size)
-    numel = size // 4
-    forms = {"ring": cost.ring_all_reduce, "tree": cost.tree_all_reduce,
-             "naive": cost.naive_all_reduce}
-    measured = {r["algo"]: r["seconds"] for r in rows
-                if r["world_size"] == world_size and r["bytes"] == size and r["algo"] in algos}
-    shapes = {}
-    print(f"N={world_size}, {size / 2**20:g} MiB:")
-    for algo, t in sorted(measured.items(), key=lambda kv: kv[1]):
-        if algo in forms:
-            busiest = max(forms[algo](numel, world_size, r) for r in range(world_size))
-            shapes[algo] = (busiest[0], busiest[2])
-            print(f"  {algo:<5} {t * 1e3:7.1f} ms   busiest rank sends {4 * busiest[0]:>12,} B in "
-                  f"{busiest[2]} rounds")
-        else:
-            print(f"  {algo:<5} {t * 1e3:7.1f} ms   (gloo's own algorithm)")
-    slowest = max(measured, key=measured.get)
-    if len(set(shapes.values())) == 1 and len(shapes) > 1:
-        print(f"  our {', '.join(shapes)} send the same bytes in the same rounds here, yet {slowest} is "
-              f"{measured[slowest] / min(measured.values()):.2f}× the fastest: the difference is "
-              "each implementation's own work around the messages, not the network"
-              + (" (the ring cuts the tensor into N chunks and copies and reduces them chunk by "
-                 "chunk in Python)" if slowest == "ring" else "")
-              + ", and this machine's load — the ring's advantage, 2(N−1)/N·S against the root's "
-              "(N−1)·S, only appears from N = 3 on")
-    else:
-        print(f"  slowest: {slowest}; the algorithms differ in bytes or rounds here (closed forms above)")
-
-
-def link_comparison(world_size: int, nbytes: int, links=("loopback", "1GbE"), algo="ring"):
-    """The same all-reduce on each link (a preset name or a `parlab.core.link.Link`): measured
-    seconds beside k·α + bytes/β of that link."""
-    from parlab.core.link import PRESETS, Link
-
-    rows = []
-    for name in links:
-        link = name if isinstance(name, Link) else PRESETS[name]
-        res = launch(link_worker, world_size, nbytes, algo, link=None if link.is_free else link)
-        record = res[0]["record"]
-        predicted = None if link.is_free else link.cost(
-            max(record["bytes_sent"], record["bytes_recv"]), record["rounds"])
-        rows.append({"link": str(link), "measured_s": max(r["seconds"] for r in res),
-                     "emulated_s": predicted, "bytes_sent_rank0": record["bytes_sent"],
-                     "rounds": record["rounds"]})
-    return rows
-
-
-def show_all_reduce(world_size: int, size_kb: int = 64, algo: str = "ring") -> None:
-    """Widget callback: one all-reduce; every rank's bytes beside the closed form, and the time."""
-    res = launch(link_worker, world_size, size_kb * 1024, algo)
-    numel = size_kb * 1024 // 4
-    closed = {"ring": cost.ring_all_reduce, "gloo": cost.ring_all_reduce,
-              "tree": cost.tree_all_reduce, "naive": cost.naive_all_reduce}[algo]
-    print(f"{algo} all-reduce of {size_kb} KB on {world_size} rank(s): "
-          f"{max(r['seconds'] for r in res) * 1e3:.2f} ms")
+    nbytes = size_kb * 1024
+    res = launch(rl.paced_worker, world_size, [nbytes], link, (algo,), 1 << 20)
+    numel = nbytes // 4
+    took = max(r[(algo, nbytes)][0] for r in res)
+    print(f"clock: {clock_line(link)}; above 1 MB shapes-only")
+    print(f"{algo} all-reduce of {size_kb:,} KB on {world_size} ranks: {_ms(took)} (the clock's price "
+          f"from the bytes: {_ms(rl.priced(algo, world_size, nbytes, link))}; Thakur's closed form: "
+          f"{_ms(rl.thakur(algo, world_size, nbytes, link))})")
     for rank, r in enumerate(res):
-        formula = closed(numel, world_size, rank)[0] * 4
-        print(f"  rank {rank}: sent {r['record']['bytes_sent']:,} B (closed form {formula:,} B)")
-    if world_size == 1:
-        print("  one rank already holds the sum: nothing crosses a link (choose 2 or more ranks)")
+        formula = rl.BYTES[algo](numel, world_size, rank)[0] * 4
+        print(f"  rank {rank}: sent {r[(algo, nbytes)][1]:,} B (closed form {formula:,} B)")
+    prices = {a: rl.priced(a, world_size, nbytes, link) for a in rl.ALGOS}
+    best = [a for a in rl.ALGOS if prices[a] <= min(prices.values()) * (1 + 1e-12)]
+    print(f"fastest here on the clock's price: {' = '.join(best)} ({_ms(prices[best[0]])}); "
+          + (f"{algo} is one of them" if algo in best else f"{algo} takes {took / prices[best[0]]:.2f}×"))
 
 
 def draw_ring_schedule(world_size: int, ax=None):

@@ -27,6 +27,8 @@ H = ⌈log₂N⌉, p = 4 messages per chunk on the busiest port, k chosen best.
 from __future__ import annotations
 
 import math
+import warnings
+from contextlib import nullcontext
 
 import torch
 
@@ -36,6 +38,7 @@ from parlab.core.clock import Clock
 from parlab.core.comm import Comm
 from parlab.core.link import ACCELERATORS, real
 from parlab.core.pacer import Pacer
+from parlab.core.shapes import shapes
 
 ALGOS = ("ring", "tree", "naive")
 BYTES = {"ring": cost.ring_all_reduce, "tree": cost.tree_all_reduce,
@@ -48,19 +51,23 @@ CLOCK_LINE = (f"paced {ACCELERATOR} time (parlab.core.clock): NVLink 3 inside a 
 
 # ----------------------------------------------------------------------------- in the ranks
 def paced_worker(rank: int, world_size: int, sizes: list[int], link: str,
-                 algos: tuple = ALGOS) -> dict:
+                 algos: tuple = ALGOS, real_max: float = math.inf) -> dict:
     """Every algorithm of `algos` at every size (bytes) on the paced A100 clock over the real `link`:
-    {(algo, size): (virtual seconds this rank's all-reduce took, its ledger's bytes sent)}."""
+    {(algo, size): (virtual seconds this rank's all-reduce took, its ledger's bytes sent)}. Sizes
+    above `real_max` run shapes-only (`parlab.core.shapes`: no data, the same bytes and price)."""
     comm = Comm(link=real(link, ACCELERATOR))
     comm.timeline.pacer = Pacer(Clock(ACCELERATORS[ACCELERATOR]))
     out = {}
     for nbytes in sizes:
         for algo in algos:
-            tensor = torch.ones(nbytes // 4)  # (S/4,) float32
-            comm.barrier()
-            t0 = comm.timeline.now()
-            comm.all_reduce(tensor, algo=algo)
+            with shapes() if nbytes > real_max else nullcontext(), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+                tensor = torch.ones(nbytes // 4)  # (S/4,) float32
+                comm.barrier()
+                t0 = comm.timeline.now()
+                comm.all_reduce(tensor, algo=algo)
             out[(algo, nbytes)] = (comm.timeline.now() - t0, comm.ledger.records[-1]["bytes_sent"])
+        comm.drop_records()  # a sweep's ledger would be long; each op's bytes are kept above
     return out
 
 

@@ -1,7 +1,8 @@
-"""What chapter 00's real-link section prints: ring vs tree vs naive on paced A100s over NVLink 3
-and HDR InfiniBand (`real_link`), the crossover where the ring overtakes the tree with verdicts
-computed from the run, and the next steps (two-level, NCCL's pipelined double tree) priced.
-The formulas and their sources: `parlab.core.explore.real_link`.
+"""What chapter 00 prints about ring vs tree at scale: from the paced sweep of section 7
+(`paced_sweep`), where the ring overtakes the tree on the clock's price and on Thakur's, with
+verdicts computed from the run; the crossovers at N = 4–16 on NVLink 3 and HDR InfiniBand; the next
+steps priced (two-level, NCCL's pipelined double tree); the predict-then-run exercise's run. The
+formulas and their sources: `parlab.core.explore.real_link`.
 """
 
 from __future__ import annotations
@@ -19,51 +20,42 @@ def _size(nbytes: float) -> str:
     return f"{nbytes:.0f} B"
 
 
-def run_paced(world_sizes=(4, 8), sizes=(4 << 10, 64 << 10, 1 << 20, 4 << 20),
-              link: str = rl.INTRA) -> list[dict]:
-    """Run every algorithm at every size on each world size (paced A100 over `link`); each row
-    holds the op's time (its slowest rank), the clock's price from `cost`'s bytes, Thakur's."""
-    rows = []
-    for n in world_sizes:
-        ranks = launch(rl.paced_worker, n, list(sizes), link, timeout=600.0)
-        for nbytes in sizes:
-            for algo in rl.ALGOS:
-                measured = max(r[(algo, nbytes)][0] for r in ranks)
-                rows.append({"n": n, "bytes": nbytes, "algo": algo, "measured_s": measured,
-                             "priced_s": rl.priced(algo, n, nbytes, link),
-                             "thakur_s": rl.thakur(algo, n, nbytes, link), "link": link})
-    return rows
+def _span(sizes: list[int]) -> str:
+    return "none" if not sizes else (_size(sizes[0]) if len(sizes) == 1
+                                     else f"{_size(sizes[0])}–{_size(sizes[-1])}")
 
 
 def show_run(rows: list[dict]) -> dict:
-    """Print the run beside both prices and the crossover verdicts; returns the verdict counts."""
-    print(f"clock: {rl.CLOCK_LINE}; all-reduce of float32 run for real by the hand-written "
-          "algorithms (the clock prices bytes, so small tensors suffice)")
-    print(f"{'N':>2} {'size':>8} {'algo':<5} {'paced run':>11} {'clock price':>12} {'Thakur':>11}")
-    for r in rows:
-        print(f"{r['n']:>2} {_size(r['bytes']):>8} {r['algo']:<5} {r['measured_s'] * 1e6:>8.2f} µs "
-              f"{r['priced_s'] * 1e6:>9.2f} µs {r['thakur_s'] * 1e6:>8.2f} µs")
-    equal = sum(abs(r["measured_s"] - r["priced_s"]) <= 1e-12 for r in rows)
-    print(f"paced run = the clock's price from parlab.core.cost's bytes: {equal} of {len(rows)} "
-          f"(tolerance 1 ps) — {'holds' if equal == len(rows) else 'does NOT hold'}")
+    """Ring vs tree on the paced sweep (`paced_sweep.sweep` rows): per N the sizes where the run
+    found each faster, the clock's crossover and whether it predicts that order, and the sizes
+    where Thakur's sequential tree would pick the other one. Returns the verdict counts."""
+    link = rows[0]["link"]
+    print(f"clock: paced {rl.ACCELERATOR} time over {rl.real(link, rl.ACCELERATOR).name}: "
+          "section 7's sweep")
     held = total = 0
-    for n in sorted({r["n"] for r in rows}):
-        link = rows[0]["link"]
-        star = rl.crossover(n, link)
-        print(f"N = {n}: the ring beats the tree above {_size(star)} on the clock's price "
-              f"(Thakur's sequential tree: above {_size(rl.thakur_crossover(n, link))})")
-        for nbytes in sorted({r["bytes"] for r in rows if r["n"] == n}):
-            t = {r["algo"]: r["measured_s"] for r in rows if r["n"] == n and r["bytes"] == nbytes}
-            winner = "ring" if t["ring"] < t["tree"] else "tree"
-            expected = "ring" if nbytes > star else "tree"
-            ok = winner == expected
-            held, total = held + ok, total + 1
-            print(f"  {_size(nbytes):>8}: run's faster of ring/tree = {winner} "
-                  f"(ring {t['ring'] * 1e6:.2f} µs, tree {t['tree'] * 1e6:.2f} µs, naive "
-                  f"{t['naive'] * 1e6:.2f} µs); crossover predicts {expected}: "
-                  f"{'holds' if ok else 'does NOT hold'}")
+    for n in sorted({r["world_size"] for r in rows}):
+        t = {(r["algo"], r["bytes"]): r["seconds"] for r in rows if r["world_size"] == n}
+        sizes = sorted({s for _, s in t})
+        star, star_t = rl.crossover(n, link), rl.thakur_crossover(n, link)
+        winner = {s: "ring" if t[("ring", s)] < t[("tree", s)] else "tree" for s in sizes}
+        ok = sum(winner[s] == ("ring" if s > star else "tree") for s in sizes)
+        held, total = held + ok, total + len(sizes)
+        naive = sum(t[("naive", s)] < min(t[("ring", s)], t[("tree", s)]) for s in sizes)
+        print(f"N = {n:>2}: faster of ring and tree in the run: tree at "
+              f"{_span([s for s in sizes if winner[s] == 'tree'])}, ring at "
+              f"{_span([s for s in sizes if winner[s] == 'ring'])}; the clock's prices cross at "
+              f"{_size(star)}, which predicts that at {ok} of {len(sizes)} sizes "
+              f"({'holds' if ok == len(sizes) else 'does NOT hold'}); naive fastest at {naive}")
+        between = [s for s in sizes if min(star, star_t) < s <= max(star, star_t)]
+        thakur_pick = "ring" if star_t < star else "tree"
+        agree = sum(winner[s] == thakur_pick for s in between)
+        print(f"        Thakur's sequential tree crosses at {_size(star_t)}"
+              + (f" and picks the {thakur_pick} at {', '.join(_size(s) for s in between)}; the run "
+                 f"agrees at {agree} of {len(between)} (the clock prices the tree per edge, as if "
+                 "pipelined, not level after level)" if between
+                 else ": no swept size lies between the two crossovers"))
     print(f"crossover verdicts: {held} of {total} hold")
-    return {"equal": equal, "rows": len(rows), "held": held, "total": total}
+    return {"held": held, "total": total}
 
 
 def crossover_table(world_sizes=(4, 8, 16), links=(rl.INTRA, rl.INTER)) -> list[dict]:
@@ -103,8 +95,8 @@ def two_level_table(sizes=(1 << 20, 64 << 20, GB), nodes: int = 2) -> list[dict]
     two-level all-reduce (NVLink inside, InfiniBand across on 8 rails); printed with a verdict."""
     n = nodes * rl.GPUS_PER_NODE
     out = []
-    print(f"{nodes} DGX A100 nodes ({n} GPUs): flat ring on {rl.INTER} vs two-level "
-          f"(reduce-scatter on {rl.INTRA}, ring across on 8 rails, all-gather on {rl.INTRA}):")
+    print(f"{nodes} DGX A100 nodes ({n} GPUs), priced in A100 time: flat ring on {rl.INTER} vs "
+          f"two-level (reduce-scatter on {rl.INTRA}, ring across on 8 rails, all-gather on {rl.INTRA}):")
     for s in sizes:
         flat, two = rl.flat_ring(s, n), rl.two_level(s, nodes)
         out.append({"bytes": s, "flat": flat, "two_level": two, "speedup": flat / two})
@@ -127,15 +119,6 @@ def measure_prediction(prediction, n: int = 8, nbytes: int = 24 << 20, link: str
         print(f"your prediction is {err:.1%} off the run: {'within' if err <= 0.03 else 'outside'} "
               "the check's 3%")
     return measured
-
-
-def when_line(crossovers: list[dict], verdict: dict) -> str:
-    """The summary's line on ring vs tree at scale, from section 10's crossovers and verdicts."""
-    parts = ", ".join(f"{_size(r['paced'])} at N = {r['n']} over {r['link']}" for r in crossovers)
-    line = (f"- ring or tree on A100s (section 10, paced A100 time): the tree below, the ring above "
-            f"{parts}; the run's own order agreed at {verdict['held']} of {verdict['total']} sizes")
-    print(line)
-    return line
 
 
 def _ms(seconds: float) -> str:

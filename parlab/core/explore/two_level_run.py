@@ -164,9 +164,8 @@ def _us(seconds: float) -> str:
 def when_line(verdict: dict) -> str:
     """The summary's line on the two-level all-reduce, from the run's verdicts (`show`)."""
     speedups = [r["flat"] / r["two"] for r in verdict["rows"]]
-    line = (f"- across nodes (section 10, paced A100 time, 2 nodes of {PER_NODE}): the two-level "
+    line = (f"across nodes (section 9, paced A100 time, 2 nodes of {PER_NODE}): the two-level "
             f"all-reduce beat one flat ring at {verdict['wins']} of {verdict['sizes']} sizes, "
             f"{min(speedups):.2f}× to {max(speedups):.2f}× faster; its paced time equalled its "
             f"α-β price at {verdict['held']} of {verdict['sizes']}")
-    print(line)
     return line
