@@ -22,15 +22,17 @@ PHASES = ("pp-fwd", "pp-bwd", "pp-skip", "pp-skip-bwd")
 
 
 def unet_check(world_size: int, steps: int = 2, batch_size: int = 8, schedules=("gpipe", "1f1b"),
-               model_config: dict | None = None) -> dict:
-    """pp-<schedule> on `world_size` stages vs single; per rank, the bytes of every pipeline phase
-    beside the closed forms of `unet_cost` (main path and skips)."""
+               model_config: dict | None = None, clock: str | None = None) -> dict:
+    """pp-<schedule> on `world_size` stages (on `clock`: values do not depend on it, the timeline
+    does) vs single; per rank, the bytes of every pipeline phase beside the closed forms of
+    `unet_cost` (main path and skips)."""
     mc = dict(model_config or {})
     ref = parlab.run("single", model="unet3d", steps=steps, batch_size=batch_size, model_config=mc)
     results = {}
     for name in schedules:
         results[name] = r = parlab.run(f"pp-{name}", world_size=world_size, model="unet3d",
-                                       steps=steps, batch_size=batch_size, model_config=mc)
+                                       steps=steps, batch_size=batch_size, model_config=mc,
+                                       **({"clock": clock} if clock else {}))
         print(f"pp-{name:5} model=unet3d, pp={world_size}: match: {r.compare(ref).match}")
     r = results[schedules[-1]]
     cfg, counts = r.config.model_config, r.outputs[0].extras["layers_per_stage"]
@@ -81,7 +83,8 @@ def skip_timeline(result, ax=None):
     ranks = sorted({e["rank"] for e in result.timeline})
     if ax is None:
         _, ax = plt.subplots(figsize=(10, 0.8 + 0.8 * len(ranks)))
-    parlab.viz.timeline(result.timeline, ax=ax, title=f"{result.config.scheme} on the U-Net")
+    parlab.viz.timeline(result.timeline, ax=ax,
+                        title=f"{result.config.scheme} on the U-Net ({result.clock.label})")
     lo, hi, _ = parlab.viz.step_window(result.timeline) or (0.0, float("inf"), 0)
     skips = [e for e in result.timeline if e["kind"] == "comm" and lo <= e["t0"] < hi
              and e["args"].get("phase", "").startswith("pp-skip")]
