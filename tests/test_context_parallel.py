@@ -319,6 +319,10 @@ def test_when_to_use_follows_this_runs_numbers(capsys):
                         1000.0, mem.assign(**{"cp=2": [90, 300, 20, 40]}), video, cfg)
     out = capsys.readouterr().out
     assert "Ulysses was faster here" in out and "is at or above t*" in out
+    rows = [dict(link(16, 100, 6.0), **{"predicted all comm s": 0.09}),
+            dict(link(32, 100, 3.0), **{"predicted all comm s": 0.11})]
+    assert "not by its link: the predicted communication is 2% of the ring's step" in \
+        summary.ring_vs_ulysses(rows, cfg)
     assert "NOT rising with the block" in out and "at every T measured (from T = 32)" in out
     dip = summary.ring_overlap([share(64, 0.4), share(128, 0.2), share(512, 0.9)], 1000.0)
     assert "higher at the largest block, though not rising at every size" in dip

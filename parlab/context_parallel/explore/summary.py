@@ -41,9 +41,16 @@ def ring_vs_ulysses(links: list[dict], cfg) -> str:
     start = ulysses_fewer_bytes_from(cfg)
     where = (f"its closed form sends fewer bytes than the ring's from cp = {start} to cp = n_h = {n_head}"
              if start else f"its closed form never sends fewer bytes than the ring's up to n_h = {n_head}")
+    comm = [r.get("predicted all comm s", r["measured step s"]) / r["measured step s"]
+            for r in (ring, uly)]
+    why = (f" — not by its link: the predicted communication is {comm[0]:.0%} of the ring's step and "
+           f"{comm[1]:.0%} of Ulysses', so the gap is compute (the ring attends block by block, more "
+           "operators per layer, and a small block's attention costs far more than its FLOPs: the "
+           "regime table of section 8)" if max(comm) < 0.1 and abs(time_ratio - 1) > 0.1 else "")
     return (f"- ring vs Ulysses at cp = {cp}: Ulysses sent {byte_ratio:.2f}× the ring's attention bytes "
             f"in {ops:.1f}× the ops and took {time_ratio:.2f}× its step on the link ({ring['clock']}): "
-            f"{faster} was faster here. Ulysses can pay only where {where}; beyond n_h only the ring splits")
+            f"{faster} was faster here{why}. Ulysses can pay only where {where}; beyond n_h only the "
+            "ring splits")
 
 
 def ring_overlap(overlap: list[dict], crossover: float) -> str:
