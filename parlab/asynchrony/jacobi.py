@@ -35,7 +35,7 @@ class JacobiConfig:
     sigma_h2: float = 0.2  # σh²: the diagonal shift that makes γ = 4/(4 + σh²)
     mode: str = "sync"
     sweeps: int = 300  # sweeps of the last rank (of every rank when synchronous)
-    work_ms: float = 0.5  # emulated cost of one sweep (a larger strip's compute)
+    work_ms: float = 0.5  # ms of one sweep on the virtual clock (chapter 09: priced_sweep_ms)
     straggler: float = 1.0  # the last rank's sweeps take that many times longer
     delay_ms: float = 0.0  # async: mean injected delay of a message (exponential: unbounded)
     seed: int = 0

@@ -99,9 +99,10 @@ def draw_schedules(workers: int = 3, steps: int = 9, straggler: float = 3.0):
                  f"time {asp:.2f} vs {bsp:.2f}), paying staleness up to {stale[cases[-1][0]]} versions; SSP "
                  f"(s=1) ends at {ends[cases[1][0]]:.2f}", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    print(f"clock: the seeded virtual clock of parlab.asynchrony.delays (not the paced A100): one unit = one "
-          f"worker computing one whole batch, a BSP/SSP shard 1/{workers} unit — equal work, {steps} batches "
-          f"per scheme, compute-bound (no fixed cost per gradient, no communication)")
+    print(f"bookkeeping, not a timed run: the server's book on the seeded virtual clock of "
+          f"parlab.asynchrony.delays (not the paced A100); one unit = one worker computing one whole batch, "
+          f"a BSP/SSP shard 1/{workers} unit — equal work, {steps} batches per scheme, compute-bound "
+          f"(no fixed cost per gradient, no communication)")
     print(f"who finishes first: {'ASP' if asp < bsp else 'BSP'} — ASP at {asp:.2f}, BSP at {bsp:.2f}, "
           f"SSP (s=1) at {ends[cases[1][0]]:.2f} units")
     return fig

@@ -37,8 +37,8 @@ def ssp_absorbs(workers: int, steps: int = 24, staleness: tuple = (0, 1, 2, 4), 
     cases = {"jitter (every worker)": dict(straggler=1.0, jitter=jitter),
              f"persistent {straggler:g}× straggler": dict(straggler=straggler, jitter=0.0)}
     fast = list(range(1, workers)) or [1]
-    print(f"{workers} worker(s), {steps} clocks, seeded virtual clock (one gradient = 1 unit); the waiting "
-          f"share is over worker(s) {fast}")
+    print(f"{workers} worker(s), {steps} clocks; the server's book replayed on the seeded virtual clock, "
+          f"one gradient = 1 unit (bookkeeping, not a timed run); the waiting share is over worker(s) {fast}")
     print(f"{'case':<28} {'s':>2} {'time to last update':>20} {'fast workers waiting':>21} "
           f"{'max staleness':>14}")
     out = {}

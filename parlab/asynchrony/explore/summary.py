@@ -2,9 +2,10 @@
 iterations, D flexible communication) and the chapter's, every figure printed from this run's
 results with its verdict computed from the same run (never typed into markdown), each part ending
 in its "When to use it (from this run)" lines; the chapter's summary collects them. It reads the
-runs the parts made: the race (`explore.race`), SSP's jitter comparison (`explore.ssp`), the
-sharded servers (`explore.sharded`), dual-batch (`explore.dualbatch.measure`) and block-Jacobi
-(`explore.jacobi.jacobi_runs`).
+runs the parts made, all on the chapter's paced clock: the race (`explore.race`), the sharded servers
+(`explore.sharded`), dual-batch (`explore.dualbatch.measure`) and block-Jacobi
+(`explore.jacobi.jacobi_runs`). SSP under jitter (`explore.ssp`) is the appendix's: the server's
+book in batch units, not a clock, so it prints its own verdict and is not collected here.
 """
 
 from __future__ import annotations
@@ -29,30 +30,25 @@ def _heldout(result) -> float:
     return _HELDOUT[id(result)][1]
 
 
-def part_a(runs: dict, ssp: dict, sharded: dict, show: bool = True) -> list[str]:
+def part_a(runs: dict, sharded: dict, show: bool = True) -> list[str]:
     """Parameter servers (Dean et al. 2012; Ho et al. 2013; Li et al. 2014): BSP, SSP, ASP, sharding."""
     base = ex.last_update(runs["ps-sync"])
-    asp = base / ex.last_update(runs["ps-async"])
+    asp, ssp = base / ex.last_update(runs["ps-async"]), base / ex.last_update(runs["ps-ssp"])
     loss = _heldout(runs["ps-async"]) / _heldout(runs["single"]) - 1
     stale = ex.staleness_stats(runs["ps-async"])["max"]
     straggler = runs["ps-sync"].config.options["straggler"]
+    s = runs["ps-ssp"].config.options.get("staleness")
     lines = [f"BSP (ps-sync) when the workers are equally fast: it is `single` exactly (match on this run: "
              f"{sharded.get('match')}); with a {straggler:g}× straggler every update waited for "
              f"it ({1e3 * base:.4g} ms to the last update)"]
     lines.append(f"ASP (ps-async) when one worker is persistently slow and stale gradients are tolerable: "
                  f"{asp:.2f}× as soon as BSP here, at max staleness {stale} and held-out loss {loss:+.1%} vs "
                  f"single" + ("" if asp > 1.05 else " — no gain on this run, so BSP"))
-    jit, per = ssp.values()
-    top = max(jit)
-    if jit[0]["time"] - jit[top]["time"] > 0.01 * jit[0]["time"]:
-        lines.append(f"SSP (s ≥ 1) when step times jitter: the last update came "
-                     f"{1 - jit[top]['time'] / jit[0]['time']:.1%} sooner (waiting "
-                     f"{jit[0]['waiting']:.1%} → {jit[top]['waiting']:.1%}); not for a persistent "
-                     f"straggler (time {per[0]['time']:.2f} → {per[top]['time']:.2f} units: its own "
-                     "work): use ASP or rebalance the work there")
-    else:
-        lines.append(f"SSP: no waiting absorbed on this run (jitter {jit[0]['time']:.2f} → "
-                     f"{jit[top]['time']:.2f} units): BSP suffices")
+    lines.append(f"SSP (ps-ssp, s = {s}) " + (
+        f"behind this persistent {straggler:g}× straggler: {ssp:.2f}× as soon as BSP here" if ssp > 1.05 else
+        f"not for a persistent straggler: {ssp:.2f}× as soon as BSP behind this {straggler:g}× one (it still "
+        "owes its shard of every clock): use ASP or rebalance the work there")
+        + "; for step times that jitter, the appendix's replay (batch units, not a clock)")
     eff = sharded.get("effects")
     if eff:
         lines.append(f"shard the server (servers = k) when its link is the bottleneck: k = 2 cut the busiest "
@@ -110,7 +106,7 @@ def part_d(jruns: dict, tol: float = 1e-6, show: bool = True) -> list[str]:
     return when_to_use([line], show)
 
 
-def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: float = 1e-6) -> dict:
+def summary(runs: dict, jruns: dict, dual: dict, sharded: dict, tol: float = 1e-6) -> dict:
     """Print the headline numbers of this run and their verdicts, then every part's "when to use
     it" lines; return the numbers."""
     base = ex.last_update(runs["ps-sync"])
@@ -136,7 +132,7 @@ def summary(runs: dict, jruns: dict, dual: dict, ssp: dict, sharded: dict, tol: 
     print(f"B. dual-batch ({dual.get('clock', 'this CPU, raw')}): time to a fixed held-out loss (the "
           f"single process's, {dual.get('target_source', '')}) {said} for the hybrid vs one batch size "
           f"(the paper: {ex_dualbatch.CLAIM:+.1%}, ResNet-18 on CIFAR-100)")
-    lines = (part_a(runs, ssp, sharded, show=False) + part_b(dual, show=False)
+    lines = (part_a(runs, sharded, show=False) + part_b(dual, show=False)
              + part_c(jruns, tol, show=False) + part_d(jruns, tol, show=False))
     when_to_use(lines, True)
     return {"asp_speedup": asp, "ssp_speedup": ssp_speed,
