@@ -1,6 +1,7 @@
 """Chapter 09 (issue 52): the schedules compared at equal work (a BSP shard costs 1/W of an ASP
 batch on the seeded virtual clock), the straggler's staleness of the predict-then-run exercise
-against the server's book, and the two design exercises against their closed forms."""
+against the server's book, the two design exercises against their closed forms, and the
+notebook's one clock (batch-unit replays only in its appendix)."""
 
 import math
 
@@ -85,3 +86,23 @@ def test_server_at_scale_ratio_grows_as_w_squared(capsys):
             return alpha + cost.busiest_server_in(model_params(), r["workers"], k) / beta <= r["compute_s"]
         assert fits(r["servers"]) and (r["servers"] == 1 or not fits(r["servers"] - 1))
     assert "holds within 5%" in capsys.readouterr().out
+
+
+def test_chapter_main_flow_is_paced_and_batch_units_only_in_the_appendix():
+    """One clock: the cells that replay the server's book in batch units sit after the appendix
+    heading, and no cell before it reads what they define (`ssp`)."""
+    import json
+    import pathlib
+    import re
+
+    path = pathlib.Path(__file__).parents[1] / "notebooks" / "09_asynchrony.ipynb"
+    nb = json.loads(path.read_text())["cells"]
+    cells = ["".join(c["source"]) for c in nb]
+    start = next(i for i, s in enumerate(cells) if s.startswith("# Appendix"))
+    assert "not a clock" in cells[start]
+    for i, s in enumerate(cells):
+        if "draw_schedules(" in s or "ssp_absorbs(" in s:
+            assert i > start, s
+    code = [s.replace("import ssp as ex_ssp", "") for c, s in zip(nb[:start], cells)
+            if c["cell_type"] == "code"]
+    assert not any(re.search(r"(?<![\w-])ssp\b(?![_-])", s) for s in code)
