@@ -36,7 +36,7 @@ def param_count(model: str = "gpt") -> int:
     return sum(p.numel() for p in net.parameters())
 
 
-# ----------------------------------------------------------------------------- 1. intuition
+# ------------------------------------------- the appendix: the server's book replayed in batch units
 class RecordingClock(VirtualClock):
     """A virtual clock that remembers every computation: (worker, start, arrival)."""
 
