@@ -33,20 +33,21 @@ RIGHT = {
         "tp-exposed-mfu": 0.2549 / (1.5099 + 0.2549),
     },
     pp_exercises: {
-        "interleaved-bubble": 7 / 71,                   # (p-1)/(v·m+p-1), p=8, m=32, v=2
+        "interleaved-bubble": 5,                        # 7/(16v+7) < 0.1: v >= 4, v | 10 layers
         "1f1b-memory-gpu": 13 * 6 * 0.4,                # GB: (p - s) · L/p · 0.4, p=16, s=3
-        "p2p-bytes": 3 * 16 * 4096 * 8192 * 2 / 1e9,    # GB: (2v-1)·m · T·C · 2 B
+        # s, v = 5: m(f+b)·(v·m+p-1)/(v·m) + (2v-1)·m·T·C·2 B / 50 GB/s
+        "p2p-bytes": 16 * 0.12 * 87 / 80 + 9 * 16 * 4096 * 8192 * 2 / 50e9,
         "lost-mfu": 0.55 * 24 * 0.12 / (31 * 0.12 + 0.15),  # MFU · m(f+b) / ((m+p-1)(f+b) + exposed)
         "schedule-fits": "zb",                          # gpipe 57+80, interleaved v=4 57+24.4 > 80
         "bubble-measured": 1 / 7,                       # (p-1)/(m+p-1), p=2, m=6
     },
     cp_exercises: {
-        "ring-bytes-gpu": 15 * 2 * 8 * 8192 * 128 * 2 / 1e6,
+        "ring-bytes-gpu": 7 * 2 * 8 * 131072 * 128 * 2 / 1e6,  # 34·4.29 GB/cp <= 20 GB: cp = 8
         "contiguous-efficiency": 17 / 31,               # (2cp+1)/(4cp-1)
         "hiding-cp": 64,                                # t >= 2·n_kv·F/(n_h·β_NDR) = 2000: cp <= 65
         "usp-ib-bytes": 2 * 65536 * 128 * 2 / 1e6,      # (r-1)·2·(n_kv/u)·(T/r)·hs·2 B
         "allgather-bytes": 4 * 1 * 2 * 12 * 4 * 64 * 8 * 4,  # layers·(cp-1)·2·B·nh·(T/cp)·hs·4 B
-        "blend-weight": 1 / 5,                           # rank 0: 1, rank 1: min(4, 6) = 4
+        "blend-halo": 11,                                # 1/(h+2) <= 0.08
     },
 }
 

@@ -1,8 +1,8 @@
-"""Chapter 06's exercises (`parlab.exercises`): GPU-scale worked problems (ring attention,
-causal balance), two design problems (how far a ring can be cut and still hide its transfers
-under GQA; USP's bytes over InfiniBand, Fang & Zhao 2024), a predict-then-run of Llama 3's
-all-gather (Dubey et al. 2024, §3.3.2) and latent parallelism's blended reconstruction (Wu et
-al. 2025, arXiv 2512.07350); each check says right or wrong, never the answer.
+"""Chapter 06's exercises (`parlab.exercises`): causal balance, four design problems (the ring
+that fits a 1M-token sequence's K/V; how far a ring can be cut and still hide its transfers under
+GQA; USP's bytes over InfiniBand, Fang & Zhao 2024; the halo for latent parallelism's blended
+reconstruction, Wu et al. 2025, arXiv 2512.07350) and a predict-then-run of Llama 3's all-gather
+(Dubey et al. 2024, §3.3.2); each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -16,9 +16,13 @@ from parlab.exercises import Exercise, find, numeric
 PREDICT = {"world_size": 2, "block_size": 128}  # the predict-then-run: cp-allgather, one step
 
 
-def _blend_weight() -> float:
-    """Rank 0's blend weight of patch 8 on a 12-patch axis, cp = 2, halo 3 (`blend_weights`)."""
-    return blend_weights(VideoConfig(width=12), 2, 0, 2, 3)[8].item()
+def _blend_halo(width: int = 256, cp: int = 8, share: float = 0.08) -> int:
+    """The smallest halo at which the last patch of a region (rank 3's, along the width) gets at
+    most `share` of the blend (`blend_weights`)."""
+    halo = 1
+    while blend_weights(VideoConfig(width=width), 2, 3, cp, halo)[-1].item() > share:
+        halo += 1
+    return halo
 
 
 def _hiding_cp(T: int = 131072, n_head: int = 64, n_kv: int = 8) -> int:
@@ -42,15 +46,40 @@ def _contiguous_efficiency(cp: int = 8) -> float:
     return cost.critical_path("contiguous", cp)["efficiency"]
 
 
+def _kv_fit_cp(T: int = 1048576, n_kv: int = 8, hs: int = 128, n_layer: int = 32,
+               budget: float = 20e9) -> int:
+    """The smallest power-of-two cp whose K/V (every layer's shard kept, plus two blocks in
+    flight) fits `budget` bytes per GPU, bf16, batch 1."""
+    layer_kv = 2 * n_kv * T * hs * 2  # (K, V) × (B, n_kv, T, hs) × 2 B
+    cp = 1
+    while (n_layer + 2) * layer_kv / cp > budget:
+        cp *= 2
+    return cp
+
+
+_A = {"ring-bytes-gpu": cost.ring_bytes(1, 8, 1048576, 128, _kv_fit_cp(), 1,
+                                        itemsize=2)["cp-forward"] / 1e6,
+      "blend-halo": _blend_halo()}
+
+
 EXERCISES = [
     Exercise("ring-bytes-gpu",
-             "Ring attention with cp = 16 on a 128k-token sequence, batch 1, 8 key/value heads of "
-             "size 128, bf16. How many MB (10^6 B) of K and V does one GPU send per layer in the "
-             "forward pass?",
-             numeric(cost.ring_bytes(1, 8, 131072, 128, 16, 1, itemsize=2)["cp-forward"] / 1e6,
-                     rtol=0.01),
-             "Every rank passes on a K and a V block of T/cp tokens cp − 1 times.",
-             "(cp − 1) · 2 · B·n_kv·(T/cp)·h_s · 2 B = 15 · 2 · 8 · 8,192 · 128 · 2 B = 503 MB."),
+             "Design: ring attention on a 1,048,576-token sequence (1M), Llama 3 8B shapes (32 "
+             "layers, 8 key/value heads of size 128, bf16, batch 1), on H100s. Each GPU keeps its "
+             "own K and V shard of every layer for the backward pass and, during a layer's "
+             "forward, holds two more blocks of that size in flight (the one it computes with and "
+             "the one arriving). With 20 GB (10^9 B) per GPU set aside for K and V, take the "
+             "smallest power-of-two cp that fits: how many MB (10^6 B) of K and V does one GPU "
+             "then send per layer in the forward pass?",
+             numeric(_A["ring-bytes-gpu"], rtol=0.01),
+             "First the memory: one layer's K and V for the whole sequence, divided over cp, "
+             "times (layers + 2), must fit in the budget. Then the ring: what does a rank pass on, "
+             "and how many times?",
+             "One layer's K and V: 2·B·n_kv·T·h_s·2 B = 2·8·1,048,576·128·2 B = 4.29 GB; held: "
+             "(32 + 2)·4.29 GB/cp ≤ 20 GB ⇔ cp ≥ 7.3: cp = 8 (18.3 GB; cp = 4 would need 36.5). "
+             "Sent: (cp − 1)·4.29 GB/cp = 7/8·4.29 GB = 3,758 MB per layer — nearly the whole "
+             "layer's K/V, whatever cp: a wider ring saves memory, not bytes per GPU.",
+             kind="design"),
     Exercise("contiguous-efficiency",
              "Causal ring attention with a contiguous split into 2cp chunks (rank r holds chunks "
              "2r and 2r+1) at cp = 8: what is the efficiency, useful score blocks / (cp × critical "
@@ -100,18 +129,19 @@ EXERCISES = [
              "forward bytes: the same K/V cross the same links, in one collective instead of cp − 1 "
              "exchanges, and with nothing to overlap them with.",
              kind="predict"),
-    Exercise("blend-weight",
-             "Latent parallelism with reconstruction='blend': 2 ranks cut an axis of 12 patches "
-             "into slabs [0, 6) and [6, 12), halo 3, so the regions are [0, 9) and [3, 12). A "
-             "rank's raw weight for patch p of its region [lo, hi) is min(halo+1, p−lo+1, hi−p), "
-             "the last two counted only at a border that is a cut (not the latent's edge); the "
-             "weights are then divided by their sum over the ranks whose region holds p. What "
-             "weight does rank 0 give patch 8?",
-             numeric(_blend_weight(), rtol=0.01),
-             "Patch 8 is the last patch of rank 0's region, and 3 patches into rank 1's slab.",
-             "Rank 0: min(4, 9−8) = 1 (its edge at 0 is the latent's, not a cut). Rank 1: "
-             "min(4, 8−3+1, 12−8 ignored) = 4. Rank 0's share: 1/(1+4) = 0.2 — the value "
-             "computed at the edge of a region, with the least context, counts least."),
+    Exercise("blend-halo",
+             "Design: latent parallelism with reconstruction='blend' on a video latent 256 patches "
+             "wide, cut along the width over cp = 8 GPUs (slabs of 32 patches). The patch at the "
+             "far edge of a rank's region is the one it computed with the least context; you want "
+             "that rank's value there to carry at most 8% of the blended result. What is the "
+             "smallest halo (in patches) that does it?",
+             numeric(_A["blend-halo"], rtol=0, atol=0.5),
+             "Write both ranks' raw weights at the last patch of a region as functions of the halo "
+             "h (which ranks hold that patch while h is under half a slab?), then the share.",
+             "The last patch of rank r's region lies h − 1 patches into rank r+1's slab: rank r's "
+             "raw weight there is 1 (one patch from its cut border), rank r+1's is h+1 (inside its "
+             "slab). Share 1/(h+2) ≤ 0.08 ⇔ h ≥ 10.5: h = 11 (1/13 = 7.7%; h = 10 gives 8.3%). "
+             "Compute and bytes grow with h, the seam's weight falls only as 1/(h+2)."),
 ]
 
 

@@ -1,15 +1,17 @@
 """Chapter 04's exercises (`parlab.exercises`), at GPU scale so that the chapter's formulas, not
-its printed numbers, answer them: the bubble of interleaved 1F1B (Narayanan et al., Megatron-LM,
-SC 2021, §2.2.2), 1F1B's activations in flight, the bytes an interleaved rank sends; two design
-problems — the MFU a pipeline keeps after its bubble and exposed transfers, and the schedule with
-the least bubble that fits an 80 GB GPU (GPipe, 1F1B, interleaved, ZB-H1: Qi et al., ICLR 2024)
-— and one predict-then-run (1F1B's bubble, measured by `explore.predict` on the paced A100).
+its printed numbers, answer them: 1F1B's activations in flight; four design problems — the
+fewest interleaved chunks (Narayanan et al., Megatron-LM, SC 2021, §2.2.2) under a bubble target,
+the chunk count that trades bubble against an interleaved rank's bytes over InfiniBand, the MFU a
+pipeline keeps after its bubble and exposed transfers, and the schedule with the least bubble that
+fits an 80 GB GPU (GPipe, 1F1B, interleaved, ZB-H1: Qi et al., ICLR 2024) — and one
+predict-then-run (1F1B's bubble, measured by `explore.predict` on the paced A100).
 Every accepted answer is computed here from `cost`, the closed forms the tests hold equal to the
 simulator and the ledger; each check says right or not yet, never the answer.
 """
 
 from __future__ import annotations
 
+from parlab.core.link import REAL
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.pipeline import cost
 from parlab.pipeline.schedules import make_schedule
@@ -23,6 +25,10 @@ MFU_P, MFU_M, MFU_F, MFU_B, MFU_PEAK, MFU_EXPOSED = 8, 24, 0.040, 0.080, 0.55, 0
 # rank, 2.5 GB of activations per micro-batch on a whole stage (a chunk of v holds 1/v of it)
 FIT_P, FIT_M, FIT_GB, FIT_STATIC, FIT_ACT = 8, 32, 80.0, 57.0, 2.5
 FIT_CHOICES = (("gpipe", 1), ("1f1b", 1), ("interleaved", 4), ("zb", 1))
+# interleaved-bubble and p2p-bytes: 80 layers on p = 8 ranks, m = 16; v must divide the 10 layers
+# of a rank; a micro-batch's forward + backward on a whole stage 120 ms, rank 0's sends over NDR
+# InfiniBand not overlapped
+V_P, V_M, V_LAYERS, V_CHOICES, V_STAGE_S = 8, 16, 80, (1, 2, 5, 10), 0.120
 # bubble-measured: 1F1B on p = 2, m = 6, run by explore.predict
 PREDICT_P, PREDICT_M = 2, 6
 
@@ -46,16 +52,31 @@ def fitting_schedule() -> str:
     return min(fits)[1]
 
 
+def interleaved_bubble(v: int) -> float:
+    return cost.ideal_bubble(make_schedule("interleaved", V_P, V_M, v), forward=1.0 / v)
+
+
+def smallest_v_under(bubble: float = 0.10) -> int:
+    """The fewest chunks per rank, dividing its layers, whose bubble is under `bubble`."""
+    return min(v for v in range(1, V_LAYERS // V_P + 1)
+               if (V_LAYERS // V_P) % v == 0 and interleaved_bubble(v) < bubble)
+
+
+def interleaved_step_s(v: int) -> float:
+    """Step seconds: the compute stretched by the bubble, plus rank 0's exposed sends over NDR."""
+    sent = cost.p2p_bytes_per_step(V_P, v, V_M, 0, TOKENS * HIDDEN, itemsize=BF16)
+    return V_M * V_STAGE_S / (1 - interleaved_bubble(v)) + sent / REAL["NDR-IB"][1]
+
+
 def answers() -> dict:
     """The right answers (tests use them; the notebook never prints them)."""
     return {
         "lost-mfu": lost_mfu(),
         "schedule-fits": fitting_schedule(),
         "bubble-measured": cost.theory_bubble("1f1b", PREDICT_P, PREDICT_M),
-        "interleaved-bubble": cost.ideal_bubble(make_schedule("interleaved", 8, 32, 2),
-                                                forward=1.0 / 2),
+        "interleaved-bubble": smallest_v_under(0.10),
         "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 16, 64, 3) * (96 // 16) * 0.4,
-        "p2p-bytes": cost.p2p_bytes_per_step(8, 2, 16, 0, TOKENS * HIDDEN, itemsize=BF16) / 1e9,
+        "p2p-bytes": min(interleaved_step_s(v) for v in V_CHOICES),
     }
 
 
@@ -63,12 +84,17 @@ _A = answers()
 
 EXERCISES = [
     Exercise("interleaved-bubble",
-             "Interleaved 1F1B at p = 8, m = 32, v = 2 chunks per rank (forward = 1/v unit per "
-             "chunk, backward twice that). What fraction of the step is bubble? This chapter's "
-             "simulator (cost.ideal_bubble) is the judge.",
-             numeric(_A["interleaved-bubble"], rtol=0.02),
-             "Each fill / drain slot is v times shorter.",
-             "(p−1)/(v·m+p−1); the simulated schedule agrees."),
+             "Design: a 70B-class model of 80 layers in interleaved 1F1B over p = 8 pipeline "
+             "ranks, m = 16 micro-batches per step; each rank's 10 layers are cut into v chunks of "
+             "equal layers (so v divides 10), a chunk's forward and backward taking 1/v of the "
+             "whole stage's. What is the smallest v whose bubble is under 10% of the step? This "
+             "chapter's simulator (cost.ideal_bubble) is the judge.",
+             numeric(_A["interleaved-bubble"], rtol=0, atol=0.5),
+             "Each fill / drain slot is v times shorter; find the v where the bubble crosses 10%, "
+             "then look at which v the layers allow.",
+             "(p−1)/(v·m+p−1) < 0.10 ⇔ 16v + 7 > 70 ⇔ v ≥ 4 (7/71 = 9.9%); but 4 chunks do not "
+             "cut 10 layers evenly: v = 5 (7/87 = 8.0%).",
+             kind="design"),
     Exercise("1f1b-memory-gpu",
              "A 96-layer model trains in 1F1B with m = 64 micro-batches, its layers split evenly "
              "over p = 16 stages; one micro-batch's activations take 0.4 GB per layer. How many GB "
@@ -80,13 +106,21 @@ EXERCISES = [
              "min(p − s, m) micro-batches × 96/p layers × 0.4 GB; the first stage holds "
              "p · (96/p) · 0.4 GB = 38.4 GB whatever p: a deeper pipeline does not shrink it."),
     Exercise("p2p-bytes",
-             "A 70B-class model (hidden C = 8,192) in interleaved 1F1B: p = 8 pipeline ranks, "
-             "v = 2 chunks per rank, m = 16 micro-batches of one 4,096-token sequence each, bf16 "
-             "activations and gradients. How many GB (1e9 B) does pipeline rank 0 send per step?",
+             "Design: the same model (hidden C = 8,192) with one pipeline rank per node, so "
+             "activations and gradients cross NDR InfiniBand (50 GB/s per direction, ignore α); "
+             "p = 8, m = 16 micro-batches of one 4,096-token sequence each, bf16. A micro-batch's "
+             "forward plus backward on a whole stage takes 120 ms (a chunk's, 1/v of it), and "
+             "pipeline rank 0's sends are not overlapped: they add to the step. Of v = 1, 2, 5 "
+             "and 10 chunks per rank, take the one with the shortest step: how many seconds is "
+             "that step?",
              numeric(_A["p2p-bytes"], rtol=0.01),
-             "Rank 0 owns stages 0 and p: it sends activations onward from both and gradients back "
-             "from stage p only (stage 0 has no predecessor).",
-             "(2v − [first] − [last])·m messages of T·C·2 B — cost.p2p_bytes_per_step."),
+             "Step = the compute stretched by the bubble + the seconds rank 0 sends. Rank 0 owns "
+             "stages 0, p, 2p, …: count the activations it sends onward and the gradients it sends "
+             "back (stage 0 has no predecessor).",
+             "step(v) = m(f+b)/(1 − (p−1)/(v·m+p−1)) + (2v − 1)·m·T·C·2 B/β = 1.92 s + 0.84 s/v + "
+             "(2v − 1)·21.5 ms: v = 1 2.78 s, 2 2.40 s, 5 2.28 s, 10 2.41 s. v = 5 wins; past it "
+             "the extra bytes cost more than the bubble saves.",
+             kind="design"),
     Exercise("lost-mfu",
              "Design: GPT-3 175B in a 1F1B pipeline of p = 8 A100s with m = 24 micro-batches per "
              "step. On one stage a micro-batch's forward takes 40 ms and its backward 80 ms, at 55% "
