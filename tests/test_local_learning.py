@@ -147,7 +147,8 @@ def test_bad_input_fails_before_any_process(scheme, world_size, options, names):
 
 # ----------------------------------------------------------------------------- exercises
 RIGHT = {"interlock-run": 98304, "pipedream-fit": 5, "scheme-fits": "2bw",
-         "local-catch-up": 59, "stash-gpu": 15 * 70 / 16 * 2, "merge-bytes": 131072}
+         "local-catch-up": 59, "stash-gpu": 70 * 64 / (16 + 63 * 2),  # Ψ/p·(16 + 63·2) + 10 <= 80 GB
+         "merge-bytes": 3 * 2 * 128 * 2048 * 2048 * 2 / 1e9 + 2 * 1.3e9 * 2 / 1e9}  # k = 4, dp = 2
 
 
 def test_exercises_check_without_telling(capsys):

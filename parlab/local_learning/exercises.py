@@ -1,14 +1,15 @@
 """Notebook 05's exercises (`parlab.exercises`): interlocking backpropagation's bytes, predicted
-then measured by a run (Gomez et al., JMLR 2022; `explore.predict`), PipeDream's stash at GPU scale
-(Narayanan et al., SOSP 2019), the boundary bytes merging layer-wise partitions saves (Akintoye et
-al., FGCS 2023), and three design problems at GPU scale: when a flushed 1F1B pipeline catches up
-with decoupled greedy learning (Belilovsky et al., ICML 2020), the most micro-batches PipeDream may
-keep in flight on an 80 GB GPU, and the scheme (PipeDream, 2BW, 1F1B) with the least idle that
-fits. Each check says right or wrong, never the answer.
+then measured by a run (Gomez et al., JMLR 2022; `explore.predict`), and five design problems at
+GPU scale: the merge of layer-wise partitions (Akintoye et al., FGCS 2023) that sends the fewest
+bytes, the largest model PipeDream's stash lets fit (Narayanan et al., SOSP 2019), when a flushed
+1F1B pipeline catches up with decoupled greedy learning (Belilovsky et al., ICML 2020), the most
+micro-batches PipeDream may keep in flight on an 80 GB GPU, and the scheme (PipeDream, 2BW, 1F1B)
+with the least idle that fits. Each check says right or wrong, never the answer.
 """
 
 from __future__ import annotations
 
+from parlab.core import cost as core_cost
 from parlab.engine.runner import make_config
 from parlab.exercises import Exercise, find, numeric, one_of
 from parlab.local_learning import cost
@@ -19,11 +20,22 @@ def _gpt_mc():
     return make_config("single").model_config
 
 
-def _merged_boundary_bytes() -> int:
-    """Boundary bytes per step after the merge of the `merge-bytes` exercise: dp = 2 replicas of
-    k = 2 stages, each replica's 8 rows crossing its one boundary up and down."""
-    dp, k, rows = 2, 2, 16 // 2
-    return dp * (k - 1) * 2 * cost.activation_bytes(_gpt_mc(), rows)
+# merge-bytes: Ψ = 1.3B parameters (bf16 gradients) on 8 GPUs, k stages × 8/k replicas, 128
+# sequences of 2,048 tokens per step, hidden 2,048, bf16 activations
+MERGE_PARAMS, MERGE_GPUS, MERGE_ROWS, MERGE_T, MERGE_C, BF16 = 1_300_000_000, 8, 128, 2048, 2048, 2
+
+
+def merge_step_bytes(k: int) -> int:
+    """Bytes all GPUs send per step with k stages and 8/k replicas: each boundary's activations up
+    and gradients down (all rows), plus every stage's flat dp ring all-reduce of its gradients."""
+    dp = MERGE_GPUS // k
+    boundaries = (k - 1) * 2 * MERGE_ROWS * MERGE_T * MERGE_C * BF16  # (R, T, C) up and down
+    ring = sum(core_cost.ring_all_reduce(MERGE_PARAMS // k, dp, d)[0] for d in range(dp)) * k
+    return boundaries + ring * BF16
+
+
+def _best_merge_gb() -> float:
+    return min(merge_step_bytes(k) for k in (1, 2, 4, 8)) / 1e9
 
 
 # predict: interlocking at depth 2 on p = 3 stages, aux_weight 1, the default GPT's 12 rows per step
@@ -50,6 +62,13 @@ def stage0_gb(scheme: str, m: int) -> float:
     return (per_stage * LIVE_B + extra * per_stage * VERSION_B) / 1e9 + in_flight * ACT_GB
 
 
+def largest_pipedream_model(p: int = 64, act_gb: float = 10.0) -> float:
+    """Billions of parameters whose PipeDream first stage fits on the GPU at p stages, m ≥ p:
+    live state plus min(p, m) − 1 stashed versions of Ψ/p parameters, plus activations."""
+    per_param = LIVE_B + (cost.pipedream_versions(p, p, 0) - 1) * VERSION_B  # bytes per Ψ/p
+    return (GPU_GB - act_gb) * 1e9 * p / per_param / 1e9
+
+
 def most_in_flight() -> int:
     """The largest m whose PipeDream first stage fits on the GPU."""
     return max(m for m in range(1, 64) if stage0_gb("pipedream", m) <= GPU_GB)
@@ -70,8 +89,7 @@ def answers() -> dict:
     return {"interlock-run": interlock_down_bytes(), "pipedream-fit": most_in_flight(),
             "scheme-fits": least_idle_fitting(),
             "local-catch-up": cost.flushed_catches_up(8, 1000, 1.12),
-            "stash-gpu": (cost.pipedream_versions(16, 32, 0) - 1) * 70e9 / 16 * 2 / 1e9,
-            "merge-bytes": _merged_boundary_bytes()}
+            "stash-gpu": largest_pipedream_model(), "merge-bytes": _best_merge_gb()}
 
 
 _A = answers()
@@ -89,25 +107,36 @@ EXERCISES = [
              solution_text="(1 − (p−1)/(m+p−1)) ≥ (1 − (p−1)/(1000·m+p−1))/1.12, the fewest m",
              kind="design"),
     Exercise("merge-bytes",
-             "Layer-wise partitioning and merging on 4 devices, default GPT (T = 32, C = 32), 16 rows "
-             "per step. Un-merged, the 4 layers are k = 4 stages of one pipeline; the merge keeps "
-             "k = 2 stages and makes the freed devices a second replica (dp = 2, 8 rows each). How "
-             "many bytes of activations and gradients cross stage boundaries per step after the "
-             "merge, summed over both replicas?",
-             expect=numeric(_A["merge-bytes"], rtol=0),
-             hint_text="Each boundary carries a replica's rows once up (activations) and once down "
-                  "(gradients), r·T·C·4 bytes each way; count the boundaries each replica keeps.",
-             solution_text="2 replicas × 1 boundary × 2 directions × 8·32·32·4 B = 131,072 B — a third of "
-                      "the un-merged pipeline's 3 × 2 × 16·32·32·4 B (the flat dp ring it adds is "
-                      "priced by the merge's model)"),
+             "Design: layer-wise partitioning and merging at GPU scale: a 1.3B-parameter model on "
+             "8 GPUs as k equal pipeline stages × 8/k replicas (k = 1, 2, 4 or 8), 128 sequences of "
+             "2,048 tokens per step (split over the replicas), hidden C = 2,048, bf16 activations "
+             "and gradients. Each stage's replicas sum its gradients with a flat ring all-reduce "
+             "every step. Take the k that sends the fewest bytes: how many GB (10^9 B) do all 8 "
+             "GPUs send per step, boundaries and rings together?",
+             expect=numeric(_A["merge-bytes"], rtol=0.01),
+             hint_text="Two costs pull opposite ways: more stages add boundaries, each crossed by "
+                  "all the step's rows up and down; more replicas make each ring longer. Count "
+                  "both for every k.",
+             solution_text="boundaries (k − 1)·2·R·T·C·2 B = (k − 1)·2.15 GB (the rows split over "
+                      "replicas, but every row crosses every boundary); rings k·dp·2(dp−1)/dp·"
+                      "(Ψ/k)·2 B = 2(dp − 1)·2.6 GB. k = 1: 36.4, 2: 17.7, 4: 6.44 + 5.2 = 11.6, "
+                      "8: 15.0 GB — k = 4, dp = 2.",
+             kind="design"),
     Exercise("stash-gpu",
-             "PipeDream at GPU scale: a 70B-parameter model split evenly over p = 16 stages, bf16 "
-             "weights (2 bytes each), m = 32 micro-batches in flight. How many GB (10^9 B) of "
-             "stashed weight versions does the first stage hold beyond its one live copy?",
+             "Design: PipeDream at p = 64 stages on 80 GB GPUs, m = 64 micro-batches in flight, "
+             "the model split evenly. A stage's live state takes 16 B per parameter (bf16 weights "
+             "and gradients, fp32 master weights and AdamW moments), each stashed weight version "
+             "beyond the live one 2 B per parameter (bf16), and the first stage's activations "
+             "10 GB. What is the largest model, in billions of parameters, whose first stage "
+             "fits?",
              expect=numeric(_A["stash-gpu"], rtol=0.01),
-             hint_text="Count the first stage's versions at its peak first; each is one stage's "
-                  "weights.",
-             solution_text="(min(p, m) − 1) · Ψ/p · 2 B"),
+             hint_text="Write the first stage's bytes per parameter of the whole model: the live "
+                  "state shrinks as 1/p, but what does the stash do as p grows?",
+             solution_text="Ψ/p·(16 + (min(p, m) − 1)·2) B + 10 GB ≤ 80 GB ⇔ Ψ ≤ 70 GB · 64/142 "
+                      "= 31.5B. The stash holds (p−1)/p of the model's bf16 weights on the first "
+                      "stage, whatever p: a 70B model never fits PipeDream on 80 GB, however deep "
+                      "the pipeline; 1F1B's first stage (16 B/p per parameter) fits 280B at p = 64.",
+             kind="design"),
     Exercise("pipedream-fit",
              "Design: a 20B-parameter model split evenly over p = 8 PipeDream stages on 80 GB GPUs. "
              "A stage's live state takes 16 B per parameter (bf16 weights and gradients, fp32 "
