@@ -26,7 +26,7 @@ RIGHT = {
         "tp-or-zero3-bytes": 4.5 * 12288,                # 14·BTC = 63·C² B per GPU and block
         "gpt3-sp-fit": 175e9 * 16 / 64 / 1e9 + 8 * 12 * 2048 * 12288 / 8 * (34 + 80) / 1e9,
         "tp-forward-bytes": 4 * 2 * 12 * 32 * 40 * 4,     # C = 40
-        "balanced-reshard": 4096 * 4096,
+        "balanced-reshard": 4,  # 240 · 8192·28672·2 B / (m · 50 GB/s) < 1 s: m > 2.25
         # C where 72C²/F·(1/8 − 1/16) = 8C·(1.875/β_IB − 1.75/β_NV): NDR 50 GB/s, NVLink 4 450 GB/s
         "tp-past-node-width": 128 * (1.875 / 50e9 - 1.75 / 450e9) * 400e12 / 72,
         # comm 4·1.75·2C/β ÷ (72C²/(8F) + comm), C = 8,192, H100: 400 TFLOP/s, 450 GB/s

@@ -1,9 +1,9 @@
-"""Chapter 03's exercises (`parlab.exercises`): a GPU-scale worked problem (our even-split
-resharding), four design problems at GPU scale (when TP's bytes outgrow ZeRO-3's; whether GPT-3's
-first pipeline stage fits with sequence parallelism, by Korthikanti et al.'s activation count; how
-wide a model must be for TP to pay past the NVLink domain; the MFU that exposed TP communication
-costs) and one predict-then-run (the ledger's bytes); each check says right or wrong, never the
-answer.
+"""Chapter 03's exercises (`parlab.exercises`): five design problems at GPU scale (the trainer
+replicas an RL weight sync needs with our even-split resharding; when TP's bytes outgrow
+ZeRO-3's; whether GPT-3's first pipeline stage fits with sequence parallelism, by Korthikanti et
+al.'s activation count; how wide a model must be for TP to pay past the NVLink domain; the MFU
+that exposed TP communication costs) and one predict-then-run (the ledger's bytes); each check
+says right or wrong, never the answer.
 """
 
 from __future__ import annotations
@@ -20,6 +20,24 @@ def _forward_bytes(tp: int) -> int:
 
     cfg = make_config("tp", world_size=tp, model_config=WIDER)
     return closed_form_bytes(cfg.model_config, cfg.batch_size, tp, 0, 1, False)["tp-forward"]
+
+
+# balanced-reshard: an RL weight sync of Llama 3 70B's MLP matrices (80 layers × 3 of (8192,
+# 28672), bf16) from m trainer replicas to 8 inference GPUs holding them column-split, NDR 50 GB/s
+SYNC_SHAPE, SYNC_MATRICES, SYNC_DST, SYNC_BETA, SYNC_BUDGET_S = (8192, 28672), 240, 8, 50e9, 1.0
+
+
+def _sync_seconds(m: int) -> float:
+    """The busiest NIC direction's seconds: a source's even-split share or a destination's columns."""
+    from parlab.tensor_parallel.reshard import source_elements
+
+    sent = source_elements(SYNC_SHAPE, "replicated", m, "col", SYNC_DST, "even-split", 0)
+    received = SYNC_SHAPE[0] * SYNC_SHAPE[1] // SYNC_DST
+    return max(sent, received) * 2 * SYNC_MATRICES / SYNC_BETA
+
+
+def _fewest_sync_replicas() -> int:
+    return min(m for m in (1, 2, 4, 8) if _sync_seconds(m) < SYNC_BUDGET_S)
 
 
 _GPT3 = {"s": 2048, "b": 1, "h": 12288, "a": 96, "tp": 8}
@@ -78,15 +96,22 @@ EXERCISES = [
              "2 all-reduces per block of S = B·T·C floats, 2(N−1)/N·S each, 4 bytes per float.",
              "blocks · 2 · 2(N−1)/N · B·T·C · 4 B.", kind="predict"),
     Exercise("balanced-reshard",
-             "A (4096, 4096) fp32 tensor replicated on 4 source ranks is needed replicated on 4 "
-             "destination ranks. With our even split (method='even-split': each replicated cell cut "
-             "evenly over its holders, not AlpaComm's whole tiles), how many bytes does the "
-             "busiest source send? (Check at small scale with reshard.plan and reshard.traffic.)",
-             numeric(4096 * 4096 * 4 / 4, rtol=0, atol=0.5),
-             "Each cell leaves the sources once and travels down the chain of destinations; the "
-             "replicas split the cells between them.",
-             "The 64 MiB tensor leaves the sources once, split over 4 replicas: 16 MiB each "
-             "(send-recv: one source sends it to all 4 destinations, 256 MiB)."),
+             "Design: an RL weight sync. After each step, Llama 3 70B's MLP matrices (80 layers × "
+             "3, each (8,192, 28,672), bf16), replicated on m trainer GPUs of one node, must reach "
+             "8 inference GPUs of another node that hold each one column-split 8 ways. Every GPU "
+             "has its own NDR InfiniBand NIC (50 GB/s per direction; ignore α); the matrices go one "
+             "after another with our even split (method='even-split'), and the sync takes the "
+             "busiest NIC direction's time. What is the fewest trainer replicas m (1, 2, 4 or 8) "
+             "that keeps the sync under 1 s?",
+             numeric(_fewest_sync_replicas(), rtol=0, atol=0.5),
+             "Which NIC carries the most: a source's share of each matrix, or a destination's "
+             "columns? Only one of them shrinks with m.",
+             "Per matrix 8,192·28,672·2 B = 470 MB, 240 of them: 112.7 GB. A source sends "
+             "112.7 GB/m (even split over its m replicas), a destination receives 112.7 GB/8 = "
+             "14.1 GB (0.28 s, whatever m). 112.7 GB/(m·50 GB/s) < 1 s ⇔ m > 2.25: m = 4 "
+             "(0.56 s; m = 2 takes 1.13 s). With send-recv one trainer GPU would send all of it, "
+             "2.25 s, whatever m.",
+             kind="design"),
     Exercise("tp-past-node-width",
              "Design: DGX H100 nodes of 8 (NVLink 4: 450 GB/s per direction inside a node, NDR "
              "InfiniBand: 50 GB/s per GPU between nodes), 400 TFLOP/s sustained per GPU, bf16 "
