@@ -36,7 +36,7 @@ RIGHT = {
         "interleaved-bubble": 5,                        # 7/(16v+7) < 0.1: v >= 4, v | 10 layers
         "1f1b-memory-gpu": 13 * 6 * 0.4,                # GB: (p - s) · L/p · 0.4, p=16, s=3
         # s, v = 5: m(f+b)·(v·m+p-1)/(v·m) + (2v-1)·m·T·C·2 B / 50 GB/s
-        "p2p-bytes": 16 * 0.12 * 87 / 80 + 9 * 16 * 4096 * 8192 * 2 / 50e9,
+        "p2p-bytes": (16 * 0.12 * 87 / 80 + 9 * 16 * 4096 * 8192 * 2 / 50e9) * 1e3,  # ms
         "lost-mfu": 0.55 * 24 * 0.12 / (31 * 0.12 + 0.15),  # MFU · m(f+b) / ((m+p-1)(f+b) + exposed)
         "schedule-fits": "zb",                          # gpipe 57+80, interleaved v=4 57+24.4 > 80
         "bubble-measured": 1 / 7,                       # (p-1)/(m+p-1), p=2, m=6

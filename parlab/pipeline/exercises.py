@@ -76,7 +76,7 @@ def answers() -> dict:
         "bubble-measured": cost.theory_bubble("1f1b", PREDICT_P, PREDICT_M),
         "interleaved-bubble": smallest_v_under(0.10),
         "1f1b-memory-gpu": cost.in_flight_peak("1f1b", 16, 64, 3) * (96 // 16) * 0.4,
-        "p2p-bytes": min(interleaved_step_s(v) for v in V_CHOICES),
+        "p2p-bytes": min(interleaved_step_s(v) for v in V_CHOICES) * 1e3,  # ms
     }
 
 
@@ -111,14 +111,14 @@ EXERCISES = [
              "p = 8, m = 16 micro-batches of one 4,096-token sequence each, bf16. A micro-batch's "
              "forward plus backward on a whole stage takes 120 ms (a chunk's, 1/v of it), and "
              "pipeline rank 0's sends are not overlapped: they add to the step. Of v = 1, 2, 5 "
-             "and 10 chunks per rank, take the one with the shortest step: how many seconds is "
-             "that step?",
+             "and 10 chunks per rank, take the one with the shortest step: how many milliseconds "
+             "is that step?",
              numeric(_A["p2p-bytes"], rtol=0.01),
              "Step = the compute stretched by the bubble + the seconds rank 0 sends. Rank 0 owns "
              "stages 0, p, 2p, …: count the activations it sends onward and the gradients it sends "
              "back (stage 0 has no predecessor).",
              "step(v) = m(f+b)/(1 − (p−1)/(v·m+p−1)) + (2v − 1)·m·T·C·2 B/β = 1.92 s + 0.84 s/v + "
-             "(2v − 1)·21.5 ms: v = 1 2.78 s, 2 2.40 s, 5 2.28 s, 10 2.41 s. v = 5 wins; past it "
+             "(2v − 1)·21.5 ms: v = 1 2,781 ms, 2 2,404, 5 2,281, 10 2,412. v = 5 wins; past it "
              "the extra bytes cost more than the bubble saves.",
              kind="design"),
     Exercise("lost-mfu",
